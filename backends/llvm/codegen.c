@@ -1,0 +1,401 @@
+/*
+ * Kernel -> LLVM IR: the functions, the iteration over output points and the
+ * reduction loops. What one instruction turns into lives in ops.c.
+ *
+ * The module defines two functions:
+ *   void @<symbol>(i8** args, i64 begin, i64 end)
+ *       loads the slot pointers once and calls
+ *   internal void @<symbol>.body(i8* noalias slot0, ..., i64 begin, i64 end)
+ *       which is always inlined: inlining turns the noalias parameters into
+ *       alias scopes on every load and store, so LLVM knows that the output does
+ *       not overlap the inputs and can vectorize and hoist freely.
+ *
+ * Output points are visited in row-major order over the outer dims. `begin` is
+ * unravelled into a multi-index once; then the innermost outer dim runs as a
+ * tight loop (the one LLVM vectorizes) up to the end of its row or of the
+ * range, and the multi-index is advanced with a carry. No division per element.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <llvm-c/IRReader.h>
+
+#include "backends/llvm/llvm_internal.h"
+
+LLVMValueRef lm_cg_fail(lm_cg *g, const char *fmt, ...) {
+  if (!g->failed) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    lm_set_err(g->err, g->errlen, "kernel %s: %s", g->symbol, msg);
+    g->failed = true;
+  }
+  return NULL;
+}
+
+LLVMValueRef lm_entry_alloca(lm_cg *g, LLVMTypeRef t, const char *name) {
+  return LLVMBuildAlloca(g->entry, t, name);
+}
+
+static LLVMValueRef const_i64(const lm_cg *g, int64_t v) {
+  return LLVMConstInt(g->t_i64, (unsigned long long)v, 1);
+}
+
+static void add_attr(lm_cg *g, LLVMValueRef fn, LLVMAttributeIndex where, const char *name) {
+  unsigned kind = LLVMGetEnumAttributeKindForName(name, strlen(name));
+  LLVMAddAttributeAtIndex(fn, where, LLVMCreateEnumAttribute(g->ctx, kind, 0));
+}
+
+/* ------------------------------------------------------------------ plan */
+
+/* What the generated code evaluates where. */
+typedef struct plan {
+  unsigned char *body_needed; /* instructions the per-point value needs */
+  unsigned char *epi_needed;  /* instructions the result needs (reductions only) */
+  lm_acc acc;
+} plan;
+
+/* Marks `target` and everything it depends on (operands always come earlier). */
+static void mark_needed(const lk_kernel *k, int target, unsigned char *needed) {
+  needed[target] = 1;
+  for (int i = target; i >= 0; i--) {
+    if (!needed[i]) continue;
+    const lk_inst *in = &k->inst[i];
+    if (in->a >= 0) needed[in->a] = 1;
+    if (in->b >= 0) needed[in->b] = 1;
+    if (in->c >= 0) needed[in->c] = 1;
+  }
+}
+
+static int64_t extent_product(const lk_kernel *k, int from, int to) {
+  int64_t n = 1;
+  for (int d = from; d < to; d++) n *= k->dom[d];
+  return n;
+}
+
+/* Emits the needed instructions up to `target` in the current context (dims and
+ * acc as set in g) and returns the target's value, or NULL after a failure. */
+static LLVMValueRef evaluate(lm_cg *g, const unsigned char *needed, int target) {
+  memset(g->val, 0, (size_t)g->k->ninst * sizeof *g->val);
+  for (int i = 0; i <= target; i++) {
+    if (!needed[i]) continue;
+    g->val[i] = lm_emit_inst(g, i);
+    if (!g->val[i]) return NULL;
+  }
+  return g->val[target];
+}
+
+/* ------------------------------------------------------------------ loops */
+
+typedef struct loop {
+  LLVMBasicBlockRef header, exit;
+  LLVMValueRef iv_slot, iv;
+} loop;
+
+/* for (iv = lo; iv < hi; iv++): leaves the builder in the body; iv is l->iv. */
+static void loop_begin(lm_cg *g, loop *l, LLVMValueRef lo, LLVMValueRef hi, const char *name) {
+  l->iv_slot = lm_entry_alloca(g, g->t_i64, name);
+  LLVMBuildStore(g->b, lo, l->iv_slot);
+  l->header = LLVMAppendBasicBlockInContext(g->ctx, g->fn, name);
+  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "body");
+  l->exit = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "done");
+  LLVMBuildBr(g->b, l->header);
+  LLVMPositionBuilderAtEnd(g->b, l->header);
+  l->iv = LLVMBuildLoad2(g->b, g->t_i64, l->iv_slot, "");
+  LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, l->iv, hi, ""), body, l->exit);
+  LLVMPositionBuilderAtEnd(g->b, body);
+}
+
+static void loop_end(lm_cg *g, loop *l) {
+  LLVMBuildStore(g->b, LLVMBuildNSWAdd(g->b, l->iv, const_i64(g, 1), ""), l->iv_slot);
+  LLVMBuildBr(g->b, l->header);
+  LLVMPositionBuilderAtEnd(g->b, l->exit);
+}
+
+/* ------------------------------------------------------------------ points */
+
+/* Row-major linear index over the reduced dims (ARGMAX/ARGMIN report it). */
+static LLVMValueRef reduced_linear_index(lm_cg *g) {
+  const lk_kernel *k = g->k;
+  LLVMValueRef lin = const_i64(g, 0);
+  for (int d = k->nouter; d < k->ndim; d++)
+    lin = LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, lin, const_i64(g, k->dom[d]), ""), g->dim[d],
+                          "");
+  return lin;
+}
+
+/* Loops over reduced dims d.. (innermost last, the tight loop) and accumulates. */
+static void gen_reduced_dims(lm_cg *g, const plan *p, int d) {
+  const lk_kernel *k = g->k;
+  if (d == k->ndim) {
+    LLVMValueRef x = evaluate(g, p->body_needed, k->value);
+    if (!x) return;
+    bool arg = k->reduce == LK_RED_ARGMAX || k->reduce == LK_RED_ARGMIN;
+    lm_acc_step(g, &p->acc, x, arg ? reduced_linear_index(g) : NULL);
+    return;
+  }
+  loop l;
+  loop_begin(g, &l, const_i64(g, 0), const_i64(g, k->dom[d]), "red");
+  g->dim[d] = l.iv;
+  gen_reduced_dims(g, p, d + 1);
+  loop_end(g, &l);
+  g->dim[d] = NULL;
+}
+
+/* Computes and stores one output point (outer dims already in g->dim). */
+static void gen_point(lm_cg *g, const plan *p, LLVMValueRef out_index) {
+  const lk_kernel *k = g->k;
+  LLVMValueRef v;
+  if (k->reduce == LK_RED_NONE) {
+    v = evaluate(g, p->body_needed, k->value);
+  } else {
+    lm_acc_reset(g, &p->acc);
+    /* A reduced extent of 0 leaves the accumulator at its identity. */
+    if (extent_product(k, k->nouter, k->ndim) > 0) gen_reduced_dims(g, p, k->nouter);
+    g->acc = lm_acc_result(g, &p->acc);
+    v = evaluate(g, p->epi_needed, k->result);
+  }
+  if (v) lm_emit_store_output(g, out_index, v);
+}
+
+/* nouter == 0: one output point (index 0) when the range is not empty. */
+static void gen_single_point(lm_cg *g, const plan *p) {
+  loop l;
+  loop_begin(g, &l, g->begin, g->end, "point");
+  gen_point(g, p, l.iv);
+  loop_end(g, &l);
+}
+
+/* Advances the multi-index after a finished row: the innermost outer dim
+ * restarts at 0 and the carry ripples outwards. Every path branches to `next`. */
+static void gen_carry(lm_cg *g, LLVMValueRef *idx, LLVMBasicBlockRef next) {
+  const lk_kernel *k = g->k;
+  int last = k->nouter - 1;
+  LLVMBuildStore(g->b, const_i64(g, 0), idx[last]);
+  for (int d = last - 1; d >= 0; d--) {
+    LLVMValueRef v =
+        LLVMBuildNSWAdd(g->b, LLVMBuildLoad2(g->b, g->t_i64, idx[d], ""), const_i64(g, 1), "");
+    LLVMBasicBlockRef fits = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "carry.fits");
+    LLVMBasicBlockRef wraps = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "carry.wraps");
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, v, const_i64(g, k->dom[d]), ""), fits,
+                    wraps);
+    LLVMPositionBuilderAtEnd(g->b, fits);
+    LLVMBuildStore(g->b, v, idx[d]);
+    LLVMBuildBr(g->b, next);
+    LLVMPositionBuilderAtEnd(g->b, wraps);
+    LLVMBuildStore(g->b, const_i64(g, 0), idx[d]);
+  }
+  /* Wrapping the outermost dim means every point is done: pos >= end now. */
+  LLVMBuildBr(g->b, next);
+}
+
+static void gen_outer_iteration(lm_cg *g, const plan *p) {
+  const lk_kernel *k = g->k;
+  int last = k->nouter - 1;
+  LLVMValueRef idx[LOOM_MAX_DIMS];
+  for (int d = 0; d < k->nouter; d++) idx[d] = lm_entry_alloca(g, g->t_i64, "idx");
+  LLVMValueRef pos = lm_entry_alloca(g, g->t_i64, "pos");
+
+  /* Unravel `begin` once (extents are constants: the divisions become multiplies). */
+  LLVMValueRef rem = g->begin;
+  for (int d = last; d > 0; d--) {
+    LLVMValueRef extent = const_i64(g, k->dom[d]);
+    LLVMBuildStore(g->b, LLVMBuildURem(g->b, rem, extent, ""), idx[d]);
+    rem = LLVMBuildUDiv(g->b, rem, extent, "");
+  }
+  LLVMBuildStore(g->b, rem, idx[0]);
+  LLVMBuildStore(g->b, g->begin, pos);
+
+  LLVMBasicBlockRef header = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "row");
+  LLVMBasicBlockRef row = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "row.body");
+  LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "rows.done");
+  LLVMBuildBr(g->b, header);
+  LLVMPositionBuilderAtEnd(g->b, header);
+  LLVMValueRef at = LLVMBuildLoad2(g->b, g->t_i64, pos, "at");
+  LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, at, g->end, ""), row, exit);
+
+  /* One row: the innermost outer dim from its current index to the end of the
+   * row or of the range, whichever comes first. */
+  LLVMPositionBuilderAtEnd(g->b, row);
+  for (int d = 0; d < last; d++) g->dim[d] = LLVMBuildLoad2(g->b, g->t_i64, idx[d], "");
+  LLVMValueRef start = LLVMBuildLoad2(g->b, g->t_i64, idx[last], "start");
+  LLVMValueRef room = LLVMBuildNSWSub(g->b, const_i64(g, k->dom[last]), start, "");
+  LLVMValueRef left = LLVMBuildNSWSub(g->b, g->end, at, "");
+  LLVMValueRef n =
+      LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, room, left, ""), room, left, "n");
+  loop l;
+  loop_begin(g, &l, const_i64(g, 0), n, "inner");
+  g->dim[last] = LLVMBuildNSWAdd(g->b, start, l.iv, "");
+  gen_point(g, p, LLVMBuildNSWAdd(g->b, at, l.iv, ""));
+  loop_end(g, &l);
+  LLVMBuildStore(g->b, LLVMBuildNSWAdd(g->b, at, n, ""), pos);
+  gen_carry(g, idx, header);
+
+  LLVMPositionBuilderAtEnd(g->b, exit);
+}
+
+/* ------------------------------------------------------------------ functions */
+
+static LLVMValueRef create_body_function(lm_cg *g) {
+  const lk_kernel *k = g->k;
+  int n = k->nslots;
+  LLVMTypeRef i8p = LLVMPointerType(g->t_i8, 0);
+  LLVMTypeRef *params = malloc((size_t)(n + 2) * sizeof *params);
+  char *name = malloc(strlen(g->symbol) + sizeof ".body");
+  if (!params || !name) {
+    free(params);
+    free(name);
+    return NULL;
+  }
+  for (int s = 0; s < n; s++) params[s] = i8p;
+  params[n] = params[n + 1] = g->t_i64;
+  sprintf(name, "%s.body", g->symbol);
+  LLVMValueRef fn =
+      LLVMAddFunction(g->mod, name, LLVMFunctionType(g->t_void, params, (unsigned)n + 2, 0));
+  free(params);
+  free(name);
+  LLVMSetLinkage(fn, LLVMInternalLinkage);
+  add_attr(g, fn, LLVMAttributeFunctionIndex, "alwaysinline");
+  add_attr(g, fn, LLVMAttributeFunctionIndex, "nounwind");
+  for (int s = 0; s < n; s++) {
+    add_attr(g, fn, (LLVMAttributeIndex)s + 1, "noalias");
+    add_attr(g, fn, (LLVMAttributeIndex)s + 1, "nocapture");
+    g->slot[s] = LLVMGetParam(fn, (unsigned)s);
+  }
+  g->begin = LLVMGetParam(fn, (unsigned)n);
+  g->end = LLVMGetParam(fn, (unsigned)n + 1);
+  return fn;
+}
+
+/* The exported lk_fn: reads the slot pointers once and calls the body. */
+static bool create_entry_function(lm_cg *g, LLVMValueRef body) {
+  int n = g->k->nslots;
+  LLVMTypeRef i8p = LLVMPointerType(g->t_i8, 0);
+  LLVMTypeRef params[3] = {LLVMPointerType(i8p, 0), g->t_i64, g->t_i64};
+  LLVMValueRef fn = LLVMAddFunction(g->mod, g->symbol, LLVMFunctionType(g->t_void, params, 3, 0));
+  add_attr(g, fn, LLVMAttributeFunctionIndex, "nounwind");
+  add_attr(g, fn, 1, "noalias");
+  add_attr(g, fn, 1, "nocapture");
+  add_attr(g, fn, 1, "readonly");
+  LLVMValueRef *call_args = malloc((size_t)(n + 2) * sizeof *call_args);
+  if (!call_args) return false;
+  LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(g->ctx, fn, "entry"));
+  LLVMValueRef args = LLVMGetParam(fn, 0);
+  for (int s = 0; s < n; s++) {
+    LLVMValueRef at = const_i64(g, s);
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(g->b, i8p, args, &at, 1, "");
+    call_args[s] = LLVMBuildLoad2(g->b, i8p, p, "slot");
+    LLVMSetAlignment(call_args[s], 8);
+  }
+  call_args[n] = LLVMGetParam(fn, 1);
+  call_args[n + 1] = LLVMGetParam(fn, 2);
+  LLVMBuildCall2(g->b, LLVMGlobalGetValueType(body), body, call_args, (unsigned)n + 2, "");
+  LLVMBuildRetVoid(g->b);
+  free(call_args);
+  return true;
+}
+
+static void gen_body(lm_cg *g, plan *p) {
+  const lk_kernel *k = g->k;
+  LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "entry");
+  LLVMBasicBlockRef start = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "start");
+  LLVMPositionBuilderAtEnd(g->entry, entry);
+  LLVMPositionBuilderAtEnd(g->b, start);
+  if (k->reduce != LK_RED_NONE) lm_acc_create(g, &p->acc);
+  /* Outer numel 0 is never launched; emit nothing that would divide by it. */
+  if (extent_product(k, 0, k->nouter) > 0) {
+    if (k->nouter == 0)
+      gen_single_point(g, p);
+    else
+      gen_outer_iteration(g, p);
+  }
+  LLVMBuildRetVoid(g->b);
+  LLVMBuildBr(g->entry, start);
+}
+
+/* ------------------------------------------------------------------ module */
+
+static LLVMModuleRef parse_prelude(lm_cg *g) {
+  const char *ir = lm_reduce_prelude_ir();
+  LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(ir, strlen(ir), "prelude");
+  LLVMModuleRef mod = NULL;
+  char *msg = NULL;
+  if (LLVMParseIRInContext(g->ctx, buf, &mod, &msg)) { /* consumes buf */
+    lm_cg_fail(g, "prelude IR does not parse: %s", msg ? msg : "");
+    LLVMDisposeMessage(msg);
+    return NULL;
+  }
+  LLVMSetModuleIdentifier(mod, g->symbol, strlen(g->symbol));
+  LLVMSetSourceFileName(mod, g->symbol, strlen(g->symbol));
+  return mod;
+}
+
+static void init_types(lm_cg *g) {
+  g->t_void = LLVMVoidTypeInContext(g->ctx);
+  g->t_i1 = LLVMInt1TypeInContext(g->ctx);
+  g->t_i8 = LLVMInt8TypeInContext(g->ctx);
+  g->t_i32 = LLVMInt32TypeInContext(g->ctx);
+  g->t_i64 = LLVMInt64TypeInContext(g->ctx);
+  g->t_f32 = LLVMFloatTypeInContext(g->ctx);
+  g->t_f64 = LLVMDoubleTypeInContext(g->ctx);
+}
+
+static bool alloc_arrays(lm_cg *g, plan *p) {
+  size_t ni = (size_t)g->k->ninst, ns = (size_t)g->k->nslots;
+  g->slot = calloc(ns, sizeof *g->slot);
+  g->key = calloc(2 * ns, sizeof *g->key);
+  g->val = calloc(ni, sizeof *g->val);
+  p->body_needed = calloc(ni, 1);
+  p->epi_needed = calloc(ni, 1);
+  return g->slot && g->key && g->val && p->body_needed && p->epi_needed;
+}
+
+static void free_arrays(lm_cg *g, plan *p) {
+  free(g->slot);
+  free(g->key);
+  free(g->val);
+  free(p->body_needed);
+  free(p->epi_needed);
+}
+
+static loom_status generate(lm_cg *g, plan *p) {
+  const lk_kernel *k = g->k;
+  if (!alloc_arrays(g, p)) {
+    lm_set_err(g->err, g->errlen, "kernel %s: out of memory in codegen", g->symbol);
+    return LOOM_ERR_OOM;
+  }
+  mark_needed(k, k->value, p->body_needed);
+  if (k->reduce != LK_RED_NONE) mark_needed(k, k->result, p->epi_needed);
+  g->mod = parse_prelude(g);
+  if (!g->mod) return LOOM_ERR_COMPILE;
+  g->fn = create_body_function(g);
+  if (!g->fn || !create_entry_function(g, g->fn)) {
+    lm_set_err(g->err, g->errlen, "kernel %s: out of memory in codegen", g->symbol);
+    return LOOM_ERR_OOM;
+  }
+  gen_body(g, p);
+  return g->failed ? LOOM_ERR_COMPILE : LOOM_OK;
+}
+
+loom_status lm_codegen_module(LLVMContextRef ctx, const lk_kernel *k, const char *symbol,
+                              LLVMModuleRef *out, char *err, size_t errlen) {
+  lm_cg g = {.k = k, .symbol = symbol, .ctx = ctx, .err = err, .errlen = errlen};
+  plan p = {0};
+  init_types(&g);
+  g.b = LLVMCreateBuilderInContext(ctx);
+  g.entry = LLVMCreateBuilderInContext(ctx);
+  loom_status st = generate(&g, &p);
+  LLVMDisposeBuilder(g.b);
+  LLVMDisposeBuilder(g.entry);
+  free_arrays(&g, &p);
+  if (st != LOOM_OK && g.mod) {
+    LLVMDisposeModule(g.mod);
+    g.mod = NULL;
+  }
+  *out = g.mod;
+  return st;
+}

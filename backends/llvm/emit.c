@@ -1,0 +1,198 @@
+/*
+ * Kernel -> object file: codegen, verify, optimize (default<O3>), emit; plus the
+ * LOOM_DEBUG / LOOM_DUMP output.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+
+#include "backends/llvm/llvm_internal.h"
+
+static bool env_flag(const char *name) {
+  const char *v = getenv(name);
+  return v && *v && strcmp(v, "0") != 0;
+}
+
+/* ------------------------------------------------------------------ diagnostics */
+
+/* LLVM's default handler exits the process on an error diagnostic: collect
+ * instead, and fail the compile. */
+typedef struct diagnostics {
+  bool error;
+  char first_error[512];
+  bool debug;
+} diagnostics;
+
+static void on_diagnostic(LLVMDiagnosticInfoRef info, void *ctx) {
+  diagnostics *d = ctx;
+  LLVMDiagnosticSeverity sev = LLVMGetDiagInfoSeverity(info);
+  char *text = LLVMGetDiagInfoDescription(info);
+  if (sev == LLVMDSError && !d->error) {
+    d->error = true;
+    snprintf(d->first_error, sizeof d->first_error, "%s", text ? text : "");
+  }
+  if (d->debug && sev != LLVMDSRemark) fprintf(stderr, "loom: llvm: %s\n", text ? text : "");
+  LLVMDisposeMessage(text);
+}
+
+/* ------------------------------------------------------------------ steps */
+
+static loom_status fail_with_message(char *err, size_t errlen, const char *symbol, const char *what,
+                                     char *msg) {
+  lm_set_err(err, errlen, "kernel %s: %s: %s", symbol, what, msg ? msg : "(no message)");
+  LLVMDisposeMessage(msg);
+  return LOOM_ERR_COMPILE;
+}
+
+static void set_target(LLVMModuleRef mod, LLVMTargetMachineRef tm) {
+  char *triple = LLVMGetTargetMachineTriple(tm);
+  LLVMSetTarget(mod, triple);
+  LLVMDisposeMessage(triple);
+  LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(tm);
+  LLVMSetModuleDataLayout(mod, dl);
+  LLVMDisposeTargetData(dl);
+}
+
+static loom_status verify(LLVMModuleRef mod, const char *symbol, char *err, size_t errlen) {
+  char *msg = NULL;
+  if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg))
+    return fail_with_message(err, errlen, symbol, "generated IR is invalid", msg);
+  LLVMDisposeMessage(msg);
+  return LOOM_OK;
+}
+
+static loom_status optimize(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *symbol,
+                            char *err, size_t errlen) {
+  LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
+  LLVMPassBuilderOptionsSetLoopVectorization(opts, 1);
+  LLVMPassBuilderOptionsSetSLPVectorization(opts, 1);
+  LLVMPassBuilderOptionsSetLoopInterleaving(opts, 1);
+  LLVMPassBuilderOptionsSetLoopUnrolling(opts, 1);
+  LLVMErrorRef e = LLVMRunPasses(mod, "default<O3>", tm, opts);
+  LLVMDisposePassBuilderOptions(opts);
+  if (e)
+    return fail_with_message(err, errlen, symbol, "optimization failed", LLVMGetErrorMessage(e));
+  return LOOM_OK;
+}
+
+static loom_status emit_file(LLVMModuleRef mod, LLVMTargetMachineRef tm, LLVMCodeGenFileType type,
+                             const char *symbol, LLVMMemoryBufferRef *out, char *err,
+                             size_t errlen) {
+  char *msg = NULL;
+  if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, type, &msg, out)) {
+    *out = NULL;
+    return fail_with_message(err, errlen, symbol, "code emission failed", msg);
+  }
+  LLVMDisposeMessage(msg);
+  return LOOM_OK;
+}
+
+/* ------------------------------------------------------------------ debug output */
+
+static void dump_text(const char *dir, const char *symbol, const char *ext, const char *text,
+                      size_t len) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s%s", dir, symbol, ext);
+  FILE *f = fopen(path, "w");
+  if (!f || fwrite(text, 1, len, f) != len)
+    fprintf(stderr, "loom: LOOM_DUMP: cannot write %s: %s\n", path, strerror(errno));
+  if (f) fclose(f);
+}
+
+static void dump_listing(const char *dir, const char *symbol, const lk_kernel *k) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s.txt", dir, symbol);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "loom: LOOM_DUMP: cannot write %s: %s\n", path, strerror(errno));
+    return;
+  }
+  lk_kernel_print(k, f);
+  fclose(f);
+}
+
+/* Assembly comes from a clone: emission runs codegen-prepare passes that
+ * modify the module, and the object must come from the untouched one. */
+static void dump_assembly(const char *dir, const char *symbol, LLVMModuleRef mod,
+                          LLVMTargetMachineRef tm) {
+  LLVMModuleRef clone = LLVMCloneModule(mod);
+  LLVMMemoryBufferRef asm_buf = NULL;
+  char err[512];
+  if (emit_file(clone, tm, LLVMAssemblyFile, symbol, &asm_buf, err, sizeof err) == LOOM_OK) {
+    dump_text(dir, symbol, ".s", LLVMGetBufferStart(asm_buf), LLVMGetBufferSize(asm_buf));
+    LLVMDisposeMemoryBuffer(asm_buf);
+  } else {
+    fprintf(stderr, "loom: LOOM_DUMP: %s\n", err);
+  }
+  LLVMDisposeModule(clone);
+}
+
+static void debug_output(const lk_kernel *k, const char *symbol, LLVMModuleRef mod,
+                         LLVMTargetMachineRef tm) {
+  bool debug = env_flag("LOOM_DEBUG");
+  const char *dir = getenv("LOOM_DUMP");
+  bool dump = dir && *dir;
+  if (!debug && !dump) return;
+  char *ir = LLVMPrintModuleToString(mod);
+  if (debug) {
+    fprintf(stderr, "loom: kernel %s\n", symbol);
+    lk_kernel_print(k, stderr);
+    fputs(ir, stderr);
+  }
+  if (dump) {
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+      fprintf(stderr, "loom: LOOM_DUMP: cannot create %s: %s\n", dir, strerror(errno));
+    dump_listing(dir, symbol, k);
+    dump_text(dir, symbol, ".ll", ir, strlen(ir));
+    dump_assembly(dir, symbol, mod, tm);
+  }
+  LLVMDisposeMessage(ir);
+}
+
+/* ------------------------------------------------------------------ all together */
+
+static loom_status build_and_emit(LLVMContextRef ctx, LLVMTargetMachineRef tm, const lk_kernel *k,
+                                  const char *symbol, LLVMMemoryBufferRef *out, char *err,
+                                  size_t errlen) {
+  LLVMModuleRef mod = NULL;
+  loom_status st = lm_codegen_module(ctx, k, symbol, &mod, err, errlen);
+  if (st != LOOM_OK) return st;
+  set_target(mod, tm);
+  st = verify(mod, symbol, err, errlen);
+  if (st == LOOM_OK) st = optimize(mod, tm, symbol, err, errlen);
+  if (st == LOOM_OK) debug_output(k, symbol, mod, tm);
+  if (st == LOOM_OK) st = emit_file(mod, tm, LLVMObjectFile, symbol, out, err, errlen);
+  LLVMDisposeModule(mod);
+  return st;
+}
+
+loom_status lm_emit_object_buffer(const lk_kernel *k, const char *symbol, LLVMMemoryBufferRef *out,
+                                  char *err, size_t errlen) {
+  *out = NULL;
+  const char *bad = lk_kernel_check(k);
+  if (bad) {
+    lm_set_err(err, errlen, "kernel %s is invalid: %s", symbol, bad);
+    return LOOM_ERR_COMPILE;
+  }
+  /* A target machine per compile: emission is not documented as thread-safe. */
+  LLVMTargetMachineRef tm = lm_target_machine_create(err, errlen);
+  if (!tm) return LOOM_ERR_COMPILE;
+  diagnostics diag = {.debug = env_flag("LOOM_DEBUG")};
+  LLVMContextRef ctx = LLVMContextCreate();
+  LLVMContextSetDiagnosticHandler(ctx, on_diagnostic, &diag);
+  loom_status st = build_and_emit(ctx, tm, k, symbol, out, err, errlen);
+  if (st == LOOM_OK && diag.error) {
+    lm_set_err(err, errlen, "kernel %s: LLVM error: %s", symbol, diag.first_error);
+    LLVMDisposeMemoryBuffer(*out);
+    *out = NULL;
+    st = LOOM_ERR_COMPILE;
+  }
+  LLVMContextDispose(ctx);
+  LLVMDisposeTargetMachine(tm);
+  return st;
+}

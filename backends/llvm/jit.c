@@ -1,0 +1,245 @@
+/*
+ * The process's LLJIT and the table of functions loaded into it.
+ *
+ * One LLJIT per process, created on first use. Objects go into its main
+ * JITDylib, which also searches the process (libm, memset...). Every symbol
+ * is loaded at most once: the table symbol -> function is checked before
+ * compiling and again, under the lock, before loading, so two threads that
+ * compile the same kernel get the same function.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <llvm-c/LLJIT.h>
+#include <llvm-c/Orc.h>
+#include <xxhash.h>
+
+#include "backends/llvm/llvm_internal.h"
+
+typedef struct fn_entry {
+  char *symbol; /* NULL: empty */
+  lk_fn fn;
+} fn_entry;
+
+/* Guarded by jit_lock. */
+static pthread_mutex_t jit_lock = PTHREAD_MUTEX_INITIALIZER;
+static LLVMOrcLLJITRef jit;
+static fn_entry *table; /* open addressing, capacity a power of two */
+static size_t table_cap, table_len;
+
+/* What the execution session reported while this thread materialized symbols
+ * (lookups run materialization on the calling thread). */
+static _Thread_local char session_error[512];
+
+/* ------------------------------------------------------------------ table */
+
+static size_t slot_of(const char *symbol, size_t cap) {
+  return (size_t)XXH3_64bits(symbol, strlen(symbol)) & (cap - 1);
+}
+
+static lk_fn table_find(const char *symbol) {
+  if (!table_cap) return NULL;
+  for (size_t i = slot_of(symbol, table_cap);; i = (i + 1) & (table_cap - 1)) {
+    if (!table[i].symbol) return NULL;
+    if (strcmp(table[i].symbol, symbol) == 0) return table[i].fn;
+  }
+}
+
+static void table_put(fn_entry *t, size_t cap, char *symbol, lk_fn fn) {
+  size_t i = slot_of(symbol, cap);
+  while (t[i].symbol) i = (i + 1) & (cap - 1);
+  t[i] = (fn_entry){symbol, fn};
+}
+
+static bool table_insert(const char *symbol, lk_fn fn) {
+  if (2 * (table_len + 1) > table_cap) { /* keep the load under 1/2 */
+    size_t cap = table_cap ? 2 * table_cap : 64;
+    fn_entry *t = calloc(cap, sizeof *t);
+    if (!t) return false;
+    for (size_t i = 0; i < table_cap; i++)
+      if (table[i].symbol) table_put(t, cap, table[i].symbol, table[i].fn);
+    free(table);
+    table = t;
+    table_cap = cap;
+  }
+  char *copy = strdup(symbol);
+  if (!copy) return false;
+  table_put(table, table_cap, copy, fn);
+  table_len++;
+  return true;
+}
+
+static void table_free(void) {
+  for (size_t i = 0; i < table_cap; i++) free(table[i].symbol);
+  free(table);
+  table = NULL;
+  table_cap = table_len = 0;
+}
+
+/* ------------------------------------------------------------------ JIT */
+
+static loom_status take_error(LLVMErrorRef e, const char *what, const char *symbol, char *err,
+                              size_t errlen) {
+  char *msg = LLVMGetErrorMessage(e);
+  lm_set_err(err, errlen, "kernel %s: %s: %s%s%s", symbol, what, msg, session_error[0] ? "; " : "",
+             session_error);
+  LLVMDisposeErrorMessage(msg);
+  return LOOM_ERR_COMPILE;
+}
+
+static void on_session_error(void *ctx, LLVMErrorRef e) {
+  (void)ctx;
+  char *msg = LLVMGetErrorMessage(e);
+  if (!session_error[0]) snprintf(session_error, sizeof session_error, "%s", msg);
+  LLVMDisposeErrorMessage(msg);
+}
+
+/* Creates the JIT if there is none (jit_lock held). */
+static loom_status ensure_jit(const char *symbol, char *err, size_t errlen) {
+  if (jit) return LOOM_OK;
+  if (!lm_target_init(err, errlen)) return LOOM_ERR_COMPILE;
+  LLVMOrcLLJITRef j = NULL;
+  LLVMErrorRef e = LLVMOrcCreateLLJIT(&j, LLVMOrcCreateLLJITBuilder()); /* consumes the builder */
+  if (e) return take_error(e, "cannot create the LLJIT", symbol, err, errlen);
+  LLVMOrcExecutionSessionSetErrorReporter(LLVMOrcLLJITGetExecutionSession(j), on_session_error,
+                                          NULL);
+  LLVMOrcDefinitionGeneratorRef gen = NULL;
+  e = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(j),
+                                                           NULL, NULL);
+  if (e) {
+    LLVMConsumeError(LLVMOrcDisposeLLJIT(j));
+    return take_error(e, "cannot search the process for symbols", symbol, err, errlen);
+  }
+  LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(j), gen); /* takes ownership */
+  jit = j;
+  return LOOM_OK;
+}
+
+/* Adds an object (taking ownership of buf) and looks up `symbol` (jit_lock held). */
+static loom_status add_and_lookup(LLVMMemoryBufferRef buf, const char *symbol, lk_fn *out_fn,
+                                  char *err, size_t errlen) {
+  session_error[0] = 0;
+  LLVMErrorRef e = LLVMOrcLLJITAddObjectFile(jit, LLVMOrcLLJITGetMainJITDylib(jit), buf);
+  if (e) return take_error(e, "cannot add the object to the JIT", symbol, err, errlen);
+  LLVMOrcExecutorAddress addr = 0;
+  e = LLVMOrcLLJITLookup(jit, &addr, symbol);
+  if (e) return take_error(e, "cannot load the object", symbol, err, errlen);
+  if (!addr) {
+    lm_set_err(err, errlen, "kernel %s: the JIT returned a null address", symbol);
+    return LOOM_ERR_COMPILE;
+  }
+  *out_fn = (lk_fn)(uintptr_t)addr;
+  return LOOM_OK;
+}
+
+/* Loads buf (consumed) as `symbol` unless that symbol is loaded already. */
+static loom_status load_buffer(LLVMMemoryBufferRef buf, const char *symbol, lk_fn *out_fn,
+                               char *err, size_t errlen) {
+  pthread_mutex_lock(&jit_lock);
+  loom_status st = LOOM_OK;
+  lk_fn fn = table_find(symbol);
+  if (fn) {
+    LLVMDisposeMemoryBuffer(buf);
+  } else {
+    st = ensure_jit(symbol, err, errlen);
+    if (st == LOOM_OK)
+      st = add_and_lookup(buf, symbol, &fn, err, errlen);
+    else
+      LLVMDisposeMemoryBuffer(buf);
+    if (st == LOOM_OK && !table_insert(symbol, fn)) {
+      lm_set_err(err, errlen, "kernel %s: out of memory recording the loaded function", symbol);
+      st = LOOM_ERR_OOM;
+    }
+  }
+  pthread_mutex_unlock(&jit_lock);
+  *out_fn = st == LOOM_OK ? fn : NULL;
+  return st;
+}
+
+static lk_fn find_loaded(const char *symbol) {
+  pthread_mutex_lock(&jit_lock);
+  lk_fn fn = table_find(symbol);
+  pthread_mutex_unlock(&jit_lock);
+  return fn;
+}
+
+/* ------------------------------------------------------------------ API */
+
+void lm_llvm_symbol_name(const lk_kernel *k, char buf[36]) {
+  lk_hash h = lk_kernel_hash(k);
+  snprintf(buf, 36, "lk_%016" PRIx64 "%016" PRIx64, h.hi, h.lo);
+}
+
+loom_status lm_llvm_load_object(const void *obj, size_t objlen, const char *symbol, lk_fn *out_fn,
+                                char *err, size_t errlen) {
+  *out_fn = NULL;
+  if (!obj || !symbol || !objlen) {
+    lm_set_err(err, errlen, "lm_llvm_load_object: no object or symbol");
+    return LOOM_ERR_COMPILE;
+  }
+  lk_fn fn = find_loaded(symbol);
+  if (fn) {
+    *out_fn = fn;
+    return LOOM_OK;
+  }
+  LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(obj, objlen, symbol);
+  if (!buf) {
+    lm_set_err(err, errlen, "kernel %s: out of memory copying the object", symbol);
+    return LOOM_ERR_OOM;
+  }
+  return load_buffer(buf, symbol, out_fn, err, errlen);
+}
+
+loom_status lm_llvm_emit_object(const lk_kernel *k, const char *symbol, void **obj, size_t *objlen,
+                                char *err, size_t errlen) {
+  *obj = NULL;
+  *objlen = 0;
+  LLVMMemoryBufferRef buf = NULL;
+  loom_status st = lm_emit_object_buffer(k, symbol, &buf, err, errlen);
+  if (st != LOOM_OK) return st;
+  size_t n = LLVMGetBufferSize(buf);
+  void *copy = malloc(n ? n : 1);
+  if (!copy) {
+    LLVMDisposeMemoryBuffer(buf);
+    lm_set_err(err, errlen, "kernel %s: out of memory copying the object", symbol);
+    return LOOM_ERR_OOM;
+  }
+  memcpy(copy, LLVMGetBufferStart(buf), n);
+  LLVMDisposeMemoryBuffer(buf);
+  *obj = copy;
+  *objlen = n;
+  return LOOM_OK;
+}
+
+loom_status lm_llvm_compile(const lk_kernel *k, lk_fn *out_fn, char *err, size_t errlen) {
+  *out_fn = NULL;
+  char symbol[36] = "lk_(unhashable)";
+  /* Hashing reads every instruction: only name kernels whose array exists. */
+  if (k && (k->inst || k->ninst <= 0)) lm_llvm_symbol_name(k, symbol);
+  const char *bad = lk_kernel_check(k);
+  if (bad) {
+    lm_set_err(err, errlen, "kernel %s is invalid: %s", symbol, bad);
+    return LOOM_ERR_COMPILE;
+  }
+  lk_fn fn = find_loaded(symbol);
+  if (fn) {
+    *out_fn = fn;
+    return LOOM_OK;
+  }
+  /* Compile outside the lock: other threads keep compiling and loading. */
+  LLVMMemoryBufferRef buf = NULL;
+  loom_status st = lm_emit_object_buffer(k, symbol, &buf, err, errlen);
+  if (st != LOOM_OK) return st;
+  return load_buffer(buf, symbol, out_fn, err, errlen);
+}
+
+void lm_llvm_shutdown(void) {
+  pthread_mutex_lock(&jit_lock);
+  if (jit) LLVMConsumeError(LLVMOrcDisposeLLJIT(jit));
+  jit = NULL;
+  table_free();
+  pthread_mutex_unlock(&jit_lock);
+}

@@ -1,0 +1,53 @@
+/*
+ * The LLVM CPU backend: compiles an lk_kernel (ir/kernel.h) to native code and
+ * loads it into one ORC LLJIT per process.
+ *
+ * Generated code assumes that distinct slots do not overlap in memory, except
+ * that an input slot may be the output buffer itself when every point reads
+ * exactly the element it writes (an in-place elementwise update).
+ *
+ * Environment: LOOM_DEBUG=1 prints each kernel's listing and optimized LLVM IR
+ * to stderr; LOOM_DUMP=dir writes dir/<symbol>.txt (listing), .ll (optimized
+ * IR) and .s (assembly).
+ */
+#ifndef LOOM_BACKENDS_LLVM_BACKEND_H
+#define LOOM_BACKENDS_LLVM_BACKEND_H
+
+#include <stddef.h>
+
+#include "ir/kernel.h"
+#include "loom.h"
+
+/* Bumped whenever the generated code changes for the same kernel; part of
+ * lm_llvm_target_id() so cached objects from an older code generator are not
+ * reused. */
+#define LM_LLVM_CODEGEN_VERSION 1
+
+/* Compiles a kernel to a callable function named lk_<32 hex digits of its
+ * hash>. Thread-safe; the LLJIT is created on first use. Compiling a kernel
+ * that is already loaded returns the loaded function. On failure returns
+ * LOOM_ERR_COMPILE (or LOOM_ERR_OOM) with a message in err. */
+loom_status lm_llvm_compile(const lk_kernel *k, lk_fn *out_fn, char *err, size_t errlen);
+
+/* The symbol lm_llvm_compile gives k: "lk_" + 32 hex digits; buf needs 36 bytes. */
+void lm_llvm_symbol_name(const lk_kernel *k, char buf[36]);
+
+/* Compiles k to a relocatable object file defining `symbol` (an lk_fn).
+ * *obj is malloc'd; the caller frees it. */
+loom_status lm_llvm_emit_object(const lk_kernel *k, const char *symbol, void **obj, size_t *objlen,
+                                char *err, size_t errlen);
+
+/* Loads an object made by lm_llvm_emit_object and looks up `symbol` in it. When
+ * `symbol` is already loaded, returns that function without loading obj. */
+loom_status lm_llvm_load_object(const void *obj, size_t objlen, const char *symbol, lk_fn *out_fn,
+                                char *err, size_t errlen);
+
+/* "llvm-14.0.6/<triple>/<cpu>/<features>/cg<LM_LLVM_CODEGEN_VERSION>": everything
+ * that changes the generated code, for cache keys. */
+const char *lm_llvm_target_id(void);
+
+/* Frees the JIT and every function it loaded (for leak checkers at exit). Safe
+ * to call twice; a later compile starts a new JIT. */
+void lm_llvm_shutdown(void);
+
+#endif

@@ -1,0 +1,105 @@
+/*
+ * Shared between the files of backends/llvm/ only; other folders use
+ * llvm_backend.h.
+ */
+#ifndef LOOM_BACKENDS_LLVM_INTERNAL_H
+#define LOOM_BACKENDS_LLVM_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <llvm-c/Core.h>
+#include <llvm-c/TargetMachine.h>
+
+#include "backends/llvm/llvm_backend.h"
+
+/* ------------------------------------------------------------------ errors */
+
+/* snprintf into err (when err && errlen); a message is never cut mid-way silently. */
+void lm_set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ------------------------------------------------------------------ target.c */
+
+/* Initializes LLVM's native target once; false (with a message) if it failed. */
+bool lm_target_init(char *err, size_t errlen);
+/* A new target machine for the host (the caller disposes it); NULL on failure. */
+LLVMTargetMachineRef lm_target_machine_create(char *err, size_t errlen);
+
+/* ------------------------------------------------------------------ codegen */
+
+/* The state of turning one kernel into one LLVM module. */
+typedef struct lm_cg {
+  const lk_kernel *k;
+  const char *symbol;
+  LLVMContextRef ctx;
+  LLVMModuleRef mod;
+  LLVMBuilderRef b;        /* where code is being emitted */
+  LLVMBuilderRef entry;    /* end of the body's entry block: allocas, loop-invariant loads */
+  LLVMValueRef fn;         /* the body function (slot pointers are its noalias params) */
+  LLVMValueRef *slot;      /* [nslots] i8* base pointers */
+  LLVMValueRef begin, end; /* the range of output points (i64) */
+  LLVMValueRef *key;       /* [2 * nslots] Philox key words of a slot, loaded on first use */
+  LLVMValueRef dim[LOOM_MAX_DIMS]; /* current index along each domain dim (NULL: none here) */
+  LLVMValueRef *val; /* [ninst] instruction values in the current evaluation context */
+  LLVMValueRef acc;  /* what LK_ACC means in the epilogue */
+  LLVMTypeRef t_void, t_i1, t_i8, t_i32, t_i64, t_f32, t_f64;
+  char *err;
+  size_t errlen;
+  bool failed;
+} lm_cg;
+
+/* Records the first codegen error (naming the kernel symbol); returns NULL so
+ * emitters can `return lm_cg_fail(...)`. */
+LLVMValueRef lm_cg_fail(lm_cg *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* codegen.c: the whole module for (checked) kernel k, defining `symbol`. */
+loom_status lm_codegen_module(LLVMContextRef ctx, const lk_kernel *k, const char *symbol,
+                              LLVMModuleRef *out, char *err, size_t errlen);
+/* A new alloca of type t in the entry block (so mem2reg promotes it). */
+LLVMValueRef lm_entry_alloca(lm_cg *g, LLVMTypeRef t, const char *name);
+
+static inline bool lm_dtype_is_float(loom_dtype dt) { return dt == LOOM_F32 || dt == LOOM_F64; }
+/* U8 and BOOL compare, extend and convert as unsigned. */
+static inline bool lm_dtype_is_unsigned(loom_dtype dt) { return dt == LOOM_U8 || dt == LOOM_BOOL; }
+
+/* ops.c: types, memory access, one instruction. */
+LLVMTypeRef lm_type(const lm_cg *g, loom_dtype dt);     /* in registers (BOOL is i1) */
+LLVMTypeRef lm_mem_type(const lm_cg *g, loom_dtype dt); /* in memory (BOOL is i8) */
+LLVMValueRef lm_emit_load(lm_cg *g, loom_dtype dt, int slot, LLVMValueRef offset);
+void lm_emit_store_output(lm_cg *g, LLVMValueRef offset, LLVMValueRef v);
+LLVMValueRef lm_emit_max_min(lm_cg *g, loom_dtype dt, LLVMValueRef a, LLVMValueRef b, bool is_max);
+/* Instruction i of the kernel, from the operand values already in g->val. */
+LLVMValueRef lm_emit_inst(lm_cg *g, int i);
+
+/* reduce.c: the accumulator of a reduction kernel. */
+typedef struct lm_acc {
+  lk_reduce reduce;
+  loom_dtype dt;      /* dtype of the reduced value */
+  LLVMValueRef best;  /* alloca: running sum / max / min, or the best value so far */
+  LLVMValueRef index; /* alloca i64: index of the best value (ARGMAX/ARGMIN only) */
+} lm_acc;
+/* Textual IR of helper functions the reduction code calls (parsed into every module). */
+const char *lm_reduce_prelude_ir(void);
+void lm_acc_create(lm_cg *g, lm_acc *acc);
+void lm_acc_reset(lm_cg *g, const lm_acc *acc);
+/* Combines x (the value at reduced linear index `lin`, i64) into the accumulator. */
+void lm_acc_step(lm_cg *g, const lm_acc *acc, LLVMValueRef x, LLVMValueRef lin);
+/* The reduction's result, of the kernel's acc_dtype. */
+LLVMValueRef lm_acc_result(lm_cg *g, const lm_acc *acc);
+
+/* philox.c: LK_RAND. */
+LLVMValueRef lm_emit_rand(lm_cg *g, loom_dtype dt, int slot, uint32_t stream, LLVMValueRef counter);
+
+/* mathfn.c: EXP LOG SQRT SIN COS TANH ERF FLOOR POW ABS of a float dtype. */
+LLVMValueRef lm_emit_math(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef x, LLVMValueRef y);
+
+/* ------------------------------------------------------------------ emit.c */
+
+/* Verifies, optimizes and emits kernel k as an object defining `symbol`;
+ * writes the LOOM_DEBUG / LOOM_DUMP output. */
+loom_status lm_emit_object_buffer(const lk_kernel *k, const char *symbol, LLVMMemoryBufferRef *out,
+                                  char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,203 @@
+/*
+ * One kernel instruction -> LLVM IR: types, loads and stores, arithmetic,
+ * comparisons, casts. Math functions are in mathfn.c, Philox in philox.c.
+ */
+#include "backends/llvm/llvm_internal.h"
+
+LLVMTypeRef lm_type(const lm_cg *g, loom_dtype dt) {
+  switch (dt) {
+  case LOOM_F32: return g->t_f32;
+  case LOOM_F64: return g->t_f64;
+  case LOOM_I32: return g->t_i32;
+  case LOOM_I64: return g->t_i64;
+  case LOOM_U8: return g->t_i8;
+  case LOOM_BOOL: return g->t_i1;
+  case LOOM_NUM_DTYPES: break;
+  }
+  return g->t_i64; /* unreachable for a checked kernel */
+}
+
+LLVMTypeRef lm_mem_type(const lm_cg *g, loom_dtype dt) {
+  return dt == LOOM_BOOL ? g->t_i8 : lm_type(g, dt);
+}
+
+static unsigned dtype_bytes(loom_dtype dt) {
+  switch (dt) {
+  case LOOM_F64:
+  case LOOM_I64: return 8;
+  case LOOM_F32:
+  case LOOM_I32: return 4;
+  default: return 1;
+  }
+}
+
+/* &((T *)slot)[offset] for the memory type of dt. */
+static LLVMValueRef element_address(lm_cg *g, loom_dtype dt, int slot, LLVMValueRef offset) {
+  LLVMTypeRef mt = lm_mem_type(g, dt);
+  LLVMValueRef base = LLVMBuildBitCast(g->b, g->slot[slot], LLVMPointerType(mt, 0), "");
+  return LLVMBuildInBoundsGEP2(g->b, mt, base, &offset, 1, "");
+}
+
+LLVMValueRef lm_emit_load(lm_cg *g, loom_dtype dt, int slot, LLVMValueRef offset) {
+  LLVMValueRef v =
+      LLVMBuildLoad2(g->b, lm_mem_type(g, dt), element_address(g, dt, slot, offset), "");
+  LLVMSetAlignment(v, dtype_bytes(dt));
+  if (dt == LOOM_BOOL) v = LLVMBuildICmp(g->b, LLVMIntNE, v, LLVMConstNull(g->t_i8), "");
+  return v;
+}
+
+void lm_emit_store_output(lm_cg *g, LLVMValueRef offset, LLVMValueRef v) {
+  loom_dtype dt = g->k->out_dtype;
+  if (dt == LOOM_BOOL) v = LLVMBuildZExt(g->b, v, g->t_i8, "");
+  LLVMValueRef st = LLVMBuildStore(g->b, v, element_address(g, dt, 0, offset));
+  LLVMSetAlignment(st, dtype_bytes(dt));
+}
+
+/* Floats: NaN if either operand is NaN (a select, not maxnum/minnum, which drop
+ * NaNs). Integers: signed or unsigned by dtype. */
+LLVMValueRef lm_emit_max_min(lm_cg *g, loom_dtype dt, LLVMValueRef a, LLVMValueRef b, bool is_max) {
+  LLVMValueRef a_wins;
+  if (lm_dtype_is_float(dt)) {
+    LLVMValueRef a_nan = LLVMBuildFCmp(g->b, LLVMRealUNO, a, a, "");
+    LLVMValueRef a_beats = LLVMBuildFCmp(g->b, is_max ? LLVMRealOGT : LLVMRealOLT, a, b, "");
+    a_wins = LLVMBuildOr(g->b, a_nan, a_beats, "");
+  } else {
+    LLVMIntPredicate pred = lm_dtype_is_unsigned(dt) ? (is_max ? LLVMIntUGT : LLVMIntULT)
+                                                     : (is_max ? LLVMIntSGT : LLVMIntSLT);
+    a_wins = LLVMBuildICmp(g->b, pred, a, b, "");
+  }
+  return LLVMBuildSelect(g->b, a_wins, a, b, "");
+}
+
+static LLVMValueRef emit_const(lm_cg *g, const lk_inst *in) {
+  LLVMTypeRef t = lm_type(g, in->dtype);
+  if (lm_dtype_is_float(in->dtype)) return LLVMConstReal(t, in->imm_f);
+  return LLVMConstInt(t, (unsigned long long)in->imm_i, 1);
+}
+
+static LLVMValueRef emit_arith(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef a, LLVMValueRef b) {
+  bool f = lm_dtype_is_float(dt);
+  switch (op) {
+  case LK_ADD: return f ? LLVMBuildFAdd(g->b, a, b, "") : LLVMBuildAdd(g->b, a, b, "");
+  case LK_SUB: return f ? LLVMBuildFSub(g->b, a, b, "") : LLVMBuildSub(g->b, a, b, "");
+  case LK_MUL: return f ? LLVMBuildFMul(g->b, a, b, "") : LLVMBuildMul(g->b, a, b, "");
+  case LK_DIV: return LLVMBuildFDiv(g->b, a, b, "");
+  /* Index math: both operands are >= 0, so unsigned division is exact and cheaper. */
+  case LK_IDIV: return LLVMBuildUDiv(g->b, a, b, "");
+  case LK_IMOD: return LLVMBuildURem(g->b, a, b, "");
+  case LK_MAX: return lm_emit_max_min(g, dt, a, b, true);
+  case LK_MIN: return lm_emit_max_min(g, dt, a, b, false);
+  default: return lm_cg_fail(g, "%s is not arithmetic", lk_op_name(op));
+  }
+}
+
+static LLVMValueRef emit_neg_abs(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef a) {
+  if (lm_dtype_is_float(dt))
+    return op == LK_NEG ? LLVMBuildFNeg(g->b, a, "") : lm_emit_math(g, LK_ABS, dt, a, NULL);
+  if (op == LK_NEG) return LLVMBuildNeg(g->b, a, ""); /* wraps, like unsigned C arithmetic */
+  if (lm_dtype_is_unsigned(dt)) return a;
+  LLVMValueRef negative = LLVMBuildICmp(g->b, LLVMIntSLT, a, LLVMConstNull(LLVMTypeOf(a)), "");
+  return LLVMBuildSelect(g->b, negative, LLVMBuildNeg(g->b, a, ""), a, "");
+}
+
+/* Floats: ordered (false on NaN) except NE, which is true on NaN. */
+static LLVMValueRef emit_compare(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef a,
+                                 LLVMValueRef b) {
+  if (lm_dtype_is_float(dt)) {
+    LLVMRealPredicate pred = op == LK_CMPLT   ? LLVMRealOLT
+                             : op == LK_CMPLE ? LLVMRealOLE
+                             : op == LK_CMPEQ ? LLVMRealOEQ
+                                              : LLVMRealUNE;
+    return LLVMBuildFCmp(g->b, pred, a, b, "");
+  }
+  bool u = lm_dtype_is_unsigned(dt);
+  LLVMIntPredicate pred = op == LK_CMPLT   ? (u ? LLVMIntULT : LLVMIntSLT)
+                          : op == LK_CMPLE ? (u ? LLVMIntULE : LLVMIntSLE)
+                          : op == LK_CMPEQ ? LLVMIntEQ
+                                           : LLVMIntNE;
+  return LLVMBuildICmp(g->b, pred, a, b, "");
+}
+
+/* As C converts: float -> int truncates toward zero, to BOOL is != 0, U8 and BOOL
+ * widen and convert as unsigned, narrowing wraps. */
+static LLVMValueRef emit_cast(lm_cg *g, loom_dtype from, loom_dtype to, LLVMValueRef v) {
+  if (from == to) return v;
+  LLVMTypeRef t = lm_type(g, to);
+  if (to == LOOM_BOOL) {
+    LLVMValueRef zero = LLVMConstNull(LLVMTypeOf(v));
+    return lm_dtype_is_float(from) ? LLVMBuildFCmp(g->b, LLVMRealUNE, v, zero, "")
+                                   : LLVMBuildICmp(g->b, LLVMIntNE, v, zero, "");
+  }
+  if (lm_dtype_is_float(from) && lm_dtype_is_float(to))
+    return from == LOOM_F32 ? LLVMBuildFPExt(g->b, v, t, "") : LLVMBuildFPTrunc(g->b, v, t, "");
+  if (lm_dtype_is_float(from))
+    return to == LOOM_U8 ? LLVMBuildFPToUI(g->b, v, t, "") : LLVMBuildFPToSI(g->b, v, t, "");
+  if (lm_dtype_is_float(to))
+    return lm_dtype_is_unsigned(from) ? LLVMBuildUIToFP(g->b, v, t, "")
+                                      : LLVMBuildSIToFP(g->b, v, t, "");
+  unsigned from_bits = LLVMGetIntTypeWidth(LLVMTypeOf(v)), to_bits = LLVMGetIntTypeWidth(t);
+  if (to_bits < from_bits) return LLVMBuildTrunc(g->b, v, t, "");
+  if (to_bits > from_bits)
+    return lm_dtype_is_unsigned(from) ? LLVMBuildZExt(g->b, v, t, "")
+                                      : LLVMBuildSExt(g->b, v, t, "");
+  return v;
+}
+
+static LLVMValueRef operand_value(lm_cg *g, int i, int which) {
+  if (which < 0) return NULL;
+  if (!g->val[which])
+    return lm_cg_fail(g, "instruction %d uses %%%d, which has no value here", i, which);
+  return g->val[which];
+}
+
+LLVMValueRef lm_emit_inst(lm_cg *g, int i) {
+  const lk_inst *in = &g->k->inst[i];
+  LLVMValueRef a = operand_value(g, i, in->a);
+  LLVMValueRef b = operand_value(g, i, in->b);
+  LLVMValueRef c = operand_value(g, i, in->c);
+  if (g->failed) return NULL;
+  loom_dtype dt = in->dtype;
+  loom_dtype adt = in->a >= 0 ? g->k->inst[in->a].dtype : dt;
+  switch (in->op) {
+  case LK_DIM:
+    if (!g->dim[in->imm_i])
+      return lm_cg_fail(g, "instruction %d: dim %d has no index here", i, (int)in->imm_i);
+    return g->dim[in->imm_i];
+  case LK_CONST: return emit_const(g, in);
+  case LK_LOAD: return lm_emit_load(g, dt, in->slot, a);
+  case LK_RAND: return lm_emit_rand(g, dt, in->slot, (uint32_t)in->imm_i, a);
+  case LK_ACC:
+    if (!g->acc) return lm_cg_fail(g, "instruction %d: acc outside the epilogue", i);
+    return g->acc;
+  case LK_IDIV:
+  case LK_IMOD:
+  case LK_ADD:
+  case LK_SUB:
+  case LK_MUL:
+  case LK_DIV:
+  case LK_MAX:
+  case LK_MIN: return emit_arith(g, in->op, dt, a, b);
+  case LK_NEG:
+  case LK_ABS: return emit_neg_abs(g, in->op, dt, a);
+  case LK_POW:
+  case LK_EXP:
+  case LK_LOG:
+  case LK_SQRT:
+  case LK_SIN:
+  case LK_COS:
+  case LK_TANH:
+  case LK_ERF:
+  case LK_FLOOR: return lm_emit_math(g, in->op, dt, a, b);
+  case LK_CMPLT:
+  case LK_CMPLE:
+  case LK_CMPEQ:
+  case LK_CMPNE: return emit_compare(g, in->op, adt, a, b);
+  case LK_AND: return LLVMBuildAnd(g->b, a, b, "");
+  case LK_OR: return LLVMBuildOr(g->b, a, b, "");
+  case LK_NOT: return LLVMBuildNot(g->b, a, "");
+  case LK_WHERE: return LLVMBuildSelect(g->b, a, b, c, "");
+  case LK_CAST: return emit_cast(g, adt, dt, a);
+  case LK_NUM_OPS: break;
+  }
+  return lm_cg_fail(g, "instruction %d: unknown op %d", i, (int)in->op);
+}

@@ -1,0 +1,116 @@
+/* Node builders: the small vocabulary composite ops are written in. */
+#include <string.h>
+
+#include "frontend/frontend.h"
+
+static lm_node *make(lm_op op, int nsrc, lm_node *const *src, loom_shape shape, loom_dtype dtype) {
+  for (int i = 0; i < nsrc; i++)
+    if (!src[i]) return NULL;
+  return lm_node_new(op, nsrc, src, shape, dtype, nsrc ? src[0]->device : LOOM_CPU);
+}
+
+lm_node *nb_const(double value, loom_shape shape, loom_dtype dtype, loom_device device) {
+  lm_node *n = lm_node_new(LM_CONST, 0, NULL, shape, dtype, device);
+  if (n) n->arg.f = value;
+  return n;
+}
+
+lm_node *nb_cast(lm_node *a, loom_dtype dtype) {
+  if (!a) return NULL;
+  if (a->dtype == dtype) {
+    lm_node_retain(a);
+    return a;
+  }
+  return make(LM_CAST, 1, &a, a->shape, dtype);
+}
+
+lm_node *nb_reshape(lm_node *a, loom_shape shape) {
+  if (!a) return NULL;
+  if (lm_shape_eq(&a->shape, &shape)) {
+    lm_node_retain(a);
+    return a;
+  }
+  return make(LM_RESHAPE, 1, &a, shape, a->dtype);
+}
+
+lm_node *nb_expand(lm_node *a, loom_shape shape) {
+  if (!a) return NULL;
+  if (lm_shape_eq(&a->shape, &shape)) {
+    lm_node_retain(a);
+    return a;
+  }
+  return make(LM_EXPAND, 1, &a, shape, a->dtype);
+}
+
+lm_node *nb_broadcast(lm_node *a, loom_shape shape) {
+  if (!a) return NULL;
+  loom_shape lifted = {shape.ndim, {0}};
+  int lead = shape.ndim - a->shape.ndim;
+  for (int d = 0; d < shape.ndim; d++) lifted.dim[d] = d < lead ? 1 : a->shape.dim[d - lead];
+  lm_node *r = nb_reshape(a, lifted);
+  lm_node *e = nb_expand(r, shape);
+  nb_drop(r, NULL, NULL, NULL);
+  return e;
+}
+
+lm_node *nb_permute(lm_node *a, const int *perm) {
+  if (!a) return NULL;
+  bool identity = true;
+  loom_shape shape = {a->shape.ndim, {0}};
+  for (int d = 0; d < a->shape.ndim; d++) {
+    shape.dim[d] = a->shape.dim[perm[d]];
+    identity &= perm[d] == d;
+  }
+  if (identity) {
+    lm_node_retain(a);
+    return a;
+  }
+  lm_node *n = make(LM_PERMUTE, 1, &a, shape, a->dtype);
+  if (n) memcpy(n->arg.perm, perm, sizeof(int) * (size_t)a->shape.ndim);
+  return n;
+}
+
+lm_node *nb_unary(lm_op op, lm_node *a) {
+  if (!a) return NULL;
+  return make(op, 1, &a, a->shape, op == LM_NOT ? LOOM_BOOL : a->dtype);
+}
+
+lm_node *nb_binary(lm_op op, lm_node *a, lm_node *b) {
+  lm_node *src[2] = {a, b};
+  if (!a || !b) return NULL;
+  bool to_bool =
+      op == LM_LT || op == LM_LE || op == LM_EQ || op == LM_NE || op == LM_AND || op == LM_OR;
+  return make(op, 2, src, a->shape, to_bool ? LOOM_BOOL : a->dtype);
+}
+
+lm_node *nb_where(lm_node *c, lm_node *a, lm_node *b) {
+  lm_node *src[3] = {c, a, b};
+  if (!c || !a || !b) return NULL;
+  return make(LM_WHERE, 3, src, a->shape, a->dtype);
+}
+
+lm_node *nb_reduce(lm_op op, lm_node *a, uint32_t axes) {
+  if (!a) return NULL;
+  loom_shape shape = a->shape;
+  for (int d = 0; d < shape.ndim; d++)
+    if (axes & (1u << d)) shape.dim[d] = 1;
+  bool arg = op == LM_ARGMAX || op == LM_ARGMIN;
+  lm_node *n = make(op, 1, &a, shape, arg ? LOOM_I64 : a->dtype);
+  if (n) n->arg.axes = axes;
+  return n;
+}
+
+lm_node *nb_squeeze_axes(lm_node *a, uint32_t axes) {
+  if (!a) return NULL;
+  loom_shape shape = {0, {0}};
+  for (int d = 0; d < a->shape.ndim; d++)
+    if (!(axes & (1u << d))) shape.dim[shape.ndim++] = a->shape.dim[d];
+  return nb_reshape(a, shape);
+}
+
+void nb_drop(lm_node *a, lm_node *b, lm_node *c, lm_node *d) {
+  lm_node_release(a);
+  lm_node_release(b);
+  lm_node_release(c);
+  lm_node_release(d);
+}

@@ -1,0 +1,118 @@
+/* Validation and type promotion shared by every op. */
+#include <math.h>
+
+#include "frontend/frontend.h"
+
+loom_tensor *lm_check(const char *op, const loom_tensor *t) {
+  if (!t) return lm_error(LOOM_ERR_NULL, "%s: tensor argument is NULL", op);
+  if (t->status != LOOM_OK) return lm_tensor_ref(t);
+  if (!t->node) return lm_error(LOOM_ERR_INTERNAL, "%s: tensor has no node", op);
+  return NULL;
+}
+
+loom_tensor *lm_check_dtype(const char *op, loom_dtype dtype) {
+  if ((int)dtype < 0 || dtype >= LOOM_NUM_DTYPES)
+    return lm_error(LOOM_ERR_DTYPE, "%s: unknown dtype %d", op, (int)dtype);
+  return NULL;
+}
+
+loom_tensor *lm_check_shape(const char *op, const loom_shape *s, loom_dtype dtype) {
+  char buf[128];
+  if (s->ndim < 0 || s->ndim > LOOM_MAX_DIMS)
+    return lm_error(LOOM_ERR_SHAPE, "%s: %d dims (loom supports 0 to %d)", op, s->ndim,
+                    LOOM_MAX_DIMS);
+  for (int d = 0; d < s->ndim; d++)
+    if (s->dim[d] < 0)
+      return lm_error(LOOM_ERR_SHAPE, "%s: shape %s has a negative dim", op,
+                      lm_shape_str(s, buf, sizeof buf));
+  int64_t numel = lm_shape_numel(s), bytes;
+  if (numel < 0 || __builtin_mul_overflow(numel, (int64_t)loom_dtype_size(dtype), &bytes) ||
+      bytes > ((int64_t)1 << 56))
+    return lm_error(LOOM_ERR_SIZE, "%s: shape %s is too large", op,
+                    lm_shape_str(s, buf, sizeof buf));
+  return NULL;
+}
+
+loom_tensor *lm_check_device(const char *op, loom_device device) {
+  if (device.type == LOOM_DEVICE_CPU) return NULL;
+  if (device.type == LOOM_DEVICE_CUDA && !loom_cuda_available())
+    return lm_error(LOOM_ERR_DEVICE, "%s: cuda:%d is not available: %s", op, device.index,
+                    loom_cuda_unavailable_reason());
+  if (device.type == LOOM_DEVICE_CUDA &&
+      (device.index < 0 || device.index >= loom_cuda_device_count()))
+    return lm_error(LOOM_ERR_DEVICE, "%s: cuda:%d does not exist (%d devices)", op, device.index,
+                    loom_cuda_device_count());
+  if (device.type != LOOM_DEVICE_CUDA)
+    return lm_error(LOOM_ERR_DEVICE, "%s: unknown device type %d", op, (int)device.type);
+  return NULL;
+}
+
+static const char *device_str(loom_device d, char *buf, size_t len) {
+  if (d.type == LOOM_DEVICE_CPU)
+    snprintf(buf, len, "cpu");
+  else
+    snprintf(buf, len, "cuda:%d", d.index);
+  return buf;
+}
+
+loom_tensor *lm_check_same_device(const char *op, const lm_node *a, const lm_node *b) {
+  if (a->device.type == b->device.type && a->device.index == b->device.index) return NULL;
+  char da[32], db[32];
+  return lm_error(LOOM_ERR_DEVICE, "%s: tensors on different devices (%s and %s)", op,
+                  device_str(a->device, da, sizeof da), device_str(b->device, db, sizeof db));
+}
+
+bool lm_axis(int *axis, int ndim) {
+  int n = ndim > 0 ? ndim : 1; /* a 0-d tensor accepts axis 0 and -1, as torch */
+  if (*axis < -n || *axis >= n) return false;
+  if (*axis < 0) *axis += n;
+  return true;
+}
+
+loom_tensor *lm_result(lm_node *n) {
+  if (!n) return lm_error(LOOM_ERR_OOM, "out of memory recording a node");
+  return lm_tensor_wrap(n);
+}
+
+/* PyTorch's categories (bool < integer < float), wider wins inside one. The
+ * enum is not in that order, so rank explicitly. */
+static int rank(loom_dtype d) {
+  static const int ranks[LOOM_NUM_DTYPES] = {[LOOM_BOOL] = 0, [LOOM_U8] = 1,  [LOOM_I32] = 2,
+                                             [LOOM_I64] = 3,  [LOOM_F32] = 4, [LOOM_F64] = 5};
+  return ranks[d];
+}
+
+loom_dtype lm_promote(loom_dtype a, loom_dtype b) { return rank(a) >= rank(b) ? a : b; }
+
+static int category(loom_dtype d) { return d == LOOM_BOOL ? 0 : loom_dtype_is_float(d) ? 2 : 1; }
+
+/* torch.result_type for two tensors: a 0-d tensor decides the dtype only when
+ * its category (bool < integer < float) is higher than the other's. */
+loom_dtype lm_result_dtype(const lm_node *a, const lm_node *b) {
+  bool a0 = a->shape.ndim == 0, b0 = b->shape.ndim == 0;
+  if (a0 == b0) return lm_promote(a->dtype, b->dtype);
+  const lm_node *dim = a0 ? b : a, *zero = a0 ? a : b;
+  if (category(zero->dtype) > category(dim->dtype)) return lm_promote(dim->dtype, zero->dtype);
+  return dim->dtype;
+}
+
+bool lm_dtype_is_int(loom_dtype d) { return d == LOOM_U8 || d == LOOM_I32 || d == LOOM_I64; }
+
+loom_dtype lm_scalar_promote(loom_dtype t, double s) {
+  if (loom_dtype_is_float(t)) return t;
+  bool integral = isfinite(s) && s == floor(s);
+  if (!integral) return LOOM_F32;
+  return t == LOOM_BOOL ? LOOM_I64 : t;
+}
+
+bool lm_broadcast_shape(const loom_shape *a, const loom_shape *b, loom_shape *out) {
+  int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+  out->ndim = nd;
+  for (int i = 0; i < nd; i++) {
+    int ia = a->ndim - nd + i, ib = b->ndim - nd + i;
+    int64_t da = ia >= 0 ? a->dim[ia] : 1, db = ib >= 0 ? b->dim[ib] : 1;
+    if (da != db && da != 1 && db != 1) return false;
+    out->dim[i] = da == 1 ? db : da;
+  }
+  return true;
+}

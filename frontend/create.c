@@ -1,0 +1,84 @@
+/* Tensor creation: copies of host data, constants, ranges. */
+#include <math.h>
+#include <string.h>
+
+#include "frontend/frontend.h"
+
+static loom_tensor *check_new(const char *name, const loom_shape *shape, loom_dtype dtype,
+                              loom_device device) {
+  loom_tensor *err;
+  if ((err = lm_check_dtype(name, dtype)) || (err = lm_check_shape(name, shape, dtype)) ||
+      (err = lm_check_device(name, device)))
+    return err;
+  return NULL;
+}
+
+loom_tensor *loom_from_data(const void *data, loom_shape shape, loom_dtype dtype,
+                            loom_device device) {
+  const char *name = "loom_from_data";
+  loom_tensor *err;
+  if ((err = check_new(name, &shape, dtype, device))) return err;
+  size_t bytes = (size_t)lm_shape_numel(&shape) * loom_dtype_size(dtype);
+  if (!data && bytes) return lm_error(LOOM_ERR_NULL, "%s: data is NULL", name);
+  void *copy = lm_buffer_alloc(bytes);
+  if (!copy) return lm_error(LOOM_ERR_OOM, "%s: out of memory for %zu bytes", name, bytes);
+  if (bytes) memcpy(copy, data, bytes);
+  if (dtype == LOOM_BOOL) /* keep bools canonical (0 or 1) whatever the caller wrote */
+    for (size_t i = 0; i < bytes; i++) ((unsigned char *)copy)[i] = ((unsigned char *)copy)[i] != 0;
+  lm_node *n = lm_node_new(LM_BUFFER, 0, NULL, shape, dtype, device);
+  if (!n) {
+    lm_buffer_free(copy, bytes);
+    return lm_result(NULL);
+  }
+  n->data = copy;
+  n->bytes = bytes;
+  return lm_result(n);
+}
+
+loom_tensor *loom_full(loom_shape shape, double value, loom_dtype dtype, loom_device device) {
+  loom_tensor *err;
+  if ((err = check_new("loom_full", &shape, dtype, device))) return err;
+  return lm_result(nb_const(value, shape, dtype, device));
+}
+
+loom_tensor *loom_zeros(loom_shape shape, loom_dtype dtype, loom_device device) {
+  return loom_full(shape, 0.0, dtype, device);
+}
+loom_tensor *loom_ones(loom_shape shape, loom_dtype dtype, loom_device device) {
+  return loom_full(shape, 1.0, dtype, device);
+}
+loom_tensor *loom_scalar(double value, loom_dtype dtype, loom_device device) {
+  return loom_full(LOOM_SHAPE0, value, dtype, device);
+}
+
+static loom_tensor *full_like(const char *name, const loom_tensor *t, double value) {
+  loom_tensor *err;
+  if ((err = lm_check(name, t))) return err;
+  return lm_result(nb_const(value, t->node->shape, t->node->dtype, t->node->device));
+}
+loom_tensor *loom_zeros_like(const loom_tensor *t) { return full_like("loom_zeros_like", t, 0); }
+loom_tensor *loom_ones_like(const loom_tensor *t) { return full_like("loom_ones_like", t, 1); }
+loom_tensor *loom_full_like(const loom_tensor *t, double value) {
+  return full_like("loom_full_like", t, value);
+}
+
+loom_tensor *loom_arange(double start, double stop, double step, loom_dtype dtype,
+                         loom_device device) {
+  const char *name = "loom_arange";
+  if (!isfinite(start) || !isfinite(stop) || !isfinite(step))
+    return lm_error(LOOM_ERR_VALUE, "%s: start %g, stop %g and step %g must be finite", name, start,
+                    stop, step);
+  if (step == 0) return lm_error(LOOM_ERR_VALUE, "%s: step must not be zero", name);
+  double count = ceil((stop - start) / step);
+  if (count < 0) count = 0;
+  if (count > 9.0e18) return lm_error(LOOM_ERR_SIZE, "%s: %g elements is too many", name, count);
+  loom_shape shape = LOOM_SHAPE((int64_t)count);
+  loom_tensor *err;
+  if ((err = check_new(name, &shape, dtype, device))) return err;
+  lm_node *n = lm_node_new(LM_IOTA, 0, NULL, shape, dtype, device);
+  if (n) {
+    n->arg.iota.start = start;
+    n->arg.iota.step = step;
+  }
+  return lm_result(n);
+}

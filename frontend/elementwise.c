@@ -1,0 +1,215 @@
+/* Elementwise ops: broadcasting, type promotion, and the scalar (_s) forms. */
+#include <math.h>
+
+#include "frontend/frontend.h"
+
+typedef enum kind {
+  ARITH,   /* result in the promoted dtype */
+  TRUEDIV, /* promoted, integers to F32 */
+  COMPARE, /* operands promoted, result BOOL */
+  LOGIC,   /* operands as BOOL, result BOOL */
+} kind;
+
+static loom_dtype compute_dtype(kind k, loom_dtype promoted) {
+  if (k == LOGIC) return LOOM_BOOL;
+  if (k == TRUEDIV && !loom_dtype_is_float(promoted)) return LOOM_F32;
+  return promoted;
+}
+
+/* Records op over a and b (broadcast, cast to dtype `dt`). */
+static lm_node *record_binary(lm_op op, lm_node *a, lm_node *b, loom_dtype dt,
+                              const loom_shape *shape) {
+  lm_node *ca = nb_cast(a, dt), *cb = nb_cast(b, dt);
+  lm_node *ba = nb_broadcast(ca, *shape), *bb = nb_broadcast(cb, *shape);
+  lm_node *r;
+  if (op == LM_POW && !loom_dtype_is_float(dt)) {
+    /* integer powers are computed exactly enough in F64 and cast back */
+    lm_node *fa = nb_cast(ba, LOOM_F64), *fb = nb_cast(bb, LOOM_F64);
+    lm_node *p = nb_binary(LM_POW, fa, fb);
+    r = nb_cast(p, dt);
+    nb_drop(fa, fb, p, NULL);
+  } else if ((op == LM_ADD || op == LM_MUL || op == LM_MAX || op == LM_MIN || op == LM_SUB) &&
+             dt == LOOM_BOOL) {
+    /* bool arithmetic: add/max is or, mul/min is and (torch's semantics) */
+    lm_op logic = op == LM_ADD || op == LM_MAX ? LM_OR : LM_AND;
+    r = nb_binary(logic, ba, bb);
+  } else {
+    r = nb_binary(op, ba, bb);
+  }
+  nb_drop(ca, cb, ba, bb);
+  return r;
+}
+
+static loom_tensor *binary(const char *name, lm_op op, kind k, const loom_tensor *a,
+                           const loom_tensor *b, bool swap) {
+  loom_tensor *err;
+  if ((err = lm_check(name, a)) || (err = lm_check(name, b))) return err;
+  if ((err = lm_check_same_device(name, a->node, b->node))) return err;
+  loom_shape shape;
+  if (!lm_broadcast_shape(&a->node->shape, &b->node->shape, &shape)) {
+    char sa[128], sb[128];
+    return lm_error(LOOM_ERR_SHAPE, "%s: shapes %s and %s cannot be broadcast together", name,
+                    lm_shape_str(&a->node->shape, sa, sizeof sa),
+                    lm_shape_str(&b->node->shape, sb, sizeof sb));
+  }
+  if (op == LM_SUB && a->node->dtype == LOOM_BOOL && b->node->dtype == LOOM_BOOL)
+    return lm_error(LOOM_ERR_DTYPE, "%s: subtracting two bool tensors is not supported", name);
+  loom_dtype dt = compute_dtype(k, lm_result_dtype(a->node, b->node));
+  lm_node *x = swap ? b->node : a->node, *y = swap ? a->node : b->node;
+  return lm_result(record_binary(op, x, y, dt, &shape));
+}
+
+#define BINARY(fn, op, k, swap)                                                                    \
+  loom_tensor *loom_##fn(const loom_tensor *a, const loom_tensor *b) {                             \
+    return binary("loom_" #fn, op, k, a, b, swap);                                                 \
+  }
+BINARY(add, LM_ADD, ARITH, false)
+BINARY(sub, LM_SUB, ARITH, false)
+BINARY(mul, LM_MUL, ARITH, false)
+BINARY(div, LM_DIV, TRUEDIV, false)
+BINARY(pow, LM_POW, ARITH, false)
+BINARY(maximum, LM_MAX, ARITH, false)
+BINARY(minimum, LM_MIN, ARITH, false)
+BINARY(lt, LM_LT, COMPARE, false)
+BINARY(le, LM_LE, COMPARE, false)
+BINARY(gt, LM_LT, COMPARE, true)
+BINARY(ge, LM_LE, COMPARE, true)
+BINARY(eq, LM_EQ, COMPARE, false)
+BINARY(ne, LM_NE, COMPARE, false)
+BINARY(logical_and, LM_AND, LOGIC, false)
+BINARY(logical_or, LM_OR, LOGIC, false)
+
+/* A scalar operand is a 0-d constant of the weakly promoted dtype. */
+static loom_tensor *scalar(const char *name, lm_op op, kind k, const loom_tensor *a, double s,
+                           bool scalar_first) {
+  loom_tensor *err;
+  if ((err = lm_check(name, a))) return err;
+  lm_node *n = a->node;
+  if (op == LM_SUB && n->dtype == LOOM_BOOL)
+    return lm_error(LOOM_ERR_DTYPE, "%s: subtraction with a bool tensor is not supported", name);
+  loom_dtype dt = compute_dtype(k, lm_scalar_promote(n->dtype, s));
+  lm_node *c = nb_const(s, LOOM_SHAPE0, dt, n->device);
+  lm_node *r = scalar_first ? record_binary(op, c, n, dt, &n->shape)
+                            : record_binary(op, n, c, dt, &n->shape);
+  nb_drop(c, NULL, NULL, NULL);
+  return lm_result(r);
+}
+
+#define SCALAR(fn, op, k, first)                                                                   \
+  loom_tensor *loom_##fn(const loom_tensor *a, double s) {                                         \
+    return scalar("loom_" #fn, op, k, a, s, first);                                                \
+  }
+SCALAR(add_s, LM_ADD, ARITH, false)
+SCALAR(sub_s, LM_SUB, ARITH, false)
+SCALAR(mul_s, LM_MUL, ARITH, false)
+SCALAR(div_s, LM_DIV, TRUEDIV, false)
+SCALAR(pow_s, LM_POW, ARITH, false)
+SCALAR(maximum_s, LM_MAX, ARITH, false)
+SCALAR(minimum_s, LM_MIN, ARITH, false)
+SCALAR(lt_s, LM_LT, COMPARE, false)
+SCALAR(le_s, LM_LE, COMPARE, false)
+SCALAR(gt_s, LM_LT, COMPARE, true)
+SCALAR(ge_s, LM_LE, COMPARE, true)
+SCALAR(eq_s, LM_EQ, COMPARE, false)
+SCALAR(ne_s, LM_NE, COMPARE, false)
+
+loom_tensor *loom_rsub_s(double s, const loom_tensor *a) {
+  return scalar("loom_rsub_s", LM_SUB, ARITH, a, s, true);
+}
+loom_tensor *loom_rdiv_s(double s, const loom_tensor *a) {
+  return scalar("loom_rdiv_s", LM_DIV, TRUEDIV, a, s, true);
+}
+
+loom_tensor *loom_where(const loom_tensor *cond, const loom_tensor *a, const loom_tensor *b) {
+  const char *name = "loom_where";
+  loom_tensor *err;
+  if ((err = lm_check(name, cond)) || (err = lm_check(name, a)) || (err = lm_check(name, b)))
+    return err;
+  if ((err = lm_check_same_device(name, cond->node, a->node)) ||
+      (err = lm_check_same_device(name, a->node, b->node)))
+    return err;
+  if (cond->node->dtype != LOOM_BOOL)
+    return lm_error(LOOM_ERR_DTYPE, "%s: condition must be bool, got %s", name,
+                    loom_dtype_name(cond->node->dtype));
+  loom_shape ab, shape;
+  if (!lm_broadcast_shape(&a->node->shape, &b->node->shape, &ab) ||
+      !lm_broadcast_shape(&cond->node->shape, &ab, &shape)) {
+    char sc[128], sa[128], sb[128];
+    return lm_error(LOOM_ERR_SHAPE, "%s: shapes %s, %s and %s cannot be broadcast together", name,
+                    lm_shape_str(&cond->node->shape, sc, sizeof sc),
+                    lm_shape_str(&a->node->shape, sa, sizeof sa),
+                    lm_shape_str(&b->node->shape, sb, sizeof sb));
+  }
+  loom_dtype dt = lm_result_dtype(a->node, b->node);
+  lm_node *ca = nb_cast(a->node, dt), *cb = nb_cast(b->node, dt);
+  lm_node *bc = nb_broadcast(cond->node, shape), *ba = nb_broadcast(ca, shape),
+          *bb = nb_broadcast(cb, shape);
+  lm_node *r = nb_where(bc, ba, bb);
+  nb_drop(ca, cb, bc, ba);
+  nb_drop(bb, NULL, NULL, NULL);
+  return lm_result(r);
+}
+
+/* ------------------------------------------------------------ unary */
+
+typedef enum ukind {
+  FLOAT_ONLY, /* integers and bools compute in F32 */
+  KEEP,       /* any dtype, kept */
+  NO_BOOL,    /* like KEEP, bool refused */
+  BOOL_TO_I64,
+} ukind;
+
+static loom_tensor *unary(const char *name, lm_op op, ukind k, const loom_tensor *a) {
+  loom_tensor *err;
+  if ((err = lm_check(name, a))) return err;
+  loom_dtype dt = a->node->dtype;
+  if (k == FLOAT_ONLY && !loom_dtype_is_float(dt)) dt = LOOM_F32;
+  if (k == NO_BOOL && dt == LOOM_BOOL)
+    return lm_error(LOOM_ERR_DTYPE, "%s: not supported for bool tensors", name);
+  if (k == BOOL_TO_I64 && dt == LOOM_BOOL) dt = LOOM_I64;
+  lm_node *c = nb_cast(a->node, dt);
+  lm_node *r = nb_unary(op, c);
+  nb_drop(c, NULL, NULL, NULL);
+  return lm_result(r);
+}
+
+#define UNARY(fn, op, k)                                                                           \
+  loom_tensor *loom_##fn(const loom_tensor *a) { return unary("loom_" #fn, op, k, a); }
+UNARY(neg, LM_NEG, NO_BOOL)
+UNARY(abs, LM_ABS, KEEP)
+UNARY(exp, LM_EXP, FLOAT_ONLY)
+UNARY(log, LM_LOG, FLOAT_ONLY)
+UNARY(sqrt, LM_SQRT, FLOAT_ONLY)
+UNARY(rsqrt, LM_RSQRT, FLOAT_ONLY)
+UNARY(sin, LM_SIN, FLOAT_ONLY)
+UNARY(cos, LM_COS, FLOAT_ONLY)
+UNARY(tanh, LM_TANH, FLOAT_ONLY)
+UNARY(sigmoid, LM_SIGMOID, FLOAT_ONLY)
+UNARY(relu, LM_RELU, KEEP)
+UNARY(gelu, LM_GELU, FLOAT_ONLY)
+UNARY(silu, LM_SILU, FLOAT_ONLY)
+UNARY(square, LM_SQUARE, BOOL_TO_I64)
+UNARY(reciprocal, LM_RECIPROCAL, FLOAT_ONLY)
+
+loom_tensor *loom_logical_not(const loom_tensor *a) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_logical_not", a))) return err;
+  lm_node *c = nb_cast(a->node, LOOM_BOOL);
+  lm_node *r = nb_unary(LM_NOT, c);
+  nb_drop(c, NULL, NULL, NULL);
+  return lm_result(r);
+}
+
+loom_tensor *loom_cast(const loom_tensor *a, loom_dtype dtype) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_cast", a)) || (err = lm_check_dtype("loom_cast", dtype))) return err;
+  return lm_result(nb_cast(a->node, dtype));
+}
+
+loom_tensor *loom_to(const loom_tensor *a, loom_device device) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_to", a)) || (err = lm_check_device("loom_to", device))) return err;
+  /* Only the CPU exists in this build: the tensor is already there. */
+  lm_node_retain(a->node);
+  return lm_result(a->node);
+}

@@ -1,0 +1,54 @@
+/*
+ * frontend/: the public op functions. Each validates its inputs (NULL, error
+ * tensors, shapes, dtypes, devices, axes) and records nodes; nothing computes.
+ *
+ * Inside the folder, composite ops are built from node builders (nb_*): they
+ * take borrowed nodes, return a new reference, and cannot fail except for
+ * running out of memory (NULL, which every builder passes on).
+ */
+#ifndef LOOM_FRONTEND_H
+#define LOOM_FRONTEND_H
+
+#include "ir/ir.h"
+#include "runtime/runtime.h"
+
+/* ------------------------------------------------------------ validation */
+/* NULL when t is a good tensor; else a new error tensor to return (t NULL ->
+ * LOOM_ERR_NULL naming the op, t an error tensor -> the same error). */
+loom_tensor *lm_check(const char *op, const loom_tensor *t);
+/* Validates a shape given by the user (ndim, negative dims, overflowing size). */
+loom_tensor *lm_check_shape(const char *op, const loom_shape *s, loom_dtype dtype);
+loom_tensor *lm_check_dtype(const char *op, loom_dtype dtype);
+loom_tensor *lm_check_device(const char *op, loom_device device);
+loom_tensor *lm_check_same_device(const char *op, const lm_node *a, const lm_node *b);
+/* Normalizes a possibly negative axis for a tensor of `ndim` dims. */
+bool lm_axis(int *axis, int ndim);
+/* The result of a builder: a handle, or an OOM error tensor for NULL. */
+loom_tensor *lm_result(lm_node *n);
+
+/* ------------------------------------------------------------ dtypes */
+loom_dtype lm_promote(loom_dtype a, loom_dtype b);
+/* torch.result_type of two tensors (0-d tensors weigh less). */
+loom_dtype lm_result_dtype(const lm_node *a, const lm_node *b);
+bool lm_dtype_is_int(loom_dtype d); /* U8 I32 I64 (not BOOL) */
+/* The dtype an op with a tensor of `t` and a scalar `s` computes in. */
+loom_dtype lm_scalar_promote(loom_dtype t, double s);
+bool lm_broadcast_shape(const loom_shape *a, const loom_shape *b, loom_shape *out);
+
+/* ------------------------------------------------------------ node builders */
+lm_node *nb_const(double value, loom_shape shape, loom_dtype dtype, loom_device device);
+lm_node *nb_cast(lm_node *a, loom_dtype dtype);
+lm_node *nb_reshape(lm_node *a, loom_shape shape);
+lm_node *nb_expand(lm_node *a, loom_shape shape); /* same ndim; size-1 dims grow */
+lm_node *nb_broadcast(lm_node *a, loom_shape shape);
+lm_node *nb_permute(lm_node *a, const int *perm);
+lm_node *nb_unary(lm_op op, lm_node *a);              /* dtype kept */
+lm_node *nb_binary(lm_op op, lm_node *a, lm_node *b); /* same shape/dtype; comparisons -> BOOL */
+lm_node *nb_where(lm_node *c, lm_node *a, lm_node *b);
+/* Reduction keeping dims; dtype of a (ARGMAX/ARGMIN: I64). */
+lm_node *nb_reduce(lm_op op, lm_node *a, uint32_t axes);
+lm_node *nb_squeeze_axes(lm_node *a, uint32_t axes);
+/* Releases up to four builder results (NULL ignored). */
+void nb_drop(lm_node *a, lm_node *b, lm_node *c, lm_node *d);
+
+#endif

@@ -1,0 +1,88 @@
+/* matmul with torch.matmul's rules. Floats go to BLAS (LM_MATMUL); integers
+ * become a generated reduction kernel (broadcast multiply, sum over K). */
+#include "frontend/frontend.h"
+
+static lm_node *int_matmul(lm_node *a, lm_node *b, int nb) {
+  /* a [B.., M, K] -> [B.., M, 1, K]; b [B.., K, N] -> [B.., 1, N, K] */
+  int perm[LOOM_MAX_DIMS];
+  for (int d = 0; d < nb + 2; d++) perm[d] = d;
+  perm[nb] = nb + 1, perm[nb + 1] = nb;
+  int64_t M = a->shape.dim[nb], K = a->shape.dim[nb + 1], N = b->shape.dim[nb + 1];
+  loom_shape sa = a->shape, sb = a->shape, full = a->shape;
+  sa.ndim = sb.ndim = full.ndim = nb + 3;
+  sa.dim[nb] = M, sa.dim[nb + 1] = 1, sa.dim[nb + 2] = K;
+  sb.dim[nb] = 1, sb.dim[nb + 1] = N, sb.dim[nb + 2] = K;
+  full.dim[nb] = M, full.dim[nb + 1] = N, full.dim[nb + 2] = K;
+  lm_node *ra = nb_reshape(a, sa);
+  lm_node *bt = nb_permute(b, perm);
+  lm_node *rb = nb_reshape(bt, sb);
+  lm_node *ea = nb_expand(ra, full), *eb = nb_expand(rb, full);
+  lm_node *prod = nb_binary(LM_MUL, ea, eb);
+  lm_node *s = nb_reduce(LM_RSUM, prod, 1u << (nb + 2));
+  lm_node *r = nb_squeeze_axes(s, 1u << (nb + 2));
+  nb_drop(ra, bt, rb, ea);
+  nb_drop(eb, prod, s, NULL);
+  return r;
+}
+
+loom_tensor *loom_matmul(const loom_tensor *a, const loom_tensor *b) {
+  const char *name = "loom_matmul";
+  loom_tensor *err;
+  char sa[128], sb[128];
+  if ((err = lm_check(name, a)) || (err = lm_check(name, b))) return err;
+  if ((err = lm_check_same_device(name, a->node, b->node))) return err;
+  const loom_shape *A = &a->node->shape, *B = &b->node->shape;
+  if (a->node->dtype != b->node->dtype)
+    return lm_error(LOOM_ERR_DTYPE, "%s: %s @ %s: dtypes %s and %s differ (cast one)", name,
+                    lm_shape_str(A, sa, sizeof sa), lm_shape_str(B, sb, sizeof sb),
+                    loom_dtype_name(a->node->dtype), loom_dtype_name(b->node->dtype));
+  if (a->node->dtype == LOOM_BOOL)
+    return lm_error(LOOM_ERR_DTYPE, "%s: bool tensors cannot be multiplied", name);
+  if (A->ndim == 0 || B->ndim == 0)
+    return lm_error(LOOM_ERR_SHAPE, "%s: %s @ %s: both arguments need at least 1 dim", name,
+                    lm_shape_str(A, sa, sizeof sa), lm_shape_str(B, sb, sizeof sb));
+  /* 1-D operands become matrices; their dim is removed from the result. */
+  loom_shape a2 = *A, b2 = *B;
+  if (A->ndim == 1) a2 = LOOM_SHAPE(1, A->dim[0]);
+  if (B->ndim == 1) b2 = LOOM_SHAPE(B->dim[0], 1);
+  int64_t K = a2.dim[a2.ndim - 1];
+  if (K != b2.dim[b2.ndim - 2])
+    return lm_error(LOOM_ERR_SHAPE, "%s: %s @ %s: inner dimensions %lld and %lld differ", name,
+                    lm_shape_str(A, sa, sizeof sa), lm_shape_str(B, sb, sizeof sb), (long long)K,
+                    (long long)b2.dim[b2.ndim - 2]);
+  loom_shape ba = {a2.ndim - 2, {0}}, bb = {b2.ndim - 2, {0}}, batch;
+  for (int d = 0; d < ba.ndim; d++) ba.dim[d] = a2.dim[d];
+  for (int d = 0; d < bb.ndim; d++) bb.dim[d] = b2.dim[d];
+  if (!lm_broadcast_shape(&ba, &bb, &batch))
+    return lm_error(LOOM_ERR_SHAPE, "%s: %s @ %s: batch dimensions cannot be broadcast", name,
+                    lm_shape_str(A, sa, sizeof sa), lm_shape_str(B, sb, sizeof sb));
+  bool integer = !loom_dtype_is_float(a->node->dtype);
+  int nb = batch.ndim;
+  if (nb + 2 + integer > LOOM_MAX_DIMS)
+    return lm_error(LOOM_ERR_SHAPE, "%s: %s @ %s: too many batch dims", name,
+                    lm_shape_str(A, sa, sizeof sa), lm_shape_str(B, sb, sizeof sb));
+  int64_t M = a2.dim[a2.ndim - 2], N = b2.dim[b2.ndim - 1];
+  loom_shape fa = batch, fb = batch, out = batch;
+  fa.ndim = fb.ndim = out.ndim = nb + 2;
+  fa.dim[nb] = M, fa.dim[nb + 1] = K;
+  fb.dim[nb] = K, fb.dim[nb + 1] = N;
+  out.dim[nb] = M, out.dim[nb + 1] = N;
+  if ((err = lm_check_shape(name, &out, a->node->dtype))) return err;
+  lm_node *ra = nb_reshape(a->node, a2), *rb = nb_reshape(b->node, b2);
+  lm_node *ea = nb_broadcast(ra, fa), *eb = nb_broadcast(rb, fb);
+  lm_node *r = NULL;
+  if (integer) {
+    r = ea && eb ? int_matmul(ea, eb, nb) : NULL;
+  } else if (ea && eb) {
+    lm_node *src[2] = {ea, eb};
+    r = lm_node_new(LM_MATMUL, 2, src, out, a->node->dtype, a->node->device);
+  }
+  /* drop the dims 1-D operands added */
+  loom_shape final = batch;
+  if (A->ndim > 1) final.dim[final.ndim++] = M;
+  if (B->ndim > 1) final.dim[final.ndim++] = N;
+  lm_node *f = nb_reshape(r, final);
+  nb_drop(ra, rb, ea, eb);
+  nb_drop(r, NULL, NULL, NULL);
+  return lm_result(f);
+}

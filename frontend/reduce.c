@@ -1,0 +1,196 @@
+/* Reductions and the row-wise ops built from them (softmax, logsumexp). */
+#include <math.h>
+
+#include "frontend/frontend.h"
+
+/* Validates axes into a bit mask over the input's dims. A 0-d input is
+ * treated as [1] by the callers, so the mask has a bit for it. */
+static loom_tensor *axes_mask(const char *name, const lm_node *a, const int *axes, int naxes,
+                              uint32_t *mask) {
+  int nd = a->shape.ndim > 0 ? a->shape.ndim : 1;
+  *mask = 0;
+  if (naxes < 0 || (naxes > 0 && !axes))
+    return lm_error(LOOM_ERR_NULL, "%s: %d axes but the axis list is NULL", name, naxes);
+  if (naxes == 0) {
+    *mask = (nd >= 32 ? 0xffffffffu : (1u << nd) - 1);
+    return NULL;
+  }
+  for (int i = 0; i < naxes; i++) {
+    int ax = axes[i];
+    char sb[128];
+    if (!lm_axis(&ax, a->shape.ndim))
+      return lm_error(LOOM_ERR_AXIS, "%s: axis %d is out of range for shape %s", name, axes[i],
+                      lm_shape_str(&a->shape, sb, sizeof sb));
+    if (*mask & (1u << ax))
+      return lm_error(LOOM_ERR_AXIS, "%s: axis %d appears twice", name, axes[i]);
+    *mask |= 1u << ax;
+  }
+  return NULL;
+}
+
+static lm_node *as_at_least_1d(lm_node *a) {
+  return a->shape.ndim ? (lm_node_retain(a), a) : nb_reshape(a, LOOM_SHAPE(1));
+}
+
+static int64_t reduced_count(const lm_node *a, uint32_t mask) {
+  int64_t n = 1;
+  for (int d = 0; d < a->shape.ndim; d++)
+    if (mask & (1u << d)) n *= a->shape.dim[d];
+  return n;
+}
+
+/* The reduction `op` of `a` (dtype `dt`) over mask, squeezed unless keepdim.
+ * The result of a 0-d input is 0-d. */
+static lm_node *reduce_node(lm_op op, lm_node *a, loom_dtype dt, uint32_t mask, bool keepdim) {
+  bool scalar_in = a->shape.ndim == 0;
+  lm_node *one_d = as_at_least_1d(a);
+  lm_node *c = nb_cast(one_d, dt);
+  lm_node *r = nb_reduce(op, c, mask);
+  lm_node *out = scalar_in ? nb_reshape(r, LOOM_SHAPE0)
+                 : keepdim ? (lm_node_retain(r), r)
+                           : nb_squeeze_axes(r, mask);
+  nb_drop(one_d, c, r, NULL);
+  return out;
+}
+
+static loom_tensor *check_nonempty(const char *name, const lm_node *a, uint32_t mask) {
+  if (lm_shape_numel(&a->shape) != 0 || reduced_count(a, mask) != 0 || a->shape.ndim == 0)
+    return NULL;
+  char sb[128];
+  return lm_error(LOOM_ERR_SHAPE, "%s: cannot reduce over an empty axis of shape %s", name,
+                  lm_shape_str(&a->shape, sb, sizeof sb));
+}
+
+loom_tensor *loom_sum(const loom_tensor *a, const int *axes, int naxes, bool keepdim) {
+  loom_tensor *err;
+  uint32_t mask;
+  if ((err = lm_check("loom_sum", a)) || (err = axes_mask("loom_sum", a->node, axes, naxes, &mask)))
+    return err;
+  loom_dtype dt = loom_dtype_is_float(a->node->dtype) ? a->node->dtype : LOOM_I64;
+  return lm_result(reduce_node(LM_RSUM, a->node, dt, mask, keepdim));
+}
+
+loom_tensor *loom_mean(const loom_tensor *a, const int *axes, int naxes, bool keepdim) {
+  loom_tensor *err;
+  uint32_t mask;
+  if ((err = lm_check("loom_mean", a)) ||
+      (err = axes_mask("loom_mean", a->node, axes, naxes, &mask)))
+    return err;
+  if (!loom_dtype_is_float(a->node->dtype))
+    return lm_error(LOOM_ERR_DTYPE, "loom_mean: needs a float tensor, got %s (cast it first)",
+                    loom_dtype_name(a->node->dtype));
+  lm_node *s = reduce_node(LM_RSUM, a->node, a->node->dtype, mask, keepdim);
+  lm_node *n = s ? nb_const((double)(a->node->shape.ndim ? reduced_count(a->node, mask) : 1),
+                            s->shape, s->dtype, s->device)
+                 : NULL;
+  lm_node *r = nb_binary(LM_DIV, s, n);
+  nb_drop(s, n, NULL, NULL);
+  return lm_result(r);
+}
+
+static loom_tensor *extremum(const char *name, lm_op op, const loom_tensor *a, const int *axes,
+                             int naxes, bool keepdim) {
+  loom_tensor *err;
+  uint32_t mask;
+  if ((err = lm_check(name, a)) || (err = axes_mask(name, a->node, axes, naxes, &mask)) ||
+      (err = check_nonempty(name, a->node, mask)))
+    return err;
+  return lm_result(reduce_node(op, a->node, a->node->dtype, mask, keepdim));
+}
+
+loom_tensor *loom_max(const loom_tensor *a, const int *axes, int naxes, bool keepdim) {
+  return extremum("loom_max", LM_RMAX, a, axes, naxes, keepdim);
+}
+loom_tensor *loom_min(const loom_tensor *a, const int *axes, int naxes, bool keepdim) {
+  return extremum("loom_min", LM_RMIN, a, axes, naxes, keepdim);
+}
+loom_tensor *loom_sum_all(const loom_tensor *a) { return loom_sum(a, NULL, 0, false); }
+loom_tensor *loom_mean_all(const loom_tensor *a) { return loom_mean(a, NULL, 0, false); }
+
+static loom_tensor *arg_extremum(const char *name, lm_op op, const loom_tensor *a, int axis,
+                                 bool keepdim) {
+  loom_tensor *err;
+  uint32_t mask;
+  if ((err = lm_check(name, a)) || (err = axes_mask(name, a->node, &axis, 1, &mask)) ||
+      (err = check_nonempty(name, a->node, mask)))
+    return err;
+  return lm_result(reduce_node(op, a->node, a->node->dtype, mask, keepdim));
+}
+
+loom_tensor *loom_argmax(const loom_tensor *a, int axis, bool keepdim) {
+  return arg_extremum("loom_argmax", LM_ARGMAX, a, axis, keepdim);
+}
+loom_tensor *loom_argmin(const loom_tensor *a, int axis, bool keepdim) {
+  return arg_extremum("loom_argmin", LM_ARGMIN, a, axis, keepdim);
+}
+
+/* ------------------------------------------------------------ row-wise */
+
+typedef enum rowwise { SOFTMAX, LOG_SOFTMAX, LOGSUMEXP } rowwise;
+
+/* x - max(x) over the axis, with infinite maxima replaced by 0 (torch's rule,
+ * so rows of -inf give -inf, not NaN, in logsumexp). */
+static lm_node *shifted(lm_node *x, uint32_t mask, lm_node **max_out) {
+  lm_node *m = nb_reduce(LM_RMAX, x, mask);
+  lm_node *am = nb_unary(LM_ABS, m);
+  lm_node *inf = m ? nb_const(INFINITY, m->shape, m->dtype, m->device) : NULL;
+  lm_node *isinf = nb_binary(LM_EQ, am, inf);
+  lm_node *zero = m ? nb_const(0, m->shape, m->dtype, m->device) : NULL;
+  lm_node *safe = nb_where(isinf, zero, m);
+  lm_node *bm = x ? nb_expand(safe, x->shape) : NULL;
+  lm_node *r = nb_binary(LM_SUB, x, bm);
+  nb_drop(m, am, inf, isinf);
+  nb_drop(zero, bm, NULL, NULL);
+  *max_out = safe;
+  return r;
+}
+
+static loom_tensor *row(const char *name, rowwise kind, const loom_tensor *a, int axis) {
+  loom_tensor *err;
+  uint32_t mask;
+  if ((err = lm_check(name, a)) || (err = axes_mask(name, a->node, &axis, 1, &mask))) return err;
+  bool scalar_in = a->node->shape.ndim == 0;
+  loom_dtype dt = loom_dtype_is_float(a->node->dtype) ? a->node->dtype : LOOM_F32;
+  lm_node *one_d = as_at_least_1d(a->node);
+  lm_node *x = nb_cast(one_d, dt);
+  lm_node *m = NULL;
+  lm_node *z = shifted(x, mask, &m);
+  lm_node *e = nb_unary(LM_EXP, z);
+  lm_node *s = nb_reduce(LM_RSUM, e, mask);
+  lm_node *r = NULL;
+  if (kind == SOFTMAX) {
+    lm_node *bs = x ? nb_expand(s, x->shape) : NULL;
+    r = nb_binary(LM_DIV, e, bs);
+    nb_drop(bs, NULL, NULL, NULL);
+  } else {
+    lm_node *ls = nb_unary(LM_LOG, s);
+    if (kind == LOG_SOFTMAX) {
+      lm_node *bls = x ? nb_expand(ls, x->shape) : NULL;
+      r = nb_binary(LM_SUB, z, bls);
+      nb_drop(bls, NULL, NULL, NULL);
+    } else {
+      lm_node *lse = nb_binary(LM_ADD, ls, m);
+      r = scalar_in ? nb_reshape(lse, LOOM_SHAPE0) : nb_squeeze_axes(lse, mask);
+      nb_drop(lse, NULL, NULL, NULL);
+    }
+    nb_drop(ls, NULL, NULL, NULL);
+  }
+  if (kind != LOGSUMEXP && scalar_in && r) {
+    lm_node *r0 = nb_reshape(r, LOOM_SHAPE0);
+    nb_drop(r, NULL, NULL, NULL);
+    r = r0;
+  }
+  nb_drop(one_d, x, m, z);
+  nb_drop(e, s, NULL, NULL);
+  return lm_result(r);
+}
+
+loom_tensor *loom_softmax(const loom_tensor *a, int axis) {
+  return row("loom_softmax", SOFTMAX, a, axis);
+}
+loom_tensor *loom_log_softmax(const loom_tensor *a, int axis) {
+  return row("loom_log_softmax", LOG_SOFTMAX, a, axis);
+}
+loom_tensor *loom_logsumexp(const loom_tensor *a, int axis) {
+  return row("loom_logsumexp", LOGSUMEXP, a, axis);
+}

@@ -1,0 +1,141 @@
+/* The canonical form of a graph: a deterministic post-order and its
+ * serialization, hashed with XXH3-128 to find the compiled program. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "ir/ir.h"
+
+/* Marks which walk last saw a node; a counter (not a flag) so no pass has to
+ * clear marks afterwards. The only shared state here, and atomic. */
+static _Atomic uint64_t walk_epoch = 1;
+
+static bool push_node(lm_graph *g, lm_node *n) {
+  if (g->n == g->cap) {
+    int ncap = g->cap ? g->cap * 2 : 64;
+    lm_node **grown = realloc(g->nodes, sizeof(lm_node *) * (size_t)ncap);
+    if (!grown) return false;
+    g->nodes = grown, g->cap = ncap;
+  }
+  n->pos = g->n;
+  g->nodes[g->n++] = n;
+  return true;
+}
+
+static bool put(lm_graph *g, const void *p, size_t len) {
+  if (g->nbytes + len > g->bytes_cap) {
+    size_t ncap = g->bytes_cap ? g->bytes_cap * 2 : 1024;
+    while (ncap < g->nbytes + len) ncap *= 2;
+    unsigned char *grown = realloc(g->bytes, ncap);
+    if (!grown) return false;
+    g->bytes = grown, g->bytes_cap = ncap;
+  }
+  memcpy(g->bytes + g->nbytes, p, len);
+  g->nbytes += len;
+  return true;
+}
+
+static bool put_i64(lm_graph *g, int64_t v) { return put(g, &v, sizeof v); }
+static bool put_f64(lm_graph *g, double v) { return put(g, &v, sizeof v); }
+
+static bool put_args(lm_graph *g, const lm_node *n) {
+  bool ok = true;
+  int nd = n->shape.ndim;
+  switch (n->op) {
+  case LM_CONST: ok = put_f64(g, n->arg.f); break;
+  case LM_IOTA: ok = put_f64(g, n->arg.iota.start) && put_f64(g, n->arg.iota.step); break;
+  case LM_RAND: /* the key is data: it is passed to the kernel, not compiled in */
+    ok = put_i64(g, n->arg.rand.kind) && put_f64(g, n->arg.rand.p);
+    break;
+  case LM_RSUM:
+  case LM_RMAX:
+  case LM_RMIN:
+  case LM_ARGMAX:
+  case LM_ARGMIN: ok = put_i64(g, n->arg.axes); break;
+  case LM_PERMUTE:
+    for (int d = 0; d < nd && ok; d++) ok = put_i64(g, n->arg.perm[d]);
+    break;
+  case LM_SLICE:
+    for (int d = 0; d < nd && ok; d++)
+      ok = put_i64(g, n->arg.slice.start[d]) && put_i64(g, n->arg.slice.step[d]);
+    break;
+  case LM_PAD:
+    for (int d = 0; d < nd && ok; d++) ok = put_i64(g, n->arg.pad.lo[d]);
+    ok = ok && put_f64(g, n->arg.pad.value);
+    break;
+  case LM_CAT: ok = put_i64(g, n->arg.axis); break;
+  default: break;
+  }
+  return ok;
+}
+
+static bool put_node(lm_graph *g, const lm_node *n) {
+  bool ok = put_i64(g, n->op) && put_i64(g, n->dtype) && put_i64(g, n->device.type) &&
+            put_i64(g, n->device.index) && put_i64(g, n->shape.ndim);
+  for (int d = 0; d < n->shape.ndim && ok; d++) ok = put_i64(g, n->shape.dim[d]);
+  ok = ok && put_i64(g, n->nsrc);
+  for (int i = 0; i < n->nsrc && ok; i++) ok = put_i64(g, n->src[i]->pos);
+  return ok && put_args(g, n);
+}
+
+typedef struct frame {
+  lm_node *node;
+  int next;
+} frame;
+
+/* Iterative post-order: graphs of training loops are deep. */
+static loom_status walk(lm_graph *g, lm_node *root, uint64_t epoch) {
+  if (root->visit == epoch) return LOOM_OK;
+  int cap = 64, len = 0;
+  frame *stack = malloc(sizeof(frame) * (size_t)cap);
+  if (!stack) return LOOM_ERR_OOM;
+  root->visit = epoch;
+  stack[len++] = (frame){root, 0};
+  while (len > 0) {
+    frame *top = &stack[len - 1];
+    lm_node *n = top->node;
+    if (n->op != LM_BUFFER && top->next < n->nsrc) {
+      lm_node *s = n->src[top->next++];
+      if (s->visit == epoch) continue;
+      s->visit = epoch;
+      if (len == cap) {
+        frame *grown = realloc(stack, sizeof(frame) * (size_t)(cap *= 2));
+        if (!grown) goto oom;
+        stack = grown;
+      }
+      stack[len++] = (frame){s, 0};
+      continue;
+    }
+    if (!push_node(g, n) || !put_node(g, n)) goto oom;
+    len--;
+  }
+  free(stack);
+  return LOOM_OK;
+oom:
+  free(stack);
+  return LOOM_ERR_OOM;
+}
+
+loom_status lm_graph_build(lm_graph *g, lm_node *const *targets, int ntargets) {
+  memset(g, 0, sizeof *g);
+  g->targets = malloc(sizeof(int) * (size_t)(ntargets > 0 ? ntargets : 1));
+  if (!g->targets) return LOOM_ERR_OOM;
+  uint64_t epoch = atomic_fetch_add(&walk_epoch, 1);
+  for (int i = 0; i < ntargets; i++) {
+    loom_status st = walk(g, targets[i], epoch);
+    if (st != LOOM_OK) return st;
+    g->targets[g->ntargets++] = targets[i]->pos;
+    if (!put_i64(g, -1 - targets[i]->pos)) return LOOM_ERR_OOM;
+  }
+  XXH128_hash_t h = XXH3_128bits(g->bytes, g->nbytes);
+  g->hash = (lm_hash128){h.low64, h.high64};
+  return LOOM_OK;
+}
+
+void lm_graph_free(lm_graph *g) {
+  free(g->nodes);
+  free(g->targets);
+  free(g->bytes);
+  memset(g, 0, sizeof *g);
+}

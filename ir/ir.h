@@ -1,0 +1,182 @@
+/*
+ * ir/: the graph every op records into.
+ *
+ * A node is an op, its sources, and the shape, dtype and device inferred when it
+ * was recorded. Once computed, a node turns into an LM_BUFFER leaf holding its
+ * data and lets go of its sources, so the graph behind it can be freed.
+ *
+ * Broadcasting is explicit in the IR: the sources of an elementwise node all
+ * have the node's shape (the frontend inserts RESHAPE + EXPAND views).
+ * Movement ops (RESHAPE PERMUTE EXPAND SLICE PAD CAT) are views: kernels index
+ * through them; nothing is copied unless a consumer needs memory (a BLAS call).
+ *
+ * Nodes are reference counted (by tensor handles and by consumer nodes) and
+ * used by one thread at a time.
+ */
+#ifndef LOOM_IR_H
+#define LOOM_IR_H
+
+#include "loom.h"
+
+typedef enum lm_op {
+  /* leaves */
+  LM_BUFFER, /* computed data in node->data */
+  LM_CONST,  /* arg.f everywhere */
+  LM_IOTA,   /* arg.iota.start + arg.iota.step * (row-major index) */
+  LM_RAND,   /* Philox draw: arg.rand */
+  /* elementwise unary */
+  LM_NEG,
+  LM_ABS,
+  LM_EXP,
+  LM_LOG,
+  LM_SQRT,
+  LM_RSQRT,
+  LM_SIN,
+  LM_COS,
+  LM_TANH,
+  LM_SIGMOID,
+  LM_RELU,
+  LM_GELU,
+  LM_SILU,
+  LM_SQUARE,
+  LM_RECIPROCAL,
+  LM_NOT,
+  LM_CAST,
+  /* elementwise binary (sources share the node's shape and, except
+     comparisons and logic, its dtype) */
+  LM_ADD,
+  LM_SUB,
+  LM_MUL,
+  LM_DIV,
+  LM_POW,
+  LM_MAX,
+  LM_MIN,
+  LM_LT,
+  LM_LE,
+  LM_EQ,
+  LM_NE,
+  LM_AND,
+  LM_OR,
+  LM_WHERE, /* src[0] BOOL ? src[1] : src[2] */
+  /* reductions over arg.axes; the node keeps the reduced dims as size 1 */
+  LM_RSUM,
+  LM_RMAX,
+  LM_RMIN,
+  LM_ARGMAX,
+  LM_ARGMIN, /* one axis, I64 */
+  /* movement (views) */
+  LM_RESHAPE,
+  LM_PERMUTE, /* out dim d is src dim arg.perm[d] */
+  LM_EXPAND,  /* size-1 src dims repeat to the node's shape */
+  LM_SLICE,   /* out[i] = src[start + i * step] per dim */
+  LM_PAD,     /* out[i] = src[i - lo] where in range, else arg.pad.value */
+  LM_CAT,     /* sources joined along arg.axis */
+  /* compute with a library call */
+  LM_MATMUL, /* [..., M, K] @ [..., K, N], batch dims equal (broadcast by views) */
+  LM_NUM_OPS
+} lm_op;
+
+typedef enum lm_rand_kind { LM_RAND_UNIFORM, LM_RAND_NORMAL, LM_RAND_BERNOULLI } lm_rand_kind;
+
+typedef struct lm_node lm_node;
+struct lm_node {
+  lm_op op;
+  int refs;
+  int nsrc;
+  lm_node **src; /* points to src_inline unless nsrc > 3 */
+  lm_node *src_inline[3];
+  loom_shape shape;
+  loom_dtype dtype;
+  loom_device device;
+  union {
+    double f;
+    struct {
+      double start, step;
+    } iota;
+    struct {
+      loom_key key;
+      lm_rand_kind kind;
+      double p;
+    } rand;
+    uint32_t axes; /* bit a set: axis a reduced */
+    int perm[LOOM_MAX_DIMS];
+    struct {
+      int64_t start[LOOM_MAX_DIMS], step[LOOM_MAX_DIMS];
+    } slice;
+    struct {
+      int64_t lo[LOOM_MAX_DIMS];
+      double value;
+    } pad;
+    int axis;
+  } arg;
+  void *data;   /* LM_BUFFER: contiguous row-major elements */
+  size_t bytes; /* LM_BUFFER: allocation size */
+  /* scratch for the pass that walks a graph; meaningful only inside it */
+  uint64_t visit;
+  int pos;
+  int uses;
+  bool materialize;
+};
+
+/* ------------------------------------------------------------ nodes */
+lm_node *lm_node_new(lm_op op, int nsrc, lm_node *const *src, loom_shape shape, loom_dtype dtype,
+                     loom_device device);
+void lm_node_retain(lm_node *n);
+/* Drops one reference; frees the node (and releases its sources, iteratively)
+ * when it was the last. */
+void lm_node_release(lm_node *n);
+/* Turns a computed node into a leaf owning `data`, releasing its sources. */
+void lm_node_set_buffer(lm_node *n, void *data, size_t bytes);
+bool lm_op_is_elementwise(lm_op op);
+bool lm_op_is_view(lm_op op);
+bool lm_op_is_reduce(lm_op op);
+const char *lm_op_name(lm_op op);
+
+/* The allocator behind LM_BUFFER data (runtime/ provides it). */
+void *lm_buffer_alloc(size_t bytes);
+void lm_buffer_free(void *data, size_t bytes);
+
+/* ------------------------------------------------------------ shapes */
+/* numel, or -1 when it overflows int64 */
+int64_t lm_shape_numel(const loom_shape *s);
+bool lm_shape_eq(const loom_shape *a, const loom_shape *b);
+/* "[4,2]" into buf (always terminated) */
+const char *lm_shape_str(const loom_shape *s, char *buf, size_t len);
+void lm_shape_strides(const loom_shape *s, int64_t *strides); /* contiguous, in elements */
+
+/* An affine view: element i (multi-index) of the view is at
+ * offset + sum(i[d] * strides[d]) in the base buffer. */
+typedef struct lm_view {
+  loom_shape shape;
+  int64_t strides[LOOM_MAX_DIMS];
+  int64_t offset;
+} lm_view;
+
+/* Follows movement ops from n down to the first node that is not one (*base),
+ * composing them into one affine view when they compose (no PAD/CAT, reshapes
+ * that split or merge only compatible strides). */
+bool lm_view_affine(const lm_node *n, const lm_node **base, lm_view *view);
+
+/* ------------------------------------------------------------ canonical form */
+typedef struct lm_hash128 {
+  uint64_t lo, hi;
+} lm_hash128;
+
+/* The unrealized graph behind some targets, in a canonical order: a post-order
+ * walk from the targets (sources in order), leaves (computed buffers) numbered
+ * by first appearance. Pointer values and data never enter `bytes`. */
+typedef struct lm_graph {
+  lm_node **nodes; /* canonical order; nodes[i]->pos == i during a realization */
+  int n, cap;
+  int *targets; /* positions of the targets */
+  int ntargets;
+  unsigned char *bytes; /* the canonical serialization */
+  size_t nbytes, bytes_cap;
+  lm_hash128 hash;
+} lm_graph;
+
+/* Collects and serializes; returns LOOM_OK or LOOM_ERR_OOM. */
+loom_status lm_graph_build(lm_graph *g, lm_node *const *targets, int ntargets);
+void lm_graph_free(lm_graph *g);
+
+#endif

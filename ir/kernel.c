@@ -1,0 +1,342 @@
+/*
+ * The kernel description's helpers: canonical hash, listing, validation.
+ * See kernel.h for what a kernel means.
+ */
+#include "ir/kernel.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The stack-allocated streaming state needs the static-linking declarations. */
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+/* ------------------------------------------------------------------ op table */
+
+typedef struct op_info {
+  const char *name;
+  int arity; /* operands a, b, c used in that order */
+} op_info;
+
+static const op_info OPS[LK_NUM_OPS] = {
+    [LK_DIM] = {"dim", 0},     [LK_IDIV] = {"idiv", 2},   [LK_IMOD] = {"imod", 2},
+    [LK_CONST] = {"const", 0}, [LK_LOAD] = {"load", 1},   [LK_RAND] = {"rand", 1},
+    [LK_ACC] = {"acc", 0},     [LK_ADD] = {"add", 2},     [LK_SUB] = {"sub", 2},
+    [LK_MUL] = {"mul", 2},     [LK_DIV] = {"div", 2},     [LK_MAX] = {"max", 2},
+    [LK_MIN] = {"min", 2},     [LK_POW] = {"pow", 2},     [LK_NEG] = {"neg", 1},
+    [LK_ABS] = {"abs", 1},     [LK_EXP] = {"exp", 1},     [LK_LOG] = {"log", 1},
+    [LK_SQRT] = {"sqrt", 1},   [LK_SIN] = {"sin", 1},     [LK_COS] = {"cos", 1},
+    [LK_TANH] = {"tanh", 1},   [LK_ERF] = {"erf", 1},     [LK_FLOOR] = {"floor", 1},
+    [LK_CMPLT] = {"cmplt", 2}, [LK_CMPLE] = {"cmple", 2}, [LK_CMPEQ] = {"cmpeq", 2},
+    [LK_CMPNE] = {"cmpne", 2}, [LK_AND] = {"and", 2},     [LK_OR] = {"or", 2},
+    [LK_NOT] = {"not", 1},     [LK_WHERE] = {"where", 3}, [LK_CAST] = {"cast", 1},
+};
+
+static bool op_valid(lk_op op) { return (int)op >= 0 && op < LK_NUM_OPS; }
+
+const char *lk_op_name(lk_op op) { return op_valid(op) ? OPS[op].name : "?"; }
+
+static bool dtype_valid(loom_dtype dt) { return (int)dt >= 0 && dt < LOOM_NUM_DTYPES; }
+static bool dtype_float(loom_dtype dt) { return dt == LOOM_F32 || dt == LOOM_F64; }
+/* Arithmetic dtypes: everything but BOOL. */
+static bool dtype_numeric(loom_dtype dt) { return dtype_valid(dt) && dt != LOOM_BOOL; }
+
+static const char *dtype_short_name(loom_dtype dt) {
+  static const char *const names[LOOM_NUM_DTYPES] = {"f32", "f64", "i32", "i64", "u8", "bool"};
+  return dtype_valid(dt) ? names[dt] : "?";
+}
+
+static int operand(const lk_inst *in, int which) {
+  return which == 0 ? in->a : which == 1 ? in->b : in->c;
+}
+
+/* Which of slot / imm_i / imm_f an op reads: the others are normalized away when
+ * hashing, so garbage left in an unused field never splits the cache. */
+static bool op_uses_slot(lk_op op) { return op == LK_LOAD || op == LK_RAND; }
+static bool op_uses_imm_i(const lk_inst *in) {
+  return in->op == LK_DIM || in->op == LK_RAND || (in->op == LK_CONST && !dtype_float(in->dtype));
+}
+static bool op_uses_imm_f(const lk_inst *in) {
+  return in->op == LK_CONST && dtype_float(in->dtype);
+}
+
+/* ------------------------------------------------------------------ hash */
+
+/* Fields are written one by one, little-endian, into a small buffer that is fed to
+ * a streaming XXH3-128 state: padding bytes and pointers never reach the hash, and
+ * the result equals XXH3_128bits over the whole serialization. */
+typedef struct hash_writer {
+  XXH3_state_t state;
+  unsigned char buf[1024];
+  size_t len;
+} hash_writer;
+
+static void hw_flush(hash_writer *w) {
+  XXH3_128bits_update(&w->state, w->buf, w->len);
+  w->len = 0;
+}
+
+static void hw_u64(hash_writer *w, uint64_t v) {
+  if (w->len + 8 > sizeof w->buf) hw_flush(w);
+  for (int i = 0; i < 8; i++) w->buf[w->len++] = (unsigned char)(v >> (8 * i));
+}
+
+static void hw_i64(hash_writer *w, int64_t v) { hw_u64(w, (uint64_t)v); }
+
+static void hw_f64(hash_writer *w, double v) {
+  uint64_t bits;
+  memcpy(&bits, &v, sizeof bits);
+  hw_u64(w, bits);
+}
+
+/* Bumped whenever the serialization (or the meaning of a kernel) changes. */
+#define LK_HASH_FORMAT 1
+
+lk_hash lk_kernel_hash(const lk_kernel *k) {
+  hash_writer w;
+  XXH3_128bits_reset(&w.state);
+  w.len = 0;
+  hw_u64(&w, 0x6c6b65726e656cULL); /* "lkernel" */
+  hw_u64(&w, LK_HASH_FORMAT);
+  hw_i64(&w, k->ndim);
+  for (int d = 0; d < k->ndim && d < LOOM_MAX_DIMS; d++) hw_i64(&w, k->dom[d]);
+  hw_i64(&w, k->nouter);
+  hw_i64(&w, k->reduce);
+  hw_i64(&w, k->reduce == LK_RED_NONE ? -1 : (int64_t)k->acc_dtype);
+  hw_i64(&w, k->out_dtype);
+  hw_i64(&w, k->nslots);
+  hw_i64(&w, k->ninst);
+  hw_i64(&w, k->nbody);
+  hw_i64(&w, k->value);
+  hw_i64(&w, k->result);
+  for (int i = 0; i < k->ninst; i++) {
+    const lk_inst *in = &k->inst[i];
+    hw_i64(&w, in->op);
+    hw_i64(&w, in->dtype);
+    hw_i64(&w, in->a);
+    hw_i64(&w, in->b);
+    hw_i64(&w, in->c);
+    hw_i64(&w, op_uses_slot(in->op) ? in->slot : -1);
+    hw_i64(&w, op_uses_imm_i(in) ? in->imm_i : 0);
+    hw_f64(&w, op_uses_imm_f(in) ? in->imm_f : 0.0);
+  }
+  hw_flush(&w);
+  XXH128_hash_t h = XXH3_128bits_digest(&w.state);
+  return (lk_hash){h.low64, h.high64};
+}
+
+/* ------------------------------------------------------------------ listing */
+
+static const char *reduce_name(lk_reduce r) {
+  switch (r) {
+  case LK_RED_NONE: return "none";
+  case LK_RED_SUM: return "sum";
+  case LK_RED_MAX: return "max";
+  case LK_RED_MIN: return "min";
+  case LK_RED_ARGMAX: return "argmax";
+  case LK_RED_ARGMIN: return "argmin";
+  }
+  return "?";
+}
+
+static void print_inst(const lk_kernel *k, int i, FILE *f) {
+  const lk_inst *in = &k->inst[i];
+  fprintf(f, "  %%%d = %s %s", i, dtype_short_name(in->dtype), lk_op_name(in->op));
+  switch (in->op) {
+  case LK_DIM: fprintf(f, " %" PRId64, in->imm_i); break;
+  case LK_CONST:
+    if (dtype_float(in->dtype))
+      fprintf(f, " %.17g", in->imm_f);
+    else
+      fprintf(f, " %" PRId64, in->imm_i);
+    break;
+  case LK_LOAD: fprintf(f, " slot%d [%%%d]", in->slot, in->a); break;
+  case LK_RAND: fprintf(f, " slot%d stream %" PRId64 " [%%%d]", in->slot, in->imm_i, in->a); break;
+  case LK_CAST: fprintf(f, " %%%d", in->a); break;
+  default: {
+    int arity = op_valid(in->op) ? OPS[in->op].arity : 3;
+    for (int j = 0; j < arity; j++) fprintf(f, "%s%%%d", j ? ", " : " ", operand(in, j));
+  }
+  }
+  if (i == k->value && i == k->result)
+    fputs("  ; value, result", f);
+  else if (i == k->value)
+    fputs("  ; value", f);
+  else if (i == k->result)
+    fputs("  ; result", f);
+  fputc('\n', f);
+}
+
+void lk_kernel_print(const lk_kernel *k, FILE *f) {
+  fprintf(f, "kernel dom [");
+  for (int d = 0; d < k->ndim && d < LOOM_MAX_DIMS; d++)
+    fprintf(f, "%s%" PRId64, d ? ", " : "", k->dom[d]);
+  fprintf(f, "] nouter %d reduce %s", k->nouter, reduce_name(k->reduce));
+  if (k->reduce != LK_RED_NONE) fprintf(f, " acc %s", dtype_short_name(k->acc_dtype));
+  fprintf(f, " out %s slots %d\n", dtype_short_name(k->out_dtype), k->nslots);
+  for (int i = 0; i < k->ninst; i++) {
+    if (i == k->nbody) fputs("  -- epilogue --\n", f);
+    print_inst(k, i, f);
+  }
+}
+
+/* ------------------------------------------------------------------ check */
+
+/* Dtype rules of one instruction, given that its operands are in range. */
+static const char *check_inst_dtypes(const lk_kernel *k, const lk_inst *in) {
+  const lk_inst *ins = k->inst;
+  loom_dtype dt = in->dtype;
+  loom_dtype da = in->a >= 0 ? ins[in->a].dtype : dt;
+  loom_dtype db = in->b >= 0 ? ins[in->b].dtype : dt;
+  loom_dtype dc = in->c >= 0 ? ins[in->c].dtype : dt;
+  switch (in->op) {
+  case LK_DIM:
+    if (dt != LOOM_I64) return "dim must be i64";
+    if (in->imm_i < 0 || in->imm_i >= k->ndim) return "dim index out of range";
+    return NULL;
+  case LK_IDIV:
+  case LK_IMOD:
+    if (dt != LOOM_I64 || da != LOOM_I64 || db != LOOM_I64) return "idiv/imod operands must be i64";
+    return NULL;
+  case LK_CONST:
+    if (dt == LOOM_BOOL && in->imm_i != 0 && in->imm_i != 1) return "bool const must be 0 or 1";
+    return NULL;
+  case LK_LOAD:
+    if (da != LOOM_I64) return "load offset must be i64";
+    if (in->slot < 0 || in->slot >= k->nslots) return "load slot out of range";
+    if (in->slot == 0 && dt != k->out_dtype) return "load from slot 0 must use the output dtype";
+    return NULL;
+  case LK_RAND:
+    if (!dtype_float(dt)) return "rand must be f32 or f64";
+    if (da != LOOM_I64) return "rand counter must be i64";
+    if (in->slot < 1 || in->slot >= k->nslots) return "rand key slot out of range";
+    if (in->imm_i < 0 || in->imm_i > (int64_t)UINT32_MAX) return "rand stream out of range";
+    return NULL;
+  case LK_ACC:
+    if (dt != k->acc_dtype) return "acc dtype differs from the kernel's acc_dtype";
+    return NULL;
+  case LK_ADD:
+  case LK_SUB:
+  case LK_MUL:
+  case LK_MAX:
+  case LK_MIN:
+    if (!dtype_numeric(dt) || da != dt || db != dt)
+      return "arithmetic operands must match a numeric dtype";
+    return NULL;
+  case LK_DIV:
+  case LK_POW:
+    if (!dtype_float(dt) || da != dt || db != dt)
+      return "div/pow operands must match a float dtype";
+    return NULL;
+  case LK_NEG:
+  case LK_ABS:
+    if (!dtype_numeric(dt) || da != dt) return "neg/abs operand must match a numeric dtype";
+    return NULL;
+  case LK_EXP:
+  case LK_LOG:
+  case LK_SQRT:
+  case LK_SIN:
+  case LK_COS:
+  case LK_TANH:
+  case LK_ERF:
+  case LK_FLOOR:
+    if (!dtype_float(dt) || da != dt) return "math operand must match a float dtype";
+    return NULL;
+  case LK_CMPLT:
+  case LK_CMPLE:
+  case LK_CMPEQ:
+  case LK_CMPNE:
+    if (dt != LOOM_BOOL) return "comparison result must be bool";
+    if (da != db) return "comparison operands differ in dtype";
+    return NULL;
+  case LK_AND:
+  case LK_OR:
+  case LK_NOT:
+    if (dt != LOOM_BOOL || da != LOOM_BOOL || db != LOOM_BOOL) return "logic operands must be bool";
+    return NULL;
+  case LK_WHERE:
+    if (da != LOOM_BOOL) return "where condition must be bool";
+    if (db != dt || dc != dt) return "where branches must match the result dtype";
+    return NULL;
+  case LK_CAST: return NULL;
+  case LK_NUM_OPS: break;
+  }
+  return "unknown op";
+}
+
+static const char *check_header(const lk_kernel *k) {
+  if (k->ndim < 1 || k->ndim > LOOM_MAX_DIMS) return "ndim out of range";
+  int64_t numel = 1;
+  for (int d = 0; d < k->ndim; d++) {
+    if (k->dom[d] < 0) return "negative domain extent";
+    if (__builtin_mul_overflow(numel, k->dom[d], &numel)) return "domain size overflows int64";
+  }
+  if ((int)k->reduce < LK_RED_NONE || k->reduce > LK_RED_ARGMIN) return "unknown reduction";
+  if (k->nouter < 0 || k->nouter > k->ndim) return "nouter out of range";
+  if (k->reduce == LK_RED_NONE && k->nouter != k->ndim)
+    return "nouter must equal ndim without a reduction";
+  if (!dtype_valid(k->out_dtype)) return "invalid out_dtype";
+  if (k->reduce != LK_RED_NONE && !dtype_valid(k->acc_dtype)) return "invalid acc_dtype";
+  if ((k->reduce == LK_RED_ARGMAX || k->reduce == LK_RED_ARGMIN) && k->acc_dtype != LOOM_I64)
+    return "argmax/argmin accumulate i64";
+  if (k->reduce == LK_RED_SUM && k->acc_dtype == LOOM_BOOL) return "sum of bool is not allowed";
+  if (k->nslots < 1) return "nslots must be at least 1 (slot 0 is the output)";
+  if (k->ninst < 1 || !k->inst) return "kernel has no instructions";
+  if (k->nbody < 1 || k->nbody > k->ninst) return "nbody out of range";
+  if (k->reduce == LK_RED_NONE && k->nbody != k->ninst) return "epilogue without a reduction";
+  if (k->reduce == LK_RED_NONE && k->result != k->value)
+    return "result must equal value without a reduction";
+  if (k->value < 0 || k->value >= k->nbody) return "value out of range";
+  if (k->result < 0 || k->result >= k->ninst) return "result out of range";
+  return NULL;
+}
+
+static const char *check_value_result(const lk_kernel *k, const unsigned char *reduced_dep) {
+  const lk_inst *v = &k->inst[k->value], *r = &k->inst[k->result];
+  if (r->dtype != k->out_dtype) return "result dtype differs from out_dtype";
+  if (k->reduce == LK_RED_SUM || k->reduce == LK_RED_MAX || k->reduce == LK_RED_MIN) {
+    if (v->dtype != k->acc_dtype) return "reduced value dtype differs from acc_dtype";
+  }
+  if (k->reduce != LK_RED_NONE && reduced_dep[k->result]) return "result depends on a reduced dim";
+  return NULL;
+}
+
+/* One instruction's structure: op, operands in range and earlier, unused ones -1,
+ * ACC and reduced dims only where they have a value. */
+static const char *check_inst(const lk_kernel *k, int i, unsigned char *reduced_dep) {
+  const lk_inst *in = &k->inst[i];
+  bool epilogue = i >= k->nbody;
+  if (!op_valid(in->op)) return "unknown op";
+  if (!dtype_valid(in->dtype)) return "invalid dtype";
+  for (int j = 0; j < 3; j++) {
+    int o = operand(in, j);
+    if (j >= OPS[in->op].arity) {
+      if (o != -1) return "unused operand must be -1";
+      continue;
+    }
+    if (o < 0 || o >= i) return "operand index out of range (must name an earlier instruction)";
+    if (epilogue && o < k->nbody && reduced_dep[o])
+      return "epilogue uses a body instruction that depends on a reduced dim";
+    reduced_dep[i] |= reduced_dep[o];
+  }
+  if (in->op == LK_ACC && (!epilogue || k->reduce == LK_RED_NONE))
+    return "acc outside the epilogue";
+  if (in->op == LK_DIM && in->imm_i >= k->nouter && in->imm_i < k->ndim) {
+    if (epilogue) return "epilogue uses a reduced dim";
+    reduced_dep[i] = 1;
+  }
+  return check_inst_dtypes(k, in);
+}
+
+const char *lk_kernel_check(const lk_kernel *k) {
+  if (!k) return "NULL kernel";
+  const char *msg = check_header(k);
+  if (msg) return msg;
+  unsigned char *reduced_dep = calloc((size_t)k->ninst, 1);
+  if (!reduced_dep) return "out of memory while checking the kernel";
+  for (int i = 0; i < k->ninst && !msg; i++) msg = check_inst(k, i, reduced_dep);
+  if (!msg) msg = check_value_result(k, reduced_dep);
+  free(reduced_dep);
+  return msg;
+}

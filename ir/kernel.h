@@ -1,0 +1,137 @@
+/*
+ * The kernel description: what one fused kernel computes, in a form every
+ * backend consumes (LLVM for the CPU, CUDA C for NVRTC). It knows nothing of
+ * tensors, views or graphs: passes/ lowers those into it.
+ *
+ * A kernel iterates over a DOMAIN of up to LOOM_MAX_DIMS dims. The first
+ * `nouter` dims are the output's dims (row-major); the remaining dims are
+ * reduced (only when `reduce != LK_RED_NONE`; then nouter < ndim is allowed,
+ * nouter == 0 reduces everything to one value).
+ *
+ * The body is a list of SSA instructions (an instruction refers to earlier ones
+ * by index). Instructions [0, nbody) are evaluated at every point of the domain.
+ * Without a reduction, inst `value` (< nbody) is the value stored to the output
+ * at that point. With a reduction, inst `value` (< nbody) is combined into an
+ * accumulator over the reduced dims; then instructions [nbody, ninst) are
+ * evaluated once per output point (the epilogue: they may use LK_ACC, and body
+ * instructions that depend only on outer dims), and inst `result` is stored.
+ * Without a reduction, result == value and ninst == nbody.
+ *
+ * Arguments: the kernel function receives `void *const *args`: args[i] is the
+ * base pointer of slot i. Slot 0 is the output buffer (dtype `out_dtype`,
+ * contiguous over the outer dims). Other slots are input buffers of the dtype
+ * named by the loads from them, or a pointer to a loom_key (two uint32) for
+ * LK_RAND. Offsets are in elements, not bytes.
+ *
+ * The compiled function has the C type lk_fn below and computes the output
+ * points whose row-major linear index over the outer dims lies in [begin, end).
+ * It must be correct for any split of [0, outer numel) into ranges, so the
+ * caller can run ranges on several threads.
+ */
+#ifndef LOOM_IR_KERNEL_H
+#define LOOM_IR_KERNEL_H
+
+#include "loom.h"
+
+typedef void (*lk_fn)(void *const *args, int64_t begin, int64_t end);
+
+typedef enum lk_op {
+  /* --- integer index arithmetic: dtype is always LOOM_I64 ---------------- */
+  LK_DIM,  /* the current index along domain dim `imm_i`                    */
+  LK_IDIV, /* a / b, both >= 0 (b > 0)                                      */
+  LK_IMOD, /* a % b, both >= 0 (b > 0)                                      */
+  /* --- leaves ------------------------------------------------------------ */
+  LK_CONST, /* imm_f (float dtypes) or imm_i (integer dtypes, BOOL 0/1)      */
+  LK_LOAD,  /* element a (an I64 offset) of slot `slot`, typed `dtype`        */
+  LK_RAND,  /* uniform [0,1) of `dtype` (F32/F64) from Philox; see below     */
+  LK_ACC,   /* epilogue only: the reduction's result, typed `acc_dtype`      */
+  /* --- elementwise, all operands of `dtype` (ints: I64 index math too) --- */
+  LK_ADD,
+  LK_SUB,
+  LK_MUL,
+  LK_DIV, /* floats only                                                   */
+  LK_MAX,
+  LK_MIN, /* NaN-propagating for floats                              */
+  LK_POW, /* floats only, as C pow                                         */
+  LK_NEG,
+  LK_ABS,
+  LK_EXP,
+  LK_LOG,
+  LK_SQRT,
+  LK_SIN,
+  LK_COS,
+  LK_TANH,
+  LK_ERF,   /* floats only    */
+  LK_FLOOR, /* floats only                                                   */
+  /* --- comparisons: operands of the dtype of a, result LOOM_BOOL -------- */
+  LK_CMPLT,
+  LK_CMPLE,
+  LK_CMPEQ,
+  LK_CMPNE, /* false when a float is NaN, NE true */
+  /* --- logic on BOOL ----------------------------------------------------- */
+  LK_AND,
+  LK_OR,
+  LK_NOT,
+  LK_WHERE, /* a (BOOL) ? b : c, b and c of `dtype`                          */
+  LK_CAST,  /* a converted to `dtype`, as C does (float->int truncates; to
+               BOOL is a != 0; U8 wraps modulo 256)                          */
+  LK_NUM_OPS
+} lk_op;
+
+typedef struct lk_inst {
+  lk_op op;
+  loom_dtype dtype; /* result dtype */
+  int a, b, c;      /* operand instruction indices, -1 where unused */
+  int slot;         /* LK_LOAD, LK_RAND */
+  int64_t imm_i;    /* LK_DIM: the dim; LK_CONST: integer value; LK_RAND: stream */
+  double imm_f;     /* LK_CONST of a float dtype */
+} lk_inst;
+
+/*
+ * LK_RAND: with counter c = inst a (I64, >= 0), stream s = imm_i (0..2^32-1) and
+ * the key k = ((uint32_t *)args[slot])[0..1], computes Philox 4x32-10 on the
+ * counter block (lo32(c), hi32(c), s, 0) and key (k[0], k[1]), giving x0..x3:
+ *   F32: (x0 >> 8) * 2^-24
+ *   F64: ((uint64_t)(x0 >> 5) * 2^26 + (x1 >> 6)) * 2^-53
+ * runtime/philox.h holds the reference implementation in C.
+ */
+
+typedef enum lk_reduce {
+  LK_RED_NONE = 0,
+  LK_RED_SUM,    /* identity 0                                              */
+  LK_RED_MAX,    /* identity -inf / the dtype's minimum; NaN propagates     */
+  LK_RED_MIN,    /* identity +inf / the dtype's maximum; NaN propagates     */
+  LK_RED_ARGMAX, /* acc is I64: row-major index over the reduced dims of the
+                    first maximum (a NaN counts as the maximum)             */
+  LK_RED_ARGMIN
+} lk_reduce;
+
+typedef struct lk_kernel {
+  int ndim;                   /* 1..LOOM_MAX_DIMS (a 0-d output has ndim 1, dom {1}) */
+  int64_t dom[LOOM_MAX_DIMS]; /* extents >= 0; a reduced extent of 0 leaves the
+                                 accumulator at its identity */
+  int nouter;                 /* output dims = dom[0..nouter) */
+  lk_reduce reduce;
+  loom_dtype acc_dtype; /* dtype of the accumulator (and of inst `value`
+                           for SUM/MAX/MIN; ARGMAX/ARGMIN: I64) */
+  loom_dtype out_dtype; /* dtype of slot 0 and of inst `result` */
+  int nslots;           /* slot 0 is the output */
+  int ninst, nbody;
+  int value, result;
+  lk_inst *inst;
+} lk_kernel;
+
+/* 128-bit hash of the kernel's canonical description (stable across runs). */
+typedef struct lk_hash {
+  uint64_t lo, hi;
+} lk_hash;
+
+lk_hash lk_kernel_hash(const lk_kernel *k);
+/* Readable listing, for LOOM_DEBUG and tests. */
+void lk_kernel_print(const lk_kernel *k, FILE *f);
+const char *lk_op_name(lk_op op);
+/* Checks operand indices, dtypes and the body/epilogue split; returns NULL when
+ * valid, else a static description of the first problem. */
+const char *lk_kernel_check(const lk_kernel *k);
+
+#endif

@@ -1,0 +1,140 @@
+/* Node lifetime: creation, reference counting, turning into a computed leaf. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/ir.h"
+
+static const char *const op_names[LM_NUM_OPS] = {
+    [LM_BUFFER] = "buffer",
+    [LM_CONST] = "const",
+    [LM_IOTA] = "iota",
+    [LM_RAND] = "rand",
+    [LM_NEG] = "neg",
+    [LM_ABS] = "abs",
+    [LM_EXP] = "exp",
+    [LM_LOG] = "log",
+    [LM_SQRT] = "sqrt",
+    [LM_RSQRT] = "rsqrt",
+    [LM_SIN] = "sin",
+    [LM_COS] = "cos",
+    [LM_TANH] = "tanh",
+    [LM_SIGMOID] = "sigmoid",
+    [LM_RELU] = "relu",
+    [LM_GELU] = "gelu",
+    [LM_SILU] = "silu",
+    [LM_SQUARE] = "square",
+    [LM_RECIPROCAL] = "reciprocal",
+    [LM_NOT] = "not",
+    [LM_CAST] = "cast",
+    [LM_ADD] = "add",
+    [LM_SUB] = "sub",
+    [LM_MUL] = "mul",
+    [LM_DIV] = "div",
+    [LM_POW] = "pow",
+    [LM_MAX] = "maximum",
+    [LM_MIN] = "minimum",
+    [LM_LT] = "lt",
+    [LM_LE] = "le",
+    [LM_EQ] = "eq",
+    [LM_NE] = "ne",
+    [LM_AND] = "and",
+    [LM_OR] = "or",
+    [LM_WHERE] = "where",
+    [LM_RSUM] = "sum",
+    [LM_RMAX] = "max",
+    [LM_RMIN] = "min",
+    [LM_ARGMAX] = "argmax",
+    [LM_ARGMIN] = "argmin",
+    [LM_RESHAPE] = "reshape",
+    [LM_PERMUTE] = "permute",
+    [LM_EXPAND] = "expand",
+    [LM_SLICE] = "slice",
+    [LM_PAD] = "pad",
+    [LM_CAT] = "cat",
+    [LM_MATMUL] = "matmul",
+};
+
+const char *lm_op_name(lm_op op) {
+  return op >= 0 && op < LM_NUM_OPS && op_names[op] ? op_names[op] : "?";
+}
+
+bool lm_op_is_elementwise(lm_op op) { return op >= LM_NEG && op <= LM_WHERE; }
+bool lm_op_is_view(lm_op op) { return op >= LM_RESHAPE && op <= LM_CAT; }
+bool lm_op_is_reduce(lm_op op) { return op >= LM_RSUM && op <= LM_ARGMIN; }
+
+lm_node *lm_node_new(lm_op op, int nsrc, lm_node *const *src, loom_shape shape, loom_dtype dtype,
+                     loom_device device) {
+  lm_node *n = calloc(1, sizeof *n);
+  if (!n) return NULL;
+  n->src = n->src_inline;
+  if (nsrc > 3) {
+    n->src = malloc(sizeof(lm_node *) * (size_t)nsrc);
+    if (!n->src) {
+      free(n);
+      return NULL;
+    }
+  }
+  n->op = op;
+  n->refs = 1;
+  n->nsrc = nsrc;
+  for (int i = 0; i < nsrc; i++) {
+    n->src[i] = src[i];
+    lm_node_retain(src[i]);
+  }
+  n->shape = shape;
+  n->dtype = dtype;
+  n->device = device;
+  n->pos = -1;
+  return n;
+}
+
+void lm_node_retain(lm_node *n) {
+  if (n) n->refs++;
+}
+
+static void drop_sources(lm_node *n, lm_node ***stack, int *len, int *cap) {
+  for (int i = 0; i < n->nsrc; i++) {
+    lm_node *s = n->src[i];
+    if (--s->refs > 0) continue;
+    if (*len == *cap) {
+      int ncap = *cap ? *cap * 2 : 64;
+      lm_node **grown = realloc(*stack, sizeof(lm_node *) * (size_t)ncap);
+      if (!grown) continue; /* leaks s rather than crash; only under OOM */
+      *stack = grown, *cap = ncap;
+    }
+    (*stack)[(*len)++] = s;
+  }
+  if (n->src != n->src_inline) free(n->src);
+  n->src = n->src_inline;
+  n->nsrc = 0;
+}
+
+static void destroy(lm_node *n, lm_node ***stack, int *len, int *cap) {
+  drop_sources(n, stack, len, cap);
+  if (n->data) lm_buffer_free(n->data, n->bytes);
+  free(n);
+}
+
+/* Iterative, so that releasing a long chain (a training loop's graph) cannot
+ * overflow the C stack. */
+void lm_node_release(lm_node *n) {
+  if (!n || --n->refs > 0) return;
+  lm_node **stack = NULL;
+  int len = 0, cap = 0;
+  destroy(n, &stack, &len, &cap);
+  while (len > 0) destroy(stack[--len], &stack, &len, &cap);
+  free(stack);
+}
+
+void lm_node_set_buffer(lm_node *n, void *data, size_t bytes) {
+  lm_node **stack = NULL;
+  int len = 0, cap = 0;
+  drop_sources(n, &stack, &len, &cap);
+  while (len > 0) destroy(stack[--len], &stack, &len, &cap);
+  free(stack);
+  if (n->data) lm_buffer_free(n->data, n->bytes);
+  n->op = LM_BUFFER;
+  n->data = data;
+  n->bytes = bytes;
+  memset(&n->arg, 0, sizeof n->arg);
+}

@@ -1,0 +1,408 @@
+/* Lowering: a fused group of nodes (one materialized root and everything it
+ * computes inline) into the kernel description of ir/kernel.h. Views become
+ * index arithmetic; nothing of the graph survives but loads from slots. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/passes.h"
+
+#define MAX_SLOTS 256
+
+typedef struct builder {
+  lk_inst *inst;
+  int n, cap;
+  int nbody_start; /* CSE never reaches back before this (epilogue stays apart) */
+  int slot_pos[MAX_SLOTS];
+  bool slot_key[MAX_SLOTS];
+  int nslots;
+  const lm_node *root;
+  const char *fail;
+} builder;
+
+static int emit(builder *b, lk_inst in) {
+  if (b->fail) return 0;
+  /* Value numbering: an identical instruction is reused. Kernels are small,
+   * so a backwards scan is cheap enough. */
+  for (int i = b->n - 1; i >= b->nbody_start; i--) {
+    const lk_inst *o = &b->inst[i];
+    if (o->op == in.op && o->dtype == in.dtype && o->a == in.a && o->b == in.b && o->c == in.c &&
+        o->slot == in.slot && o->imm_i == in.imm_i &&
+        memcmp(&o->imm_f, &in.imm_f, sizeof in.imm_f) == 0)
+      return i;
+  }
+  if (b->n == b->cap) {
+    int ncap = b->cap ? b->cap * 2 : 64;
+    lk_inst *grown = realloc(b->inst, sizeof(lk_inst) * (size_t)ncap);
+    if (!grown) {
+      b->fail = "out of memory";
+      return 0;
+    }
+    b->inst = grown, b->cap = ncap;
+  }
+  b->inst[b->n] = in;
+  return b->n++;
+}
+
+static lk_inst inst(lk_op op, loom_dtype dt, int a, int bb, int c) {
+  return (lk_inst){.op = op, .dtype = dt, .a = a, .b = bb, .c = c, .slot = -1};
+}
+
+static int op1(builder *b, lk_op op, loom_dtype dt, int a) {
+  return emit(b, inst(op, dt, a, -1, -1));
+}
+static int op2(builder *b, lk_op op, loom_dtype dt, int a, int c) {
+  return emit(b, inst(op, dt, a, c, -1));
+}
+
+static int cnst(builder *b, loom_dtype dt, double v) {
+  lk_inst in = inst(LK_CONST, dt, -1, -1, -1);
+  if (loom_dtype_is_float(dt))
+    in.imm_f = v;
+  else if (dt == LOOM_BOOL)
+    in.imm_i = v != 0;
+  else
+    in.imm_i = (int64_t)v;
+  return emit(b, in);
+}
+
+static int iconst(builder *b, int64_t v) {
+  lk_inst in = inst(LK_CONST, LOOM_I64, -1, -1, -1);
+  in.imm_i = v;
+  return emit(b, in);
+}
+
+static int dim(builder *b, int d) {
+  lk_inst in = inst(LK_DIM, LOOM_I64, -1, -1, -1);
+  in.imm_i = d;
+  return emit(b, in);
+}
+
+static int slot_for(builder *b, const lm_node *n, bool key) {
+  for (int s = 1; s < b->nslots; s++)
+    if (b->slot_pos[s] == n->pos && b->slot_key[s] == key) return s;
+  if (b->nslots == MAX_SLOTS) {
+    b->fail = "too many inputs for one kernel";
+    return 0;
+  }
+  b->slot_pos[b->nslots] = n->pos;
+  b->slot_key[b->nslots] = key;
+  return b->nslots++;
+}
+
+/* Row-major linear index of idx in shape s (size-1 dims contribute nothing). */
+static int linear(builder *b, const loom_shape *s, const int *idx) {
+  int64_t strides[LOOM_MAX_DIMS];
+  lm_shape_strides(s, strides);
+  int acc = -1;
+  for (int d = 0; d < s->ndim; d++) {
+    if (s->dim[d] == 1) continue;
+    int term = strides[d] == 1 ? idx[d] : op2(b, LK_MUL, LOOM_I64, idx[d], iconst(b, strides[d]));
+    acc = acc < 0 ? term : op2(b, LK_ADD, LOOM_I64, acc, term);
+  }
+  return acc < 0 ? iconst(b, 0) : acc;
+}
+
+static int value(builder *b, const lm_node *n, const int *idx);
+
+static int load(builder *b, const lm_node *n, const int *idx) {
+  lk_inst in = inst(LK_LOAD, n->dtype, linear(b, &n->shape, idx), -1, -1);
+  in.slot = slot_for(b, n, false);
+  return emit(b, in);
+}
+
+/* ------------------------------------------------------------ views */
+
+/* Reshape: match groups of non-1 dims whose products agree; within a group
+ * map one to one, or linearize and unravel. */
+static void reshape_index(builder *b, const loom_shape *to, const loom_shape *from, const int *idx,
+                          int *out) {
+  int t[LOOM_MAX_DIMS], s[LOOM_MAX_DIMS], nt = 0, ns = 0;
+  for (int d = 0; d < to->ndim; d++)
+    if (to->dim[d] != 1) t[nt++] = d;
+  for (int d = 0; d < from->ndim; d++) {
+    out[d] = iconst(b, 0);
+    if (from->dim[d] != 1) s[ns++] = d;
+  }
+  int i = 0, j = 0;
+  while (i < nt && j < ns) {
+    int i0 = i, j0 = j;
+    int64_t pt = to->dim[t[i++]], ps = from->dim[s[j++]];
+    while (pt != ps) {
+      if (pt < ps && i < nt)
+        pt *= to->dim[t[i++]];
+      else if (j < ns)
+        ps *= from->dim[s[j++]];
+      else
+        break;
+    }
+    if (i - i0 == 1 && j - j0 == 1) {
+      out[s[j0]] = idx[t[i0]];
+      continue;
+    }
+    int lin = -1;
+    for (int k = i0; k < i; k++) {
+      int d = t[k];
+      lin = lin < 0 ? idx[d]
+                    : op2(b, LK_ADD, LOOM_I64, op2(b, LK_MUL, LOOM_I64, lin, iconst(b, to->dim[d])),
+                          idx[d]);
+    }
+    int64_t stride = 1;
+    for (int k = j - 1; k >= j0; k--) {
+      int d = s[k];
+      int q = stride == 1 ? lin : op2(b, LK_IDIV, LOOM_I64, lin, iconst(b, stride));
+      out[d] = k == j0 ? q : op2(b, LK_IMOD, LOOM_I64, q, iconst(b, from->dim[d]));
+      stride *= from->dim[d];
+    }
+  }
+}
+
+static int pad_value(builder *b, const lm_node *n, const int *idx) {
+  const lm_node *src = n->src[0];
+  int sidx[LOOM_MAX_DIMS], valid = -1;
+  for (int d = 0; d < n->shape.ndim; d++) {
+    int64_t lo = n->arg.pad.lo[d];
+    if (lo == 0 && n->shape.dim[d] == src->shape.dim[d]) {
+      sidx[d] = idx[d];
+      continue;
+    }
+    int s = lo ? op2(b, LK_SUB, LOOM_I64, idx[d], iconst(b, lo)) : idx[d];
+    int ge0 = op1(b, LK_NOT, LOOM_BOOL, op2(b, LK_CMPLT, LOOM_BOOL, s, iconst(b, 0)));
+    int lt = op2(b, LK_CMPLT, LOOM_BOOL, s, iconst(b, src->shape.dim[d]));
+    int ok = op2(b, LK_AND, LOOM_BOOL, ge0, lt);
+    valid = valid < 0 ? ok : op2(b, LK_AND, LOOM_BOOL, valid, ok);
+    sidx[d] = emit(b, inst(LK_WHERE, LOOM_I64, ok, s, iconst(b, 0)));
+  }
+  int v = value(b, src, sidx);
+  if (valid < 0) return v;
+  return emit(b, inst(LK_WHERE, n->dtype, valid, v, cnst(b, n->dtype, n->arg.pad.value)));
+}
+
+static int cat_value(builder *b, const lm_node *n, const int *idx) {
+  int ax = n->arg.axis, sidx[LOOM_MAX_DIMS];
+  int64_t offsets[64 + 1];
+  int k = n->nsrc;
+  int result = -1;
+  int64_t off = 0;
+  for (int i = 0; i < k && i < 64; i++) offsets[i] = off, off += n->src[i]->shape.dim[ax];
+  for (int i = k - 1; i >= 0; i--) {
+    const lm_node *s = n->src[i];
+    memcpy(sidx, idx, sizeof(int) * (size_t)n->shape.ndim);
+    int local = offsets[i] ? op2(b, LK_SUB, LOOM_I64, idx[ax], iconst(b, offsets[i])) : idx[ax];
+    int clamped = op2(b, LK_MIN, LOOM_I64, op2(b, LK_MAX, LOOM_I64, local, iconst(b, 0)),
+                      iconst(b, s->shape.dim[ax] - 1));
+    sidx[ax] = clamped;
+    int v = value(b, s, sidx);
+    if (result < 0) {
+      result = v;
+      continue;
+    }
+    int in_this = op2(b, LK_CMPLT, LOOM_BOOL, idx[ax], iconst(b, offsets[i + 1]));
+    result = emit(b, inst(LK_WHERE, n->dtype, in_this, v, result));
+  }
+  return result;
+}
+
+static int view_value(builder *b, const lm_node *n, const int *idx) {
+  const lm_node *src = n->src[0];
+  int sidx[LOOM_MAX_DIMS];
+  switch (n->op) {
+  case LM_RESHAPE: reshape_index(b, &n->shape, &src->shape, idx, sidx); break;
+  case LM_PERMUTE:
+    for (int d = 0; d < n->shape.ndim; d++) sidx[n->arg.perm[d]] = idx[d];
+    break;
+  case LM_EXPAND:
+    for (int d = 0; d < n->shape.ndim; d++)
+      sidx[d] = src->shape.dim[d] == n->shape.dim[d] ? idx[d] : iconst(b, 0);
+    break;
+  case LM_SLICE:
+    for (int d = 0; d < n->shape.ndim; d++) {
+      int64_t start = n->arg.slice.start[d], step = n->arg.slice.step[d];
+      int v = step == 1 ? idx[d] : op2(b, LK_MUL, LOOM_I64, idx[d], iconst(b, step));
+      sidx[d] = start ? op2(b, LK_ADD, LOOM_I64, v, iconst(b, start)) : v;
+    }
+    break;
+  case LM_PAD: return pad_value(b, n, idx);
+  case LM_CAT: return cat_value(b, n, idx);
+  default: b->fail = "not a view"; return 0;
+  }
+  return value(b, src, sidx);
+}
+
+/* ------------------------------------------------------------ leaves */
+
+static int rand_value(builder *b, const lm_node *n, const int *idx) {
+  int ctr = linear(b, &n->shape, idx);
+  int key = slot_for(b, n, true);
+  loom_dtype ut = n->arg.rand.kind == LM_RAND_BERNOULLI ? LOOM_F32 : n->dtype;
+  lk_inst u = inst(LK_RAND, ut, ctr, -1, -1);
+  u.slot = key;
+  int u1 = emit(b, u);
+  if (n->arg.rand.kind == LM_RAND_UNIFORM) return u1;
+  if (n->arg.rand.kind == LM_RAND_BERNOULLI) {
+    int wide = op1(b, LK_CAST, LOOM_F64, u1);
+    return op2(b, LK_CMPLT, LOOM_BOOL, wide, cnst(b, LOOM_F64, n->arg.rand.p));
+  }
+  /* Box-Muller on two streams: z = sqrt(-2 log(1 - u1)) cos(2 pi u2) */
+  loom_dtype dt = n->dtype;
+  u.imm_i = 1;
+  int u2 = emit(b, u);
+  int one_minus = op2(b, LK_SUB, dt, cnst(b, dt, 1.0), u1);
+  int radius =
+      op1(b, LK_SQRT, dt, op2(b, LK_MUL, dt, cnst(b, dt, -2.0), op1(b, LK_LOG, dt, one_minus)));
+  int angle = op2(b, LK_MUL, dt, cnst(b, dt, 2.0 * M_PI), u2);
+  return op2(b, LK_MUL, dt, radius, op1(b, LK_COS, dt, angle));
+}
+
+static int iota_value(builder *b, const lm_node *n, const int *idx) {
+  int i = op1(b, LK_CAST, LOOM_F64, linear(b, &n->shape, idx));
+  int v = op2(b, LK_ADD, LOOM_F64, op2(b, LK_MUL, LOOM_F64, i, cnst(b, LOOM_F64, n->arg.iota.step)),
+              cnst(b, LOOM_F64, n->arg.iota.start));
+  return n->dtype == LOOM_F64 ? v : op1(b, LK_CAST, n->dtype, v);
+}
+
+/* ------------------------------------------------------------ elementwise */
+
+static int unary_value(builder *b, const lm_node *n, int x) {
+  loom_dtype dt = n->dtype;
+  switch (n->op) {
+  case LM_NEG: return op1(b, LK_NEG, dt, x);
+  case LM_ABS: return dt == LOOM_BOOL ? x : op1(b, LK_ABS, dt, x);
+  case LM_EXP: return op1(b, LK_EXP, dt, x);
+  case LM_LOG: return op1(b, LK_LOG, dt, x);
+  case LM_SQRT: return op1(b, LK_SQRT, dt, x);
+  case LM_SIN: return op1(b, LK_SIN, dt, x);
+  case LM_COS: return op1(b, LK_COS, dt, x);
+  case LM_TANH: return op1(b, LK_TANH, dt, x);
+  case LM_RSQRT: return op2(b, LK_DIV, dt, cnst(b, dt, 1), op1(b, LK_SQRT, dt, x));
+  case LM_RECIPROCAL: return op2(b, LK_DIV, dt, cnst(b, dt, 1), x);
+  case LM_SQUARE: return op2(b, LK_MUL, dt, x, x);
+  case LM_RELU: return dt == LOOM_BOOL ? x : op2(b, LK_MAX, dt, x, cnst(b, dt, 0));
+  case LM_NOT: return op1(b, LK_NOT, LOOM_BOOL, x);
+  case LM_CAST: return op1(b, LK_CAST, dt, x);
+  case LM_SIGMOID:
+  case LM_SILU: {
+    int e = op1(b, LK_EXP, dt, op1(b, LK_NEG, dt, x));
+    int den = op2(b, LK_ADD, dt, cnst(b, dt, 1), e);
+    return op2(b, LK_DIV, dt, n->op == LM_SILU ? x : cnst(b, dt, 1), den);
+  }
+  case LM_GELU: {
+    int erf = op1(b, LK_ERF, dt, op2(b, LK_MUL, dt, x, cnst(b, dt, M_SQRT1_2)));
+    int half_x = op2(b, LK_MUL, dt, x, cnst(b, dt, 0.5));
+    return op2(b, LK_MUL, dt, half_x, op2(b, LK_ADD, dt, cnst(b, dt, 1), erf));
+  }
+  default: b->fail = "unknown unary op"; return 0;
+  }
+}
+
+static int binary_value(builder *b, const lm_node *n, int x, int y) {
+  static const lk_op map[LM_NUM_OPS] = {
+      [LM_ADD] = LK_ADD,  [LM_SUB] = LK_SUB,  [LM_MUL] = LK_MUL,  [LM_DIV] = LK_DIV,
+      [LM_POW] = LK_POW,  [LM_MAX] = LK_MAX,  [LM_MIN] = LK_MIN,  [LM_LT] = LK_CMPLT,
+      [LM_LE] = LK_CMPLE, [LM_EQ] = LK_CMPEQ, [LM_NE] = LK_CMPNE, [LM_AND] = LK_AND,
+      [LM_OR] = LK_OR,
+  };
+  return op2(b, map[n->op], n->dtype, x, y);
+}
+
+/* The value of node n at multi-index idx (instruction ids of I64 indices in
+ * n's shape). */
+static int value(builder *b, const lm_node *n, const int *idx) {
+  if (b->fail) return 0;
+  if (n != b->root && (n->op == LM_BUFFER || n->materialize)) return load(b, n, idx);
+  if (lm_op_is_view(n->op)) return view_value(b, n, idx);
+  switch (n->op) {
+  case LM_CONST: return cnst(b, n->dtype, n->arg.f);
+  case LM_IOTA: return iota_value(b, n, idx);
+  case LM_RAND: return rand_value(b, n, idx);
+  case LM_WHERE: {
+    int c = value(b, n->src[0], idx), x = value(b, n->src[1], idx), y = value(b, n->src[2], idx);
+    return emit(b, inst(LK_WHERE, n->dtype, c, x, y));
+  }
+  default: break;
+  }
+  if (lm_op_is_elementwise(n->op) && n->nsrc == 1)
+    return unary_value(b, n, value(b, n->src[0], idx));
+  if (lm_op_is_elementwise(n->op) && n->nsrc == 2) {
+    int x = value(b, n->src[0], idx);
+    return binary_value(b, n, x, value(b, n->src[1], idx));
+  }
+  b->fail = "a reduction or matmul was not materialized";
+  return 0;
+}
+
+/* ------------------------------------------------------------ roots */
+
+static void lower_elementwise(builder *b, const lm_node *root, lk_kernel *k) {
+  int idx[LOOM_MAX_DIMS];
+  k->ndim = root->shape.ndim ? root->shape.ndim : 1;
+  k->dom[0] = 1;
+  for (int d = 0; d < root->shape.ndim; d++) {
+    k->dom[d] = root->shape.dim[d];
+    idx[d] = dim(b, d);
+  }
+  k->nouter = k->ndim;
+  k->reduce = LK_RED_NONE;
+  k->acc_dtype = k->out_dtype = root->dtype;
+  k->value = k->result = value(b, root, idx);
+  k->nbody = b->n;
+}
+
+static void lower_reduce(builder *b, const lm_node *root, lk_kernel *k) {
+  static const lk_reduce map[LM_NUM_OPS] = {[LM_RSUM] = LK_RED_SUM,
+                                            [LM_RMAX] = LK_RED_MAX,
+                                            [LM_RMIN] = LK_RED_MIN,
+                                            [LM_ARGMAX] = LK_RED_ARGMAX,
+                                            [LM_ARGMIN] = LK_RED_ARGMIN};
+  const lm_node *src = root->src[0];
+  int idx[LOOM_MAX_DIMS], nd = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int d = 0; d < src->shape.ndim; d++) {
+      bool reduced = root->arg.axes & (1u << d);
+      if (reduced != (pass == 1)) continue;
+      k->dom[nd] = src->shape.dim[d];
+      idx[d] = dim(b, nd);
+      if (pass == 0) k->nouter = nd + 1;
+      nd++;
+    }
+  k->ndim = nd;
+  k->reduce = map[root->op];
+  k->out_dtype = root->dtype;
+  k->acc_dtype = root->dtype;
+  k->value = value(b, src, idx);
+  k->nbody = b->n;
+  b->nbody_start = b->n;
+  k->result = emit(b, inst(LK_ACC, k->acc_dtype, -1, -1, -1));
+}
+
+loom_status lm_lower(const lm_graph *g, lm_node *root, lm_step *step, char *err, size_t errlen) {
+  (void)g;
+  builder b = {.root = root, .nslots = 1};
+  b.slot_pos[0] = root->pos;
+  lk_kernel *k = &step->kernel;
+  memset(k, 0, sizeof *k);
+  k->nouter = 0;
+  if (lm_op_is_reduce(root->op))
+    lower_reduce(&b, root, k);
+  else
+    lower_elementwise(&b, root, k);
+  step->arg_pos = malloc(sizeof(int) * (size_t)b.nslots);
+  step->arg_key = malloc(sizeof(bool) * (size_t)b.nslots);
+  if (!step->arg_pos || !step->arg_key) b.fail = "out of memory";
+  if (b.fail) {
+    free(b.inst);
+    snprintf(err, errlen, "lowering %s: %s", lm_op_name(root->op), b.fail);
+    return strcmp(b.fail, "out of memory") == 0 ? LOOM_ERR_OOM : LOOM_ERR_INTERNAL;
+  }
+  memcpy(step->arg_pos, b.slot_pos, sizeof(int) * (size_t)b.nslots);
+  memcpy(step->arg_key, b.slot_key, sizeof(bool) * (size_t)b.nslots);
+  k->inst = b.inst;
+  k->ninst = b.n;
+  k->nslots = b.nslots;
+  if (k->reduce == LK_RED_NONE) k->nbody = k->ninst;
+  step->kind = LM_STEP_KERNEL;
+  step->out = root->pos;
+  step->outer = lm_shape_numel(&root->shape);
+  return LOOM_OK;
+}

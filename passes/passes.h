@@ -1,0 +1,59 @@
+/*
+ * passes/: from a canonical graph to a program: which nodes get memory
+ * (fusion), each fused group lowered to a kernel description (ir/kernel.h),
+ * and library calls (GEMM) with their operand layouts.
+ */
+#ifndef LOOM_PASSES_H
+#define LOOM_PASSES_H
+
+#include "ir/ir.h"
+#include "ir/kernel.h"
+
+typedef enum lm_step_kind { LM_STEP_KERNEL, LM_STEP_GEMM } lm_step_kind;
+
+/* C[b] = A[b] @ B[b] for every batch index b, C contiguous [batch.., M, N]. */
+typedef struct lm_gemm {
+  loom_dtype dtype;
+  int nbatch;
+  int64_t batch[LOOM_MAX_DIMS];
+  int64_t a_bstride[LOOM_MAX_DIMS], b_bstride[LOOM_MAX_DIMS]; /* elements */
+  int64_t a_offset, b_offset;
+  int64_t M, N, K;
+  bool a_trans, b_trans;
+  int64_t lda, ldb;
+  int a_pos, b_pos; /* canonical positions of the operands' buffers */
+} lm_gemm;
+
+typedef struct lm_step {
+  lm_step_kind kind;
+  int out;       /* canonical position of the node this step computes */
+  int64_t outer; /* output elements */
+  /* LM_STEP_KERNEL */
+  lk_kernel kernel;
+  lk_fn fn;      /* filled in by the runtime */
+  int *arg_pos;  /* per slot: the canonical position it binds to (slot 0: out) */
+  bool *arg_key; /* per slot: true when it binds the key of an LM_RAND node */
+  /* LM_STEP_GEMM */
+  lm_gemm gemm;
+} lm_step;
+
+typedef struct lm_program {
+  int nnodes; /* size of the canonical graph it was planned for */
+  int nsteps;
+  lm_step *steps;
+  bool *computed; /* per position: a step computes it */
+} lm_program;
+
+/* Plans the graph: marks what is materialized (node->materialize), lowers
+ * every step. Kernels are left for the runtime to compile. Without `fuse`
+ * every op that computes gets its own kernel (views and constants stay inline). */
+loom_status lm_plan(const lm_graph *g, bool fuse, lm_program **out, char *err, size_t errlen);
+void lm_program_free(lm_program *p);
+
+/* Lowers one materialized node into a kernel (used by lm_plan). */
+loom_status lm_lower(const lm_graph *g, lm_node *root, lm_step *step, char *err, size_t errlen);
+/* A GEMM operand's layout when it can be read in place: its buffer's node
+ * (*base) and BLAS parameters. */
+bool lm_gemm_operand(const lm_node *operand, const lm_node **base, lm_view *view);
+
+#endif

@@ -1,0 +1,120 @@
+/* Errors: error tensors, the thread's first error, the handler, abort-on-error. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+
+static _Thread_local loom_status first_status;
+static _Thread_local char first_message[1024];
+
+/* Set once by the user; read on every error. Both fields swap together under
+ * the lock so a handler never meets another handler's userdata. */
+static struct {
+  atomic_flag lock;
+  loom_error_handler fn;
+  void *userdata;
+} handler = {ATOMIC_FLAG_INIT, NULL, NULL};
+
+static const char *const status_names[LOOM_NUM_STATUS] = {
+    [LOOM_OK] = "LOOM_OK",
+    [LOOM_ERR_NULL] = "LOOM_ERR_NULL",
+    [LOOM_ERR_SHAPE] = "LOOM_ERR_SHAPE",
+    [LOOM_ERR_DTYPE] = "LOOM_ERR_DTYPE",
+    [LOOM_ERR_DEVICE] = "LOOM_ERR_DEVICE",
+    [LOOM_ERR_AXIS] = "LOOM_ERR_AXIS",
+    [LOOM_ERR_VALUE] = "LOOM_ERR_VALUE",
+    [LOOM_ERR_SIZE] = "LOOM_ERR_SIZE",
+    [LOOM_ERR_OOM] = "LOOM_ERR_OOM",
+    [LOOM_ERR_COMPILE] = "LOOM_ERR_COMPILE",
+    [LOOM_ERR_IO] = "LOOM_ERR_IO",
+    [LOOM_ERR_CORRUPT] = "LOOM_ERR_CORRUPT",
+    [LOOM_ERR_BUFFER] = "LOOM_ERR_BUFFER",
+    [LOOM_ERR_SCOPE] = "LOOM_ERR_SCOPE",
+    [LOOM_ERR_INTERNAL] = "LOOM_ERR_INTERNAL",
+};
+
+const char *loom_status_name(loom_status s) {
+  return s >= 0 && s < LOOM_NUM_STATUS ? status_names[s] : "LOOM_ERR_UNKNOWN";
+}
+
+void loom_set_error_handler(loom_error_handler fn, void *userdata) {
+  while (atomic_flag_test_and_set(&handler.lock)) {
+  }
+  handler.fn = fn;
+  handler.userdata = userdata;
+  atomic_flag_clear(&handler.lock);
+}
+
+const char *loom_last_error(void) { return first_status ? first_message : NULL; }
+loom_status loom_last_status(void) { return first_status; }
+
+void loom_clear_error(void) {
+  first_status = LOOM_OK;
+  first_message[0] = 0;
+}
+
+static void report(loom_status status, const char *message) {
+  if (first_status == LOOM_OK) {
+    first_status = status;
+    snprintf(first_message, sizeof first_message, "%s", message);
+  }
+  while (atomic_flag_test_and_set(&handler.lock)) {
+  }
+  loom_error_handler fn = handler.fn;
+  void *userdata = handler.userdata;
+  atomic_flag_clear(&handler.lock);
+  if (fn) fn(status, message, userdata);
+  if (lm_env_flag("LOOM_ABORT_ON_ERROR")) {
+    fprintf(stderr, "loom: %s: %s (LOOM_ABORT_ON_ERROR is set)\n", loom_status_name(status),
+            message);
+    abort();
+  }
+}
+
+loom_status lm_failv(loom_status status, const char *fmt, va_list ap) {
+  char message[1024];
+  vsnprintf(message, sizeof message, fmt, ap);
+  report(status, message);
+  return status;
+}
+
+loom_status lm_fail(loom_status status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  lm_failv(status, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+/* Used when even the error tensor cannot be allocated: never freed, never
+ * counted (loom_free ignores it). */
+static loom_tensor oom_tensor = {
+    .refs = 1, .status = LOOM_ERR_OOM, .message = "out of memory creating an error tensor"};
+
+loom_tensor *lm_error(loom_status status, const char *fmt, ...) {
+  char message[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+  report(status, message);
+  loom_tensor *t = calloc(1, sizeof *t);
+  if (t) t->message = strdup(message);
+  if (!t || !t->message) {
+    free(t);
+    return &oom_tensor;
+  }
+  t->refs = 1;
+  t->status = status;
+  lm_scope_track(t);
+  return t;
+}
+
+bool lm_is_static_error(const loom_tensor *t) { return t == &oom_tensor; }
+
+bool lm_env_flag(const char *name) {
+  const char *v = getenv(name);
+  return v && *v && strcmp(v, "0") != 0;
+}

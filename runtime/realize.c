@@ -1,0 +1,177 @@
+/* Realization: the unrealized graph behind some targets -> canonical form ->
+ * program (from the graph cache, or planned and compiled) -> run -> the
+ * computed nodes become buffers. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/passes.h"
+#include "runtime/cache.h"
+#include "runtime/compile.h"
+#include "runtime/gemm.h"
+#include "runtime/runtime.h"
+
+/* A program shared by the cache and the realizations running it. */
+typedef struct shared_program {
+  _Atomic int refs;
+  lm_program *program;
+} shared_program;
+
+static void program_acquire(void *v) { atomic_fetch_add(&((shared_program *)v)->refs, 1); }
+
+static void program_release(void *v) {
+  shared_program *sp = v;
+  if (atomic_fetch_sub(&sp->refs, 1) == 1) {
+    lm_program_free(sp->program);
+    free(sp);
+  }
+}
+
+#define PROGRAM_CACHE_CAPACITY 4096
+static lm_cache programs = LM_CACHE_INIT(PROGRAM_CACHE_CAPACITY, program_release);
+
+/* The plan depends on the graph and on whether fusion is on. */
+static lm_hash128 program_key(const lm_graph *g, bool fuse) {
+  lm_hash128 k = g->hash;
+  if (!fuse) k.hi ^= 0x9e3779b97f4a7c15ull;
+  return k;
+}
+
+static loom_status compile_program(const lm_graph *g, bool fuse, shared_program **out) {
+  char err[1024];
+  lm_program *p;
+  loom_status st = lm_plan(g, fuse, &p, err, sizeof err);
+  if (st != LOOM_OK) return lm_fail(st, "loom_realize: %s", err);
+  for (int i = 0; i < p->nsteps; i++) {
+    lm_step *s = &p->steps[i];
+    if (s->kind != LM_STEP_KERNEL) continue;
+    if (lm_env_flag("LOOM_DEBUG")) lk_kernel_print(&s->kernel, stderr);
+    if ((st = lm_kernel_function(&s->kernel, &s->fn)) != LOOM_OK) {
+      lm_program_free(p);
+      return st;
+    }
+  }
+  shared_program *sp = malloc(sizeof *sp);
+  if (!sp) {
+    lm_program_free(p);
+    return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
+  }
+  atomic_init(&sp->refs, 1); /* the caller's */
+  sp->program = p;
+  lm_stat_add(LM_STAT_GRAPHS_COMPILED, 1);
+  /* The cache takes its own reference (or hands back an equal program that
+   * another thread stored first; either runs the same). */
+  shared_program *stored = lm_cache_put(&programs, program_key(g, fuse), sp, program_acquire);
+  if (stored && stored != sp) {
+    program_release(sp);
+    sp = stored; /* acquired for us by lm_cache_put */
+  }
+  *out = sp;
+  return LOOM_OK;
+}
+
+static loom_status find_program(const lm_graph *g, shared_program **out) {
+  bool fuse = loom_fusion_enabled();
+  shared_program *sp = lm_cache_get(&programs, program_key(g, fuse), program_acquire);
+  if (sp && sp->program->nnodes == g->n) {
+    lm_stat_add(LM_STAT_GRAPH_CACHE_HITS, 1);
+    *out = sp;
+    return LOOM_OK;
+  }
+  if (sp) program_release(sp);
+  return compile_program(g, fuse, out);
+}
+
+static void *data_of(const lm_graph *g, void **bufs, int pos) {
+  lm_node *n = g->nodes[pos];
+  return n->op == LM_BUFFER ? n->data : bufs[pos];
+}
+
+static loom_status run(const lm_graph *g, const lm_program *p, void **bufs, size_t *sizes) {
+  for (int i = 0; i < p->nsteps; i++) {
+    const lm_step *s = &p->steps[i];
+    lm_node *out = g->nodes[s->out];
+    size_t bytes = (size_t)s->outer * loom_dtype_size(out->dtype);
+    bufs[s->out] = lm_buffer_alloc(bytes);
+    sizes[s->out] = bytes;
+    if (!bufs[s->out])
+      return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory for a %zu-byte %s result", bytes,
+                     lm_op_name(out->op));
+    if (s->kind == LM_STEP_GEMM) {
+      lm_run_gemm(&s->gemm, data_of(g, bufs, s->gemm.a_pos), data_of(g, bufs, s->gemm.b_pos),
+                  bufs[s->out]);
+      continue;
+    }
+    if (s->outer == 0) continue;
+    void *args_small[16];
+    void **args =
+        s->kernel.nslots <= 16 ? args_small : malloc(sizeof(void *) * (size_t)s->kernel.nslots);
+    if (!args) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
+    args[0] = bufs[s->out];
+    for (int a = 1; a < s->kernel.nslots; a++) {
+      lm_node *n = g->nodes[s->arg_pos[a]];
+      args[a] = s->arg_key[a] ? (void *)n->arg.rand.key.k : data_of(g, bufs, s->arg_pos[a]);
+    }
+    s->fn(args, 0, s->outer);
+    lm_stat_add(LM_STAT_KERNELS_LAUNCHED, 1);
+    if (args != args_small) free(args);
+  }
+  return LOOM_OK;
+}
+
+/* Hands every computed buffer to its node. Nodes are retained first: turning
+ * one into a leaf releases its sources, which may be other computed nodes. */
+static void publish(const lm_graph *g, const lm_program *p, void **bufs, size_t *sizes) {
+  for (int i = 0; i < p->nsteps; i++) lm_node_retain(g->nodes[p->steps[i].out]);
+  for (int i = 0; i < p->nsteps; i++) {
+    int pos = p->steps[i].out;
+    lm_node_set_buffer(g->nodes[pos], bufs[pos], sizes[pos]);
+    bufs[pos] = NULL;
+  }
+  for (int i = 0; i < p->nsteps; i++) lm_node_release(g->nodes[p->steps[i].out]);
+}
+
+loom_status lm_realize_nodes(lm_node *const *nodes, int n) {
+  lm_node **todo = malloc(sizeof(lm_node *) * (size_t)(n > 0 ? n : 1));
+  if (!todo) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
+  int count = 0;
+  for (int i = 0; i < n; i++) {
+    if (nodes[i]->op == LM_BUFFER) continue;
+    bool dup = false;
+    for (int j = 0; j < count; j++) dup |= todo[j] == nodes[i];
+    if (!dup) todo[count++] = nodes[i];
+  }
+  if (count == 0) {
+    free(todo);
+    return LOOM_OK;
+  }
+  lm_graph g;
+  loom_status st = lm_graph_build(&g, todo, count);
+  free(todo);
+  shared_program *sp = NULL;
+  if (st != LOOM_OK)
+    st = lm_fail(st, "loom_realize: out of memory collecting the graph");
+  else
+    st = find_program(&g, &sp);
+  void **bufs = NULL;
+  size_t *sizes = NULL;
+  if (st == LOOM_OK) {
+    bufs = calloc((size_t)g.n, sizeof *bufs);
+    sizes = calloc((size_t)g.n, sizeof *sizes);
+    if (!bufs || !sizes) st = lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
+  }
+  if (st == LOOM_OK) st = run(&g, sp->program, bufs, sizes);
+  if (st == LOOM_OK) {
+    publish(&g, sp->program, bufs, sizes);
+    lm_stat_add(LM_STAT_REALIZATIONS, 1);
+  }
+  for (int i = 0; bufs && i < g.n; i++) lm_buffer_free(bufs[i], sizes[i]);
+  free(bufs);
+  free(sizes);
+  if (sp) program_release(sp);
+  lm_graph_free(&g);
+  return st;
+}
+
+void lm_program_cache_clear(void) { lm_cache_clear(&programs); }

@@ -1,0 +1,77 @@
+/*
+ * runtime/: what runs and owns things: tensor handles and their lifetimes
+ * (scopes), errors, stats, buffers, and realization (graph -> program -> run).
+ */
+#ifndef LOOM_RUNTIME_H
+#define LOOM_RUNTIME_H
+
+#include <stdarg.h>
+
+#include "ir/ir.h"
+#include "loom.h"
+
+/* A handle: one user-visible reference-counted tensor over an IR node, or an
+ * error tensor (node NULL, status and message set). */
+struct loom_tensor {
+  int refs;
+  lm_node *node;
+  loom_status status;
+  char *message;
+};
+
+/* ------------------------------------------------------------ handles */
+/* A new handle owning one reference of `node` (consumed), registered with the
+ * current scope. A NULL node means allocation failed: an OOM error tensor. */
+loom_tensor *lm_tensor_wrap(lm_node *node);
+/* A new reference to an existing handle, registered with the current scope. */
+loom_tensor *lm_tensor_ref(const loom_tensor *t);
+/* Drops one reference without touching scope registrations. */
+void lm_tensor_release(loom_tensor *t);
+/* The preallocated tensor returned when not even an error tensor fits in memory. */
+bool lm_is_static_error(const loom_tensor *t);
+
+/* ------------------------------------------------------------ errors */
+/* Records an error (thread's first error, handler, LOOM_ABORT_ON_ERROR) and
+ * returns a new error tensor carrying it. */
+loom_tensor *lm_error(loom_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* The same for functions returning a status. */
+loom_status lm_fail(loom_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+loom_status lm_failv(loom_status status, const char *fmt, va_list ap);
+
+/* ------------------------------------------------------------ scopes */
+void lm_scope_track(loom_tensor *t);
+/* Removes one registration of t from the innermost scope holding it; returns
+ * false when no scope holds it. */
+bool lm_scope_untrack(loom_tensor *t);
+
+/* ------------------------------------------------------------ stats */
+typedef enum lm_stat {
+  LM_STAT_GRAPHS_COMPILED,
+  LM_STAT_GRAPH_CACHE_HITS,
+  LM_STAT_KERNELS_COMPILED,
+  LM_STAT_KERNEL_CACHE_HITS,
+  LM_STAT_DISK_CACHE_HITS,
+  LM_STAT_KERNELS_LAUNCHED,
+  LM_STAT_GEMM_CALLS,
+  LM_STAT_COMPILE_NS,
+  LM_STAT_REALIZATIONS,
+  LM_STAT_NODES_RECORDED,
+  LM_NUM_STATS
+} lm_stat;
+void lm_stat_add(lm_stat which, uint64_t amount);
+void lm_stat_bytes(int64_t delta); /* bytes_live += delta, bytes_peak tracks it */
+uint64_t lm_now_ns(void);
+
+/* ------------------------------------------------------------ realization */
+/* Computes the given nodes (and everything unrealized they depend on) in one
+ * program. Nodes already computed are skipped. */
+loom_status lm_realize_nodes(lm_node *const *nodes, int n);
+
+/* ------------------------------------------------------------ options */
+#define LM_MAX_THREADS 256
+
+/* ------------------------------------------------------------ environment */
+bool lm_env_flag(const char *name); /* set to something other than "" or "0" */
+
+#endif

@@ -1,0 +1,48 @@
+/* Counters for loom_get_stats: relaxed atomics, cheap on every path. */
+#include <stdatomic.h>
+#include <time.h>
+
+#include "runtime/runtime.h"
+
+static _Atomic uint64_t counters[LM_NUM_STATS];
+static _Atomic int64_t bytes_live, bytes_peak;
+
+void lm_stat_add(lm_stat which, uint64_t amount) {
+  atomic_fetch_add_explicit(&counters[which], amount, memory_order_relaxed);
+}
+
+void lm_stat_bytes(int64_t delta) {
+  int64_t now = atomic_fetch_add_explicit(&bytes_live, delta, memory_order_relaxed) + delta;
+  int64_t peak = atomic_load_explicit(&bytes_peak, memory_order_relaxed);
+  while (now > peak && !atomic_compare_exchange_weak_explicit(
+                           &bytes_peak, &peak, now, memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
+uint64_t lm_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+loom_stats loom_get_stats(void) {
+  loom_stats s;
+  s.graphs_compiled = atomic_load(&counters[LM_STAT_GRAPHS_COMPILED]);
+  s.graph_cache_hits = atomic_load(&counters[LM_STAT_GRAPH_CACHE_HITS]);
+  s.kernels_compiled = atomic_load(&counters[LM_STAT_KERNELS_COMPILED]);
+  s.kernel_cache_hits = atomic_load(&counters[LM_STAT_KERNEL_CACHE_HITS]);
+  s.disk_cache_hits = atomic_load(&counters[LM_STAT_DISK_CACHE_HITS]);
+  s.kernels_launched = atomic_load(&counters[LM_STAT_KERNELS_LAUNCHED]);
+  s.gemm_calls = atomic_load(&counters[LM_STAT_GEMM_CALLS]);
+  s.compile_ns = atomic_load(&counters[LM_STAT_COMPILE_NS]);
+  s.realizations = atomic_load(&counters[LM_STAT_REALIZATIONS]);
+  s.nodes_recorded = atomic_load(&counters[LM_STAT_NODES_RECORDED]);
+  s.bytes_live = (uint64_t)atomic_load(&bytes_live);
+  s.bytes_peak = (uint64_t)atomic_load(&bytes_peak);
+  return s;
+}
+
+void loom_reset_stats(void) {
+  for (int i = 0; i < LM_NUM_STATS; i++) atomic_store(&counters[i], 0);
+  atomic_store(&bytes_peak, atomic_load(&bytes_live));
+}

@@ -1,0 +1,76 @@
+/* Tensor handles: creation, reference counting, and the questions a user asks
+ * of a tensor without computing it. */
+#include <stdlib.h>
+
+#include "runtime/runtime.h"
+
+loom_tensor *lm_tensor_wrap(lm_node *node) {
+  if (!node) return lm_error(LOOM_ERR_OOM, "out of memory recording a node");
+  loom_tensor *t = calloc(1, sizeof *t);
+  if (!t) {
+    lm_node_release(node);
+    return lm_error(LOOM_ERR_OOM, "out of memory creating a tensor handle");
+  }
+  t->refs = 1;
+  t->node = node;
+  lm_stat_add(LM_STAT_NODES_RECORDED, 1);
+  lm_scope_track(t);
+  return t;
+}
+
+loom_tensor *lm_tensor_ref(const loom_tensor *t) {
+  loom_tensor *m = (loom_tensor *)t;
+  if (lm_is_static_error(m)) return m;
+  m->refs++;
+  lm_scope_track(m);
+  return m;
+}
+
+void lm_tensor_release(loom_tensor *t) {
+  if (!t || lm_is_static_error(t) || --t->refs > 0) return;
+  lm_node_release(t->node);
+  free(t->message);
+  free(t);
+}
+
+loom_tensor *loom_retain(loom_tensor *t) {
+  if (!t) return lm_error(LOOM_ERR_NULL, "loom_retain: tensor is NULL");
+  return lm_tensor_ref(t);
+}
+
+void loom_free(loom_tensor *t) {
+  if (!t) return;
+  lm_scope_untrack(t);
+  lm_tensor_release(t);
+}
+
+loom_status loom_status_of(const loom_tensor *t) { return t ? t->status : LOOM_ERR_NULL; }
+
+const char *loom_error_message(const loom_tensor *t) {
+  if (!t) return "tensor is NULL";
+  return t->status ? t->message : NULL;
+}
+
+static const loom_shape empty_shape = {0, {0}};
+
+loom_shape loom_shape_of(const loom_tensor *t) {
+  return t && t->node ? t->node->shape : empty_shape;
+}
+loom_dtype loom_dtype_of(const loom_tensor *t) { return t && t->node ? t->node->dtype : LOOM_F32; }
+loom_device loom_device_of(const loom_tensor *t) {
+  return t && t->node ? t->node->device : LOOM_CPU;
+}
+int64_t loom_numel(const loom_tensor *t) {
+  return t && t->node ? lm_shape_numel(&t->node->shape) : 0;
+}
+int loom_ndim(const loom_tensor *t) { return t && t->node ? t->node->shape.ndim : 0; }
+bool loom_is_realized(const loom_tensor *t) { return t && t->node && t->node->op == LM_BUFFER; }
+
+static const size_t dtype_sizes[LOOM_NUM_DTYPES] = {4, 8, 4, 8, 1, 1};
+static const char *const dtype_names[LOOM_NUM_DTYPES] = {"f32", "f64", "i32", "i64", "u8", "bool"};
+
+size_t loom_dtype_size(loom_dtype d) { return d >= 0 && d < LOOM_NUM_DTYPES ? dtype_sizes[d] : 0; }
+const char *loom_dtype_name(loom_dtype d) {
+  return d >= 0 && d < LOOM_NUM_DTYPES ? dtype_names[d] : "?";
+}
+bool loom_dtype_is_float(loom_dtype d) { return d == LOOM_F32 || d == LOOM_F64; }

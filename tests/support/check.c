@@ -1,0 +1,41 @@
+#include "check.h"
+
+#include <stdarg.h>
+
+int check_passes = 0;
+int check_failures = 0;
+char check_ctx[256] = "";
+
+void check_set_ctx(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(check_ctx, sizeof check_ctx, fmt, ap);
+  va_end(ap);
+}
+
+void check_fail_at(const char *file, int line, const char *fmt, ...) {
+  check_failures++;
+  if (check_failures > 200) return; /* enough to read */
+  fprintf(stdout, "FAIL %s:%d: ", file, line);
+  if (check_ctx[0]) fprintf(stdout, "[%s] ", check_ctx);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stdout, fmt, ap);
+  va_end(ap);
+  fputc('\n', stdout);
+  fflush(stdout);
+}
+
+bool check_record(bool ok, const char *file, int line, const char *what) {
+  if (ok)
+    check_passes++;
+  else
+    check_fail_at(file, line, "%s", what);
+  return ok;
+}
+
+int check_report(void) {
+  printf("%d passed, %d failed\n", check_passes, check_failures);
+  fflush(stdout);
+  return check_failures ? 1 : 0;
+}

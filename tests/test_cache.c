@@ -1,0 +1,158 @@
+/* The graph and kernel caches: a repeated computation compiles nothing, a new
+ * shape does, results stay right, live bytes return to their start, and a second
+ * process starts warm from the disk cache. */
+#include <ftw.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "loom.h"
+#include "ref.h"
+
+/* z = sum(exp(x) * y + 1, axis -1) / 2 on fresh tensors; checks the value. */
+static void run_once(loom_shape s, const char *label) {
+  ref_t *x = ref_gen(s, LOOM_F32, DOM_ANY), *y = ref_gen(s, LOOM_F32, DOM_ANY);
+  loom_tensor *tx = ref_to_loom(x), *ty = ref_to_loom(y);
+  loom_tensor *e = loom_exp(tx), *m = loom_mul(e, ty), *p = loom_add_s(m, 1);
+  const int ax[] = {-1};
+  loom_tensor *sm = loom_sum(p, ax, 1, false), *z = loom_div_s(sm, 2);
+  ref_t *r1 = ref_exp(x), *r2 = ref_mul(r1, y), *r3 = ref_add_s(r2, 1),
+        *r4 = ref_sum(r3, ax, 1, false), *r5 = ref_div_s(r4, 2);
+  REF_CHECK(label, r5, z, 1e-4, 1e-4);
+  loom_tensor *ts[] = {tx, ty, e, m, p, sm, z};
+  for (int i = 0; i < 7; i++) loom_free(ts[i]);
+  ref_t *rs[] = {x, y, r1, r2, r3, r4, r5};
+  for (int i = 0; i < 7; i++) ref_free(rs[i]);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+/* The child process: run the same computation with a warm disk cache. */
+static int child_main(void) {
+  loom_reset_stats();
+  run_once(LOOM_SHAPE(8, 16), "child run");
+  loom_stats st = loom_get_stats();
+  printf("child: kernels_compiled=%llu disk_cache_hits=%llu graphs_compiled=%llu\n",
+         (unsigned long long)st.kernels_compiled, (unsigned long long)st.disk_cache_hits,
+         (unsigned long long)st.graphs_compiled);
+  CHECK_EQ_INT(st.kernels_compiled, 0);
+  CHECK(st.disk_cache_hits > 0);
+  return check_report();
+}
+
+int main(int argc, char **argv) {
+  /* A private cache directory (not yet existing), set before loom starts. */
+  char base[] = "/tmp/loom-test-cache-XXXXXX";
+  char dir[256];
+  bool is_child = argc > 2 && strcmp(argv[1], "--child") == 0;
+  if (is_child) {
+    snprintf(dir, sizeof dir, "%s", argv[2]);
+  } else {
+    if (!mkdtemp(base)) {
+      perror("mkdtemp");
+      return 1;
+    }
+    snprintf(dir, sizeof dir, "%s/cache", base);
+  }
+  setenv("LOOM_CACHE_DIR", dir, 1);
+  if (is_child) return child_main();
+
+  ref_seed(77);
+  /* bytes_live before anything */
+  uint64_t live0 = loom_get_stats().bytes_live;
+  loom_reset_stats();
+  loom_stats s0 = loom_get_stats();
+  CHECK_EQ_INT(s0.graphs_compiled, 0);
+  CHECK_EQ_INT(s0.kernels_compiled, 0);
+  CHECK_EQ_INT(s0.graph_cache_hits, 0);
+
+  run_once(LOOM_SHAPE(8, 16), "first run");
+  loom_stats s1 = loom_get_stats();
+  CHECK(s1.graphs_compiled >= 1);
+  CHECK(s1.kernels_compiled >= 1);
+  CHECK(s1.kernels_launched >= 1);
+  CHECK(s1.realizations >= 1);
+  CHECK(s1.nodes_recorded >= 5);
+  CHECK(s1.compile_ns > 0);
+  CHECK(s1.bytes_peak > 0);
+  CHECK_EQ_INT(s1.disk_cache_hits, 0);
+
+  run_once(LOOM_SHAPE(8, 16), "second run (new data)");
+  loom_stats s2 = loom_get_stats();
+  CHECK_EQ_INT(s2.graphs_compiled, s1.graphs_compiled);
+  CHECK_EQ_INT(s2.kernels_compiled, s1.kernels_compiled);
+  CHECK(s2.graph_cache_hits > s1.graph_cache_hits);
+  CHECK(s2.kernels_launched > s1.kernels_launched);
+  CHECK(s2.realizations > s1.realizations);
+  CHECK_EQ_INT(s2.compile_ns, s1.compile_ns);
+
+  run_once(LOOM_SHAPE(8, 16), "third run");
+  loom_stats s3 = loom_get_stats();
+  CHECK_EQ_INT(s3.graphs_compiled, s1.graphs_compiled);
+  CHECK_EQ_INT(s3.kernels_compiled, s1.kernels_compiled);
+  CHECK(s3.graph_cache_hits > s2.graph_cache_hits);
+
+  /* a different shape compiles a new graph */
+  run_once(LOOM_SHAPE(5, 3), "other shape");
+  loom_stats s4 = loom_get_stats();
+  CHECK(s4.graphs_compiled > s3.graphs_compiled);
+  run_once(LOOM_SHAPE(5, 3), "other shape again");
+  loom_stats s5 = loom_get_stats();
+  CHECK_EQ_INT(s5.graphs_compiled, s4.graphs_compiled);
+  CHECK_EQ_INT(s5.kernels_compiled, s4.kernels_compiled);
+
+  /* the same ops on the same data but built twice: no recompilation either */
+  for (int i = 0; i < 2; i++) {
+    loom_tensor *a = loom_arange(0, 64, 1, LOOM_F64, LOOM_CPU);
+    loom_tensor *b = loom_reshape(a, LOOM_SHAPE(8, 8));
+    loom_tensor *c = loom_transpose(b, 0, 1);
+    loom_tensor *d = loom_mul(b, c);
+    loom_tensor *e = loom_sum_all(d);
+    double v = loom_item(e);
+    double expect = 0;
+    for (int r = 0; r < 8; r++)
+      for (int q = 0; q < 8; q++) expect += (double)(r * 8 + q) * (double)(q * 8 + r);
+    CHECK(v == expect);
+    loom_tensor *ts[] = {a, b, c, d, e};
+    for (int k = 0; k < 5; k++) loom_free(ts[k]);
+    if (i == 0) s5 = loom_get_stats();
+  }
+  loom_stats s6 = loom_get_stats();
+  CHECK_EQ_INT(s6.graphs_compiled, s5.graphs_compiled);
+  CHECK_EQ_INT(s6.kernels_compiled, s5.kernels_compiled);
+  CHECK(s6.graph_cache_hits > s5.graph_cache_hits);
+
+  /* everything freed: live bytes are back where they started */
+  CHECK_EQ_INT(loom_get_stats().bytes_live, live0);
+  loom_reset_stats();
+  loom_stats s7 = loom_get_stats();
+  CHECK_EQ_INT(s7.graphs_compiled, 0);
+  CHECK_EQ_INT(s7.kernels_compiled, 0);
+  CHECK_EQ_INT(s7.bytes_peak, s7.bytes_live);
+
+  /* the disk cache: a private 0700 directory, and a second process starts warm */
+  struct stat st;
+  if (stat(dir, &st) == 0) {
+    CHECK(S_ISDIR(st.st_mode));
+    CHECK_EQ_INT(st.st_mode & 0777, 0700);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl("/proc/self/exe", argv[0], "--child", dir, (char *)NULL);
+      _exit(127);
+    }
+    int ws = 0;
+    CHECK(pid > 0 && waitpid(pid, &ws, 0) == pid);
+    CHECK_MSG(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "warm child process failed (status %d)", ws);
+  } else {
+    CHECK_MSG(false, "LOOM_CACHE_DIR %s was not created", dir);
+  }
+  nftw(base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  return check_report();
+}
