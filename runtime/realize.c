@@ -10,6 +10,7 @@
 #include "runtime/cache.h"
 #include "runtime/compile.h"
 #include "runtime/gemm.h"
+#include "runtime/pool.h"
 #include "runtime/runtime.h"
 
 /* A program shared by the cache and the realizations running it. */
@@ -88,6 +89,30 @@ static void *data_of(const lm_graph *g, void **bufs, int pos) {
   return n->op == LM_BUFFER ? n->data : bufs[pos];
 }
 
+typedef struct kernel_call {
+  lk_fn fn;
+  void *const *args;
+} kernel_call;
+
+static void run_range(void *ctx, int64_t begin, int64_t end) {
+  kernel_call *c = ctx;
+  c->fn(c->args, begin, end);
+}
+
+/* Below this many element visits a kernel runs on the calling thread: waking
+ * the pool costs more than it saves. */
+#define PARALLEL_WORK 32768
+
+static void launch(const lm_step *s, void *const *args) {
+  int64_t inner = 1;
+  for (int d = s->kernel.nouter; d < s->kernel.ndim; d++) inner *= s->kernel.dom[d];
+  int64_t work = s->outer * (inner > 0 ? inner : 1);
+  int parts = work < PARALLEL_WORK ? 1 : loom_num_threads();
+  if (parts > s->outer) parts = (int)s->outer;
+  kernel_call call = {s->fn, args};
+  lm_parallel_for(s->outer, parts, run_range, &call);
+}
+
 static loom_status run(const lm_graph *g, const lm_program *p, void **bufs, size_t *sizes) {
   for (int i = 0; i < p->nsteps; i++) {
     const lm_step *s = &p->steps[i];
@@ -113,7 +138,7 @@ static loom_status run(const lm_graph *g, const lm_program *p, void **bufs, size
       lm_node *n = g->nodes[s->arg_pos[a]];
       args[a] = s->arg_key[a] ? (void *)n->arg.rand.key.k : data_of(g, bufs, s->arg_pos[a]);
     }
-    s->fn(args, 0, s->outer);
+    launch(s, args);
     lm_stat_add(LM_STAT_KERNELS_LAUNCHED, 1);
     if (args != args_small) free(args);
   }
