@@ -11,6 +11,8 @@
  * clear marks afterwards. The only shared state here, and atomic. */
 static _Atomic uint64_t walk_epoch = 1;
 
+uint64_t lm_walk_epoch(void) { return atomic_fetch_add(&walk_epoch, 1); }
+
 static bool push_node(lm_graph *g, lm_node *n) {
   if (g->n == g->cap) {
     int ncap = g->cap ? g->cap * 2 : 64;
@@ -121,7 +123,7 @@ loom_status lm_graph_build(lm_graph *g, lm_node *const *targets, int ntargets) {
   memset(g, 0, sizeof *g);
   g->targets = malloc(sizeof(int) * (size_t)(ntargets > 0 ? ntargets : 1));
   if (!g->targets) return LOOM_ERR_OOM;
-  uint64_t epoch = atomic_fetch_add(&walk_epoch, 1);
+  uint64_t epoch = lm_walk_epoch();
   for (int i = 0; i < ntargets; i++) {
     loom_status st = walk(g, targets[i], epoch);
     if (st != LOOM_OK) return st;

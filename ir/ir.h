@@ -115,7 +115,15 @@ struct lm_node {
   uint64_t visit;
   int pos;
   int uses;
+  int inner_uses; /* uses from inside one kernel's expression (epilogue fusion) */
+  int cost;       /* per-element cost of computing it inline */
   bool materialize;
+  bool broadcast_use; /* read through a broadcasting expand */
+  bool target;
+  lm_node *fused_reduce;   /* a reduction computed by this node's kernel, this
+                              node being its epilogue */
+  const lm_node *replaces; /* planning temporaries: the node whose values this
+                              one computes */
 };
 
 /* ------------------------------------------------------------ nodes */
@@ -174,6 +182,9 @@ typedef struct lm_graph {
   size_t nbytes, bytes_cap;
   lm_hash128 hash;
 } lm_graph;
+
+/* A fresh value for lm_node.visit: marks what one walk has seen. */
+uint64_t lm_walk_epoch(void);
 
 /* Collects and serializes; returns LOOM_OK or LOOM_ERR_OOM. */
 loom_status lm_graph_build(lm_graph *g, lm_node *const *targets, int ntargets);

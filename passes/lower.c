@@ -18,6 +18,8 @@ typedef struct builder {
   bool slot_key[MAX_SLOTS];
   int nslots;
   const lm_node *root;
+  const lm_node *acc_node; /* the reduction whose value is ACC in the epilogue */
+  int acc_inst;
   const char *fail;
 } builder;
 
@@ -310,6 +312,7 @@ static int binary_value(builder *b, const lm_node *n, int x, int y) {
  * n's shape). */
 static int value(builder *b, const lm_node *n, const int *idx) {
   if (b->fail) return 0;
+  if (n == b->acc_node) return b->acc_inst;
   if (n != b->root && (n->op == LM_BUFFER || n->materialize)) return load(b, n, idx);
   if (lm_op_is_view(n->op)) return view_value(b, n, idx);
   switch (n->op) {
@@ -349,17 +352,19 @@ static void lower_elementwise(builder *b, const lm_node *root, lk_kernel *k) {
   k->nbody = b->n;
 }
 
-static void lower_reduce(builder *b, const lm_node *root, lk_kernel *k) {
+/* The reduction `red` over its domain (non-reduced axes first, then the
+ * reduced ones); returns the epilogue's ACC instruction. */
+static int lower_reduction(builder *b, const lm_node *red, lk_kernel *k) {
   static const lk_reduce map[LM_NUM_OPS] = {[LM_RSUM] = LK_RED_SUM,
                                             [LM_RMAX] = LK_RED_MAX,
                                             [LM_RMIN] = LK_RED_MIN,
                                             [LM_ARGMAX] = LK_RED_ARGMAX,
                                             [LM_ARGMIN] = LK_RED_ARGMIN};
-  const lm_node *src = root->src[0];
+  const lm_node *src = red->src[0];
   int idx[LOOM_MAX_DIMS], nd = 0;
   for (int pass = 0; pass < 2; pass++)
     for (int d = 0; d < src->shape.ndim; d++) {
-      bool reduced = root->arg.axes & (1u << d);
+      bool reduced = red->arg.axes & (1u << d);
       if (reduced != (pass == 1)) continue;
       k->dom[nd] = src->shape.dim[d];
       idx[d] = dim(b, nd);
@@ -367,13 +372,35 @@ static void lower_reduce(builder *b, const lm_node *root, lk_kernel *k) {
       nd++;
     }
   k->ndim = nd;
-  k->reduce = map[root->op];
-  k->out_dtype = root->dtype;
-  k->acc_dtype = root->dtype;
+  k->reduce = map[red->op];
+  k->acc_dtype = red->dtype;
   k->value = value(b, src, idx);
   k->nbody = b->n;
   b->nbody_start = b->n;
-  k->result = emit(b, inst(LK_ACC, k->acc_dtype, -1, -1, -1));
+  return emit(b, inst(LK_ACC, k->acc_dtype, -1, -1, -1));
+}
+
+/* A reduction with its consumer as epilogue: the consumer's index follows the
+ * reduction's output order (the plan only fuses through reshapes). */
+static void lower_reduce(builder *b, const lm_node *root, lk_kernel *k) {
+  const lm_node *red = root->fused_reduce ? root->fused_reduce : root;
+  int acc = lower_reduction(b, red, k);
+  k->out_dtype = root->dtype;
+  if (red == root) {
+    k->result = acc;
+    return;
+  }
+  loom_shape outer = {0, {0}};
+  int idx_outer[LOOM_MAX_DIMS], idx[LOOM_MAX_DIMS];
+  for (int d = 0; d < red->shape.ndim; d++)
+    if (!(red->arg.axes & (1u << d))) {
+      idx_outer[outer.ndim] = dim(b, outer.ndim);
+      outer.dim[outer.ndim++] = red->shape.dim[d];
+    }
+  reshape_index(b, &outer, &root->shape, idx_outer, idx);
+  b->acc_node = red->replaces ? red->replaces : red;
+  b->acc_inst = acc;
+  k->result = value(b, root, idx);
 }
 
 loom_status lm_lower(const lm_graph *g, lm_node *root, lm_step *step, char *err, size_t errlen) {
@@ -383,7 +410,7 @@ loom_status lm_lower(const lm_graph *g, lm_node *root, lm_step *step, char *err,
   lk_kernel *k = &step->kernel;
   memset(k, 0, sizeof *k);
   k->nouter = 0;
-  if (lm_op_is_reduce(root->op))
+  if (lm_op_is_reduce(root->op) || root->fused_reduce)
     lower_reduce(&b, root, k);
   else
     lower_elementwise(&b, root, k);
@@ -403,6 +430,7 @@ loom_status lm_lower(const lm_graph *g, lm_node *root, lm_step *step, char *err,
   if (k->reduce == LK_RED_NONE) k->nbody = k->ninst;
   step->kind = LM_STEP_KERNEL;
   step->out = root->pos;
+  step->dtype = root->dtype;
   step->outer = lm_shape_numel(&root->shape);
   return LOOM_OK;
 }

@@ -26,8 +26,10 @@ typedef struct lm_gemm {
 
 typedef struct lm_step {
   lm_step_kind kind;
-  int out;       /* canonical position of the node this step computes */
-  int64_t outer; /* output elements */
+  int out;          /* canonical position of the node this step computes, or a
+                       temporary (positions from the graph's size on) */
+  loom_dtype dtype; /* of the output */
+  int64_t outer;    /* output elements */
   /* LM_STEP_KERNEL */
   lk_kernel kernel;
   lk_fn fn;      /* filled in by the runtime */
@@ -39,6 +41,7 @@ typedef struct lm_step {
 
 typedef struct lm_program {
   int nnodes; /* size of the canonical graph it was planned for */
+  int ntemps; /* temporaries at positions nnodes.. (partial reductions) */
   int nsteps;
   lm_step *steps;
   bool *computed; /* per position: a step computes it */

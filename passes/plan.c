@@ -2,10 +2,14 @@
  *
  * Fusion rule: a node is materialized (ends a kernel) when it is a target, a
  * reduction, a matmul, a matmul operand that cannot be read in place, or a
- * computed value that more than one consumer reads (through any chain of
- * views). Without fusion (LOOM_NO_FUSE=1) every computed value is one.
- * Everything else is computed inline inside its consumer's kernel:
- * elementwise chains, views, constants, ranges and random draws. */
+ * computed value the cost rule says to store: read by several kernels and
+ * costlier to recompute in each than RECOMPUTE_BUDGET, or read through a
+ * broadcast and costlier than BROADCAST_BUDGET. Without fusion
+ * (LOOM_NO_FUSE=1) every computed value is. Everything else is computed
+ * inline by its consumer's kernel: elementwise chains, views, constants,
+ * ranges and random draws. An elementwise consumer of a reduction becomes
+ * the reduction's epilogue; a big reduction to few values is split in two. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,21 +54,61 @@ static bool is_compute(const lm_node *n) {
   return n->op != LM_BUFFER && n->op != LM_CONST && n->op != LM_IOTA && !lm_op_is_view(n->op);
 }
 
-static void mark(const lm_graph *g, bool fuse) {
+/* Rough cost of computing one element of an op, in simple-instruction units. */
+static int op_cost(const lm_node *n) {
+  switch (n->op) {
+  case LM_EXP:
+  case LM_LOG:
+  case LM_SIN:
+  case LM_COS:
+  case LM_TANH:
+  case LM_POW:
+  case LM_SIGMOID:
+  case LM_GELU:
+  case LM_SILU: return 4;
+  case LM_SQRT:
+  case LM_RSQRT:
+  case LM_DIV:
+  case LM_RECIPROCAL: return 2;
+  case LM_RAND: return 8;
+  default: return lm_op_is_elementwise(n->op) ? 1 : 0;
+  }
+}
+
+/* A view that repeats elements: its source would be computed once per copy. */
+static bool broadcasts(const lm_node *n) {
+  return n->op == LM_EXPAND && lm_shape_numel(&n->shape) > lm_shape_numel(&n->src[0]->shape);
+}
+
+/* Recomputing a value in each reader beats a round trip through memory
+ * while it costs at most this much per element for all extra readers. */
+#define RECOMPUTE_BUDGET 16
+/* A value read through a broadcast is stored once it costs more than this:
+ * recomputing it would repeat it for every copy. */
+#define BROADCAST_BUDGET 2
+
+static void reset(const lm_graph *g) {
   for (int i = 0; i < g->n; i++) {
-    g->nodes[i]->uses = 0;
-    g->nodes[i]->materialize = false;
+    lm_node *n = g->nodes[i];
+    n->uses = 0;
+    n->materialize = n->target = n->broadcast_use = false;
+    n->fused_reduce = NULL;
   }
   for (int t = 0; t < g->ntargets; t++) {
-    g->nodes[g->targets[t]]->uses++;
-    g->nodes[g->targets[t]]->materialize = true;
+    lm_node *n = g->nodes[g->targets[t]];
+    n->uses++;
+    n->materialize = n->target = true;
   }
-  /* Reverse post-order: every consumer is decided before its sources. */
+}
+
+/* Consumers before sources: what must have memory (reductions, matmuls and
+ * their operands), and how many kernels read each node (views pass their
+ * readers on) and whether any reads it through a broadcast. */
+static void count_uses(const lm_graph *g) {
   for (int i = g->n - 1; i >= 0; i--) {
     lm_node *n = g->nodes[i];
     if (n->op == LM_BUFFER) continue;
     if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL) n->materialize = true;
-    if (is_compute(n) && (n->uses > 1 || !fuse)) n->materialize = true;
     if (n->op == LM_MATMUL) {
       for (int s = 0; s < 2; s++) {
         const lm_node *base;
@@ -76,13 +120,41 @@ static void mark(const lm_graph *g, bool fuse) {
           o->materialize = true;
       }
     }
-    bool passes_uses = lm_op_is_view(n->op) && !n->materialize;
+    bool inline_view = lm_op_is_view(n->op) && !n->materialize;
+    bool repeats = inline_view && (broadcasts(n) || n->broadcast_use);
     for (int s = 0; s < n->nsrc; s++) {
       bool repeated = false;
       for (int r = 0; r < s; r++) repeated |= n->src[r] == n->src[s];
-      if (!repeated) n->src[s]->uses += passes_uses ? (n->uses > 0 ? n->uses : 1) : 1;
+      if (repeated) continue;
+      n->src[s]->uses += inline_view ? (n->uses > 0 ? n->uses : 1) : 1;
+      n->src[s]->broadcast_use |= repeats;
     }
   }
+}
+
+/* Sources before consumers: the inline cost of each node, and the cost rule
+ * deciding which computed values with several readers, or read through a
+ * broadcast, get memory. */
+static void apply_cost_rule(const lm_graph *g, bool fuse) {
+  for (int i = 0; i < g->n; i++) {
+    lm_node *n = g->nodes[i];
+    n->cost = 0;
+    if (n->op == LM_BUFFER) continue;
+    int cost = op_cost(n);
+    for (int s = 0; s < n->nsrc; s++)
+      if (!n->src[s]->materialize && n->src[s]->op != LM_BUFFER) cost += n->src[s]->cost;
+    n->cost = cost > 1000000 ? 1000000 : cost;
+    if (!is_compute(n) || n->materialize) continue;
+    bool shared = n->uses > 1 && (n->broadcast_use || n->cost * (n->uses - 1) > RECOMPUTE_BUDGET);
+    bool repeated = n->broadcast_use && n->cost > BROADCAST_BUDGET;
+    if (!fuse || shared || repeated) n->materialize = true;
+  }
+}
+
+static void mark(const lm_graph *g, bool fuse) {
+  reset(g);
+  count_uses(g);
+  apply_cost_rule(g, fuse);
 }
 
 static void plan_gemm(lm_node *n, lm_step *step) {
@@ -111,7 +183,191 @@ static void plan_gemm(lm_node *n, lm_step *step) {
   g->b_pos = bbase->pos;
   step->kind = LM_STEP_GEMM;
   step->out = n->pos;
+  step->dtype = n->dtype;
   step->outer = lm_shape_numel(&n->shape);
+}
+
+/* ------------------------------------------------------------ epilogues */
+
+/* Looks through root's inline expression for the one reduction it reads,
+ * reached only through elementwise ops and reshapes (which keep the output
+ * order). Anything else (two reductions, a reduction behind an expand or a
+ * permute) disqualifies. */
+static void scan_for_reduce(lm_node *n, const lm_node *root, bool path_ok, lm_node **found,
+                            bool *bad) {
+  if (*bad || n->op == LM_BUFFER) return;
+  if (n != root && n->materialize) {
+    if (!lm_op_is_reduce(n->op)) return;
+    if (!path_ok || (*found && *found != n)) *bad = true;
+    *found = n;
+    return;
+  }
+  bool ok = path_ok && (n == root || lm_op_is_elementwise(n->op) || n->op == LM_RESHAPE);
+  for (int s = 0; s < n->nsrc; s++) scan_for_reduce(n->src[s], root, ok, found, bad);
+}
+
+typedef struct node_list {
+  lm_node **items;
+  int len, cap;
+  bool oom;
+} node_list;
+
+/* The nodes root computes inline (root included), each once. */
+static void collect_inline(lm_node *n, const lm_node *root, uint64_t epoch, node_list *l) {
+  if (n->visit == epoch || n->op == LM_BUFFER || (n != root && n->materialize)) return;
+  n->visit = epoch;
+  if (l->len == l->cap) {
+    int ncap = l->cap ? 2 * l->cap : 32;
+    lm_node **grown = realloc(l->items, sizeof(lm_node *) * (size_t)ncap);
+    if (!grown) {
+      l->oom = true;
+      return;
+    }
+    l->items = grown, l->cap = ncap;
+  }
+  l->items[l->len++] = n;
+  for (int s = 0; s < n->nsrc; s++) collect_inline(n->src[s], root, epoch, l);
+}
+
+static int later_first(const void *a, const void *b) {
+  return (*(lm_node *const *)b)->pos - (*(lm_node *const *)a)->pos;
+}
+
+/* Whether every use of r comes from inside root's kernel: the uses counted
+ * the way mark() counts them, but only over root's inline nodes. */
+static bool used_only_inside(lm_node *r, lm_node *root) {
+  node_list l = {0};
+  collect_inline(root, root, lm_walk_epoch(), &l);
+  bool ok = !l.oom;
+  if (ok) {
+    qsort(l.items, (size_t)l.len, sizeof(lm_node *), later_first);
+    for (int i = 0; i < l.len; i++) l.items[i]->inner_uses = 0;
+    r->inner_uses = 0;
+    for (int i = 0; i < l.len; i++) { /* consumers before their sources */
+      lm_node *n = l.items[i];
+      bool passes = lm_op_is_view(n->op) && n != root;
+      for (int s = 0; s < n->nsrc; s++) {
+        bool repeated = false;
+        for (int q = 0; q < s; q++) repeated |= n->src[q] == n->src[s];
+        if (!repeated) n->src[s]->inner_uses += passes ? n->inner_uses : 1;
+      }
+    }
+    ok = r->inner_uses == r->uses;
+  }
+  free(l.items);
+  return ok;
+}
+
+/* An elementwise consumer of a reduction (mean's division, softmax's max
+ * fix-up, logsumexp's log + max) runs as that reduction's epilogue: one
+ * kernel instead of two, and the reduced values never go to memory. The
+ * reduction must be read only by that consumer's kernel. */
+static void fuse_epilogues(const lm_graph *g) {
+  for (int i = 0; i < g->n; i++) {
+    lm_node *e = g->nodes[i];
+    if (!e->materialize || e->op == LM_BUFFER || lm_op_is_reduce(e->op) || e->op == LM_MATMUL)
+      continue;
+    lm_node *r = NULL;
+    bool bad = false;
+    scan_for_reduce(e, e, true, &r, &bad);
+    if (!r || bad || r->target || r->fused_reduce ||
+        lm_shape_numel(&r->shape) != lm_shape_numel(&e->shape) || !used_only_inside(r, e))
+      continue;
+    e->fused_reduce = r;
+    r->materialize = false;
+  }
+}
+
+/* ------------------------------------------------------------ split reductions */
+
+/* A reduction with few outputs and much input runs in two kernels so every
+ * thread has work: SPLIT_PARTS partial results per output, then their
+ * combination. SPLIT_PARTS is fixed (not the thread count), so the result
+ * is the same whatever the number of threads. */
+#define SPLIT_PARTS 16
+#define SPLIT_MAX_OUTER 16
+#define SPLIT_MIN_REDUCED 65536
+
+typedef struct temps {
+  lm_node *nodes[64];
+  int n;
+} temps;
+
+static lm_node *temp(temps *t, lm_node *n) {
+  if (n && t->n < 64)
+    t->nodes[t->n++] = n;
+  else if (n) {
+    lm_node_release(n);
+    n = NULL;
+  }
+  return n;
+}
+
+static bool split_identity(const lm_node *r, double *identity) {
+  if (r->op == LM_RSUM)
+    *identity = 0;
+  else if (r->op == LM_RMAX && loom_dtype_is_float(r->dtype))
+    *identity = -INFINITY;
+  else if (r->op == LM_RMIN && loom_dtype_is_float(r->dtype))
+    *identity = INFINITY;
+  else
+    return false;
+  return true;
+}
+
+/* Builds partial = reduce(reshape(pad(src))) and final = reduce(partial) for
+ * reduction r; returns final (shaped like r with the part axis kept as 1 ...
+ * in the same output order), or NULL when r is not worth splitting. */
+static lm_node *split_reduction(const lm_node *r, temps *t) {
+  const lm_node *src = r->src[0];
+  int64_t outer = lm_shape_numel(&r->shape), total = lm_shape_numel(&src->shape);
+  if (outer <= 0 || outer > SPLIT_MAX_OUTER || total / outer < SPLIT_MIN_REDUCED) return NULL;
+  if (src->shape.ndim >= LOOM_MAX_DIMS) return NULL;
+  int axis = -1;
+  for (int d = 0; d < src->shape.ndim; d++)
+    if ((r->arg.axes & (1u << d)) && (axis < 0 || src->shape.dim[d] > src->shape.dim[axis]))
+      axis = d;
+  int64_t len = src->shape.dim[axis], chunk = (len + SPLIT_PARTS - 1) / SPLIT_PARTS;
+  double identity;
+  bool exact = len % SPLIT_PARTS == 0;
+  if (len < SPLIT_PARTS ||
+      (!split_identity(r, &identity) && !(exact && r->op != LM_ARGMAX && r->op != LM_ARGMIN)))
+    return NULL;
+  lm_node *cur = (lm_node *)src;
+  if (!exact) {
+    loom_shape padded = src->shape;
+    padded.dim[axis] = chunk * SPLIT_PARTS;
+    cur = temp(t, lm_node_new(LM_PAD, 1, &cur, padded, src->dtype, src->device));
+    if (!cur) return NULL;
+    cur->arg.pad.value = identity;
+  }
+  loom_shape split = {src->shape.ndim + 1, {0}};
+  uint32_t inner_axes = 0;
+  for (int d = 0, o = 0; d < src->shape.ndim; d++) {
+    if (d == axis) {
+      split.dim[o++] = SPLIT_PARTS;
+      split.dim[o] = chunk;
+      inner_axes |= 1u << o++;
+    } else {
+      if (r->arg.axes & (1u << d)) inner_axes |= 1u << o;
+      split.dim[o++] = src->shape.dim[d];
+    }
+  }
+  lm_node *reshaped = temp(t, lm_node_new(LM_RESHAPE, 1, &cur, split, src->dtype, src->device));
+  if (!reshaped) return NULL;
+  loom_shape pshape = split, fshape = split;
+  for (int d = 0; d < split.ndim; d++)
+    if (inner_axes & (1u << d)) pshape.dim[d] = fshape.dim[d] = 1;
+  fshape.dim[axis] = 1;
+  lm_node *partial = temp(t, lm_node_new(r->op, 1, &reshaped, pshape, r->dtype, r->device));
+  if (!partial) return NULL;
+  partial->arg.axes = inner_axes;
+  partial->materialize = true;
+  lm_node *final = temp(t, lm_node_new(r->op, 1, &partial, fshape, r->dtype, r->device));
+  if (!final) return NULL;
+  final->arg.axes = 1u << axis;
+  final->replaces = r;
+  return final;
 }
 
 void lm_program_free(lm_program *p) {
@@ -126,14 +382,43 @@ void lm_program_free(lm_program *p) {
   free(p);
 }
 
+static loom_status lower_step(const lm_graph *g, lm_program *p, lm_node *n, char *err,
+                              size_t errlen) {
+  lm_step *step = &p->steps[p->nsteps++];
+  if (n->op == LM_MATMUL) {
+    plan_gemm(n, step);
+    return LOOM_OK;
+  }
+  return lm_lower(g, n, step, err, errlen);
+}
+
+/* Steps for node n, splitting its reduction first when that pays. */
+static loom_status plan_node(const lm_graph *g, lm_program *p, lm_node *n, temps *t, char *err,
+                             size_t errlen) {
+  lm_node *red = n->fused_reduce ? n->fused_reduce : lm_op_is_reduce(n->op) ? n : NULL;
+  lm_node *final = red ? split_reduction(red, t) : NULL;
+  if (!final) return lower_step(g, p, n, err, errlen);
+  lm_node *partial = final->src[0];
+  partial->pos = p->nnodes + p->ntemps++;
+  loom_status st = lower_step(g, p, partial, err, errlen);
+  if (st != LOOM_OK) return st;
+  if (red == n) {
+    final->pos = n->pos; /* same output order: it writes n's buffer */
+    return lower_step(g, p, final, err, errlen);
+  }
+  n->fused_reduce = final;
+  return lower_step(g, p, n, err, errlen);
+}
+
 loom_status lm_plan(const lm_graph *g, bool fuse, lm_program **out, char *err, size_t errlen) {
   *out = NULL;
   mark(g, fuse);
+  if (fuse) fuse_epilogues(g);
   lm_program *p = calloc(1, sizeof *p);
   int count = 0;
   for (int i = 0; i < g->n; i++) count += g->nodes[i]->materialize && g->nodes[i]->op != LM_BUFFER;
   if (p) {
-    p->steps = calloc((size_t)(count ? count : 1), sizeof(lm_step));
+    p->steps = calloc((size_t)(2 * count + 1), sizeof(lm_step));
     p->computed = calloc(g->n > 0 ? (size_t)g->n : 1, sizeof(bool));
   }
   if (!p || !p->steps || !p->computed) {
@@ -142,20 +427,19 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_program **out, char *err, s
     return LOOM_ERR_OOM;
   }
   p->nnodes = g->n;
-  for (int i = 0; i < g->n; i++) {
+  loom_status st = LOOM_OK;
+  for (int i = 0; i < g->n && st == LOOM_OK; i++) {
     lm_node *n = g->nodes[i];
     if (!n->materialize || n->op == LM_BUFFER) continue;
-    lm_step *step = &p->steps[p->nsteps++];
     p->computed[i] = true;
-    if (n->op == LM_MATMUL) {
-      plan_gemm(n, step);
-      continue;
-    }
-    loom_status st = lm_lower(g, n, step, err, errlen);
-    if (st != LOOM_OK) {
-      lm_program_free(p);
-      return st;
-    }
+    temps t = {.n = 0};
+    st = fuse ? plan_node(g, p, n, &t, err, errlen) : lower_step(g, p, n, err, errlen);
+    n->fused_reduce = NULL;
+    for (int k = t.n - 1; k >= 0; k--) lm_node_release(t.nodes[k]);
+  }
+  if (st != LOOM_OK) {
+    lm_program_free(p);
+    return st;
   }
   *out = p;
   return LOOM_OK;

@@ -84,7 +84,9 @@ static loom_status find_program(const lm_graph *g, shared_program **out) {
   return compile_program(g, fuse, out);
 }
 
+/* Positions past the graph are the program's temporaries. */
 static void *data_of(const lm_graph *g, void **bufs, int pos) {
+  if (pos >= g->n) return bufs[pos];
   lm_node *n = g->nodes[pos];
   return n->op == LM_BUFFER ? n->data : bufs[pos];
 }
@@ -116,13 +118,14 @@ static void launch(const lm_step *s, void *const *args) {
 static loom_status run(const lm_graph *g, const lm_program *p, void **bufs, size_t *sizes) {
   for (int i = 0; i < p->nsteps; i++) {
     const lm_step *s = &p->steps[i];
-    lm_node *out = g->nodes[s->out];
-    size_t bytes = (size_t)s->outer * loom_dtype_size(out->dtype);
-    bufs[s->out] = lm_buffer_alloc(bytes);
-    sizes[s->out] = bytes;
+    size_t bytes = (size_t)s->outer * loom_dtype_size(s->dtype);
+    if (!bufs[s->out]) {
+      bufs[s->out] = lm_buffer_alloc(bytes);
+      sizes[s->out] = bytes;
+    }
     if (!bufs[s->out])
       return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory for a %zu-byte %s result", bytes,
-                     lm_op_name(out->op));
+                     loom_dtype_name(s->dtype));
     if (s->kind == LM_STEP_GEMM) {
       lm_run_gemm(&s->gemm, data_of(g, bufs, s->gemm.a_pos), data_of(g, bufs, s->gemm.b_pos),
                   bufs[s->out]);
@@ -148,13 +151,15 @@ static loom_status run(const lm_graph *g, const lm_program *p, void **bufs, size
 /* Hands every computed buffer to its node. Nodes are retained first: turning
  * one into a leaf releases its sources, which may be other computed nodes. */
 static void publish(const lm_graph *g, const lm_program *p, void **bufs, size_t *sizes) {
-  for (int i = 0; i < p->nsteps; i++) lm_node_retain(g->nodes[p->steps[i].out]);
-  for (int i = 0; i < p->nsteps; i++) {
-    int pos = p->steps[i].out;
+  for (int pos = 0; pos < g->n; pos++)
+    if (p->computed[pos]) lm_node_retain(g->nodes[pos]);
+  for (int pos = 0; pos < g->n; pos++) {
+    if (!p->computed[pos]) continue;
     lm_node_set_buffer(g->nodes[pos], bufs[pos], sizes[pos]);
     bufs[pos] = NULL;
   }
-  for (int i = 0; i < p->nsteps; i++) lm_node_release(g->nodes[p->steps[i].out]);
+  for (int pos = 0; pos < g->n; pos++)
+    if (p->computed[pos]) lm_node_release(g->nodes[pos]);
 }
 
 loom_status lm_realize_nodes(lm_node *const *nodes, int n) {
@@ -181,9 +186,10 @@ loom_status lm_realize_nodes(lm_node *const *nodes, int n) {
     st = find_program(&g, &sp);
   void **bufs = NULL;
   size_t *sizes = NULL;
+  int nbufs = st == LOOM_OK ? g.n + sp->program->ntemps : 0;
   if (st == LOOM_OK) {
-    bufs = calloc((size_t)g.n, sizeof *bufs);
-    sizes = calloc((size_t)g.n, sizeof *sizes);
+    bufs = calloc((size_t)nbufs, sizeof *bufs);
+    sizes = calloc((size_t)nbufs, sizeof *sizes);
     if (!bufs || !sizes) st = lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
   }
   if (st == LOOM_OK) st = run(&g, sp->program, bufs, sizes);
@@ -191,7 +197,7 @@ loom_status lm_realize_nodes(lm_node *const *nodes, int n) {
     publish(&g, sp->program, bufs, sizes);
     lm_stat_add(LM_STAT_REALIZATIONS, 1);
   }
-  for (int i = 0; bufs && i < g.n; i++) lm_buffer_free(bufs[i], sizes[i]);
+  for (int i = 0; bufs && i < nbufs; i++) lm_buffer_free(bufs[i], sizes[i]);
   free(bufs);
   free(sizes);
   if (sp) program_release(sp);

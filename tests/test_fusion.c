@@ -1,0 +1,121 @@
+/* Fusion: how many kernels the common patterns take (from the stats), that
+ * fused and unfused results agree, and that reductions are deterministic
+ * whatever the thread count. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "loom.h"
+
+static loom_tensor *input(loom_shape shape, uint64_t seed) {
+  return loom_randn_key(loom_key_new(seed), shape, LOOM_F32, LOOM_CPU);
+}
+
+/* Kernels launched to realize t (its inputs already realized). */
+static uint64_t kernels_for(loom_tensor *t) {
+  uint64_t before = loom_get_stats().kernels_launched;
+  CHECK_OK(loom_realize(t));
+  return loom_get_stats().kernels_launched - before;
+}
+
+static void realized(loom_tensor *t) { CHECK_OK(loom_realize(t)); }
+
+static void test_counts(void) {
+  LOOM_SCOPE {
+    loom_tensor *x = input(LOOM_SHAPE(64, 128), 1), *y = input(LOOM_SHAPE(64, 128), 2);
+    loom_tensor *b = input(LOOM_SHAPE(128), 3), *big = input(LOOM_SHAPE(1 << 20), 4);
+    realized(x), realized(y), realized(b), realized(big);
+    int last[] = {-1};
+
+    loom_tensor *chain =
+        loom_sub(loom_mul(loom_relu(loom_add(loom_mul_s(x, 1.5), y)), loom_sigmoid(x)),
+                 loom_mul_s(loom_tanh(y), 0.5));
+    CHECK_EQ_INT(kernels_for(chain), 1);
+    CHECK_EQ_INT(kernels_for(loom_sum_all(loom_mul(x, y))), 1);
+    CHECK_EQ_INT(kernels_for(loom_mean(x, last, 1, false)), 1);
+    CHECK_EQ_INT(kernels_for(loom_add(loom_sum(x, (int[]){0}, 1, false), b)), 1);
+    CHECK_EQ_INT(kernels_for(loom_logsumexp(x, -1)), 2);
+    CHECK(kernels_for(loom_softmax(x, -1)) <= 3);
+    /* a big reduction to one value: partial sums in parallel, then their sum */
+    CHECK_EQ_INT(kernels_for(loom_mean_all(big)), 2);
+
+    /* layer norm written with primitive ops */
+    loom_tensor *mu = loom_mean(x, last, 1, true);
+    loom_tensor *xc = loom_sub(x, mu);
+    loom_tensor *var = loom_mean(loom_square(xc), last, 1, true);
+    loom_tensor *ln = loom_add(loom_mul(loom_mul(xc, loom_rsqrt(loom_add_s(var, 1e-5))), b), b);
+    CHECK(kernels_for(ln) <= 3);
+
+    /* a cheap value read by two kernels is recomputed by each (no memory
+     * round trip); an expensive one is stored once and read twice */
+    loom_tensor *e = loom_exp(x);
+    loom_tensor *cheap[2] = {loom_add_s(e, 1), loom_mul_s(e, 2)};
+    uint64_t before = loom_get_stats().kernels_launched;
+    CHECK_OK(loom_eval(cheap, 2));
+    CHECK_EQ_INT(loom_get_stats().kernels_launched - before, 2);
+    loom_tensor *costly = loom_exp(loom_sin(loom_tanh(loom_exp(loom_log(loom_abs(x))))));
+    loom_tensor *pair[2] = {loom_add_s(costly, 1), loom_mul_s(costly, 2)};
+    before = loom_get_stats().kernels_launched;
+    CHECK_OK(loom_eval(pair, 2));
+    CHECK_EQ_INT(loom_get_stats().kernels_launched - before, 3);
+  }
+}
+
+static void test_unfused_counts(void) {
+  loom_set_fusion(false);
+  LOOM_SCOPE {
+    loom_tensor *x = input(LOOM_SHAPE(8, 16), 5);
+    realized(x);
+    /* one kernel per op that computes: mul, add, exp */
+    CHECK_EQ_INT(kernels_for(loom_exp(loom_add_s(loom_mul_s(x, 2), 1))), 3);
+  }
+  loom_set_fusion(true);
+}
+
+/* The same graph fused and unfused gives the same values (the op suites
+ * also run whole with LOOM_NO_FUSE=1). */
+static void test_fused_matches_unfused(void) {
+  float fused[64 * 32], unfused[64 * 32];
+  for (int pass = 0; pass < 2; pass++) {
+    loom_set_fusion(pass == 0);
+    LOOM_SCOPE {
+      loom_tensor *x = input(LOOM_SHAPE(64, 32), 6);
+      loom_tensor *s = loom_log_softmax(loom_mul_s(loom_tanh(x), 3), -1);
+      loom_tensor *m = loom_mean(s, (int[]){0}, 1, true);
+      loom_tensor *r = loom_sub(s, m);
+      CHECK_OK(loom_copy_to_host(r, pass == 0 ? fused : unfused, sizeof fused));
+    }
+  }
+  loom_set_fusion(true);
+  double worst = 0;
+  for (int i = 0; i < 64 * 32; i++) worst = fmax(worst, fabs(fused[i] - unfused[i]));
+  CHECK_MSG(worst < 1e-5, "fused and unfused differ by %g", worst);
+}
+
+/* Every output point is computed by one thread and big reductions split into
+ * a fixed number of parts, so the bits do not depend on the threads. */
+static void test_deterministic_reductions(void) {
+  double sums[3];
+  int threads[3] = {1, 2, 2};
+  for (int i = 0; i < 3; i++) {
+    CHECK_OK(loom_set_num_threads(threads[i]));
+    LOOM_SCOPE {
+      loom_tensor *x = input(LOOM_SHAPE(3, 1 << 19), 7);
+      sums[i] = loom_item(loom_sum_all(loom_exp(x)));
+    }
+  }
+  CHECK_MSG(memcmp(&sums[0], &sums[1], sizeof(double)) == 0 &&
+                memcmp(&sums[1], &sums[2], sizeof(double)) == 0,
+            "sums differ: %.17g %.17g %.17g", sums[0], sums[1], sums[2]);
+  CHECK_OK(loom_set_num_threads(2));
+}
+
+int main(void) {
+  test_counts();
+  test_unfused_counts();
+  test_fused_matches_unfused();
+  test_deterministic_reductions();
+  CHECK_EQ_INT(loom_get_stats().bytes_live, 0);
+  return check_report();
+}
