@@ -37,6 +37,9 @@ typedef struct lm_step {
   bool *arg_key; /* per slot: true when it binds the key of an LM_RAND node */
   /* LM_STEP_GEMM */
   lm_gemm gemm;
+  /* memory planning: buffers no later step reads, freed after this one */
+  int *free_after;
+  int nfree;
 } lm_step;
 
 typedef struct lm_program {
@@ -44,7 +47,7 @@ typedef struct lm_program {
   int ntemps; /* temporaries at positions nnodes.. (partial reductions) */
   int nsteps;
   lm_step *steps;
-  bool *computed; /* per position: a step computes it */
+  bool *published; /* per graph position: a target, whose buffer its node keeps */
 } lm_program;
 
 /* Plans the graph: marks what is materialized (node->materialize), lowers

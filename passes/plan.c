@@ -376,10 +376,52 @@ void lm_program_free(lm_program *p) {
     free(p->steps[i].kernel.inst);
     free(p->steps[i].arg_pos);
     free(p->steps[i].arg_key);
+    free(p->steps[i].free_after);
   }
   free(p->steps);
-  free(p->computed);
+  free(p->published);
   free(p);
+}
+
+/* ------------------------------------------------------------ memory */
+
+static void note_read(int *last, int pos, int step) {
+  if (pos >= 0) last[pos] = step;
+}
+
+/* Liveness: every buffer the program allocates for a non-target is freed
+ * right after the last step reading it, so later steps reuse its memory
+ * (the allocator hands freed blocks out again by size class). */
+static bool plan_frees(lm_program *p) {
+  int npos = p->nnodes + p->ntemps;
+  int *last = malloc(sizeof(int) * (size_t)(npos > 0 ? npos : 1));
+  if (!last) return false;
+  for (int i = 0; i < npos; i++) last[i] = -1;
+  for (int i = 0; i < p->nsteps; i++) {
+    lm_step *s = &p->steps[i];
+    note_read(last, s->out, i); /* a buffer nobody reads is freed after its step */
+    if (s->kind == LM_STEP_GEMM) {
+      note_read(last, s->gemm.a_pos, i);
+      note_read(last, s->gemm.b_pos, i);
+    }
+    for (int a = 1; s->kind == LM_STEP_KERNEL && a < s->kernel.nslots; a++)
+      if (!s->arg_key[a]) note_read(last, s->arg_pos[a], i);
+  }
+  bool ok = true;
+  for (int i = 0; i < p->nsteps && ok; i++) {
+    lm_step *s = &p->steps[i];
+    int out = s->out;
+    bool owned = out >= p->nnodes || !p->published[out];
+    if (!owned || last[out] < 0) continue;
+    lm_step *at = &p->steps[last[out]];
+    int *grown = realloc(at->free_after, sizeof(int) * (size_t)(at->nfree + 1));
+    if (!grown)
+      ok = false;
+    else
+      at->free_after = grown, at->free_after[at->nfree++] = out;
+  }
+  free(last);
+  return ok;
 }
 
 static loom_status lower_step(const lm_graph *g, lm_program *p, lm_node *n, char *err,
@@ -419,9 +461,9 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_program **out, char *err, s
   for (int i = 0; i < g->n; i++) count += g->nodes[i]->materialize && g->nodes[i]->op != LM_BUFFER;
   if (p) {
     p->steps = calloc((size_t)(2 * count + 1), sizeof(lm_step));
-    p->computed = calloc(g->n > 0 ? (size_t)g->n : 1, sizeof(bool));
+    p->published = calloc(g->n > 0 ? (size_t)g->n : 1, sizeof(bool));
   }
-  if (!p || !p->steps || !p->computed) {
+  if (!p || !p->steps || !p->published) {
     lm_program_free(p);
     snprintf(err, errlen, "planning: out of memory");
     return LOOM_ERR_OOM;
@@ -431,11 +473,15 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_program **out, char *err, s
   for (int i = 0; i < g->n && st == LOOM_OK; i++) {
     lm_node *n = g->nodes[i];
     if (!n->materialize || n->op == LM_BUFFER) continue;
-    p->computed[i] = true;
+    p->published[i] = n->target;
     temps t = {.n = 0};
     st = fuse ? plan_node(g, p, n, &t, err, errlen) : lower_step(g, p, n, err, errlen);
     n->fused_reduce = NULL;
     for (int k = t.n - 1; k >= 0; k--) lm_node_release(t.nodes[k]);
+  }
+  if (st == LOOM_OK && !plan_frees(p)) {
+    snprintf(err, errlen, "planning: out of memory");
+    st = LOOM_ERR_OOM;
   }
   if (st != LOOM_OK) {
     lm_program_free(p);

@@ -48,6 +48,13 @@ static int size_class(size_t bytes, size_t *rounded) {
   return SMALL_LIMIT / SMALL_STEP + (e - 12) * 4 + quarter - 1;
 }
 
+/* LOOM_POISON=1 (tests): freed and fresh blocks are filled with 0xA5, so a
+ * buffer read after its memory was reused, or two live buffers sharing
+ * memory, show up as wrong values. Read once. */
+static pthread_once_t poison_once = PTHREAD_ONCE_INIT;
+static bool poison;
+static void read_poison(void) { poison = lm_env_flag("LOOM_POISON"); }
+
 static void *system_alloc(size_t rounded) {
   size_t align = rounded >= HUGE_PAGE ? HUGE_PAGE : 64;
   void *p = aligned_alloc(align, rounded);
@@ -69,7 +76,10 @@ void *lm_buffer_alloc(size_t bytes) {
   }
   pthread_mutex_unlock(&pool.lock);
   if (!p) p = system_alloc(rounded);
-  if (p) lm_stat_bytes((int64_t)bytes);
+  if (!p) return NULL;
+  pthread_once(&poison_once, read_poison);
+  if (poison) memset(p, 0xA5, rounded);
+  lm_stat_bytes((int64_t)bytes);
   return p;
 }
 
@@ -78,6 +88,8 @@ void lm_buffer_free(void *data, size_t bytes) {
   lm_stat_bytes(-(int64_t)bytes);
   size_t rounded;
   int c = size_class(bytes, &rounded);
+  pthread_once(&poison_once, read_poison);
+  if (poison) memset(data, 0xA5, rounded);
   pthread_mutex_lock(&pool.lock);
   bool keep = c < NUM_CLASSES && pool.cached_bytes + rounded <= CACHE_LIMIT;
   if (keep) {

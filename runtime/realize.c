@@ -91,6 +91,15 @@ static void *data_of(const lm_graph *g, void **bufs, int pos) {
   return n->op == LM_BUFFER ? n->data : bufs[pos];
 }
 
+/* Memory planning: intermediates die after their last reader. */
+static void release_dead(const lm_step *s, void **bufs, size_t *sizes) {
+  for (int i = 0; i < s->nfree; i++) {
+    int pos = s->free_after[i];
+    lm_buffer_free(bufs[pos], sizes[pos]);
+    bufs[pos] = NULL;
+  }
+}
+
 typedef struct kernel_call {
   lk_fn fn;
   void *const *args;
@@ -129,9 +138,13 @@ static loom_status run(const lm_graph *g, const lm_program *p, void **bufs, size
     if (s->kind == LM_STEP_GEMM) {
       lm_run_gemm(&s->gemm, data_of(g, bufs, s->gemm.a_pos), data_of(g, bufs, s->gemm.b_pos),
                   bufs[s->out]);
+      release_dead(s, bufs, sizes);
       continue;
     }
-    if (s->outer == 0) continue;
+    if (s->outer == 0) {
+      release_dead(s, bufs, sizes);
+      continue;
+    }
     void *args_small[16];
     void **args =
         s->kernel.nslots <= 16 ? args_small : malloc(sizeof(void *) * (size_t)s->kernel.nslots);
@@ -144,6 +157,7 @@ static loom_status run(const lm_graph *g, const lm_program *p, void **bufs, size
     launch(s, args);
     lm_stat_add(LM_STAT_KERNELS_LAUNCHED, 1);
     if (args != args_small) free(args);
+    release_dead(s, bufs, sizes);
   }
   return LOOM_OK;
 }
@@ -152,14 +166,14 @@ static loom_status run(const lm_graph *g, const lm_program *p, void **bufs, size
  * one into a leaf releases its sources, which may be other computed nodes. */
 static void publish(const lm_graph *g, const lm_program *p, void **bufs, size_t *sizes) {
   for (int pos = 0; pos < g->n; pos++)
-    if (p->computed[pos]) lm_node_retain(g->nodes[pos]);
+    if (p->published[pos]) lm_node_retain(g->nodes[pos]);
   for (int pos = 0; pos < g->n; pos++) {
-    if (!p->computed[pos]) continue;
+    if (!p->published[pos]) continue;
     lm_node_set_buffer(g->nodes[pos], bufs[pos], sizes[pos]);
     bufs[pos] = NULL;
   }
   for (int pos = 0; pos < g->n; pos++)
-    if (p->computed[pos]) lm_node_release(g->nodes[pos]);
+    if (p->published[pos]) lm_node_release(g->nodes[pos]);
 }
 
 loom_status lm_realize_nodes(lm_node *const *nodes, int n) {
