@@ -37,6 +37,12 @@ typedef struct lm_step {
   bool *arg_key; /* per slot: true when it binds the key of an LM_RAND node */
   /* LM_STEP_GEMM */
   lm_gemm gemm;
+  /* GEMM epilogues: a GEMM whose only reader is an elementwise kernel runs
+   * deferred, in row blocks, each followed by the kernel on those rows while
+   * they are in cache; the kernel's slot gemm_slot reads the block. */
+  bool deferred;    /* GEMM step: run by its partner */
+  int gemm_partner; /* kernel step: index of its GEMM step, or -1 */
+  int gemm_slot;
   /* memory planning: buffers no later step reads, freed after this one */
   int *free_after;
   int nfree;

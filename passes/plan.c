@@ -383,6 +383,54 @@ void lm_program_free(lm_program *p) {
   free(p);
 }
 
+/* ------------------------------------------------------------ matmul epilogues */
+
+/* 1 when n's inline expression reads m only through elementwise ops (so at
+ * n's own output index), 0 when it does not read m, -1 otherwise. */
+static int elementwise_path(const lm_node *n, const lm_node *m) {
+  int found = 0;
+  for (int s = 0; s < n->nsrc; s++) {
+    const lm_node *src = n->src[s];
+    int r = src == m                                     ? 1
+            : (src->materialize || src->op == LM_BUFFER) ? 0
+                                                         : elementwise_path(src, m);
+    if (r < 0 || (r > 0 && !lm_op_is_elementwise(n->op))) return -1;
+    found |= r;
+  }
+  return found;
+}
+
+static int step_computing(const lm_program *p, int pos) {
+  for (int i = 0; i < p->nsteps; i++)
+    if (p->steps[i].out == pos) return i;
+  return -1;
+}
+
+/* Pairs each GEMM whose output only an elementwise kernel of the same shape
+ * reads (bias, activation, residual) with that kernel. */
+static void pair_gemm_epilogues(const lm_graph *g, lm_program *p) {
+  for (int i = 0; i < p->nsteps; i++) {
+    lm_step *e = &p->steps[i];
+    e->gemm_partner = -1;
+    if (e->kind != LM_STEP_KERNEL || e->out >= p->nnodes || e->kernel.reduce != LK_RED_NONE)
+      continue;
+    lm_node *root = g->nodes[e->out];
+    for (int a = 1; a < e->kernel.nslots && e->gemm_partner < 0; a++) {
+      int pos = e->arg_pos[a];
+      if (e->arg_key[a] || pos >= p->nnodes) continue;
+      lm_node *m = g->nodes[pos];
+      if (m->op != LM_MATMUL || m->target || !lm_shape_eq(&m->shape, &root->shape) ||
+          elementwise_path(root, m) != 1 || !used_only_inside(m, root))
+        continue;
+      int j = step_computing(p, pos);
+      if (j < 0 || p->steps[j].kind != LM_STEP_GEMM) continue;
+      p->steps[j].deferred = true;
+      e->gemm_partner = j;
+      e->gemm_slot = a;
+    }
+  }
+}
+
 /* ------------------------------------------------------------ memory */
 
 static void note_read(int *last, int pos, int step) {
@@ -406,6 +454,10 @@ static bool plan_frees(lm_program *p) {
     }
     for (int a = 1; s->kind == LM_STEP_KERNEL && a < s->kernel.nslots; a++)
       if (!s->arg_key[a]) note_read(last, s->arg_pos[a], i);
+    if (s->kind == LM_STEP_KERNEL && s->gemm_partner >= 0) { /* its GEMM runs here */
+      note_read(last, p->steps[s->gemm_partner].gemm.a_pos, i);
+      note_read(last, p->steps[s->gemm_partner].gemm.b_pos, i);
+    }
   }
   bool ok = true;
   for (int i = 0; i < p->nsteps && ok; i++) {
@@ -479,6 +531,8 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_program **out, char *err, s
     n->fused_reduce = NULL;
     for (int k = t.n - 1; k >= 0; k--) lm_node_release(t.nodes[k]);
   }
+  for (int i = 0; i < p->nsteps; i++) p->steps[i].gemm_partner = -1;
+  if (st == LOOM_OK && fuse) pair_gemm_epilogues(g, p);
   if (st == LOOM_OK && !plan_frees(p)) {
     snprintf(err, errlen, "planning: out of memory");
     st = LOOM_ERR_OOM;

@@ -1,4 +1,5 @@
-/* GEMM steps through OpenBLAS: one cblas call per batch index. */
+/* GEMM steps through OpenBLAS: one cblas call per batch index, or per block
+ * of rows when an epilogue kernel follows each block. */
 #include <cblas.h>
 #include <string.h>
 
@@ -6,40 +7,56 @@
 #include "runtime/gemm.h"
 #include "runtime/runtime.h"
 
-static void one(const lm_gemm *g, const char *a, const char *b, char *c) {
+/* Element offsets of batch `index`'s A and B matrices. */
+static void batch_offsets(const lm_gemm *g, int64_t index, int64_t *ao, int64_t *bo) {
+  *ao = g->a_offset, *bo = g->b_offset;
+  for (int d = g->nbatch - 1; d >= 0; d--) {
+    int64_t i = index % g->batch[d];
+    index /= g->batch[d];
+    *ao += i * g->a_bstride[d];
+    *bo += i * g->b_bstride[d];
+  }
+}
+
+/* Rows [r0, r1) of one batch's product into c (row stride N). */
+static void rows(const lm_gemm *g, const char *a, const char *b, int64_t r0, int64_t r1, char *c) {
+  size_t es = loom_dtype_size(g->dtype);
+  /* A row r starts at r * lda (not transposed) or at column r (transposed) */
+  const char *ar = a + (g->a_trans ? r0 : r0 * g->lda) * (int64_t)es;
+  blasint m = (blasint)(r1 - r0), n = (blasint)g->N, k = (blasint)g->K;
+  blasint ldc = (blasint)(g->N > 1 ? g->N : 1);
   enum CBLAS_TRANSPOSE ta = g->a_trans ? CblasTrans : CblasNoTrans;
   enum CBLAS_TRANSPOSE tb = g->b_trans ? CblasTrans : CblasNoTrans;
-  if (g->dtype == LOOM_F32)
-    cblas_sgemm(CblasRowMajor, ta, tb, (blasint)g->M, (blasint)g->N, (blasint)g->K, 1.0f,
-                (const float *)a, (blasint)g->lda, (const float *)b, (blasint)g->ldb, 0.0f,
-                (float *)c, (blasint)(g->N > 1 ? g->N : 1));
-  else
-    cblas_dgemm(CblasRowMajor, ta, tb, (blasint)g->M, (blasint)g->N, (blasint)g->K, 1.0,
-                (const double *)a, (blasint)g->lda, (const double *)b, (blasint)g->ldb, 0.0,
-                (double *)c, (blasint)(g->N > 1 ? g->N : 1));
+  if (g->K == 0) {
+    memset(c, 0, (size_t)(r1 - r0) * (size_t)g->N * es);
+  } else if (g->dtype == LOOM_F32) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, (const float *)ar, (blasint)g->lda,
+                (const float *)b, (blasint)g->ldb, 0.0f, (float *)c, ldc);
+  } else {
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, (const double *)ar, (blasint)g->lda,
+                (const double *)b, (blasint)g->ldb, 0.0, (double *)c, ldc);
+  }
+  lm_stat_add(LM_STAT_GEMM_CALLS, 1);
+}
+
+int64_t lm_gemm_batches(const lm_gemm *g) {
+  int64_t batches = 1;
+  for (int d = 0; d < g->nbatch; d++) batches *= g->batch[d];
+  return batches;
+}
+
+void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t batch, int64_t r0,
+                      int64_t r1, void *c) {
+  if (r1 <= r0 || g->N == 0) return;
+  size_t es = loom_dtype_size(g->dtype);
+  int64_t ao, bo;
+  batch_offsets(g, batch, &ao, &bo);
+  rows(g, (const char *)a + ao * (int64_t)es, (const char *)b + bo * (int64_t)es, r0, r1, c);
 }
 
 void lm_run_gemm(const lm_gemm *g, const void *a, const void *b, void *c) {
   size_t es = loom_dtype_size(g->dtype);
-  int64_t batches = 1;
-  for (int d = 0; d < g->nbatch; d++) batches *= g->batch[d];
-  int64_t mn = g->M * g->N;
-  if (mn == 0 || batches == 0) return;
-  if (g->K == 0) {
-    memset(c, 0, (size_t)(batches * mn) * es);
-    return;
-  }
-  int64_t idx[LOOM_MAX_DIMS] = {0};
-  for (int64_t i = 0; i < batches; i++) {
-    int64_t ao = g->a_offset, bo = g->b_offset;
-    for (int d = 0; d < g->nbatch; d++)
-      ao += idx[d] * g->a_bstride[d], bo += idx[d] * g->b_bstride[d];
-    one(g, (const char *)a + ao * (int64_t)es, (const char *)b + bo * (int64_t)es,
-        (char *)c + i * mn * (int64_t)es);
-    lm_stat_add(LM_STAT_GEMM_CALLS, 1);
-    for (int d = g->nbatch - 1; d >= 0; d--) {
-      if (++idx[d] < g->batch[d]) break;
-      idx[d] = 0;
-    }
-  }
+  int64_t batches = lm_gemm_batches(g), mn = g->M * g->N;
+  for (int64_t i = 0; i < batches && mn > 0; i++)
+    lm_run_gemm_rows(g, a, b, i, 0, g->M, (char *)c + i * mn * (int64_t)es);
 }

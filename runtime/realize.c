@@ -2,6 +2,7 @@
  * program (from the graph cache, or planned and compiled) -> run -> the
  * computed nodes become buffers. */
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,30 +104,87 @@ static void release_dead(const lm_step *s, void **bufs, size_t *sizes) {
 typedef struct kernel_call {
   lk_fn fn;
   void *const *args;
+  int64_t offset;
 } kernel_call;
 
 static void run_range(void *ctx, int64_t begin, int64_t end) {
   kernel_call *c = ctx;
-  c->fn(c->args, begin, end);
+  c->fn(c->args, c->offset + begin, c->offset + end);
 }
 
 /* Below this many element visits a kernel runs on the calling thread: waking
  * the pool costs more than it saves. */
 #define PARALLEL_WORK 32768
 
-static void launch(const lm_step *s, void *const *args) {
+/* Runs a kernel over output points [begin, end). */
+static void launch(const lm_step *s, void *const *args, int64_t begin, int64_t end) {
   int64_t inner = 1;
   for (int d = s->kernel.nouter; d < s->kernel.ndim; d++) inner *= s->kernel.dom[d];
-  int64_t work = s->outer * (inner > 0 ? inner : 1);
+  int64_t n = end - begin, work = n * (inner > 0 ? inner : 1);
   int parts = work < PARALLEL_WORK ? 1 : loom_num_threads();
-  if (parts > s->outer) parts = (int)s->outer;
-  kernel_call call = {s->fn, args};
-  lm_parallel_for(s->outer, parts, run_range, &call);
+  if (parts > n) parts = (int)n;
+  kernel_call call = {s->fn, args, begin};
+  lm_parallel_for(n, parts, run_range, &call);
+}
+
+/* Rows of output a GEMM epilogue kernel takes at a time: 64K elements (256 KiB
+ * of F32) stay in the core's L2 between the GEMM writing and the kernel reading. */
+#define GEMM_BLOCK_ELEMS 65536
+
+/* A deferred GEMM in row blocks, each followed by its epilogue kernel on those
+ * rows. The product goes to one block-sized scratch buffer: the kernel's slot
+ * for it points gemm_first elements before, so index i reads scratch[i - first]. */
+static loom_status run_gemm_epilogue(const lm_graph *g, const lm_program *p, const lm_step *s,
+                                     void **args, void **bufs) {
+  const lm_gemm *gm = &p->steps[s->gemm_partner].gemm;
+  size_t es = loom_dtype_size(gm->dtype);
+  int64_t n = gm->N > 0 ? gm->N : 1, per = GEMM_BLOCK_ELEMS / n > 0 ? GEMM_BLOCK_ELEMS / n : 1;
+  if (per > gm->M) per = gm->M;
+  size_t bytes = (size_t)(per * n) * es;
+  void *scratch = lm_buffer_alloc(bytes);
+  if (!scratch) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory for a GEMM block");
+  const void *a = data_of(g, bufs, gm->a_pos), *b = data_of(g, bufs, gm->b_pos);
+  int64_t batches = lm_gemm_batches(gm);
+  for (int64_t batch = 0; batch < batches; batch++)
+    for (int64_t r0 = 0; r0 < gm->M; r0 += per) {
+      int64_t r1 = r0 + per < gm->M ? r0 + per : gm->M;
+      int64_t first = (batch * gm->M + r0) * gm->N;
+      lm_run_gemm_rows(gm, a, b, batch, r0, r1, scratch);
+      args[s->gemm_slot] = (void *)((uintptr_t)scratch - (uintptr_t)first * es);
+      launch(s, args, first, first + (r1 - r0) * gm->N);
+    }
+  lm_buffer_free(scratch, bytes);
+  return LOOM_OK;
+}
+
+static loom_status run_kernel(const lm_graph *g, const lm_program *p, const lm_step *s,
+                              void **bufs) {
+  void *args_small[16];
+  void **args =
+      s->kernel.nslots <= 16 ? args_small : malloc(sizeof(void *) * (size_t)s->kernel.nslots);
+  if (!args) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
+  args[0] = bufs[s->out];
+  for (int a = 1; a < s->kernel.nslots; a++) {
+    int pos = s->arg_pos[a];
+    args[a] = s->arg_key[a] ? (void *)g->nodes[pos]->arg.rand.key.k : data_of(g, bufs, pos);
+  }
+  loom_status st = LOOM_OK;
+  if (s->gemm_partner >= 0)
+    st = run_gemm_epilogue(g, p, s, args, bufs);
+  else
+    launch(s, args, 0, s->outer);
+  lm_stat_add(LM_STAT_KERNELS_LAUNCHED, 1); /* once per step, blocked or not */
+  if (args != args_small) free(args);
+  return st;
 }
 
 static loom_status run(const lm_graph *g, const lm_program *p, void **bufs, size_t *sizes) {
   for (int i = 0; i < p->nsteps; i++) {
     const lm_step *s = &p->steps[i];
+    if (s->deferred) { /* a GEMM its epilogue kernel runs */
+      release_dead(s, bufs, sizes);
+      continue;
+    }
     size_t bytes = (size_t)s->outer * loom_dtype_size(s->dtype);
     if (!bufs[s->out]) {
       bufs[s->out] = lm_buffer_alloc(bytes);
@@ -135,29 +193,14 @@ static loom_status run(const lm_graph *g, const lm_program *p, void **bufs, size
     if (!bufs[s->out])
       return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory for a %zu-byte %s result", bytes,
                      loom_dtype_name(s->dtype));
-    if (s->kind == LM_STEP_GEMM) {
+    loom_status st = LOOM_OK;
+    if (s->kind == LM_STEP_GEMM)
       lm_run_gemm(&s->gemm, data_of(g, bufs, s->gemm.a_pos), data_of(g, bufs, s->gemm.b_pos),
                   bufs[s->out]);
-      release_dead(s, bufs, sizes);
-      continue;
-    }
-    if (s->outer == 0) {
-      release_dead(s, bufs, sizes);
-      continue;
-    }
-    void *args_small[16];
-    void **args =
-        s->kernel.nslots <= 16 ? args_small : malloc(sizeof(void *) * (size_t)s->kernel.nslots);
-    if (!args) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
-    args[0] = bufs[s->out];
-    for (int a = 1; a < s->kernel.nslots; a++) {
-      lm_node *n = g->nodes[s->arg_pos[a]];
-      args[a] = s->arg_key[a] ? (void *)n->arg.rand.key.k : data_of(g, bufs, s->arg_pos[a]);
-    }
-    launch(s, args);
-    lm_stat_add(LM_STAT_KERNELS_LAUNCHED, 1);
-    if (args != args_small) free(args);
+    else if (s->outer > 0)
+      st = run_kernel(g, p, s, bufs);
     release_dead(s, bufs, sizes);
+    if (st != LOOM_OK) return st;
   }
   return LOOM_OK;
 }

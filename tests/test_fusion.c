@@ -62,6 +62,31 @@ static void test_counts(void) {
   }
 }
 
+/* relu(x @ w^T + b): the GEMM runs in row blocks, each followed by the bias
+ * and relu while the block is in cache; values as computed unfused. */
+static void test_matmul_epilogue(void) {
+  /* 3 batches of 700 rows: 65536 / 70 = 936 rows per block, so blocks
+   * cross no batch but several blocks fill one batch */
+  static float fused[3 * 2100 * 70], unfused[3 * 2100 * 70];
+  for (int pass = 0; pass < 2; pass++) {
+    loom_set_fusion(pass == 0);
+    LOOM_SCOPE {
+      loom_tensor *x = input(LOOM_SHAPE(3, 2100, 50), 8), *w = input(LOOM_SHAPE(70, 50), 9);
+      loom_tensor *b = input(LOOM_SHAPE(70), 10), *res = input(LOOM_SHAPE(2100, 70), 11);
+      realized(x), realized(w), realized(b), realized(res);
+      loom_tensor *y =
+          loom_add(loom_relu(loom_add(loom_matmul(x, loom_transpose(w, 0, 1)), b)), res);
+      uint64_t before = loom_get_stats().kernels_launched;
+      CHECK_OK(loom_copy_to_host(y, pass == 0 ? fused : unfused, sizeof fused));
+      if (pass == 0) CHECK_EQ_INT(loom_get_stats().kernels_launched - before, 1);
+    }
+  }
+  loom_set_fusion(true);
+  double worst = 0;
+  for (int i = 0; i < 3 * 2100 * 70; i++) worst = fmax(worst, fabs(fused[i] - unfused[i]));
+  CHECK_MSG(worst < 1e-5, "matmul epilogue differs from unfused by %g", worst);
+}
+
 static void test_unfused_counts(void) {
   loom_set_fusion(false);
   LOOM_SCOPE {
@@ -114,6 +139,7 @@ static void test_deterministic_reductions(void) {
 int main(void) {
   test_counts();
   test_unfused_counts();
+  test_matmul_epilogue();
   test_fused_matches_unfused();
   test_deterministic_reductions();
   CHECK_EQ_INT(loom_get_stats().bytes_live, 0);
