@@ -1,0 +1,159 @@
+/* The on-disk kernel cache, one scenario per child process (the cache
+ * directory is read once per process): a warm start loads instead of
+ * compiling; truncated, corrupted and foreign entries are rebuilt, never
+ * loaded; an unusable directory degrades to memory with a warning; two
+ * processes filling one directory at once corrupt nothing. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "loom.h"
+
+/* The child's work: one fused kernel whose value is known. Prints
+ * "<compiled> <disk hits> <ok>". */
+static int child(void) {
+  float x[256];
+  for (int i = 0; i < 256; i++) x[i] = (float)i;
+  loom_tensor *t = loom_from_data(x, LOOM_SHAPE(256), LOOM_F32, LOOM_CPU);
+  loom_tensor *y = loom_sum_all(loom_mul_s(loom_add_s(t, 1.0), 0.5));
+  double v = loom_item(y);
+  loom_stats s = loom_get_stats();
+  printf("%llu %llu %d\n", (unsigned long long)s.kernels_compiled,
+         (unsigned long long)s.disk_cache_hits, v == 0.5 * 256 * 257 / 2);
+  loom_free(y);
+  loom_free(t);
+  return 0;
+}
+
+typedef struct result {
+  unsigned long long compiled, disk_hits;
+  int ok;
+} result;
+
+static char self[4096];
+
+static result run_child(const char *dir) {
+  result r = {0, 0, 0};
+  char cmd[8400];
+  snprintf(cmd, sizeof cmd, "LOOM_CACHE_DIR='%s' '%s' --child 2>/dev/null", dir, self);
+  FILE *p = popen(cmd, "r");
+  if (!p) return r;
+  if (fscanf(p, "%llu %llu %d", &r.compiled, &r.disk_hits, &r.ok) != 3) r.ok = 0;
+  pclose(p);
+  return r;
+}
+
+/* The one entry in dir (the test's graph has one kernel). */
+static int entry(const char *dir, char *path, size_t len) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    if (strstr(e->d_name, ".lko") && !strstr(e->d_name, ".tmp")) {
+      snprintf(path, len, "%s/%s", dir, e->d_name);
+      n++;
+    }
+  if (d) closedir(d);
+  return n;
+}
+
+static long file_size(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static void rewrite(const char *path, long keep, long flip_at) {
+  FILE *f = fopen(path, "r+b");
+  if (!f) return;
+  if (flip_at >= 0) {
+    fseek(f, flip_at, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, flip_at, SEEK_SET);
+    fputc(c ^ 0x5a, f);
+  }
+  fclose(f);
+  if (keep >= 0) truncate(path, keep);
+}
+
+static void test_cold_warm_and_damage(const char *dir) {
+  char path[8192];
+  result cold = run_child(dir);
+  CHECK(cold.ok && cold.compiled == 1 && cold.disk_hits == 0);
+  CHECK_EQ_INT(entry(dir, path, sizeof path), 1);
+  long size = file_size(path);
+  result warm = run_child(dir);
+  CHECK(warm.ok && warm.compiled == 0 && warm.disk_hits == 1);
+
+  rewrite(path, size / 2, -1); /* truncated */
+  result t = run_child(dir);
+  CHECK_MSG(t.ok && t.compiled == 1 && t.disk_hits == 0, "truncated entry: compiled %llu hits %llu",
+            t.compiled, t.disk_hits);
+  CHECK_EQ_INT(file_size(path), size); /* rebuilt */
+
+  rewrite(path, -1, size - 10); /* a flipped byte in the object code */
+  result c = run_child(dir);
+  CHECK(c.ok && c.compiled == 1 && c.disk_hits == 0);
+  result again = run_child(dir);
+  CHECK(again.ok && again.compiled == 0 && again.disk_hits == 1);
+
+  rewrite(path, -1, 30); /* a foreign key in the header */
+  result f = run_child(dir);
+  CHECK(f.ok && f.compiled == 1 && f.disk_hits == 0);
+}
+
+static void test_unusable_dir(const char *base) {
+  char file[4200];
+  snprintf(file, sizeof file, "%s/not-a-dir", base);
+  FILE *f = fopen(file, "w");
+  if (f) fclose(f);
+  result r = run_child(file); /* a file where the directory should be */
+  CHECK(r.ok && r.compiled == 1 && r.disk_hits == 0);
+  char shared[4200];
+  snprintf(shared, sizeof shared, "%s/open", base);
+  mkdir(shared, 0777);
+  chmod(shared, 0777); /* others could plant code: refused */
+  r = run_child(shared);
+  CHECK(r.ok && r.compiled == 1);
+  char path[8192];
+  CHECK_EQ_INT(entry(shared, path, sizeof path), 0);
+}
+
+static void test_concurrent_fill(const char *base) {
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s/concurrent", base);
+  char cmd[8600];
+  snprintf(cmd, sizeof cmd,
+           "for i in 1 2 3 4; do LOOM_CACHE_DIR='%s' '%s' --child >/dev/null 2>&1 & done; wait",
+           dir, self);
+  CHECK_EQ_INT(system(cmd), 0);
+  char path[8192];
+  CHECK_EQ_INT(entry(dir, path, sizeof path), 1);
+  result r = run_child(dir);
+  CHECK(r.ok && r.compiled == 0 && r.disk_hits == 1);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--child") == 0) return child();
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return 1;
+  self[n] = 0;
+  char base[] = "/tmp/loom-disk-cache-XXXXXX";
+  CHECK(mkdtemp(base) != NULL);
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s/cache", base);
+  test_cold_warm_and_damage(dir);
+  struct stat st;
+  CHECK(stat(dir, &st) == 0 && (st.st_mode & 0777) == 0700);
+  test_unusable_dir(base);
+  test_concurrent_fill(base);
+  char cmd[4300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
+  CHECK_EQ_INT(system(cmd), 0);
+  return check_report();
+}
