@@ -108,6 +108,58 @@ lm_node *nb_squeeze_axes(lm_node *a, uint32_t axes) {
   return nb_reshape(a, shape);
 }
 
+lm_node *nb_slice(lm_node *a, loom_shape shape, const int64_t *start, const int64_t *step) {
+  if (!a) return NULL;
+  bool identity = lm_shape_eq(&shape, &a->shape);
+  for (int d = 0; d < shape.ndim; d++) identity &= start[d] == 0 && step[d] == 1;
+  if (identity) {
+    lm_node_retain(a);
+    return a;
+  }
+  lm_node *n = make(LM_SLICE, 1, &a, shape, a->dtype);
+  if (n) {
+    memcpy(n->arg.slice.start, start, sizeof(int64_t) * (size_t)shape.ndim);
+    memcpy(n->arg.slice.step, step, sizeof(int64_t) * (size_t)shape.ndim);
+  }
+  return n;
+}
+
+lm_node *nb_pad(lm_node *a, const int64_t *lo, const int64_t *hi, double value) {
+  if (!a) return NULL;
+  loom_shape shape = a->shape;
+  bool any = false;
+  for (int d = 0; d < shape.ndim; d++) {
+    shape.dim[d] += lo[d] + hi[d];
+    any |= lo[d] || hi[d];
+  }
+  if (!any) {
+    lm_node_retain(a);
+    return a;
+  }
+  lm_node *n = make(LM_PAD, 1, &a, shape, a->dtype);
+  if (n) {
+    memcpy(n->arg.pad.lo, lo, sizeof(int64_t) * (size_t)shape.ndim);
+    n->arg.pad.value = value;
+  }
+  return n;
+}
+
+lm_node *nb_matmul(lm_node *a, lm_node *b) {
+  if (!a || !b) return NULL;
+  lm_node *src[2] = {a, b};
+  loom_shape shape = a->shape;
+  shape.dim[shape.ndim - 1] = b->shape.dim[b->shape.ndim - 1];
+  return make(LM_MATMUL, 2, src, shape, a->dtype);
+}
+
+lm_node *nb_transpose_last(lm_node *a) {
+  if (!a) return NULL;
+  int perm[LOOM_MAX_DIMS], nd = a->shape.ndim;
+  for (int d = 0; d < nd; d++) perm[d] = d;
+  perm[nd - 1] = nd - 2, perm[nd - 2] = nd - 1;
+  return nb_permute(a, perm);
+}
+
 void nb_drop(lm_node *a, lm_node *b, lm_node *c, lm_node *d) {
   lm_node_release(a);
   lm_node_release(b);

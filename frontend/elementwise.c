@@ -190,6 +190,7 @@ UNARY(gelu, LM_GELU, FLOAT_ONLY)
 UNARY(silu, LM_SILU, FLOAT_ONLY)
 UNARY(square, LM_SQUARE, BOOL_TO_I64)
 UNARY(reciprocal, LM_RECIPROCAL, FLOAT_ONLY)
+UNARY(erf, LM_ERF, FLOAT_ONLY)
 
 loom_tensor *loom_logical_not(const loom_tensor *a) {
   loom_tensor *err;

@@ -48,6 +48,14 @@ lm_node *nb_where(lm_node *c, lm_node *a, lm_node *b);
 /* Reduction keeping dims; dtype of a (ARGMAX/ARGMIN: I64). */
 lm_node *nb_reduce(lm_op op, lm_node *a, uint32_t axes);
 lm_node *nb_squeeze_axes(lm_node *a, uint32_t axes);
+/* Per dim: out[i] = a[start + i * step], out extents given by shape. */
+lm_node *nb_slice(lm_node *a, loom_shape shape, const int64_t *start, const int64_t *step);
+/* Pads (lo, hi >= 0 per dim) with value. */
+lm_node *nb_pad(lm_node *a, const int64_t *lo, const int64_t *hi, double value);
+/* [.., M, K] @ [.., K, N], batch dims equal, floats (LM_MATMUL). */
+lm_node *nb_matmul(lm_node *a, lm_node *b);
+/* Swaps the last two dims. */
+lm_node *nb_transpose_last(lm_node *a);
 /* Releases up to four builder results (NULL ignored). */
 void nb_drop(lm_node *a, lm_node *b, lm_node *c, lm_node *d);
 

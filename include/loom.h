@@ -165,6 +165,46 @@ size_t loom_dtype_size(loom_dtype dtype);
 const char *loom_dtype_name(loom_dtype dtype);
 bool loom_dtype_is_float(loom_dtype dtype);
 
+/* Lazy assignment: t now names value's data (same shape, dtype and device),
+ * computed by the next realization on this thread, in the same program as
+ * whatever is realized then (optimizers update parameters this way).
+ * Gradients of t keep accumulating into t. */
+loom_status loom_assign(loom_tensor *t, const loom_tensor *value);
+
+/* ------------------------------------------------------------------ autograd */
+
+/* Marks t (a float tensor with no gradient history) as a leaf whose
+ * gradients loom_backward accumulates. */
+loom_status loom_set_requires_grad(loom_tensor *t, bool requires_grad);
+bool loom_requires_grad(const loom_tensor *t);
+/* Accumulates d(loss)/d(leaf) into every leaf's gradient (loss: one element),
+ * as lazy tensors: computing them waits for the next realization. */
+loom_status loom_backward(const loom_tensor *loss);
+/* The gradient accumulated into t (a new reference), or NULL if none. */
+loom_tensor *loom_grad(const loom_tensor *t);
+/* Drops t's gradient (as PyTorch's zero_grad(set_to_none=True)). */
+void loom_clear_grad(loom_tensor *t);
+/* Functional gradients, like torch.autograd.grad with create_graph=True:
+ * out_grads[j] = sum_i d(outs[i] * seeds[i]) / d(ins[j]) (seeds NULL: ones;
+ * outs[i] must then have one element). Results are new references and are
+ * differentiable again (higher derivatives). An input the outputs do not
+ * depend on gets zeros. */
+loom_status loom_grad_of(loom_tensor *const *outs, int nout, loom_tensor *const *ins, int nin,
+                         loom_tensor **out_grads);
+/* A variant taking the seeds (one per output, each of its output's shape). */
+loom_status loom_grad_of_seeded(loom_tensor *const *outs, loom_tensor *const *seeds, int nout,
+                                loom_tensor *const *ins, int nin, loom_tensor **out_grads);
+
+/* No-grad regions: nothing recorded inside requires gradients. */
+void loom_no_grad_begin(void);
+void loom_no_grad_end(void);
+bool loom_grad_enabled(void);
+/* LOOM_NO_GRAD { ... }: do not leave the block with break/return/goto. */
+#define LOOM_NO_GRAD                                                                               \
+  for (int LOOM__CAT(loom_no_grad_once_, __LINE__) = (loom_no_grad_begin(), 1);                    \
+       LOOM__CAT(loom_no_grad_once_, __LINE__);                                                    \
+       LOOM__CAT(loom_no_grad_once_, __LINE__) = 0, loom_no_grad_end())
+
 /* ------------------------------------------------------------------ random */
 
 /* Philox 4x32-10 keys (algorithm version 1). Element i of a draw depends only on
@@ -246,6 +286,7 @@ loom_tensor *loom_gelu(const loom_tensor *a); /* exact (erf) form, as torch's de
 loom_tensor *loom_silu(const loom_tensor *a);
 loom_tensor *loom_square(const loom_tensor *a);
 loom_tensor *loom_reciprocal(const loom_tensor *a);
+loom_tensor *loom_erf(const loom_tensor *a);
 loom_tensor *loom_cast(const loom_tensor *a, loom_dtype dtype);
 loom_tensor *loom_to(const loom_tensor *a, loom_device device);
 

@@ -73,9 +73,11 @@ static bool put_args(lm_graph *g, const lm_node *n) {
 }
 
 static bool put_node(lm_graph *g, const lm_node *n) {
-  bool ok = put_i64(g, n->op) && put_i64(g, n->dtype) && put_i64(g, n->device.type) &&
-            put_i64(g, n->device.index) && put_i64(g, n->shape.ndim);
+  bool leaf = lm_is_computed(n); /* a leaf, whatever history it keeps */
+  bool ok = put_i64(g, leaf ? LM_BUFFER : n->op) && put_i64(g, n->dtype) &&
+            put_i64(g, n->device.type) && put_i64(g, n->device.index) && put_i64(g, n->shape.ndim);
   for (int d = 0; d < n->shape.ndim && ok; d++) ok = put_i64(g, n->shape.dim[d]);
+  if (leaf) return ok && put_i64(g, 0);
   ok = ok && put_i64(g, n->nsrc);
   for (int i = 0; i < n->nsrc && ok; i++) ok = put_i64(g, n->src[i]->pos);
   return ok && put_args(g, n);
@@ -97,7 +99,7 @@ static loom_status walk(lm_graph *g, lm_node *root, uint64_t epoch) {
   while (len > 0) {
     frame *top = &stack[len - 1];
     lm_node *n = top->node;
-    if (n->op != LM_BUFFER && top->next < n->nsrc) {
+    if (!lm_is_computed(n) && top->next < n->nsrc) {
       lm_node *s = n->src[top->next++];
       if (s->visit == epoch) continue;
       s->visit = epoch;

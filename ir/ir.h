@@ -42,6 +42,7 @@ typedef enum lm_op {
   LM_RECIPROCAL,
   LM_NOT,
   LM_CAST,
+  LM_ERF,
   /* elementwise binary (sources share the node's shape and, except
      comparisons and logic, its dtype) */
   LM_ADD,
@@ -109,8 +110,10 @@ struct lm_node {
     } pad;
     int axis;
   } arg;
-  void *data;   /* LM_BUFFER: contiguous row-major elements */
-  size_t bytes; /* LM_BUFFER: allocation size */
+  bool requires_grad;            /* gradients flow through it (set when recorded) */
+  struct loom_tensor *grad_leaf; /* the handle its gradients accumulate into (weak) */
+  void *data;                    /* LM_BUFFER: contiguous row-major elements */
+  size_t bytes;                  /* LM_BUFFER: allocation size */
   /* scratch for the pass that walks a graph; meaningful only inside it */
   uint64_t visit;
   int pos;
@@ -124,9 +127,16 @@ struct lm_node {
                               node being its epilogue */
   const lm_node *replaces; /* planning temporaries: the node whose values this
                               one computes */
+  lm_node *grad_acc;       /* autograd: the gradient flowing into it, during a walk */
 };
 
 /* ------------------------------------------------------------ nodes */
+/* Grad mode (per thread): while a no-grad region is open, new nodes never
+ * require gradients. */
+void lm_no_grad_push(void);
+void lm_no_grad_pop(void);
+bool lm_grad_enabled(void);
+
 lm_node *lm_node_new(lm_op op, int nsrc, lm_node *const *src, loom_shape shape, loom_dtype dtype,
                      loom_device device);
 void lm_node_retain(lm_node *n);
@@ -135,6 +145,9 @@ void lm_node_retain(lm_node *n);
 void lm_node_release(lm_node *n);
 /* Turns a computed node into a leaf owning `data`, releasing its sources. */
 void lm_node_set_buffer(lm_node *n, void *data, size_t bytes);
+/* Computed: holds its data (an LM_BUFFER, or a node keeping its history for
+ * autograd). Every walk over unrealized graphs stops at computed nodes. */
+static inline bool lm_is_computed(const lm_node *n) { return n->data != NULL; }
 bool lm_op_is_elementwise(lm_op op);
 bool lm_op_is_view(lm_op op);
 bool lm_op_is_reduce(lm_op op);

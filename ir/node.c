@@ -26,6 +26,7 @@ static const char *const op_names[LM_NUM_OPS] = {
     [LM_RECIPROCAL] = "reciprocal",
     [LM_NOT] = "not",
     [LM_CAST] = "cast",
+    [LM_ERF] = "erf",
     [LM_ADD] = "add",
     [LM_SUB] = "sub",
     [LM_MUL] = "mul",
@@ -62,6 +63,15 @@ bool lm_op_is_elementwise(lm_op op) { return op >= LM_NEG && op <= LM_WHERE; }
 bool lm_op_is_view(lm_op op) { return op >= LM_RESHAPE && op <= LM_CAT; }
 bool lm_op_is_reduce(lm_op op) { return op >= LM_RSUM && op <= LM_ARGMIN; }
 
+/* Depth of open no-grad regions on this thread (LOOM_NO_GRAD). */
+static _Thread_local int grad_mode_depth;
+
+void lm_no_grad_push(void) { grad_mode_depth++; }
+void lm_no_grad_pop(void) {
+  if (grad_mode_depth > 0) grad_mode_depth--;
+}
+bool lm_grad_enabled(void) { return grad_mode_depth == 0; }
+
 lm_node *lm_node_new(lm_op op, int nsrc, lm_node *const *src, loom_shape shape, loom_dtype dtype,
                      loom_device device) {
   lm_node *n = calloc(1, sizeof *n);
@@ -81,6 +91,7 @@ lm_node *lm_node_new(lm_op op, int nsrc, lm_node *const *src, loom_shape shape, 
     n->src[i] = src[i];
     lm_node_retain(src[i]);
   }
+  for (int i = 0; i < nsrc && grad_mode_depth == 0; i++) n->requires_grad |= src[i]->requires_grad;
   n->shape = shape;
   n->dtype = dtype;
   n->device = device;
@@ -127,6 +138,13 @@ void lm_node_release(lm_node *n) {
 }
 
 void lm_node_set_buffer(lm_node *n, void *data, size_t bytes) {
+  if (n->requires_grad && !n->grad_leaf && n->nsrc > 0) {
+    /* gradients may still flow through it: keep the history */
+    if (n->data) lm_buffer_free(n->data, n->bytes);
+    n->data = data;
+    n->bytes = bytes;
+    return;
+  }
   lm_node **stack = NULL;
   int len = 0, cap = 0;
   drop_sources(n, &stack, &len, &cap);

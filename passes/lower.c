@@ -283,6 +283,7 @@ static int unary_value(builder *b, const lm_node *n, int x) {
   case LM_RELU: return dt == LOOM_BOOL ? x : op2(b, LK_MAX, dt, x, cnst(b, dt, 0));
   case LM_NOT: return op1(b, LK_NOT, LOOM_BOOL, x);
   case LM_CAST: return op1(b, LK_CAST, dt, x);
+  case LM_ERF: return op1(b, LK_ERF, dt, x);
   case LM_SIGMOID:
   case LM_SILU: {
     int e = op1(b, LK_EXP, dt, op1(b, LK_NEG, dt, x));
@@ -313,7 +314,7 @@ static int binary_value(builder *b, const lm_node *n, int x, int y) {
 static int value(builder *b, const lm_node *n, const int *idx) {
   if (b->fail) return 0;
   if (n == b->acc_node) return b->acc_inst;
-  if (n != b->root && (n->op == LM_BUFFER || n->materialize)) return load(b, n, idx);
+  if (n != b->root && (lm_is_computed(n) || n->materialize)) return load(b, n, idx);
   if (lm_op_is_view(n->op)) return view_value(b, n, idx);
   switch (n->op) {
   case LM_CONST: return cnst(b, n->dtype, n->arg.f);

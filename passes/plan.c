@@ -35,7 +35,7 @@ static bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool
 }
 
 bool lm_gemm_operand(const lm_node *operand, const lm_node **base, lm_view *view) {
-  if (operand->materialize || operand->op == LM_BUFFER) {
+  if (operand->materialize || lm_is_computed(operand)) {
     *base = operand;
     view->shape = operand->shape;
     view->offset = 0;
@@ -51,7 +51,7 @@ bool lm_gemm_operand(const lm_node *operand, const lm_node **base, lm_view *view
 }
 
 static bool is_compute(const lm_node *n) {
-  return n->op != LM_BUFFER && n->op != LM_CONST && n->op != LM_IOTA && !lm_op_is_view(n->op);
+  return !lm_is_computed(n) && n->op != LM_CONST && n->op != LM_IOTA && !lm_op_is_view(n->op);
 }
 
 /* Rough cost of computing one element of an op, in simple-instruction units. */
@@ -65,7 +65,8 @@ static int op_cost(const lm_node *n) {
   case LM_POW:
   case LM_SIGMOID:
   case LM_GELU:
-  case LM_SILU: return 4;
+  case LM_SILU:
+  case LM_ERF: return 4;
   case LM_SQRT:
   case LM_RSQRT:
   case LM_DIV:
@@ -107,7 +108,7 @@ static void reset(const lm_graph *g) {
 static void count_uses(const lm_graph *g) {
   for (int i = g->n - 1; i >= 0; i--) {
     lm_node *n = g->nodes[i];
-    if (n->op == LM_BUFFER) continue;
+    if (lm_is_computed(n)) continue;
     if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL) n->materialize = true;
     if (n->op == LM_MATMUL) {
       for (int s = 0; s < 2; s++) {
@@ -115,7 +116,7 @@ static void count_uses(const lm_graph *g) {
         lm_view view;
         lm_node *o = n->src[s];
         if (lm_gemm_operand(o, &base, &view))
-          ((lm_node *)base)->materialize |= base->op != LM_BUFFER;
+          ((lm_node *)base)->materialize |= !lm_is_computed(base);
         else
           o->materialize = true;
       }
@@ -139,10 +140,10 @@ static void apply_cost_rule(const lm_graph *g, bool fuse) {
   for (int i = 0; i < g->n; i++) {
     lm_node *n = g->nodes[i];
     n->cost = 0;
-    if (n->op == LM_BUFFER) continue;
+    if (lm_is_computed(n)) continue;
     int cost = op_cost(n);
     for (int s = 0; s < n->nsrc; s++)
-      if (!n->src[s]->materialize && n->src[s]->op != LM_BUFFER) cost += n->src[s]->cost;
+      if (!n->src[s]->materialize && !lm_is_computed(n->src[s])) cost += n->src[s]->cost;
     n->cost = cost > 1000000 ? 1000000 : cost;
     if (!is_compute(n) || n->materialize) continue;
     bool shared = n->uses > 1 && (n->broadcast_use || n->cost * (n->uses - 1) > RECOMPUTE_BUDGET);
@@ -195,7 +196,7 @@ static void plan_gemm(lm_node *n, lm_step *step) {
  * permute) disqualifies. */
 static void scan_for_reduce(lm_node *n, const lm_node *root, bool path_ok, lm_node **found,
                             bool *bad) {
-  if (*bad || n->op == LM_BUFFER) return;
+  if (*bad || lm_is_computed(n)) return;
   if (n != root && n->materialize) {
     if (!lm_op_is_reduce(n->op)) return;
     if (!path_ok || (*found && *found != n)) *bad = true;
@@ -214,7 +215,7 @@ typedef struct node_list {
 
 /* The nodes root computes inline (root included), each once. */
 static void collect_inline(lm_node *n, const lm_node *root, uint64_t epoch, node_list *l) {
-  if (n->visit == epoch || n->op == LM_BUFFER || (n != root && n->materialize)) return;
+  if (n->visit == epoch || lm_is_computed(n) || (n != root && n->materialize)) return;
   n->visit = epoch;
   if (l->len == l->cap) {
     int ncap = l->cap ? 2 * l->cap : 32;
@@ -265,7 +266,7 @@ static bool used_only_inside(lm_node *r, lm_node *root) {
 static void fuse_epilogues(const lm_graph *g) {
   for (int i = 0; i < g->n; i++) {
     lm_node *e = g->nodes[i];
-    if (!e->materialize || e->op == LM_BUFFER || lm_op_is_reduce(e->op) || e->op == LM_MATMUL)
+    if (!e->materialize || lm_is_computed(e) || lm_op_is_reduce(e->op) || e->op == LM_MATMUL)
       continue;
     lm_node *r = NULL;
     bool bad = false;
@@ -392,7 +393,7 @@ static int elementwise_path(const lm_node *n, const lm_node *m) {
   for (int s = 0; s < n->nsrc; s++) {
     const lm_node *src = n->src[s];
     int r = src == m                                     ? 1
-            : (src->materialize || src->op == LM_BUFFER) ? 0
+            : (src->materialize || lm_is_computed(src)) ? 0
                                                          : elementwise_path(src, m);
     if (r < 0 || (r > 0 && !lm_op_is_elementwise(n->op))) return -1;
     found |= r;
@@ -510,7 +511,7 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_program **out, char *err, s
   if (fuse) fuse_epilogues(g);
   lm_program *p = calloc(1, sizeof *p);
   int count = 0;
-  for (int i = 0; i < g->n; i++) count += g->nodes[i]->materialize && g->nodes[i]->op != LM_BUFFER;
+  for (int i = 0; i < g->n; i++) count += g->nodes[i]->materialize && !lm_is_computed(g->nodes[i]);
   if (p) {
     p->steps = calloc((size_t)(2 * count + 1), sizeof(lm_step));
     p->published = calloc(g->n > 0 ? (size_t)g->n : 1, sizeof(bool));
@@ -524,7 +525,7 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_program **out, char *err, s
   loom_status st = LOOM_OK;
   for (int i = 0; i < g->n && st == LOOM_OK; i++) {
     lm_node *n = g->nodes[i];
-    if (!n->materialize || n->op == LM_BUFFER) continue;
+    if (!n->materialize || lm_is_computed(n)) continue;
     p->published[i] = n->target;
     temps t = {.n = 0};
     st = fuse ? plan_node(g, p, n, &t, err, errlen) : lower_step(g, p, n, err, errlen);

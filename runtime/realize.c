@@ -89,7 +89,7 @@ static loom_status find_program(const lm_graph *g, shared_program **out) {
 static void *data_of(const lm_graph *g, void **bufs, int pos) {
   if (pos >= g->n) return bufs[pos];
   lm_node *n = g->nodes[pos];
-  return n->op == LM_BUFFER ? n->data : bufs[pos];
+  return lm_is_computed(n) ? n->data : bufs[pos];
 }
 
 /* Memory planning: intermediates die after their last reader. */
@@ -220,17 +220,20 @@ static void publish(const lm_graph *g, const lm_program *p, void **bufs, size_t 
 }
 
 loom_status lm_realize_nodes(lm_node *const *nodes, int n) {
-  lm_node **todo = malloc(sizeof(lm_node *) * (size_t)(n > 0 ? n : 1));
+  int npending = lm_pending_count(), total = n + npending;
+  lm_node **todo = malloc(sizeof(lm_node *) * (size_t)(total > 0 ? total : 1));
   if (!todo) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
   int count = 0;
-  for (int i = 0; i < n; i++) {
-    if (nodes[i]->op == LM_BUFFER) continue;
+  for (int i = 0; i < total; i++) {
+    lm_node *node = i < n ? nodes[i] : lm_pending_at(i - n); /* assignments ride along */
+    if (lm_is_computed(node)) continue;
     bool dup = false;
-    for (int j = 0; j < count; j++) dup |= todo[j] == nodes[i];
-    if (!dup) todo[count++] = nodes[i];
+    for (int j = 0; j < count; j++) dup |= todo[j] == node;
+    if (!dup) todo[count++] = node;
   }
   if (count == 0) {
     free(todo);
+    if (npending) lm_pending_clear();
     return LOOM_OK;
   }
   lm_graph g;
@@ -253,6 +256,7 @@ loom_status lm_realize_nodes(lm_node *const *nodes, int n) {
   if (st == LOOM_OK) {
     publish(&g, sp->program, bufs, sizes);
     lm_stat_add(LM_STAT_REALIZATIONS, 1);
+    if (npending) lm_pending_clear();
   }
   for (int i = 0; bufs && i < nbufs; i++) lm_buffer_free(bufs[i], sizes[i]);
   free(bufs);

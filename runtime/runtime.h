@@ -17,6 +17,8 @@ struct loom_tensor {
   lm_node *node;
   loom_status status;
   char *message;
+  bool requires_grad; /* a leaf the user asked gradients for */
+  lm_node *grad;      /* accumulated gradient (owned), or NULL */
 };
 
 /* ------------------------------------------------------------ handles */
@@ -72,6 +74,15 @@ loom_status lm_realize_nodes(lm_node *const *nodes, int n);
 
 /* ------------------------------------------------------------ options */
 #define LM_MAX_THREADS 256
+
+/* ------------------------------------------------------------ assignments */
+/* Rebinds t to value (consumed): t now names the new value, computed at the
+ * next realization together with whatever is realized then. */
+loom_status lm_assign_node(loom_tensor *t, lm_node *value);
+/* The nodes of pending assignments (this thread), for the next realization. */
+int lm_pending_count(void);
+lm_node *lm_pending_at(int i);
+void lm_pending_clear(void);
 
 /* ------------------------------------------------------------ environment */
 bool lm_env_flag(const char *name); /* set to something other than "" or "0" */

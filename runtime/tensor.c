@@ -28,6 +28,8 @@ loom_tensor *lm_tensor_ref(const loom_tensor *t) {
 
 void lm_tensor_release(loom_tensor *t) {
   if (!t || lm_is_static_error(t) || --t->refs > 0) return;
+  if (t->node && t->node->grad_leaf == t) t->node->grad_leaf = NULL;
+  lm_node_release(t->grad);
   lm_node_release(t->node);
   free(t->message);
   free(t);
@@ -64,7 +66,7 @@ int64_t loom_numel(const loom_tensor *t) {
   return t && t->node ? lm_shape_numel(&t->node->shape) : 0;
 }
 int loom_ndim(const loom_tensor *t) { return t && t->node ? t->node->shape.ndim : 0; }
-bool loom_is_realized(const loom_tensor *t) { return t && t->node && t->node->op == LM_BUFFER; }
+bool loom_is_realized(const loom_tensor *t) { return t && t->node && lm_is_computed(t->node); }
 
 static const size_t dtype_sizes[LOOM_NUM_DTYPES] = {4, 8, 4, 8, 1, 1};
 static const char *const dtype_names[LOOM_NUM_DTYPES] = {"f32", "f64", "i32", "i64", "u8", "bool"};

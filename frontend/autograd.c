@@ -1,0 +1,260 @@
+/* Autograd: walks the recorded graph backwards from outputs, applying each
+ * node's derivative rule (grad_rules.c). Gradients are lazy tensors like any
+ * other: loom_backward only records; the next realization computes them,
+ * fused with the forward pass and the optimizer's updates. */
+#include <stdlib.h>
+
+#include "frontend/autograd.h"
+#include "frontend/frontend.h"
+
+void loom_no_grad_begin(void) { lm_no_grad_push(); }
+void loom_no_grad_end(void) { lm_no_grad_pop(); }
+bool loom_grad_enabled(void) { return lm_grad_enabled(); }
+
+loom_status loom_set_requires_grad(loom_tensor *t, bool requires_grad) {
+  const char *name = "loom_set_requires_grad";
+  if (!t) return lm_fail(LOOM_ERR_NULL, "%s: tensor is NULL", name);
+  if (t->status) return lm_fail(t->status, "%s: %s", name, t->message);
+  lm_node *n = t->node;
+  if (!requires_grad) {
+    t->requires_grad = false;
+    if (n->grad_leaf == t) n->grad_leaf = NULL, n->requires_grad = false;
+    return LOOM_OK;
+  }
+  if (!loom_dtype_is_float(n->dtype))
+    return lm_fail(LOOM_ERR_DTYPE, "%s: only float tensors have gradients, got %s", name,
+                   loom_dtype_name(n->dtype));
+  if (n->requires_grad && n->grad_leaf != t && !lm_is_computed(n))
+    return lm_fail(LOOM_ERR_VALUE,
+                   "%s: the tensor has gradient history; only leaves can be "
+                   "marked",
+                   name);
+  t->requires_grad = true;
+  n->requires_grad = true;
+  n->grad_leaf = t;
+  return LOOM_OK;
+}
+
+bool loom_requires_grad(const loom_tensor *t) { return t && t->node && t->node->requires_grad; }
+
+loom_tensor *loom_grad(const loom_tensor *t) {
+  if (!t || !t->grad) return NULL;
+  lm_node_retain(t->grad);
+  return lm_tensor_wrap(t->grad);
+}
+
+void loom_clear_grad(loom_tensor *t) {
+  if (!t) return;
+  lm_node_release(t->grad);
+  t->grad = NULL;
+}
+
+/* ------------------------------------------------------------ the walk */
+
+typedef struct walk {
+  lm_node **order; /* post-order: sources before consumers */
+  int n, cap;
+} walk;
+
+typedef struct frame {
+  lm_node *node;
+  int next;
+} frame;
+
+static bool push(walk *w, lm_node *n) {
+  if (w->n == w->cap) {
+    int ncap = w->cap ? 2 * w->cap : 64;
+    lm_node **grown = realloc(w->order, sizeof(lm_node *) * (size_t)ncap);
+    if (!grown) return false;
+    w->order = grown, w->cap = ncap;
+  }
+  w->order[w->n++] = n;
+  return true;
+}
+
+/* Gradients stop at leaves (handles marked with requires_grad). */
+static bool descends(const lm_node *n) { return n->requires_grad && !n->grad_leaf; }
+
+/* Everything gradients flow through from root, in post-order (iterative:
+ * training graphs are deep). */
+static bool collect(walk *w, lm_node *root, uint64_t epoch) {
+  if (root->visit == epoch || !root->requires_grad) return true;
+  int cap = 64, len = 0;
+  frame *stack = malloc(sizeof(frame) * (size_t)cap);
+  if (!stack) return false;
+  root->visit = epoch;
+  stack[len++] = (frame){root, 0};
+  bool ok = true;
+  while (len > 0 && ok) {
+    frame *top = &stack[len - 1];
+    lm_node *n = top->node;
+    if (descends(n) && top->next < n->nsrc) {
+      lm_node *s = n->src[top->next++];
+      if (s->visit == epoch || !s->requires_grad) continue;
+      s->visit = epoch;
+      if (len == cap) {
+        frame *grown = realloc(stack, sizeof(frame) * (size_t)(cap *= 2));
+        if (!grown) {
+          ok = false;
+          break;
+        }
+        stack = grown;
+      }
+      stack[len++] = (frame){s, 0};
+      continue;
+    }
+    ok = push(w, n);
+    len--;
+  }
+  free(stack);
+  return ok;
+}
+
+/* dst->grad_acc += g (g consumed). */
+static bool accumulate(lm_node *dst, lm_node *g) {
+  if (!dst->grad_acc) {
+    dst->grad_acc = g;
+    return true;
+  }
+  lm_node *sum = nb_binary(LM_ADD, dst->grad_acc, g);
+  lm_node_release(g);
+  if (!sum) return false;
+  lm_node_release(dst->grad_acc);
+  dst->grad_acc = sum;
+  return true;
+}
+
+static void clear_acc(walk *w) {
+  for (int i = 0; i < w->n; i++) {
+    lm_node_release(w->order[i]->grad_acc);
+    w->order[i]->grad_acc = NULL;
+  }
+  free(w->order);
+}
+
+/* Seeds the outputs and applies the rules consumers-first; every node's
+ * grad_acc then holds its full gradient. */
+static loom_status propagate(const char *name, lm_node *const *outs, lm_node *const *seeds,
+                             int nout, walk *w) {
+  uint64_t epoch = lm_walk_epoch();
+  for (int i = 0; i < nout; i++)
+    if (!collect(w, outs[i], epoch)) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+  for (int i = 0; i < nout; i++) {
+    if (!outs[i]->requires_grad) continue;
+    lm_node_retain(seeds[i]);
+    if (!accumulate(outs[i], seeds[i])) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+  }
+  for (int i = w->n - 1; i >= 0; i--) {
+    lm_node *n = w->order[i];
+    if (!n->grad_acc || !descends(n)) continue;
+    for (int s = 0; s < n->nsrc; s++) {
+      bool oom;
+      lm_node *g = lm_grad_rule(n, s, n->grad_acc, &oom);
+      if (oom) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+      if (g && !accumulate(n->src[s], g)) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+    }
+  }
+  return LOOM_OK;
+}
+
+static loom_status check_out(const char *name, const loom_tensor *t) {
+  if (!t) return lm_fail(LOOM_ERR_NULL, "%s: tensor is NULL", name);
+  if (t->status) return lm_fail(t->status, "%s: %s", name, t->message);
+  return LOOM_OK;
+}
+
+loom_status loom_backward(const loom_tensor *loss) {
+  const char *name = "loom_backward";
+  loom_status st = check_out(name, loss);
+  if (st) return st;
+  lm_node *out = loss->node;
+  char sb[128];
+  if (lm_shape_numel(&out->shape) != 1)
+    return lm_fail(LOOM_ERR_SHAPE, "%s: the loss must have one element, shape %s has %lld", name,
+                   lm_shape_str(&out->shape, sb, sizeof sb),
+                   (long long)lm_shape_numel(&out->shape));
+  if (!out->requires_grad)
+    return lm_fail(LOOM_ERR_VALUE,
+                   "%s: the loss does not depend on any tensor that requires "
+                   "grad",
+                   name);
+  /* gradients of a plain backward are not differentiated again */
+  lm_no_grad_push();
+  lm_node *seed = nb_const(1.0, out->shape, out->dtype, out->device);
+  walk w = {0};
+  st =
+      seed ? propagate(name, &out, &seed, 1, &w) : lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+  for (int i = 0; i < w.n && st == LOOM_OK; i++) {
+    lm_node *n = w.order[i];
+    loom_tensor *leaf = n->grad_leaf;
+    if (!leaf || !n->grad_acc) continue;
+    lm_node *g = n->grad_acc;
+    lm_node_retain(g);
+    lm_node *total = leaf->grad ? nb_binary(LM_ADD, leaf->grad, g) : (lm_node_retain(g), g);
+    lm_node_release(g);
+    if (!total)
+      st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+    else
+      lm_node_release(leaf->grad), leaf->grad = total;
+  }
+  clear_acc(&w);
+  lm_node_release(seed);
+  lm_no_grad_pop();
+  return st;
+}
+
+loom_status loom_grad_of_seeded(loom_tensor *const *outs, loom_tensor *const *seeds, int nout,
+                                loom_tensor *const *ins, int nin, loom_tensor **out_grads) {
+  const char *name = "loom_grad_of";
+  if (!outs || !ins || !out_grads || nout <= 0 || nin <= 0)
+    return lm_fail(LOOM_ERR_NULL, "%s: needs outputs, inputs and a result array", name);
+  for (int j = 0; j < nin; j++) out_grads[j] = NULL;
+  loom_status st = LOOM_OK;
+  for (int i = 0; i < nout && !st; i++) st = check_out(name, outs[i]);
+  for (int i = 0; i < nin && !st; i++) st = check_out(name, ins[i]);
+  for (int i = 0; seeds && i < nout && !st; i++) {
+    st = check_out(name, seeds[i]);
+    if (!st && !lm_shape_eq(&seeds[i]->node->shape, &outs[i]->node->shape))
+      st = lm_fail(LOOM_ERR_SHAPE, "%s: seed %d's shape differs from its output's", name, i);
+  }
+  if (st) return st;
+  lm_node **on = malloc(sizeof(lm_node *) * (size_t)nout * 2);
+  if (!on) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+  lm_node **sn = on + nout;
+  for (int i = 0; i < nout; i++) {
+    on[i] = outs[i]->node;
+    sn[i] = seeds ? (lm_node_retain(seeds[i]->node), seeds[i]->node)
+                  : nb_const(1.0, on[i]->shape, on[i]->dtype, on[i]->device);
+    if (!seeds && lm_shape_numel(&on[i]->shape) != 1)
+      st = lm_fail(LOOM_ERR_SHAPE, "%s: output %d has more than one element: give seeds", name, i);
+    if (!sn[i] && !st) st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+  }
+  /* inputs are where the walk reads results, so they are not leaves here */
+  loom_tensor **leaves = calloc((size_t)nin, sizeof *leaves);
+  walk w = {0};
+  if (!leaves && !st) st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+  for (int j = 0; j < nin && !st; j++)
+    leaves[j] = ins[j]->node->grad_leaf, ins[j]->node->grad_leaf = NULL;
+  if (!st) st = propagate(name, on, sn, nout, &w);
+  for (int j = 0; j < nin && !st; j++) {
+    lm_node *in = ins[j]->node, *g = in->grad_acc;
+    if (g)
+      lm_node_retain(g);
+    else
+      g = nb_const(0.0, in->shape, in->dtype, in->device);
+    out_grads[j] = lm_result(g);
+    if (!g) st = LOOM_ERR_OOM;
+  }
+  for (int j = 0; leaves && j < nin; j++)
+    if (leaves[j]) ins[j]->node->grad_leaf = leaves[j];
+  clear_acc(&w);
+  free(leaves);
+  for (int i = 0; i < nout; i++) lm_node_release(sn[i]);
+  free(on);
+  return st;
+}
+
+loom_status loom_grad_of(loom_tensor *const *outs, int nout, loom_tensor *const *ins, int nin,
+                         loom_tensor **out_grads) {
+  return loom_grad_of_seeded(outs, NULL, nout, ins, nin, out_grads);
+}

@@ -1,0 +1,245 @@
+/* Derivative rules: for a node n, the gradient reaching source `which` given
+ * the gradient g reaching n. Every rule records ordinary IR nodes, so
+ * backward passes fuse, compile and cache like forward ones, and are
+ * differentiable again (higher derivatives). */
+#include <math.h>
+#include <string.h>
+
+#include "frontend/autograd.h"
+#include "frontend/frontend.h"
+
+/* Temporaries of one rule, released together; any NULL marks out-of-memory. */
+typedef struct arena {
+  lm_node *items[48];
+  int n;
+  bool oom;
+} arena;
+
+static lm_node *keep(arena *a, lm_node *x) {
+  if (!x || a->n == 48) {
+    a->oom = true;
+    lm_node_release(x);
+    return NULL;
+  }
+  return a->items[a->n++] = x;
+}
+
+static lm_node *result(arena *a, lm_node *x) {
+  if (x && !a->oom)
+    lm_node_retain(x);
+  else
+    x = NULL;
+  for (int i = 0; i < a->n; i++) lm_node_release(a->items[i]);
+  return x;
+}
+
+typedef struct ctx {
+  arena *a;
+  const lm_node *n;
+} ctx;
+
+/* A constant shaped like `like`. */
+static lm_node *cst(ctx *c, const lm_node *like, double v) {
+  return keep(c->a, like ? nb_const(v, like->shape, like->dtype, like->device) : NULL);
+}
+static lm_node *bin(ctx *c, lm_op op, lm_node *x, lm_node *y) {
+  return keep(c->a, nb_binary(op, x, y));
+}
+static lm_node *un(ctx *c, lm_op op, lm_node *x) { return keep(c->a, nb_unary(op, x)); }
+static lm_node *mul(ctx *c, lm_node *x, lm_node *y) { return bin(c, LM_MUL, x, y); }
+static lm_node *mul_s(ctx *c, lm_node *x, double v) { return mul(c, x, cst(c, x, v)); }
+static lm_node *mask(ctx *c, lm_node *cond, const lm_node *like) {
+  return keep(c->a, like ? nb_cast(cond, like->dtype) : NULL);
+}
+static lm_node *where(ctx *c, lm_node *cond, lm_node *x, lm_node *y) {
+  return keep(c->a, nb_where(cond, x, y));
+}
+
+/* ------------------------------------------------------------ elementwise */
+
+static lm_node *unary_grad(ctx *c, lm_node *g) {
+  lm_node *n = (lm_node *)c->n, *x = n->src[0];
+  switch (n->op) {
+  case LM_NEG: return un(c, LM_NEG, g);
+  case LM_ABS: {
+    lm_node *zero = cst(c, x, 0);
+    lm_node *pos = mask(c, bin(c, LM_LT, zero, x), x), *neg = mask(c, bin(c, LM_LT, x, zero), x);
+    return mul(c, g, bin(c, LM_SUB, pos, neg));
+  }
+  case LM_EXP: return mul(c, g, n);
+  case LM_LOG: return bin(c, LM_DIV, g, x);
+  case LM_SQRT: return bin(c, LM_DIV, g, mul_s(c, n, 2));
+  case LM_RSQRT: return mul(c, g, mul_s(c, mul(c, n, mul(c, n, n)), -0.5));
+  case LM_SIN: return mul(c, g, un(c, LM_COS, x));
+  case LM_COS: return un(c, LM_NEG, mul(c, g, un(c, LM_SIN, x)));
+  case LM_TANH: return mul(c, g, bin(c, LM_SUB, cst(c, n, 1), mul(c, n, n)));
+  case LM_SIGMOID: return mul(c, g, mul(c, n, bin(c, LM_SUB, cst(c, n, 1), n)));
+  case LM_RELU: return where(c, bin(c, LM_LT, cst(c, x, 0), x), g, cst(c, g, 0));
+  case LM_SQUARE: return mul(c, g, mul_s(c, x, 2));
+  case LM_RECIPROCAL: return un(c, LM_NEG, mul(c, g, mul(c, n, n)));
+  case LM_ERF: /* 2/sqrt(pi) exp(-x^2) */
+    return mul(c, g, mul_s(c, un(c, LM_EXP, un(c, LM_NEG, mul(c, x, x))), 2 / sqrt(M_PI)));
+  case LM_GELU: { /* Phi(x) + x phi(x) */
+    lm_node *cdf =
+        mul_s(c, bin(c, LM_ADD, cst(c, x, 1), un(c, LM_ERF, mul_s(c, x, M_SQRT1_2))), 0.5);
+    lm_node *pdf = mul_s(c, un(c, LM_EXP, mul_s(c, mul(c, x, x), -0.5)), 1 / sqrt(2 * M_PI));
+    return mul(c, g, bin(c, LM_ADD, cdf, mul(c, x, pdf)));
+  }
+  case LM_SILU: { /* s (1 + x (1 - s)) */
+    lm_node *s = un(c, LM_SIGMOID, x), *one = cst(c, x, 1);
+    return mul(c, g, mul(c, s, bin(c, LM_ADD, one, mul(c, x, bin(c, LM_SUB, one, s)))));
+  }
+  case LM_CAST: return loom_dtype_is_float(x->dtype) ? keep(c->a, nb_cast(g, x->dtype)) : NULL;
+  default: return NULL;
+  }
+}
+
+static lm_node *binary_grad(ctx *c, int which, lm_node *g) {
+  lm_node *n = (lm_node *)c->n, *x = n->src[0], *y = n->src[1];
+  switch (n->op) {
+  case LM_ADD: return g;
+  case LM_SUB: return which == 0 ? g : un(c, LM_NEG, g);
+  case LM_MUL: return mul(c, g, which == 0 ? y : x);
+  case LM_DIV:
+    return which == 0 ? bin(c, LM_DIV, g, y) : un(c, LM_NEG, mul(c, g, bin(c, LM_DIV, n, y)));
+  case LM_POW:
+    if (which == 0) /* y x^(y-1) */
+      return mul(c, g, mul(c, y, bin(c, LM_POW, x, bin(c, LM_SUB, y, cst(c, y, 1)))));
+    /* x^y log x, 0 where x == 0 and y >= 0 (torch's convention) */
+    return where(c, bin(c, LM_AND, bin(c, LM_EQ, x, cst(c, x, 0)), bin(c, LM_LE, cst(c, y, 0), y)),
+                 cst(c, g, 0), mul(c, g, mul(c, n, un(c, LM_LOG, x))));
+  case LM_MAX:
+  case LM_MIN: { /* to the winner; ties split evenly */
+    lm_node *self = which == 0 ? x : y, *other = which == 0 ? y : x;
+    lm_node *wins = n->op == LM_MAX ? bin(c, LM_LT, other, self) : bin(c, LM_LT, self, other);
+    lm_node *tie = mul_s(c, mask(c, bin(c, LM_EQ, x, y), g), 0.5);
+    return mul(c, g, bin(c, LM_ADD, mask(c, wins, g), tie));
+  }
+  default: return NULL;
+  }
+}
+
+/* ------------------------------------------------------------ reductions */
+
+static lm_node *reduce_grad(ctx *c, lm_node *g) {
+  lm_node *n = (lm_node *)c->n, *x = n->src[0];
+  lm_node *wide = keep(c->a, nb_expand(g, x->shape));
+  if (n->op == LM_RSUM) return wide;
+  if (n->op != LM_RMAX && n->op != LM_RMIN) return NULL;
+  /* to every element equal to the extremum, shared evenly (torch's amax) */
+  lm_node *hit = mask(c, bin(c, LM_EQ, x, keep(c->a, nb_expand(n, x->shape))), x);
+  lm_node *count = keep(c->a, nb_reduce(LM_RSUM, hit, n->arg.axes));
+  return mul(c, wide, bin(c, LM_DIV, hit, keep(c->a, nb_expand(count, x->shape))));
+}
+
+static lm_node *matmul_grad(ctx *c, int which, lm_node *g) {
+  lm_node *n = (lm_node *)c->n;
+  if (which == 0) return keep(c->a, nb_matmul(g, keep(c->a, nb_transpose_last(n->src[1]))));
+  return keep(c->a, nb_matmul(keep(c->a, nb_transpose_last(n->src[0])), g));
+}
+
+/* ------------------------------------------------------------ views */
+
+/* The adjoint of out[i] = src[start + i*step] along dim d: g placed at those
+ * positions of a zero tensor of length len. */
+static lm_node *unslice_dim(ctx *c, lm_node *g, int d, int64_t start, int64_t step, int64_t len) {
+  int64_t m = g->shape.dim[d];
+  int64_t lo[LOOM_MAX_DIMS] = {0}, hi[LOOM_MAX_DIMS] = {0};
+  lm_node *cur = g;
+  int64_t span = m;
+  if (step > 1 && m > 0) { /* [.., m, ..] -> [.., m, step, ..] zero-padded -> [.., m*step, ..] */
+    loom_shape split = {g->shape.ndim + 1, {0}};
+    for (int k = 0, o = 0; k < g->shape.ndim; k++) {
+      split.dim[o++] = g->shape.dim[k];
+      if (k == d) split.dim[o++] = 1;
+    }
+    int64_t plo[LOOM_MAX_DIMS] = {0}, phi[LOOM_MAX_DIMS] = {0};
+    phi[d + 1] = step - 1;
+    lm_node *spread = keep(c->a, nb_pad(keep(c->a, nb_reshape(cur, split)), plo, phi, 0));
+    loom_shape merged = g->shape;
+    merged.dim[d] = m * step;
+    cur = keep(c->a, nb_reshape(spread, merged));
+    span = m * step;
+  }
+  if (!cur) return NULL;
+  lo[d] = start;
+  hi[d] = len - start - span;
+  if (hi[d] < 0) { /* the spread overshoots the end: crop */
+    loom_shape cropped = cur->shape;
+    cropped.dim[d] = span + hi[d];
+    int64_t st[LOOM_MAX_DIMS] = {0}, one[LOOM_MAX_DIMS];
+    for (int k = 0; k < LOOM_MAX_DIMS; k++) one[k] = 1;
+    cur = keep(c->a, nb_slice(cur, cropped, st, one));
+    hi[d] = 0;
+  }
+  return keep(c->a, nb_pad(cur, lo, hi, 0));
+}
+
+static lm_node *view_grad(ctx *c, int which, lm_node *g) {
+  lm_node *n = (lm_node *)c->n, *x = n->src[which];
+  int nd = n->shape.ndim;
+  switch (n->op) {
+  case LM_RESHAPE: return keep(c->a, nb_reshape(g, x->shape));
+  case LM_PERMUTE: {
+    int inverse[LOOM_MAX_DIMS];
+    for (int d = 0; d < nd; d++) inverse[n->arg.perm[d]] = d;
+    return keep(c->a, nb_permute(g, inverse));
+  }
+  case LM_EXPAND: {
+    uint32_t axes = 0;
+    for (int d = 0; d < nd; d++)
+      if (x->shape.dim[d] != n->shape.dim[d]) axes |= 1u << d;
+    return axes ? keep(c->a, nb_reduce(LM_RSUM, g, axes)) : g;
+  }
+  case LM_SLICE: {
+    lm_node *cur = g;
+    for (int d = 0; d < nd && cur; d++)
+      if (n->arg.slice.start[d] != 0 || n->arg.slice.step[d] != 1 ||
+          n->shape.dim[d] != x->shape.dim[d])
+        cur = unslice_dim(c, cur, d, n->arg.slice.start[d], n->arg.slice.step[d], x->shape.dim[d]);
+    return cur;
+  }
+  case LM_PAD: {
+    int64_t one[LOOM_MAX_DIMS];
+    for (int d = 0; d < LOOM_MAX_DIMS; d++) one[d] = 1;
+    return keep(c->a, nb_slice(g, x->shape, n->arg.pad.lo, one));
+  }
+  case LM_CAT: {
+    int64_t start[LOOM_MAX_DIMS] = {0}, one[LOOM_MAX_DIMS];
+    for (int d = 0; d < LOOM_MAX_DIMS; d++) one[d] = 1;
+    for (int i = 0; i < which; i++) start[n->arg.axis] += n->src[i]->shape.dim[n->arg.axis];
+    return keep(c->a, nb_slice(g, x->shape, start, one));
+  }
+  default: return NULL;
+  }
+}
+
+lm_node *lm_grad_rule(const lm_node *n, int which, lm_node *g, bool *oom) {
+  arena a = {.n = 0};
+  ctx c = {&a, n};
+  lm_node *r = NULL;
+  const lm_node *x = n->src[which];
+  *oom = false;
+  if (!x->requires_grad || !loom_dtype_is_float(x->dtype)) return NULL;
+  if (lm_op_is_view(n->op))
+    r = view_grad(&c, which, g);
+  else if (lm_op_is_reduce(n->op))
+    r = reduce_grad(&c, g);
+  else if (n->op == LM_MATMUL)
+    r = matmul_grad(&c, which, g);
+  else if (n->op == LM_WHERE)
+    r = which == 0
+            ? NULL
+            : where(&c, n->src[0], which == 1 ? g : cst(&c, g, 0), which == 1 ? cst(&c, g, 0) : g);
+  else if (lm_op_is_elementwise(n->op) && n->nsrc == 1)
+    r = unary_grad(&c, g);
+  else if (lm_op_is_elementwise(n->op) && n->nsrc == 2)
+    r = binary_grad(&c, which, g);
+  if (r == g && r) {
+    lm_node_retain(g);
+    result(&a, NULL);
+    return g;
+  }
+  *oom = a.oom;
+  return result(&a, r);
+}

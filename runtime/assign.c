@@ -1,0 +1,66 @@
+/* Lazy assignment: a tensor handle is rebound to a new value (an optimizer's
+ * update of a parameter or of its state), computed by the next realization
+ * together with whatever is realized then, so a training step is one program.
+ * Pending assignments are per thread, as the scopes are. */
+#include <stdlib.h>
+
+#include "runtime/runtime.h"
+
+static _Thread_local lm_node **pending;
+static _Thread_local int npending, pending_cap;
+
+int lm_pending_count(void) { return npending; }
+lm_node *lm_pending_at(int i) { return pending[i]; }
+
+void lm_pending_clear(void) {
+  for (int i = 0; i < npending; i++) lm_node_release(pending[i]);
+  npending = 0;
+  free(pending);
+  pending = NULL;
+  pending_cap = 0;
+}
+
+static bool push_pending(lm_node *n) {
+  if (npending == pending_cap) {
+    int ncap = pending_cap ? 2 * pending_cap : 16;
+    lm_node **grown = realloc(pending, sizeof(lm_node *) * (size_t)ncap);
+    if (!grown) return false;
+    pending = grown, pending_cap = ncap;
+  }
+  lm_node_retain(n);
+  pending[npending++] = n;
+  return true;
+}
+
+loom_status lm_assign_node(loom_tensor *t, lm_node *value) {
+  if (!lm_is_computed(value) && !push_pending(value)) {
+    lm_node_release(value);
+    return lm_fail(LOOM_ERR_OOM, "loom_assign: out of memory");
+  }
+  lm_node *old = t->node;
+  t->node = value;
+  if (old->grad_leaf == t) old->grad_leaf = NULL;
+  if (t->requires_grad) {
+    value->requires_grad = true;
+    value->grad_leaf = t;
+  }
+  lm_node_release(old);
+  return LOOM_OK;
+}
+
+loom_status loom_assign(loom_tensor *t, const loom_tensor *value) {
+  if (!t || !value) return lm_fail(LOOM_ERR_NULL, "loom_assign: tensor is NULL");
+  if (t->status || !t->node) return lm_fail(t->status, "loom_assign: target is an error tensor");
+  if (value->status || !value->node)
+    return lm_fail(value->status, "loom_assign: %s", value->message ? value->message : "error");
+  char a[128], b[128];
+  if (!lm_shape_eq(&t->node->shape, &value->node->shape) || t->node->dtype != value->node->dtype ||
+      t->node->device.type != value->node->device.type ||
+      t->node->device.index != value->node->device.index)
+    return lm_fail(LOOM_ERR_SHAPE, "loom_assign: %s %s cannot take a %s %s value",
+                   loom_dtype_name(t->node->dtype), lm_shape_str(&t->node->shape, a, sizeof a),
+                   loom_dtype_name(value->node->dtype),
+                   lm_shape_str(&value->node->shape, b, sizeof b));
+  lm_node_retain(value->node);
+  return lm_assign_node(t, value->node);
+}
