@@ -10,13 +10,13 @@
 
 /* Temporaries of one rule, released together; any NULL marks out-of-memory. */
 typedef struct arena {
-  lm_node *items[48];
+  lm_node *items[512];
   int n;
   bool oom;
 } arena;
 
 static lm_node *keep(arena *a, lm_node *x) {
-  if (!x || a->n == 48) {
+  if (!x || a->n == 512) {
     a->oom = true;
     lm_node_release(x);
     return NULL;
@@ -204,6 +204,25 @@ static lm_node *view_grad(ctx *c, int which, lm_node *g) {
     for (int d = 0; d < LOOM_MAX_DIMS; d++) one[d] = 1;
     return keep(c->a, nb_slice(g, x->shape, n->arg.pad.lo, one));
   }
+  case LM_WINDOW: { /* each window position scatters back where it read */
+    int sd = x->shape.ndim;
+    lm_node *total = NULL;
+    int64_t start[LOOM_MAX_DIMS] = {0}, one[LOOM_MAX_DIMS];
+    for (int d = 0; d < LOOM_MAX_DIMS; d++) one[d] = 1;
+    loom_shape pick = g->shape, plane = g->shape;
+    pick.dim[sd] = pick.dim[sd + 1] = 1;
+    plane.ndim = sd;
+    for (int64_t kh = 0; kh < n->arg.window.kernel[0]; kh++)
+      for (int64_t kw = 0; kw < n->arg.window.kernel[1]; kw++) {
+        start[sd] = kh, start[sd + 1] = kw;
+        lm_node *part = keep(c->a, nb_reshape(keep(c->a, nb_slice(g, pick, start, one)), plane));
+        for (int i = 0; i < 2 && part; i++)
+          part = unslice_dim(c, part, sd - 2 + i, (i ? kw : kh) * n->arg.window.dilation[i],
+                             n->arg.window.stride[i], x->shape.dim[sd - 2 + i]);
+        total = total ? bin(c, LM_ADD, total, part) : part;
+      }
+    return total;
+  }
   case LM_CAT: {
     int64_t start[LOOM_MAX_DIMS] = {0}, one[LOOM_MAX_DIMS];
     for (int d = 0; d < LOOM_MAX_DIMS; d++) one[d] = 1;
@@ -212,6 +231,28 @@ static lm_node *view_grad(ctx *c, int which, lm_node *g) {
   }
   default: return NULL;
   }
+}
+
+/* d/d(table) of a gather: one-hot(indices)^T @ g, a scatter-add through BLAS. */
+static lm_node *gather_grad(ctx *c, lm_node *g) {
+  lm_node *n = (lm_node *)c->n, *table = n->src[0], *indices = n->src[1];
+  int64_t rows = table->shape.dim[0], count = lm_shape_numel(&indices->shape);
+  int64_t rest = rows > 0 ? lm_shape_numel(&table->shape) / rows : 0;
+  lm_node *col =
+      keep(c->a, nb_cast(keep(c->a, nb_reshape(indices, LOOM_SHAPE(count, 1))), LOOM_I64));
+  lm_node *lo = keep(c->a, nb_const(0, col ? col->shape : LOOM_SHAPE0, LOOM_I64, n->device));
+  lm_node *hi =
+      keep(c->a, nb_const((double)(rows - 1), col ? col->shape : LOOM_SHAPE0, LOOM_I64, n->device));
+  col = bin(c, LM_MIN, bin(c, LM_MAX, col, lo), hi); /* the rows the forward read */
+  lm_node *iota =
+      keep(c->a, lm_node_new(LM_IOTA, 0, NULL, LOOM_SHAPE(1, rows), LOOM_I64, n->device));
+  if (iota) iota->arg.iota.start = 0, iota->arg.iota.step = 1;
+  loom_shape both = LOOM_SHAPE(count, rows);
+  lm_node *hot = bin(c, LM_EQ, keep(c->a, nb_expand(col, both)), keep(c->a, nb_expand(iota, both)));
+  lm_node *onehot = keep(c->a, nb_cast(hot, g->dtype));
+  lm_node *flat = keep(c->a, nb_reshape(g, LOOM_SHAPE(count, rest)));
+  lm_node *rows_grad = keep(c->a, nb_matmul(keep(c->a, nb_transpose_last(onehot)), flat));
+  return keep(c->a, nb_reshape(rows_grad, table->shape));
 }
 
 lm_node *lm_grad_rule(const lm_node *n, int which, lm_node *g, bool *oom) {
@@ -225,6 +266,8 @@ lm_node *lm_grad_rule(const lm_node *n, int which, lm_node *g, bool *oom) {
     r = view_grad(&c, which, g);
   else if (lm_op_is_reduce(n->op))
     r = reduce_grad(&c, g);
+  else if (n->op == LM_GATHER)
+    r = which == 0 ? gather_grad(&c, g) : NULL;
   else if (n->op == LM_MATMUL)
     r = matmul_grad(&c, which, g);
   else if (n->op == LM_WHERE)

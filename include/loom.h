@@ -88,6 +88,7 @@ typedef enum loom_status {
 } loom_status;
 
 typedef struct loom_tensor loom_tensor;
+typedef struct loom_params loom_params; /* a named collection of tensors (below) */
 
 /* ------------------------------------------------------------------ errors */
 
@@ -325,6 +326,194 @@ loom_tensor *loom_contiguous(const loom_tensor *a);
 
 /* torch.matmul's rules: 1-D, 2-D, batched with broadcasting. */
 loom_tensor *loom_matmul(const loom_tensor *a, const loom_tensor *b);
+
+/* ------------------------------------------------------------------ nn ops */
+/* Functional forms (torch.nn.functional); the names ending in _f avoid the
+ * layer types below. */
+
+/* x @ w^T + b (b may be NULL): x [.., in], w [out, in], b [out]. */
+loom_tensor *loom_linear_f(const loom_tensor *x, const loom_tensor *w, const loom_tensor *b);
+
+/* Zero fields take torch's defaults: stride 1, padding 0, dilation 1, groups 1. */
+typedef struct loom_conv2d_opts {
+  int stride[2], padding[2], dilation[2], groups;
+} loom_conv2d_opts;
+/* x [N, C, H, W], w [O, C/groups, KH, KW], b [O] or NULL -> [N, O, OH, OW].
+ * Lowered to im2col + GEMM (OpenBLAS on the CPU). */
+loom_tensor *loom_conv2d_f(const loom_tensor *x, const loom_tensor *w, const loom_tensor *b,
+                           loom_conv2d_opts opts);
+/* stride 0 means stride = kernel. avg_pool2d counts padding (torch's default). */
+loom_tensor *loom_max_pool2d(const loom_tensor *x, int kernel, int stride, int padding);
+loom_tensor *loom_avg_pool2d(const loom_tensor *x, int kernel, int stride, int padding);
+/* Rows of weight [V, D] picked by integer indices (any shape): indices + [D].
+ * Out-of-range realized indices are an error; lazy ones are clamped. */
+loom_tensor *loom_embedding_f(const loom_tensor *indices, const loom_tensor *weight);
+/* I64 one-hot encoding of integer labels: labels + [num_classes]. */
+loom_tensor *loom_one_hot(const loom_tensor *labels, int64_t num_classes);
+/* x * mask / (1 - p) with mask ~ Bernoulli(1 - p) drawn from key, when train;
+ * x itself otherwise. */
+loom_tensor *loom_dropout(const loom_tensor *x, double p, loom_key key, bool train);
+/* Normalizes over every dim but 1 (channels). When train, uses the batch's
+ * statistics and records the running-stat updates (momentum, unbiased
+ * variance) as lazy assignments; otherwise uses the running stats.
+ * weight, bias, running stats may be NULL. */
+loom_tensor *loom_batch_norm(const loom_tensor *x, loom_tensor *running_mean,
+                             loom_tensor *running_var, const loom_tensor *weight,
+                             const loom_tensor *bias, bool train, double momentum, double eps);
+/* Normalizes over the last `ndims` dims; weight and bias (their shape) may be NULL. */
+loom_tensor *loom_layer_norm(const loom_tensor *x, int ndims, const loom_tensor *weight,
+                             const loom_tensor *bias, double eps);
+
+/* Losses, mean over the batch. Labels are integer class indices. */
+loom_tensor *loom_mse_loss(const loom_tensor *pred, const loom_tensor *target);
+loom_tensor *loom_cross_entropy(const loom_tensor *logits, const loom_tensor *labels);
+loom_tensor *loom_nll_loss(const loom_tensor *log_probs, const loom_tensor *labels);
+loom_tensor *loom_bce_with_logits(const loom_tensor *logits, const loom_tensor *targets);
+
+/* ------------------------------------------------------------------ layers */
+/* Plain structs created into a parameter collection (which owns the tensors;
+ * the struct borrows them), each with a forward function. Initialization
+ * follows PyTorch's defaults, drawn from the key. A user's model is a struct
+ * of layers and a forward function. On failure the tensors are NULL and
+ * loom_last_error says why. */
+
+typedef struct loom_linear {
+  loom_tensor *weight, *bias; /* [out, in], [out] */
+} loom_linear;
+loom_linear loom_linear_new(loom_params *ps, const char *name, int64_t in, int64_t out,
+                            loom_key key);
+loom_tensor *loom_linear_forward(const loom_linear *l, const loom_tensor *x);
+
+typedef struct loom_conv2d {
+  loom_tensor *weight, *bias; /* [out, in/groups, k, k], [out] */
+  loom_conv2d_opts opts;
+} loom_conv2d;
+loom_conv2d loom_conv2d_new(loom_params *ps, const char *name, int64_t in, int64_t out, int kernel,
+                            loom_conv2d_opts opts, loom_key key);
+loom_tensor *loom_conv2d_forward(const loom_conv2d *c, const loom_tensor *x);
+
+typedef struct loom_batchnorm2d {
+  loom_tensor *weight, *bias, *running_mean, *running_var;
+  double momentum, eps; /* 0.1, 1e-5 */
+} loom_batchnorm2d;
+loom_batchnorm2d loom_batchnorm2d_new(loom_params *ps, const char *name, int64_t channels);
+loom_tensor *loom_batchnorm2d_forward(const loom_batchnorm2d *b, const loom_tensor *x, bool train);
+
+typedef struct loom_layernorm {
+  loom_tensor *weight, *bias; /* [dim] */
+  double eps;                 /* 1e-5 */
+} loom_layernorm;
+loom_layernorm loom_layernorm_new(loom_params *ps, const char *name, int64_t dim);
+loom_tensor *loom_layernorm_forward(const loom_layernorm *l, const loom_tensor *x);
+
+typedef struct loom_embedding {
+  loom_tensor *weight; /* [num, dim] */
+} loom_embedding;
+loom_embedding loom_embedding_new(loom_params *ps, const char *name, int64_t num, int64_t dim,
+                                  loom_key key);
+loom_tensor *loom_embedding_forward(const loom_embedding *e, const loom_tensor *indices);
+
+/* Sequential composition (TorchLean's seq): stages run in order. A stage is
+ * a function of (its layer, input, train) returning a new reference. */
+typedef loom_tensor *(*loom_stage_fn)(const void *layer, const loom_tensor *x, bool train);
+typedef struct loom_seq loom_seq;
+loom_seq *loom_seq_new(void);
+loom_status loom_seq_add(loom_seq *s, loom_stage_fn fn, const void *layer);
+loom_tensor *loom_seq_forward(const loom_seq *s, const loom_tensor *x, bool train);
+void loom_seq_free(loom_seq *s);
+/* Stage functions for the layers and common activations. */
+loom_tensor *loom_stage_linear(const void *layer, const loom_tensor *x, bool train);
+loom_tensor *loom_stage_conv2d(const void *layer, const loom_tensor *x, bool train);
+loom_tensor *loom_stage_batchnorm2d(const void *layer, const loom_tensor *x, bool train);
+loom_tensor *loom_stage_layernorm(const void *layer, const loom_tensor *x, bool train);
+loom_tensor *loom_stage_relu(const void *unused, const loom_tensor *x, bool train);
+loom_tensor *loom_stage_tanh(const void *unused, const loom_tensor *x, bool train);
+loom_tensor *loom_stage_flatten(const void *unused, const loom_tensor *x, bool train);
+/* layer points to an int: the pooling kernel (stride = kernel). */
+loom_tensor *loom_stage_max_pool2d(const void *kernel, const loom_tensor *x, bool train);
+
+/* ------------------------------------------------------------------ data */
+/* An in-memory dataset: x [N, ..], y [N, ..] (copied to host once). */
+typedef struct loom_dataset loom_dataset;
+loom_dataset *loom_dataset_new(loom_tensor *x, loom_tensor *y);
+int64_t loom_dataset_len(const loom_dataset *d);
+void loom_dataset_free(loom_dataset *d);
+/* Batches of a fixed size; with shuffle, epoch e's order is a permutation
+ * drawn from loom_key_fold(key, e), the same on every run. */
+typedef struct loom_loader loom_loader;
+loom_loader *loom_loader_new(const loom_dataset *d, int64_t batch, bool shuffle, bool drop_last,
+                             loom_key key);
+/* The next batch (new references); false at the end of the epoch, after
+ * which the next call starts the next epoch. */
+bool loom_loader_next(loom_loader *l, loom_tensor **x, loom_tensor **y);
+int64_t loom_loader_batches(const loom_loader *l);
+void loom_loader_free(loom_loader *l);
+/* TorchLean's meanLoss: the mean of per-batch losses weighted by batch size. */
+typedef struct loom_mean_loss {
+  double sum;
+  int64_t count;
+} loom_mean_loss;
+void loom_mean_loss_add(loom_mean_loss *m, double loss, int64_t n);
+double loom_mean_loss_value(const loom_mean_loss *m);
+
+/* ------------------------------------------------------------------ parameters */
+
+/* A named collection of tensors (the C form of a model's trainable
+ * variables). It holds its own reference of each tensor: an optimizer's
+ * update (loom_assign) is seen through it. */
+loom_params *loom_params_new(void);
+void loom_params_free(loom_params *ps);
+/* Adds a trainable tensor (marked requires_grad); names are unique. */
+loom_status loom_params_add(loom_params *ps, const char *name, loom_tensor *t);
+/* Adds a tensor that is saved and loaded but not trained (running stats). */
+loom_status loom_params_add_buffer(loom_params *ps, const char *name, loom_tensor *t);
+int loom_params_count(const loom_params *ps);
+/* The i-th tensor (a new reference) and its name, in the order added. */
+loom_tensor *loom_params_at(const loom_params *ps, int i);
+const char *loom_params_name(const loom_params *ps, int i);
+bool loom_params_trainable(const loom_params *ps, int i);
+/* The tensor named name (a new reference), or NULL. */
+loom_tensor *loom_params_get(const loom_params *ps, const char *name);
+/* Drops every gradient. */
+void loom_zero_grad(loom_params *ps);
+/* safetensors: 8-byte little-endian header length, JSON header (dtype, shape,
+ * data_offsets per name), raw little-endian data. Loading checks every name,
+ * shape and dtype, reports all mismatches, and changes nothing on error. */
+loom_status loom_params_save(const loom_params *ps, const char *path);
+loom_status loom_params_load(loom_params *ps, const char *path);
+
+/* ------------------------------------------------------------------ optimizers */
+
+/* Handles that own their state (momentum buffers, moments). loom_optim_step
+ * records the updates as lazy assignments: the next realization (of the
+ * loss, say) runs forward, backward and every update as one program.
+ * Zero fields take PyTorch's defaults; -0.0 asks for a real zero where the
+ * default is not zero (AdamW's weight decay). */
+typedef struct loom_optim loom_optim;
+
+typedef struct loom_sgd_opts {
+  double lr; /* default 1e-3 */
+  double momentum, dampening, weight_decay;
+  bool nesterov, maximize;
+} loom_sgd_opts;
+
+typedef struct loom_adam_opts {
+  double lr;           /* default 1e-3 */
+  double beta1, beta2; /* default 0.9, 0.999 */
+  double eps;          /* default 1e-8 */
+  double weight_decay; /* default 0 (Adam), 1e-2 (AdamW) */
+  bool amsgrad, maximize;
+} loom_adam_opts;
+
+/* NULL on bad options (the error says which). */
+loom_optim *loom_sgd(loom_params *ps, loom_sgd_opts opts);
+loom_optim *loom_adam(loom_params *ps, loom_adam_opts opts);
+loom_optim *loom_adamw(loom_params *ps, loom_adam_opts opts);
+loom_status loom_optim_step(loom_optim *o);
+void loom_optim_zero_grad(loom_optim *o);
+loom_status loom_optim_set_lr(loom_optim *o, double lr);
+double loom_optim_lr(const loom_optim *o);
+void loom_optim_free(loom_optim *o);
 
 /* ------------------------------------------------------------------ stats */
 

@@ -72,8 +72,13 @@ typedef enum lm_op {
   LM_SLICE,   /* out[i] = src[start + i * step] per dim */
   LM_PAD,     /* out[i] = src[i - lo] where in range, else arg.pad.value */
   LM_CAT,     /* sources joined along arg.axis */
+  LM_WINDOW,  /* sliding windows over the last two dims: [.., H, W] ->
+                 [.., OH, OW, KH, KW], src[.., oh*s0 + kh*d0, ow*s1 + kw*d1] */
   /* compute with a library call */
   LM_MATMUL, /* [..., M, K] @ [..., K, N], batch dims equal (broadcast by views) */
+  /* data-dependent indexing */
+  LM_GATHER, /* src[0] [V, ..] rows picked by src[1] (integers, shape S): S + [..];
+                indices are clamped to [0, V) */
   LM_NUM_OPS
 } lm_op;
 
@@ -109,6 +114,9 @@ struct lm_node {
       double value;
     } pad;
     int axis;
+    struct {
+      int64_t kernel[2], stride[2], dilation[2];
+    } window;
   } arg;
   bool requires_grad;            /* gradients flow through it (set when recorded) */
   struct loom_tensor *grad_leaf; /* the handle its gradients accumulate into (weak) */

@@ -52,6 +52,8 @@ static const char *const op_names[LM_NUM_OPS] = {
     [LM_SLICE] = "slice",
     [LM_PAD] = "pad",
     [LM_CAT] = "cat",
+    [LM_WINDOW] = "window",
+    [LM_GATHER] = "gather",
     [LM_MATMUL] = "matmul",
 };
 
@@ -60,7 +62,7 @@ const char *lm_op_name(lm_op op) {
 }
 
 bool lm_op_is_elementwise(lm_op op) { return op >= LM_NEG && op <= LM_WHERE; }
-bool lm_op_is_view(lm_op op) { return op >= LM_RESHAPE && op <= LM_CAT; }
+bool lm_op_is_view(lm_op op) { return op >= LM_RESHAPE && op <= LM_WINDOW; }
 bool lm_op_is_reduce(lm_op op) { return op >= LM_RSUM && op <= LM_ARGMIN; }
 
 /* Depth of open no-grad regions on this thread (LOOM_NO_GRAD). */

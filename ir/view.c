@@ -57,6 +57,15 @@ static bool apply(lm_view *v, const lm_node *n) {
     for (int d = 0; d < n->shape.ndim; d++)
       out.strides[d] = v->shape.dim[d] == n->shape.dim[d] ? v->strides[d] : 0;
     break;
+  case LM_WINDOW: {
+    int nd = v->shape.ndim; /* source dims; the last two slide */
+    for (int d = 0; d < nd - 2; d++) out.strides[d] = v->strides[d];
+    for (int i = 0; i < 2; i++) {
+      out.strides[nd - 2 + i] = v->strides[nd - 2 + i] * n->arg.window.stride[i];
+      out.strides[nd + i] = v->strides[nd - 2 + i] * n->arg.window.dilation[i];
+    }
+    break;
+  }
   case LM_SLICE:
     for (int d = 0; d < n->shape.ndim; d++) {
       out.offset += n->arg.slice.start[d] * v->strides[d];

@@ -225,6 +225,16 @@ static int view_value(builder *b, const lm_node *n, const int *idx) {
       sidx[d] = start ? op2(b, LK_ADD, LOOM_I64, v, iconst(b, start)) : v;
     }
     break;
+  case LM_WINDOW: {
+    int nd = src->shape.ndim;
+    for (int d = 0; d < nd - 2; d++) sidx[d] = idx[d];
+    for (int i = 0; i < 2; i++) {
+      int at = op2(b, LK_MUL, LOOM_I64, idx[nd - 2 + i], iconst(b, n->arg.window.stride[i]));
+      int off = op2(b, LK_MUL, LOOM_I64, idx[nd + i], iconst(b, n->arg.window.dilation[i]));
+      sidx[nd - 2 + i] = op2(b, LK_ADD, LOOM_I64, at, off);
+    }
+    break;
+  }
   case LM_PAD: return pad_value(b, n, idx);
   case LM_CAT: return cat_value(b, n, idx);
   default: b->fail = "not a view"; return 0;
@@ -262,6 +272,20 @@ static int iota_value(builder *b, const lm_node *n, const int *idx) {
   int v = op2(b, LK_ADD, LOOM_F64, op2(b, LK_MUL, LOOM_F64, i, cnst(b, LOOM_F64, n->arg.iota.step)),
               cnst(b, LOOM_F64, n->arg.iota.start));
   return n->dtype == LOOM_F64 ? v : op1(b, LK_CAST, n->dtype, v);
+}
+
+/* A row of src[0] picked by the value of src[1] (clamped into range: a kernel
+ * cannot raise an error, and an unchecked index would read out of bounds). */
+static int gather_value(builder *b, const lm_node *n, const int *idx) {
+  const lm_node *table = n->src[0], *indices = n->src[1];
+  int nidx = indices->shape.ndim, tidx[LOOM_MAX_DIMS];
+  int row = value(b, indices, idx);
+  if (indices->dtype != LOOM_I64) row = op1(b, LK_CAST, LOOM_I64, row);
+  row = op2(b, LK_MIN, LOOM_I64, op2(b, LK_MAX, LOOM_I64, row, iconst(b, 0)),
+            iconst(b, table->shape.dim[0] - 1));
+  tidx[0] = row;
+  for (int d = 1; d < table->shape.ndim; d++) tidx[d] = idx[nidx + d - 1];
+  return value(b, table, tidx);
 }
 
 /* ------------------------------------------------------------ elementwise */
@@ -320,6 +344,7 @@ static int value(builder *b, const lm_node *n, const int *idx) {
   case LM_CONST: return cnst(b, n->dtype, n->arg.f);
   case LM_IOTA: return iota_value(b, n, idx);
   case LM_RAND: return rand_value(b, n, idx);
+  case LM_GATHER: return gather_value(b, n, idx);
   case LM_WHERE: {
     int c = value(b, n->src[0], idx), x = value(b, n->src[1], idx), y = value(b, n->src[2], idx);
     return emit(b, inst(LK_WHERE, n->dtype, c, x, y));

@@ -72,6 +72,7 @@ static int op_cost(const lm_node *n) {
   case LM_DIV:
   case LM_RECIPROCAL: return 2;
   case LM_RAND: return 8;
+  case LM_GATHER: return 2;
   default: return lm_op_is_elementwise(n->op) ? 1 : 0;
   }
 }
@@ -122,7 +123,8 @@ static void count_uses(const lm_graph *g) {
       }
     }
     bool inline_view = lm_op_is_view(n->op) && !n->materialize;
-    bool repeats = inline_view && (broadcasts(n) || n->broadcast_use);
+    bool repeats = inline_view && (broadcasts(n) || n->broadcast_use || n->op == LM_WINDOW);
+    if (n->op == LM_GATHER) n->src[0]->broadcast_use = true; /* rows read many times */
     for (int s = 0; s < n->nsrc; s++) {
       bool repeated = false;
       for (int r = 0; r < s; r++) repeated |= n->src[r] == n->src[s];
@@ -253,7 +255,11 @@ static bool used_only_inside(lm_node *r, lm_node *root) {
         if (!repeated) n->src[s]->inner_uses += passes ? n->inner_uses : 1;
       }
     }
+    /* every node between root and r must be read only inside root's kernel
+     * too: a shared value recomputed elsewhere would read r from memory */
     ok = r->inner_uses == r->uses;
+    for (int i = 0; i < l.len && ok; i++)
+      ok = l.items[i] == root || l.items[i]->inner_uses == l.items[i]->uses;
   }
   free(l.items);
   return ok;
@@ -392,9 +398,7 @@ static int elementwise_path(const lm_node *n, const lm_node *m) {
   int found = 0;
   for (int s = 0; s < n->nsrc; s++) {
     const lm_node *src = n->src[s];
-    int r = src == m                                     ? 1
-            : (src->materialize || lm_is_computed(src)) ? 0
-                                                         : elementwise_path(src, m);
+    int r = src == m ? 1 : (src->materialize || lm_is_computed(src)) ? 0 : elementwise_path(src, m);
     if (r < 0 || (r > 0 && !lm_op_is_elementwise(n->op))) return -1;
     found |= r;
   }

@@ -42,6 +42,11 @@ loom_status lm_fail(loom_status status, const char *fmt, ...) __attribute__((for
 loom_status lm_failv(loom_status status, const char *fmt, va_list ap);
 
 /* ------------------------------------------------------------ scopes */
+/* Composite ops record freely between these: every reference made in between
+ * is released at lm_composite_end except `result`, which goes to the caller
+ * (or the caller's scope). Nothing is realized. */
+int lm_composite_begin(void);
+loom_tensor *lm_composite_end(int token, loom_tensor *result);
 void lm_scope_track(loom_tensor *t);
 /* Removes one registration of t from the innermost scope holding it; returns
  * false when no scope holds it. */

@@ -103,6 +103,31 @@ static loom_status realize_kept(tensor_list *kept) {
   return st;
 }
 
+/* The token is the depth the composite's scope got (-1 when it could not be
+ * opened), so a failed begin never closes the caller's scope. */
+int lm_composite_begin(void) {
+  int before = depth;
+  loom_scope_begin();
+  return depth == before + 1 ? depth : -1;
+}
+
+loom_tensor *lm_composite_end(int token, loom_tensor *result) {
+  if (token < 0 || token != depth) return result;
+  scope s = stack[--depth];
+  if (result && list_remove(&s.owned, result) && depth > 0)
+    list_push(&stack[depth - 1].owned, result);
+  for (int i = 0; i < s.owned.len; i++) lm_tensor_release(s.owned.items[i]);
+  for (int i = 0; i < s.kept.len; i++) lm_tensor_release(s.kept.items[i]);
+  free(s.owned.items);
+  free(s.kept.items);
+  if (depth == 0) {
+    free(stack);
+    stack = NULL;
+    stack_cap = 0;
+  }
+  return result;
+}
+
 loom_status loom_scope_end(void) {
   if (depth == 0) return lm_fail(LOOM_ERR_SCOPE, "loom_scope_end: no scope is open");
   scope s = stack[--depth];

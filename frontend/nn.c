@@ -1,0 +1,329 @@
+/* Neural-network ops (torch.nn.functional), composed from the core ops and
+ * two IR ops of their own: LM_WINDOW (sliding windows, for convolution and
+ * pooling) and LM_GATHER (embedding rows). Everything here records; the
+ * gradients come from the rules of the ops they are made of. */
+#include <math.h>
+#include <string.h>
+
+#include "frontend/frontend.h"
+
+/* Frees the intermediate references a composite made (any NULL ignored). */
+static void drop(loom_tensor *a, loom_tensor *b, loom_tensor *c, loom_tensor *d) {
+  loom_free(a), loom_free(b), loom_free(c), loom_free(d);
+}
+
+loom_tensor *loom_linear_f(const loom_tensor *x, const loom_tensor *w, const loom_tensor *b) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_linear_f", w))) return err;
+  if (w->node->shape.ndim != 2) {
+    char s[128];
+    return lm_error(LOOM_ERR_SHAPE, "loom_linear_f: weight must be [out, in], got %s",
+                    lm_shape_str(&w->node->shape, s, sizeof s));
+  }
+  loom_tensor *wt = loom_transpose(w, 0, 1);
+  loom_tensor *y = loom_matmul(x, wt);
+  loom_tensor *r = b ? loom_add(y, b) : loom_retain(y);
+  drop(wt, y, NULL, NULL);
+  return r;
+}
+
+/* ------------------------------------------------------------ windows */
+
+static int or_default(int v, int dflt) { return v > 0 ? v : dflt; }
+
+/* Sliding windows over the last two dims of a (already padded). */
+static loom_tensor *windows(const char *name, const loom_tensor *a, const int64_t kernel[2],
+                            const int64_t stride[2], const int64_t dilation[2]) {
+  lm_node *n = a->node;
+  int nd = n->shape.ndim;
+  loom_shape s = n->shape;
+  s.ndim = nd + 2;
+  for (int i = 0; i < 2; i++) {
+    int64_t span = dilation[i] * (kernel[i] - 1) + 1, len = n->shape.dim[nd - 2 + i];
+    if (span > len) {
+      char sb[128];
+      return lm_error(LOOM_ERR_SHAPE, "%s: a %lldx%lld window (dilation %lld) does not fit in %s",
+                      name, (long long)kernel[0], (long long)kernel[1], (long long)dilation[i],
+                      lm_shape_str(&n->shape, sb, sizeof sb));
+    }
+    s.dim[nd - 2 + i] = (len - span) / stride[i] + 1;
+    s.dim[nd + i] = kernel[i];
+  }
+  lm_node *w = lm_node_new(LM_WINDOW, 1, &n, s, n->dtype, n->device);
+  if (w)
+    for (int i = 0; i < 2; i++) {
+      w->arg.window.kernel[i] = kernel[i];
+      w->arg.window.stride[i] = stride[i];
+      w->arg.window.dilation[i] = dilation[i];
+    }
+  return lm_result(w);
+}
+
+static loom_tensor *check_4d(const char *name, const loom_tensor *x) {
+  loom_tensor *err;
+  if ((err = lm_check(name, x))) return err;
+  if (x->node->shape.ndim != 4) {
+    char s[128];
+    return lm_error(LOOM_ERR_SHAPE, "%s: input must be [N, C, H, W], got %s", name,
+                    lm_shape_str(&x->node->shape, s, sizeof s));
+  }
+  if (!loom_dtype_is_float(x->node->dtype))
+    return lm_error(LOOM_ERR_DTYPE, "%s: needs a float input, got %s", name,
+                    loom_dtype_name(x->node->dtype));
+  return NULL;
+}
+
+loom_tensor *loom_conv2d_f(const loom_tensor *x, const loom_tensor *w, const loom_tensor *b,
+                           loom_conv2d_opts o) {
+  const char *name = "loom_conv2d_f";
+  loom_tensor *err;
+  char sx[128], sw[128];
+  if ((err = check_4d(name, x)) || (err = lm_check(name, w))) return err;
+  const loom_shape *X = &x->node->shape, *W = &w->node->shape;
+  int64_t groups = or_default(o.groups, 1);
+  if (W->ndim != 4 || W->dim[0] % groups || X->dim[1] != W->dim[1] * groups)
+    return lm_error(LOOM_ERR_SHAPE, "%s: input %s and weight %s (groups %lld) do not fit", name,
+                    lm_shape_str(X, sx, sizeof sx), lm_shape_str(W, sw, sizeof sw),
+                    (long long)groups);
+  int64_t kernel[2] = {W->dim[2], W->dim[3]}, stride[2], dil[2], pads[4];
+  for (int i = 0; i < 2; i++) {
+    stride[i] = or_default(o.stride[i], 1), dil[i] = or_default(o.dilation[i], 1);
+    if (o.padding[i] < 0) return lm_error(LOOM_ERR_VALUE, "%s: negative padding", name);
+  }
+  pads[0] = pads[1] = o.padding[1], pads[2] = pads[3] = o.padding[0];
+  int64_t N = X->dim[0], O = W->dim[0], Cg = W->dim[1], K = Cg * kernel[0] * kernel[1];
+  loom_tensor *xp = loom_pad(x, pads, 4, 0.0);
+  loom_tensor *win = loom_status_of(xp) ? loom_retain(xp) : windows(name, xp, kernel, stride, dil);
+  if (loom_status_of(win)) {
+    drop(xp, NULL, NULL, NULL);
+    return win;
+  }
+  int64_t OH = loom_shape_of(win).dim[2], OW = loom_shape_of(win).dim[3];
+  /* [N, C, OH, OW, KH, KW] -> [groups, N*OH*OW, Cg*KH*KW]: the im2col matrix */
+  loom_tensor *split = loom_reshape(win, LOOM_SHAPE(N, groups, Cg, OH, OW, kernel[0], kernel[1]));
+  loom_tensor *cols = loom_permute(split, (int[]){1, 0, 3, 4, 2, 5, 6}, 7);
+  loom_tensor *mat = loom_reshape(cols, LOOM_SHAPE(groups, N * OH * OW, K));
+  loom_tensor *wg = loom_reshape(w, LOOM_SHAPE(groups, O / groups, K));
+  loom_tensor *wt = loom_transpose(wg, 1, 2);
+  loom_tensor *y = loom_matmul(mat, wt); /* [groups, N*OH*OW, O/groups] */
+  loom_tensor *y4 = loom_reshape(y, LOOM_SHAPE(groups, N, OH, OW, O / groups));
+  loom_tensor *out = loom_permute(y4, (int[]){1, 0, 4, 2, 3}, 5);
+  loom_tensor *r = loom_reshape(out, LOOM_SHAPE(N, O, OH, OW));
+  drop(xp, win, split, cols);
+  drop(mat, wg, wt, y);
+  drop(y4, out, NULL, NULL);
+  if (b) {
+    loom_tensor *bb = loom_reshape(b, LOOM_SHAPE(1, O, 1, 1));
+    loom_tensor *rb = loom_add(r, bb);
+    drop(bb, r, NULL, NULL);
+    r = rb;
+  }
+  return r;
+}
+
+static loom_tensor *pool(const char *name, const loom_tensor *x, int kernel, int stride,
+                         int padding, bool is_max) {
+  loom_tensor *err;
+  if ((err = check_4d(name, x))) return err;
+  if (kernel <= 0 || stride < 0 || padding < 0 || padding * 2 > kernel)
+    return lm_error(LOOM_ERR_VALUE, "%s: kernel %d, stride %d, padding %d are invalid", name,
+                    kernel, stride, padding);
+  int64_t k[2] = {kernel, kernel}, s[2] = {or_default(stride, kernel), or_default(stride, kernel)};
+  int64_t d[2] = {1, 1}, pads[4] = {padding, padding, padding, padding};
+  loom_tensor *xp = loom_pad(x, pads, 4, is_max ? -INFINITY : 0.0);
+  loom_tensor *win = windows(name, xp, k, s, d);
+  int axes[2] = {4, 5};
+  loom_tensor *r = is_max ? loom_max(win, axes, 2, false) : loom_mean(win, axes, 2, false);
+  drop(xp, win, NULL, NULL);
+  return r;
+}
+
+loom_tensor *loom_max_pool2d(const loom_tensor *x, int kernel, int stride, int padding) {
+  return pool("loom_max_pool2d", x, kernel, stride, padding, true);
+}
+loom_tensor *loom_avg_pool2d(const loom_tensor *x, int kernel, int stride, int padding) {
+  return pool("loom_avg_pool2d", x, kernel, stride, padding, false);
+}
+
+/* ------------------------------------------------------------ indices */
+
+/* Realized integer labels can be checked now, as torch does; lazy ones are
+ * clamped by the kernel. */
+static loom_tensor *check_range(const char *name, const lm_node *labels, int64_t limit) {
+  if (!lm_is_computed(labels)) return NULL;
+  int64_t n = lm_shape_numel(&labels->shape);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t v = labels->dtype == LOOM_I64   ? ((const int64_t *)labels->data)[i]
+                : labels->dtype == LOOM_I32 ? ((const int32_t *)labels->data)[i]
+                                            : ((const uint8_t *)labels->data)[i];
+    if (v < 0 || v >= limit)
+      return lm_error(LOOM_ERR_VALUE, "%s: index %lld at position %lld is outside [0, %lld)", name,
+                      (long long)v, (long long)i, (long long)limit);
+  }
+  return NULL;
+}
+
+static loom_tensor *check_labels(const char *name, const loom_tensor *labels) {
+  loom_tensor *err;
+  if ((err = lm_check(name, labels))) return err;
+  if (!lm_dtype_is_int(labels->node->dtype))
+    return lm_error(LOOM_ERR_DTYPE, "%s: indices must be integers, got %s", name,
+                    loom_dtype_name(labels->node->dtype));
+  return NULL;
+}
+
+loom_tensor *loom_embedding_f(const loom_tensor *indices, const loom_tensor *weight) {
+  const char *name = "loom_embedding_f";
+  loom_tensor *err;
+  if ((err = check_labels(name, indices)) || (err = lm_check(name, weight))) return err;
+  const lm_node *w = weight->node, *ix = indices->node;
+  if (w->shape.ndim < 1 || ix->shape.ndim + w->shape.ndim - 1 > LOOM_MAX_DIMS)
+    return lm_error(LOOM_ERR_SHAPE, "%s: weight needs at least one dim", name);
+  if ((err = check_range(name, ix, w->shape.dim[0])) || (err = lm_check_same_device(name, w, ix)))
+    return err;
+  loom_shape s = ix->shape;
+  for (int d = 1; d < w->shape.ndim; d++) s.dim[s.ndim++] = w->shape.dim[d];
+  lm_node *src[2] = {weight->node, indices->node};
+  return lm_result(lm_node_new(LM_GATHER, 2, src, s, w->dtype, w->device));
+}
+
+loom_tensor *loom_one_hot(const loom_tensor *labels, int64_t num_classes) {
+  const char *name = "loom_one_hot";
+  loom_tensor *err;
+  if ((err = check_labels(name, labels))) return err;
+  if (num_classes <= 0)
+    return lm_error(LOOM_ERR_VALUE, "%s: num_classes must be positive, got %lld", name,
+                    (long long)num_classes);
+  if ((err = check_range(name, labels->node, num_classes))) return err;
+  loom_tensor *col = loom_unsqueeze(labels, -1);
+  loom_tensor *classes = loom_arange(0, (double)num_classes, 1, LOOM_I64, labels->node->device);
+  loom_tensor *hit = loom_eq(col, classes);
+  loom_tensor *r = loom_cast(hit, LOOM_I64);
+  drop(col, classes, hit, NULL);
+  return r;
+}
+
+loom_tensor *loom_dropout(const loom_tensor *x, double p, loom_key key, bool train) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_dropout", x))) return err;
+  if (!(p >= 0 && p <= 1))
+    return lm_error(LOOM_ERR_VALUE, "loom_dropout: p %g is outside [0, 1]", p);
+  if (!train || p == 0) return lm_tensor_ref(x);
+  if (p == 1) return loom_zeros_like(x);
+  loom_tensor *keep = loom_bernoulli_key(key, 1 - p, x->node->shape, x->node->device);
+  loom_tensor *m = loom_cast(keep, loom_dtype_is_float(x->node->dtype) ? x->node->dtype : LOOM_F32);
+  loom_tensor *kept = loom_mul(x, m);
+  loom_tensor *r = loom_div_s(kept, 1 - p);
+  drop(keep, m, kept, NULL);
+  return r;
+}
+
+/* ------------------------------------------------------------ normalization */
+
+/* (x - mean) / sqrt(var + eps) over axes (biased variance), inside a composite. */
+static loom_tensor *normalize(const loom_tensor *x, const int *axes, int naxes, double eps,
+                              loom_tensor **mean, loom_tensor **var) {
+  *mean = loom_mean(x, axes, naxes, true);
+  loom_tensor *xc = loom_sub(x, *mean);
+  *var = loom_mean(loom_square(xc), axes, naxes, true);
+  return loom_mul(xc, loom_rsqrt(loom_add_s(*var, eps)));
+}
+
+static loom_tensor *affine(loom_tensor *y, const loom_tensor *weight, const loom_tensor *bias,
+                           loom_shape shape) {
+  if (weight) y = loom_mul(y, loom_reshape(weight, shape));
+  if (bias) y = loom_add(y, loom_reshape(bias, shape));
+  return y;
+}
+
+loom_tensor *loom_batch_norm(const loom_tensor *x, loom_tensor *running_mean,
+                             loom_tensor *running_var, const loom_tensor *weight,
+                             const loom_tensor *bias, bool train, double momentum, double eps) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_batch_norm", x))) return err;
+  int nd = x->node->shape.ndim;
+  if (nd < 2)
+    return lm_error(LOOM_ERR_SHAPE, "loom_batch_norm: needs [N, C, ...], got %d dims", nd);
+  int64_t C = x->node->shape.dim[1];
+  loom_shape cshape = {nd, {0}};
+  int axes[LOOM_MAX_DIMS], naxes = 0;
+  for (int d = 0; d < nd; d++) {
+    cshape.dim[d] = d == 1 ? C : 1;
+    if (d != 1) axes[naxes++] = d;
+  }
+  int token = lm_composite_begin();
+  loom_tensor *y;
+  if (train || !running_mean || !running_var) {
+    loom_tensor *mean, *var;
+    y = normalize(x, axes, naxes, eps, &mean, &var);
+    if (train && running_mean && running_var) {
+      int64_t n = lm_shape_numel(&x->node->shape) / (C > 0 ? C : 1);
+      double unbias = n > 1 ? (double)n / (double)(n - 1) : 1.0;
+      LOOM_NO_GRAD {
+        loom_tensor *m = loom_reshape(mean, LOOM_SHAPE(C)), *v = loom_reshape(var, LOOM_SHAPE(C));
+        loom_assign(running_mean,
+                    loom_add(loom_mul_s(running_mean, 1 - momentum), loom_mul_s(m, momentum)));
+        loom_assign(running_var, loom_add(loom_mul_s(running_var, 1 - momentum),
+                                          loom_mul_s(v, momentum * unbias)));
+      }
+    }
+  } else {
+    loom_tensor *m = loom_reshape(running_mean, cshape), *v = loom_reshape(running_var, cshape);
+    y = loom_mul(loom_sub(x, m), loom_rsqrt(loom_add_s(v, eps)));
+  }
+  return lm_composite_end(token, affine(y, weight, bias, cshape));
+}
+
+loom_tensor *loom_layer_norm(const loom_tensor *x, int ndims, const loom_tensor *weight,
+                             const loom_tensor *bias, double eps) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_layer_norm", x))) return err;
+  int nd = x->node->shape.ndim;
+  if (ndims < 1 || ndims > nd)
+    return lm_error(LOOM_ERR_AXIS, "loom_layer_norm: cannot normalize %d of %d dims", ndims, nd);
+  int axes[LOOM_MAX_DIMS];
+  loom_shape wshape = {ndims, {0}};
+  for (int i = 0; i < ndims; i++) {
+    axes[i] = nd - ndims + i;
+    wshape.dim[i] = x->node->shape.dim[nd - ndims + i];
+  }
+  int token = lm_composite_begin();
+  loom_tensor *mean, *var;
+  loom_tensor *y = normalize(x, axes, ndims, eps, &mean, &var);
+  return lm_composite_end(token, affine(y, weight, bias, wshape));
+}
+
+/* ------------------------------------------------------------ losses */
+
+loom_tensor *loom_mse_loss(const loom_tensor *pred, const loom_tensor *target) {
+  int token = lm_composite_begin();
+  return lm_composite_end(token, loom_mean_all(loom_square(loom_sub(pred, target))));
+}
+
+loom_tensor *loom_nll_loss(const loom_tensor *log_probs, const loom_tensor *labels) {
+  const char *name = "loom_nll_loss";
+  loom_tensor *err;
+  if ((err = lm_check(name, log_probs)) || (err = check_labels(name, labels))) return err;
+  const loom_shape *s = &log_probs->node->shape, *l = &labels->node->shape;
+  char sa[128], sb[128];
+  if (s->ndim != 2 || l->ndim != 1 || l->dim[0] != s->dim[0])
+    return lm_error(LOOM_ERR_SHAPE, "%s: needs [N, C] scores and [N] labels, got %s and %s", name,
+                    lm_shape_str(s, sa, sizeof sa), lm_shape_str(l, sb, sizeof sb));
+  int token = lm_composite_begin();
+  loom_tensor *mask = loom_cast(loom_one_hot(labels, s->dim[1]), log_probs->node->dtype);
+  loom_tensor *picked = loom_sum(loom_mul(log_probs, mask), (int[]){1}, 1, false);
+  return lm_composite_end(token, loom_neg(loom_mean_all(picked)));
+}
+
+loom_tensor *loom_cross_entropy(const loom_tensor *logits, const loom_tensor *labels) {
+  int token = lm_composite_begin();
+  return lm_composite_end(token, loom_nll_loss(loom_log_softmax(logits, 1), labels));
+}
+
+/* max(x, 0) - x*y + log(1 + exp(-|x|)): stable for large |x|. */
+loom_tensor *loom_bce_with_logits(const loom_tensor *logits, const loom_tensor *targets) {
+  int token = lm_composite_begin();
+  loom_tensor *soft = loom_log(loom_add_s(loom_exp(loom_neg(loom_abs(logits))), 1.0));
+  loom_tensor *per = loom_add(loom_sub(loom_relu(logits), loom_mul(logits, targets)), soft);
+  return lm_composite_end(token, loom_mean_all(per));
+}
