@@ -97,7 +97,7 @@ static loom_status realize_kept(tensor_list *kept) {
     else if (kept_error == LOOM_OK)
       kept_error = t->status; /* a kept error is the scope's */
   }
-  loom_status st = n ? lm_realize_nodes(nodes, n) : LOOM_OK;
+  loom_status st = lm_realize_nodes(nodes, n); /* pending assignments too */
   if (st == LOOM_OK) st = kept_error;
   free(nodes);
   return st;

@@ -202,7 +202,19 @@ static void test_keep_error_tensor(void) {
   loom_clear_error();
 }
 
+/* The end of a scope realizes pending assignments even when nothing is kept. */
+static void test_scope_end_runs_assignments(void) {
+  double v[3] = {1, 2, 3}, out[3];
+  loom_tensor *p = loom_from_data(v, LOOM_SHAPE(3), LOOM_F64, LOOM_CPU);
+  LOOM_SCOPE { CHECK_OK(loom_assign(p, loom_add_s(p, 1))); }
+  CHECK(loom_is_realized(p));
+  CHECK_OK(loom_copy_to_host(p, out, sizeof out));
+  CHECK(out[0] == 2 && out[1] == 3 && out[2] == 4);
+  loom_free(p);
+}
+
 int main(void) {
+  test_scope_end_runs_assignments();
   /* warm up compilation and the allocator so live-byte counts start settled */
   loom_tensor *w = loom_ones(LOOM_SHAPE(4), LOOM_F32, LOOM_CPU);
   CHECK_OK(loom_realize(w));
