@@ -25,7 +25,8 @@ static loom_status add(const char *op, loom_params *ps, const char *name, loom_t
                        bool trainable) {
   if (!ps || !name || !t) return lm_fail(LOOM_ERR_NULL, "%s: NULL argument", op);
   if (t->status) return lm_fail(t->status, "%s: '%s' is an error tensor: %s", op, name, t->message);
-  if (!*name) return lm_fail(LOOM_ERR_VALUE, "%s: empty name", op);
+  if (!*name || strcmp(name, "__metadata__") == 0) /* reserved by safetensors */
+    return lm_fail(LOOM_ERR_VALUE, "%s: '%s' cannot name a parameter", op, name);
   if (lm_params_find(ps, name) >= 0)
     return lm_fail(LOOM_ERR_VALUE, "%s: a parameter named '%s' exists already", op, name);
   if (trainable) {
