@@ -57,8 +57,9 @@ static void read_poison(void) { poison = lm_env_flag("LOOM_POISON"); }
 
 static void *system_alloc(size_t rounded) {
   size_t align = rounded >= HUGE_PAGE ? HUGE_PAGE : 64;
-  void *p = aligned_alloc(align, rounded);
-  if (p && align == HUGE_PAGE) madvise(p, rounded, MADV_HUGEPAGE);
+  void *p = NULL; /* posix_memalign: aligned_alloc wants the size a multiple of the alignment */
+  if (posix_memalign(&p, align, rounded) != 0) return NULL;
+  if (align == HUGE_PAGE) madvise(p, rounded, MADV_HUGEPAGE);
   return p;
 }
 

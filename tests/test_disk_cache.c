@@ -20,14 +20,14 @@
 static int child(void) {
   float x[256];
   for (int i = 0; i < 256; i++) x[i] = (float)i;
-  loom_tensor *t = loom_from_data(x, LOOM_SHAPE(256), LOOM_F32, LOOM_CPU);
-  loom_tensor *y = loom_sum_all(loom_mul_s(loom_add_s(t, 1.0), 0.5));
-  double v = loom_item(y);
+  double v = 0;
+  LOOM_SCOPE {
+    loom_tensor *t = loom_from_data(x, LOOM_SHAPE(256), LOOM_F32, LOOM_CPU);
+    v = loom_item(loom_sum_all(loom_mul_s(loom_add_s(t, 1.0), 0.5)));
+  }
   loom_stats s = loom_get_stats();
   printf("%llu %llu %d\n", (unsigned long long)s.kernels_compiled,
          (unsigned long long)s.disk_cache_hits, v == 0.5 * 256 * 257 / 2);
-  loom_free(y);
-  loom_free(t);
   return 0;
 }
 
