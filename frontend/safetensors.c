@@ -270,7 +270,7 @@ static loom_status parse_entry(const st_file *sf, const char *name, json_t *valu
     return load_fail(sf, LOOM_ERR_DTYPE, "'%s': dtype \"%s\" is not one loom reads", name,
                      json_string_value(dtype));
   e->shape = json_object_get(value, "shape");
-  uint64_t numel;
+  uint64_t numel = 0;
   loom_status st = shape_numel(sf, name, e->shape, &numel);
   if (st) return st;
   if ((st = parse_offsets(sf, name, json_object_get(value, "data_offsets"), e))) return st;

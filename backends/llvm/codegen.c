@@ -129,7 +129,7 @@ static LLVMValueRef reduced_linear_index(lm_cg *g) {
 }
 
 /* Loops over reduced dims d.. (innermost last, the tight loop) and accumulates. */
-static void gen_reduced_dims(lm_cg *g, const plan *p, int d) {
+static void gen_reduced_dims(lm_cg *g, plan *p, int d) {
   const lk_kernel *k = g->k;
   if (d == k->ndim) {
     LLVMValueRef x = evaluate(g, p->body_needed, k->value);
@@ -146,8 +146,22 @@ static void gen_reduced_dims(lm_cg *g, const plan *p, int d) {
   g->dim[d] = NULL;
 }
 
+/* The second pass over the reduced dims (see lm_acc in llvm_internal.h),
+ * branched around when the main pass's result is already final. */
+static void gen_second_pass(lm_cg *g, plan *p) {
+  LLVMValueRef needed = lm_acc_end_main_pass(g, &p->acc);
+  LLVMBasicBlockRef second = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "second.pass");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "passes.done");
+  LLVMBuildCondBr(g->b, needed, second, done);
+  LLVMPositionBuilderAtEnd(g->b, second);
+  lm_acc_begin_second_pass(g, &p->acc);
+  gen_reduced_dims(g, p, g->k->nouter);
+  LLVMBuildBr(g->b, done);
+  LLVMPositionBuilderAtEnd(g->b, done);
+}
+
 /* Computes and stores one output point (outer dims already in g->dim). */
-static void gen_point(lm_cg *g, const plan *p, LLVMValueRef out_index) {
+static void gen_point(lm_cg *g, plan *p, LLVMValueRef out_index) {
   const lk_kernel *k = g->k;
   LLVMValueRef v;
   if (k->reduce == LK_RED_NONE) {
@@ -155,7 +169,10 @@ static void gen_point(lm_cg *g, const plan *p, LLVMValueRef out_index) {
   } else {
     lm_acc_reset(g, &p->acc);
     /* A reduced extent of 0 leaves the accumulator at its identity. */
-    if (extent_product(k, k->nouter, k->ndim) > 0) gen_reduced_dims(g, p, k->nouter);
+    if (extent_product(k, k->nouter, k->ndim) > 0) {
+      gen_reduced_dims(g, p, k->nouter);
+      if (lm_acc_has_second_pass(&p->acc) && !g->failed) gen_second_pass(g, p);
+    }
     g->acc = lm_acc_result(g, &p->acc);
     v = evaluate(g, p->epi_needed, k->result);
   }
@@ -163,7 +180,7 @@ static void gen_point(lm_cg *g, const plan *p, LLVMValueRef out_index) {
 }
 
 /* nouter == 0: one output point (index 0) when the range is not empty. */
-static void gen_single_point(lm_cg *g, const plan *p) {
+static void gen_single_point(lm_cg *g, plan *p) {
   loop l;
   loop_begin(g, &l, g->begin, g->end, "point");
   gen_point(g, p, l.iv);
@@ -193,7 +210,7 @@ static void gen_carry(lm_cg *g, LLVMValueRef *idx, LLVMBasicBlockRef next) {
   LLVMBuildBr(g->b, next);
 }
 
-static void gen_outer_iteration(lm_cg *g, const plan *p) {
+static void gen_outer_iteration(lm_cg *g, plan *p) {
   const lk_kernel *k = g->k;
   int last = k->nouter - 1;
   LLVMValueRef idx[LOOM_MAX_DIMS];

@@ -73,19 +73,47 @@ LLVMValueRef lm_emit_max_min(lm_cg *g, loom_dtype dt, LLVMValueRef a, LLVMValueR
 /* Instruction i of the kernel, from the operand values already in g->val. */
 LLVMValueRef lm_emit_inst(lm_cg *g, int i);
 
-/* reduce.c: the accumulator of a reduction kernel. */
+/* reduce.c: the accumulator of a reduction kernel.
+ *
+ * Float MAX/MIN and every ARGMAX/ARGMIN take two passes over the reduced dims,
+ * because LLVM 14 keeps NaN-propagating select reductions scalar:
+ *  - float MAX/MIN: the main pass reduces an integer image of the floats that
+ *    orders like them (a vectorizable smax/smin) plus a "saw a NaN" flag; only
+ *    when that flag is set or the maximum is a zero (whose sign depends on
+ *    order) does a second, exact pass repeat the scalar definition;
+ *  - ARGMAX/ARGMIN: the main pass finds the extreme value that way (integers:
+ *    a plain max/min), the second finds the first index holding it (the first
+ *    NaN when there is one) as a vectorizable unsigned-min reduction.
+ * Results are bit-identical to the scalar definitions in ir/kernel.h. */
+typedef enum lm_acc_pass {
+  LM_ACC_MAIN,      /* the first pass */
+  LM_ACC_EXACT,     /* float MAX/MIN again, by the scalar definition */
+  LM_ACC_FIND_FIRST /* ARGMAX/ARGMIN: the first index holding the extreme */
+} lm_acc_pass;
+
 typedef struct lm_acc {
   lk_reduce reduce;
   loom_dtype dt;      /* dtype of the reduced value */
-  LLVMValueRef best;  /* alloca: running sum / max / min, or the best value so far */
+  LLVMValueRef best;  /* alloca: running sum / max / min, or the extreme value */
+  LLVMValueRef key;   /* alloca iN: float extremes as order keys (main pass), else NULL */
+  LLVMValueRef nan;   /* alloca i1: the main pass saw a NaN (float keys only) */
   LLVMValueRef index; /* alloca i64: index of the best value (ARGMAX/ARGMIN only) */
+  lm_acc_pass pass;   /* what lm_acc_step emits */
 } lm_acc;
 /* Textual IR of helper functions the reduction code calls (parsed into every module). */
 const char *lm_reduce_prelude_ir(void);
 void lm_acc_create(lm_cg *g, lm_acc *acc);
-void lm_acc_reset(lm_cg *g, const lm_acc *acc);
+/* Starts a new output point: identities, and the main pass. */
+void lm_acc_reset(lm_cg *g, lm_acc *acc);
 /* Combines x (the value at reduced linear index `lin`, i64) into the accumulator. */
 void lm_acc_step(lm_cg *g, const lm_acc *acc, LLVMValueRef x, LLVMValueRef lin);
+/* Whether this reduction may need a second pass over the reduced dims. */
+bool lm_acc_has_second_pass(const lm_acc *acc);
+/* After the main pass: finishes it and returns an i1, true when the second
+ * pass must run. */
+LLVMValueRef lm_acc_end_main_pass(lm_cg *g, lm_acc *acc);
+/* Emitted where the second pass starts: prepares the accumulator for it. */
+void lm_acc_begin_second_pass(lm_cg *g, lm_acc *acc);
 /* The reduction's result, of the kernel's acc_dtype. */
 LLVMValueRef lm_acc_result(lm_cg *g, const lm_acc *acc);
 

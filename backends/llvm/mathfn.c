@@ -1,11 +1,13 @@
 /*
- * Math functions of float dtypes. LLVM intrinsics where LLVM has them (they
- * lower to libm calls or instructions); tanh and erf call libm directly.
- * Kept apart so vectorizable polynomial versions can replace these.
+ * Math functions of float dtypes. sqrt, floor, fabs are LLVM intrinsics (one
+ * instruction each). exp log sin cos tanh erf pow are the straight-line vector
+ * math of vecmath_*.c: no libm calls, so loops using them vectorize. It works
+ * in double (F32 operands are widened and the result rounded once), except F32
+ * exp, which has a float version.
  */
 #include <string.h>
 
-#include "backends/llvm/llvm_internal.h"
+#include "backends/llvm/vecmath.h"
 
 static LLVMValueRef call_intrinsic(lm_cg *g, const char *name, LLVMTypeRef t, LLVMValueRef *args,
                                    unsigned nargs) {
@@ -15,38 +17,51 @@ static LLVMValueRef call_intrinsic(lm_cg *g, const char *name, LLVMTypeRef t, LL
   return LLVMBuildCall2(g->b, LLVMIntrinsicGetType(g->ctx, id, &t, 1), fn, args, nargs, "");
 }
 
-/* A libm function T name(T): declared without side effects (loom never reads
- * errno), so LLVM may hoist or drop it like an intrinsic. */
-static LLVMValueRef call_libm(lm_cg *g, const char *name, LLVMTypeRef t, LLVMValueRef x) {
-  LLVMTypeRef ft = LLVMFunctionType(t, &t, 1, 0);
-  LLVMValueRef fn = LLVMGetNamedFunction(g->mod, name);
-  if (!fn) {
-    fn = LLVMAddFunction(g->mod, name, ft);
-    const char *attrs[] = {"nounwind", "readnone", "willreturn"};
-    for (size_t i = 0; i < sizeof attrs / sizeof *attrs; i++) {
-      unsigned kind = LLVMGetEnumAttributeKindForName(attrs[i], strlen(attrs[i]));
-      LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
-                              LLVMCreateEnumAttribute(g->ctx, kind, 0));
-    }
+/* One vecmath function in double; F32 values are widened and rounded back. */
+static LLVMValueRef vector_math(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef x, LLVMValueRef y) {
+  lm_vm v = {.g = g,
+             .b = g->b,
+             .ft = g->t_f64,
+             .it = g->t_i64,
+             .mant_bits = 52,
+             .bias = 1023,
+             .single = dt == LOOM_F32};
+  if (op == LK_EXP && v.single) { /* the hottest one gets a float-only version */
+    v.ft = g->t_f32, v.it = g->t_i32, v.mant_bits = 23, v.bias = 127;
+    return lm_vm_exp_f32(&v, x);
   }
-  return LLVMBuildCall2(g->b, ft, fn, &x, 1, "");
+  if (v.single) {
+    x = LLVMBuildFPExt(g->b, x, g->t_f64, "");
+    if (y) y = LLVMBuildFPExt(g->b, y, g->t_f64, "");
+  }
+  LLVMValueRef r;
+  switch (op) {
+  case LK_EXP: r = lm_vm_exp(&v, x); break;
+  case LK_LOG: r = lm_vm_log(&v, x); break;
+  case LK_SIN: r = lm_vm_sin(&v, x); break;
+  case LK_COS: r = lm_vm_cos(&v, x); break;
+  case LK_TANH: r = lm_vm_tanh(&v, x); break;
+  case LK_ERF: r = lm_vm_erf(&v, x); break;
+  case LK_POW: r = lm_vm_pow(&v, x, y); break;
+  default: return lm_cg_fail(g, "%s is not a vector math function", lk_op_name(op));
+  }
+  if (!r || g->failed) return NULL;
+  return v.single ? LLVMBuildFPTrunc(g->b, r, g->t_f32, "") : r;
 }
 
 LLVMValueRef lm_emit_math(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef x, LLVMValueRef y) {
   LLVMTypeRef t = lm_type(g, dt);
-  bool f32 = dt == LOOM_F32;
-  LLVMValueRef xy[2] = {x, y};
   switch (op) {
-  case LK_EXP: return call_intrinsic(g, "llvm.exp", t, xy, 1);
-  case LK_LOG: return call_intrinsic(g, "llvm.log", t, xy, 1);
-  case LK_SQRT: return call_intrinsic(g, "llvm.sqrt", t, xy, 1);
-  case LK_SIN: return call_intrinsic(g, "llvm.sin", t, xy, 1);
-  case LK_COS: return call_intrinsic(g, "llvm.cos", t, xy, 1);
-  case LK_FLOOR: return call_intrinsic(g, "llvm.floor", t, xy, 1);
-  case LK_ABS: return call_intrinsic(g, "llvm.fabs", t, xy, 1);
-  case LK_POW: return call_intrinsic(g, "llvm.pow", t, xy, 2);
-  case LK_TANH: return call_libm(g, f32 ? "tanhf" : "tanh", t, x);
-  case LK_ERF: return call_libm(g, f32 ? "erff" : "erf", t, x);
+  case LK_SQRT: return call_intrinsic(g, "llvm.sqrt", t, &x, 1);
+  case LK_FLOOR: return call_intrinsic(g, "llvm.floor", t, &x, 1);
+  case LK_ABS: return call_intrinsic(g, "llvm.fabs", t, &x, 1);
+  case LK_EXP:
+  case LK_LOG:
+  case LK_SIN:
+  case LK_COS:
+  case LK_TANH:
+  case LK_ERF:
+  case LK_POW: return vector_math(g, op, dt, x, y);
   default: return lm_cg_fail(g, "%s is not a math function", lk_op_name(op));
   }
 }

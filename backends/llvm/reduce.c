@@ -1,5 +1,6 @@
 /*
- * The accumulator of a reduction kernel: identities and the combine step.
+ * The accumulator of a reduction kernel: identities, the combine step and the
+ * two-pass scheme of float MAX/MIN and ARGMAX/ARGMIN (see llvm_internal.h).
  * The state lives in allocas that mem2reg turns into loop phis, which is the
  * shape LLVM's vectorizer recognizes as a reduction.
  */
@@ -54,17 +55,58 @@ static LLVMValueRef identity(lm_cg *g, lk_reduce r, loom_dtype dt) {
   }
 }
 
+/* Float MAX/MIN/ARGMAX/ARGMIN run their main pass on order keys. */
+static bool uses_keys(const lm_acc *acc) {
+  return lm_dtype_is_float(acc->dt) && acc->reduce != LK_RED_SUM;
+}
+
+static LLVMTypeRef key_type(lm_cg *g, loom_dtype dt) {
+  return dt == LOOM_F32 ? g->t_i32 : g->t_i64;
+}
+
+/*
+ * The order key of a float's bits: for negative floats every bit but the sign
+ * flips, so signed integer comparison of keys orders like the floats (with
+ * -0 < +0, NaNs beyond the infinities). The map is its own inverse.
+ */
+static LLVMValueRef order_key(lm_cg *g, LLVMValueRef bits) {
+  LLVMTypeRef t = LLVMTypeOf(bits);
+  unsigned width = LLVMGetIntTypeWidth(t);
+  LLVMValueRef sign = LLVMBuildAShr(g->b, bits, LLVMConstInt(t, width - 1, 0), "");
+  LLVMValueRef flip = LLVMBuildLShr(g->b, sign, LLVMConstInt(t, 1, 0), "");
+  return LLVMBuildXor(g->b, bits, flip, "");
+}
+
+static LLVMValueRef key_of(lm_cg *g, loom_dtype dt, LLVMValueRef x) {
+  return order_key(g, LLVMBuildBitCast(g->b, x, key_type(g, dt), ""));
+}
+
+static LLVMValueRef float_of_key(lm_cg *g, loom_dtype dt, LLVMValueRef key) {
+  return LLVMBuildBitCast(g->b, order_key(g, key), lm_type(g, dt), "");
+}
+
+static bool wants_max(lk_reduce r) { return r == LK_RED_MAX || r == LK_RED_ARGMAX; }
+
 void lm_acc_create(lm_cg *g, lm_acc *acc) {
   const lk_kernel *k = g->k;
   acc->reduce = k->reduce;
   acc->dt = k->inst[k->value].dtype;
   acc->best = lm_entry_alloca(g, lm_type(g, acc->dt), "acc");
   acc->index = is_arg_reduce(acc->reduce) ? lm_entry_alloca(g, g->t_i64, "acc.index") : NULL;
+  acc->key = uses_keys(acc) ? lm_entry_alloca(g, key_type(g, acc->dt), "acc.key") : NULL;
+  acc->nan = uses_keys(acc) ? lm_entry_alloca(g, g->t_i1, "acc.nan") : NULL;
+  acc->pass = LM_ACC_MAIN;
 }
 
-void lm_acc_reset(lm_cg *g, const lm_acc *acc) {
-  LLVMBuildStore(g->b, identity(g, acc->reduce, acc->dt), acc->best);
+void lm_acc_reset(lm_cg *g, lm_acc *acc) {
+  LLVMValueRef id = identity(g, acc->reduce, acc->dt);
+  LLVMBuildStore(g->b, id, acc->best);
   if (acc->index) LLVMBuildStore(g->b, LLVMConstNull(g->t_i64), acc->index);
+  if (acc->key) {
+    LLVMBuildStore(g->b, key_of(g, acc->dt, id), acc->key);
+    LLVMBuildStore(g->b, LLVMConstNull(g->t_i1), acc->nan);
+  }
+  acc->pass = LM_ACC_MAIN;
 }
 
 static LLVMValueRef float_sum(lm_cg *g, loom_dtype dt, LLVMValueRef a, LLVMValueRef b) {
@@ -75,22 +117,47 @@ static LLVMValueRef float_sum(lm_cg *g, loom_dtype dt, LLVMValueRef a, LLVMValue
   return LLVMBuildCall2(g->b, LLVMGlobalGetValueType(fn), fn, args, 2, "");
 }
 
-/* Whether x replaces the best value so far: strictly better (so the first of
- * equal values wins), and a NaN beats everything but an earlier NaN. */
-static LLVMValueRef arg_better(lm_cg *g, const lm_acc *acc, LLVMValueRef x, LLVMValueRef best) {
-  bool is_max = acc->reduce == LK_RED_ARGMAX;
-  if (lm_dtype_is_float(acc->dt)) {
-    /* ugt/ult are also true when x or best is NaN; `best is not NaN` keeps the first NaN. */
-    LLVMValueRef beats = LLVMBuildFCmp(g->b, is_max ? LLVMRealUGT : LLVMRealULT, x, best, "");
-    LLVMValueRef best_ok = LLVMBuildFCmp(g->b, LLVMRealORD, best, best, "");
-    return LLVMBuildAnd(g->b, beats, best_ok, "");
+/* Main pass on keys: the extreme key (a vectorizable smax/smin) and the NaN flag. */
+static void step_keys(lm_cg *g, const lm_acc *acc, LLVMValueRef x) {
+  LLVMTypeRef kt = key_type(g, acc->dt);
+  LLVMValueRef key = key_of(g, acc->dt, x);
+  LLVMValueRef best = LLVMBuildLoad2(g->b, kt, acc->key, "");
+  LLVMValueRef beats =
+      LLVMBuildICmp(g->b, wants_max(acc->reduce) ? LLVMIntSGT : LLVMIntSLT, key, best, "");
+  LLVMBuildStore(g->b, LLVMBuildSelect(g->b, beats, key, best, ""), acc->key);
+  LLVMValueRef seen = LLVMBuildLoad2(g->b, g->t_i1, acc->nan, "");
+  LLVMValueRef is_nan = LLVMBuildFCmp(g->b, LLVMRealUNO, x, x, "");
+  LLVMBuildStore(g->b, LLVMBuildOr(g->b, seen, is_nan, ""), acc->nan);
+}
+
+/* Second pass of ARGMAX/ARGMIN: index = min(index, lin) where x is the extreme
+ * (a NaN when the main pass saw one). */
+static void step_find_first(lm_cg *g, const lm_acc *acc, LLVMValueRef x, LLVMValueRef lin) {
+  LLVMTypeRef t = lm_type(g, acc->dt);
+  LLVMValueRef best = LLVMBuildLoad2(g->b, t, acc->best, "");
+  LLVMValueRef match;
+  if (acc->key) {
+    LLVMValueRef seen = LLVMBuildLoad2(g->b, g->t_i1, acc->nan, "");
+    match = LLVMBuildSelect(g->b, seen, LLVMBuildFCmp(g->b, LLVMRealUNO, x, x, ""),
+                            LLVMBuildFCmp(g->b, LLVMRealOEQ, x, best, ""), "");
+  } else {
+    match = LLVMBuildICmp(g->b, LLVMIntEQ, x, best, "");
   }
-  LLVMIntPredicate pred = lm_dtype_is_unsigned(acc->dt) ? (is_max ? LLVMIntUGT : LLVMIntULT)
-                                                        : (is_max ? LLVMIntSGT : LLVMIntSLT);
-  return LLVMBuildICmp(g->b, pred, x, best, "");
+  LLVMValueRef cand = LLVMBuildSelect(g->b, match, lin, LLVMConstInt(g->t_i64, INT64_MAX, 0), "");
+  LLVMValueRef index = LLVMBuildLoad2(g->b, g->t_i64, acc->index, "");
+  LLVMValueRef lower = LLVMBuildICmp(g->b, LLVMIntULT, cand, index, "");
+  LLVMBuildStore(g->b, LLVMBuildSelect(g->b, lower, cand, index, ""), acc->index);
 }
 
 void lm_acc_step(lm_cg *g, const lm_acc *acc, LLVMValueRef x, LLVMValueRef lin) {
+  if (acc->pass == LM_ACC_FIND_FIRST) {
+    step_find_first(g, acc, x, lin);
+    return;
+  }
+  if (acc->pass == LM_ACC_MAIN && acc->key) {
+    step_keys(g, acc, x);
+    return;
+  }
   LLVMTypeRef t = lm_type(g, acc->dt);
   LLVMValueRef best = LLVMBuildLoad2(g->b, t, acc->best, "");
   LLVMValueRef next;
@@ -99,16 +166,41 @@ void lm_acc_step(lm_cg *g, const lm_acc *acc, LLVMValueRef x, LLVMValueRef lin) 
     next = lm_dtype_is_float(acc->dt) ? float_sum(g, acc->dt, best, x)
                                       : LLVMBuildAdd(g->b, best, x, "");
     break;
-  case LK_RED_MAX: next = lm_emit_max_min(g, acc->dt, x, best, true); break;
-  case LK_RED_MIN: next = lm_emit_max_min(g, acc->dt, x, best, false); break;
-  default: {
-    LLVMValueRef better = arg_better(g, acc, x, best);
-    LLVMValueRef index = LLVMBuildLoad2(g->b, g->t_i64, acc->index, "");
-    LLVMBuildStore(g->b, LLVMBuildSelect(g->b, better, lin, index, ""), acc->index);
-    next = LLVMBuildSelect(g->b, better, x, best, "");
-  }
+  /* integer MAX/MIN and ARGMAX/ARGMIN's main pass, float MAX/MIN's exact pass */
+  case LK_RED_MAX:
+  case LK_RED_ARGMAX: next = lm_emit_max_min(g, acc->dt, x, best, true); break;
+  default: next = lm_emit_max_min(g, acc->dt, x, best, false); break;
   }
   if (next) LLVMBuildStore(g->b, next, acc->best);
+}
+
+bool lm_acc_has_second_pass(const lm_acc *acc) {
+  return acc->key != NULL || is_arg_reduce(acc->reduce);
+}
+
+LLVMValueRef lm_acc_end_main_pass(lm_cg *g, lm_acc *acc) {
+  LLVMValueRef always = LLVMConstInt(g->t_i1, 1, 0);
+  if (!acc->key) return always; /* integer ARGMAX/ARGMIN: best is final */
+  LLVMTypeRef kt = key_type(g, acc->dt);
+  LLVMValueRef best = float_of_key(g, acc->dt, LLVMBuildLoad2(g->b, kt, acc->key, ""));
+  LLVMBuildStore(g->b, best, acc->best);
+  if (is_arg_reduce(acc->reduce)) return always;
+  /* A NaN (which one the scalar definition keeps depends on order) or a zero
+   * (whose sign does) makes the exact pass run. */
+  LLVMValueRef seen = LLVMBuildLoad2(g->b, g->t_i1, acc->nan, "");
+  LLVMValueRef zero =
+      LLVMBuildFCmp(g->b, LLVMRealOEQ, best, LLVMConstNull(lm_type(g, acc->dt)), "");
+  return LLVMBuildOr(g->b, seen, zero, "");
+}
+
+void lm_acc_begin_second_pass(lm_cg *g, lm_acc *acc) {
+  if (is_arg_reduce(acc->reduce)) {
+    LLVMBuildStore(g->b, LLVMConstInt(g->t_i64, INT64_MAX, 0), acc->index);
+    acc->pass = LM_ACC_FIND_FIRST;
+  } else {
+    LLVMBuildStore(g->b, identity(g, acc->reduce, acc->dt), acc->best);
+    acc->pass = LM_ACC_EXACT;
+  }
 }
 
 LLVMValueRef lm_acc_result(lm_cg *g, const lm_acc *acc) {
