@@ -162,7 +162,7 @@ static void reshape_index(builder *b, const loom_shape *to, const loom_shape *fr
 
 static int pad_value(builder *b, const lm_node *n, const int *idx) {
   const lm_node *src = n->src[0];
-  int sidx[LOOM_MAX_DIMS], valid = -1;
+  int sidx[LOOM_MAX_DIMS] = {0}, valid = -1;
   for (int d = 0; d < n->shape.ndim; d++) {
     int64_t lo = n->arg.pad.lo[d];
     if (lo == 0 && n->shape.dim[d] == src->shape.dim[d]) {
@@ -182,7 +182,7 @@ static int pad_value(builder *b, const lm_node *n, const int *idx) {
 }
 
 static int cat_value(builder *b, const lm_node *n, const int *idx) {
-  int ax = n->arg.axis, sidx[LOOM_MAX_DIMS];
+  int ax = n->arg.axis, sidx[LOOM_MAX_DIMS] = {0};
   int64_t offsets[64 + 1];
   int k = n->nsrc;
   int result = -1;
@@ -208,7 +208,7 @@ static int cat_value(builder *b, const lm_node *n, const int *idx) {
 
 static int view_value(builder *b, const lm_node *n, const int *idx) {
   const lm_node *src = n->src[0];
-  int sidx[LOOM_MAX_DIMS];
+  int sidx[LOOM_MAX_DIMS] = {0};
   switch (n->op) {
   case LM_RESHAPE: reshape_index(b, &n->shape, &src->shape, idx, sidx); break;
   case LM_PERMUTE:
@@ -364,7 +364,7 @@ static int value(builder *b, const lm_node *n, const int *idx) {
 /* ------------------------------------------------------------ roots */
 
 static void lower_elementwise(builder *b, const lm_node *root, lk_kernel *k) {
-  int idx[LOOM_MAX_DIMS];
+  int idx[LOOM_MAX_DIMS] = {0};
   k->ndim = root->shape.ndim ? root->shape.ndim : 1;
   k->dom[0] = 1;
   for (int d = 0; d < root->shape.ndim; d++) {
@@ -387,7 +387,7 @@ static int lower_reduction(builder *b, const lm_node *red, lk_kernel *k) {
                                             [LM_ARGMAX] = LK_RED_ARGMAX,
                                             [LM_ARGMIN] = LK_RED_ARGMIN};
   const lm_node *src = red->src[0];
-  int idx[LOOM_MAX_DIMS], nd = 0;
+  int idx[LOOM_MAX_DIMS] = {0}, nd = 0;
   for (int pass = 0; pass < 2; pass++)
     for (int d = 0; d < src->shape.ndim; d++) {
       bool reduced = red->arg.axes & (1u << d);

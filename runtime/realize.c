@@ -127,9 +127,12 @@ static void launch(const lm_step *s, void *const *args, int64_t begin, int64_t e
   lm_parallel_for(n, parts, run_range, &call);
 }
 
-/* Rows of output a GEMM epilogue kernel takes at a time: 64K elements (256 KiB
- * of F32) stay in the core's L2 between the GEMM writing and the kernel reading. */
-#define GEMM_BLOCK_ELEMS 65536
+/* Rows a GEMM epilogue block covers: at least GEMM_BLOCK_ROWS (a BLAS call on
+ * fewer rows repacks B for little work and threads poorly), and about
+ * GEMM_BLOCK_ELEMS outputs, which stay in cache between the GEMM writing them
+ * and the kernel reading them. */
+#define GEMM_BLOCK_ELEMS (1 << 20)
+#define GEMM_BLOCK_ROWS 256
 
 /* A deferred GEMM in row blocks, each followed by its epilogue kernel on those
  * rows. The product goes to one block-sized scratch buffer: the kernel's slot
@@ -138,7 +141,8 @@ static loom_status run_gemm_epilogue(const lm_graph *g, const lm_program *p, con
                                      void **args, void **bufs) {
   const lm_gemm *gm = &p->steps[s->gemm_partner].gemm;
   size_t es = loom_dtype_size(gm->dtype);
-  int64_t n = gm->N > 0 ? gm->N : 1, per = GEMM_BLOCK_ELEMS / n > 0 ? GEMM_BLOCK_ELEMS / n : 1;
+  int64_t n = gm->N > 0 ? gm->N : 1, per = GEMM_BLOCK_ELEMS / n;
+  if (per < GEMM_BLOCK_ROWS) per = GEMM_BLOCK_ROWS;
   if (per > gm->M) per = gm->M;
   size_t bytes = (size_t)(per * n) * es;
   void *scratch = lm_buffer_alloc(bytes);

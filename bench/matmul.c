@@ -1,0 +1,131 @@
+/* Matrix products: loom's matmul (OpenBLAS underneath) and a linear layer with
+ * its bias and activation, each against calling OpenBLAS directly. */
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "bench.h"
+
+#define MM_N 1024
+#define LIN_BATCH 4096
+#define LIN_IN 1024
+#define LIN_OUT 1024
+
+static loom_status matmul_setup(void **state) {
+  loom_shape shapes[2] = {LOOM_SHAPE(MM_N, MM_N), LOOM_SHAPE(MM_N, MM_N)};
+  return bench_inputs_new(state, 2, shapes);
+}
+
+static loom_tensor *build_matmul(loom_tensor *const *in) { return loom_matmul(in[0], in[1]); }
+
+static loom_status matmul_run(void *state, bench_call_report *report) {
+  (void)report;
+  return bench_realize_in_scope(build_matmul, state);
+}
+
+/* relu(x @ W^T + b) */
+static loom_tensor *build_linear(loom_tensor *const *in) {
+  const loom_tensor *x = in[0], *weight = in[1], *bias = in[2];
+  return loom_relu(loom_add(loom_matmul(x, loom_transpose(weight, 0, 1)), bias));
+}
+
+static loom_status linear_setup(void **state) {
+  loom_shape shapes[3] = {LOOM_SHAPE(LIN_BATCH, LIN_IN), LOOM_SHAPE(LIN_OUT, LIN_IN),
+                          LOOM_SHAPE(LIN_OUT)};
+  return bench_inputs_new(state, 3, shapes);
+}
+
+static loom_status linear_run(void *state, bench_call_report *report) {
+  (void)report;
+  return bench_realize_in_scope(build_linear, state);
+}
+
+/* ------------------------------------------------------------------ OpenBLAS directly */
+
+static float *host_matrix(size_t count) {
+  float *m = malloc(count * sizeof *m);
+  if (!m) return NULL;
+  for (size_t i = 0; i < count; i++) m[i] = (float)((i * 7919u) % 1000u) * 1e-3f - 0.5f;
+  return m;
+}
+
+static void sgemm_square(const float *a, const float *b, float *c) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, MM_N, MM_N, MM_N, 1.0f, a, MM_N, b,
+              MM_N, 0.0f, c, MM_N);
+}
+
+static double direct_matmul_seconds(int repeats) {
+  size_t count = (size_t)MM_N * MM_N;
+  float *a = host_matrix(count), *b = host_matrix(count), *c = host_matrix(count);
+  double *samples = malloc((size_t)repeats * sizeof *samples);
+  double median = -1.0;
+  if (a && b && c && samples) {
+    sgemm_square(a, b, c); /* warm-up */
+    for (int i = 0; i < repeats; i++) {
+      double t0 = bench_now();
+      sgemm_square(a, b, c);
+      samples[i] = bench_now() - t0;
+    }
+    median = bench_median(samples, repeats);
+  }
+  free(a), free(b), free(c), free(samples);
+  return median;
+}
+
+static void linear_direct(const float *x, const float *w, const float *bias, float *y) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, LIN_BATCH, LIN_OUT, LIN_IN, 1.0f, x,
+              LIN_IN, w, LIN_IN, 0.0f, y, LIN_OUT);
+  for (size_t r = 0; r < LIN_BATCH; r++) {
+    float *row = y + r * LIN_OUT;
+    for (size_t j = 0; j < LIN_OUT; j++) {
+      float v = row[j] + bias[j];
+      row[j] = v > 0.0f ? v : 0.0f;
+    }
+  }
+}
+
+static double direct_linear_seconds(int repeats) {
+  float *x = host_matrix((size_t)LIN_BATCH * LIN_IN), *w = host_matrix((size_t)LIN_OUT * LIN_IN);
+  float *bias = host_matrix(LIN_OUT), *y = host_matrix((size_t)LIN_BATCH * LIN_OUT);
+  double *samples = malloc((size_t)repeats * sizeof *samples);
+  double median = -1.0;
+  if (x && w && bias && y && samples) {
+    linear_direct(x, w, bias, y); /* warm-up */
+    for (int i = 0; i < repeats; i++) {
+      double t0 = bench_now();
+      linear_direct(x, w, bias, y);
+      samples[i] = bench_now() - t0;
+    }
+    median = bench_median(samples, repeats);
+  }
+  free(x), free(w), free(bias), free(y), free(samples);
+  return median;
+}
+
+const bench_workload bench_matmul_workloads[] = {
+    {
+        .name = "matmul_1024",
+        .what = "a @ b, [1024,1024] x [1024,1024]",
+        .metric = BENCH_FLOPS,
+        .work = 2.0 * MM_N * MM_N * MM_N,
+        .compare_unfused = false, /* one GEMM: nothing to fuse */
+        .measure_peak = true,
+        .setup = matmul_setup,
+        .run = matmul_run,
+        .teardown = bench_inputs_free,
+        .direct_seconds = direct_matmul_seconds,
+    },
+    {
+        .name = "linear_bias_relu_4096x1024x1024",
+        .what = "relu(x @ W^T + b), x [4096,1024], W [1024,1024], b [1024]",
+        .metric = BENCH_FLOPS,
+        .work = 2.0 * LIN_BATCH * LIN_IN * LIN_OUT,
+        .compare_unfused = true,
+        .measure_peak = true,
+        .setup = linear_setup,
+        .run = linear_run,
+        .teardown = bench_inputs_free,
+        .direct_seconds = direct_linear_seconds,
+    },
+};
+const int bench_matmul_count =
+    (int)(sizeof bench_matmul_workloads / sizeof bench_matmul_workloads[0]);

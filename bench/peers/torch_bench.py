@@ -1,0 +1,104 @@
+"""loom's workloads in PyTorch eager mode (same sizes, F32, CPU, no autograd).
+Run by `loom bench --peers`."""
+import os
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+args = common.parse_args("torch")
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError as error:
+    common.skipped("torch", str(error))
+
+torch.set_num_threads(args.threads)
+torch.set_grad_enabled(False)
+torch.manual_seed(0)
+
+EW_N = 16 * 1024 * 1024
+ROWS, COLS = 4096, 1024
+
+
+def uniform(*shape):
+    return torch.rand(*shape, dtype=torch.float32) * 2 - 1
+
+
+def ew_chain_eager():
+    x, y = uniform(EW_N), uniform(EW_N)
+    return lambda: torch.relu(x * 1.5 + y) * torch.sigmoid(x) - torch.tanh(y) * 0.5
+
+
+def ew_chain_out():
+    x, y = uniform(EW_N), uniform(EW_N)
+    t1, t2, out = (torch.empty(EW_N) for _ in range(3))
+
+    def call():
+        torch.mul(x, 1.5, out=t1)
+        torch.add(t1, y, out=t1)
+        torch.relu_(t1)
+        torch.sigmoid(x, out=t2)
+        torch.mul(t1, t2, out=t1)
+        torch.tanh(y, out=t2)
+        torch.mul(t2, 0.5, out=t2)
+        torch.sub(t1, t2, out=out)
+    return call
+
+
+def softmax():
+    x = uniform(ROWS, COLS)
+    return lambda: torch.softmax(x, -1)
+
+
+def layernorm_primitives():
+    x, w, b = uniform(ROWS, COLS), uniform(COLS), uniform(COLS)
+
+    def call():
+        d = x - x.mean(-1, keepdim=True)
+        v = torch.square(d).mean(-1, keepdim=True)
+        return d * torch.rsqrt(v + 1e-5) * w + b
+    return call
+
+
+def layernorm_op():
+    x, w, b = uniform(ROWS, COLS), uniform(COLS), uniform(COLS)
+    return lambda: F.layer_norm(x, (COLS,), w, b, 1e-5)
+
+
+def sum_all():
+    x = uniform(EW_N)
+    return lambda: x.sum()
+
+
+def matmul():
+    a, b = uniform(1024, 1024), uniform(1024, 1024)
+    return lambda: a @ b
+
+
+def linear():
+    x, w, b = uniform(4096, 1024), uniform(1024, 1024), uniform(1024)
+    return lambda: torch.relu(F.linear(x, w, b))
+
+
+def dispatch_small():
+    x, y = uniform(1024), uniform(1024)
+
+    def call():
+        t = ((x * 2 + y) - 1) * x
+        t = torch.abs(-torch.relu(t)) + y
+        return torch.clamp_max(t, 4.0) * 0.5
+    return call
+
+
+common.run("torch", {
+    "ew_chain_16M": [("eager", ew_chain_eager), ("out=", ew_chain_out)],
+    "softmax_4096x1024": [("torch.softmax", softmax)],
+    "layernorm_4096x1024": [("primitives", layernorm_primitives),
+                            ("F.layer_norm", layernorm_op)],
+    "sum_16M": [("sum", sum_all)],
+    "matmul_1024": [("matmul", matmul)],
+    "linear_bias_relu_4096x1024x1024": [("relu(F.linear)", linear)],
+    "dispatch_small": [("eager", dispatch_small)],
+}, args)

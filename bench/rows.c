@@ -1,0 +1,89 @@
+/* Row-wise and full reductions: softmax, a layer norm written with loom's
+ * primitive ops, and a sum of everything. */
+#include "bench.h"
+
+#define ROWS 4096
+#define COLS 1024
+#define SUM_N (16 * 1024 * 1024)
+
+static const int last_axis[1] = {-1};
+
+static loom_status matrix_setup(void **state) {
+  loom_shape shapes[1] = {LOOM_SHAPE(ROWS, COLS)};
+  return bench_inputs_new(state, 1, shapes);
+}
+
+static loom_tensor *build_softmax(loom_tensor *const *in) { return loom_softmax(in[0], -1); }
+
+static loom_status softmax_run(void *state, bench_call_report *report) {
+  (void)report;
+  return bench_realize_in_scope(build_softmax, state);
+}
+
+/* (x - mean) * rsqrt(mean((x - mean)^2) + 1e-5) * weight + bias, over the last dim */
+static loom_tensor *build_layernorm(loom_tensor *const *in) {
+  const loom_tensor *x = in[0], *weight = in[1], *bias = in[2];
+  loom_tensor *centered = loom_sub(x, loom_mean(x, last_axis, 1, true));
+  loom_tensor *variance = loom_mean(loom_square(centered), last_axis, 1, true);
+  loom_tensor *normalized = loom_mul(centered, loom_rsqrt(loom_add_s(variance, 1e-5)));
+  return loom_add(loom_mul(normalized, weight), bias);
+}
+
+static loom_status layernorm_setup(void **state) {
+  loom_shape shapes[3] = {LOOM_SHAPE(ROWS, COLS), LOOM_SHAPE(COLS), LOOM_SHAPE(COLS)};
+  return bench_inputs_new(state, 3, shapes);
+}
+
+static loom_status layernorm_run(void *state, bench_call_report *report) {
+  (void)report;
+  return bench_realize_in_scope(build_layernorm, state);
+}
+
+static loom_tensor *build_sum(loom_tensor *const *in) { return loom_sum_all(in[0]); }
+
+static loom_status sum_setup(void **state) {
+  loom_shape shapes[1] = {LOOM_SHAPE(SUM_N)};
+  return bench_inputs_new(state, 1, shapes);
+}
+
+static loom_status sum_run(void *state, bench_call_report *report) {
+  (void)report;
+  return bench_realize_in_scope(build_sum, state);
+}
+
+const bench_workload bench_rows_workloads[] = {
+    {
+        .name = "softmax_4096x1024",
+        .what = "softmax(x, -1), x [4096,1024]",
+        .metric = BENCH_BANDWIDTH,
+        .work = 2.0 * ROWS * COLS * sizeof(float),
+        .compare_unfused = true,
+        .measure_peak = true,
+        .setup = matrix_setup,
+        .run = softmax_run,
+        .teardown = bench_inputs_free,
+    },
+    {
+        .name = "layernorm_4096x1024",
+        .what = "layer norm from primitives (mean, sub, square, mean, rsqrt, mul, *w + b)",
+        .metric = BENCH_BANDWIDTH,
+        .work = (2.0 * ROWS * COLS + 2.0 * COLS) * sizeof(float),
+        .compare_unfused = true,
+        .measure_peak = true,
+        .setup = layernorm_setup,
+        .run = layernorm_run,
+        .teardown = bench_inputs_free,
+    },
+    {
+        .name = "sum_16M",
+        .what = "sum_all(x), x [16M]",
+        .metric = BENCH_BANDWIDTH,
+        .work = (double)SUM_N * sizeof(float) + sizeof(float),
+        .compare_unfused = true,
+        .measure_peak = true,
+        .setup = sum_setup,
+        .run = sum_run,
+        .teardown = bench_inputs_free,
+    },
+};
+const int bench_rows_count = (int)(sizeof bench_rows_workloads / sizeof bench_rows_workloads[0]);

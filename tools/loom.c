@@ -1,0 +1,264 @@
+/* The `loom` command: information about this build and machine, the kernel
+ * cache, and the benchmarks (bench/).
+ *
+ *   loom info
+ *   loom cache stats | clear
+ *   loom bench [name...] [--json] [--peers] [--repeats N] [--warmup N] [--threads N]
+ *              [--no-limits] [--list]
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <loom.h>
+
+#include "bench.h"
+
+#ifndef LOOM_BENCH_PEERS_DIR
+#define LOOM_BENCH_PEERS_DIR "bench/peers"
+#endif
+
+#define DEFAULT_REPEATS 10
+#define DEFAULT_WARMUP 2
+
+static void print_usage(FILE *out) {
+  fprintf(out,
+          "usage: loom info\n"
+          "       loom cache stats | clear\n"
+          "       loom bench [name...] [--json] [--peers] [--repeats N] [--warmup N]\n"
+          "                  [--threads N] [--no-limits] [--list]\n"
+          "\n"
+          "bench: all workloads when no names are given. --json prints one JSON object per\n"
+          "line on stdout (the table then goes to stderr). --peers also runs the NumPy and\n"
+          "PyTorch versions (bench/peers, or $LOOM_BENCH_PEERS_DIR) with /usr/bin/python3.\n"
+          "--no-limits skips measuring the machine's limits (no percentages then).\n");
+}
+
+static void print_error(const char *what, loom_status status) {
+  const char *message = loom_last_error();
+  fprintf(stderr, "loom: %s: %s: %s\n", what, loom_status_name(status),
+          message ? message : "(no message)");
+}
+
+/* ------------------------------------------------------------------ info */
+
+static int command_info(void) {
+  const char *dir = loom_cache_dir();
+  printf("loom %s\n", LOOM_VERSION_STRING);
+  printf("target:    %s\n", loom_target_id());
+  printf("threads:   %d\n", loom_num_threads());
+  printf("fusion:    %s\n", loom_fusion_enabled() ? "on" : "off");
+  printf("cache dir: %s\n", dir ? dir : "(none: kernels are cached in memory only)");
+  if (loom_cuda_available())
+    printf("cuda:      available, %d device(s)\n", loom_cuda_device_count());
+  else {
+    const char *reason = loom_cuda_unavailable_reason();
+    printf("cuda:      unavailable (%s)\n", reason ? reason : "no reason given");
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ cache */
+
+static int print_cache_stats(void) {
+  loom_cache_info info;
+  loom_status status = loom_cache_info_get(&info);
+  if (status != LOOM_OK) {
+    print_error("cache stats", status);
+    return 1;
+  }
+  const char *dir = loom_cache_dir();
+  printf("dir:     %s\n", dir ? dir : "(none)");
+  printf("entries: %llu\n", (unsigned long long)info.entries);
+  printf("bytes:   %llu (%.1f KiB)\n", (unsigned long long)info.bytes,
+         (double)info.bytes / 1024.0);
+  return 0;
+}
+
+static int clear_cache(void) {
+  loom_cache_info before = {0};
+  loom_status status = loom_cache_info_get(&before);
+  if (status == LOOM_OK) status = loom_cache_clear();
+  if (status != LOOM_OK) {
+    print_error("cache clear", status);
+    return 1;
+  }
+  printf("removed %llu entries (%llu bytes) from %s\n", (unsigned long long)before.entries,
+         (unsigned long long)before.bytes, loom_cache_dir() ? loom_cache_dir() : "(none)");
+  return 0;
+}
+
+static int command_cache(int argc, char **argv) {
+  if (argc == 1 && strcmp(argv[0], "stats") == 0) return print_cache_stats();
+  if (argc == 1 && strcmp(argv[0], "clear") == 0) return clear_cache();
+  print_usage(stderr);
+  return 2;
+}
+
+/* ------------------------------------------------------------------ bench */
+
+typedef struct bench_command {
+  bench_options options;
+  int requested_threads; /* 0: loom's default */
+  bool list_only;
+  bool skip_limits; /* --no-limits: no STREAM/SGEMM (quick runs, valgrind) */
+  const char **names;
+  int nnames;
+} bench_command;
+
+/* An integer of at least `minimum` for a flag. */
+static bool parse_count(const char *flag, const char *text, int minimum, int *value) {
+  char *end = NULL;
+  errno = 0;
+  long v = text ? strtol(text, &end, 10) : 0;
+  if (!text || !*text || errno || *end || v < minimum || v > INT_MAX) {
+    fprintf(stderr, "loom bench: %s needs an integer of at least %d, got '%s'\n", flag,
+            minimum, text ? text : "");
+    return false;
+  }
+  *value = (int)v;
+  return true;
+}
+
+/* One argument (and its value, for flags that take one); returns the number of
+ * arguments used, or 0 on error. */
+static int parse_bench_argument(bench_command *cmd, int argc, char **argv) {
+  const char *arg = argv[0], *value = argc > 1 ? argv[1] : NULL;
+  bool *switch_flag = strcmp(arg, "--json") == 0    ? &cmd->options.json
+                      : strcmp(arg, "--peers") == 0 ? &cmd->options.peers
+                      : strcmp(arg, "--list") == 0  ? &cmd->list_only
+                      : strcmp(arg, "--no-limits") == 0 ? &cmd->skip_limits
+                                                        : NULL;
+  int *number_flag = strcmp(arg, "--repeats") == 0   ? &cmd->options.repeats
+                     : strcmp(arg, "--warmup") == 0  ? &cmd->options.warmup
+                     : strcmp(arg, "--threads") == 0 ? &cmd->requested_threads
+                                                     : NULL;
+  if (switch_flag) {
+    *switch_flag = true;
+    return 1;
+  }
+  int minimum = number_flag == &cmd->options.warmup ? 0 : 1;
+  if (number_flag) return parse_count(arg, value, minimum, number_flag) ? 2 : 0;
+  if (arg[0] == '-') {
+    fprintf(stderr, "loom bench: unknown option '%s'\n", arg);
+    return 0;
+  }
+  if (!bench_workload_find(arg)) {
+    fprintf(stderr, "loom bench: no workload named '%s' (loom bench --list)\n", arg);
+    return 0;
+  }
+  cmd->names[cmd->nnames++] = arg;
+  return 1;
+}
+
+static bool parse_bench_command(bench_command *cmd, int argc, char **argv) {
+  const char *peers_dir = getenv("LOOM_BENCH_PEERS_DIR");
+  cmd->options = (bench_options){.repeats = DEFAULT_REPEATS, .warmup = DEFAULT_WARMUP,
+                                 .peers_dir = peers_dir ? peers_dir : LOOM_BENCH_PEERS_DIR};
+  cmd->names = calloc((size_t)argc + 1, sizeof *cmd->names);
+  if (!cmd->names) return false;
+  for (int i = 0; i < argc;) {
+    int used = parse_bench_argument(cmd, argc - i, argv + i);
+    if (used == 0) return false;
+    i += used;
+  }
+  return true;
+}
+
+static void list_workloads(void) {
+  for (int i = 0; i < bench_workload_count(); i++)
+    printf("%-32s %s\n", bench_workload_at(i)->name, bench_workload_at(i)->what);
+}
+
+/* The workloads to run: the named ones, else all. */
+static int selected_workloads(const bench_command *cmd, const bench_workload **out) {
+  if (cmd->nnames == 0) {
+    for (int i = 0; i < bench_workload_count(); i++) out[i] = bench_workload_at(i);
+    return bench_workload_count();
+  }
+  for (int i = 0; i < cmd->nnames; i++) out[i] = bench_workload_find(cmd->names[i]);
+  return cmd->nnames;
+}
+
+static void run_peers_and_report(const bench_command *cmd, FILE *table, const bench_result *results,
+                                 int n) {
+  bench_peer_set peers;
+  bench_run_peers(&cmd->options, cmd->names, cmd->nnames, &peers);
+  bench_print_peers(table, &peers, results, n);
+  if (cmd->options.json) bench_print_json_peers(stdout, &peers, results, n);
+  bench_peer_set_free(&peers);
+}
+
+/* Runs the workloads; returns how many failed, or -1 when nothing could run. */
+static int run_benchmarks(const bench_command *cmd) {
+  FILE *table = cmd->options.json ? stderr : stdout;
+  const bench_workload **workloads = calloc((size_t)bench_workload_count() + (size_t)cmd->nnames,
+                                            sizeof *workloads);
+  bench_result *results = calloc((size_t)bench_workload_count() + (size_t)cmd->nnames,
+                                 sizeof *results);
+  if (!workloads || !results) {
+    free(workloads), free(results);
+    return -1;
+  }
+  int n = selected_workloads(cmd, workloads), failed = 0;
+  bench_limits limits = {.threads = cmd->options.threads};
+  if (!cmd->skip_limits) limits = bench_measure_limits(cmd->options.threads);
+  bench_print_table_header(table, &limits);
+  if (cmd->options.json) bench_print_json_limits(stdout, &limits);
+  for (int i = 0; i < n; i++) {
+    results[i] = bench_run_workload(workloads[i], &cmd->options);
+    failed += results[i].status != LOOM_OK;
+    bench_print_table_row(table, &results[i], &limits);
+    if (cmd->options.json) {
+      bench_print_json_result(stdout, &results[i], &limits);
+      fflush(stdout);
+    }
+  }
+  bench_print_table_notes(table, results, n);
+  if (cmd->options.peers) run_peers_and_report(cmd, table, results, n);
+  free(workloads), free(results);
+  return failed;
+}
+
+static int command_bench(int argc, char **argv) {
+  bench_command cmd = {0};
+  int exit_code = 2;
+  if (parse_bench_command(&cmd, argc, argv)) {
+    loom_status status =
+        cmd.requested_threads ? loom_set_num_threads(cmd.requested_threads) : LOOM_OK;
+    cmd.options.threads = loom_num_threads();
+    if (status != LOOM_OK) {
+      print_error("--threads", status);
+    } else if (cmd.list_only) {
+      list_workloads();
+      exit_code = 0;
+    } else {
+      exit_code = run_benchmarks(&cmd) == 0 ? 0 : 1;
+    }
+  }
+  free(cmd.names);
+  return exit_code;
+}
+
+/* ------------------------------------------------------------------ main */
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    print_usage(stderr);
+    return 2;
+  }
+  const char *command = argv[1];
+  if (strcmp(command, "info") == 0 && argc == 2) return command_info();
+  if (strcmp(command, "cache") == 0) return command_cache(argc - 2, argv + 2);
+  if (strcmp(command, "bench") == 0) return command_bench(argc - 2, argv + 2);
+  if (strcmp(command, "__bench-child") == 0) return bench_child_main(argc - 2, argv + 2);
+  if (strcmp(command, "help") == 0 || strcmp(command, "--help") == 0 ||
+      strcmp(command, "-h") == 0) {
+    print_usage(stdout);
+    return 0;
+  }
+  print_usage(stderr);
+  return 2;
+}
