@@ -66,6 +66,8 @@ extern const bench_workload bench_matmul_workloads[];
 extern const int bench_matmul_count;
 extern const bench_workload bench_compile_workloads[];
 extern const int bench_compile_count;
+extern const bench_workload bench_train_workloads[];
+extern const int bench_train_count;
 
 /* ------------------------------------------------------------------ helpers */
 

@@ -49,11 +49,18 @@ static float *host_matrix(size_t count) {
 }
 
 static void sgemm_square(const float *a, const float *b, float *c) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, MM_N, MM_N, MM_N, 1.0f, a, MM_N, b,
-              MM_N, 0.0f, c, MM_N);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, MM_N, MM_N, MM_N, 1.0f, a, MM_N, b, MM_N,
+              0.0f, c, MM_N);
 }
 
+void openblas_set_num_threads(int num_threads);
+
+/* The direct baselines use OpenBLAS's own threads, as a program calling it would
+ * (loom keeps OpenBLAS single-threaded and splits GEMMs over its pool). */
+static void blas_threads_like_loom(void) { openblas_set_num_threads(loom_num_threads()); }
+
 static double direct_matmul_seconds(int repeats) {
+  blas_threads_like_loom();
   size_t count = (size_t)MM_N * MM_N;
   float *a = host_matrix(count), *b = host_matrix(count), *c = host_matrix(count);
   double *samples = malloc((size_t)repeats * sizeof *samples);
@@ -72,8 +79,8 @@ static double direct_matmul_seconds(int repeats) {
 }
 
 static void linear_direct(const float *x, const float *w, const float *bias, float *y) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, LIN_BATCH, LIN_OUT, LIN_IN, 1.0f, x,
-              LIN_IN, w, LIN_IN, 0.0f, y, LIN_OUT);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, LIN_BATCH, LIN_OUT, LIN_IN, 1.0f, x, LIN_IN,
+              w, LIN_IN, 0.0f, y, LIN_OUT);
   for (size_t r = 0; r < LIN_BATCH; r++) {
     float *row = y + r * LIN_OUT;
     for (size_t j = 0; j < LIN_OUT; j++) {
@@ -84,6 +91,7 @@ static void linear_direct(const float *x, const float *w, const float *bias, flo
 }
 
 static double direct_linear_seconds(int repeats) {
+  blas_threads_like_loom();
   float *x = host_matrix((size_t)LIN_BATCH * LIN_IN), *w = host_matrix((size_t)LIN_OUT * LIN_IN);
   float *bias = host_matrix(LIN_OUT), *y = host_matrix((size_t)LIN_BATCH * LIN_OUT);
   double *samples = malloc((size_t)repeats * sizeof *samples);

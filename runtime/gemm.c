@@ -1,10 +1,16 @@
 /* GEMM steps through OpenBLAS: one cblas call per batch index, or per block
- * of rows when an epilogue kernel follows each block. */
+ * of rows when an epilogue kernel follows each block.
+ *
+ * OpenBLAS runs single-threaded; loom splits rows over its own pool. OpenBLAS's
+ * threads busy-wait (sched_yield) after each call, and on a small machine they
+ * starved loom's kernels in between: a CNN training step measured 408 ms that
+ * way against 46 ms on one thread. */
 #include <cblas.h>
 #include <string.h>
 
 #include "passes/passes.h"
 #include "runtime/gemm.h"
+#include "runtime/pool.h"
 #include "runtime/runtime.h"
 
 /* Element offsets of batch `index`'s A and B matrices. */
@@ -45,13 +51,39 @@ int64_t lm_gemm_batches(const lm_gemm *g) {
   return batches;
 }
 
+void openblas_set_num_threads(int num_threads);
+
+/* One part of a row range, on a pool thread. */
+typedef struct row_task {
+  const lm_gemm *g;
+  const char *a, *b;
+  int64_t r0;
+  char *c;
+} row_task;
+
+static void row_part(void *ctx, int64_t begin, int64_t end) {
+  const row_task *t = ctx;
+  size_t es = loom_dtype_size(t->g->dtype);
+  rows(t->g, t->a, t->b, t->r0 + begin, t->r0 + end, t->c + begin * t->g->N * (int64_t)es);
+}
+
+/* Below this many multiply-adds a GEMM runs on one thread. */
+#define GEMM_PARALLEL_WORK (1 << 21)
+/* Fewer rows than this per thread pack B for too little work. */
+#define GEMM_MIN_ROWS 32
+
 void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t batch, int64_t r0,
                       int64_t r1, void *c) {
   if (r1 <= r0 || g->N == 0) return;
   size_t es = loom_dtype_size(g->dtype);
   int64_t ao, bo;
   batch_offsets(g, batch, &ao, &bo);
-  rows(g, (const char *)a + ao * (int64_t)es, (const char *)b + bo * (int64_t)es, r0, r1, c);
+  row_task t = {g, (const char *)a + ao * (int64_t)es, (const char *)b + bo * (int64_t)es, r0, c};
+  openblas_set_num_threads(1); /* someone else may have raised it: loom's pool splits */
+  int64_t n = r1 - r0, parts = loom_num_threads();
+  if (n * g->N * g->K < GEMM_PARALLEL_WORK) parts = 1;
+  if (parts > n / GEMM_MIN_ROWS) parts = n / GEMM_MIN_ROWS > 0 ? n / GEMM_MIN_ROWS : 1;
+  lm_parallel_for(n, (int)parts, row_part, &t);
 }
 
 void lm_run_gemm(const lm_gemm *g, const void *a, const void *b, void *c) {

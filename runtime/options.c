@@ -21,7 +21,7 @@ static void read_environment(void) {
   if (n > LM_MAX_THREADS) n = LM_MAX_THREADS;
   atomic_store(&num_threads, n);
   atomic_store(&fusion, !lm_env_flag("LOOM_NO_FUSE"));
-  openblas_set_num_threads(n);
+  openblas_set_num_threads(1); /* loom splits GEMMs over its own pool (runtime/gemm.c) */
 }
 
 int loom_num_threads(void) {
@@ -35,7 +35,6 @@ loom_status loom_set_num_threads(int n) {
     return lm_fail(LOOM_ERR_VALUE, "loom_set_num_threads: %d is outside [1, %d]", n,
                    LM_MAX_THREADS);
   atomic_store(&num_threads, n);
-  openblas_set_num_threads(n);
   return LOOM_OK;
 }
 

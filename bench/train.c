@@ -1,0 +1,143 @@
+/* Training-step workloads: one whole step (forward, backward, optimizer
+ * updates) realized as one program, the way a training loop runs it. */
+#include <stdlib.h>
+
+#include "bench.h"
+
+typedef struct mlp_state {
+  loom_params *ps;
+  loom_linear fc[3];
+  loom_optim *opt;
+  loom_tensor *x, *y;
+} mlp_state;
+
+typedef struct cnn_state {
+  loom_params *ps;
+  loom_conv2d conv1, conv2;
+  loom_linear fc;
+  loom_optim *opt;
+  loom_tensor *x, *y;
+} cnn_state;
+
+/* Labels 0..9 for a batch, realized. */
+static loom_tensor *labels(int64_t n) {
+  int64_t *v = malloc(sizeof(int64_t) * (size_t)n);
+  if (!v) return NULL;
+  for (int64_t i = 0; i < n; i++) v[i] = (i * 7) % 10;
+  loom_tensor *t = loom_from_data(v, LOOM_SHAPE(n), LOOM_I64, LOOM_CPU);
+  free(v);
+  return t;
+}
+
+/* ------------------------------------------------------------ MLP 784-512-256-10, Adam */
+
+static loom_status mlp_setup(void **state) {
+  mlp_state *s = calloc(1, sizeof *s);
+  if (!s) return LOOM_ERR_OOM;
+  loom_key k[3];
+  loom_key_split(loom_key_new(5), k, 3);
+  s->ps = loom_params_new();
+  int64_t sizes[4] = {784, 512, 256, 10};
+  const char *names[3] = {"fc1", "fc2", "fc3"};
+  for (int i = 0; i < 3; i++)
+    s->fc[i] = loom_linear_new(s->ps, names[i], sizes[i], sizes[i + 1], k[i]);
+  s->opt = loom_adam(s->ps, (loom_adam_opts){.lr = 1e-3});
+  loom_status st = bench_uniform_input(6, LOOM_SHAPE(256, 784), 0, 1, &s->x);
+  s->y = labels(256);
+  *state = s;
+  if (!st && (!s->opt || !s->y || loom_last_error())) st = LOOM_ERR_VALUE;
+  return st;
+}
+
+static loom_status mlp_run(void *state, bench_call_report *report) {
+  (void)report;
+  mlp_state *s = state;
+  loom_status st;
+  loom_scope_begin();
+  loom_tensor *h = loom_relu(loom_linear_forward(&s->fc[0], s->x));
+  h = loom_relu(loom_linear_forward(&s->fc[1], h));
+  loom_tensor *loss = loom_cross_entropy(loom_linear_forward(&s->fc[2], h), s->y);
+  loom_optim_zero_grad(s->opt);
+  st = loom_backward(loss);
+  if (!st) st = loom_optim_step(s->opt);
+  if (!st) st = bench_realize(loss);
+  return bench_first_error(st, loom_scope_end());
+}
+
+static void mlp_teardown(void *state) {
+  mlp_state *s = state;
+  loom_optim_free(s->opt);
+  loom_params_free(s->ps);
+  loom_free(s->x), loom_free(s->y);
+  free(s);
+}
+
+/* ------------------------------------------------------------ CNN on 28x28, SGD momentum */
+
+static loom_status cnn_setup(void **state) {
+  cnn_state *s = calloc(1, sizeof *s);
+  if (!s) return LOOM_ERR_OOM;
+  loom_key k[3];
+  loom_key_split(loom_key_new(8), k, 3);
+  s->ps = loom_params_new();
+  loom_conv2d_opts pad1 = {.padding = {1, 1}};
+  s->conv1 = loom_conv2d_new(s->ps, "conv1", 1, 16, 3, pad1, k[0]);
+  s->conv2 = loom_conv2d_new(s->ps, "conv2", 16, 32, 3, pad1, k[1]);
+  s->fc = loom_linear_new(s->ps, "fc", 32 * 7 * 7, 10, k[2]);
+  s->opt = loom_sgd(s->ps, (loom_sgd_opts){.lr = 0.01, .momentum = 0.9});
+  loom_status st = bench_uniform_input(9, LOOM_SHAPE(64, 1, 28, 28), 0, 1, &s->x);
+  s->y = labels(64);
+  *state = s;
+  if (!st && (!s->opt || !s->y || loom_last_error())) st = LOOM_ERR_VALUE;
+  return st;
+}
+
+static loom_status cnn_run(void *state, bench_call_report *report) {
+  (void)report;
+  cnn_state *s = state;
+  loom_status st;
+  loom_scope_begin();
+  loom_tensor *h = loom_max_pool2d(loom_relu(loom_conv2d_forward(&s->conv1, s->x)), 2, 2, 0);
+  h = loom_max_pool2d(loom_relu(loom_conv2d_forward(&s->conv2, h)), 2, 2, 0);
+  loom_tensor *loss = loom_cross_entropy(loom_linear_forward(&s->fc, loom_flatten(h, 1, -1)), s->y);
+  loom_optim_zero_grad(s->opt);
+  st = loom_backward(loss);
+  if (!st) st = loom_optim_step(s->opt);
+  if (!st) st = bench_realize(loss);
+  return bench_first_error(st, loom_scope_end());
+}
+
+static void cnn_teardown(void *state) {
+  cnn_state *s = state;
+  loom_optim_free(s->opt);
+  loom_params_free(s->ps);
+  loom_free(s->x), loom_free(s->y);
+  free(s);
+}
+
+const bench_workload bench_train_workloads[] = {
+    {
+        .name = "mlp_train_step",
+        .what = "MLP 784-512-256-10, batch 256, ReLU, cross-entropy, Adam: one whole step",
+        .metric = BENCH_FLOPS,
+        .work = 3.0 * 2.0 * 256 * (784.0 * 512 + 512.0 * 256 + 256.0 * 10),
+        .measure_peak = true,
+        .compare_unfused = true,
+        .setup = mlp_setup,
+        .run = mlp_run,
+        .teardown = mlp_teardown,
+    },
+    {
+        .name = "cnn_train_step",
+        .what = "conv 1->16, pool, conv 16->32, pool, linear 1568->10; batch 64 of 28x28; SGD "
+                "momentum: one whole step",
+        .metric = BENCH_FLOPS,
+        .work = 3.0 * 2.0 * 64 * (28.0 * 28 * 16 * 9 + 14.0 * 14 * 32 * 16 * 9 + 1568.0 * 10),
+        .measure_peak = true,
+        .compare_unfused = true,
+        .setup = cnn_setup,
+        .run = cnn_run,
+        .teardown = cnn_teardown,
+    },
+};
+const int bench_train_count = (int)(sizeof bench_train_workloads / sizeof bench_train_workloads[0]);
