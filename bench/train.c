@@ -29,6 +29,16 @@ static loom_tensor *labels(int64_t n) {
   return t;
 }
 
+/* The rest of a step after the forward pass: backward, the optimizer's
+ * updates, and one realization running it all; ends the run's scope. */
+static loom_status finish_step(loom_optim *opt, loom_tensor *loss) {
+  loom_optim_zero_grad(opt);
+  loom_status st = loom_backward(loss);
+  if (!st) st = loom_optim_step(opt);
+  if (!st) st = bench_realize(loss);
+  return bench_first_error(st, loom_scope_end());
+}
+
 /* ------------------------------------------------------------ MLP 784-512-256-10, Adam */
 
 static loom_status mlp_setup(void **state) {
@@ -52,16 +62,10 @@ static loom_status mlp_setup(void **state) {
 static loom_status mlp_run(void *state, bench_call_report *report) {
   (void)report;
   mlp_state *s = state;
-  loom_status st;
   loom_scope_begin();
   loom_tensor *h = loom_relu(loom_linear_forward(&s->fc[0], s->x));
   h = loom_relu(loom_linear_forward(&s->fc[1], h));
-  loom_tensor *loss = loom_cross_entropy(loom_linear_forward(&s->fc[2], h), s->y);
-  loom_optim_zero_grad(s->opt);
-  st = loom_backward(loss);
-  if (!st) st = loom_optim_step(s->opt);
-  if (!st) st = bench_realize(loss);
-  return bench_first_error(st, loom_scope_end());
+  return finish_step(s->opt, loom_cross_entropy(loom_linear_forward(&s->fc[2], h), s->y));
 }
 
 static void mlp_teardown(void *state) {
@@ -95,16 +99,11 @@ static loom_status cnn_setup(void **state) {
 static loom_status cnn_run(void *state, bench_call_report *report) {
   (void)report;
   cnn_state *s = state;
-  loom_status st;
   loom_scope_begin();
   loom_tensor *h = loom_max_pool2d(loom_relu(loom_conv2d_forward(&s->conv1, s->x)), 2, 2, 0);
   h = loom_max_pool2d(loom_relu(loom_conv2d_forward(&s->conv2, h)), 2, 2, 0);
-  loom_tensor *loss = loom_cross_entropy(loom_linear_forward(&s->fc, loom_flatten(h, 1, -1)), s->y);
-  loom_optim_zero_grad(s->opt);
-  st = loom_backward(loss);
-  if (!st) st = loom_optim_step(s->opt);
-  if (!st) st = bench_realize(loss);
-  return bench_first_error(st, loom_scope_end());
+  return finish_step(s->opt,
+                     loom_cross_entropy(loom_linear_forward(&s->fc, loom_flatten(h, 1, -1)), s->y));
 }
 
 static void cnn_teardown(void *state) {

@@ -111,20 +111,26 @@ int lm_composite_begin(void) {
   return depth == before + 1 ? depth : -1;
 }
 
-loom_tensor *lm_composite_end(int token, loom_tensor *result) {
-  if (token < 0 || token != depth) return result;
-  scope s = stack[--depth];
-  if (result && list_remove(&s.owned, result) && depth > 0)
-    list_push(&stack[depth - 1].owned, result);
-  for (int i = 0; i < s.owned.len; i++) lm_tensor_release(s.owned.items[i]);
-  for (int i = 0; i < s.kept.len; i++) lm_tensor_release(s.kept.items[i]);
-  free(s.owned.items);
-  free(s.kept.items);
+/* Releases a popped scope's references (each registered once per reference,
+ * so released without untracking) and its kept list. */
+static void release_scope(scope *s) {
+  for (int i = 0; i < s->owned.len; i++) lm_tensor_release(s->owned.items[i]);
+  for (int i = 0; i < s->kept.len; i++) lm_tensor_release(s->kept.items[i]);
+  free(s->owned.items);
+  free(s->kept.items);
   if (depth == 0) {
     free(stack);
     stack = NULL;
     stack_cap = 0;
   }
+}
+
+loom_tensor *lm_composite_end(int token, loom_tensor *result) {
+  if (token < 0 || token != depth) return result;
+  scope s = stack[--depth];
+  if (result && list_remove(&s.owned, result) && depth > 0)
+    list_push(&stack[depth - 1].owned, result);
+  release_scope(&s);
   return result;
 }
 
@@ -133,19 +139,6 @@ loom_status loom_scope_end(void) {
   scope s = stack[--depth];
   /* Kept tensors are alive in the enclosing scope (or with the caller). */
   loom_status st = realize_kept(&s.kept);
-  for (int i = 0; i < s.owned.len; i++) {
-    loom_tensor *t = s.owned.items[i];
-    s.owned.items[i] = NULL;
-    /* registered once per reference: release without untracking again */
-    lm_tensor_release(t);
-  }
-  for (int i = 0; i < s.kept.len; i++) lm_tensor_release(s.kept.items[i]);
-  free(s.owned.items);
-  free(s.kept.items);
-  if (depth == 0) {
-    free(stack);
-    stack = NULL;
-    stack_cap = 0;
-  }
+  release_scope(&s);
   return st;
 }
