@@ -39,10 +39,10 @@ int main(void) {
              loom_is_realized(mean) ? "yes" : "no");
     }
     loom_stats s = loom_get_stats();
-    printf("after run %d: graphs compiled %llu, graph-cache hits %llu, kernels compiled %llu, "
-           "kernel-cache hits %llu, kernels launched %llu, BLAS calls %llu\n",
+    printf("after run %d: graphs compiled %llu, graph-cache hits %llu, kernels compiled %llu "
+           "(loaded from the disk cache %llu), kernels launched %llu, BLAS calls %llu\n",
            run, (unsigned long long)s.graphs_compiled, (unsigned long long)s.graph_cache_hits,
-           (unsigned long long)s.kernels_compiled, (unsigned long long)s.kernel_cache_hits,
+           (unsigned long long)s.kernels_compiled, (unsigned long long)s.disk_cache_hits,
            (unsigned long long)s.kernels_launched, (unsigned long long)s.gemm_calls);
     loom_free(pred);
     loom_free(mean);
