@@ -40,19 +40,45 @@ static lm_hash128 program_key(const lm_graph *g, bool fuse) {
   return k;
 }
 
+/* Compiles the kernels of steps [begin, end) (a pool part). A failure leaves
+ * fn NULL; the caller reports it on its own thread. */
+static void compile_steps(void *ctx, int64_t begin, int64_t end) {
+  lm_program *p = ctx;
+  for (int64_t i = begin; i < end; i++) {
+    lm_step *s = &p->steps[i];
+    if (s->kind == LM_STEP_KERNEL && lm_kernel_function(&s->kernel, &s->fn) != LOOM_OK)
+      s->fn = NULL;
+  }
+}
+
+/* A new program's kernels compile in parallel (LLVM work dominates a cold
+ * start); cached ones come back at once. */
+static loom_status compile_kernels(lm_program *p) {
+  int kernels = 0;
+  for (int i = 0; i < p->nsteps; i++) {
+    if (p->steps[i].kind != LM_STEP_KERNEL) continue;
+    kernels++;
+    if (lm_env_flag("LOOM_DEBUG")) lk_kernel_print(&p->steps[i].kernel, stderr);
+  }
+  int parts = kernels > 1 ? loom_num_threads() : 1;
+  lm_parallel_for(p->nsteps, parts < p->nsteps ? parts : p->nsteps, compile_steps, p);
+  for (int i = 0; i < p->nsteps; i++) {
+    lm_step *s = &p->steps[i];
+    if (s->kind != LM_STEP_KERNEL || s->fn) continue;
+    loom_status st = lm_kernel_function(&s->kernel, &s->fn); /* again, to report here */
+    if (st != LOOM_OK) return st;
+  }
+  return LOOM_OK;
+}
+
 static loom_status compile_program(const lm_graph *g, bool fuse, shared_program **out) {
   char err[1024];
   lm_program *p;
   loom_status st = lm_plan(g, fuse, &p, err, sizeof err);
   if (st != LOOM_OK) return lm_fail(st, "loom_realize: %s", err);
-  for (int i = 0; i < p->nsteps; i++) {
-    lm_step *s = &p->steps[i];
-    if (s->kind != LM_STEP_KERNEL) continue;
-    if (lm_env_flag("LOOM_DEBUG")) lk_kernel_print(&s->kernel, stderr);
-    if ((st = lm_kernel_function(&s->kernel, &s->fn)) != LOOM_OK) {
-      lm_program_free(p);
-      return st;
-    }
+  if ((st = compile_kernels(p)) != LOOM_OK) {
+    lm_program_free(p);
+    return st;
   }
   shared_program *sp = malloc(sizeof *sp);
   if (!sp) {
