@@ -205,7 +205,8 @@ static void scan_for_reduce(lm_node *n, const lm_node *root, bool path_ok, lm_no
     *found = n;
     return;
   }
-  bool ok = path_ok && (n == root || lm_op_is_elementwise(n->op) || n->op == LM_RESHAPE);
+  /* the root too: a permute or expand at the top reorders the output */
+  bool ok = path_ok && (lm_op_is_elementwise(n->op) || n->op == LM_RESHAPE);
   for (int s = 0; s < n->nsrc; s++) scan_for_reduce(n->src[s], root, ok, found, bad);
 }
 

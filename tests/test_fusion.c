@@ -87,6 +87,25 @@ static void test_matmul_epilogue(void) {
   CHECK_MSG(worst < 1e-5, "matmul epilogue differs from unfused by %g", worst);
 }
 
+/* Regression: the gradient of a transposed leaf broadcast over a batch is a
+ * sum whose consumer permutes it; a permute must not become the epilogue of
+ * that sum (it reorders the output). */
+static void test_permuted_reduction(void) {
+  double wv[20], gv[40], got[20];
+  for (int i = 0; i < 40; i++) gv[i] = i, wv[i % 20] = i % 20;
+  LOOM_SCOPE {
+    loom_tensor *w = loom_from_data(wv, LOOM_SHAPE(5, 4), LOOM_F64, LOOM_CPU);
+    loom_tensor *g = loom_from_data(gv, LOOM_SHAPE(2, 4, 5), LOOM_F64, LOOM_CPU);
+    CHECK_OK(loom_set_requires_grad(w, true));
+    loom_tensor *wt = loom_expand(loom_unsqueeze(loom_transpose(w, 0, 1), 0), LOOM_SHAPE(2, 4, 5));
+    CHECK_OK(loom_backward(loom_sum_all(loom_mul(wt, g))));
+    CHECK_OK(loom_copy_to_host(loom_grad(w), got, sizeof got));
+  }
+  /* d/dw[i][j] = g[0][j][i] + g[1][j][i] */
+  for (int i = 0; i < 5; i++)
+    for (int j = 0; j < 4; j++) CHECK_NEAR(got[i * 4 + j], gv[j * 5 + i] + gv[20 + j * 5 + i], 0);
+}
+
 static void test_unfused_counts(void) {
   loom_set_fusion(false);
   LOOM_SCOPE {
@@ -139,6 +158,7 @@ static void test_deterministic_reductions(void) {
 int main(void) {
   test_counts();
   test_unfused_counts();
+  test_permuted_reduction();
   test_matmul_epilogue();
   test_fused_matches_unfused();
   test_deterministic_reductions();
