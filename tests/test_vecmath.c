@@ -667,7 +667,54 @@ static void time_row_max(void) {
   free(x), free(out);
 }
 
+/* LOOM_VECMATH_EXHAUSTIVE=<name>: instead of the suite, every float x with
+ * |x| <= 104 (both signs) through the F32 kernel of that function, against
+ * double libm; prints the largest relative error. Minutes, so not in ctest. */
+static int exhaustive_f32(const char *name) {
+  const fn_info *fn = NULL;
+  for (size_t f = 0; f < sizeof FNS / sizeof *FNS; f++)
+    if (!strcmp(FNS[f].name, name) && FNS[f].ref1) fn = &FNS[f];
+  if (!fn) {
+    fprintf(stderr, "no unary function %s\n", name);
+    return 1;
+  }
+  kernel kk;
+  kernel_init(&kk, fn->op, LOOM_F32);
+  lk_fn kfn = compile(&kk.k, name);
+  float *in = malloc(NMAX * sizeof(float)), *out = malloc(NMAX * sizeof(float));
+  if (!kfn || !in || !out) return 1;
+  const uint32_t last = 0x42D00000u; /* 104.0f */
+  double worst = 0, at = 0;
+  size_t bad = 0;
+  for (uint32_t sign = 0; sign < 2; sign++) {
+    for (uint64_t start = 0; start <= last; start += NMAX) {
+      size_t n = 0;
+      for (uint64_t b = start; b <= last && n < NMAX; b++, n++) {
+        uint32_t u = (uint32_t)b | (sign << 31);
+        memcpy(&in[n], &u, 4);
+      }
+      void *args[3] = {out, in, in};
+      kfn(args, 0, (int64_t)n);
+      for (size_t i = 0; i < n; i++) {
+        double e = element_error(LOOM_F32, out[i], fn->ref1(in[i]));
+        if (e < 0 || e > tolerance(LOOM_F32)) {
+          if (bad++ < 5) fprintf(stderr, "  %s(%.9g) = %.9g\n", name, in[i], out[i]);
+        }
+        if (e > worst) worst = e, at = in[i];
+      }
+    }
+  }
+  printf("exhaustive f32 %s, |x| <= 104: max rel err %.3g (%.2f ulp) at x=%.9g, %zu beyond "
+         "tolerance\n",
+         name, worst, worst / 0x1p-23, at, bad);
+  free(in), free(out);
+  lm_llvm_shutdown();
+  return bad ? 1 : 0;
+}
+
 int main(void) {
+  const char *exhaustive = getenv("LOOM_VECMATH_EXHAUSTIVE");
+  if (exhaustive) return exhaustive_f32(exhaustive);
   double t0 = now_ms();
   run r = {0};
   r.x = malloc(NMAX * sizeof(double));

@@ -3,7 +3,7 @@
  * instruction each). exp log sin cos tanh erf pow are the straight-line vector
  * math of vecmath_*.c: no libm calls, so loops using them vectorize. It works
  * in double (F32 operands are widened and the result rounded once), except F32
- * exp, which has a float version.
+ * exp and tanh, which have float versions.
  */
 #include <string.h>
 
@@ -26,9 +26,9 @@ static LLVMValueRef vector_math(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef 
              .mant_bits = 52,
              .bias = 1023,
              .single = dt == LOOM_F32};
-  if (op == LK_EXP && v.single) { /* the hottest one gets a float-only version */
+  if (v.single && (op == LK_EXP || op == LK_TANH)) { /* the hottest get float versions */
     v.ft = g->t_f32, v.it = g->t_i32, v.mant_bits = 23, v.bias = 127;
-    return lm_vm_exp_f32(&v, x);
+    return op == LK_EXP ? lm_vm_exp_f32(&v, x) : lm_vm_tanh_f32(&v, x);
   }
   if (v.single) {
     x = LLVMBuildFPExt(g->b, x, g->t_f64, "");

@@ -4,7 +4,7 @@
  * tanh (fdlibm s_tanh.c structure): with t = expm1(-2|x|) for |x| < 1 and
  * t = expm1(2|x|) above, tanh|x| = -t / (t + 2), resp. 1 - 2 / (t + 2); both
  * share one expm1 and one division. |x| is clamped to 22, where tanh rounds
- * to 1 in double.
+ * to 1 in double. F32 tanh has a float version (lm_vm_tanh_f32, below).
  *
  * erf: piecewise minimax polynomials, evaluated as ONE polynomial whose
  * coefficients are selected per element by the interval |x| falls in (the
@@ -31,6 +31,26 @@ LLVMValueRef lm_vm_tanh(lm_vm *v, LLVMValueRef x) {
   LLVMValueRef two = lm_vm_const(v, 2.0);
   LLVMValueRef q = lm_vm_div(v, lm_vm_select(v, small, lm_vm_neg(v, t), two), lm_vm_add(v, t, two));
   LLVMValueRef mag = lm_vm_select(v, small, q, lm_vm_sub(v, lm_vm_const(v, 1.0), q));
+  LLVMValueRef r = lm_vm_copysign(v, mag, x);
+  return lm_vm_select(v, lm_vm_is_nan(v, x), x, r);
+}
+
+/* tanh in float arithmetic (v->ft is float): x + x^3 P(x^2) for |x| < 1 (P
+ * minimax with float coefficients), 1 - 2 / (e^2|x| + 1) above, with the
+ * float exp; |x| is clamped to 10 there, where the result rounds to 1. From
+ * |x| = 1 up, 2 / (e + 1) <= 0.24 tanh|x|, so the ~2 ulp of e, e + 1 and the
+ * division shrink to under half an ulp of the result. */
+LLVMValueRef lm_vm_tanh_f32(lm_vm *v, LLVMValueRef x) {
+  LLVMValueRef a = lm_vm_abs(v, x);
+  LLVMValueRef one = lm_vm_const(v, 1.0);
+  LLVMValueRef small = lm_vm_lt(v, a, one);
+  LLVMValueRef z = lm_vm_mul(v, a, a);
+  LLVMValueRef p = lm_vm_poly(v, z, TANH_P_F32_NATIVE, COUNT(TANH_P_F32_NATIVE));
+  LLVMValueRef ps = lm_vm_fma(v, lm_vm_mul(v, a, z), p, a);
+  LLVMValueRef ac = lm_vm_clamp(v, a, 0.0, 10.0);
+  LLVMValueRef e = lm_vm_exp_f32_normal(v, lm_vm_add(v, ac, ac));
+  LLVMValueRef q = lm_vm_div(v, lm_vm_const(v, 2.0), lm_vm_add(v, e, one));
+  LLVMValueRef mag = lm_vm_select(v, small, ps, lm_vm_sub(v, one, q));
   LLVMValueRef r = lm_vm_copysign(v, mag, x);
   return lm_vm_select(v, lm_vm_is_nan(v, x), x, r);
 }
