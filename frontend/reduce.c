@@ -128,23 +128,12 @@ loom_tensor *loom_argmin(const loom_tensor *a, int axis, bool keepdim) {
 
 typedef enum rowwise { SOFTMAX, LOG_SOFTMAX, LOGSUMEXP } rowwise;
 
-/* x - max(x) over the axis, with infinite maxima replaced by 0 (torch's rule,
- * so rows of -inf give -inf, not NaN, in logsumexp). */
-static lm_node *shifted(lm_node *x, uint32_t mask, lm_node **max_out) {
-  lm_node *m = nb_reduce(LM_RMAX, x, mask);
-  lm_node *am = nb_unary(LM_ABS, m);
-  lm_node *inf = m ? nb_const(INFINITY, m->shape, m->dtype, m->device) : NULL;
-  lm_node *isinf = nb_binary(LM_EQ, am, inf);
-  lm_node *zero = m ? nb_const(0, m->shape, m->dtype, m->device) : NULL;
-  lm_node *safe = nb_where(isinf, zero, m);
-  lm_node *bm = x ? nb_expand(safe, x->shape) : NULL;
-  lm_node *r = nb_binary(LM_SUB, x, bm);
-  nb_drop(m, am, inf, isinf);
-  nb_drop(zero, bm, NULL, NULL);
-  *max_out = safe;
-  return r;
-}
-
+/* All three from one log-sum-exp reduction (LM_RLSE: max, then the sum of
+ * exp(x - max), in one kernel): logsumexp is it, log_softmax is x - it,
+ * softmax is exp(x - it). Two kernels for softmax, one pass over x each.
+ * For F32 the log-sum-exp and x - lse are computed in F64 and rounded once:
+ * an F32 lse of rows near 1000 is off by half an ulp of 1000 (3e-5), which
+ * x - lse would keep. */
 static loom_tensor *row(const char *name, rowwise kind, const loom_tensor *a, int axis) {
   loom_tensor *err;
   uint32_t mask;
@@ -152,36 +141,22 @@ static loom_tensor *row(const char *name, rowwise kind, const loom_tensor *a, in
   bool scalar_in = a->node->shape.ndim == 0;
   loom_dtype dt = loom_dtype_is_float(a->node->dtype) ? a->node->dtype : LOOM_F32;
   lm_node *one_d = as_at_least_1d(a->node);
-  lm_node *x = nb_cast(one_d, dt);
-  lm_node *m = NULL;
-  lm_node *z = shifted(x, mask, &m);
-  lm_node *e = nb_unary(LM_EXP, z);
-  lm_node *s = nb_reduce(LM_RSUM, e, mask);
+  lm_node *x = nb_cast(one_d, LOOM_F64); /* see above; F64 input: x itself */
+  lm_node *lse = nb_reduce(LM_RLSE, x, mask);
   lm_node *r = NULL;
-  if (kind == SOFTMAX) {
-    lm_node *bs = x ? nb_expand(s, x->shape) : NULL;
-    r = nb_binary(LM_DIV, e, bs);
-    nb_drop(bs, NULL, NULL, NULL);
+  if (kind == LOGSUMEXP) {
+    lm_node *l = scalar_in ? nb_reshape(lse, LOOM_SHAPE0) : nb_squeeze_axes(lse, mask);
+    r = nb_cast(l, dt);
+    nb_drop(l, NULL, NULL, NULL);
   } else {
-    lm_node *ls = nb_unary(LM_LOG, s);
-    if (kind == LOG_SOFTMAX) {
-      lm_node *bls = x ? nb_expand(ls, x->shape) : NULL;
-      r = nb_binary(LM_SUB, z, bls);
-      nb_drop(bls, NULL, NULL, NULL);
-    } else {
-      lm_node *lse = nb_binary(LM_ADD, ls, m);
-      r = scalar_in ? nb_reshape(lse, LOOM_SHAPE0) : nb_squeeze_axes(lse, mask);
-      nb_drop(lse, NULL, NULL, NULL);
-    }
-    nb_drop(ls, NULL, NULL, NULL);
+    lm_node *wide = x ? nb_expand(lse, x->shape) : NULL;
+    lm_node *diff = nb_binary(LM_SUB, x, wide);
+    lm_node *z = nb_cast(diff, dt); /* log_softmax, rounded once */
+    lm_node *y = kind == SOFTMAX ? nb_unary(LM_EXP, z) : (lm_node_retain(z), z);
+    r = scalar_in ? nb_reshape(y, LOOM_SHAPE0) : (lm_node_retain(y), y);
+    nb_drop(wide, diff, z, y);
   }
-  if (kind != LOGSUMEXP && scalar_in && r) {
-    lm_node *r0 = nb_reshape(r, LOOM_SHAPE0);
-    nb_drop(r, NULL, NULL, NULL);
-    r = r0;
-  }
-  nb_drop(one_d, x, m, z);
-  nb_drop(e, s, NULL, NULL);
+  nb_drop(one_d, x, lse, NULL);
   return lm_result(r);
 }
 

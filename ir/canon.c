@@ -53,6 +53,7 @@ static bool put_args(lm_graph *g, const lm_node *n) {
   case LM_RSUM:
   case LM_RMAX:
   case LM_RMIN:
+  case LM_RLSE:
   case LM_ARGMAX:
   case LM_ARGMIN: ok = put_i64(g, n->arg.axes); break;
   case LM_PERMUTE:

@@ -63,6 +63,7 @@ typedef enum lm_op {
   LM_RSUM,
   LM_RMAX,
   LM_RMIN,
+  LM_RLSE, /* log-sum-exp (floats): m + log(sum(exp(x - m))), m the max */
   LM_ARGMAX,
   LM_ARGMIN, /* one axis, I64 */
   /* movement (views) */

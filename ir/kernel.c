@@ -136,6 +136,7 @@ static const char *reduce_name(lk_reduce r) {
   case LK_RED_MIN: return "min";
   case LK_RED_ARGMAX: return "argmax";
   case LK_RED_ARGMIN: return "argmin";
+  case LK_RED_LSE: return "lse";
   }
   return "?";
 }
@@ -272,7 +273,7 @@ static const char *check_header(const lk_kernel *k) {
     if (k->dom[d] < 0) return "negative domain extent";
     if (__builtin_mul_overflow(numel, k->dom[d], &numel)) return "domain size overflows int64";
   }
-  if ((int)k->reduce < LK_RED_NONE || k->reduce > LK_RED_ARGMIN) return "unknown reduction";
+  if ((int)k->reduce < LK_RED_NONE || k->reduce > LK_RED_LSE) return "unknown reduction";
   if (k->nouter < 0 || k->nouter > k->ndim) return "nouter out of range";
   if (k->reduce == LK_RED_NONE && k->nouter != k->ndim)
     return "nouter must equal ndim without a reduction";
@@ -281,6 +282,8 @@ static const char *check_header(const lk_kernel *k) {
   if ((k->reduce == LK_RED_ARGMAX || k->reduce == LK_RED_ARGMIN) && k->acc_dtype != LOOM_I64)
     return "argmax/argmin accumulate i64";
   if (k->reduce == LK_RED_SUM && k->acc_dtype == LOOM_BOOL) return "sum of bool is not allowed";
+  if (k->reduce == LK_RED_LSE && k->acc_dtype != LOOM_F32 && k->acc_dtype != LOOM_F64)
+    return "lse accumulates f32 or f64";
   if (k->nslots < 1) return "nslots must be at least 1 (slot 0 is the output)";
   if (k->ninst < 1 || !k->inst) return "kernel has no instructions";
   if (k->nbody < 1 || k->nbody > k->ninst) return "nbody out of range";
@@ -295,7 +298,8 @@ static const char *check_header(const lk_kernel *k) {
 static const char *check_value_result(const lk_kernel *k, const unsigned char *reduced_dep) {
   const lk_inst *v = &k->inst[k->value], *r = &k->inst[k->result];
   if (r->dtype != k->out_dtype) return "result dtype differs from out_dtype";
-  if (k->reduce == LK_RED_SUM || k->reduce == LK_RED_MAX || k->reduce == LK_RED_MIN) {
+  if (k->reduce == LK_RED_SUM || k->reduce == LK_RED_MAX || k->reduce == LK_RED_MIN ||
+      k->reduce == LK_RED_LSE) {
     if (v->dtype != k->acc_dtype) return "reduced value dtype differs from acc_dtype";
   }
   if (k->reduce != LK_RED_NONE && reduced_dep[k->result]) return "result depends on a reduced dim";

@@ -103,7 +103,11 @@ typedef enum lk_reduce {
   LK_RED_MIN,    /* identity +inf / the dtype's maximum; NaN propagates     */
   LK_RED_ARGMAX, /* acc is I64: row-major index over the reduced dims of the
                     first maximum (a NaN counts as the maximum)             */
-  LK_RED_ARGMIN
+  LK_RED_ARGMIN,
+  LK_RED_LSE /* F32/F64 only (acc_dtype == value dtype): log(sum(exp(v))) as
+                m + log(sum(exp(v - m))), m the max (0 when m is +-inf), like
+                torch.logsumexp: extent 0 -> -inf, all -inf -> -inf, any +inf
+                -> +inf, any NaN -> NaN                                     */
 } lk_reduce;
 
 typedef struct lk_kernel {
@@ -113,7 +117,7 @@ typedef struct lk_kernel {
   int nouter;                 /* output dims = dom[0..nouter) */
   lk_reduce reduce;
   loom_dtype acc_dtype; /* dtype of the accumulator (and of inst `value`
-                           for SUM/MAX/MIN; ARGMAX/ARGMIN: I64) */
+                           for SUM/MAX/MIN/LSE; ARGMAX/ARGMIN: I64) */
   loom_dtype out_dtype; /* dtype of slot 0 and of inst `result` */
   int nslots;           /* slot 0 is the output */
   int ninst, nbody;

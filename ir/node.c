@@ -44,6 +44,7 @@ static const char *const op_names[LM_NUM_OPS] = {
     [LM_RSUM] = "sum",
     [LM_RMAX] = "max",
     [LM_RMIN] = "min",
+    [LM_RLSE] = "logsumexp",
     [LM_ARGMAX] = "argmax",
     [LM_ARGMIN] = "argmin",
     [LM_RESHAPE] = "reshape",

@@ -381,11 +381,9 @@ static void lower_elementwise(builder *b, const lm_node *root, lk_kernel *k) {
 /* The reduction `red` over its domain (non-reduced axes first, then the
  * reduced ones); returns the epilogue's ACC instruction. */
 static int lower_reduction(builder *b, const lm_node *red, lk_kernel *k) {
-  static const lk_reduce map[LM_NUM_OPS] = {[LM_RSUM] = LK_RED_SUM,
-                                            [LM_RMAX] = LK_RED_MAX,
-                                            [LM_RMIN] = LK_RED_MIN,
-                                            [LM_ARGMAX] = LK_RED_ARGMAX,
-                                            [LM_ARGMIN] = LK_RED_ARGMIN};
+  static const lk_reduce map[LM_NUM_OPS] = {
+      [LM_RSUM] = LK_RED_SUM, [LM_RMAX] = LK_RED_MAX,      [LM_RMIN] = LK_RED_MIN,
+      [LM_RLSE] = LK_RED_LSE, [LM_ARGMAX] = LK_RED_ARGMAX, [LM_ARGMIN] = LK_RED_ARGMIN};
   const lm_node *src = red->src[0];
   int idx[LOOM_MAX_DIMS] = {0}, nd = 0;
   for (int pass = 0; pass < 2; pass++)

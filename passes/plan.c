@@ -318,6 +318,8 @@ static bool split_identity(const lm_node *r, double *identity) {
     *identity = -INFINITY;
   else if (r->op == LM_RMIN && loom_dtype_is_float(r->dtype))
     *identity = INFINITY;
+  else if (r->op == LM_RLSE) /* partial log-sum-exps combine by log-sum-exp */
+    *identity = -INFINITY;
   else
     return false;
   return true;

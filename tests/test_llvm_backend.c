@@ -782,6 +782,121 @@ static void test_reductions(void) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) test_reduction(&cases[i]);
 }
 
+/* ------------------------------------------------------------------ 4b. log-sum-exp */
+
+/* Row kinds of the LSE data: ordinary, large (stability), all -inf, one +inf,
+ * one NaN, some -inf, large negative, tiny. */
+enum { LSE_KINDS = 8 };
+static double lse_value(int kind, int64_t j, int64_t n) {
+  double u = rng_uniform();
+  switch (kind) {
+  case 1: return 990 + 20 * u;
+  case 2: return -INFINITY;
+  case 3: return j == n / 2 ? INFINITY : u * 20 - 10;
+  case 4: return j == n / 3 ? NAN : u * 20 - 10;
+  case 5: return j % 3 == 0 ? -INFINITY : u * 20 - 10;
+  case 6: return -1010 + 20 * u;
+  case 7: return (u - 0.5) * 1e-3;
+  default: return u * 20 - 10;
+  }
+}
+
+/* torch.logsumexp in double: m + log(sum(exp(x - m))), m = 0 when it is +-inf. */
+static double ref_lse(const double *x, int64_t n) {
+  double m = -INFINITY;
+  for (int64_t j = 0; j < n; j++) {
+    if (isnan(x[j])) return NAN;
+    if (x[j] > m) m = x[j];
+  }
+  if (isinf(m)) m = 0;
+  double sum = 0;
+  for (int64_t j = 0; j < n; j++) sum += exp(x[j] - m);
+  return m + log(sum);
+}
+
+/* out[outer] = lse(x over the reduced dims) (+ y[outer] when epi): dims
+ * [nouter, ndim) reduced; every row of kind outer % LSE_KINDS. */
+static void test_lse_case(const char *name, loom_dtype dt, int ndim, int nouter, const int64_t *dom,
+                          bool epi) {
+  kb b;
+  kb_init(&b, ndim, dom, nouter, LK_RED_LSE, dt, dt, 3);
+  int64_t nout = outer_numel(&b.k), nred = 1;
+  for (int d = nouter; d < ndim; d++) nred *= dom[d];
+  int x = kb_load(&b, dt, 1, kb_offset(&b, 0, ndim));
+  int y = epi ? kb_load(&b, LOOM_F64, 2, kb_offset(&b, 0, nouter)) : -1;
+  kb_end_body(&b, x);
+  int r = kb_emit(&b, LK_ACC, dt, -1, -1, -1);
+  if (epi) r = kb_op2(&b, LK_ADD, dt, r, kb_op1(&b, LK_CAST, dt, y));
+  kb_end_epilogue(&b, r);
+  CHECK(lk_kernel_check(&b.k) == NULL, "%s: check: %s", name, lk_kernel_check(&b.k));
+  lk_fn fn = compile(&b.k, name);
+  if (!fn) return;
+  size_t es = dsize(dt), n = (size_t)(nout * nred);
+  double *xd = malloc(sizeof(double) * (n ? n : 1)), *ys = malloc(sizeof(double) * (size_t)nout);
+  char *xs = malloc(es * (n ? n : 1)), *got = malloc(es * (size_t)nout),
+       *got2 = malloc(es * (size_t)nout), *want = malloc(es * (size_t)nout);
+  for (int64_t o = 0; o < nout; o++) {
+    ys[o] = (double)(o % 5);
+    for (int64_t j = 0; j < nred; j++) {
+      double v = lse_value((int)(o % LSE_KINDS), j, nred);
+      size_t i = (size_t)(o * nred + j);
+      if (dt == LOOM_F32)
+        ((float *)xs)[i] = (float)v, xd[i] = (float)v;
+      else
+        ((double *)xs)[i] = v, xd[i] = v;
+    }
+    double w = ref_lse(xd + o * nred, nred);
+    if (dt == LOOM_F32)
+      ((float *)want)[o] = (float)w + (epi ? (float)ys[o] : 0.0f);
+    else
+      ((double *)want)[o] = w + (epi ? ys[o] : 0.0);
+  }
+  void *args[3] = {got, xs, ys};
+  fn(args, 0, nout);
+  double rel = dt == LOOM_F32 ? 1e-6 : 1e-13;
+  size_t bad = 0;
+  CHECK(same_elements_tol(dt, got, want, (size_t)nout, rel, rel * 1e-3, &bad),
+        "%s: output %zu (kind %d): %.17g, want %.17g", name, bad, (int)(bad % LSE_KINDS),
+        elem_as_double(dt, got, bad), elem_as_double(dt, want, bad));
+  void *args2[3] = {got2, xs, ys};
+  run_split(fn, args2, nout);
+  CHECK(memcmp(got, got2, es * (size_t)nout) == 0, "%s: split ranges give other bytes", name);
+  free(xd), free(ys), free(xs), free(got), free(got2), free(want);
+}
+
+static void test_lse(void) {
+  for (int d = 0; d < 2; d++) {
+    loom_dtype dt = d == 0 ? LOOM_F32 : LOOM_F64;
+    char name[64];
+    static const int64_t lengths[] = {1, 7, 33, 1000};
+    for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
+      int64_t dom[2] = {3 * LSE_KINDS, lengths[li]};
+      snprintf(name, sizeof name, "lse %s rows of %lld", dname(dt), (long long)lengths[li]);
+      test_lse_case(name, dt, 2, 1, dom, li % 2 == 1);
+    }
+    int64_t dom3[4] = {LSE_KINDS, 3, 5, 7}; /* two outer, two reduced dims */
+    snprintf(name, sizeof name, "lse %s 4d +outer", dname(dt));
+    test_lse_case(name, dt, 4, 2, dom3, true);
+    int64_t dom_empty[2] = {5, 0};
+    snprintf(name, sizeof name, "lse %s empty", dname(dt));
+    test_lse_case(name, dt, 2, 1, dom_empty, true);
+    int64_t dom_all[2] = {9, 11};
+    snprintf(name, sizeof name, "lse %s all", dname(dt));
+    test_lse_case(name, dt, 2, 0, dom_all, false);
+  }
+  /* The kernel check: float dtypes only, value dtype = acc dtype. */
+  kb b;
+  int64_t dom[2] = {4, 8};
+  kb_init(&b, 2, dom, 1, LK_RED_LSE, LOOM_I32, LOOM_I32, 2);
+  kb_end_body(&b, kb_load(&b, LOOM_I32, 1, kb_offset(&b, 0, 2)));
+  kb_end_epilogue(&b, kb_emit(&b, LK_ACC, LOOM_I32, -1, -1, -1));
+  CHECK(lk_kernel_check(&b.k) != NULL, "lse of i32 passes the check");
+  kb_init(&b, 2, dom, 1, LK_RED_LSE, LOOM_F64, LOOM_F64, 2);
+  kb_end_body(&b, kb_load(&b, LOOM_F32, 1, kb_offset(&b, 0, 2)));
+  kb_end_epilogue(&b, kb_emit(&b, LK_ACC, LOOM_F64, -1, -1, -1));
+  CHECK(lk_kernel_check(&b.k) != NULL, "lse of f32 into f64 passes the check");
+}
+
 /* ------------------------------------------------------------------ 5. random numbers */
 
 static void test_rand(void) {
@@ -1034,6 +1149,27 @@ static void test_vectorization(void) {
   kb_init(&b, 1, dom, 1, LK_RED_NONE, LOOM_F32, LOOM_F32, 2);
   kb_end_body(&b, kb_rand(&b, LOOM_F32, 1, 0, kb_dim(&b, 0)));
   compile_dumped(&b.k, "rand f32", dir);
+  /* LSE: both passes vectorize and nothing is called (no libm). */
+  for (int d = 0; d < 2; d++) {
+    loom_dtype dt = d == 0 ? LOOM_F32 : LOOM_F64;
+    int64_t dom3[2] = {64, 4096};
+    kb_init(&b, 2, dom3, 1, LK_RED_LSE, dt, dt, 2);
+    kb_end_body(&b, kb_load(&b, dt, 1, kb_offset(&b, 0, 2)));
+    kb_end_epilogue(&b, kb_emit(&b, LK_ACC, dt, -1, -1, -1));
+    compile_dumped(&b.k, d == 0 ? "lse over 4096 f32" : "lse over 4096 f64", dir);
+    char sym[36], path[600], line[512];
+    lm_llvm_symbol_name(&b.k, sym);
+    snprintf(path, sizeof path, "%s/%s.s", dir, sym);
+    FILE *f = fopen(path, "r");
+    int calls = 0, packed_add = 0;
+    while (f && fgets(line, sizeof line, f)) {
+      if (strstr(line, "\tcall") || strstr(line, "\tjmp\t*")) calls++;
+      if (strstr(line, "addpd\t")) packed_add++; /* the double sum of exp */
+    }
+    if (f) fclose(f);
+    CHECK(f && calls == 0 && packed_add > 0, "lse %s: not vectorized (%d calls, %d addpd lines)",
+          dname(dt), calls, packed_add);
+  }
   remove_dump_dir(dir); /* leave nothing behind in /tmp */
 }
 
@@ -1269,6 +1405,7 @@ int main(void) {
   test_consts();
   test_casts();
   test_reductions();
+  test_lse();
   test_rand();
   test_split_identical();
   test_shapes();

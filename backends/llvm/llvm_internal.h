@@ -84,20 +84,27 @@ LLVMValueRef lm_emit_inst(lm_cg *g, int i);
  *  - ARGMAX/ARGMIN: the main pass finds the extreme value that way (integers:
  *    a plain max/min), the second finds the first index holding it (the first
  *    NaN when there is one) as a vectorizable unsigned-min reduction.
- * Results are bit-identical to the scalar definitions in ir/kernel.h. */
+ *  - LSE: the main pass finds the maximum m that way; the second (skipped
+ *    when a NaN was seen) sums exp(v - s) in double with reassoc, s = m, or 0
+ *    when m is +-inf; the result is s + log(sum), rounded once to acc_dtype.
+ * MAX/MIN/ARGMAX/ARGMIN results are bit-identical to the scalar definitions in
+ * ir/kernel.h. */
 typedef enum lm_acc_pass {
-  LM_ACC_MAIN,      /* the first pass */
-  LM_ACC_EXACT,     /* float MAX/MIN again, by the scalar definition */
-  LM_ACC_FIND_FIRST /* ARGMAX/ARGMIN: the first index holding the extreme */
+  LM_ACC_MAIN,       /* the first pass */
+  LM_ACC_EXACT,      /* float MAX/MIN again, by the scalar definition */
+  LM_ACC_FIND_FIRST, /* ARGMAX/ARGMIN: the first index holding the extreme */
+  LM_ACC_EXP_SUM     /* LSE: sum of exp(v - shift) */
 } lm_acc_pass;
 
 typedef struct lm_acc {
   lk_reduce reduce;
   loom_dtype dt;      /* dtype of the reduced value */
-  LLVMValueRef best;  /* alloca: running sum / max / min, or the extreme value */
+  LLVMValueRef best;  /* alloca: running sum / max / min, or the extreme value
+                         (LSE's second pass: the shift s) */
   LLVMValueRef key;   /* alloca iN: float extremes as order keys (main pass), else NULL */
   LLVMValueRef nan;   /* alloca i1: the main pass saw a NaN (float keys only) */
   LLVMValueRef index; /* alloca i64: index of the best value (ARGMAX/ARGMIN only) */
+  LLVMValueRef sum;   /* alloca double: LSE's sum of exp(v - s), else NULL */
   lm_acc_pass pass;   /* what lm_acc_step emits */
 } lm_acc;
 /* Textual IR of helper functions the reduction code calls (parsed into every module). */

@@ -1,6 +1,6 @@
 /*
  * The accumulator of a reduction kernel: identities, the combine step and the
- * two-pass scheme of float MAX/MIN and ARGMAX/ARGMIN (see llvm_internal.h).
+ * two-pass scheme of float MAX/MIN, ARGMAX/ARGMIN and LSE (see llvm_internal.h).
  * The state lives in allocas that mem2reg turns into loop phis, which is the
  * shape LLVM's vectorizer recognizes as a reduction.
  */
@@ -48,6 +48,7 @@ static LLVMValueRef extreme(lm_cg *g, loom_dtype dt, bool highest) {
 static LLVMValueRef identity(lm_cg *g, lk_reduce r, loom_dtype dt) {
   switch (r) {
   case LK_RED_MAX:
+  case LK_RED_LSE:
   case LK_RED_ARGMAX: return extreme(g, dt, false);
   case LK_RED_MIN:
   case LK_RED_ARGMIN: return extreme(g, dt, true);
@@ -85,7 +86,9 @@ static LLVMValueRef float_of_key(lm_cg *g, loom_dtype dt, LLVMValueRef key) {
   return LLVMBuildBitCast(g->b, order_key(g, key), lm_type(g, dt), "");
 }
 
-static bool wants_max(lk_reduce r) { return r == LK_RED_MAX || r == LK_RED_ARGMAX; }
+static bool wants_max(lk_reduce r) {
+  return r == LK_RED_MAX || r == LK_RED_ARGMAX || r == LK_RED_LSE;
+}
 
 void lm_acc_create(lm_cg *g, lm_acc *acc) {
   const lk_kernel *k = g->k;
@@ -95,6 +98,7 @@ void lm_acc_create(lm_cg *g, lm_acc *acc) {
   acc->index = is_arg_reduce(acc->reduce) ? lm_entry_alloca(g, g->t_i64, "acc.index") : NULL;
   acc->key = uses_keys(acc) ? lm_entry_alloca(g, key_type(g, acc->dt), "acc.key") : NULL;
   acc->nan = uses_keys(acc) ? lm_entry_alloca(g, g->t_i1, "acc.nan") : NULL;
+  acc->sum = acc->reduce == LK_RED_LSE ? lm_entry_alloca(g, g->t_f64, "acc.sum") : NULL;
   acc->pass = LM_ACC_MAIN;
 }
 
@@ -106,6 +110,8 @@ void lm_acc_reset(lm_cg *g, lm_acc *acc) {
     LLVMBuildStore(g->b, key_of(g, acc->dt, id), acc->key);
     LLVMBuildStore(g->b, LLVMConstNull(g->t_i1), acc->nan);
   }
+  /* LSE: best = -inf and sum = 0 make an empty reduction -inf + log(0) = -inf. */
+  if (acc->sum) LLVMBuildStore(g->b, LLVMConstNull(g->t_f64), acc->sum);
   acc->pass = LM_ACC_MAIN;
 }
 
@@ -149,7 +155,22 @@ static void step_find_first(lm_cg *g, const lm_acc *acc, LLVMValueRef x, LLVMVal
   LLVMBuildStore(g->b, LLVMBuildSelect(g->b, lower, cand, index, ""), acc->index);
 }
 
+/* Second pass of LSE: sum += exp(x - shift), in double (F32's exp in float). */
+static void step_exp_sum(lm_cg *g, const lm_acc *acc, LLVMValueRef x) {
+  LLVMValueRef shift = LLVMBuildLoad2(g->b, lm_type(g, acc->dt), acc->best, "");
+  LLVMValueRef e = lm_emit_math(g, LK_EXP, acc->dt, LLVMBuildFSub(g->b, x, shift, ""), NULL);
+  if (!e) return;
+  if (acc->dt == LOOM_F32) e = LLVMBuildFPExt(g->b, e, g->t_f64, "");
+  LLVMValueRef sum = LLVMBuildLoad2(g->b, g->t_f64, acc->sum, "");
+  LLVMValueRef next = float_sum(g, LOOM_F64, sum, e);
+  if (next) LLVMBuildStore(g->b, next, acc->sum);
+}
+
 void lm_acc_step(lm_cg *g, const lm_acc *acc, LLVMValueRef x, LLVMValueRef lin) {
+  if (acc->pass == LM_ACC_EXP_SUM) {
+    step_exp_sum(g, acc, x);
+    return;
+  }
   if (acc->pass == LM_ACC_FIND_FIRST) {
     step_find_first(g, acc, x, lin);
     return;
@@ -185,9 +206,21 @@ LLVMValueRef lm_acc_end_main_pass(lm_cg *g, lm_acc *acc) {
   LLVMValueRef best = float_of_key(g, acc->dt, LLVMBuildLoad2(g->b, kt, acc->key, ""));
   LLVMBuildStore(g->b, best, acc->best);
   if (is_arg_reduce(acc->reduce)) return always;
+  LLVMValueRef seen = LLVMBuildLoad2(g->b, g->t_i1, acc->nan, "");
+  if (acc->reduce == LK_RED_LSE) {
+    /* The shift: NaN after a NaN (the result is then NaN + log(0) = NaN and
+     * the second pass is skipped), 0 when the max is +-inf, else the max. */
+    LLVMTypeRef t = lm_type(g, acc->dt);
+    LLVMValueRef mag = lm_emit_math(g, LK_ABS, acc->dt, best, NULL);
+    if (!mag) return always;
+    LLVMValueRef inf = LLVMBuildFCmp(g->b, LLVMRealOEQ, mag, LLVMConstReal(t, INFINITY), "");
+    LLVMValueRef shift = LLVMBuildSelect(g->b, inf, LLVMConstNull(t), best, "");
+    shift = LLVMBuildSelect(g->b, seen, LLVMConstReal(t, NAN), shift, "");
+    LLVMBuildStore(g->b, shift, acc->best);
+    return LLVMBuildNot(g->b, seen, "");
+  }
   /* A NaN (which one the scalar definition keeps depends on order) or a zero
    * (whose sign does) makes the exact pass run. */
-  LLVMValueRef seen = LLVMBuildLoad2(g->b, g->t_i1, acc->nan, "");
   LLVMValueRef zero =
       LLVMBuildFCmp(g->b, LLVMRealOEQ, best, LLVMConstNull(lm_type(g, acc->dt)), "");
   return LLVMBuildOr(g->b, seen, zero, "");
@@ -197,6 +230,8 @@ void lm_acc_begin_second_pass(lm_cg *g, lm_acc *acc) {
   if (is_arg_reduce(acc->reduce)) {
     LLVMBuildStore(g->b, LLVMConstInt(g->t_i64, INT64_MAX, 0), acc->index);
     acc->pass = LM_ACC_FIND_FIRST;
+  } else if (acc->reduce == LK_RED_LSE) {
+    acc->pass = LM_ACC_EXP_SUM; /* the shift is in best, the sum still 0 */
   } else {
     LLVMBuildStore(g->b, identity(g, acc->reduce, acc->dt), acc->best);
     acc->pass = LM_ACC_EXACT;
@@ -204,6 +239,15 @@ void lm_acc_begin_second_pass(lm_cg *g, lm_acc *acc) {
 }
 
 LLVMValueRef lm_acc_result(lm_cg *g, const lm_acc *acc) {
+  if (acc->sum) { /* LSE: shift + log(sum), rounded once */
+    LLVMValueRef shift = LLVMBuildLoad2(g->b, lm_type(g, acc->dt), acc->best, "");
+    if (acc->dt == LOOM_F32) shift = LLVMBuildFPExt(g->b, shift, g->t_f64, "");
+    LLVMValueRef sum = LLVMBuildLoad2(g->b, g->t_f64, acc->sum, "");
+    LLVMValueRef lg = lm_emit_math(g, LK_LOG, LOOM_F64, sum, NULL);
+    if (!lg) return NULL;
+    LLVMValueRef r = LLVMBuildFAdd(g->b, shift, lg, "");
+    return acc->dt == LOOM_F32 ? LLVMBuildFPTrunc(g->b, r, g->t_f32, "") : r;
+  }
   if (acc->index) return LLVMBuildLoad2(g->b, g->t_i64, acc->index, "");
   return LLVMBuildLoad2(g->b, lm_type(g, acc->dt), acc->best, "");
 }
