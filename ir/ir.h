@@ -182,9 +182,10 @@ typedef struct lm_view {
   int64_t offset;
 } lm_view;
 
-/* Follows movement ops from n down to the first node that is not one (*base),
- * composing them into one affine view when they compose (no PAD/CAT, reshapes
- * that split or merge only compatible strides). */
+/* Follows movement ops from n down to the first node that is not one, or that
+ * has memory of its own (computed, or materialized by the plan being made):
+ * *base. Composes them into one affine view when they compose (no PAD/CAT,
+ * reshapes that split or merge only compatible strides). */
 bool lm_view_affine(const lm_node *n, const lm_node **base, lm_view *view);
 
 /* ------------------------------------------------------------ canonical form */

@@ -81,7 +81,7 @@ static bool apply(lm_view *v, const lm_node *n) {
 bool lm_view_affine(const lm_node *n, const lm_node **base, lm_view *view) {
   const lm_node *chain[64];
   int len = 0;
-  while (lm_op_is_view(n->op)) {
+  while (lm_op_is_view(n->op) && !lm_is_computed(n) && !n->materialize) {
     if (n->op == LM_PAD || n->op == LM_CAT || len == 64) return false;
     chain[len++] = n;
     n = n->src[0];

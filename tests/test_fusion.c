@@ -107,6 +107,30 @@ static void test_permuted_reduction(void) {
     for (int j = 0; j < 4; j++) CHECK_NEAR(got[i * 4 + j], gv[j * 5 + i] + gv[20 + j * 5 + i], 0);
 }
 
+/* Regression (found by test_random_graphs): a GEMM operand read through a
+ * view chain that passes a target must read the target's buffer, not the
+ * reduction under it, which becomes the target's epilogue. */
+static void test_matmul_of_reduced_target(void) {
+  LOOM_SCOPE {
+    loom_tensor *x4 = input(LOOM_SHAPE(4, 5, 3), 12), *x = input(LOOM_SHAPE(1, 5, 3), 13);
+    realized(x4), realized(x);
+    loom_tensor *a = loom_sum(x4, (int[]){-1}, 1, false); /* [4, 5] */
+    loom_tensor *m = loom_matmul(a, loom_abs(x));         /* [1, 4, 3] */
+    loom_tensor *outs[2] = {m, a};
+    CHECK_OK(loom_eval(outs, 2));
+    float av[20], mv[12], xv[15];
+    CHECK_OK(loom_copy_to_host(a, av, sizeof av));
+    CHECK_OK(loom_copy_to_host(m, mv, sizeof mv));
+    CHECK_OK(loom_copy_to_host(x, xv, sizeof xv));
+    for (int i = 0; i < 4; i++)
+      for (int j = 0; j < 3; j++) {
+        double s = 0;
+        for (int k = 0; k < 5; k++) s += (double)av[i * 5 + k] * fabs(xv[k * 3 + j]);
+        CHECK_NEAR(mv[i * 3 + j], s, 1e-4);
+      }
+  }
+}
+
 static void test_unfused_counts(void) {
   loom_set_fusion(false);
   LOOM_SCOPE {
@@ -160,6 +184,7 @@ int main(void) {
   test_counts();
   test_unfused_counts();
   test_permuted_reduction();
+  test_matmul_of_reduced_target();
   test_matmul_epilogue();
   test_fused_matches_unfused();
   test_deterministic_reductions();
