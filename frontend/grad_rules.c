@@ -125,8 +125,11 @@ static lm_node *reduce_grad(ctx *c, lm_node *g) {
   lm_node *n = (lm_node *)c->n, *x = n->src[0];
   lm_node *wide = keep(c->a, nb_expand(g, x->shape));
   if (n->op == LM_RSUM) return wide;
-  if (n->op == LM_RLSE) /* d lse / dx = softmax = exp(x - lse) */
-    return mul(c, wide, un(c, LM_EXP, bin(c, LM_SUB, x, keep(c->a, nb_expand(n, x->shape)))));
+  if (n->op == LM_RLSE) { /* d lse / dx = softmax = exp(x - lse); lse may be wider than x */
+    lm_node *lse = keep(c->a, nb_cast(keep(c->a, nb_expand(n, x->shape)), x->dtype));
+    lm_node *gx = keep(c->a, nb_cast(wide, x->dtype));
+    return mul(c, gx, un(c, LM_EXP, bin(c, LM_SUB, x, lse)));
+  }
   if (n->op != LM_RMAX && n->op != LM_RMIN) return NULL;
   /* to every element equal to the extremum, shared evenly (torch's amax) */
   lm_node *hit = mask(c, bin(c, LM_EQ, x, keep(c->a, nb_expand(n, x->shape))), x);

@@ -131,9 +131,9 @@ typedef enum rowwise { SOFTMAX, LOG_SOFTMAX, LOGSUMEXP } rowwise;
 /* All three from one log-sum-exp reduction (LM_RLSE: max, then the sum of
  * exp(x - max), in one kernel): logsumexp is it, log_softmax is x - it,
  * softmax is exp(x - it). Two kernels for softmax, one pass over x each.
- * For F32 the log-sum-exp and x - lse are computed in F64 and rounded once:
- * an F32 lse of rows near 1000 is off by half an ulp of 1000 (3e-5), which
- * x - lse would keep. */
+ * The log-sum-exp is F64 even for F32 x (its max and exps stay in float), and
+ * x - lse is taken in F64 and rounded once: an F32 lse of rows near 1000 is
+ * off by half an ulp of 1000 (3e-5), which x - lse would keep. */
 static loom_tensor *row(const char *name, rowwise kind, const loom_tensor *a, int axis) {
   loom_tensor *err;
   uint32_t mask;
@@ -141,8 +141,10 @@ static loom_tensor *row(const char *name, rowwise kind, const loom_tensor *a, in
   bool scalar_in = a->node->shape.ndim == 0;
   loom_dtype dt = loom_dtype_is_float(a->node->dtype) ? a->node->dtype : LOOM_F32;
   lm_node *one_d = as_at_least_1d(a->node);
-  lm_node *x = nb_cast(one_d, LOOM_F64); /* see above; F64 input: x itself */
+  lm_node *x = nb_cast(one_d, dt);
   lm_node *lse = nb_reduce(LM_RLSE, x, mask);
+  if (lse) lse->dtype = LOOM_F64; /* an F32 x still takes its max and exps in float */
+  lm_node *x64 = nb_cast(x, LOOM_F64);
   lm_node *r = NULL;
   if (kind == LOGSUMEXP) {
     lm_node *l = scalar_in ? nb_reshape(lse, LOOM_SHAPE0) : nb_squeeze_axes(lse, mask);
@@ -150,13 +152,13 @@ static loom_tensor *row(const char *name, rowwise kind, const loom_tensor *a, in
     nb_drop(l, NULL, NULL, NULL);
   } else {
     lm_node *wide = x ? nb_expand(lse, x->shape) : NULL;
-    lm_node *diff = nb_binary(LM_SUB, x, wide);
+    lm_node *diff = nb_binary(LM_SUB, x64, wide);
     lm_node *z = nb_cast(diff, dt); /* log_softmax, rounded once */
     lm_node *y = kind == SOFTMAX ? nb_unary(LM_EXP, z) : (lm_node_retain(z), z);
     r = scalar_in ? nb_reshape(y, LOOM_SHAPE0) : (lm_node_retain(y), y);
     nb_drop(wide, diff, z, y);
   }
-  nb_drop(one_d, x, lse, NULL);
+  nb_drop(one_d, x, lse, x64);
   return lm_result(r);
 }
 

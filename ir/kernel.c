@@ -298,10 +298,13 @@ static const char *check_header(const lk_kernel *k) {
 static const char *check_value_result(const lk_kernel *k, const unsigned char *reduced_dep) {
   const lk_inst *v = &k->inst[k->value], *r = &k->inst[k->result];
   if (r->dtype != k->out_dtype) return "result dtype differs from out_dtype";
-  if (k->reduce == LK_RED_SUM || k->reduce == LK_RED_MAX || k->reduce == LK_RED_MIN ||
-      k->reduce == LK_RED_LSE) {
+  if (k->reduce == LK_RED_SUM || k->reduce == LK_RED_MAX || k->reduce == LK_RED_MIN) {
     if (v->dtype != k->acc_dtype) return "reduced value dtype differs from acc_dtype";
   }
+  /* LSE may widen: F32 values, an F64 result (the sum is in double anyway) */
+  if (k->reduce == LK_RED_LSE && v->dtype != k->acc_dtype &&
+      !(v->dtype == LOOM_F32 && k->acc_dtype == LOOM_F64))
+    return "lse value must be acc_dtype, or f32 with an f64 acc_dtype";
   if (k->reduce != LK_RED_NONE && reduced_dep[k->result]) return "result depends on a reduced dim";
   return NULL;
 }

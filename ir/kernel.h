@@ -110,6 +110,8 @@ typedef enum lk_reduce {
                 -> +inf, any NaN -> NaN                                     */
 } lk_reduce;
 
+/* LK_RED_LSE: acc_dtype may be F64 with F32 values: the row's max and exp run
+ * in float, the sum and the result in double, not rounded to float. */
 typedef struct lk_kernel {
   int ndim;                   /* 1..LOOM_MAX_DIMS (a 0-d output has ndim 1, dom {1}) */
   int64_t dom[LOOM_MAX_DIMS]; /* extents >= 0; a reduced extent of 0 leaves the

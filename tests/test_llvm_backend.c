@@ -894,7 +894,11 @@ static void test_lse(void) {
   kb_init(&b, 2, dom, 1, LK_RED_LSE, LOOM_F64, LOOM_F64, 2);
   kb_end_body(&b, kb_load(&b, LOOM_F32, 1, kb_offset(&b, 0, 2)));
   kb_end_epilogue(&b, kb_emit(&b, LK_ACC, LOOM_F64, -1, -1, -1));
-  CHECK(lk_kernel_check(&b.k) != NULL, "lse of f32 into f64 passes the check");
+  CHECK(lk_kernel_check(&b.k) == NULL, "lse of f32 into f64 (widening) fails the check");
+  kb_init(&b, 2, dom, 1, LK_RED_LSE, LOOM_F32, LOOM_F32, 2);
+  kb_end_body(&b, kb_load(&b, LOOM_F64, 1, kb_offset(&b, 0, 2)));
+  kb_end_epilogue(&b, kb_emit(&b, LK_ACC, LOOM_F32, -1, -1, -1));
+  CHECK(lk_kernel_check(&b.k) != NULL, "lse of f64 into f32 passes the check");
 }
 
 /* ------------------------------------------------------------------ 5. random numbers */

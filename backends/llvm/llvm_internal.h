@@ -99,6 +99,7 @@ typedef enum lm_acc_pass {
 typedef struct lm_acc {
   lk_reduce reduce;
   loom_dtype dt;      /* dtype of the reduced value */
+  loom_dtype out_dt;  /* dtype of the result (LSE: F64 for F32 values allowed) */
   LLVMValueRef best;  /* alloca: running sum / max / min, or the extreme value
                          (LSE's second pass: the shift s) */
   LLVMValueRef key;   /* alloca iN: float extremes as order keys (main pass), else NULL */

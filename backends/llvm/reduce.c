@@ -94,6 +94,7 @@ void lm_acc_create(lm_cg *g, lm_acc *acc) {
   const lk_kernel *k = g->k;
   acc->reduce = k->reduce;
   acc->dt = k->inst[k->value].dtype;
+  acc->out_dt = k->acc_dtype;
   acc->best = lm_entry_alloca(g, lm_type(g, acc->dt), "acc");
   acc->index = is_arg_reduce(acc->reduce) ? lm_entry_alloca(g, g->t_i64, "acc.index") : NULL;
   acc->key = uses_keys(acc) ? lm_entry_alloca(g, key_type(g, acc->dt), "acc.key") : NULL;
@@ -246,7 +247,7 @@ LLVMValueRef lm_acc_result(lm_cg *g, const lm_acc *acc) {
     LLVMValueRef lg = lm_emit_math(g, LK_LOG, LOOM_F64, sum, NULL);
     if (!lg) return NULL;
     LLVMValueRef r = LLVMBuildFAdd(g->b, shift, lg, "");
-    return acc->dt == LOOM_F32 ? LLVMBuildFPTrunc(g->b, r, g->t_f32, "") : r;
+    return acc->out_dt == LOOM_F32 ? LLVMBuildFPTrunc(g->b, r, g->t_f32, "") : r;
   }
   if (acc->index) return LLVMBuildLoad2(g->b, g->t_i64, acc->index, "");
   return LLVMBuildLoad2(g->b, lm_type(g, acc->dt), acc->best, "");
