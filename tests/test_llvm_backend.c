@@ -16,6 +16,7 @@
 #include "backends/llvm/llvm_backend.h"
 #include "ir/kernel.h"
 #include "runtime/philox.h"
+#include "scratch.h"
 
 /* ------------------------------------------------------------------ checks */
 
@@ -1100,19 +1101,6 @@ static lk_fn compile_dumped(const lk_kernel *k, const char *what, const char *di
   return fn;
 }
 
-static void remove_dump_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  char path[1024];
-  while (d && (e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    unlink(path);
-  }
-  if (d) closedir(d);
-  rmdir(dir);
-}
-
 static void test_vectorization(void) {
   char dir[] = "/tmp/loom_dump_XXXXXX";
   if (!mkdtemp(dir)) {
@@ -1174,7 +1162,7 @@ static void test_vectorization(void) {
     CHECK(f && calls == 0 && packed_add > 0, "lse %s: not vectorized (%d calls, %d addpd lines)",
           dname(dt), calls, packed_add);
   }
-  remove_dump_dir(dir); /* leave nothing behind in /tmp */
+  check_remove_dir(dir); /* leave nothing behind in /tmp */
 }
 
 /* ------------------------------------------------------------------ 8. errors and checks */

@@ -27,6 +27,7 @@
 
 #include "backends/llvm/llvm_backend.h"
 #include "ir/kernel.h"
+#include "scratch.h"
 
 static int passed, failed;
 
@@ -263,42 +264,26 @@ static size_t fill_trig(run *r, int which, const char **label) {
   return n;
 }
 
-static size_t fill_tanh(run *r, int which, const char **label) {
+/* Functions that saturate: uniform over [-wide, wide], then log-spaced small
+ * magnitudes up to `small` (where relative error is hardest). */
+static size_t fill_saturating(run *r, int which, const char **label, double wide, double small,
+                              const char *wide_label, const char *small_label) {
   size_t n = NMAX;
+  if (which > 1) return 0;
+  *label = which == 0 ? wide_label : small_label;
   for (size_t i = 0; i < n; i++) {
-    switch (which) {
-    case 0:
-      *label = "|x| <= 25";
-      r->x[i] = uniform(-25, 25);
-      break;
-    case 1:
-      *label = "|x| in [1e-30, 2]";
-      r->x[i] = log_uniform(1e-30, 2, true);
-      break;
-    default: return 0;
-    }
+    r->x[i] = which == 0 ? uniform(-wide, wide) : log_uniform(1e-30, small, true);
     r->y[i] = 0;
   }
   return n;
 }
 
+static size_t fill_tanh(run *r, int which, const char **label) {
+  return fill_saturating(r, which, label, 25, 2, "|x| <= 25", "|x| in [1e-30, 2]");
+}
+
 static size_t fill_erf(run *r, int which, const char **label) {
-  size_t n = NMAX;
-  for (size_t i = 0; i < n; i++) {
-    switch (which) {
-    case 0:
-      *label = "|x| <= 7";
-      r->x[i] = uniform(-7, 7);
-      break;
-    case 1:
-      *label = "|x| in [1e-30, 1]";
-      r->x[i] = log_uniform(1e-30, 1, true);
-      break;
-    default: return 0;
-    }
-    r->y[i] = 0;
-  }
-  return n;
+  return fill_saturating(r, which, label, 7, 1, "|x| <= 7", "|x| in [1e-30, 1]");
 }
 
 static size_t fill_pow(run *r, int which, const char **label) {
@@ -429,19 +414,6 @@ static asm_counts count_asm(const char *path) {
   return c;
 }
 
-static void remove_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  char path[1024];
-  while (d && (e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    unlink(path);
-  }
-  if (d) closedir(d);
-  rmdir(dir);
-}
-
 /* F32 loops over 1M elements: the assembly must use vector registers and call
  * nothing; also prints the time per element. */
 static void test_vectorized(run *r) {
@@ -485,7 +457,7 @@ static void test_vectorized(run *r) {
             FNS[f].name, dt == LOOM_F32 ? "f32" : "f64", c.packed, c.calls);
     }
   }
-  remove_dir(dir);
+  check_remove_dir(dir);
 }
 
 /* ------------------------------------------------------------------ reductions */

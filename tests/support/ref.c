@@ -504,7 +504,8 @@ ref_t *ref_unary(ref_unop op, const ref_t *a) {
 #define BIN(name, op)                                                                              \
   ref_t *ref_##name(const ref_t *a, const ref_t *b) { return ref_binary(op, a, b); }
 BIN(add, REF_ADD)
-BIN(sub, REF_SUB) BIN(mul, REF_MUL) BIN(div, REF_DIV) BIN(pow, REF_POW) BIN(maximum, REF_MAXIMUM)
+BIN(sub, REF_SUB)
+BIN(mul, REF_MUL) BIN(div, REF_DIV) BIN(pow, REF_POW) BIN(maximum, REF_MAXIMUM)
     BIN(minimum, REF_MINIMUM) BIN(lt, REF_LT) BIN(le, REF_LE) BIN(gt, REF_GT) BIN(ge, REF_GE)
         BIN(eq, REF_EQ) BIN(ne, REF_NE) BIN(logical_and, REF_LOGICAL_AND)
             BIN(logical_or, REF_LOGICAL_OR)
@@ -523,8 +524,9 @@ ref_t *ref_rdiv_s(double s, const ref_t *a) { return ref_binary_s(REF_DIV, a, s,
 #define UN(name, op)                                                                               \
   ref_t *ref_##name(const ref_t *a) { return ref_unary(op, a); }
 UN(neg, REF_NEG)
-UN(abs, REF_ABS) UN(exp, REF_EXP) UN(log, REF_LOG) UN(sqrt, REF_SQRT) UN(rsqrt, REF_RSQRT)
-    UN(sin, REF_SIN) UN(cos, REF_COS) UN(tanh, REF_TANH) UN(sigmoid, REF_SIGMOID) UN(relu, REF_RELU)
+UN(abs, REF_ABS)
+UN(exp, REF_EXP) UN(log, REF_LOG) UN(sqrt, REF_SQRT) UN(rsqrt, REF_RSQRT) UN(sin, REF_SIN)
+    UN(cos, REF_COS) UN(tanh, REF_TANH) UN(sigmoid, REF_SIGMOID) UN(relu, REF_RELU)
         UN(gelu, REF_GELU) UN(silu, REF_SILU) UN(square, REF_SQUARE) UN(reciprocal, REF_RECIPROCAL)
             UN(logical_not, REF_LOGICAL_NOT)
 #undef UN
