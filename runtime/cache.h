@@ -28,7 +28,5 @@ void *lm_cache_get(lm_cache *c, lm_hash128 key, void (*acquire)(void *value));
 /* Inserts (or keeps the existing value, returning it); evicts beyond capacity.
  * Returns the value now stored for key, or NULL when out of memory. */
 void *lm_cache_put(lm_cache *c, lm_hash128 key, void *value, void (*acquire)(void *value));
-void lm_cache_clear(lm_cache *c);
-size_t lm_cache_count(lm_cache *c);
 
 #endif

@@ -69,8 +69,6 @@ typedef enum lm_stat {
 void lm_stat_add(lm_stat which, uint64_t amount);
 void lm_stat_bytes(int64_t delta); /* bytes_live += delta, bytes_peak tracks it */
 uint64_t lm_now_ns(void);
-/* Returns the allocator's cached free buffers to the system. */
-void lm_buffer_trim(void);
 
 /* ------------------------------------------------------------ realization */
 /* Computes the given nodes (and everything unrealized they depend on) in one
