@@ -1,5 +1,6 @@
 /* Tensor creation: copies of host data, constants, ranges. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "frontend/frontend.h"
@@ -80,5 +81,35 @@ loom_tensor *loom_arange(double start, double stop, double step, loom_dtype dtyp
     n->arg.iota.start = start;
     n->arg.iota.step = step;
   }
+  return lm_result(n);
+}
+
+/* Input names become C identifiers in exported headers. */
+static bool valid_input_name(const char *name) {
+  if (!name || !*name || strlen(name) > 64 || (*name >= '0' && *name <= '9')) return false;
+  for (const char *c = name; *c; c++)
+    if (!(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+          (*c >= '0' && *c <= '9')))
+      return false;
+  return true;
+}
+
+loom_tensor *loom_input(const char *name, loom_shape shape, loom_dtype dtype, loom_device device) {
+  const char *op = "loom_input";
+  loom_tensor *err;
+  if (!name) return lm_error(LOOM_ERR_NULL, "%s: name is NULL", op);
+  if (!valid_input_name(name))
+    return lm_error(LOOM_ERR_VALUE,
+                    "%s: name '%.80s' is not 1-64 letters, digits or '_' (not starting with a "
+                    "digit)",
+                    op, name);
+  if ((err = check_new(op, &shape, dtype, device))) return err;
+  char *label = strdup(name);
+  lm_node *n = label ? lm_node_new(LM_INPUT, 0, NULL, shape, dtype, device) : NULL;
+  if (!n) {
+    free(label);
+    return lm_result(NULL);
+  }
+  n->label = label;
   return lm_result(n);
 }

@@ -482,6 +482,62 @@ void loom_zero_grad(loom_params *ps);
 loom_status loom_params_save(const loom_params *ps, const char *path);
 loom_status loom_params_load(loom_params *ps, const char *path);
 
+/* ------------------------------------------------------------------ programs */
+
+/* A compiled program (TorchLean's Program / CompiledOut): the graph between
+ * some placeholders and some outputs, planned and compiled once, then run on
+ * new inputs without recording or hashing anything. Realized tensors the
+ * outputs depend on (weights) are captured as constants when it is compiled:
+ * later assignments to them do not reach the program. Random draws in it
+ * (dropout, say) keep the keys they were recorded with.
+ *
+ * A program is immutable once compiled: loom_program_run may be called from
+ * several threads at once. */
+typedef struct loom_program loom_program;
+
+/* A placeholder for a program's input: a tensor with a shape and dtype but no
+ * value. Ops record on it as on any tensor; realizing anything that depends on
+ * it outside loom_program_run fails with LOOM_ERR_VALUE. `name` is copied
+ * (letters, digits, '_'; it names the input in dumps and exported headers). */
+loom_tensor *loom_input(const char *name, loom_shape shape, loom_dtype dtype, loom_device device);
+/* Compiles everything between ins (loom_input placeholders, in the order the
+ * program takes them) and outs. Every placeholder the outputs depend on must
+ * be among ins. NULL on failure (loom_last_error says why). */
+loom_program *loom_compile(loom_tensor *const *outs, int nout, loom_tensor *const *ins, int nin);
+/* Runs p on ins (one tensor per input, matching its shape and dtype; lazy ones
+ * are realized first) and stores new tensors in outs[0..nout) (registered
+ * with the current scope, like any op's result). On failure every outs[i] is
+ * NULL and the status says why. */
+loom_status loom_program_run(const loom_program *p, loom_tensor *const *ins, loom_tensor **outs);
+void loom_program_free(loom_program *p);
+int loom_program_num_inputs(const loom_program *p);
+int loom_program_num_outputs(const loom_program *p);
+/* Input i's name, shape and dtype (outputs are named "out0", "out1", ...). */
+const char *loom_program_input_name(const loom_program *p, int i);
+loom_shape loom_program_input_shape(const loom_program *p, int i);
+loom_dtype loom_program_input_dtype(const loom_program *p, int i);
+const char *loom_program_output_name(const loom_program *p, int i);
+loom_shape loom_program_output_shape(const loom_program *p, int i);
+loom_dtype loom_program_output_dtype(const loom_program *p, int i);
+/* Its IR (inputs, weights, nodes, outputs) and its schedule (each fused
+ * kernel's description, each GEMM), readably. */
+loom_status loom_program_dump(const loom_program *p, FILE *out);
+/* A Graphviz picture of the IR, each fused kernel a cluster of the nodes it
+ * computes (`dot -Tsvg path`). */
+loom_status loom_program_dot(const loom_program *p, const char *path);
+/* Stores p as a versioned text file (docs/PROGRAM_FORMAT.md) at path, its
+ * weights in a safetensors file beside it (path + ".safetensors"). */
+loom_status loom_program_save(const loom_program *p, const char *path);
+/* Loads and compiles a saved program; NULL on a missing, corrupt or
+ * wrong-version file (loom_last_error says which and where). */
+loom_program *loom_program_load(const char *path);
+/* Writes lib<name>.so and <name>.h into dir: the kernels as native code for
+ * this CPU, the schedule and memory plan compiled in, weights embedded (or,
+ * past LOOM_EXPORT_EMBED_LIMIT bytes, in <name>.weights beside the library,
+ * mapped at load). The library needs only libc, libm, pthreads and, for
+ * GEMMs, OpenBLAS. Linked with `cc` (or $CC). */
+loom_status loom_program_export(const loom_program *p, const char *dir, const char *name);
+
 /* ------------------------------------------------------------------ optimizers */
 
 /* Handles that own their state (momentum buffers, moments). loom_optim_step

@@ -24,6 +24,8 @@ typedef enum lm_op {
   LM_CONST,  /* arg.f everywhere */
   LM_IOTA,   /* arg.iota.start + arg.iota.step * (row-major index) */
   LM_RAND,   /* Philox draw: arg.rand */
+  LM_INPUT,  /* a program's placeholder (loom_input): a leaf whose data comes
+                with each run; `label` is its name */
   /* elementwise unary */
   LM_NEG,
   LM_ABS,
@@ -121,6 +123,7 @@ struct lm_node {
   } arg;
   bool requires_grad;            /* gradients flow through it (set when recorded) */
   struct loom_tensor *grad_leaf; /* the handle its gradients accumulate into (weak) */
+  char *label;                   /* LM_INPUT: its name (owned) */
   void *data;                    /* LM_BUFFER: contiguous row-major elements */
   size_t bytes;                  /* LM_BUFFER: allocation size */
   /* scratch for the pass that walks a graph; meaningful only inside it */
@@ -155,8 +158,9 @@ void lm_node_release(lm_node *n);
 /* Turns a computed node into a leaf owning `data`, releasing its sources. */
 void lm_node_set_buffer(lm_node *n, void *data, size_t bytes);
 /* Computed: holds its data (an LM_BUFFER, or a node keeping its history for
- * autograd). Every walk over unrealized graphs stops at computed nodes. */
-static inline bool lm_is_computed(const lm_node *n) { return n->data != NULL; }
+ * autograd), or an LM_INPUT whose data a program run supplies. Every walk over
+ * unrealized graphs stops at computed nodes: they are a graph's leaves. */
+static inline bool lm_is_computed(const lm_node *n) { return n->data != NULL || n->op == LM_INPUT; }
 bool lm_op_is_elementwise(lm_op op);
 bool lm_op_is_view(lm_op op);
 bool lm_op_is_reduce(lm_op op);

@@ -1,0 +1,160 @@
+/* Running a planned program: its steps in order over a table of buffers,
+ * kernels split over the pool, GEMMs through OpenBLAS, intermediates freed
+ * after their last reader. Realization and compiled programs share it. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "runtime/compile.h"
+#include "runtime/exec.h"
+#include "runtime/gemm.h"
+#include "runtime/pool.h"
+#include "runtime/runtime.h"
+
+/* Memory planning: intermediates die after their last reader. */
+static void release_dead(const lm_step *s, void **bufs, size_t *sizes) {
+  for (int i = 0; i < s->nfree; i++) {
+    int pos = s->free_after[i];
+    lm_buffer_free(bufs[pos], sizes[pos]);
+    bufs[pos] = NULL;
+  }
+}
+
+typedef struct kernel_call {
+  lk_fn fn;
+  void *const *args;
+  int64_t offset;
+} kernel_call;
+
+static void run_range(void *ctx, int64_t begin, int64_t end) {
+  kernel_call *c = ctx;
+  c->fn(c->args, c->offset + begin, c->offset + end);
+}
+
+/* Below this many element visits a kernel runs on the calling thread: waking
+ * the pool costs more than it saves. */
+#define PARALLEL_WORK 32768
+
+/* Runs a kernel over output points [begin, end). */
+static void launch(const lm_step *s, void *const *args, int64_t begin, int64_t end) {
+  int64_t inner = 1;
+  for (int d = s->kernel.nouter; d < s->kernel.ndim; d++) inner *= s->kernel.dom[d];
+  int64_t n = end - begin, work = n * (inner > 0 ? inner : 1);
+  int parts = work < PARALLEL_WORK ? 1 : loom_num_threads();
+  if (parts > n) parts = (int)n;
+  kernel_call call = {s->fn, args, begin};
+  lm_parallel_for(n, parts, run_range, &call);
+}
+
+/* Rows a GEMM epilogue block covers: at least GEMM_BLOCK_ROWS (a BLAS call on
+ * fewer rows repacks B for little work and threads poorly), and about
+ * GEMM_BLOCK_ELEMS outputs, which stay in cache between the GEMM writing them
+ * and the kernel reading them. */
+#define GEMM_BLOCK_ELEMS (1 << 20)
+#define GEMM_BLOCK_ROWS 256
+
+/* A deferred GEMM in row blocks, each followed by its epilogue kernel on those
+ * rows. The product goes to one block-sized scratch buffer: the kernel's slot
+ * for it points gemm_first elements before, so index i reads scratch[i - first]. */
+static loom_status run_gemm_epilogue(const lm_exec *x, const lm_step *s, void **args) {
+  const lm_gemm *gm = &x->program->steps[s->gemm_partner].gemm;
+  size_t es = loom_dtype_size(gm->dtype);
+  int64_t n = gm->N > 0 ? gm->N : 1, per = GEMM_BLOCK_ELEMS / n;
+  if (per < GEMM_BLOCK_ROWS) per = GEMM_BLOCK_ROWS;
+  if (per > gm->M) per = gm->M;
+  size_t bytes = (size_t)(per * n) * es;
+  void *scratch = lm_buffer_alloc(bytes);
+  if (!scratch) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory for a GEMM block");
+  const void *a = x->bufs[gm->a_pos], *b = x->bufs[gm->b_pos];
+  int64_t batches = lm_gemm_batches(gm);
+  for (int64_t batch = 0; batch < batches; batch++)
+    for (int64_t r0 = 0; r0 < gm->M; r0 += per) {
+      int64_t r1 = r0 + per < gm->M ? r0 + per : gm->M;
+      int64_t first = (batch * gm->M + r0) * gm->N;
+      lm_run_gemm_rows(gm, a, b, batch, r0, r1, scratch);
+      args[s->gemm_slot] = (void *)((uintptr_t)scratch - (uintptr_t)first * es);
+      launch(s, args, first, first + (r1 - r0) * gm->N);
+    }
+  lm_buffer_free(scratch, bytes);
+  return LOOM_OK;
+}
+
+static loom_status run_kernel(const lm_exec *x, const lm_step *s) {
+  void *args_small[16];
+  void **args =
+      s->kernel.nslots <= 16 ? args_small : malloc(sizeof(void *) * (size_t)s->kernel.nslots);
+  if (!args) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
+  args[0] = x->bufs[s->out];
+  for (int a = 1; a < s->kernel.nslots; a++) {
+    int pos = s->arg_pos[a];
+    args[a] = s->arg_key[a] ? x->keys[pos] : x->bufs[pos];
+  }
+  loom_status st = LOOM_OK;
+  if (s->gemm_partner >= 0)
+    st = run_gemm_epilogue(x, s, args);
+  else
+    launch(s, args, 0, s->outer);
+  lm_stat_add(LM_STAT_KERNELS_LAUNCHED, 1); /* once per step, blocked or not */
+  if (args != args_small) free(args);
+  return st;
+}
+
+loom_status lm_exec_run(const lm_exec *x) {
+  const lm_program *p = x->program;
+  void **bufs = x->bufs;
+  size_t *sizes = x->sizes;
+  for (int i = 0; i < p->nsteps; i++) {
+    const lm_step *s = &p->steps[i];
+    if (s->deferred) { /* a GEMM its epilogue kernel runs */
+      release_dead(s, bufs, sizes);
+      continue;
+    }
+    size_t bytes = (size_t)s->outer * loom_dtype_size(s->dtype);
+    if (!bufs[s->out]) {
+      bufs[s->out] = lm_buffer_alloc(bytes);
+      sizes[s->out] = bytes;
+    }
+    if (!bufs[s->out])
+      return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory for a %zu-byte %s result", bytes,
+                     loom_dtype_name(s->dtype));
+    loom_status st = LOOM_OK;
+    if (s->kind == LM_STEP_GEMM)
+      lm_run_gemm(&s->gemm, bufs[s->gemm.a_pos], bufs[s->gemm.b_pos], bufs[s->out]);
+    else if (s->outer > 0)
+      st = run_kernel(x, s);
+    release_dead(s, bufs, sizes);
+    if (st != LOOM_OK) return st;
+  }
+  return LOOM_OK;
+}
+
+/* Compiles the kernels of steps [begin, end) (a pool part). A failure leaves
+ * fn NULL; the caller reports it on its own thread. */
+static void compile_steps(void *ctx, int64_t begin, int64_t end) {
+  lm_program *p = ctx;
+  for (int64_t i = begin; i < end; i++) {
+    lm_step *s = &p->steps[i];
+    if (s->kind == LM_STEP_KERNEL && lm_kernel_function(&s->kernel, &s->fn) != LOOM_OK)
+      s->fn = NULL;
+  }
+}
+
+/* A new program's kernels compile in parallel (LLVM work dominates a cold
+ * start); cached ones come back at once. */
+loom_status lm_exec_compile(lm_program *p) {
+  int kernels = 0;
+  for (int i = 0; i < p->nsteps; i++) {
+    if (p->steps[i].kind != LM_STEP_KERNEL) continue;
+    kernels++;
+    if (lm_env_flag("LOOM_DEBUG")) lk_kernel_print(&p->steps[i].kernel, stderr);
+  }
+  int parts = kernels > 1 ? loom_num_threads() : 1;
+  lm_parallel_for(p->nsteps, parts < p->nsteps ? parts : p->nsteps, compile_steps, p);
+  for (int i = 0; i < p->nsteps; i++) {
+    lm_step *s = &p->steps[i];
+    if (s->kind != LM_STEP_KERNEL || s->fn) continue;
+    loom_status st = lm_kernel_function(&s->kernel, &s->fn); /* again, to report here */
+    if (st != LOOM_OK) return st;
+  }
+  return LOOM_OK;
+}
