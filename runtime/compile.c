@@ -40,6 +40,16 @@ static loom_status compile(const lk_kernel *k, const char *symbol, lm_hash128 di
   return LOOM_OK;
 }
 
+loom_status lm_kernel_object(const lk_kernel *k, char symbol[36], void **obj, size_t *len) {
+  lk_hash h = lk_kernel_hash(k);
+  lm_llvm_symbol_name(k, symbol);
+  if ((*obj = lm_disk_load(lm_disk_key(h.lo, h.hi), len))) return LOOM_OK;
+  char err[1024];
+  loom_status st = lm_llvm_emit_object(k, symbol, obj, len, err, sizeof err);
+  if (st != LOOM_OK) return lm_fail(st, "compiling kernel %s: %s", symbol, err);
+  return LOOM_OK;
+}
+
 loom_status lm_kernel_function(const lk_kernel *k, lk_fn *fn) {
   lk_hash h = lk_kernel_hash(k);
   lm_hash128 key = {h.lo, h.hi};

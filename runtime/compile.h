@@ -5,5 +5,9 @@
 #include "ir/kernel.h"
 
 loom_status lm_kernel_function(const lk_kernel *k, lk_fn *fn);
+/* The relocatable object file defining k (from the disk cache, or emitted):
+ * the same code the JIT runs, for ahead-of-time export. *obj is malloc'd;
+ * symbol gets the function's name ("lk_" + 32 hex digits). */
+loom_status lm_kernel_object(const lk_kernel *k, char symbol[36], void **obj, size_t *len);
 
 #endif

@@ -13,8 +13,7 @@
 #include "runtime/pool.h"
 #include "runtime/runtime.h"
 
-/* Element offsets of batch `index`'s A and B matrices. */
-static void batch_offsets(const lm_gemm *g, int64_t index, int64_t *ao, int64_t *bo) {
+void lm_gemm_batch_offsets(const lm_gemm *g, int64_t index, int64_t *ao, int64_t *bo) {
   *ao = g->a_offset, *bo = g->b_offset;
   for (int d = g->nbatch - 1; d >= 0; d--) {
     int64_t i = index % g->batch[d];
@@ -77,7 +76,7 @@ void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t ba
   if (r1 <= r0 || g->N == 0) return;
   size_t es = loom_dtype_size(g->dtype);
   int64_t ao, bo;
-  batch_offsets(g, batch, &ao, &bo);
+  lm_gemm_batch_offsets(g, batch, &ao, &bo);
   row_task t = {g, (const char *)a + ao * (int64_t)es, (const char *)b + bo * (int64_t)es, r0, c};
   openblas_set_num_threads(1); /* someone else may have raised it: loom's pool splits */
   int64_t n = r1 - r0, parts = loom_num_threads();

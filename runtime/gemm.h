@@ -11,5 +11,7 @@ void lm_run_gemm(const lm_gemm *g, const void *a, const void *b, void *c);
 void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t batch, int64_t r0,
                       int64_t r1, void *c);
 int64_t lm_gemm_batches(const lm_gemm *g);
+/* Element offsets of batch `index`'s A and B matrices in their buffers. */
+void lm_gemm_batch_offsets(const lm_gemm *g, int64_t index, int64_t *ao, int64_t *bo);
 
 #endif

@@ -1,0 +1,394 @@
+/* The exported wrapper's C source and header. The wrapper is straight-line
+ * code: one call per step of the plan, every buffer an input, an output, a
+ * weight in the embedded blob or an offset in one per-call scratch block
+ * (the memory plan, fixed at export), so <name>_run shares nothing mutable
+ * between calls. */
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/export.h"
+#include "runtime/gemm.h"
+#include "runtime/runtime.h"
+
+static int64_t align_up(int64_t v) {
+  return (v + LM_EXPORT_ALIGN - 1) / LM_EXPORT_ALIGN * LM_EXPORT_ALIGN;
+}
+
+static int64_t node_bytes(const lm_node *n) {
+  return lm_shape_numel(&n->shape) * (int64_t)loom_dtype_size(n->dtype);
+}
+
+/* ------------------------------------------------------------ layout */
+
+typedef struct block {
+  int64_t off, size;
+  int end; /* last step that reads it */
+} block;
+
+/* First fit: the lowest offset where size bytes fit between live blocks
+ * (kept sorted by offset). */
+static int64_t place(const block *live, int nlive, int64_t size) {
+  int64_t at = 0;
+  for (int i = 0; i < nlive; i++) {
+    if (live[i].off - at >= size) return at;
+    int64_t end = align_up(live[i].off + live[i].size);
+    if (end > at) at = end;
+  }
+  return at;
+}
+
+/* The step after which the plan frees pos (its last reader), or `def`. */
+static int freed_after(const lm_program *plan, int pos, int def) {
+  for (int i = 0; i < plan->nsteps; i++)
+    for (int f = 0; f < plan->steps[i].nfree; f++)
+      if (plan->steps[i].free_after[f] == pos) return i;
+  return def;
+}
+
+static bool plan_arena(lm_export_layout *l) {
+  const lm_program *plan = l->p->plan;
+  block *live = malloc(sizeof(block) * (size_t)(plan->nsteps + 1));
+  if (!live) return false;
+  int nlive = 0;
+  for (int i = 0; i < plan->nsteps; i++) {
+    int kept = 0; /* blocks whose last reader ran before this step are free */
+    for (int b = 0; b < nlive; b++)
+      if (live[b].end >= i) live[kept++] = live[b];
+    nlive = kept;
+    const lm_step *s = &plan->steps[i];
+    if (s->out < l->p->n && l->output_of[s->out] >= 0) continue; /* written to the caller's */
+    int64_t size = s->outer * (int64_t)loom_dtype_size(s->dtype);
+    block nb = {place(live, nlive, size), size, freed_after(plan, s->out, i)};
+    l->arena_off[s->out] = nb.off;
+    if (align_up(nb.off + size) > l->arena_bytes) l->arena_bytes = align_up(nb.off + size);
+    int at = nlive++;
+    while (at > 0 && live[at - 1].off > nb.off) live[at] = live[at - 1], at--;
+    live[at] = nb;
+  }
+  free(live);
+  return true;
+}
+
+loom_status lm_export_layout_make(lm_export_layout *l, const loom_program *p, const char *name,
+                                  int64_t embed_limit) {
+  memset(l, 0, sizeof *l);
+  l->p = p;
+  l->name = name;
+  for (size_t i = 0; name[i] && i + 1 < sizeof l->upper; i++)
+    l->upper[i] = (char)toupper((unsigned char)name[i]);
+  int npos = p->n + p->plan->ntemps;
+  l->arena_off = malloc(sizeof(int64_t) * (size_t)(npos + 1));
+  l->weight_off = malloc(sizeof(int64_t) * (size_t)(p->n + 1));
+  l->output_of = malloc(sizeof(int) * (size_t)(p->n + 1));
+  l->symbol = calloc((size_t)p->plan->nsteps + 1, sizeof *l->symbol);
+  if (!l->arena_off || !l->weight_off || !l->output_of || !l->symbol)
+    return lm_fail(LOOM_ERR_OOM, "loom_program_export: out of memory");
+  for (int pos = 0; pos < npos; pos++) l->arena_off[pos] = -1;
+  for (int pos = 0; pos < p->n; pos++) {
+    l->output_of[pos] = -1;
+    l->weight_off[pos] = -1;
+    if (p->kind[pos] != LM_SLOT_WEIGHT) continue;
+    l->weight_off[pos] = l->weight_bytes;
+    l->weight_bytes = align_up(l->weight_bytes + node_bytes(p->nodes[pos]));
+  }
+  for (int i = 0; i < p->nout; i++) {
+    int pos = p->out_pos[i];
+    if (p->kind[pos] == LM_SLOT_NODE && p->plan->published[pos] && l->output_of[pos] < 0)
+      l->output_of[pos] = i;
+  }
+  for (int i = 0; i < p->plan->nsteps; i++) l->uses_gemm |= p->plan->steps[i].kind == LM_STEP_GEMM;
+  l->embed = l->weight_bytes <= embed_limit;
+  if (!plan_arena(l)) return lm_fail(LOOM_ERR_OOM, "loom_program_export: out of memory");
+  return LOOM_OK;
+}
+
+void lm_export_layout_free(lm_export_layout *l) {
+  free(l->arena_off);
+  free(l->weight_off);
+  free(l->output_of);
+  free(l->symbol);
+  memset(l, 0, sizeof *l);
+}
+
+/* ------------------------------------------------------------ source */
+
+/* The C expression of the buffer at pos inside <name>_run. */
+static const char *buffer(const lm_export_layout *l, int pos, char *buf, size_t len) {
+  const loom_program *p = l->p;
+  if (pos < p->n && p->kind[pos] == LM_SLOT_INPUT)
+    snprintf(buf, len, "(void *)inputs[%d]", p->input_of[pos]);
+  else if (pos < p->n && p->kind[pos] == LM_SLOT_WEIGHT)
+    snprintf(buf, len, "(void *)(weights + %" PRId64 ")", l->weight_off[pos]);
+  else if (pos < p->n && l->output_of[pos] >= 0)
+    snprintf(buf, len, "outputs[%d]", l->output_of[pos]);
+  else
+    snprintf(buf, len, "(void *)(scratch + %" PRId64 ")", l->arena_off[pos]);
+  return buf;
+}
+
+static void write_kernel_step(const lm_export_layout *l, int i, FILE *f) {
+  const lm_step *s = &l->p->plan->steps[i];
+  char b[96];
+  fprintf(f, "  { /* step %d: kernel, %" PRId64 " output points */\n", i, s->outer);
+  fprintf(f, "    void *const args[] = {%s", buffer(l, s->out, b, sizeof b));
+  for (int a = 1; a < s->kernel.nslots; a++) {
+    if (s->arg_key[a])
+      fprintf(f, ", (void *)key_%d", s->arg_pos[a]);
+    else
+      fprintf(f, ", %s", buffer(l, s->arg_pos[a], b, sizeof b));
+  }
+  fprintf(f, "};\n    %s(args, 0, %" PRId64 ");\n  }\n", l->symbol[i], s->outer);
+}
+
+static void write_gemm_step(const lm_export_layout *l, int i, FILE *f) {
+  const lm_step *s = &l->p->plan->steps[i];
+  const lm_gemm *g = &s->gemm;
+  bool f32 = g->dtype == LOOM_F32;
+  char a[96], b[96], c[96];
+  int64_t batches = lm_gemm_batches(g);
+  fprintf(f,
+          "  { /* step %d: GEMM %" PRId64 " x %" PRId64 " x %" PRId64 ", %" PRId64 " batches */\n",
+          i, g->M, g->N, g->K, batches);
+  fprintf(f, "    static const int64_t offsets[][2] = {");
+  for (int64_t bi = 0; bi < batches; bi++) {
+    int64_t ao, bo;
+    lm_gemm_batch_offsets(g, bi, &ao, &bo);
+    fprintf(f, "%s{%" PRId64 ", %" PRId64 "}", bi ? ", " : "", ao, bo);
+  }
+  if (batches == 0) fprintf(f, "{0, 0}");
+  fprintf(f, "};\n");
+  fprintf(f, "    const %s *a = %s, *b = %s;\n    %s *c = %s;\n", f32 ? "float" : "double",
+          buffer(l, g->a_pos, a, sizeof a), buffer(l, g->b_pos, b, sizeof b),
+          f32 ? "float" : "double", buffer(l, s->out, c, sizeof c));
+  fprintf(f, "    for (int64_t i = 0; i < %" PRId64 "; i++)\n", batches);
+  fprintf(f,
+          "      gemm_%s(%d, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", a + offsets[i][0], %" PRId64
+          ", b + offsets[i][1], %" PRId64 ", c + i * %" PRId64 ");\n  }\n",
+          f32 ? "f32" : "f64", g->a_trans, g->b_trans, g->M, g->N, g->K, g->lda, g->ldb,
+          g->M * g->N);
+}
+
+static void write_gemm_helpers(FILE *f) {
+  fputs("/* OpenBLAS's CBLAS (row major 101, no transpose 111, transpose 112). */\n"
+        "void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const float *,\n"
+        "                 int, float, float *, int);\n"
+        "void cblas_dgemm(int, int, int, int, int, int, double, const double *, int,\n"
+        "                 const double *, int, double, double *, int);\n\n",
+        f);
+  for (int d = 0; d < 2; d++) {
+    const char *t = d ? "double" : "float", *fn = d ? "cblas_dgemm" : "cblas_sgemm";
+    fprintf(f,
+            "static void gemm_%s(int ta, int tb, int64_t m, int64_t n, int64_t k, const %s *a,\n"
+            "                     int64_t lda, const %s *b, int64_t ldb, %s *c) {\n"
+            "  if (m == 0 || n == 0) return;\n"
+            "  if (k == 0) {\n    memset(c, 0, sizeof *c * (size_t)(m * n));\n    return;\n  }\n"
+            "  %s(101, ta ? 112 : 111, tb ? 112 : 111, (int)m, (int)n, (int)k, 1, a, (int)lda, b,\n"
+            "     (int)ldb, 0, c, (int)n);\n}\n\n",
+            d ? "f64" : "f32", t, t, t, fn);
+  }
+}
+
+/* The weights file is found beside the library and mapped once; its header
+ * is checked (magic, length, FNV-1a of the data) before any call uses it. */
+static void write_weights_loader(const lm_export_layout *l, FILE *f) {
+  fprintf(
+      f,
+      "static pthread_once_t weights_once = PTHREAD_ONCE_INIT;\n"
+      "static const unsigned char *weights_mapped; /* written once, under weights_once */\n\n"
+      "static uint64_t read_u64(const unsigned char *p) {\n"
+      "  uint64_t v = 0;\n  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];\n  return v;\n}\n\n"
+      "static void map_weights(void) {\n"
+      "  Dl_info info;\n"
+      "  if (!dladdr((void *)&map_weights, &info) || !info.dli_fname) return;\n"
+      "  char path[4096];\n"
+      "  const char *slash = strrchr(info.dli_fname, '/');\n"
+      "  int dirlen = slash ? (int)(slash - info.dli_fname + 1) : 0;\n"
+      "  if (snprintf(path, sizeof path, \"%%.*s%%s\", dirlen, info.dli_fname, \"%s.weights\") >=\n"
+      "      (int)sizeof path)\n    return;\n"
+      "  int fd = open(path, O_RDONLY | O_CLOEXEC);\n"
+      "  if (fd < 0) return;\n"
+      "  struct stat st;\n"
+      "  size_t want = %d + (size_t)%" PRId64 "ull;\n"
+      "  if (fstat(fd, &st) != 0 || (size_t)st.st_size != want) {\n    close(fd);\n    return;\n  "
+      "}\n"
+      "  const unsigned char *m = mmap(NULL, want, PROT_READ, MAP_PRIVATE, fd, 0);\n"
+      "  close(fd);\n"
+      "  if (m == MAP_FAILED) return;\n"
+      "  uint64_t h = 14695981039346656037ull;\n"
+      "  for (size_t i = %d; i < want; i++) h = (h ^ m[i]) * 1099511628211ull;\n"
+      "  if (memcmp(m, \"%s\", 8) != 0 || read_u64(m + 8) != %" PRId64 "ull ||\n"
+      "      read_u64(m + 16) != h) {\n"
+      "    munmap((void *)m, want);\n    return;\n  }\n"
+      "  weights_mapped = m + %d;\n}\n\n",
+      l->name, LM_EXPORT_WEIGHTS_HEADER, l->weight_bytes, LM_EXPORT_WEIGHTS_HEADER,
+      LM_EXPORT_WEIGHTS_MAGIC, l->weight_bytes, LM_EXPORT_WEIGHTS_HEADER);
+}
+
+static void write_prelude(const lm_export_layout *l, FILE *f) {
+  const loom_program *p = l->p;
+  fprintf(f, "/* Generated by loom %s from a compiled program: the wrapper of lib%s.so. */\n",
+          LOOM_VERSION_STRING, l->name);
+  fputs("#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n", f);
+  if (!l->embed)
+    fputs("#include <dlfcn.h>\n#include <fcntl.h>\n#include <pthread.h>\n#include <stdio.h>\n"
+          "#include <sys/mman.h>\n#include <sys/stat.h>\n#include <unistd.h>\n",
+          f);
+  fprintf(f, "\n#include \"%s.h\"\n\n", l->name);
+  fputs("/* The kernels: object code from loom's LLVM backend, linked in. */\n", f);
+  for (int i = 0; i < p->plan->nsteps; i++) {
+    if (p->plan->steps[i].kind != LM_STEP_KERNEL) continue;
+    bool seen = false;
+    for (int j = 0; j < i && !seen; j++) seen = !strcmp(l->symbol[j], l->symbol[i]);
+    if (!seen)
+      fprintf(f, "void %s(void *const *args, int64_t begin, int64_t end);\n", l->symbol[i]);
+  }
+  fputs("\n", f);
+  for (int pos = 0; pos < p->n; pos++)
+    if (p->keys[pos]) {
+      const uint32_t *k = p->keys[pos];
+      fprintf(f, "static const uint32_t key_%d[2] = {%" PRIu32 "u, %" PRIu32 "u};\n", pos, k[0],
+              k[1]);
+    }
+  if (l->uses_gemm) write_gemm_helpers(f);
+  if (l->embed)
+    fprintf(f, "extern const unsigned char %s_weights_blob[]; /* weights.S */\n\n", l->name);
+  else
+    write_weights_loader(l, f);
+}
+
+static void write_status_string(const lm_export_layout *l, FILE *f) {
+  fprintf(f,
+          "const char *%s_status_string(int status) {\n"
+          "  switch (status) {\n"
+          "  case %s_OK: return \"ok\";\n"
+          "  case %s_ERR_NULL: return \"an input or output pointer is NULL\";\n"
+          "  case %s_ERR_OOM: return \"out of memory for the scratch buffer\";\n"
+          "  case %s_ERR_WEIGHTS: return \"the weights file beside the library is missing or "
+          "corrupt\";\n"
+          "  default: return \"unknown status\";\n  }\n}\n\n",
+          l->name, l->upper, l->upper, l->upper, l->upper);
+}
+
+void lm_export_write_source(const lm_export_layout *l, FILE *f) {
+  const loom_program *p = l->p;
+  char b[96];
+  write_prelude(l, f);
+  write_status_string(l, f);
+  fprintf(f, "int %s_run(const void *const *inputs, void *const *outputs) {\n", l->name);
+  if (p->nin > 0) {
+    fprintf(f, "  if (!inputs) return %s_ERR_NULL;\n", l->upper);
+    fprintf(f, "  for (int i = 0; i < %d; i++)\n    if (!inputs[i]) return %s_ERR_NULL;\n", p->nin,
+            l->upper);
+  } else {
+    fputs("  (void)inputs;\n", f);
+  }
+  fprintf(f, "  if (!outputs) return %s_ERR_NULL;\n", l->upper);
+  fprintf(f, "  for (int i = 0; i < %d; i++)\n    if (!outputs[i]) return %s_ERR_NULL;\n", p->nout,
+          l->upper);
+  if (l->embed) {
+    fprintf(f, "  const unsigned char *weights = %s_weights_blob;\n", l->name);
+  } else {
+    fprintf(f,
+            "  pthread_once(&weights_once, map_weights);\n"
+            "  const unsigned char *weights = weights_mapped;\n"
+            "  if (!weights) return %s_ERR_WEIGHTS;\n",
+            l->upper);
+  }
+  fprintf(f, "  (void)weights;\n");
+  if (l->arena_bytes > 0) {
+    fprintf(f, "  unsigned char *scratch = malloc(%" PRId64 "); /* the memory plan */\n",
+            l->arena_bytes);
+    fprintf(f, "  if (!scratch) return %s_ERR_OOM;\n", l->upper);
+  } else {
+    fputs("  unsigned char *scratch = NULL; /* the memory plan: nothing between steps */\n", f);
+  }
+  for (int i = 0; i < p->plan->nsteps; i++) {
+    const lm_step *s = &p->plan->steps[i];
+    if (s->kind == LM_STEP_GEMM)
+      write_gemm_step(l, i, f);
+    else if (s->outer > 0)
+      write_kernel_step(l, i, f);
+  }
+  for (int i = 0; i < p->nout; i++) { /* outputs that repeat another or are leaves */
+    int pos = p->out_pos[i];
+    if (pos < p->n && l->output_of[pos] == i) continue;
+    int64_t bytes = node_bytes(p->nodes[pos]);
+    if (bytes > 0)
+      fprintf(f, "  memcpy(outputs[%d], %s, %" PRId64 ");\n", i, buffer(l, pos, b, sizeof b),
+              bytes);
+  }
+  fputs("  free(scratch);\n  return 0;\n}\n", f);
+}
+
+/* ------------------------------------------------------------ header */
+
+static const char *c_type(loom_dtype dt) {
+  switch (dt) {
+  case LOOM_F32: return "float";
+  case LOOM_F64: return "double";
+  case LOOM_I32: return "int32_t";
+  case LOOM_I64: return "int64_t";
+  case LOOM_U8: return "uint8_t";
+  default: return "uint8_t (bool: 0 or 1)";
+  }
+}
+
+static void write_tensor_macros(const lm_export_layout *l, FILE *f, const char *kind, int i,
+                                const char *name, const lm_node *n) {
+  char shape[128];
+  lm_shape_str(&n->shape, shape, sizeof shape);
+  fprintf(f, "/* %s %d: %s, %s %s (C type %s), row-major */\n", kind, i, name,
+          loom_dtype_name(n->dtype), shape, c_type(n->dtype));
+  fprintf(f, "#define %s_%s%d_NAME \"%s\"\n", l->upper, kind, i, name);
+  fprintf(f, "#define %s_%s%d_DTYPE \"%s\"\n", l->upper, kind, i, loom_dtype_name(n->dtype));
+  fprintf(f, "#define %s_%s%d_NDIM %d\n", l->upper, kind, i, n->shape.ndim);
+  fprintf(f, "#define %s_%s%d_SHAPE {", l->upper, kind, i);
+  for (int d = 0; d < n->shape.ndim; d++) fprintf(f, "%s%" PRId64, d ? ", " : "", n->shape.dim[d]);
+  fprintf(f, "%s}\n", n->shape.ndim ? "" : "1");
+  fprintf(f, "#define %s_%s%d_NUMEL %" PRId64 "\n", l->upper, kind, i, lm_shape_numel(&n->shape));
+  fprintf(f, "#define %s_%s%d_BYTES %" PRId64 "\n\n", l->upper, kind, i, node_bytes(n));
+}
+
+void lm_export_write_header(const lm_export_layout *l, FILE *f) {
+  const loom_program *p = l->p;
+  const char *u = l->upper, *n = l->name;
+  fprintf(f,
+          "/* %s.h: a model exported by loom %s as lib%s.so.\n *\n"
+          " *   int %s_run(const void *const *inputs, void *const *outputs);\n *\n"
+          " * inputs[i] points to input i's data and outputs[i] to room for output i:\n"
+          " * contiguous, row-major, of the dtypes and shapes below (%s_INPUT<i>_*,\n"
+          " * %s_OUTPUT<i>_*). Returns %s_OK (0) or a %s_ERR_* status;\n"
+          " * %s_status_string says what it means.\n *\n"
+          " * Threads: %s_run keeps no state between calls (its scratch memory, %s_SCRATCH_BYTES,\n"
+          " * is allocated per call), so several threads may call it at once.\n *\n"
+          " * Weights: %s.\n *\n"
+          " * The kernels are native code for the CPU that exported them (%s); the library\n"
+          " * needs libc, libm, pthreads%s, not loom.\n */\n",
+          n, LOOM_VERSION_STRING, n, n, u, u, u, u, n, n, u,
+          l->embed ? "embedded in the library (read-only data)"
+                   : "in the file named by WEIGHTS_FILE below, beside the library, mapped at the\n"
+                     " * first call and checked (length and checksum)",
+          loom_target_id(), l->uses_gemm ? " and OpenBLAS (for its matrix products)" : "");
+  fprintf(f, "#ifndef %s_H\n#define %s_H\n\n#include <stdint.h>\n\n", u, u);
+  fprintf(f, "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n");
+  fprintf(
+      f,
+      "#define %s_OK 0\n#define %s_ERR_NULL 1\n#define %s_ERR_OOM 2\n#define %s_ERR_WEIGHTS 3\n\n",
+      u, u, u, u);
+  fprintf(f, "#define %s_NUM_INPUTS %d\n#define %s_NUM_OUTPUTS %d\n", u, p->nin, u, p->nout);
+  fprintf(f, "#define %s_SCRATCH_BYTES %" PRId64 "\n", u, l->arena_bytes);
+  if (l->embed)
+    fprintf(f, "#define %s_WEIGHTS_EMBEDDED 1\n\n", u);
+  else
+    fprintf(f, "#define %s_WEIGHTS_EMBEDDED 0\n#define %s_WEIGHTS_FILE \"%s.weights\"\n\n", u, u,
+            n);
+  for (int i = 0; i < p->nin; i++)
+    write_tensor_macros(l, f, "INPUT", i, p->in_nodes[i]->label, p->in_nodes[i]);
+  for (int i = 0; i < p->nout; i++)
+    write_tensor_macros(l, f, "OUTPUT", i, p->out_names[i], p->nodes[p->out_pos[i]]);
+  fprintf(f, "int %s_run(const void *const *inputs, void *const *outputs);\n", n);
+  fprintf(f, "const char *%s_status_string(int status);\n\n", n);
+  fprintf(f, "#ifdef __cplusplus\n}\n#endif\n\n#endif /* %s_H */\n", u);
+}

@@ -1,0 +1,420 @@
+/* AOT export: programs exported as lib<name>.so + <name>.h, loaded with
+ * dlopen and linked by a plain C program, give loom_program_run's results;
+ * the libraries need neither libloom nor LLVM; concurrent calls; weights in
+ * a file beside the library; refused names, folders and compilers. */
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "loom.h"
+#include "scratch.h"
+
+typedef int (*run_fn)(const void *const *inputs, void *const *outputs);
+
+static char dir[256];
+
+static void fill(float *x, int64_t n, unsigned seed) {
+  for (int64_t i = 0; i < n; i++) {
+    seed = seed * 1103515245u + 12345u;
+    x[i] = (float)((seed >> 8) % 2001) / 1000.0f - 1.0f;
+  }
+}
+
+static int64_t numel(loom_shape s) {
+  int64_t n = 1;
+  for (int d = 0; d < s.ndim; d++) n *= s.dim[d];
+  return n;
+}
+
+static void *open_lib(const char *name) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/lib%s.so", dir, name);
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  CHECK_MSG(h != NULL, "dlopen %s: %s", path, dlerror());
+  return h;
+}
+
+static run_fn find_run(void *lib, const char *name) {
+  char sym[96];
+  snprintf(sym, sizeof sym, "%s_run", name);
+  return lib ? (run_fn)dlsym(lib, sym) : NULL;
+}
+
+/* Runs p and the exported library on the same random F32 inputs; every
+ * output agrees within 1e-6 relative. */
+static void check_same(const loom_program *p, run_fn run, unsigned seed) {
+  int nin = loom_program_num_inputs(p), nout = loom_program_num_outputs(p);
+  float *in[8], *out[8];
+  loom_tensor *tin[8], *tout[8];
+  LOOM_SCOPE {
+    for (int i = 0; i < nin; i++) {
+      loom_shape s = loom_program_input_shape(p, i);
+      in[i] = malloc(sizeof(float) * (size_t)(numel(s) + 1));
+      fill(in[i], numel(s), seed + (unsigned)i);
+      tin[i] = loom_from_data(in[i], s, LOOM_F32, LOOM_CPU);
+    }
+    for (int o = 0; o < nout; o++)
+      out[o] = calloc((size_t)numel(loom_program_output_shape(p, o)) + 1, sizeof(float));
+    CHECK_OK(loom_program_run(p, tin, tout));
+    CHECK_EQ_INT(run((const void *const *)in, (void *const *)out), 0);
+    for (int o = 0; o < nout; o++) {
+      int64_t n = numel(loom_program_output_shape(p, o));
+      float *want = malloc(sizeof(float) * (size_t)(n + 1));
+      loom_copy_to_host(tout[o], want, sizeof(float) * (size_t)n);
+      double worst = 0;
+      for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)out[o][i] - want[i]) / fmax(1.0, fabs((double)want[i]));
+        if (!(d <= worst)) worst = d;
+      }
+      CHECK_MSG(worst <= 1e-6, "output %d differs by %g", o, worst);
+      free(want);
+      free(out[o]);
+    }
+    for (int i = 0; i < nin; i++) free(in[i]);
+  }
+}
+
+/* ------------------------------------------------------------ programs */
+
+static loom_program *chain_program(void) {
+  loom_program *p = NULL;
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(33, 70), LOOM_F32, LOOM_CPU);
+    loom_tensor *y = loom_tanh(loom_add_s(loom_mul_s(loom_exp(x), 0.5), 1.0));
+    p = loom_compile(&y, 1, &x, 1);
+  }
+  return p;
+}
+
+static loom_program *softmax_program(void) {
+  loom_program *p = NULL;
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("logits", LOOM_SHAPE(64, 129), LOOM_F32, LOOM_CPU);
+    loom_tensor *y = loom_log_softmax(x, -1);
+    p = loom_compile(&y, 1, &x, 1);
+  }
+  return p;
+}
+
+static loom_program *mlp_program(loom_params *ps) {
+  loom_program *p = NULL;
+  loom_key k[2];
+  loom_key_split(loom_key_new(5), k, 2);
+  loom_linear fc1 = loom_linear_new(ps, "fc1", 64, 48, k[0]);
+  loom_linear fc2 = loom_linear_new(ps, "fc2", 48, 10, k[1]);
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(16, 64), LOOM_F32, LOOM_CPU);
+    loom_tensor *h = loom_relu(loom_linear_forward(&fc1, x));
+    loom_tensor *y = loom_softmax(loom_linear_forward(&fc2, h), -1);
+    p = loom_compile(&y, 1, &x, 1);
+  }
+  return p;
+}
+
+static loom_program *cnn_program(loom_params *ps) {
+  loom_program *p = NULL;
+  loom_key k[3];
+  loom_key_split(loom_key_new(6), k, 3);
+  loom_conv2d c1 = loom_conv2d_new(ps, "c1", 1, 8, 3, (loom_conv2d_opts){.padding = {1, 1}}, k[0]);
+  loom_batchnorm2d bn = loom_batchnorm2d_new(ps, "bn", 8);
+  loom_conv2d c2 = loom_conv2d_new(ps, "c2", 8, 16, 3, (loom_conv2d_opts){.padding = {1, 1}}, k[1]);
+  loom_linear fc = loom_linear_new(ps, "fc", 16 * 2 * 2, 10, k[2]);
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("image", LOOM_SHAPE(4, 1, 8, 8), LOOM_F32, LOOM_CPU);
+    loom_tensor *h = loom_max_pool2d(
+        loom_relu(loom_batchnorm2d_forward(&bn, loom_conv2d_forward(&c1, x), false)), 2, 2, 0);
+    h = loom_max_pool2d(loom_relu(loom_conv2d_forward(&c2, h)), 2, 2, 0);
+    loom_tensor *y = loom_linear_forward(&fc, loom_flatten(h, 1, -1));
+    p = loom_compile(&y, 1, &x, 1);
+  }
+  return p;
+}
+
+/* Two inputs; outputs: a reduction, a weight as is, an input as is, the
+ * reduction again. */
+static loom_program *multi_program(loom_tensor *w) {
+  loom_program *p = NULL;
+  LOOM_SCOPE {
+    loom_tensor *ins[] = {loom_input("a", LOOM_SHAPE(3, 5), LOOM_F32, LOOM_CPU),
+                          loom_input("b", LOOM_SHAPE(5), LOOM_F32, LOOM_CPU)};
+    int axis = 1;
+    loom_tensor *s = loom_sum(loom_mul(loom_add(ins[0], ins[1]), w), &axis, 1, false);
+    loom_tensor *outs[] = {s, w, ins[1], s,
+                           loom_matmul(ins[0], loom_reshape(ins[1], LOOM_SHAPE(5, 1)))};
+    p = loom_compile(outs, 5, ins, 2);
+  }
+  return p;
+}
+
+static void export_and_compare(loom_program *p, const char *name) {
+  check_set_ctx("%s", name);
+  CHECK(p != NULL);
+  if (!p) return;
+  CHECK_OK(loom_program_export(p, dir, name));
+  void *lib = open_lib(name);
+  run_fn run = find_run(lib, name);
+  CHECK(run != NULL);
+  if (run) {
+    check_same(p, run, 11);
+    check_same(p, run, 12);
+  }
+  if (lib) dlclose(lib);
+  check_set_ctx("%s", "");
+}
+
+/* ------------------------------------------------------------ dependencies */
+
+static void check_needed(const char *name, bool wants_blas) {
+  char cmd[512], line[512];
+  snprintf(cmd, sizeof cmd, "readelf -d %s/lib%s.so", dir, name);
+  FILE *f = popen(cmd, "r");
+  CHECK(f != NULL);
+  if (!f) return;
+  bool blas = false; /* an elementwise chain needs nothing, not even libc */
+  while (fgets(line, sizeof line, f)) {
+    if (!strstr(line, "(NEEDED)")) continue;
+    CHECK_MSG(!strstr(line, "loom") && !strstr(line, "LLVM") && !strstr(line, "xxhash") &&
+                  !strstr(line, "jansson"),
+              "lib%s.so needs %s", name, line);
+    blas |= strstr(line, "openblas") != NULL;
+  }
+  pclose(f);
+  CHECK(blas == wants_blas);
+  /* only <name>_run and <name>_status_string are exported */
+  snprintf(cmd, sizeof cmd, "nm -D --defined-only %s/lib%s.so", dir, name);
+  f = popen(cmd, "r");
+  int exported = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    exported++;
+    CHECK_MSG(strstr(line, name) != NULL, "unexpected export %s", line);
+  }
+  if (f) pclose(f);
+  CHECK_EQ_INT(exported, 2);
+}
+
+/* A plain C program that includes only the header and links only the
+ * library, run on inputs written by the test. */
+static void check_linked_program(const loom_program *p, const char *name) {
+  char path[512], cmd[2048];
+  snprintf(path, sizeof path, "%s/use_%s.c", dir, name);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fprintf(f,
+          "#include <stdio.h>\n#include \"%s.h\"\n"
+          "static float in0[MLP_INPUT0_NUMEL], out0[MLP_OUTPUT0_NUMEL];\n"
+          "int main(void) {\n"
+          "  FILE *f = fopen(\"%s/in.bin\", \"rb\");\n"
+          "  if (!f || fread(in0, 1, sizeof in0, f) != sizeof in0) return 10;\n"
+          "  fclose(f);\n"
+          "  const void *ins[] = {in0};\n  void *outs[] = {out0};\n"
+          "  int st = %s_run(ins, outs);\n"
+          "  if (st) { fprintf(stderr, \"%%s\\n\", %s_status_string(st)); return st; }\n"
+          "  f = fopen(\"%s/out.bin\", \"wb\");\n"
+          "  fwrite(out0, 1, sizeof out0, f);\n  fclose(f);\n  return 0;\n}\n",
+          name, dir, name, name, dir);
+  fclose(f);
+  snprintf(cmd, sizeof cmd,
+           "cc -std=c11 -Wall -Werror -o %s/use_%s %s -I%s -L%s -l%s -Wl,-rpath,%s", dir, name,
+           path, dir, dir, name, dir);
+  CHECK_EQ_INT(system(cmd), 0);
+  loom_shape s = loom_program_input_shape(p, 0);
+  int64_t n = numel(s), m = numel(loom_program_output_shape(p, 0));
+  float *in = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)m),
+        *want = malloc(sizeof(float) * (size_t)m);
+  fill(in, n, 99);
+  snprintf(path, sizeof path, "%s/in.bin", dir);
+  f = fopen(path, "wb");
+  fwrite(in, sizeof(float), (size_t)n, f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "%s/use_%s", dir, name);
+  CHECK_EQ_INT(system(cmd), 0);
+  snprintf(path, sizeof path, "%s/out.bin", dir);
+  f = fopen(path, "rb");
+  CHECK(f && fread(got, sizeof(float), (size_t)m, f) == (size_t)m);
+  if (f) fclose(f);
+  LOOM_SCOPE {
+    loom_tensor *t = loom_from_data(in, s, LOOM_F32, LOOM_CPU), *o;
+    CHECK_OK(loom_program_run(p, &t, &o));
+    loom_copy_to_host(o, want, sizeof(float) * (size_t)m);
+  }
+  double worst = 0;
+  for (int64_t i = 0; i < m; i++) worst = fmax(worst, fabs((double)got[i] - want[i]));
+  CHECK_MSG(worst <= 1e-6, "linked program differs by %g", worst);
+  free(in);
+  free(got);
+  free(want);
+}
+
+/* ------------------------------------------------------------ threads */
+
+typedef struct job {
+  run_fn run;
+  const float *in;
+  const float *want;
+  int64_t n_out;
+  int bad;
+} job;
+
+static void *call_many(void *arg) {
+  job *j = arg;
+  float *out = malloc(sizeof(float) * (size_t)j->n_out);
+  for (int r = 0; r < 50; r++) {
+    const void *ins[] = {j->in};
+    void *outs[] = {out};
+    j->bad += j->run(ins, outs) != 0;
+    for (int64_t i = 0; i < j->n_out; i++) j->bad += out[i] != j->want[i];
+  }
+  free(out);
+  return NULL;
+}
+
+static void check_threads(const loom_program *p, run_fn run) {
+  int64_t n = numel(loom_program_input_shape(p, 0)), m = numel(loom_program_output_shape(p, 0));
+  float *in[4], *want[4];
+  job jobs[4];
+  pthread_t th[4];
+  for (int t = 0; t < 4; t++) {
+    in[t] = malloc(sizeof(float) * (size_t)n);
+    want[t] = malloc(sizeof(float) * (size_t)m);
+    fill(in[t], n, 1000u + (unsigned)t);
+    const void *ins[] = {in[t]};
+    void *outs[] = {want[t]};
+    run(ins, outs);
+    jobs[t] = (job){run, in[t], want[t], m, 0};
+  }
+  for (int t = 0; t < 4; t++) pthread_create(&th[t], NULL, call_many, &jobs[t]);
+  for (int t = 0; t < 4; t++) {
+    pthread_join(th[t], NULL);
+    CHECK_EQ_INT(jobs[t].bad, 0);
+    free(in[t]);
+    free(want[t]);
+  }
+}
+
+/* ------------------------------------------------------------ tests */
+
+static void test_programs(void) {
+  loom_program *p = chain_program();
+  export_and_compare(p, "chain");
+  check_needed("chain", false);
+  loom_program_free(p);
+  p = softmax_program();
+  export_and_compare(p, "softmax");
+  loom_program_free(p);
+  loom_params *ps = loom_params_new();
+  p = mlp_program(ps);
+  export_and_compare(p, "mlp");
+  check_needed("mlp", true);
+  check_linked_program(p, "mlp");
+  void *lib = open_lib("mlp");
+  if (find_run(lib, "mlp")) check_threads(p, find_run(lib, "mlp"));
+  if (lib) dlclose(lib);
+  loom_program_free(p);
+  p = cnn_program(ps);
+  export_and_compare(p, "cnn");
+  loom_program_free(p);
+  loom_params_free(ps);
+  float wv[15];
+  fill(wv, 15, 3);
+  loom_tensor *w = loom_from_data(wv, LOOM_SHAPE(3, 5), LOOM_F32, LOOM_CPU);
+  p = multi_program(w);
+  export_and_compare(p, "multi");
+  loom_program_free(p);
+  loom_free(w);
+}
+
+static bool file_contains(const char *path, const char *what) {
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  static char text[1 << 16];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = 0;
+  fclose(f);
+  return strstr(text, what) != NULL;
+}
+
+static void test_weights_file(void) {
+  loom_params *ps = loom_params_new();
+  loom_program *p = mlp_program(ps);
+  setenv("LOOM_EXPORT_EMBED_LIMIT", "0", 1);
+  CHECK_OK(loom_program_export(p, dir, "mlpfile"));
+  CHECK_OK(loom_program_export(p, dir, "mlpbad"));
+  unsetenv("LOOM_EXPORT_EMBED_LIMIT");
+  char path[512];
+  snprintf(path, sizeof path, "%s/mlpfile.h", dir);
+  CHECK(file_contains(path, "#define MLPFILE_WEIGHTS_EMBEDDED 0"));
+  CHECK(file_contains(path, "#define MLPFILE_WEIGHTS_FILE \"mlpfile.weights\""));
+  void *lib = open_lib("mlpfile");
+  run_fn run = find_run(lib, "mlpfile");
+  if (run) check_same(p, run, 21);
+  if (lib) dlclose(lib);
+  /* a corrupted weights file: the call says so instead of computing garbage */
+  snprintf(path, sizeof path, "%s/mlpbad.weights", dir);
+  FILE *f = fopen(path, "r+b");
+  CHECK(f != NULL);
+  if (f) {
+    fseek(f, 200, SEEK_SET);
+    fputc(0x5a, f);
+    fclose(f);
+  }
+  lib = open_lib("mlpbad");
+  run = find_run(lib, "mlpbad");
+  if (run) {
+    float in[16 * 64] = {0}, out[160];
+    const void *ins[] = {in};
+    void *outs[] = {out};
+    CHECK_EQ_INT(run(ins, outs), 3);
+    CHECK_EQ_INT(run(NULL, outs), 1);
+  }
+  if (lib) dlclose(lib);
+  loom_program_free(p);
+  loom_params_free(ps);
+}
+
+static void test_errors(void) {
+  loom_program *p = chain_program();
+  loom_clear_error();
+  CHECK_RC(loom_program_export(p, dir, "9lives"), LOOM_ERR_VALUE);
+  CHECK_RC(loom_program_export(p, dir, "a-b"), LOOM_ERR_VALUE);
+  CHECK_RC(loom_program_export(p, dir, ""), LOOM_ERR_VALUE);
+  CHECK_RC(loom_program_export(NULL, dir, "x"), LOOM_ERR_NULL);
+  CHECK_RC(loom_program_export(p, NULL, "x"), LOOM_ERR_NULL);
+  CHECK_RC(loom_program_export(p, "/nonexistent/folder", "x"), LOOM_ERR_IO);
+  /* no compiler, a failing compiler: clear errors, the earlier library intact */
+  CHECK_OK(loom_program_export(p, dir, "keep"));
+  setenv("CC", "/nonexistent/bin/cc", 1);
+  loom_clear_error();
+  CHECK_RC(loom_program_export(p, dir, "keep"), LOOM_ERR_IO);
+  CHECK_STR_CONTAINS(loom_last_error(), "no C compiler");
+  setenv("CC", "false", 1);
+  loom_clear_error();
+  CHECK_RC(loom_program_export(p, dir, "keep"), LOOM_ERR_COMPILE);
+  CHECK_STR_CONTAINS(loom_last_error(), "linking libkeep.so");
+  unsetenv("CC");
+  loom_clear_error();
+  void *lib = open_lib("keep");
+  CHECK(find_run(lib, "keep") != NULL);
+  if (lib) dlclose(lib);
+  /* nothing left behind by the failed attempts */
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "ls -a %s | grep -q loom-export", dir);
+  CHECK(system(cmd) != 0);
+  loom_program_free(p);
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/loom-test-export-%d", (int)getpid());
+  mkdir(dir, 0700);
+  test_programs();
+  test_weights_file();
+  test_errors();
+  if (!check_failures) check_remove_dir(dir);
+  return check_report();
+}
