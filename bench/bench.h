@@ -68,6 +68,8 @@ extern const bench_workload bench_compile_workloads[];
 extern const int bench_compile_count;
 extern const bench_workload bench_train_workloads[];
 extern const int bench_train_count;
+extern const bench_workload bench_program_workloads[];
+extern const int bench_program_count;
 
 /* ------------------------------------------------------------------ helpers */
 

@@ -15,6 +15,7 @@ static const family families[] = {
     {bench_matmul_workloads, &bench_matmul_count},
     {bench_compile_workloads, &bench_compile_count},
     {bench_train_workloads, &bench_train_count},
+    {bench_program_workloads, &bench_program_count},
 };
 #define NUM_FAMILIES ((int)(sizeof families / sizeof families[0]))
 

@@ -1,6 +1,11 @@
 /* train_digits: an MLP (64-128-10) and a small CNN on the UCI digits set.
  *
  *   ./train_digits [--model mlp|cnn|both] [--epochs N] [--data path] [--device cpu|cuda]
+ *                  [--save dir]
+ *
+ * --save writes each trained model's parameters, batch-norm statistics and
+ * input normalization to dir/<model>.safetensors (examples/export_digits.c
+ * exports them as a shared library).
  *
  * A model is a struct of layers and a forward function (Toro's records as
  * models). Each step records forward, backward and Adam's updates; the loss's
@@ -13,64 +18,8 @@
 #include <time.h>
 
 #include "digits_data.h"
+#include "digits_models.h"
 #include "loom.h"
-
-typedef struct mlp {
-  loom_linear fc1, fc2;
-} mlp;
-
-typedef struct cnn {
-  loom_conv2d conv1, conv2;
-  loom_batchnorm2d bn1, bn2;
-  loom_linear fc;
-} cnn;
-
-typedef struct model {
-  const char *name;
-  loom_params *ps;
-  mlp m;
-  cnn c;
-  bool is_cnn;
-} model;
-
-/* Dropout 0.3 after the hidden layer while training. */
-static loom_tensor *mlp_forward(const mlp *m, const loom_tensor *x, bool train, loom_key key) {
-  loom_tensor *flat = loom_flatten(x, 1, -1); /* [N, 1, 8, 8] -> [N, 64] */
-  loom_tensor *h = loom_dropout(loom_relu(loom_linear_forward(&m->fc1, flat)), 0.3, key, train);
-  return loom_linear_forward(&m->fc2, h);
-}
-
-static loom_tensor *cnn_forward(const cnn *c, const loom_tensor *x, bool train) {
-  loom_tensor *h = loom_batchnorm2d_forward(&c->bn1, loom_conv2d_forward(&c->conv1, x), train);
-  h = loom_max_pool2d(loom_relu(h), 2, 2, 0);
-  h = loom_batchnorm2d_forward(&c->bn2, loom_conv2d_forward(&c->conv2, h), train);
-  h = loom_max_pool2d(loom_relu(h), 2, 2, 0);
-  return loom_linear_forward(&c->fc, loom_flatten(h, 1, -1));
-}
-
-/* Called inside a scope: the intermediates are the scope's. */
-static loom_tensor *forward(const model *m, const loom_tensor *x, bool train, loom_key key) {
-  return m->is_cnn ? cnn_forward(&m->c, x, train) : mlp_forward(&m->m, x, train, key);
-}
-
-static void build(model *m, bool is_cnn, loom_key key) {
-  loom_key k[3];
-  loom_key_split(key, k, 3);
-  m->ps = loom_params_new();
-  m->is_cnn = is_cnn;
-  m->name = is_cnn ? "cnn" : "mlp";
-  loom_conv2d_opts pad1 = {.padding = {1, 1}};
-  if (is_cnn) {
-    m->c.conv1 = loom_conv2d_new(m->ps, "conv1", 1, 16, 3, pad1, k[0]);
-    m->c.bn1 = loom_batchnorm2d_new(m->ps, "bn1", 16);
-    m->c.conv2 = loom_conv2d_new(m->ps, "conv2", 16, 32, 3, pad1, k[1]);
-    m->c.bn2 = loom_batchnorm2d_new(m->ps, "bn2", 32);
-    m->c.fc = loom_linear_new(m->ps, "fc", 32 * 2 * 2, 10, k[2]);
-  } else {
-    m->m.fc1 = loom_linear_new(m->ps, "fc1", 64, 128, k[0]);
-    m->m.fc2 = loom_linear_new(m->ps, "fc2", 128, 10, k[1]);
-  }
-}
 
 /* Augmentation, on the device and fused into the step: half the images move
  * by up to one pixel each way (zero padding), chosen from Philox draws. Each
@@ -131,11 +80,16 @@ static void pixel_stats(const digits *d, double stats[2]) {
   stats[1] = sqrt(sq / n - stats[0] * stats[0]);
 }
 
-static int train(const digits *d, bool is_cnn, int epochs, loom_device device) {
+static int train(const digits *d, bool is_cnn, int epochs, loom_device device,
+                 const char *save_dir) {
   double stats[2];
   pixel_stats(d, stats);
   model m;
   build(&m, is_cnn, loom_key_new(is_cnn ? 7 : 3));
+  float input_stats[2] = {(float)stats[0], (float)stats[1]};
+  loom_tensor *stats_t = loom_from_data(input_stats, LOOM_SHAPE(2), LOOM_F32, LOOM_CPU);
+  loom_params_add_buffer(m.ps, "input_stats", stats_t); /* saved with the weights */
+  loom_free(stats_t);
   if (loom_last_error()) {
     fprintf(stderr, "building the %s failed: %s\n", m.name, loom_last_error());
     return 1;
@@ -197,6 +151,11 @@ static int train(const digits *d, bool is_cnn, int epochs, loom_device device) {
          (unsigned long long)(after.graph_cache_hits - before.graph_cache_hits),
          (double)(after.kernels_launched - before.kernels_launched) /
              (double)(after.realizations - before.realizations));
+  if (save_dir) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.safetensors", save_dir, m.name);
+    if (loom_params_save(m.ps, path) == LOOM_OK) printf("%s: saved %s\n", m.name, path);
+  }
   if (loom_last_error()) fprintf(stderr, "error: %s\n", loom_last_error());
   loom_loader_free(loader);
   loom_dataset_free(ds);
@@ -207,7 +166,7 @@ static int train(const digits *d, bool is_cnn, int epochs, loom_device device) {
 }
 
 int main(int argc, char **argv) {
-  const char *which = "both", *path = "data/digits.csv.gz";
+  const char *which = "both", *path = "data/digits.csv.gz", *save_dir = NULL;
   int epochs = 30;
   loom_device device = LOOM_CPU;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -217,13 +176,15 @@ int main(int argc, char **argv) {
       epochs = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--data"))
       path = argv[i + 1];
+    else if (!strcmp(argv[i], "--save"))
+      save_dir = argv[i + 1];
     else if (!strcmp(argv[i], "--device"))
       device = !strcmp(argv[i + 1], "cuda") ? LOOM_CUDA(0) : LOOM_CPU;
   }
   static digits d;
   if (digits_load(path, &d)) return 1;
   int rc = 0;
-  if (strcmp(which, "cnn")) rc |= train(&d, false, epochs, device);
-  if (strcmp(which, "mlp")) rc |= train(&d, true, epochs, device);
+  if (strcmp(which, "cnn")) rc |= train(&d, false, epochs, device, save_dir);
+  if (strcmp(which, "mlp")) rc |= train(&d, true, epochs, device, save_dir);
   return rc;
 }
