@@ -54,6 +54,12 @@ static bool is_float(loom_dtype d) { return loom_dtype_is_float(d); }
 static bool is_int(loom_dtype d) { return d == LOOM_U8 || d == LOOM_I32 || d == LOOM_I64; }
 static bool is_numeric(loom_dtype d) { return dtype_valid(d) && d != LOOM_BOOL; }
 
+/* Lowering turns an integer constant into an int64 with a C cast, which is
+ * defined only for values in int64's range (not NaN, not infinite). */
+static bool fits_int64(loom_dtype d, double v) {
+  return is_float(d) || d == LOOM_BOOL || (v >= -0x1p63 && v < 0x1p63);
+}
+
 static const char *type_of(const lm_node *n, char *buf, size_t len) {
   return lm_type_str(n->dtype, &n->shape, buf, len);
 }
@@ -336,6 +342,9 @@ static bool check_pad(const verdict *v) {
                     (long long)n->shape.dim[d], (long long)x->shape.dim[d], (long long)lo,
                     shape_str(&x->shape, a, sizeof a));
   }
+  if (!fits_int64(n->dtype, n->arg.pad.value))
+    return refuse(v, "the pad value %g is outside the int64 range an integer pad needs",
+                  n->arg.pad.value);
   return keeps_dtype(v);
 }
 
@@ -465,7 +474,12 @@ static bool check_leaf(const verdict *v) {
   case LM_INPUT:
     if (!n->label || !n->label[0]) return refuse(v, "an input without a name");
     return true;
-  default: return true; /* CONST: any value of any dtype */
+  case LM_CONST:
+    if (!fits_int64(n->dtype, n->arg.f))
+      return refuse(v, "the value %g is outside the int64 range an integer constant needs",
+                    n->arg.f);
+    return true;
+  default: return true;
   }
 }
 

@@ -567,6 +567,24 @@ static void test_broken_leaves(void) {
   refused("normal i32", n, "a uniform or normal draw is f32 or f64");
   n = node(LM_INPUT, S(4), F32, NULL, NULL, NULL);
   refused("nameless input", n, "an input without a name");
+  n = leaf(LOOM_I32, S(2));
+  n->arg.f = 0x1p63;
+  refused("int const too large", n, "the value 9.22337e+18 is outside the int64 range");
+  n = leaf(LOOM_I64, S(2));
+  n->arg.f = NAN;
+  refused("int const nan", n, "the value nan is outside the int64 range");
+  n = leaf(LOOM_I64, S(2));
+  n->arg.f = -0x1p63;
+  accepted("int const smallest", n);
+  n = leaf(LOOM_F32, S(2));
+  n->arg.f = -INFINITY;
+  accepted("float const inf", n);
+  n = leaf(LOOM_BOOL, S(2));
+  n->arg.f = NAN;
+  accepted("bool const nan", n);
+  n = padded(S(7), leaf(LOOM_U8, S(5)), (int64_t[]){1});
+  n->arg.pad.value = -INFINITY;
+  refused("int pad -inf", n, "the pad value -inf is outside the int64 range");
   char why[8];
   CHECK(!lm_node_verify(NULL, why, sizeof why));
   CHECK_STR_EQ(why, "NULL no"); /* cut to the buffer */
