@@ -120,9 +120,13 @@ static loom_status run_graph(const lm_graph *g, const lm_program *p) {
   void **keys = bufs ? bufs + nbufs : NULL;
   if (st == LOOM_OK) st = bind_leaves(g, bufs, keys);
   if (st == LOOM_OK) st = lm_exec_run(&(lm_exec){p, bufs, sizes, keys});
+  /* Leaves' buffers are borrowed: unbind them now, while every node is alive
+   * (publishing frees the intermediate nodes, so g->nodes may not be read
+   * after it); what remains bound afterwards belongs to this run. */
+  for (int i = 0; bufs && i < g->n; i++)
+    if (lm_is_computed(g->nodes[i])) bufs[i] = NULL;
   if (st == LOOM_OK) publish(g, p, bufs, sizes);
-  for (int i = 0; bufs && sizes && i < nbufs; i++)
-    if (i >= g->n || !lm_is_computed(g->nodes[i])) lm_buffer_free(bufs[i], sizes[i]);
+  for (int i = 0; bufs && sizes && i < nbufs; i++) lm_buffer_free(bufs[i], sizes[i]);
   free(bufs);
   free(sizes);
   return st;
