@@ -243,7 +243,7 @@ static loom_program *compile_model(const model *m) {
   LOOM_SCOPE {
     loom_tensor *ph[4], *outs[8];
     for (int i = 0; i < m->nin; i++) {
-      char name[8];
+      char name[16];
       snprintf(name, sizeof name, "x%d", i);
       ph[i] = loom_input(name, m->shape[i], m->dtype[i], LOOM_CPU);
     }
@@ -449,7 +449,7 @@ static void test_parse_with_weights(void) {
   loom_tensor *w[4] = {floats(LOOM_SHAPE(64, 32), 1), floats(LOOM_SHAPE(32), 2),
                        floats(LOOM_SHAPE(32, 10), 3), floats(LOOM_SHAPE(10), 4)};
   for (int i = 0; i < 4; i++) {
-    char name[8];
+    char name[16];
     snprintf(name, sizeof name, "w%d", i);
     CHECK_OK(loom_params_add(ps, name, w[i])); /* trainable: the program ignores that */
   }
