@@ -260,7 +260,10 @@ static loom_status write_file_atomically(const char *op, const char *path, const
   return st;
 }
 
-/* The weights, named as in the text, through the public safetensors writer. */
+/* The weights, named as in the text, through the public safetensors writer.
+ * Wrapping a weight in a handle retains its node, and reference counts are
+ * not atomic: like any use of a tensor, a save runs on one thread at a time
+ * (runs of the program on other threads only read the weights' data). */
 static loom_status save_weights(const loom_program *p, const int *wnum, const char *path) {
   const char *op = "loom_program_save";
   char *wpath = malloc(strlen(path) + sizeof ".safetensors");

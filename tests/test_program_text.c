@@ -540,6 +540,23 @@ static void test_hand_written(void) {
     }
     loom_program_free(p);
   }
+  /* no step at all: the output is the input */
+  CHECK_OK(parse("loom-program 1\ninput 0 x f32[2]\n%0 = input 0\noutput %0\nend\n", &p));
+  if (p) {
+    CHECK_EQ_INT(p->plan->nsteps, 0);
+    char *d = dump_of(p);
+    CHECK_STR_CONTAINS(d, "0 steps (0 kernels, 0 gemms)");
+    free(d);
+    char path[512];
+    CHECK_OK(loom_program_save(p, in_scratch("identity.loom", path, sizeof path)));
+    CHECK_OK(loom_program_dot(p, in_scratch("identity.dot", path, sizeof path)));
+    LOOM_SCOPE {
+      loom_tensor *x = loom_full(LOOM_SHAPE(2), 7, LOOM_F32, LOOM_CPU), *y;
+      CHECK_OK(loom_program_run(p, &x, &y));
+      CHECK_NEAR(loom_item(loom_sum_all(y)), 14, 0);
+    }
+    loom_program_free(p);
+  }
   const char *head = "loom-program 1\ninput 0 x f32[2]\n";
   char text[1024];
   snprintf(text, sizeof text,
