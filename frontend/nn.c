@@ -147,10 +147,10 @@ loom_tensor *loom_avg_pool2d(const loom_tensor *x, int kernel, int stride, int p
 
 /* ------------------------------------------------------------ indices */
 
-/* Realized integer labels can be checked now, as torch does; lazy ones are
- * clamped by the kernel. */
+/* Realized integer labels can be checked now, as torch does; lazy ones (and
+ * a program's placeholders, which have no data yet) are clamped by the kernel. */
 static loom_tensor *check_range(const char *name, const lm_node *labels, int64_t limit) {
-  if (!lm_is_computed(labels)) return NULL;
+  if (!lm_is_computed(labels) || !labels->data) return NULL;
   int64_t n = lm_shape_numel(&labels->shape);
   for (int64_t i = 0; i < n; i++) {
     int64_t v = labels->dtype == LOOM_I64   ? ((const int64_t *)labels->data)[i]

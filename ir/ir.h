@@ -192,6 +192,19 @@ typedef struct lm_view {
  * reshapes that split or merge only compatible strides). */
 bool lm_view_affine(const lm_node *n, const lm_node **base, lm_view *view);
 
+/* ------------------------------------------------------------ verification */
+/* True when n is exactly what its op makes of its sources, by the rules the
+ * frontend applies when recording (shape, dtype, device, number of sources,
+ * arguments); else false, with `why` saying what is wrong: the op, the values
+ * involved and what was expected. Sources are taken as verified. A computed
+ * node is a leaf: its shape, dtype and data are checked. Lowering trusts what
+ * this accepts, so a node read from a file is verified before it is compiled. */
+bool lm_node_verify(const lm_node *n, char *why, size_t len);
+/* "f32[8,32]" into buf (always terminated; a bad dtype or ndim says so). */
+const char *lm_type_str(loom_dtype dtype, const loom_shape *s, char *buf, size_t len);
+/* The most sources a CAT may have (lowering's limit). */
+#define LM_CAT_MAX_SOURCES 64
+
 /* ------------------------------------------------------------ canonical form */
 typedef struct lm_hash128 {
   uint64_t lo, hi;

@@ -1,0 +1,620 @@
+/* A compiled program as text: the file loom_program_save writes (the format
+ * is docs/PROGRAM_FORMAT.md; runtime/program_parse.c reads it back), the
+ * readable dump of its IR and schedule, and a Graphviz picture. All three
+ * write a graph position the same way:
+ *
+ *   %5 = add f32[8,32] %3 %4
+ *   %7 = sum f32[8,1] %6 axes=[1]
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/program.h"
+#include "runtime/runtime.h"
+
+/* ------------------------------------------------------------ a growing string */
+
+typedef struct text {
+  char *s;
+  size_t len, cap;
+  bool oom; /* an append failed: the text is incomplete */
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *fmt, ...) {
+  if (t->oom) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int need = vsnprintf(t->s ? t->s + t->len : NULL, t->s ? t->cap - t->len : 0, fmt, ap);
+  va_end(ap);
+  if (need < 0) {
+    t->oom = true;
+    return;
+  }
+  if (t->s && t->len + (size_t)need < t->cap) {
+    t->len += (size_t)need;
+    return;
+  }
+  size_t cap = t->cap ? t->cap : 4096;
+  while (cap <= t->len + (size_t)need) cap *= 2;
+  char *grown = realloc(t->s, cap);
+  if (!grown) {
+    t->oom = true;
+    return;
+  }
+  t->s = grown, t->cap = cap;
+  va_start(ap, fmt);
+  vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
+  va_end(ap);
+  t->len += (size_t)need;
+}
+
+/* Spaces up to column col of the current line (at least one). */
+static void pad_to(text *t, size_t line_start, size_t col) {
+  size_t at = t->len - line_start;
+  put(t, "%*s", at < col ? (int)(col - at) : 1, "");
+}
+
+/* ------------------------------------------------------------ numbers */
+
+const char *lm_hex_double(double v, char buf[LM_HEX_DOUBLE_LEN]) {
+  uint64_t bits;
+  memcpy(&bits, &v, sizeof bits);
+  const char *sign = bits >> 63 ? "-" : "";
+  int biased = (int)((bits >> 52) & 0x7ff);
+  uint64_t frac = bits & ((UINT64_C(1) << 52) - 1);
+  if (biased == 0x7ff) {
+    snprintf(buf, LM_HEX_DOUBLE_LEN, "%s%s", sign, frac ? "nan" : "inf");
+    return buf;
+  }
+  if (biased == 0 && frac == 0) {
+    snprintf(buf, LM_HEX_DOUBLE_LEN, "%s0x0p+0", sign);
+    return buf;
+  }
+  /* 13 hex digits of fraction, trailing zeros dropped; subnormals 0x0.hhh p-1022 */
+  char digits[14];
+  int nd = 0;
+  for (int i = 0; i < 13; i++) digits[i] = "0123456789abcdef"[(frac >> (48 - 4 * i)) & 0xf];
+  for (nd = 13; nd > 0 && digits[nd - 1] == '0'; nd--) {
+  }
+  digits[nd] = 0;
+  int lead = biased ? 1 : 0, exp = biased ? biased - 1023 : -1022;
+  snprintf(buf, LM_HEX_DOUBLE_LEN, "%s0x%d%s%sp%+d", sign, lead, nd ? "." : "", digits, exp);
+  return buf;
+}
+
+/* ------------------------------------------------------------ one position */
+
+static void put_type(text *t, loom_dtype dtype, const loom_shape *s) {
+  put(t, "%s[", loom_dtype_name(dtype));
+  for (int d = 0; d < s->ndim; d++) put(t, d ? ",%lld" : "%lld", (long long)s->dim[d]);
+  put(t, "]");
+}
+
+static void put_list(text *t, const char *key, const int64_t *v, int n) {
+  put(t, " %s=[", key);
+  for (int i = 0; i < n; i++) put(t, i ? ",%lld" : "%lld", (long long)v[i]);
+  put(t, "]");
+}
+
+static void put_f64(text *t, const char *key, double v) {
+  char buf[LM_HEX_DOUBLE_LEN];
+  put(t, " %s=%s", key, lm_hex_double(v, buf));
+}
+
+static const char *rand_kind_name(lm_rand_kind kind) {
+  return kind == LM_RAND_UNIFORM ? "uniform" : kind == LM_RAND_NORMAL ? "normal" : "bernoulli";
+}
+
+/* The op's arguments, each " key=value", in the order the format fixes. */
+static void put_args(text *t, const lm_node *n) {
+  int nd = n->shape.ndim;
+  int64_t v[LOOM_MAX_DIMS];
+  switch (n->op) {
+  case LM_CONST: put_f64(t, "value", n->arg.f); break;
+  case LM_IOTA:
+    put_f64(t, "start", n->arg.iota.start);
+    put_f64(t, "step", n->arg.iota.step);
+    break;
+  case LM_RAND:
+    put(t, " kind=%s", rand_kind_name(n->arg.rand.kind));
+    put_f64(t, "p", n->arg.rand.p);
+    put(t, " key=0x%08x,0x%08x", (unsigned)n->arg.rand.key.k[0], (unsigned)n->arg.rand.key.k[1]);
+    break;
+  case LM_RSUM:
+  case LM_RMAX:
+  case LM_RMIN:
+  case LM_RLSE:
+  case LM_ARGMAX:
+  case LM_ARGMIN: {
+    int count = 0;
+    for (int a = 0; a < LOOM_MAX_DIMS; a++)
+      if (n->arg.axes & (1u << a)) v[count++] = a;
+    put_list(t, "axes", v, count);
+    break;
+  }
+  case LM_PERMUTE:
+    for (int d = 0; d < nd; d++) v[d] = n->arg.perm[d];
+    put_list(t, "perm", v, nd);
+    break;
+  case LM_SLICE:
+    put_list(t, "start", n->arg.slice.start, nd);
+    put_list(t, "step", n->arg.slice.step, nd);
+    break;
+  case LM_PAD:
+    put_list(t, "lo", n->arg.pad.lo, nd);
+    put_f64(t, "value", n->arg.pad.value);
+    break;
+  case LM_CAT: put(t, " axis=%d", n->arg.axis); break;
+  case LM_WINDOW:
+    put_list(t, "kernel", n->arg.window.kernel, 2);
+    put_list(t, "stride", n->arg.window.stride, 2);
+    put_list(t, "dilation", n->arg.window.dilation, 2);
+    break;
+  default: break;
+  }
+}
+
+/* Weights are named "w<k>", k counting them in position order: wnum[pos]. */
+static int *weight_numbers(const loom_program *p, int *count) {
+  int *wnum = malloc(sizeof(int) * (size_t)(p->n + 1));
+  *count = 0;
+  for (int pos = 0; wnum && pos < p->n; pos++)
+    wnum[pos] = p->kind[pos] == LM_SLOT_WEIGHT ? (*count)++ : -1;
+  return wnum;
+}
+
+/* "%5 = add f32[8,32] %3 %4" (without a newline). Sources come from the
+ * program's tables: a node's scratch pos is not kept after compiling. */
+static void put_position(text *t, const loom_program *p, int pos, const int *wnum) {
+  const lm_node *n = p->nodes[pos];
+  put(t, "%%%d = ", pos);
+  if (p->kind[pos] == LM_SLOT_INPUT) {
+    put(t, "input %d", p->input_of[pos]);
+    return;
+  }
+  if (p->kind[pos] == LM_SLOT_WEIGHT) {
+    put(t, "weight w%d ", wnum[pos]);
+    put_type(t, n->dtype, &n->shape);
+    return;
+  }
+  put(t, "%s ", lm_op_name(n->op));
+  put_type(t, n->dtype, &n->shape);
+  for (int s = p->src_start[pos]; s < p->src_start[pos + 1]; s++) put(t, " %%%d", p->src_pos[s]);
+  put_args(t, n);
+}
+
+static void put_input_declaration(text *t, const loom_program *p, int i) {
+  const lm_node *in = p->in_nodes[i];
+  put(t, "input %d %s ", i, in->label);
+  put_type(t, in->dtype, &in->shape);
+}
+
+/* ------------------------------------------------------------ the file */
+
+static void put_program(text *t, const loom_program *p, const int *wnum) {
+  put(t, "%s %d\n", LM_PROGRAM_MAGIC, LM_PROGRAM_VERSION);
+  for (int i = 0; i < p->nin; i++) {
+    put_input_declaration(t, p, i);
+    put(t, "\n");
+  }
+  for (int pos = 0; pos < p->n; pos++) {
+    put_position(t, p, pos, wnum);
+    put(t, "\n");
+  }
+  for (int i = 0; i < p->nout; i++) put(t, "output %%%d\n", p->out_pos[i]);
+  put(t, "end\n");
+}
+
+/* A new file beside path (the rename stays in one file system), made with
+ * O_EXCL so two writers never share one. */
+static int create_temp(const char *path, char *tmp, size_t len) {
+  static atomic_uint counter;
+  for (int tries = 0; tries < 100; tries++) {
+    snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;
+}
+
+static bool write_all(int fd, const char *data, size_t len) {
+  while (len > 0) {
+    ssize_t put_n = write(fd, data, len);
+    if (put_n < 0 && errno == EINTR) continue;
+    if (put_n < 0) return false;
+    data += put_n, len -= (size_t)put_n;
+  }
+  return true;
+}
+
+/* Writes data to path through a temporary file beside it, renamed over path:
+ * a reader sees the old file or the new one, never half of one. */
+static loom_status write_file_atomically(const char *op, const char *path, const void *data,
+                                         size_t len) {
+  size_t tmp_len = strlen(path) + 64;
+  char *tmp = malloc(tmp_len);
+  if (!tmp) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  int fd = create_temp(path, tmp, tmp_len);
+  if (fd < 0) {
+    loom_status st = lm_fail(LOOM_ERR_IO, "%s: '%s': cannot create a file beside it: %s", op, path,
+                             strerror(errno));
+    free(tmp);
+    return st;
+  }
+  loom_status st = LOOM_OK;
+  if (!write_all(fd, data, len) || fsync(fd) != 0)
+    st = lm_fail(LOOM_ERR_IO, "%s: '%s': cannot write: %s", op, path, strerror(errno));
+  if (close(fd) != 0 && st == LOOM_OK)
+    st = lm_fail(LOOM_ERR_IO, "%s: '%s': cannot close: %s", op, path, strerror(errno));
+  if (st == LOOM_OK && rename(tmp, path) != 0)
+    st = lm_fail(LOOM_ERR_IO, "%s: '%s': cannot replace it: %s", op, path, strerror(errno));
+  if (st != LOOM_OK) unlink(tmp);
+  free(tmp);
+  return st;
+}
+
+/* The weights, named as in the text, through the public safetensors writer.
+ * Wrapping a weight in a handle retains its node, and reference counts are
+ * not atomic: like any use of a tensor, a save runs on one thread at a time
+ * (runs of the program on other threads only read the weights' data). */
+static loom_status save_weights(const loom_program *p, const int *wnum, const char *path) {
+  const char *op = "loom_program_save";
+  char *wpath = malloc(strlen(path) + sizeof ".safetensors");
+  loom_params *ps = loom_params_new();
+  loom_status st = wpath && ps ? LOOM_OK : lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  for (int pos = 0; pos < p->n && st == LOOM_OK; pos++) {
+    if (p->kind[pos] != LM_SLOT_WEIGHT) continue;
+    char name[32];
+    snprintf(name, sizeof name, "w%d", wnum[pos]);
+    lm_node_retain(p->nodes[pos]);
+    loom_tensor *t = lm_tensor_wrap(p->nodes[pos]); /* consumes the reference */
+    st = loom_params_add_buffer(ps, name, t);
+    loom_free(t); /* the collection keeps its own */
+  }
+  if (st == LOOM_OK) {
+    strcpy(wpath, path);
+    strcat(wpath, ".safetensors");
+    st = loom_params_save(ps, wpath);
+  }
+  loom_params_free(ps);
+  free(wpath);
+  return st;
+}
+
+loom_status loom_program_save(const loom_program *p, const char *path) {
+  const char *op = "loom_program_save";
+  if (!p || !path) return lm_fail(LOOM_ERR_NULL, "%s: %s is NULL", op, p ? "path" : "program");
+  int nweights;
+  int *wnum = weight_numbers(p, &nweights);
+  text t = {0};
+  if (wnum) put_program(&t, p, wnum);
+  loom_status st = wnum && !t.oom ? LOOM_OK : lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  /* the weights first: a text on disk never names weights that are not there */
+  if (st == LOOM_OK && nweights > 0) st = save_weights(p, wnum, path);
+  if (st == LOOM_OK) st = write_file_atomically(op, path, t.s, t.len);
+  free(t.s);
+  free(wnum);
+  return st;
+}
+
+/* ------------------------------------------------------------ the dump */
+
+/* "%7", or "%t0" for a step's temporary (a split reduction's partial results). */
+static const char *pos_name(const loom_program *p, int pos, char buf[24]) {
+  if (pos >= p->n)
+    snprintf(buf, 24, "%%t%d", pos - p->n);
+  else
+    snprintf(buf, 24, "%%%d", pos);
+  return buf;
+}
+
+/* The step whose output is pos, or -1 (positions not stored have none). */
+static int step_storing(const loom_program *p, int pos) {
+  for (int i = 0; i < p->plan->nsteps; i++)
+    if (p->plan->steps[i].out == pos) return i;
+  return -1;
+}
+
+/* Which steps compute which nodes: computes[i * n + pos] when step i's kernel
+ * computes node pos (its output, and inline every node it reaches without
+ * passing a stored one). A node several kernels recompute is in each. */
+static unsigned char *steps_computing(const loom_program *p) {
+  size_t n = (size_t)p->n, nsteps = (size_t)p->plan->nsteps;
+  unsigned char *computes = calloc(nsteps * n + 1, 1);
+  bool *stored = calloc(n + 1, sizeof *stored);
+  int *stack = malloc(sizeof(int) * (n + 1));
+  for (size_t i = 0; computes && stored && stack && i < nsteps; i++)
+    if (p->plan->steps[i].out < p->n) stored[p->plan->steps[i].out] = true;
+  for (size_t i = 0; computes && stored && stack && i < nsteps; i++) {
+    int root = p->plan->steps[i].out, len = 0;
+    unsigned char *mine = computes + i * n;
+    if (root >= p->n) continue; /* a temporary: partial results of a split reduction */
+    mine[root] = 1;
+    stack[len++] = root;
+    while (len > 0) {
+      int pos = stack[--len];
+      for (int s = p->src_start[pos]; s < p->src_start[pos + 1]; s++) {
+        int src = p->src_pos[s];
+        if (p->kind[src] != LM_SLOT_NODE || stored[src] || mine[src]) continue;
+        mine[src] = 1;
+        stack[len++] = src;
+      }
+    }
+  }
+  bool ok = computes && stored && stack;
+  free(stored);
+  free(stack);
+  if (!ok) free(computes);
+  return ok ? computes : NULL;
+}
+
+static void dump_header(text *t, const loom_program *p) {
+  int weights = 0, nodes = 0, kernels = 0;
+  for (int pos = 0; pos < p->n; pos++)
+    weights += p->kind[pos] == LM_SLOT_WEIGHT, nodes += p->kind[pos] == LM_SLOT_NODE;
+  for (int i = 0; i < p->plan->nsteps; i++) kernels += p->plan->steps[i].kind == LM_STEP_KERNEL;
+  put(t,
+      "loom program: %d input%s, %d weight%s, %d node%s, %d output%s; %d step%s (%d kernel%s, "
+      "%d gemm%s)\n",
+      p->nin, p->nin == 1 ? "" : "s", weights, weights == 1 ? "" : "s", nodes,
+      nodes == 1 ? "" : "s", p->nout, p->nout == 1 ? "" : "s", p->plan->nsteps,
+      p->plan->nsteps == 1 ? "" : "s", kernels, kernels == 1 ? "" : "s", p->plan->nsteps - kernels,
+      p->plan->nsteps - kernels == 1 ? "" : "s");
+}
+
+#define COMMENT_COLUMN 48
+
+static void dump_inputs(text *t, const loom_program *p) {
+  put(t, "inputs\n");
+  for (int i = 0; i < p->nin; i++) {
+    size_t start = t->len;
+    put(t, "  ");
+    put_input_declaration(t, p, i);
+    pad_to(t, start, COMMENT_COLUMN);
+    if (p->in_pos[i] >= 0)
+      put(t, "# at %%%d\n", p->in_pos[i]);
+    else
+      put(t, "# unused\n");
+  }
+}
+
+/* A node's line, then where it is computed: "# step 3" when a kernel inlines
+ * it ("# steps 2, 3" when two recompute it), "stored" when a step writes it
+ * to memory. */
+static void dump_nodes(text *t, const loom_program *p, const int *wnum,
+                       const unsigned char *computes) {
+  put(t, "nodes\n");
+  for (int pos = 0; pos < p->n; pos++) {
+    size_t start = t->len;
+    put(t, "  ");
+    put_position(t, p, pos, wnum);
+    pad_to(t, start, COMMENT_COLUMN);
+    if (p->kind[pos] == LM_SLOT_INPUT) put(t, "# %s", p->nodes[pos]->label);
+    if (p->kind[pos] == LM_SLOT_WEIGHT) put(t, "# captured");
+    if (p->kind[pos] == LM_SLOT_NODE) {
+      int count = 0;
+      for (int i = 0; i < p->plan->nsteps; i++) count += computes[(size_t)i * p->n + pos];
+      put(t, "# step%s", count == 1 ? "" : "s");
+      for (int i = 0, k = 0; i < p->plan->nsteps; i++)
+        if (computes[(size_t)i * p->n + pos]) put(t, k++ ? ", %d" : " %d", i);
+      if (count == 0) put(t, " (none)");
+      if (step_storing(p, pos) >= 0) put(t, ", stored");
+    }
+    for (int i = 0; i < p->nout; i++)
+      if (p->out_pos[i] == pos) put(t, ", %s", p->out_names[i]);
+    put(t, "\n");
+  }
+}
+
+static void dump_outputs(text *t, const loom_program *p) {
+  put(t, "outputs\n");
+  for (int i = 0; i < p->nout; i++) {
+    const lm_node *n = p->nodes[p->out_pos[i]];
+    size_t start = t->len;
+    put(t, "  output %%%d", p->out_pos[i]);
+    pad_to(t, start, COMMENT_COLUMN);
+    put(t, "# %s ", p->out_names[i]);
+    put_type(t, n->dtype, &n->shape);
+    put(t, "\n");
+  }
+}
+
+static void dump_gemm(text *t, const loom_program *p, int i) {
+  const lm_step *s = &p->plan->steps[i];
+  const lm_gemm *g = &s->gemm;
+  char a[24], b[24], c[24];
+  put(t, "  step %d: gemm -> %s %s[%lld,%lld]", i, pos_name(p, s->out, c),
+      loom_dtype_name(g->dtype), (long long)g->M, (long long)g->N);
+  for (int k = 0; k < p->plan->nsteps; k++)
+    if (s->deferred && p->plan->steps[k].gemm_partner == i)
+      put(t, "; runs in row blocks inside step %d", k);
+  put(t, "\n    M %lld N %lld K %lld: A %s%s lda %lld offset %lld, B %s%s ldb %lld offset %lld\n",
+      (long long)g->M, (long long)g->N, (long long)g->K, pos_name(p, g->a_pos, a),
+      g->a_trans ? " transposed" : "", (long long)g->lda, (long long)g->a_offset,
+      pos_name(p, g->b_pos, b), g->b_trans ? " transposed" : "", (long long)g->ldb,
+      (long long)g->b_offset);
+  if (g->nbatch > 0) {
+    put(t, "    batch [");
+    for (int d = 0; d < g->nbatch; d++) put(t, d ? ",%lld" : "%lld", (long long)g->batch[d]);
+    put(t, "], A strides [");
+    for (int d = 0; d < g->nbatch; d++) put(t, d ? ",%lld" : "%lld", (long long)g->a_bstride[d]);
+    put(t, "], B strides [");
+    for (int d = 0; d < g->nbatch; d++) put(t, d ? ",%lld" : "%lld", (long long)g->b_bstride[d]);
+    put(t, "]\n");
+  }
+}
+
+/* lk_kernel_print's listing, indented under its step. */
+static void dump_listing(text *t, const lk_kernel *k) {
+  char *listing = NULL;
+  size_t size = 0;
+  FILE *f = open_memstream(&listing, &size);
+  if (!f) {
+    t->oom = true;
+    return;
+  }
+  lk_kernel_print(k, f);
+  if (fclose(f) != 0 || !listing) {
+    free(listing);
+    t->oom = true;
+    return;
+  }
+  for (const char *line = listing; *line;) {
+    const char *nl = strchr(line, '\n');
+    int len = nl ? (int)(nl - line) : (int)strlen(line);
+    put(t, "    %.*s\n", len, line);
+    line += len + (nl != NULL);
+  }
+  free(listing);
+}
+
+static void dump_kernel(text *t, const loom_program *p, int i, const unsigned char *computes) {
+  const lm_step *s = &p->plan->steps[i];
+  char a[24];
+  put(t, "  step %d: kernel -> %s %s, %lld output%s", i, pos_name(p, s->out, a),
+      loom_dtype_name(s->dtype), (long long)s->outer, s->outer == 1 ? "" : "s");
+  if (s->out < p->n) {
+    put(t, "; computes");
+    for (int pos = 0; pos < p->n; pos++)
+      if (computes[(size_t)i * p->n + pos]) put(t, " %%%d", pos);
+  } else {
+    put(t, "; partial results of a split reduction");
+  }
+  put(t, "\n    slots:");
+  for (int k = 0; k < s->kernel.nslots; k++) {
+    put(t, "%s %d %s%s", k ? "," : "", k, s->arg_key[k] ? "key of " : "",
+        pos_name(p, s->arg_pos[k], a));
+    if (k == 0) put(t, " (out)");
+    if (s->gemm_partner >= 0 && k == s->gemm_slot)
+      put(t, " (rows of step %d's gemm)", s->gemm_partner);
+  }
+  put(t, "\n");
+  dump_listing(t, &s->kernel);
+}
+
+static void dump_schedule(text *t, const loom_program *p, const unsigned char *computes) {
+  put(t, "schedule\n");
+  for (int i = 0; i < p->plan->nsteps; i++) {
+    if (p->plan->steps[i].kind == LM_STEP_GEMM)
+      dump_gemm(t, p, i);
+    else
+      dump_kernel(t, p, i, computes);
+  }
+}
+
+loom_status loom_program_dump(const loom_program *p, FILE *out) {
+  const char *op = "loom_program_dump";
+  if (!p || !out) return lm_fail(LOOM_ERR_NULL, "%s: %s is NULL", op, p ? "out" : "program");
+  int nweights;
+  int *wnum = weight_numbers(p, &nweights);
+  unsigned char *computes = steps_computing(p);
+  text t = {0};
+  if (wnum && computes) {
+    dump_header(&t, p);
+    dump_inputs(&t, p);
+    dump_nodes(&t, p, wnum, computes);
+    dump_outputs(&t, p);
+    dump_schedule(&t, p, computes);
+  }
+  bool oom = !wnum || !computes || t.oom;
+  free(wnum);
+  free(computes);
+  if (oom) {
+    free(t.s);
+    return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  }
+  bool written = fwrite(t.s, 1, t.len, out) == t.len && fflush(out) == 0;
+  free(t.s);
+  return written ? LOOM_OK : lm_fail(LOOM_ERR_IO, "%s: cannot write: %s", op, strerror(errno));
+}
+
+/* ------------------------------------------------------------ the picture */
+
+static void dot_node_label(text *t, const loom_program *p, int pos, const int *wnum) {
+  const lm_node *n = p->nodes[pos];
+  if (p->kind[pos] == LM_SLOT_INPUT)
+    put(t, "input %d %s\\n", p->input_of[pos], n->label);
+  else if (p->kind[pos] == LM_SLOT_WEIGHT)
+    put(t, "%%%d weight w%d\\n", pos, wnum[pos]);
+  else
+    put(t, "%%%d %s\\n", pos, lm_op_name(n->op));
+  put_type(t, n->dtype, &n->shape);
+}
+
+static void dot_node(text *t, const loom_program *p, int pos, const int *wnum, const char *indent) {
+  static const char *const style[] = {
+      [LM_SLOT_NODE] = "shape=box",
+      [LM_SLOT_INPUT] = "shape=invhouse, style=filled, fillcolor=\"#cfe2ff\"",
+      [LM_SLOT_WEIGHT] = "shape=cylinder, style=filled, fillcolor=\"#fff3cd\"",
+  };
+  bool stored = p->kind[pos] == LM_SLOT_NODE && step_storing(p, pos) >= 0;
+  put(t, "%sn%d [%s%s, label=\"", indent, pos, style[p->kind[pos]], stored ? ", style=bold" : "");
+  dot_node_label(t, p, pos, wnum);
+  put(t, "\"];\n");
+}
+
+/* One cluster per step with the nodes kernel_of gives it; a step storing a
+ * temporary gets a point for it, so the cluster is never empty. */
+static void dot_step(text *t, const loom_program *p, int i, const int *wnum) {
+  const lm_step *s = &p->plan->steps[i];
+  put(t, "  subgraph cluster_%d {\n    label=\"step %d: %s\";\n    style=rounded;\n", i, i,
+      s->kind == LM_STEP_GEMM ? "gemm" : "kernel");
+  if (s->out >= p->n)
+    put(t, "    t%d [shape=point, xlabel=\"%%t%d\"];\n", s->out - p->n, s->out - p->n);
+  for (int pos = 0; pos < p->n; pos++)
+    if (p->kind[pos] == LM_SLOT_NODE && p->kernel_of[pos] == i) dot_node(t, p, pos, wnum, "    ");
+  put(t, "  }\n");
+}
+
+static void dot_edges(text *t, const loom_program *p) {
+  for (int pos = 0; pos < p->n; pos++)
+    for (int s = p->src_start[pos]; s < p->src_start[pos + 1]; s++) {
+      bool repeated = false;
+      for (int r = p->src_start[pos]; r < s; r++) repeated |= p->src_pos[r] == p->src_pos[s];
+      if (!repeated) put(t, "  n%d -> n%d;\n", p->src_pos[s], pos);
+    }
+  for (int i = 0; i < p->plan->nsteps; i++) { /* temporaries flow to the steps reading them */
+    const lm_step *s = &p->plan->steps[i];
+    for (int k = 1; s->kind == LM_STEP_KERNEL && k < s->kernel.nslots; k++)
+      if (!s->arg_key[k] && s->arg_pos[k] >= p->n && s->out < p->n)
+        put(t, "  t%d -> n%d [style=dashed];\n", s->arg_pos[k] - p->n, s->out);
+  }
+  for (int i = 0; i < p->nout; i++) {
+    const lm_node *n = p->nodes[p->out_pos[i]];
+    put(t, "  %s [shape=house, style=filled, fillcolor=\"#d1e7dd\", label=\"%s\\n", p->out_names[i],
+        p->out_names[i]);
+    put_type(t, n->dtype, &n->shape);
+    put(t, "\"];\n  n%d -> %s;\n", p->out_pos[i], p->out_names[i]);
+  }
+}
+
+static void put_dot(text *t, const loom_program *p, const int *wnum) {
+  put(t, "digraph loom_program {\n  node [fontname=\"monospace\", fontsize=10];\n"
+         "  graph [fontname=\"monospace\", fontsize=10];\n");
+  for (int i = 0; i < p->plan->nsteps; i++) dot_step(t, p, i, wnum);
+  for (int pos = 0; pos < p->n; pos++)
+    if (p->kind[pos] != LM_SLOT_NODE || p->kernel_of[pos] < 0) dot_node(t, p, pos, wnum, "  ");
+  dot_edges(t, p);
+  put(t, "}\n");
+}
+
+loom_status loom_program_dot(const loom_program *p, const char *path) {
+  const char *op = "loom_program_dot";
+  if (!p || !path) return lm_fail(LOOM_ERR_NULL, "%s: %s is NULL", op, p ? "path" : "program");
+  int nweights;
+  int *wnum = weight_numbers(p, &nweights);
+  text t = {0};
+  if (wnum) put_dot(&t, p, wnum);
+  loom_status st = wnum && !t.oom ? write_file_atomically(op, path, t.s, t.len)
+                                  : lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  free(t.s);
+  free(wnum);
+  return st;
+}
