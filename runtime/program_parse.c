@@ -631,7 +631,7 @@ static loom_status parse_position(parser *p, token first) {
 static loom_status parse_output(parser *p) {
   token t;
   char q[72];
-  int pos;
+  int pos = -1;
   loom_status st = take_expected(p, &t, "a position");
   if (st == LOOM_OK && !parse_ref(t, p->n, &pos))
     st = bad(p, "output '%s' is not a position (there are %d)", quote(t, q), p->n);

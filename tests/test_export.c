@@ -409,12 +409,41 @@ static void test_errors(void) {
   loom_program_free(p);
 }
 
+/* `loom export model.loom --name NAME --out DIR` on a saved program. */
+static void test_command_line(void) {
+  loom_params *ps = loom_params_new();
+  loom_program *p = mlp_program(ps);
+  char saved[512], cmd[2048];
+  snprintf(saved, sizeof saved, "%s/mlp.loom", dir);
+  CHECK_OK(loom_program_save(p, saved));
+  snprintf(cmd, sizeof cmd, "'%s' export '%s' --name cli --out '%s' > /dev/null", LOOM_TOOL, saved,
+           dir);
+  CHECK_EQ_INT(system(cmd), 0);
+  void *lib = open_lib("cli");
+  run_fn run = find_run(lib, "cli");
+  CHECK(run != NULL);
+  if (run) check_same(p, run, 31);
+  if (lib) dlclose(lib);
+  /* a missing file, a missing argument: a message and a failing status */
+  snprintf(cmd, sizeof cmd, "'%s' export '%s/none.loom' --name cli --out '%s' 2> %s/err.txt",
+           LOOM_TOOL, dir, dir, dir);
+  CHECK(system(cmd) != 0);
+  char path[512];
+  snprintf(path, sizeof path, "%s/err.txt", dir);
+  CHECK(file_contains(path, "none.loom"));
+  snprintf(cmd, sizeof cmd, "'%s' export '%s' --out '%s' 2> /dev/null", LOOM_TOOL, saved, dir);
+  CHECK(system(cmd) != 0);
+  loom_program_free(p);
+  loom_params_free(ps);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/loom-test-export-%d", (int)getpid());
   mkdir(dir, 0700);
   test_programs();
   test_weights_file();
   test_errors();
+  test_command_line();
   if (!check_failures) check_remove_dir(dir);
   return check_report();
 }

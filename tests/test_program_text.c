@@ -46,7 +46,7 @@ static void write_file(const char *path, const char *data, size_t len) {
 }
 
 static bool same_file(const char *a, const char *b) {
-  size_t la, lb;
+  size_t la = 0, lb = 0;
   char *x = read_file(a, &la), *y = read_file(b, &lb);
   bool same = x && y && la == lb && memcmp(x, y, la) == 0;
   free(x);
@@ -804,8 +804,8 @@ static void refused_line(const text_lines *ls, int i, const char *replacement, l
   size_t len;
   char *t = with_line(ls, i, replacement, &len);
   char label[300];
-  snprintf(label, sizeof label, "line %d %s: '%s'", i + 1, what,
-           replacement ? replacement : "(deleted)");
+  snprintf(label, sizeof label, "line %d %s: '%.200s'", i + 1, what,
+           replacement ? replacement : "(deleted)"); /* long lines are cut in the label */
   refused_file(label, t, len, want, needle);
   free(t);
 }

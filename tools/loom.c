@@ -3,6 +3,7 @@
  *
  *   loom info
  *   loom cache stats | clear
+ *   loom export model.loom --name NAME --out DIR
  *   loom bench [name...] [--json] [--peers] [--repeats N] [--warmup N] [--threads N]
  *              [--no-limits] [--list]
  */
@@ -27,13 +28,17 @@ static void print_usage(FILE *out) {
   fprintf(out,
           "usage: loom info\n"
           "       loom cache stats | clear\n"
+          "       loom export model.loom --name NAME --out DIR\n"
           "       loom bench [name...] [--json] [--peers] [--repeats N] [--warmup N]\n"
           "                  [--threads N] [--no-limits] [--list]\n"
           "\n"
           "bench: all workloads when no names are given. --json prints one JSON object per\n"
           "line on stdout (the table then goes to stderr). --peers also runs the NumPy and\n"
           "PyTorch versions (bench/peers, or $LOOM_BENCH_PEERS_DIR) with /usr/bin/python3.\n"
-          "--no-limits skips measuring the machine's limits (no percentages then).\n");
+          "--no-limits skips measuring the machine's limits (no percentages then).\n"
+          "\n"
+          "export: loads a program saved with loom_program_save and writes DIR/libNAME.so and\n"
+          "DIR/NAME.h (loom_program_export).\n");
 }
 
 static void print_error(const char *what, loom_status status) {
@@ -72,8 +77,7 @@ static int print_cache_stats(void) {
   const char *dir = loom_cache_dir();
   printf("dir:     %s\n", dir ? dir : "(none)");
   printf("entries: %llu\n", (unsigned long long)info.entries);
-  printf("bytes:   %llu (%.1f KiB)\n", (unsigned long long)info.bytes,
-         (double)info.bytes / 1024.0);
+  printf("bytes:   %llu (%.1f KiB)\n", (unsigned long long)info.bytes, (double)info.bytes / 1024.0);
   return 0;
 }
 
@@ -114,8 +118,8 @@ static bool parse_count(const char *flag, const char *text, int minimum, int *va
   errno = 0;
   long v = text ? strtol(text, &end, 10) : 0;
   if (!text || !*text || errno || *end || v < minimum || v > INT_MAX) {
-    fprintf(stderr, "loom bench: %s needs an integer of at least %d, got '%s'\n", flag,
-            minimum, text ? text : "");
+    fprintf(stderr, "loom bench: %s needs an integer of at least %d, got '%s'\n", flag, minimum,
+            text ? text : "");
     return false;
   }
   *value = (int)v;
@@ -126,9 +130,9 @@ static bool parse_count(const char *flag, const char *text, int minimum, int *va
  * arguments used, or 0 on error. */
 static int parse_bench_argument(bench_command *cmd, int argc, char **argv) {
   const char *arg = argv[0], *value = argc > 1 ? argv[1] : NULL;
-  bool *switch_flag = strcmp(arg, "--json") == 0    ? &cmd->options.json
-                      : strcmp(arg, "--peers") == 0 ? &cmd->options.peers
-                      : strcmp(arg, "--list") == 0  ? &cmd->list_only
+  bool *switch_flag = strcmp(arg, "--json") == 0        ? &cmd->options.json
+                      : strcmp(arg, "--peers") == 0     ? &cmd->options.peers
+                      : strcmp(arg, "--list") == 0      ? &cmd->list_only
                       : strcmp(arg, "--no-limits") == 0 ? &cmd->skip_limits
                                                         : NULL;
   int *number_flag = strcmp(arg, "--repeats") == 0   ? &cmd->options.repeats
@@ -155,7 +159,8 @@ static int parse_bench_argument(bench_command *cmd, int argc, char **argv) {
 
 static bool parse_bench_command(bench_command *cmd, int argc, char **argv) {
   const char *peers_dir = getenv("LOOM_BENCH_PEERS_DIR");
-  cmd->options = (bench_options){.repeats = DEFAULT_REPEATS, .warmup = DEFAULT_WARMUP,
+  cmd->options = (bench_options){.repeats = DEFAULT_REPEATS,
+                                 .warmup = DEFAULT_WARMUP,
                                  .peers_dir = peers_dir ? peers_dir : LOOM_BENCH_PEERS_DIR};
   cmd->names = calloc((size_t)argc + 1, sizeof *cmd->names);
   if (!cmd->names) return false;
@@ -194,10 +199,10 @@ static void run_peers_and_report(const bench_command *cmd, FILE *table, const be
 /* Runs the workloads; returns how many failed, or -1 when nothing could run. */
 static int run_benchmarks(const bench_command *cmd) {
   FILE *table = cmd->options.json ? stderr : stdout;
-  const bench_workload **workloads = calloc((size_t)bench_workload_count() + (size_t)cmd->nnames,
-                                            sizeof *workloads);
-  bench_result *results = calloc((size_t)bench_workload_count() + (size_t)cmd->nnames,
-                                 sizeof *results);
+  const bench_workload **workloads =
+      calloc((size_t)bench_workload_count() + (size_t)cmd->nnames, sizeof *workloads);
+  bench_result *results =
+      calloc((size_t)bench_workload_count() + (size_t)cmd->nnames, sizeof *results);
   if (!workloads || !results) {
     free(workloads), free(results);
     return -1;
@@ -242,6 +247,41 @@ static int command_bench(int argc, char **argv) {
   return exit_code;
 }
 
+/* ------------------------------------------------------------------ export */
+
+static int command_export(int argc, char **argv) {
+  const char *path = NULL, *name = NULL, *out = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--name") == 0 && i + 1 < argc)
+      name = argv[++i];
+    else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+      out = argv[++i];
+    else if (argv[i][0] != '-' && !path)
+      path = argv[i];
+    else {
+      print_usage(stderr);
+      return 2;
+    }
+  }
+  if (!path || !name || !out) {
+    print_usage(stderr);
+    return 2;
+  }
+  loom_program *p = loom_program_load(path);
+  if (!p) {
+    print_error("export", loom_last_status());
+    return 1;
+  }
+  loom_status st = loom_program_export(p, out, name);
+  loom_program_free(p);
+  if (st != LOOM_OK) {
+    print_error("export", st);
+    return 1;
+  }
+  printf("loom: wrote %s/lib%s.so and %s/%s.h\n", out, name, out, name);
+  return 0;
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv) {
@@ -253,6 +293,7 @@ int main(int argc, char **argv) {
   if (strcmp(command, "info") == 0 && argc == 2) return command_info();
   if (strcmp(command, "cache") == 0) return command_cache(argc - 2, argv + 2);
   if (strcmp(command, "bench") == 0) return command_bench(argc - 2, argv + 2);
+  if (strcmp(command, "export") == 0) return command_export(argc - 2, argv + 2);
   if (strcmp(command, "__bench-child") == 0) return bench_child_main(argc - 2, argv + 2);
   if (strcmp(command, "help") == 0 || strcmp(command, "--help") == 0 ||
       strcmp(command, "-h") == 0) {

@@ -7,6 +7,7 @@
  *
  * It classifies every image of the test split (written by export_digits)
  * one call at a time and prints the accuracy and the time per call. */
+#define _POSIX_C_SOURCE 199309L /* clock_gettime under -std=c11 */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
