@@ -1,0 +1,824 @@
+/*
+ * Kernel description -> CUDA C (the CUDA twin of backends/llvm/codegen.c).
+ *
+ * Every instruction becomes one `const T v<i> = <expr>;` line whose meaning
+ * is the LLVM backend's (prelude helpers fill the gaps where C++ differs).
+ * Output points are spread over threads in one of four shapes (lm_cuda_mode):
+ *
+ *   elementwise  each thread computes LM_CUDA_VEC consecutive points per
+ *                grid-stride step; when they are all in range and the output
+ *                (and every input read at "the point's own index + c") is
+ *                aligned, those are vector loads and one vector store.
+ *   reductions   one thread (short rows), one warp or one block (long rows)
+ *                per output point; threads stride over the reduced dims, then
+ *                combine with warp shuffles (butterfly) and, for a block, one
+ *                slot per warp in shared memory combined in warp order. The
+ *                order depends only on the row length and LM_CUDA_BLOCK, so
+ *                results are the same for any grid. The epilogue runs on the
+ *                point's first thread.
+ *
+ * Reduction semantics (ir/kernel.h): SUM accumulates in acc_dtype (integers
+ * wrap); integer MAX/MIN are plain; float MAX/MIN and every ARGMAX/ARGMIN
+ * carry (value, index) pairs so that NaNs, the first maximum and the sign of
+ * a zero maximum come out as the CPU's sequential loop has them; LSE takes
+ * the max, then sums exp(v - shift) in double, as the CPU does.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/nvrtc/nvrtc_backend.h"
+
+/* Row lengths up to these run one thread / one warp per output point. */
+#define THREAD_ROW_MAX 32
+#define WARP_ROW_MAX 1024
+
+/* ------------------------------------------------------------------ text */
+
+typedef struct sb {
+  char *p;
+  size_t len, cap;
+  bool oom;
+} sb;
+
+static void sb_vprintf(sb *s, const char *fmt, va_list ap) {
+  if (s->oom) return;
+  va_list again;
+  va_copy(again, ap);
+  int n = vsnprintf(s->p ? s->p + s->len : NULL, s->p ? s->cap - s->len : 0, fmt, ap);
+  if (n >= 0 && s->p && s->len + (size_t)n < s->cap) {
+    s->len += (size_t)n;
+    va_end(again);
+    return;
+  }
+  size_t need = s->len + (size_t)(n < 0 ? 0 : n) + 1, cap = s->cap ? s->cap : 4096;
+  while (cap < need) cap *= 2;
+  char *grown = realloc(s->p, cap);
+  if (n < 0 || !grown) {
+    s->oom = true;
+    if (grown) s->p = grown;
+    va_end(again);
+    return;
+  }
+  s->p = grown, s->cap = cap;
+  vsnprintf(s->p + s->len, s->cap - s->len, fmt, again);
+  s->len += (size_t)n;
+  va_end(again);
+}
+
+static void sb_printf(sb *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sb *s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  sb_vprintf(s, fmt, ap);
+  va_end(ap);
+}
+
+/* ------------------------------------------------------------------ state */
+
+/* An I64 instruction as c[0] d0 + ... + c[nouter-1] d(nouter-1) + k, when it is one. */
+typedef struct affine {
+  bool ok;
+  int64_t c[LOOM_MAX_DIMS];
+  int64_t k;
+} affine;
+
+/* Elements of slot `slot` at the point's own index + shift, loaded as vectors. */
+typedef struct chunk {
+  int slot;
+  loom_dtype dt;
+  int64_t shift;
+} chunk;
+
+typedef enum acc_kind {
+  ACC_SUM,    /* running sum of acc_dtype */
+  ACC_MINMAX, /* integer MAX/MIN: the running extreme */
+  ACC_PAIR,   /* float MAX/MIN, ARGMAX/ARGMIN: (value, index) */
+  ACC_LSE     /* max, then a double sum of exp(v - shift) */
+} acc_kind;
+
+typedef struct cg {
+  const lk_kernel *k;
+  sb s;
+  int ind; /* indentation, in spaces */
+  unsigned char *body_needed, *epi_needed;
+  int *chunk_of; /* per instruction: the chunk a load reads in the vector path, or -1 */
+  chunk *chunks;
+  int nchunks;
+  lm_cuda_mode mode;
+  int64_t outer, red; /* points of the outer and of the reduced dims */
+  acc_kind acc;
+  bool want_max;
+} cg;
+
+static const char *ctype(loom_dtype dt) {
+  switch (dt) {
+  case LOOM_F32: return "float";
+  case LOOM_F64: return "double";
+  case LOOM_I32: return "int";
+  case LOOM_I64: return "long long";
+  case LOOM_U8: return "unsigned char";
+  case LOOM_BOOL: return "bool";
+  case LOOM_NUM_DTYPES: break;
+  }
+  return "?";
+}
+
+/* In memory BOOL is one byte, 0 or 1. */
+static const char *mtype(loom_dtype dt) { return dt == LOOM_BOOL ? "unsigned char" : ctype(dt); }
+
+static bool is_float(loom_dtype dt) { return dt == LOOM_F32 || dt == LOOM_F64; }
+
+static void line(cg *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void line(cg *g, const char *fmt, ...) {
+  sb_printf(&g->s, "%*s", g->ind, "");
+  va_list ap;
+  va_start(ap, fmt);
+  sb_vprintf(&g->s, fmt, ap);
+  va_end(ap);
+  sb_printf(&g->s, "\n");
+}
+
+static void open_block(cg *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void open_block(cg *g, const char *fmt, ...) {
+  sb_printf(&g->s, "%*s", g->ind, "");
+  va_list ap;
+  va_start(ap, fmt);
+  sb_vprintf(&g->s, fmt, ap);
+  va_end(ap);
+  sb_printf(&g->s, " {\n");
+  g->ind += 2;
+}
+
+static void close_block(cg *g) {
+  g->ind -= 2;
+  line(g, "}");
+}
+
+static int64_t extent_product(const lk_kernel *k, int from, int to) {
+  int64_t n = 1;
+  for (int d = from; d < to; d++) n *= k->dom[d];
+  return n;
+}
+
+/* ------------------------------------------------------------------ literals */
+
+/* A float constant exactly: hexadecimal, rounded to float first for F32 (as
+ * LLVMConstReal does); infinities and NaN through the prelude's bit casts. */
+static void put_float(sb *s, loom_dtype dt, double v) {
+  bool f32 = dt == LOOM_F32;
+  double x = f32 ? (double)(float)v : v;
+  if (isnan(x))
+    sb_printf(s, "%s", f32 ? "LM_NAN_F" : "LM_NAN_D");
+  else if (isinf(x))
+    sb_printf(s, "(%s%s)", x < 0 ? "-" : "", f32 ? "LM_INF_F" : "LM_INF_D");
+  else
+    sb_printf(s, "(%a%s)", x, f32 ? "f" : "");
+}
+
+static void put_int(sb *s, loom_dtype dt, int64_t v) {
+  switch (dt) {
+  case LOOM_BOOL: sb_printf(s, "%s", v ? "true" : "false"); break;
+  case LOOM_I64:
+    if (v == INT64_MIN)
+      sb_printf(s, "(-9223372036854775807LL - 1)");
+    else
+      sb_printf(s, "(%" PRId64 "LL)", v);
+    break;
+  default: /* I32, U8: truncated, as LLVMConstInt does */
+    sb_printf(s, "((%s)%" PRId64 "LL)", ctype(dt), v);
+  }
+}
+
+static void put_const(sb *s, const lk_inst *in) {
+  if (is_float(in->dtype))
+    put_float(s, in->dtype, in->imm_f);
+  else
+    put_int(s, in->dtype, in->imm_i);
+}
+
+/* The lowest (or highest) value of a dtype: the MAX (MIN) identity. */
+static void put_extreme(sb *s, loom_dtype dt, bool highest) {
+  switch (dt) {
+  case LOOM_F32:
+  case LOOM_F64: put_float(s, dt, highest ? INFINITY : -INFINITY); break;
+  case LOOM_I32: sb_printf(s, "%s", highest ? "2147483647" : "(-2147483647 - 1)"); break;
+  case LOOM_I64: put_int(s, dt, highest ? INT64_MAX : INT64_MIN); break;
+  case LOOM_U8: sb_printf(s, "((unsigned char)%d)", highest ? 255 : 0); break;
+  default: sb_printf(s, "%s", highest ? "true" : "false"); break;
+  }
+}
+
+/* ------------------------------------------------------------------ instructions */
+
+static const char *math_name(lk_op op) {
+  switch (op) {
+  case LK_EXP: return "lm_exp";
+  case LK_LOG: return "lm_log";
+  case LK_SQRT: return "lm_sqrt";
+  case LK_SIN: return "lm_sin";
+  case LK_COS: return "lm_cos";
+  case LK_TANH: return "lm_tanh";
+  case LK_ERF: return "lm_erf";
+  case LK_FLOOR: return "lm_floor";
+  default: return NULL;
+  }
+}
+
+static void put_arith(sb *s, const lk_inst *in) {
+  static const char *const sym[] = {[LK_ADD] = "+", [LK_SUB] = "-", [LK_MUL] = "*"};
+  static const char *const fn[] = {[LK_ADD] = "lm_add", [LK_SUB] = "lm_sub", [LK_MUL] = "lm_mul"};
+  if (is_float(in->dtype))
+    sb_printf(s, "v%d %s v%d", in->a, sym[in->op], in->b);
+  else
+    sb_printf(s, "%s(v%d, v%d)", fn[in->op], in->a, in->b);
+}
+
+static void put_neg_abs(sb *s, const lk_inst *in) {
+  if (in->op == LK_NEG)
+    sb_printf(s, is_float(in->dtype) ? "-v%d" : "lm_neg(v%d)", in->a);
+  else if (is_float(in->dtype))
+    sb_printf(s, "lm_fabs(v%d)", in->a);
+  else if (in->dtype == LOOM_U8)
+    sb_printf(s, "v%d", in->a);
+  else /* wraps: abs(INT_MIN) == INT_MIN, as the CPU's select of the negation */
+    sb_printf(s, "lm_iabs(v%d)", in->a);
+}
+
+static void put_compare(sb *s, const lk_inst *in) {
+  const char *op = in->op == LK_CMPLT   ? "<"
+                   : in->op == LK_CMPLE ? "<="
+                   : in->op == LK_CMPEQ ? "=="
+                                        : "!="; /* true on NaN, as the CPU's une */
+  sb_printf(s, "(v%d %s v%d)", in->a, op, in->b);
+}
+
+/* C++ conversions are the CPU's: float -> int truncates, ints wrap, U8 and
+ * BOOL widen as unsigned; to BOOL is != 0 (NaN: true). Out-of-range float ->
+ * int conversions are undefined in the description (C's rule); CUDA saturates. */
+static void put_cast(sb *s, const lk_inst *in) {
+  if (in->dtype == LOOM_BOOL)
+    sb_printf(s, "(v%d != 0)", in->a);
+  else
+    sb_printf(s, "(%s)v%d", ctype(in->dtype), in->a);
+}
+
+static void put_load(cg *g, const lk_inst *in, int i, bool vector) {
+  const char *bool_test = in->dtype == LOOM_BOOL ? " != 0" : "";
+  if (vector && g->chunk_of[i] >= 0)
+    sb_printf(&g->s, "(lm_c%d.v[lm_j]%s)", g->chunk_of[i], bool_test);
+  else
+    sb_printf(&g->s, "(((const %s *)s%d)[v%d]%s)", mtype(in->dtype), in->slot, in->a, bool_test);
+}
+
+static void put_expr(cg *g, int i, bool vector) {
+  const lk_inst *in = &g->k->inst[i];
+  sb *s = &g->s;
+  switch (in->op) {
+  case LK_DIM: sb_printf(s, "d%d", (int)in->imm_i); return;
+  case LK_IDIV:
+  case LK_IMOD: /* both >= 0: unsigned division, exact and cheaper */
+    sb_printf(s, "(long long)((unsigned long long)v%d %s (unsigned long long)v%d)", in->a,
+              in->op == LK_IDIV ? "/" : "%", in->b);
+    return;
+  case LK_CONST: put_const(s, in); return;
+  case LK_LOAD: put_load(g, in, i, vector); return;
+  case LK_RAND:
+    sb_printf(s, "lm_philox_%s(lm_k%d_0, lm_k%d_1, (unsigned long long)v%d, %" PRIu32 "u)",
+              in->dtype == LOOM_F32 ? "f32" : "f64", in->slot, in->slot, in->a,
+              (uint32_t)in->imm_i);
+    return;
+  case LK_ACC: sb_printf(s, "lm_acc"); return;
+  case LK_ADD:
+  case LK_SUB:
+  case LK_MUL: put_arith(s, in); return;
+  case LK_DIV: sb_printf(s, "v%d / v%d", in->a, in->b); return;
+  case LK_MAX:
+  case LK_MIN:
+    sb_printf(s, "lm_%s(v%d, v%d)", in->op == LK_MAX ? "max" : "min", in->a, in->b);
+    return;
+  case LK_POW: sb_printf(s, "lm_pow(v%d, v%d)", in->a, in->b); return;
+  case LK_NEG:
+  case LK_ABS: put_neg_abs(s, in); return;
+  case LK_CMPLT:
+  case LK_CMPLE:
+  case LK_CMPEQ:
+  case LK_CMPNE: put_compare(s, in); return;
+  case LK_AND: sb_printf(s, "(v%d && v%d)", in->a, in->b); return;
+  case LK_OR: sb_printf(s, "(v%d || v%d)", in->a, in->b); return;
+  case LK_NOT: sb_printf(s, "(!v%d)", in->a); return;
+  case LK_WHERE: sb_printf(s, "(v%d ? v%d : v%d)", in->a, in->b, in->c); return;
+  case LK_CAST: put_cast(s, in); return;
+  default: break;
+  }
+  const char *fn = math_name(in->op);
+  sb_printf(s, "%s(v%d)", fn ? fn : "lm_unknown_op", in->a);
+}
+
+/* The needed instructions [0, upto] as constants v<i>; with `vector`, loads of
+ * chunks read the chunk's element lm_j. */
+static void emit_eval(cg *g, const unsigned char *needed, int upto, bool vector) {
+  for (int i = 0; i <= upto; i++) {
+    if (!needed[i]) continue;
+    sb_printf(&g->s, "%*sconst %s v%d = ", g->ind, "", ctype(g->k->inst[i].dtype), i);
+    put_expr(g, i, vector);
+    sb_printf(&g->s, ";\n");
+  }
+}
+
+/* ------------------------------------------------------------------ indices */
+
+/* Domain dims [from, to) from the row-major linear index `var` over them, in
+ * 32-bit arithmetic when they have at most 2^32 points (constant divisors
+ * become multiplies either way). */
+static void emit_unravel(cg *g, const char *var, const char *q, int from, int to) {
+  const lk_kernel *k = g->k;
+  if (from == to) return;
+  bool narrow = extent_product(k, from, to) <= (int64_t)UINT32_MAX;
+  const char *ut = narrow ? "unsigned int" : "unsigned long long", *suffix = narrow ? "u" : "ull";
+  line(g, "%s %s = (%s)%s;", ut, q, ut, var);
+  for (int d = to - 1; d > from; d--) {
+    if (k->dom[d] == 1) {
+      line(g, "const long long d%d = 0;", d);
+      continue;
+    }
+    line(g, "const long long d%d = (long long)(%s %% %" PRId64 "%s);", d, q, k->dom[d], suffix);
+    line(g, "%s /= %" PRId64 "%s;", q, k->dom[d], suffix);
+  }
+  line(g, "const long long d%d = (long long)%s;", from, q);
+}
+
+static void emit_store(cg *g, const char *at, int value) {
+  loom_dtype dt = g->k->out_dtype;
+  line(g, "((%s *)s0)[%s] = (%s)v%d;", mtype(dt), at, mtype(dt), value);
+}
+
+/* ------------------------------------------------------------------ header */
+
+static void emit_signature(cg *g, const char *name) {
+  sb_printf(&g->s, "extern \"C\" __global__ void __launch_bounds__(%d) %s(void *s0", LM_CUDA_BLOCK,
+            name);
+  for (int s = 1; s < g->k->nslots; s++) sb_printf(&g->s, ", const void *s%d", s);
+  sb_printf(&g->s, ", long long begin, long long end) {\n");
+  g->ind = 2;
+}
+
+/* Philox keys: loaded once per thread. */
+static void emit_keys(cg *g) {
+  const lk_kernel *k = g->k;
+  unsigned char *done = calloc((size_t)k->nslots, 1);
+  if (!done) {
+    g->s.oom = true;
+    return;
+  }
+  for (int i = 0; i < k->ninst; i++) {
+    const lk_inst *in = &k->inst[i];
+    if (in->op != LK_RAND || done[in->slot] || !(g->body_needed[i] || g->epi_needed[i])) continue;
+    done[in->slot] = 1;
+    line(g, "const unsigned int lm_k%d_0 = ((const unsigned int *)s%d)[0];", in->slot, in->slot);
+    line(g, "const unsigned int lm_k%d_1 = ((const unsigned int *)s%d)[1];", in->slot, in->slot);
+  }
+  free(done);
+}
+
+/* The kernel's listing as a comment, for whoever reads a dumped source. */
+static void emit_listing(cg *g, const char *name) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return;
+  lk_kernel_print(g->k, f);
+  fclose(f);
+  sb_printf(&g->s, "// %s\n", name);
+  char *save = NULL;
+  for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+    sb_printf(&g->s, "// %s\n", l);
+  free(text);
+}
+
+/* ------------------------------------------------------------------ elementwise */
+
+/* Which I64 instructions are affine in the outer dims (index arithmetic). */
+static void analyze_affine(const lk_kernel *k, affine *af) {
+  for (int i = 0; i < k->nbody; i++) {
+    const lk_inst *in = &k->inst[i];
+    affine *r = &af[i];
+    memset(r, 0, sizeof *r);
+    if (in->dtype != LOOM_I64) continue;
+    const affine *a = in->a >= 0 ? &af[in->a] : NULL, *b = in->b >= 0 ? &af[in->b] : NULL;
+    bool ok = true;
+    switch (in->op) {
+    case LK_DIM: r->c[in->imm_i] = 1; break;
+    case LK_CONST: r->k = in->imm_i; break;
+    case LK_ADD:
+    case LK_SUB: {
+      ok = a->ok && b->ok;
+      int64_t sign = in->op == LK_ADD ? 1 : -1;
+      for (int d = 0; d <= k->nouter && ok; d++) {
+        int64_t x = d < k->nouter ? a->c[d] : a->k, y = d < k->nouter ? b->c[d] : b->k;
+        int64_t *out = d < k->nouter ? &r->c[d] : &r->k;
+        ok = !__builtin_mul_overflow(y, sign, &y) && !__builtin_add_overflow(x, y, out);
+      }
+      break;
+    }
+    case LK_MUL: {
+      ok = a->ok && b->ok;
+      bool a_const = true, b_const = true;
+      for (int d = 0; d < k->nouter; d++) a_const &= a->c[d] == 0, b_const &= b->c[d] == 0;
+      if (!ok || !(a_const || b_const)) {
+        ok = false;
+        break;
+      }
+      const affine *v = a_const ? b : a;
+      int64_t m = a_const ? a->k : b->k;
+      for (int d = 0; d < k->nouter && ok; d++) ok = !__builtin_mul_overflow(v->c[d], m, &r->c[d]);
+      ok = ok && !__builtin_mul_overflow(v->k, m, &r->k);
+      break;
+    }
+    default: ok = false;
+    }
+    r->ok = ok && (in->op != LK_DIM || in->imm_i < k->nouter);
+  }
+}
+
+/* The load reads the point's own row-major index + shift (dims of extent 1
+ * always have index 0, so their coefficient does not matter). */
+static bool contiguous(const lk_kernel *k, const affine *off, int64_t *shift) {
+  if (!off->ok) return false;
+  int64_t stride = 1;
+  for (int d = k->nouter - 1; d >= 0; d--) {
+    if (k->dom[d] != 1 && off->c[d] != stride) return false;
+    stride *= k->dom[d];
+  }
+  *shift = off->k;
+  return true;
+}
+
+static bool find_chunks(cg *g) {
+  const lk_kernel *k = g->k;
+  affine *af = calloc((size_t)k->ninst, sizeof *af);
+  g->chunks = calloc((size_t)k->ninst, sizeof *g->chunks);
+  if (!af || !g->chunks) {
+    free(af);
+    return false;
+  }
+  analyze_affine(k, af);
+  for (int i = 0; i < k->nbody; i++) {
+    const lk_inst *in = &k->inst[i];
+    int64_t shift;
+    if (in->op != LK_LOAD || !g->body_needed[i] || !contiguous(k, &af[in->a], &shift)) continue;
+    int c = 0;
+    while (c < g->nchunks && !(g->chunks[c].slot == in->slot && g->chunks[c].dt == in->dtype &&
+                               g->chunks[c].shift == shift))
+      c++;
+    if (c == g->nchunks) g->chunks[g->nchunks++] = (chunk){in->slot, in->dtype, shift};
+    g->chunk_of[i] = c;
+  }
+  free(af);
+  return true;
+}
+
+/* All LM_CUDA_VEC points in range and every vector access aligned. */
+static void emit_vector_condition(cg *g) {
+  const char *out = mtype(g->k->out_dtype);
+  sb_printf(&g->s, "%*sif (lm_base + %d <= end && lm_aligned<%s>(s0, lm_base)", g->ind, "",
+            LM_CUDA_VEC, out);
+  for (int c = 0; c < g->nchunks; c++)
+    sb_printf(&g->s, " &&\n%*slm_aligned<%s>(s%d, lm_base + (%" PRId64 "LL))", g->ind + 4, "",
+              mtype(g->chunks[c].dt), g->chunks[c].slot, g->chunks[c].shift);
+  sb_printf(&g->s, ") {\n");
+  g->ind += 2;
+}
+
+static void emit_vector_path(cg *g) {
+  const lk_kernel *k = g->k;
+  const char *out = mtype(k->out_dtype);
+  emit_vector_condition(g);
+  for (int c = 0; c < g->nchunks; c++) {
+    const char *t = mtype(g->chunks[c].dt);
+    line(g, "const lm_chunk<%s> lm_c%d = lm_load4((const %s *)s%d + (lm_base + (%" PRId64 "LL)));",
+         t, c, t, g->chunks[c].slot, g->chunks[c].shift);
+  }
+  line(g, "lm_chunk<%s> lm_out;", out);
+  line(g, "#pragma unroll");
+  open_block(g, "for (int lm_j = 0; lm_j < %d; lm_j++)", LM_CUDA_VEC);
+  line(g, "const long long lm_p = lm_base + lm_j;");
+  emit_unravel(g, "lm_p", "lm_q", 0, k->nouter);
+  emit_eval(g, g->body_needed, k->value, true);
+  line(g, "lm_out.v[lm_j] = (%s)v%d;", out, k->value);
+  close_block(g);
+  line(g, "lm_store4((%s *)s0 + lm_base, lm_out);", out);
+}
+
+static void gen_elementwise(cg *g) {
+  const lk_kernel *k = g->k;
+  if (!find_chunks(g)) {
+    g->s.oom = true;
+    return;
+  }
+  line(g, "const long long lm_stride = (long long)gridDim.x * %d;", LM_CUDA_BLOCK * LM_CUDA_VEC);
+  open_block(g,
+             "for (long long lm_base = begin + ((long long)blockIdx.x * %d + threadIdx.x) * %d; "
+             "lm_base < end; lm_base += lm_stride)",
+             LM_CUDA_BLOCK, LM_CUDA_VEC);
+  emit_vector_path(g);
+  g->ind -= 2;
+  open_block(g, "} else");
+  open_block(g, "for (long long lm_p = lm_base; lm_p < end && lm_p < lm_base + %d; lm_p++)",
+             LM_CUDA_VEC);
+  emit_unravel(g, "lm_p", "lm_q", 0, k->nouter);
+  emit_eval(g, g->body_needed, k->value, false);
+  emit_store(g, "lm_p", k->value);
+  close_block(g);
+  close_block(g);
+  close_block(g);
+}
+
+/* ------------------------------------------------------------------ reductions */
+
+static loom_dtype value_dtype(const cg *g) { return g->k->inst[g->k->value].dtype; }
+
+static const char *max_min(const cg *g) { return g->want_max ? "max" : "min"; }
+
+/* The accumulator's variables at their identities (lm_a, and lm_ai for pairs). */
+static void emit_acc_init(cg *g) {
+  loom_dtype vt = value_dtype(g);
+  sb *s = &g->s;
+  if (g->acc == ACC_SUM) {
+    line(g, "%s lm_a = (%s)0;", ctype(g->k->acc_dtype), ctype(g->k->acc_dtype));
+    return;
+  }
+  /* MAX, ARGMAX, LSE's max start at the lowest value; MIN, ARGMIN at the highest */
+  sb_printf(s, "%*s%s lm_a = ", g->ind, "", ctype(vt));
+  put_extreme(s, vt, !g->want_max);
+  sb_printf(s, ";\n");
+  if (g->acc == ACC_PAIR) line(g, "long long lm_ai = LM_NO_INDEX;");
+}
+
+/* Combines the value v<value> at reduced index lm_r (pass 2: LSE's sum). */
+static void emit_acc_step(cg *g, int pass) {
+  int x = g->k->value;
+  switch (g->acc) {
+  case ACC_SUM: line(g, "lm_a = lm_add(lm_a, v%d);", x); break;
+  case ACC_MINMAX: line(g, "lm_a = lm_%s(v%d, lm_a);", max_min(g), x); break;
+  case ACC_PAIR:
+    line(g, "lm_arg_take<%s>(lm_a, lm_ai, v%d, lm_r);", g->want_max ? "true" : "false", x);
+    break;
+  case ACC_LSE:
+    if (pass == 1)
+      line(g, "lm_a = lm_max(lm_a, v%d);", x);
+    else
+      line(g, "lm_s += (double)lm_exp(v%d - lm_shift);", x);
+    break;
+  }
+}
+
+/* `var` (and lm_ai) combined with `other` (and `other_i`). */
+static void emit_combine(cg *g, int pass, const char *other, const char *other_i) {
+  if (g->acc == ACC_SUM)
+    line(g, "lm_a = lm_add(lm_a, %s);", other);
+  else if (g->acc == ACC_MINMAX)
+    line(g, "lm_a = lm_%s(lm_a, %s);", max_min(g), other);
+  else if (g->acc == ACC_PAIR)
+    line(g, "lm_arg_take<%s>(lm_a, lm_ai, %s, %s);", g->want_max ? "true" : "false", other,
+         other_i);
+  else if (pass == 1)
+    line(g, "lm_a = lm_max(lm_a, %s);", other);
+  else
+    line(g, "lm_s = lm_s + %s;", other);
+}
+
+/* Warp butterfly, then (blocks) one shared slot per warp combined in warp order
+ * by every thread, so every thread of the point holds the result. */
+static void emit_acc_combine(cg *g, int pass) {
+  if (g->mode == LM_CUDA_RED_THREAD) return;
+  const char *var = g->acc == ACC_LSE && pass == 2 ? "lm_s" : "lm_a";
+  open_block(g, "for (int lm_o = 16; lm_o > 0; lm_o >>= 1)");
+  if (g->acc == ACC_PAIR) {
+    line(g, "const long long lm_bi = lm_shfl(lm_ai, lm_o);");
+    line(g, "const %s lm_b = lm_shfl(lm_a, lm_o);", ctype(value_dtype(g)));
+    emit_combine(g, pass, "lm_b", "lm_bi");
+  } else {
+    line(g, "const auto lm_b = lm_shfl(%s, lm_o);", var);
+    emit_combine(g, pass, "lm_b", NULL);
+  }
+  close_block(g);
+  if (g->mode != LM_CUDA_RED_BLOCK) return;
+  const char *sh = pass == 2 ? "lm_sh_s" : "lm_sh_a";
+  open_block(g, "if (lm_lane == 0)");
+  line(g, "%s[lm_warp] = %s;", sh, var);
+  if (g->acc == ACC_PAIR) line(g, "lm_sh_i[lm_warp] = lm_ai;");
+  close_block(g);
+  line(g, "__syncthreads();");
+  line(g, "%s = %s[0];", var, sh);
+  if (g->acc == ACC_PAIR) line(g, "lm_ai = lm_sh_i[0];");
+  open_block(g, "for (int lm_w = 1; lm_w < %d; lm_w++)", LM_CUDA_BLOCK / 32);
+  if (g->acc == ACC_PAIR)
+    emit_combine(g, pass, "lm_sh_a[lm_w]", "lm_sh_i[lm_w]");
+  else {
+    char other[32];
+    snprintf(other, sizeof other, "%s[lm_w]", sh);
+    emit_combine(g, pass, other, NULL);
+  }
+  close_block(g);
+  line(g, "__syncthreads(); // the slots are reused by the next pass or point");
+}
+
+/* One pass over the reduced dims: this thread's share of them. */
+static void emit_pass(cg *g, int pass) {
+  const lk_kernel *k = g->k;
+  if (g->red == 0) return; /* the accumulator keeps its identity */
+  const char *start = g->mode == LM_CUDA_RED_THREAD ? "0"
+                      : g->mode == LM_CUDA_RED_WARP ? "lm_lane"
+                                                    : "threadIdx.x";
+  int step = g->mode == LM_CUDA_RED_THREAD ? 1 : g->mode == LM_CUDA_RED_WARP ? 32 : LM_CUDA_BLOCK;
+  open_block(g, "for (long long lm_r = %s; lm_r < %" PRId64 "LL; lm_r += %d)", start, g->red, step);
+  emit_unravel(g, "lm_r", "lm_qr", k->nouter, k->ndim);
+  emit_eval(g, g->body_needed, k->value, false);
+  emit_acc_step(g, pass);
+  close_block(g);
+  emit_acc_combine(g, pass);
+}
+
+/* LSE: the shift (0 for an infinite max, NaN after a NaN), then the sum of
+ * exp(v - shift), skipped after a NaN (uniform over the point's threads). */
+static void emit_lse_second_pass(cg *g) {
+  const char *t = ctype(value_dtype(g));
+  line(g, "const %s lm_shift = lm_a != lm_a ? lm_a : (lm_fabs(lm_a) == (%s)%s ? (%s)0 : lm_a);", t,
+       t, value_dtype(g) == LOOM_F32 ? "LM_INF_F" : "LM_INF_D", t);
+  line(g, "double lm_s = 0.0;");
+  open_block(g, "if (lm_a == lm_a)");
+  emit_pass(g, 2);
+  close_block(g);
+}
+
+static void emit_result(cg *g) {
+  const char *at = ctype(g->k->acc_dtype);
+  if (g->acc == ACC_LSE)
+    line(g, "const %s lm_acc = (%s)((double)lm_shift + lm_log(lm_s));", at, at);
+  else if (g->k->reduce == LK_RED_ARGMAX || g->k->reduce == LK_RED_ARGMIN)
+    line(g, "const long long lm_acc = lm_ai == LM_NO_INDEX ? 0 : lm_ai; // empty row: 0");
+  else
+    line(g, "const %s lm_acc = lm_a;", at);
+}
+
+static void emit_shared(cg *g) {
+  if (g->mode != LM_CUDA_RED_BLOCK) return;
+  int warps = LM_CUDA_BLOCK / 32;
+  const char *a = g->acc == ACC_SUM ? ctype(g->k->acc_dtype) : ctype(value_dtype(g));
+  line(g, "__shared__ %s lm_sh_a[%d];", a, warps);
+  if (g->acc == ACC_PAIR) line(g, "__shared__ long long lm_sh_i[%d];", warps);
+  if (g->acc == ACC_LSE) line(g, "__shared__ double lm_sh_s[%d];", warps);
+}
+
+static void emit_point_loop(cg *g) {
+  if (g->mode == LM_CUDA_RED_THREAD)
+    open_block(
+        g,
+        "for (long long lm_p = begin + (long long)blockIdx.x * %d + threadIdx.x; lm_p < end; "
+        "lm_p += (long long)gridDim.x * %d)",
+        LM_CUDA_BLOCK, LM_CUDA_BLOCK);
+  else if (g->mode == LM_CUDA_RED_WARP)
+    open_block(g,
+               "for (long long lm_p = begin + (((long long)blockIdx.x * %d + threadIdx.x) >> 5); "
+               "lm_p < end; lm_p += (long long)gridDim.x * %d)",
+               LM_CUDA_BLOCK, LM_CUDA_BLOCK / 32);
+  else
+    open_block(g, "for (long long lm_p = begin + blockIdx.x; lm_p < end; lm_p += gridDim.x)");
+}
+
+static void gen_reduction(cg *g) {
+  const lk_kernel *k = g->k;
+  emit_shared(g);
+  if (g->mode != LM_CUDA_RED_THREAD) line(g, "const int lm_lane = threadIdx.x & 31;");
+  if (g->mode == LM_CUDA_RED_BLOCK) line(g, "const int lm_warp = threadIdx.x >> 5;");
+  emit_point_loop(g);
+  emit_unravel(g, "lm_p", "lm_q", 0, k->nouter);
+  emit_acc_init(g);
+  emit_pass(g, 1);
+  if (g->acc == ACC_LSE) emit_lse_second_pass(g);
+  if (g->mode == LM_CUDA_RED_WARP) open_block(g, "if (lm_lane == 0)");
+  if (g->mode == LM_CUDA_RED_BLOCK) open_block(g, "if (threadIdx.x == 0)");
+  if (g->mode == LM_CUDA_RED_THREAD) open_block(g, "%s", "");
+  emit_result(g);
+  emit_eval(g, g->epi_needed, k->result, false);
+  emit_store(g, "lm_p", k->result);
+  close_block(g);
+  close_block(g);
+}
+
+/* ------------------------------------------------------------------ plan */
+
+static void mark_needed(const lk_kernel *k, int target, unsigned char *needed) {
+  needed[target] = 1;
+  for (int i = target; i >= 0; i--) {
+    if (!needed[i]) continue;
+    const lk_inst *in = &k->inst[i];
+    if (in->a >= 0) needed[in->a] = 1;
+    if (in->b >= 0) needed[in->b] = 1;
+    if (in->c >= 0) needed[in->c] = 1;
+  }
+}
+
+static void choose_shape(cg *g) {
+  const lk_kernel *k = g->k;
+  g->outer = extent_product(k, 0, k->nouter);
+  g->red = extent_product(k, k->nouter, k->ndim);
+  if (k->reduce == LK_RED_NONE)
+    g->mode = LM_CUDA_ELEMENTWISE;
+  else if (g->red <= THREAD_ROW_MAX)
+    g->mode = LM_CUDA_RED_THREAD;
+  else if (g->red <= WARP_ROW_MAX)
+    g->mode = LM_CUDA_RED_WARP;
+  else
+    g->mode = LM_CUDA_RED_BLOCK;
+  g->want_max = k->reduce == LK_RED_MAX || k->reduce == LK_RED_ARGMAX || k->reduce == LK_RED_LSE;
+  bool float_value = k->reduce != LK_RED_NONE && is_float(value_dtype(g));
+  if (k->reduce == LK_RED_SUM)
+    g->acc = ACC_SUM;
+  else if (k->reduce == LK_RED_LSE)
+    g->acc = ACC_LSE;
+  else if (k->reduce == LK_RED_ARGMAX || k->reduce == LK_RED_ARGMIN || float_value)
+    g->acc = ACC_PAIR;
+  else
+    g->acc = ACC_MINMAX;
+}
+
+static void fill_launch(const cg *g, lm_cuda_launch *launch) {
+  if (!launch) return;
+  launch->mode = g->mode;
+  launch->block = LM_CUDA_BLOCK;
+  switch (g->mode) {
+  case LM_CUDA_ELEMENTWISE: launch->points_per_block = LM_CUDA_BLOCK * LM_CUDA_VEC; break;
+  case LM_CUDA_RED_THREAD: launch->points_per_block = LM_CUDA_BLOCK; break;
+  case LM_CUDA_RED_WARP: launch->points_per_block = LM_CUDA_BLOCK / 32; break;
+  case LM_CUDA_RED_BLOCK: launch->points_per_block = 1; break;
+  }
+}
+
+static bool alloc_state(cg *g) {
+  size_t n = (size_t)g->k->ninst;
+  g->body_needed = calloc(n, 1);
+  g->epi_needed = calloc(n, 1);
+  g->chunk_of = malloc(n * sizeof *g->chunk_of);
+  if (!g->body_needed || !g->epi_needed || !g->chunk_of) return false;
+  for (size_t i = 0; i < n; i++) g->chunk_of[i] = -1;
+  return true;
+}
+
+static void free_state(cg *g) {
+  free(g->body_needed);
+  free(g->epi_needed);
+  free(g->chunk_of);
+  free(g->chunks);
+}
+
+static void generate(cg *g, const char *name) {
+  const lk_kernel *k = g->k;
+  mark_needed(k, k->value, g->body_needed);
+  if (k->reduce != LK_RED_NONE) mark_needed(k, k->result, g->epi_needed);
+  choose_shape(g);
+  emit_listing(g, name);
+  emit_signature(g, name);
+  /* No output points: never launched; emit nothing that divides by a 0 extent. */
+  if (g->outer > 0) {
+    emit_keys(g);
+    if (k->reduce == LK_RED_NONE)
+      gen_elementwise(g);
+    else
+      gen_reduction(g);
+  }
+  sb_printf(&g->s, "}\n");
+}
+
+loom_status lm_cuda_source(const lk_kernel *k, char **source, char name[36], lm_cuda_launch *launch,
+                           char *err, size_t errlen) {
+  *source = NULL;
+  const char *bad = lk_kernel_check(k);
+  if (bad) {
+    snprintf(err, errlen, "CUDA codegen: invalid kernel: %s", bad);
+    return LOOM_ERR_COMPILE;
+  }
+  lk_hash h = lk_kernel_hash(k);
+  snprintf(name, 36, "lk_%016" PRIx64 "%016" PRIx64, h.hi, h.lo);
+  cg g = {.k = k};
+  if (!alloc_state(&g)) {
+    free_state(&g);
+    snprintf(err, errlen, "CUDA codegen of %s: out of memory", name);
+    return LOOM_ERR_OOM;
+  }
+  sb_printf(&g.s, "%s", lm_cuda_prelude());
+  generate(&g, name);
+  free_state(&g);
+  if (g.s.oom) {
+    free(g.s.p);
+    snprintf(err, errlen, "CUDA codegen of %s: out of memory", name);
+    return LOOM_ERR_OOM;
+  }
+  fill_launch(&g, launch);
+  *source = g.s.p;
+  return LOOM_OK;
+}

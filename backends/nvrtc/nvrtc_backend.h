@@ -1,0 +1,91 @@
+/*
+ * The CUDA backend's first half: kernel descriptions (ir/kernel.h) printed as
+ * CUDA C, and NVRTC to compile them. The same lk_kernel the LLVM backend
+ * compiles for the CPU; one description, two code generators.
+ *
+ * Nothing here links against CUDA: NVRTC is opened with dlopen on first use
+ * (libnvrtc.so.13, .so.12, libnvrtc.so, then the same names under
+ * /usr/local/cuda/lib64; LOOM_NVRTC=path overrides), so libloom builds, links
+ * and runs on machines without a GPU, a driver or the toolkit.
+ *
+ * Not here yet (see docs/ARCHITECTURE.md): the driver (libcuda.so.1), device
+ * memory, launching, streams, a tiled matmul, caching compiled cubins.
+ */
+#ifndef LOOM_BACKENDS_NVRTC_BACKEND_H
+#define LOOM_BACKENDS_NVRTC_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ir/kernel.h"
+#include "loom.h"
+
+/* Bumped whenever the generated CUDA C changes for the same kernel (for the
+ * cubin cache keys of a later session). */
+#define LM_CUDA_CODEGEN_VERSION 1
+
+/* Threads per block of every generated kernel (its __launch_bounds__). */
+#define LM_CUDA_BLOCK 256
+/* Output points one thread computes per grid-stride step of an elementwise kernel. */
+#define LM_CUDA_VEC 4
+
+/* How a kernel spreads its output points over threads: the code differs, and
+ * so does the grid a launcher should pick. */
+typedef enum lm_cuda_mode {
+  LM_CUDA_ELEMENTWISE, /* LM_CUDA_VEC consecutive points per thread, grid-stride */
+  LM_CUDA_RED_THREAD,  /* a reduction: one thread per output point (small rows) */
+  LM_CUDA_RED_WARP,    /* a reduction: one warp per output point */
+  LM_CUDA_RED_BLOCK    /* a reduction: one block per output point (long rows) */
+} lm_cuda_mode;
+
+typedef struct lm_cuda_launch {
+  lm_cuda_mode mode;
+  int block;            /* threads per block: LM_CUDA_BLOCK */
+  int points_per_block; /* output points a block covers per grid-stride step: a
+                           grid of ceil(points / points_per_block) blocks (or
+                           fewer: every kernel loops) covers [begin, end) */
+} lm_cuda_launch;
+
+/*
+ * CUDA C for kernel k: one
+ *   extern "C" __global__ void <name>(void *s0, const void *s1, ...,
+ *                                     long long begin, long long end)
+ * computing the output points whose row-major index over the outer dims lies
+ * in [begin, end), with the values of the CPU kernel (see docs/ARCHITECTURE.md
+ * for where they may differ: math function accuracy, summation order). Slot i
+ * is parameter s<i> (a device pointer; a key slot points to two uint32).
+ * <name> is the LLVM backend's symbol: "lk_" + 32 hex digits of the hash.
+ *
+ * *source is malloc'd (the caller frees it); name needs 36 bytes; launch may be
+ * NULL. Returns LOOM_ERR_COMPILE (invalid kernel) or LOOM_ERR_OOM with a
+ * message in err.
+ */
+loom_status lm_cuda_source(const lk_kernel *k, char **source, char name[36], lm_cuda_launch *launch,
+                           char *err, size_t errlen);
+
+/* The helper functions every generated source starts with (Philox, NaN-aware
+ * max/min, wrapping integer arithmetic, warp shuffles, vector chunks). */
+const char *lm_cuda_prelude(void);
+
+/* Whether NVRTC could be loaded; when not, why (into why, when why && whylen). */
+bool lm_nvrtc_available(char *why, size_t whylen);
+
+/* NVRTC's version (e.g. 13, 0); false when NVRTC is not available. */
+bool lm_nvrtc_version(int *major, int *minor);
+
+/*
+ * Compiles CUDA C `source` (program `name`, used in messages) for compute
+ * capability `sm` (80 for sm_80) into a cubin for that architecture:
+ * *binary is malloc'd, *len its size. On failure returns LOOM_ERR_COMPILE
+ * with NVRTC's log in log (when log && loglen), or LOOM_ERR_DEVICE when NVRTC
+ * is not available (the reason in log). Thread-safe; NVRTC is loaded once.
+ */
+loom_status lm_nvrtc_compile(const char *source, const char *name, int sm, char **binary,
+                             size_t *len, char *log, size_t loglen);
+
+/* The same, but PTX for the virtual architecture compute_<sm> (NUL-terminated
+ * text, for reading the generated code and for JIT by the driver). */
+loom_status lm_nvrtc_compile_ptx(const char *source, const char *name, int sm, char **ptx,
+                                 size_t *len, char *log, size_t loglen);
+
+#endif
