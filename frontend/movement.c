@@ -216,6 +216,35 @@ loom_tensor *loom_pad(const loom_tensor *a, const int64_t *pads, int npads, doub
   return lm_result(n);
 }
 
+/* Joins k >= 1 nodes (same dtype and device) along ax. More than
+ * LM_CAT_MAX_SOURCES become a tree of cats: lowering picks among a cat's
+ * sources with a table of that size. */
+static lm_node *cat_nodes(lm_node *const *src, int k, int ax) {
+  if (k == 1) {
+    lm_node_retain(src[0]);
+    return src[0];
+  }
+  if (k <= LM_CAT_MAX_SOURCES) {
+    loom_shape s = src[0]->shape;
+    for (int i = 1; i < k; i++) s.dim[ax] += src[i]->shape.dim[ax];
+    lm_node *r = lm_node_new(LM_CAT, k, src, s, src[0]->dtype, src[0]->device);
+    if (r) r->arg.axis = ax;
+    return r;
+  }
+  int groups = (k + LM_CAT_MAX_SOURCES - 1) / LM_CAT_MAX_SOURCES;
+  lm_node **part = calloc((size_t)groups, sizeof *part);
+  bool oom = !part;
+  for (int g = 0; g < groups && !oom; g++) {
+    int first = g * LM_CAT_MAX_SOURCES, count = k - first;
+    part[g] = cat_nodes(src + first, count < LM_CAT_MAX_SOURCES ? count : LM_CAT_MAX_SOURCES, ax);
+    oom = !part[g];
+  }
+  lm_node *r = oom ? NULL : cat_nodes(part, groups, ax);
+  for (int g = 0; part && g < groups; g++) lm_node_release(part[g]);
+  free(part);
+  return r;
+}
+
 loom_tensor *loom_cat(loom_tensor *const *ts, int n, int axis) {
   const char *name = "loom_cat";
   loom_tensor *err;
@@ -262,8 +291,7 @@ loom_tensor *loom_cat(loom_tensor *const *ts, int n, int axis) {
   } else if (!oom && k == 0) {
     r = nb_const(0, s, dt, first->device);
   } else if (!oom) {
-    r = lm_node_new(LM_CAT, k, src, s, dt, first->device);
-    if (r) r->arg.axis = ax;
+    r = cat_nodes(src, k, ax);
   }
   for (int i = 0; i < k; i++) lm_node_release(src[i]);
   free(src);

@@ -179,6 +179,9 @@ loom_tensor *loom_embedding_f(const loom_tensor *indices, const loom_tensor *wei
   const lm_node *w = weight->node, *ix = indices->node;
   if (w->shape.ndim < 1 || ix->shape.ndim + w->shape.ndim - 1 > LOOM_MAX_DIMS)
     return lm_error(LOOM_ERR_SHAPE, "%s: weight needs at least one dim", name);
+  if (w->shape.dim[0] == 0 && lm_shape_numel(&ix->shape) > 0) /* no row to clamp an index to */
+    return lm_error(LOOM_ERR_SHAPE, "%s: the table has no rows, and %lld indices pick from it",
+                    name, (long long)lm_shape_numel(&ix->shape));
   if ((err = check_range(name, ix, w->shape.dim[0])) || (err = lm_check_same_device(name, w, ix)))
     return err;
   loom_shape s = ix->shape;

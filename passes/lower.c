@@ -183,11 +183,16 @@ static int pad_value(builder *b, const lm_node *n, const int *idx) {
 
 static int cat_value(builder *b, const lm_node *n, const int *idx) {
   int ax = n->arg.axis, sidx[LOOM_MAX_DIMS] = {0};
-  int64_t offsets[64 + 1];
+  int64_t offsets[LM_CAT_MAX_SOURCES + 1];
   int k = n->nsrc;
   int result = -1;
   int64_t off = 0;
-  for (int i = 0; i < k && i < 64; i++) offsets[i] = off, off += n->src[i]->shape.dim[ax];
+  if (k > LM_CAT_MAX_SOURCES) { /* the frontend builds trees of smaller cats */
+    b->fail = "a cat of more sources than LM_CAT_MAX_SOURCES";
+    return 0;
+  }
+  for (int i = 0; i < k; i++) offsets[i] = off, off += n->src[i]->shape.dim[ax];
+  offsets[k] = off;
   for (int i = k - 1; i >= 0; i--) {
     const lm_node *s = n->src[i];
     memcpy(sidx, idx, sizeof(int) * (size_t)n->shape.ndim);

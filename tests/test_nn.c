@@ -127,6 +127,13 @@ static void test_loss_values(void) {
         loom_one_hot(loom_from_data(oh_labels, LOOM_SHAPE(3), LOOM_I64, LOOM_CPU), 3), oh,
         sizeof oh));
     CHECK(oh[0] == 1 && oh[1] == 0 && oh[5] == 1 && oh[7] == 1 && oh[8] == 0);
+    /* an empty table has no row to pick, even for indices not known yet */
+    loom_tensor *lazy_ix = loom_cast(loom_arange(0, 3, 1, LOOM_F32, LOOM_CPU), LOOM_I64);
+    CHECK_STATUS(loom_embedding_f(lazy_ix, loom_zeros(LOOM_SHAPE(0, 4), LOOM_F32, LOOM_CPU)),
+                 LOOM_ERR_SHAPE);
+    CHECK_OK(
+        loom_realize(loom_embedding_f(loom_cast(loom_arange(0, 0, 1, LOOM_F32, LOOM_CPU), LOOM_I64),
+                                      loom_zeros(LOOM_SHAPE(0, 4), LOOM_F32, LOOM_CPU))));
     loom_clear_error();
   }
 }

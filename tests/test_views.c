@@ -464,6 +464,34 @@ static void test_every_op_on_a_view(void) {
   }
 }
 
+/* Cats of more pieces than one cat node takes (LM_CAT_MAX_SOURCES) become
+ * trees of cats; every element lands where it belongs, also through a sum. */
+static void test_many_way_cat(void) {
+  const int counts[] = {63, 64, 65, 80, 200, 4097};
+  for (int c = 0; c < 6; c++) {
+    int n = counts[c];
+    LOOM_SCOPE {
+      loom_tensor **parts = malloc(sizeof *parts * (size_t)n);
+      for (int i = 0; i < n; i++) /* piece i: [2, 1 + i % 3] filled with i */
+        parts[i] = loom_full(LOOM_SHAPE(2, 1 + i % 3), i, LOOM_F64, LOOM_CPU);
+      loom_tensor *all = loom_cat(parts, n, 1);
+      int64_t cols = loom_shape_of(all).dim[1];
+      double *got = malloc(sizeof(double) * (size_t)(2 * cols));
+      CHECK_OK(loom_copy_to_host(all, got, sizeof(double) * (size_t)(2 * cols)));
+      int64_t at = 0;
+      int bad = 0;
+      for (int i = 0; i < n; i++)
+        for (int j = 0; j < 1 + i % 3; j++, at++) bad += got[at] != i || got[cols + at] != i;
+      CHECK_MSG(bad == 0 && at == cols, "cat of %d pieces: %d misplaced", n, bad);
+      double want = 0;
+      for (int i = 0; i < n; i++) want += 2.0 * i * (1 + i % 3);
+      CHECK_NEAR(loom_item(loom_sum_all(all)), want, 0);
+      free(got);
+      free(parts);
+    }
+  }
+}
+
 int main(void) {
   ref_seed(0xfeed);
   test_elementwise_on_views();
@@ -476,6 +504,7 @@ int main(void) {
   test_random_chains();
   test_big_views();
   test_every_op_on_a_view();
+  test_many_way_cat();
   loom_stats st = loom_get_stats();
   printf("graphs compiled %llu, kernels compiled %llu (%.2f s), kernels launched %llu\n",
          (unsigned long long)st.graphs_compiled, (unsigned long long)st.kernels_compiled,
