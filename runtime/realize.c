@@ -120,9 +120,13 @@ static loom_status run_graph(const lm_graph *g, const lm_program *p) {
   void **keys = bufs ? bufs + nbufs : NULL;
   if (st == LOOM_OK) st = bind_leaves(g, bufs, keys);
   if (st == LOOM_OK) st = lm_exec_run(&(lm_exec){p, bufs, sizes, keys});
+  /* Leaves' data is borrowed: unbind it now, while every node is alive.
+   * Publishing frees the nodes nothing holds any more (the graph does not
+   * retain its nodes), so nothing may look at g->nodes after it. */
+  for (int pos = 0; bufs && pos < g->n; pos++)
+    if (lm_is_computed(g->nodes[pos])) bufs[pos] = NULL;
   if (st == LOOM_OK) publish(g, p, bufs, sizes);
-  for (int i = 0; bufs && sizes && i < nbufs; i++)
-    if (i >= g->n || !lm_is_computed(g->nodes[i])) lm_buffer_free(bufs[i], sizes[i]);
+  for (int i = 0; bufs && sizes && i < nbufs; i++) lm_buffer_free(bufs[i], sizes[i]);
   free(bufs);
   free(sizes);
   return st;
