@@ -140,6 +140,8 @@ struct lm_node {
   const lm_node *replaces; /* planning temporaries: the node whose values this
                               one computes */
   lm_node *grad_acc;       /* autograd: the gradient flowing into it, during a walk */
+  lm_node *dead_next;      /* lm_node_release: the next node to free (a list
+                              through the dying nodes, so freeing never allocates) */
 };
 
 /* ------------------------------------------------------------ nodes */
@@ -169,6 +171,9 @@ const char *lm_op_name(lm_op op);
 /* The allocator behind LM_BUFFER data (runtime/ provides it). */
 void *lm_buffer_alloc(size_t bytes);
 void lm_buffer_free(void *data, size_t bytes);
+/* Returns the allocator's cached free blocks to the system (tests that count
+ * allocations, and the memory-profile test). */
+void lm_buffer_trim(void);
 
 /* ------------------------------------------------------------ shapes */
 /* numel, or -1 when it overflows int64 */
