@@ -31,6 +31,9 @@ loom_tensor *lm_tensor_ref(const loom_tensor *t);
 void lm_tensor_release(loom_tensor *t);
 /* The preallocated tensor returned when not even an error tensor fits in memory. */
 bool lm_is_static_error(const loom_tensor *t);
+/* Records an LOOM_ERR_OOM error and returns that preallocated tensor (never
+ * freed, in no scope): for paths that must not allocate or register. */
+loom_tensor *lm_oom_tensor(const char *message);
 
 /* ------------------------------------------------------------ errors */
 /* Records an error (thread's first error, handler, LOOM_ABORT_ON_ERROR) and
@@ -47,7 +50,9 @@ loom_status lm_failv(loom_status status, const char *fmt, va_list ap);
  * (or the caller's scope). Nothing is realized. */
 int lm_composite_begin(void);
 loom_tensor *lm_composite_end(int token, loom_tensor *result);
-void lm_scope_track(loom_tensor *t);
+/* Registers one reference of t with the current scope; false when the
+ * scope's list cannot grow (then the caller still owns the reference). */
+bool lm_scope_track(loom_tensor *t);
 /* Removes one registration of t from the innermost scope holding it; returns
  * false when no scope holds it. */
 bool lm_scope_untrack(loom_tensor *t);

@@ -14,16 +14,18 @@ loom_tensor *lm_tensor_wrap(lm_node *node) {
   t->refs = 1;
   t->node = node;
   lm_stat_add(LM_STAT_NODES_RECORDED, 1);
-  lm_scope_track(t);
-  return t;
+  if (lm_scope_track(t)) return t;
+  lm_tensor_release(t);
+  return lm_error(LOOM_ERR_OOM, "out of memory registering a tensor with its scope");
 }
 
 loom_tensor *lm_tensor_ref(const loom_tensor *t) {
   loom_tensor *m = (loom_tensor *)t;
   if (lm_is_static_error(m)) return m;
   m->refs++;
-  lm_scope_track(m);
-  return m;
+  if (lm_scope_track(m)) return m;
+  m->refs--; /* the caller's reference keeps it alive */
+  return lm_error(LOOM_ERR_OOM, "out of memory registering a tensor with its scope");
 }
 
 void lm_tensor_release(loom_tensor *t) {
