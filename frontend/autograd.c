@@ -157,6 +157,32 @@ static loom_status propagate(const char *name, lm_node *const *outs, lm_node *co
   return LOOM_OK;
 }
 
+/* Adds each leaf's gradient from the walk to what it holds. Every new total
+ * is built before any is stored, so running out of memory leaves every
+ * gradient as it was: a backward happens whole or not at all. */
+static loom_status accumulate_leaves(const char *name, walk *w) {
+  lm_node **totals = calloc((size_t)w->n + 1, sizeof *totals);
+  bool ok = totals != NULL;
+  for (int i = 0; i < w->n && ok; i++) {
+    lm_node *n = w->order[i];
+    loom_tensor *leaf = n->grad_leaf;
+    if (!leaf || !n->grad_acc) continue;
+    totals[i] = leaf->grad ? nb_binary(LM_ADD, leaf->grad, n->grad_acc)
+                           : (lm_node_retain(n->grad_acc), n->grad_acc);
+    ok = totals[i] != NULL;
+  }
+  for (int i = 0; i < w->n && totals; i++) {
+    if (!totals[i]) continue;
+    loom_tensor *leaf = w->order[i]->grad_leaf;
+    if (ok)
+      lm_node_release(leaf->grad), leaf->grad = totals[i];
+    else
+      lm_node_release(totals[i]);
+  }
+  free(totals);
+  return ok ? LOOM_OK : lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+}
+
 static loom_status check_out(const char *name, const loom_tensor *t) {
   if (!t) return lm_fail(LOOM_ERR_NULL, "%s: tensor is NULL", name);
   if (t->status) return lm_fail(t->status, "%s: %s", name, t->message);
@@ -184,19 +210,7 @@ loom_status loom_backward(const loom_tensor *loss) {
   walk w = {0};
   st =
       seed ? propagate(name, &out, &seed, 1, &w) : lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
-  for (int i = 0; i < w.n && st == LOOM_OK; i++) {
-    lm_node *n = w.order[i];
-    loom_tensor *leaf = n->grad_leaf;
-    if (!leaf || !n->grad_acc) continue;
-    lm_node *g = n->grad_acc;
-    lm_node_retain(g);
-    lm_node *total = leaf->grad ? nb_binary(LM_ADD, leaf->grad, g) : (lm_node_retain(g), g);
-    lm_node_release(g);
-    if (!total)
-      st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
-    else
-      lm_node_release(leaf->grad), leaf->grad = total;
-  }
+  if (st == LOOM_OK) st = accumulate_leaves(name, &w);
   clear_acc(&w);
   lm_node_release(seed);
   lm_no_grad_pop();

@@ -236,6 +236,40 @@ static loom_tensor *affine(loom_tensor *y, const loom_tensor *weight, const loom
   return y;
 }
 
+static bool can_take(const loom_tensor *t, const loom_tensor *value) {
+  return !t->status && !value->status && lm_shape_eq(&t->node->shape, &value->node->shape) &&
+         t->node->dtype == value->node->dtype;
+}
+
+/* Records running = running * (1 - momentum) + batch * momentum for both
+ * statistics: both updates or neither (an error leaves them as they were).
+ * Returns an error tensor, or NULL. */
+static loom_tensor *update_running(loom_tensor *running_mean, loom_tensor *running_var,
+                                   const loom_tensor *mean, const loom_tensor *var, int64_t C,
+                                   double momentum, double unbias) {
+  const char *name = "loom_batch_norm";
+  loom_tensor *nm, *nv, *err;
+  LOOM_NO_GRAD {
+    loom_tensor *m = loom_reshape(mean, LOOM_SHAPE(C)), *v = loom_reshape(var, LOOM_SHAPE(C));
+    nm = loom_add(loom_mul_s(running_mean, 1 - momentum), loom_mul_s(m, momentum));
+    nv = loom_add(loom_mul_s(running_var, 1 - momentum), loom_mul_s(v, momentum * unbias));
+  }
+  if ((err = lm_check(name, nm)) || (err = lm_check(name, nv))) return err;
+  if (!can_take(running_mean, nm) || !can_take(running_var, nv)) {
+    char a[128], b[128];
+    return lm_error(LOOM_ERR_SHAPE, "%s: running statistics %s %s and %s %s for %lld channels",
+                    name, loom_dtype_name(running_mean->node->dtype),
+                    lm_shape_str(&running_mean->node->shape, a, sizeof a),
+                    loom_dtype_name(running_var->node->dtype),
+                    lm_shape_str(&running_var->node->shape, b, sizeof b), (long long)C);
+  }
+  if (!lm_pending_reserve(2))
+    return lm_error(LOOM_ERR_OOM, "%s: out of memory recording the running statistics", name);
+  loom_assign(running_mean, nm); /* cannot fail now */
+  loom_assign(running_var, nv);
+  return NULL;
+}
+
 loom_tensor *loom_batch_norm(const loom_tensor *x, loom_tensor *running_mean,
                              loom_tensor *running_var, const loom_tensor *weight,
                              const loom_tensor *bias, bool train, double momentum, double eps) {
@@ -255,23 +289,20 @@ loom_tensor *loom_batch_norm(const loom_tensor *x, loom_tensor *running_mean,
   loom_tensor *y;
   if (train || !running_mean || !running_var) {
     loom_tensor *mean, *var;
-    y = normalize(x, axes, naxes, eps, &mean, &var);
-    if (train && running_mean && running_var) {
+    y = affine(normalize(x, axes, naxes, eps, &mean, &var), weight, bias, cshape);
+    /* The running statistics change only with a result: a failed forward
+     * pass leaves them as they were. */
+    if (train && running_mean && running_var && !loom_status_of(y)) {
       int64_t n = lm_shape_numel(&x->node->shape) / (C > 0 ? C : 1);
       double unbias = n > 1 ? (double)n / (double)(n - 1) : 1.0;
-      LOOM_NO_GRAD {
-        loom_tensor *m = loom_reshape(mean, LOOM_SHAPE(C)), *v = loom_reshape(var, LOOM_SHAPE(C));
-        loom_assign(running_mean,
-                    loom_add(loom_mul_s(running_mean, 1 - momentum), loom_mul_s(m, momentum)));
-        loom_assign(running_var, loom_add(loom_mul_s(running_var, 1 - momentum),
-                                          loom_mul_s(v, momentum * unbias)));
-      }
+      loom_tensor *err = update_running(running_mean, running_var, mean, var, C, momentum, unbias);
+      if (err) y = err;
     }
   } else {
     loom_tensor *m = loom_reshape(running_mean, cshape), *v = loom_reshape(running_var, cshape);
-    y = loom_mul(loom_sub(x, m), loom_rsqrt(loom_add_s(v, eps)));
+    y = affine(loom_mul(loom_sub(x, m), loom_rsqrt(loom_add_s(v, eps))), weight, bias, cshape);
   }
-  return lm_composite_end(token, affine(y, weight, bias, cshape));
+  return lm_composite_end(token, y);
 }
 
 loom_tensor *loom_layer_norm(const loom_tensor *x, int ndims, const loom_tensor *weight,

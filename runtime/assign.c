@@ -20,13 +20,18 @@ void lm_pending_clear(void) {
   pending_cap = 0;
 }
 
+bool lm_pending_reserve(int extra) {
+  if (npending + extra <= pending_cap) return true;
+  int ncap = pending_cap ? 2 * pending_cap : 16;
+  while (ncap < npending + extra) ncap *= 2;
+  lm_node **grown = realloc(pending, sizeof(lm_node *) * (size_t)ncap);
+  if (!grown) return false;
+  pending = grown, pending_cap = ncap;
+  return true;
+}
+
 static bool push_pending(lm_node *n) {
-  if (npending == pending_cap) {
-    int ncap = pending_cap ? 2 * pending_cap : 16;
-    lm_node **grown = realloc(pending, sizeof(lm_node *) * (size_t)ncap);
-    if (!grown) return false;
-    pending = grown, pending_cap = ncap;
-  }
+  if (!lm_pending_reserve(1)) return false;
   lm_node_retain(n);
   pending[npending++] = n;
   return true;

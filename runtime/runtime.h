@@ -79,6 +79,10 @@ uint64_t lm_now_ns(void);
 /* Computes the given nodes (and everything unrealized they depend on) in one
  * program. Nodes already computed are skipped. */
 loom_status lm_realize_nodes(lm_node *const *nodes, int n);
+/* Drops every cached program (running ones finish first: they hold a
+ * reference). Tests use it to plan a graph again without compiling kernels,
+ * which stay in the kernel cache. */
+void lm_program_cache_clear(void);
 
 /* ------------------------------------------------------------ options */
 #define LM_MAX_THREADS 256
