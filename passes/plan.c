@@ -237,9 +237,10 @@ static int later_first(const void *a, const void *b) {
   return (*(lm_node *const *)b)->pos - (*(lm_node *const *)a)->pos;
 }
 
-/* Whether every use of r comes from inside root's kernel: the uses counted
- * the way mark() counts them, but only over root's inline nodes. */
-static bool used_only_inside(lm_node *r, lm_node *root) {
+/* Whether every use of r comes from inside root's kernel (1, else 0; -1 when
+ * out of memory): the uses counted the way mark() counts them, but only over
+ * root's inline nodes. */
+static int used_only_inside(lm_node *r, lm_node *root) {
   node_list l = {0};
   collect_inline(root, root, lm_walk_epoch(), &l);
   bool ok = !l.oom;
@@ -263,14 +264,15 @@ static bool used_only_inside(lm_node *r, lm_node *root) {
       ok = l.items[i] == root || l.items[i]->inner_uses == l.items[i]->uses;
   }
   free(l.items);
-  return ok;
+  return l.oom ? -1 : ok;
 }
 
 /* An elementwise consumer of a reduction (mean's division, softmax's max
  * fix-up, logsumexp's log + max) runs as that reduction's epilogue: one
  * kernel instead of two, and the reduced values never go to memory. The
- * reduction must be read only by that consumer's kernel. */
-static void fuse_epilogues(const lm_graph *g) {
+ * reduction must be read only by that consumer's kernel. False when out of
+ * memory (planning fails rather than cache a plan that lacks the fusion). */
+static bool fuse_epilogues(const lm_graph *g) {
   for (int i = 0; i < g->n; i++) {
     lm_node *e = g->nodes[i];
     if (!e->materialize || lm_is_computed(e) || lm_op_is_reduce(e->op) || e->op == LM_MATMUL)
@@ -279,11 +281,15 @@ static void fuse_epilogues(const lm_graph *g) {
     bool bad = false;
     scan_for_reduce(e, e, true, &r, &bad);
     if (!r || bad || r->target || r->fused_reduce ||
-        lm_shape_numel(&r->shape) != lm_shape_numel(&e->shape) || !used_only_inside(r, e))
+        lm_shape_numel(&r->shape) != lm_shape_numel(&e->shape))
       continue;
+    int inside = used_only_inside(r, e);
+    if (inside < 0) return false;
+    if (!inside) continue;
     e->fused_reduce = r;
     r->materialize = false;
   }
+  return true;
 }
 
 /* ------------------------------------------------------------ split reductions */
@@ -301,10 +307,14 @@ typedef struct temps {
   int n;
 } temps;
 
-static lm_node *temp(temps *t, lm_node *n) {
-  if (n && t->n < 64)
+/* Keeps a planning temporary (released after its step is lowered); NULL and
+ * *oom set when it could not be made. */
+static lm_node *temp(temps *t, lm_node *n, bool *oom) {
+  if (!n) {
+    *oom = true;
+  } else if (t->n < 64) {
     t->nodes[t->n++] = n;
-  else if (n) {
+  } else {
     lm_node_release(n);
     n = NULL;
   }
@@ -327,8 +337,9 @@ static bool split_identity(const lm_node *r, double *identity) {
 
 /* Builds partial = reduce(reshape(pad(src))) and final = reduce(partial) for
  * reduction r; returns final (shaped like r with the part axis kept as 1 ...
- * in the same output order), or NULL when r is not worth splitting. */
-static lm_node *split_reduction(const lm_node *r, temps *t) {
+ * in the same output order), or NULL when r is not worth splitting (or
+ * *oom, when memory ran out). */
+static lm_node *split_reduction(const lm_node *r, temps *t, bool *oom) {
   const lm_node *src = r->src[0];
   int64_t outer = lm_shape_numel(&r->shape), total = lm_shape_numel(&src->shape);
   if (outer <= 0 || outer > SPLIT_MAX_OUTER || total / outer < SPLIT_MIN_REDUCED) return NULL;
@@ -347,7 +358,7 @@ static lm_node *split_reduction(const lm_node *r, temps *t) {
   if (!exact) {
     loom_shape padded = src->shape;
     padded.dim[axis] = chunk * SPLIT_PARTS;
-    cur = temp(t, lm_node_new(LM_PAD, 1, &cur, padded, src->dtype, src->device));
+    cur = temp(t, lm_node_new(LM_PAD, 1, &cur, padded, src->dtype, src->device), oom);
     if (!cur) return NULL;
     cur->arg.pad.value = identity;
   }
@@ -363,17 +374,18 @@ static lm_node *split_reduction(const lm_node *r, temps *t) {
       split.dim[o++] = src->shape.dim[d];
     }
   }
-  lm_node *reshaped = temp(t, lm_node_new(LM_RESHAPE, 1, &cur, split, src->dtype, src->device));
+  lm_node *reshaped =
+      temp(t, lm_node_new(LM_RESHAPE, 1, &cur, split, src->dtype, src->device), oom);
   if (!reshaped) return NULL;
   loom_shape pshape = split, fshape = split;
   for (int d = 0; d < split.ndim; d++)
     if (inner_axes & (1u << d)) pshape.dim[d] = fshape.dim[d] = 1;
   fshape.dim[axis] = 1;
-  lm_node *partial = temp(t, lm_node_new(r->op, 1, &reshaped, pshape, r->dtype, r->device));
+  lm_node *partial = temp(t, lm_node_new(r->op, 1, &reshaped, pshape, r->dtype, r->device), oom);
   if (!partial) return NULL;
   partial->arg.axes = inner_axes;
   partial->materialize = true;
-  lm_node *final = temp(t, lm_node_new(r->op, 1, &partial, fshape, r->dtype, r->device));
+  lm_node *final = temp(t, lm_node_new(r->op, 1, &partial, fshape, r->dtype, r->device), oom);
   if (!final) return NULL;
   final->arg.axes = 1u << axis;
   final->replaces = r;
@@ -415,8 +427,9 @@ static int step_computing(const lm_program *p, int pos) {
 }
 
 /* Pairs each GEMM whose output only an elementwise kernel of the same shape
- * reads (bias, activation, residual) with that kernel. */
-static void pair_gemm_epilogues(const lm_graph *g, lm_program *p) {
+ * reads (bias, activation, residual) with that kernel. False when out of
+ * memory. */
+static bool pair_gemm_epilogues(const lm_graph *g, lm_program *p) {
   for (int i = 0; i < p->nsteps; i++) {
     lm_step *e = &p->steps[i];
     e->gemm_partner = -1;
@@ -428,8 +441,11 @@ static void pair_gemm_epilogues(const lm_graph *g, lm_program *p) {
       if (e->arg_key[a] || pos >= p->nnodes) continue;
       lm_node *m = g->nodes[pos];
       if (m->op != LM_MATMUL || m->target || !lm_shape_eq(&m->shape, &root->shape) ||
-          elementwise_path(root, m) != 1 || !used_only_inside(m, root))
+          elementwise_path(root, m) != 1)
         continue;
+      int inside = used_only_inside(m, root);
+      if (inside < 0) return false;
+      if (!inside) continue;
       int j = step_computing(p, pos);
       if (j < 0 || p->steps[j].kind != LM_STEP_GEMM) continue;
       p->steps[j].deferred = true;
@@ -437,6 +453,7 @@ static void pair_gemm_epilogues(const lm_graph *g, lm_program *p) {
       e->gemm_slot = a;
     }
   }
+  return true;
 }
 
 /* ------------------------------------------------------------ memory */
@@ -498,7 +515,12 @@ static loom_status lower_step(const lm_graph *g, lm_program *p, lm_node *n, char
 static loom_status plan_node(const lm_graph *g, lm_program *p, lm_node *n, temps *t, char *err,
                              size_t errlen) {
   lm_node *red = n->fused_reduce ? n->fused_reduce : lm_op_is_reduce(n->op) ? n : NULL;
-  lm_node *final = red ? split_reduction(red, t) : NULL;
+  bool oom = false;
+  lm_node *final = red ? split_reduction(red, t, &oom) : NULL;
+  if (oom) {
+    snprintf(err, errlen, "planning: out of memory");
+    return LOOM_ERR_OOM;
+  }
   if (!final) return lower_step(g, p, n, err, errlen);
   lm_node *partial = final->src[0];
   partial->pos = p->nnodes + p->ntemps++;
@@ -515,7 +537,10 @@ static loom_status plan_node(const lm_graph *g, lm_program *p, lm_node *n, temps
 loom_status lm_plan(const lm_graph *g, bool fuse, lm_program **out, char *err, size_t errlen) {
   *out = NULL;
   mark(g, fuse);
-  if (fuse) fuse_epilogues(g);
+  if (fuse && !fuse_epilogues(g)) {
+    snprintf(err, errlen, "planning: out of memory");
+    return LOOM_ERR_OOM;
+  }
   lm_program *p = calloc(1, sizeof *p);
   int count = 0;
   for (int i = 0; i < g->n; i++) count += g->nodes[i]->materialize && !lm_is_computed(g->nodes[i]);
@@ -540,7 +565,10 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_program **out, char *err, s
     for (int k = t.n - 1; k >= 0; k--) lm_node_release(t.nodes[k]);
   }
   for (int i = 0; i < p->nsteps; i++) p->steps[i].gemm_partner = -1;
-  if (st == LOOM_OK && fuse) pair_gemm_epilogues(g, p);
+  if (st == LOOM_OK && fuse && !pair_gemm_epilogues(g, p)) {
+    snprintf(err, errlen, "planning: out of memory");
+    st = LOOM_ERR_OOM;
+  }
   if (st == LOOM_OK && !plan_frees(p)) {
     snprintf(err, errlen, "planning: out of memory");
     st = LOOM_ERR_OOM;
