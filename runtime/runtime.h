@@ -91,6 +91,9 @@ void lm_program_cache_clear(void);
 /* Rebinds t to value (consumed): t now names the new value, computed at the
  * next realization together with whatever is realized then. */
 loom_status lm_assign_node(loom_tensor *t, lm_node *value);
+/* Room for `extra` more pending assignments: after it, that many
+ * lm_assign_node calls cannot fail (a group of updates is all or nothing). */
+bool lm_pending_reserve(int extra);
 /* The nodes of pending assignments (this thread), for the next realization. */
 int lm_pending_count(void);
 lm_node *lm_pending_at(int i);
