@@ -341,8 +341,11 @@ loom_tensor *loom_nll_loss(const loom_tensor *log_probs, const loom_tensor *labe
     return lm_error(LOOM_ERR_SHAPE, "%s: needs [N, C] scores and [N] labels, got %s and %s", name,
                     lm_shape_str(s, sa, sizeof sa), lm_shape_str(l, sb, sizeof sb));
   int token = lm_composite_begin();
-  loom_tensor *mask = loom_cast(loom_one_hot(labels, s->dim[1]), log_probs->node->dtype);
-  loom_tensor *picked = loom_sum(loom_mul(log_probs, mask), (int[]){1}, 1, false);
+  /* Selected, not multiplied by a 0/1 mask: a -inf score of another class
+   * (a logit of -inf) times 0 would make the loss NaN. */
+  loom_tensor *mask = loom_cast(loom_one_hot(labels, s->dim[1]), LOOM_BOOL);
+  loom_tensor *none = loom_zeros_like(log_probs);
+  loom_tensor *picked = loom_sum(loom_where(mask, log_probs, none), (int[]){1}, 1, false);
   return lm_composite_end(token, loom_neg(loom_mean_all(picked)));
 }
 
