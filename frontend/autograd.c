@@ -13,8 +13,8 @@ bool loom_grad_enabled(void) { return lm_grad_enabled(); }
 
 loom_status loom_set_requires_grad(loom_tensor *t, bool requires_grad) {
   const char *name = "loom_set_requires_grad";
-  if (!t) return lm_fail(LOOM_ERR_NULL, "%s: tensor is NULL", name);
-  if (t->status) return lm_fail(t->status, "%s: %s", name, t->message);
+  loom_status st = lm_check_handle(name, t);
+  if (st) return st;
   lm_node *n = t->node;
   if (!requires_grad) {
     t->requires_grad = false;
@@ -184,9 +184,7 @@ static loom_status accumulate_leaves(const char *name, walk *w) {
 }
 
 static loom_status check_out(const char *name, const loom_tensor *t) {
-  if (!t) return lm_fail(LOOM_ERR_NULL, "%s: tensor is NULL", name);
-  if (t->status) return lm_fail(t->status, "%s: %s", name, t->message);
-  return LOOM_OK;
+  return lm_check_handle(name, t);
 }
 
 loom_status loom_backward(const loom_tensor *loss) {

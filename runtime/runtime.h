@@ -19,7 +19,20 @@ struct loom_tensor {
   char *message;
   bool requires_grad; /* a leaf the user asked gradients for */
   lm_node *grad;      /* accumulated gradient (owned), or NULL */
+  uint32_t freed;     /* LM_HANDLE_FREED once released (see below) */
 };
+
+/* Set in a handle's last field just before its memory is freed, so a handle
+ * used after loom_free is recognized while that memory has not been handed
+ * out again: glibc's allocator writes its links at the start of a freed
+ * block, not at its end. Best effort: a reused block is a live handle. */
+#define LM_HANDLE_FREED 0xf7eed0u
+static inline bool lm_is_freed(const loom_tensor *t) {
+  return *(const volatile uint32_t *)&t->freed == LM_HANDLE_FREED;
+}
+/* LOOM_OK for a good handle; else records and returns why not (NULL, used
+ * after being freed, or the error tensor's own status), naming op. */
+loom_status lm_check_handle(const char *op, const loom_tensor *t);
 
 /* ------------------------------------------------------------ handles */
 /* A new handle owning one reference of `node` (consumed), registered with the
