@@ -295,6 +295,9 @@ ROW_V(nonfinite_ce_inf, loom_cross_entropy(logits_with(INFINITY), two_labels()))
 ROW_V(nonfinite_ce_minus_inf, loom_cross_entropy(logits_with(-INFINITY), two_labels()))
 ROW_V(nonfinite_bce_huge, loom_bce_with_logits(with_value(1e30), loom_ones_like(f4)))
 ROW_V(nonfinite_log_zero, loom_sum_all(loom_log(loom_zeros(LOOM_SHAPE(2), LOOM_F32, LOOM_CPU))))
+ROW_V(nonfinite_int_nan, loom_full(LOOM_SHAPE0, NAN, LOOM_I32, LOOM_CPU))
+ROW_V(nonfinite_int_huge, loom_full(LOOM_SHAPE(1), 1e30, LOOM_I64, LOOM_CPU))
+ROW_V(nonfinite_int_pad, loom_sum_all(loom_pad(i3, (int64_t[]){1, 0}, 2, -INFINITY)))
 static loom_status nonfinite_backward(char *msg, size_t len) {
   loom_tensor *w = loom_ones(LOOM_SHAPE(4), LOOM_F32, LOOM_CPU);
   loom_set_requires_grad(w, true);
@@ -559,6 +562,12 @@ static const row table[] = {
     ROW("non-finite", "loom_sum_all(loom_log(zeros))", nonfinite_log_zero, LOOM_OK, "value -inf"),
     ROW("non-finite", "loom_backward(NaN loss), then the gradient", nonfinite_backward, LOOM_OK,
         "value nan"),
+
+    ROW("non-finite", "loom_full([], NaN, i32)", nonfinite_int_nan, LOOM_OK, "value 0"),
+    ROW("non-finite", "loom_full([1], 1e30, i64) (saturates)", nonfinite_int_huge, LOOM_OK,
+        "value 9.22337e+18"),
+    ROW("non-finite", "loom_pad(i32 ones, {1, 0}, -inf) summed (-inf is 0)", nonfinite_int_pad,
+        LOOM_OK, "value 3"),
 
     ROW("bad file", "loom_params_load(ps, missing)", file_missing, LOOM_ERR_IO,
         "cannot open: No such file or directory"),
