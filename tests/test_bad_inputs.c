@@ -298,6 +298,15 @@ ROW_V(nonfinite_log_zero, loom_sum_all(loom_log(loom_zeros(LOOM_SHAPE(2), LOOM_F
 ROW_V(nonfinite_int_nan, loom_full(LOOM_SHAPE0, NAN, LOOM_I32, LOOM_CPU))
 ROW_V(nonfinite_int_huge, loom_full(LOOM_SHAPE(1), 1e30, LOOM_I64, LOOM_CPU))
 ROW_V(nonfinite_int_pad, loom_sum_all(loom_pad(i3, (int64_t[]){1, 0}, 2, -INFINITY)))
+/* Casts computed by a kernel (a realized input: nothing is folded). */
+static loom_tensor *cast_of(double v, loom_dtype to) {
+  loom_tensor *x = loom_full(LOOM_SHAPE(1), v, LOOM_F32, LOOM_CPU);
+  loom_realize(x);
+  return loom_sum_all(loom_cast(x, to));
+}
+ROW_V(nonfinite_cast_huge, cast_of(-1e30, LOOM_I64))
+ROW_V(nonfinite_cast_nan, cast_of(NAN, LOOM_I32))
+ROW_V(nonfinite_cast_u8, cast_of(-1, LOOM_U8))
 static loom_status nonfinite_backward(char *msg, size_t len) {
   loom_tensor *w = loom_ones(LOOM_SHAPE(4), LOOM_F32, LOOM_CPU);
   loom_set_requires_grad(w, true);
@@ -568,6 +577,11 @@ static const row table[] = {
         "value 9.22337e+18"),
     ROW("non-finite", "loom_pad(i32 ones, {1, 0}, -inf) summed (-inf is 0)", nonfinite_int_pad,
         LOOM_OK, "value 3"),
+
+    ROW("non-finite", "loom_cast(-1e30 f32, i64) (saturates)", nonfinite_cast_huge, LOOM_OK,
+        "value -9.22337e+18"),
+    ROW("non-finite", "loom_cast(NaN f32, i32)", nonfinite_cast_nan, LOOM_OK, "value 0"),
+    ROW("non-finite", "loom_cast(-1 f32, u8) (wraps)", nonfinite_cast_u8, LOOM_OK, "value 255"),
 
     ROW("bad file", "loom_params_load(ps, missing)", file_missing, LOOM_ERR_IO,
         "cannot open: No such file or directory"),
