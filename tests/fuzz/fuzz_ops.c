@@ -62,8 +62,13 @@ static int axis(program *g) { return in_range(g, -5, 4); }
 
 /* ------------------------------------------------------------ the stack */
 
+static bool tracing; /* LOOM_FUZZ_TRACE=1: prints the program as it runs */
+
 static loom_tensor *operand(program *g) {
-  return g->depth ? g->stack[pick(g, g->depth)] : NULL; /* NULL is a case too */
+  if (!g->depth) return NULL; /* NULL is a case too */
+  int i = pick(g, g->depth);
+  if (tracing) fprintf(stderr, "  operand stack[%d]\n", i);
+  return g->stack[i];
 }
 
 static int64_t numel(loom_shape s) {
@@ -72,14 +77,28 @@ static int64_t numel(loom_shape s) {
   return n;
 }
 
+static void trace(const loom_tensor *t) {
+  char s[128];
+  loom_shape sh = loom_shape_of(t);
+  int used = snprintf(s, sizeof s, "[");
+  for (int d = 0; d < sh.ndim && used < (int)sizeof s; d++)
+    used +=
+        snprintf(s + used, sizeof s - (size_t)used, "%s%lld", d ? "," : "", (long long)sh.dim[d]);
+  fprintf(stderr, "  -> %s %s%s %s\n", loom_status_name(loom_status_of(t)),
+          loom_dtype_name(loom_dtype_of(t)), s,
+          loom_error_message(t) ? loom_error_message(t) : "]");
+}
+
 /* Checks what every call must give, and keeps small results. */
 static void push(program *g, loom_tensor *t) {
   if (!t) return; /* the functions returning tensors never return NULL ... */
+  if (tracing) trace(t);
   loom_status st = loom_status_of(t);
   if (st < 0 || st >= LOOM_NUM_STATUS) abort();
   if (st != LOOM_OK && !loom_error_message(t)) abort(); /* ... and errors say why */
   if (st == LOOM_OK && numel(loom_shape_of(t)) > MAX_NUMEL) return;
   if (g->depth == STACK) memmove(g->stack, g->stack + 1, sizeof(loom_tensor *) * (STACK - 1));
+  if (tracing) fprintf(stderr, "  pushed as stack[%d]\n", g->depth < STACK ? g->depth : STACK - 1);
   g->stack[g->depth < STACK ? g->depth++ : STACK - 1] = t;
 }
 
@@ -277,7 +296,10 @@ static void finish(program *g) {
     }
     if (loom_dtype_of(good[i]) == LOOM_BOOL)
       for (size_t k = 0; k < bytes; k++)
-        if (out[k] > 1) abort(); /* bools are 0 or 1 */
+        if (out[k] > 1) { /* bools are 0 or 1 */
+          fprintf(stderr, "fuzz_ops: stack entry %d, a bool, holds %d\n", i, out[k]);
+          abort();
+        }
   }
 }
 
@@ -286,13 +308,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!once) {
     once = true;
     loom_set_num_threads(2);
+    tracing = getenv("LOOM_FUZZ_TRACE") != NULL;
   }
   program g = {data, size, 0, {0}, 0};
   loom_set_fusion(byte(&g) & 1);
   loom_clear_error();
   loom_scope_begin();
   for (int steps = 0; g.at < g.n && steps < 48; steps++) {
-    switch (pick(&g, 16)) {
+    int op = pick(&g, 16);
+    if (tracing) fprintf(stderr, "op %d (byte %zu)\n", op, g.at - 1);
+    switch (op) {
     case 0:
     case 1: op_make(&g); break;
     case 2:
