@@ -17,6 +17,7 @@ typedef struct builder {
   int slot_pos[MAX_SLOTS];
   bool slot_key[MAX_SLOTS];
   int nslots;
+  const lm_graph *g;
   const lm_node *root;
   const lm_node *acc_node; /* the reduction whose value is ACC in the epilogue */
   int acc_inst;
@@ -93,13 +94,14 @@ static int dim(builder *b, int d) {
 }
 
 static int slot_for(builder *b, const lm_node *n, bool key) {
+  int pos = lm_graph_pos(b->g, n);
   for (int s = 1; s < b->nslots; s++)
-    if (b->slot_pos[s] == n->pos && b->slot_key[s] == key) return s;
+    if (b->slot_pos[s] == pos && b->slot_key[s] == key) return s;
   if (b->nslots == MAX_SLOTS) {
     b->fail = "too many inputs for one kernel";
     return 0;
   }
-  b->slot_pos[b->nslots] = n->pos;
+  b->slot_pos[b->nslots] = pos;
   b->slot_key[b->nslots] = key;
   return b->nslots++;
 }
@@ -439,8 +441,7 @@ static void lower_reduce(builder *b, const lm_node *root, lk_kernel *k) {
 }
 
 loom_status lm_lower(const lm_graph *g, lm_node *root, lm_step *step, char *err, size_t errlen) {
-  (void)g;
-  builder b = {.root = root, .nslots = 1};
+  builder b = {.g = g, .root = root, .nslots = 1};
   b.slot_pos[0] = root->pos;
   lk_kernel *k = &step->kernel;
   memset(k, 0, sizeof *k);

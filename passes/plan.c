@@ -89,15 +89,19 @@ static bool broadcasts(const lm_node *n) {
  * recomputing it would repeat it for every copy. */
 #define BROADCAST_BUDGET 2
 
+/* Planning writes the scratch fields of unrealized nodes only: computed ones
+ * (leaves) may be in graphs other threads plan at the same time. */
 static void reset(const lm_graph *g) {
   for (int i = 0; i < g->n; i++) {
     lm_node *n = g->nodes[i];
+    if (lm_is_computed(n)) continue;
     n->uses = 0;
     n->materialize = n->target = n->broadcast_use = false;
     n->fused_reduce = NULL;
   }
   for (int t = 0; t < g->ntargets; t++) {
     lm_node *n = g->nodes[g->targets[t]];
+    if (lm_is_computed(n)) continue; /* nothing to compute */
     n->uses++;
     n->materialize = n->target = true;
   }
@@ -116,19 +120,20 @@ static void count_uses(const lm_graph *g) {
         const lm_node *base;
         lm_view view;
         lm_node *o = n->src[s];
-        if (lm_gemm_operand(o, &base, &view))
-          ((lm_node *)base)->materialize |= !lm_is_computed(base);
-        else
+        if (!lm_gemm_operand(o, &base, &view))
           o->materialize = true;
+        else if (!lm_is_computed(base))
+          ((lm_node *)base)->materialize = true;
       }
     }
     bool inline_view = lm_op_is_view(n->op) && !n->materialize;
     bool repeats = inline_view && (broadcasts(n) || n->broadcast_use || n->op == LM_WINDOW);
-    if (n->op == LM_GATHER) n->src[0]->broadcast_use = true; /* rows read many times */
+    if (n->op == LM_GATHER && !lm_is_computed(n->src[0]))
+      n->src[0]->broadcast_use = true; /* rows read many times */
     for (int s = 0; s < n->nsrc; s++) {
       bool repeated = false;
       for (int r = 0; r < s; r++) repeated |= n->src[r] == n->src[s];
-      if (repeated) continue;
+      if (repeated || lm_is_computed(n->src[s])) continue;
       n->src[s]->uses += inline_view ? (n->uses > 0 ? n->uses : 1) : 1;
       n->src[s]->broadcast_use |= repeats;
     }
@@ -141,7 +146,6 @@ static void count_uses(const lm_graph *g) {
 static void apply_cost_rule(const lm_graph *g, bool fuse) {
   for (int i = 0; i < g->n; i++) {
     lm_node *n = g->nodes[i];
-    n->cost = 0;
     if (lm_is_computed(n)) continue;
     int cost = op_cost(n);
     for (int s = 0; s < n->nsrc; s++)
@@ -160,7 +164,7 @@ static void mark(const lm_graph *g, bool fuse) {
   apply_cost_rule(g, fuse);
 }
 
-static void plan_gemm(lm_node *n, lm_step *step) {
+static void plan_gemm(const lm_graph *graph, lm_node *n, lm_step *step) {
   lm_gemm *g = &step->gemm;
   memset(g, 0, sizeof *g);
   const lm_node *a = n->src[0], *b = n->src[1], *abase, *bbase;
@@ -182,8 +186,8 @@ static void plan_gemm(lm_node *n, lm_step *step) {
   g->b_offset = bv.offset;
   blas_layout(g->M, g->K, av.strides[nd - 2], av.strides[nd - 1], &g->a_trans, &g->lda);
   blas_layout(g->K, g->N, bv.strides[nd - 2], bv.strides[nd - 1], &g->b_trans, &g->ldb);
-  g->a_pos = abase->pos;
-  g->b_pos = bbase->pos;
+  g->a_pos = lm_graph_pos(graph, abase);
+  g->b_pos = lm_graph_pos(graph, bbase);
   step->kind = LM_STEP_GEMM;
   step->out = n->pos;
   step->dtype = n->dtype;
@@ -254,7 +258,8 @@ static int used_only_inside(lm_node *r, lm_node *root) {
       for (int s = 0; s < n->nsrc; s++) {
         bool repeated = false;
         for (int q = 0; q < s; q++) repeated |= n->src[q] == n->src[s];
-        if (!repeated) n->src[s]->inner_uses += passes ? n->inner_uses : 1;
+        if (!repeated && !lm_is_computed(n->src[s]))
+          n->src[s]->inner_uses += passes ? n->inner_uses : 1;
       }
     }
     /* every node between root and r must be read only inside root's kernel
@@ -440,8 +445,8 @@ static bool pair_gemm_epilogues(const lm_graph *g, lm_program *p) {
       int pos = e->arg_pos[a];
       if (e->arg_key[a] || pos >= p->nnodes) continue;
       lm_node *m = g->nodes[pos];
-      if (m->op != LM_MATMUL || m->target || !lm_shape_eq(&m->shape, &root->shape) ||
-          elementwise_path(root, m) != 1)
+      if (lm_is_computed(m) || m->op != LM_MATMUL || m->target ||
+          !lm_shape_eq(&m->shape, &root->shape) || elementwise_path(root, m) != 1)
         continue;
       int inside = used_only_inside(m, root);
       if (inside < 0) return false;
@@ -505,7 +510,7 @@ static loom_status lower_step(const lm_graph *g, lm_program *p, lm_node *n, char
                               size_t errlen) {
   lm_step *step = &p->steps[p->nsteps++];
   if (n->op == LM_MATMUL) {
-    plan_gemm(n, step);
+    plan_gemm(g, n, step);
     return LOOM_OK;
   }
   return lm_lower(g, n, step, err, errlen);

@@ -13,7 +13,7 @@
 /* A handle: one user-visible reference-counted tensor over an IR node, or an
  * error tensor (node NULL, status and message set). */
 struct loom_tensor {
-  int refs;
+  _Atomic int refs; /* atomic: threads may share a realized tensor's handle */
   lm_node *node;
   loom_status status;
   char *message;
