@@ -3,7 +3,8 @@
 # each for the given number of seconds (default 60), one after the other.
 #   tests/fuzz/run.sh [seconds]
 # Env: BUILD_DIR (default build-fuzz), JOBS (build jobs, default nproc),
-#      FUZZ_TARGETS (default: every tests/fuzz/fuzz_*.c).
+#      FUZZ_TARGETS (default: every tests/fuzz/fuzz_*.c), FUZZ_SEED (libFuzzer's
+#      -seed; CI fixes it so a run explores the same inputs every time).
 # Each target starts from its seed corpus (tests/fuzz/corpus/<name>) and the
 # inputs it found before (BUILD_DIR/corpus/<name>). A crash leaves its input
 # in BUILD_DIR/crashes/<name>/: reproduce with BUILD_DIR/fuzz_<name> <file>,
@@ -28,7 +29,7 @@ for t in $targets; do
   rm -rf "$build/crashes/$t" # earlier runs' crashes were reported by them
   mkdir -p "$build/corpus/$t" "$build/crashes/$t"
   log=$build/fuzz-$t.log
-  "$build/fuzz_$t" -max_total_time="$seconds" -print_final_stats=1 -timeout=60 \
+  "$build/fuzz_$t" -max_total_time="$seconds" -print_final_stats=1 -timeout=60 ${FUZZ_SEED:+-seed=$FUZZ_SEED} \
     -rss_limit_mb=6144 -max_len=4096 -artifact_prefix="$build/crashes/$t/" \
     "$build/corpus/$t" "$root/tests/fuzz/corpus/$t" >"$log" 2>&1
   rc=$?
