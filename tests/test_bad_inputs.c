@@ -60,7 +60,7 @@ static void write_st(const char *name, const char *json, const void *data, size_
   size_t n = strlen(json);
   for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)n >> (8 * i));
   memcpy(buf + 8, json, n);
-  memcpy(buf + 8 + n, data, len);
+  if (len) memcpy(buf + 8 + n, data, len);
   write_file(name, buf, 8 + n + len);
 }
 
