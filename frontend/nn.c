@@ -331,15 +331,23 @@ loom_tensor *loom_mse_loss(const loom_tensor *pred, const loom_tensor *target) {
   return lm_composite_end(token, loom_mean_all(loom_square(loom_sub(pred, target))));
 }
 
-loom_tensor *loom_nll_loss(const loom_tensor *log_probs, const loom_tensor *labels) {
-  const char *name = "loom_nll_loss";
+/* [N, C] scores and [N] integer labels, or an error naming the op. */
+static loom_tensor *check_scores(const char *name, const loom_tensor *scores,
+                                 const loom_tensor *labels) {
   loom_tensor *err;
-  if ((err = lm_check(name, log_probs)) || (err = check_labels(name, labels))) return err;
-  const loom_shape *s = &log_probs->node->shape, *l = &labels->node->shape;
+  if ((err = lm_check(name, scores)) || (err = check_labels(name, labels))) return err;
+  const loom_shape *s = &scores->node->shape, *l = &labels->node->shape;
   char sa[128], sb[128];
   if (s->ndim != 2 || l->ndim != 1 || l->dim[0] != s->dim[0])
     return lm_error(LOOM_ERR_SHAPE, "%s: needs [N, C] scores and [N] labels, got %s and %s", name,
                     lm_shape_str(s, sa, sizeof sa), lm_shape_str(l, sb, sizeof sb));
+  return NULL;
+}
+
+loom_tensor *loom_nll_loss(const loom_tensor *log_probs, const loom_tensor *labels) {
+  loom_tensor *err;
+  if ((err = check_scores("loom_nll_loss", log_probs, labels))) return err;
+  const loom_shape *s = &log_probs->node->shape;
   int token = lm_composite_begin();
   /* Selected, not multiplied by a 0/1 mask: a -inf score of another class
    * (a logit of -inf) times 0 would make the loss NaN. */
@@ -350,6 +358,8 @@ loom_tensor *loom_nll_loss(const loom_tensor *log_probs, const loom_tensor *labe
 }
 
 loom_tensor *loom_cross_entropy(const loom_tensor *logits, const loom_tensor *labels) {
+  loom_tensor *err;
+  if ((err = check_scores("loom_cross_entropy", logits, labels))) return err;
   int token = lm_composite_begin();
   return lm_composite_end(token, loom_nll_loss(loom_log_softmax(logits, 1), labels));
 }

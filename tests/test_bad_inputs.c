@@ -442,7 +442,7 @@ static const row table[] = {
     ROW("wrong shape", "loom_cat({[2,3], [2,3,4]}, 2, 0)", shape_cat, LOOM_ERR_SHAPE,
         "tensor 1 has shape [2,3,4]"),
     ROW("wrong shape", "loom_cross_entropy([2,3], labels [4])", shape_loss, LOOM_ERR_SHAPE,
-        "needs [N, C] scores and [N] labels, got [2,3] and [4]"),
+        "loom_cross_entropy: needs [N, C] scores and [N] labels, got [2,3] and [4]"),
     ROW("wrong shape", "loom_conv2d_f(x [2,3,4], w [2,3,4])", shape_conv, LOOM_ERR_SHAPE,
         "input must be [N, C, H, W], got [2,3,4]"),
     ROW("wrong shape", "loom_copy_to_host([2,3], buf, 20)", shape_copy, LOOM_ERR_BUFFER,
@@ -469,7 +469,7 @@ static const row table[] = {
     ROW("wrong dtype", "loom_rand_key(k, [2], i32)", dtype_rand_int, LOOM_ERR_DTYPE,
         "loom_rand_key: needs F32 or F64, got i32"),
     ROW("wrong dtype", "loom_cross_entropy(logits, f32 labels)", dtype_float_labels, LOOM_ERR_DTYPE,
-        "indices must be integers, got f32"),
+        "loom_cross_entropy: indices must be integers, got f32"),
     ROW("wrong dtype", "loom_set_requires_grad(i64, true)", dtype_requires_grad, LOOM_ERR_DTYPE,
         "only float tensors have gradients, got i64"),
 
