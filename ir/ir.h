@@ -179,7 +179,7 @@ void lm_buffer_trim(void);
 /* numel, or -1 when it overflows int64 */
 int64_t lm_shape_numel(const loom_shape *s);
 bool lm_shape_eq(const loom_shape *a, const loom_shape *b);
-/* "[4,2]" into buf (always terminated) */
+/* "[4,2]" into buf (always terminated); "(9 dims)" for an ndim out of range */
 const char *lm_shape_str(const loom_shape *s, char *buf, size_t len);
 void lm_shape_strides(const loom_shape *s, int64_t *strides); /* contiguous, in elements */
 

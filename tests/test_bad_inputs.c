@@ -225,6 +225,7 @@ ROW_T(axis_layer_norm, loom_layer_norm(f23, 3, NULL, NULL, 1e-5))
 
 /* ------------------------------------------------------------ sizes */
 ROW_T(size_negative, loom_zeros(LOOM_SHAPE(-1, 2), LOOM_F32, LOOM_CPU))
+ROW_T(size_expand_ndim, loom_expand(f23, ((loom_shape){9, {2, 3, 1, 1, 1, 1, 1, 1}})))
 ROW_T(size_ndim, loom_zeros(((loom_shape){9, {1, 1, 1, 1, 1, 1, 1, 1}}), LOOM_F32, LOOM_CPU))
 ROW_T(size_overflow, loom_zeros(LOOM_SHAPE(1LL << 40, 1LL << 40), LOOM_F32, LOOM_CPU))
 ROW_T(size_expand_overflow,
@@ -512,6 +513,8 @@ static const row table[] = {
 
     ROW("bad size", "loom_zeros([-1, 2])", size_negative, LOOM_ERR_SHAPE,
         "shape [-1,2] has a negative dim"),
+    ROW("bad size", "loom_expand([2,3], 9 dims)", size_expand_ndim, LOOM_ERR_SHAPE,
+        "loom_expand: cannot expand [2,3] to (9 dims)"),
     ROW("bad size", "loom_zeros(9 dims)", size_ndim, LOOM_ERR_SHAPE,
         "9 dims (loom supports 0 to 8)"),
     ROW("bad size", "loom_zeros([2^40, 2^40])", size_overflow, LOOM_ERR_SIZE,
