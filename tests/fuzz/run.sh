@@ -29,14 +29,16 @@ for t in $targets; do
   rm -rf "$build/crashes/$t" # earlier runs' crashes were reported by them
   mkdir -p "$build/corpus/$t" "$build/crashes/$t"
   log=$build/fuzz-$t.log
+  start=$(date +%s)
   "$build/fuzz_$t" -max_total_time="$seconds" -print_final_stats=1 -timeout=60 ${FUZZ_SEED:+-seed=$FUZZ_SEED} \
     -rss_limit_mb=6144 -max_len=4096 -artifact_prefix="$build/crashes/$t/" \
     "$build/corpus/$t" "$root/tests/fuzz/corpus/$t" >"$log" 2>&1
   rc=$?
+  took=$(($(date +%s) - start))
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   secs=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   found=$(ls "$build/crashes/$t" | wc -l)
-  echo "$t: ${execs:-0} executions in ${seconds} s (${secs:-0}/s), corpus $(ls "$build/corpus/$t" | wc -l) inputs, crashes $found"
+  echo "$t: ${execs:-0} executions in ${took} s (${secs:-0}/s), corpus $(ls "$build/corpus/$t" | wc -l) inputs, crashes $found"
   total=$((total + ${execs:-0}))
   if [ "$rc" -ne 0 ] || [ "$found" -ne 0 ]; then
     echo "  $t failed (exit $rc): see $log and $build/crashes/$t/"
