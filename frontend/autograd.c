@@ -13,8 +13,8 @@ bool loom_grad_enabled(void) { return lm_grad_enabled(); }
 
 loom_status loom_set_requires_grad(loom_tensor *t, bool requires_grad) {
   const char *name = "loom_set_requires_grad";
-  if (!t) return lm_fail(LOOM_ERR_NULL, "%s: tensor is NULL", name);
-  if (t->status) return lm_fail(t->status, "%s: %s", name, t->message);
+  loom_status st = lm_check_handle(name, t);
+  if (st) return st;
   lm_node *n = t->node;
   if (!requires_grad) {
     t->requires_grad = false;
@@ -157,10 +157,34 @@ static loom_status propagate(const char *name, lm_node *const *outs, lm_node *co
   return LOOM_OK;
 }
 
+/* Adds each leaf's gradient from the walk to what it holds. Every new total
+ * is built before any is stored, so running out of memory leaves every
+ * gradient as it was: a backward happens whole or not at all. */
+static loom_status accumulate_leaves(const char *name, walk *w) {
+  lm_node **totals = calloc((size_t)w->n + 1, sizeof *totals);
+  bool ok = totals != NULL;
+  for (int i = 0; i < w->n && ok; i++) {
+    lm_node *n = w->order[i];
+    loom_tensor *leaf = n->grad_leaf;
+    if (!leaf || !n->grad_acc) continue;
+    totals[i] = leaf->grad ? nb_binary(LM_ADD, leaf->grad, n->grad_acc)
+                           : (lm_node_retain(n->grad_acc), n->grad_acc);
+    ok = totals[i] != NULL;
+  }
+  for (int i = 0; i < w->n && totals; i++) {
+    if (!totals[i]) continue;
+    loom_tensor *leaf = w->order[i]->grad_leaf;
+    if (ok)
+      lm_node_release(leaf->grad), leaf->grad = totals[i];
+    else
+      lm_node_release(totals[i]);
+  }
+  free(totals);
+  return ok ? LOOM_OK : lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+}
+
 static loom_status check_out(const char *name, const loom_tensor *t) {
-  if (!t) return lm_fail(LOOM_ERR_NULL, "%s: tensor is NULL", name);
-  if (t->status) return lm_fail(t->status, "%s: %s", name, t->message);
-  return LOOM_OK;
+  return lm_check_handle(name, t);
 }
 
 loom_status loom_backward(const loom_tensor *loss) {
@@ -184,19 +208,7 @@ loom_status loom_backward(const loom_tensor *loss) {
   walk w = {0};
   st =
       seed ? propagate(name, &out, &seed, 1, &w) : lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
-  for (int i = 0; i < w.n && st == LOOM_OK; i++) {
-    lm_node *n = w.order[i];
-    loom_tensor *leaf = n->grad_leaf;
-    if (!leaf || !n->grad_acc) continue;
-    lm_node *g = n->grad_acc;
-    lm_node_retain(g);
-    lm_node *total = leaf->grad ? nb_binary(LM_ADD, leaf->grad, g) : (lm_node_retain(g), g);
-    lm_node_release(g);
-    if (!total)
-      st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
-    else
-      lm_node_release(leaf->grad), leaf->grad = total;
-  }
+  if (st == LOOM_OK) st = accumulate_leaves(name, &w);
   clear_acc(&w);
   lm_node_release(seed);
   lm_no_grad_pop();

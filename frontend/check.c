@@ -5,6 +5,8 @@
 
 loom_tensor *lm_check(const char *op, const loom_tensor *t) {
   if (!t) return lm_error(LOOM_ERR_NULL, "%s: tensor argument is NULL", op);
+  if (lm_is_freed(t))
+    return lm_error(LOOM_ERR_NULL, "%s: the tensor was freed (a handle used after loom_free)", op);
   if (t->status != LOOM_OK) return lm_tensor_ref(t);
   if (!t->node) return lm_error(LOOM_ERR_INTERNAL, "%s: tensor has no node", op);
   return NULL;

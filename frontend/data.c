@@ -27,8 +27,8 @@ struct loom_loader {
 };
 
 static loom_status to_host(const char *op, loom_tensor *t, host_array *h) {
-  if (!t) return lm_fail(LOOM_ERR_NULL, "%s: tensor is NULL", op);
-  if (t->status) return lm_fail(t->status, "%s: %s", op, t->message);
+  loom_status st = lm_check_handle(op, t);
+  if (st) return st;
   h->shape = t->node->shape;
   h->dtype = t->node->dtype;
   if (h->shape.ndim < 1) return lm_fail(LOOM_ERR_SHAPE, "%s: tensors need a batch dim", op);

@@ -239,6 +239,40 @@ static loom_tensor *affine(loom_tensor *y, const loom_tensor *weight, const loom
   return y;
 }
 
+static bool can_take(const loom_tensor *t, const loom_tensor *value) {
+  return !t->status && !value->status && lm_shape_eq(&t->node->shape, &value->node->shape) &&
+         t->node->dtype == value->node->dtype;
+}
+
+/* Records running = running * (1 - momentum) + batch * momentum for both
+ * statistics: both updates or neither (an error leaves them as they were).
+ * Returns an error tensor, or NULL. */
+static loom_tensor *update_running(loom_tensor *running_mean, loom_tensor *running_var,
+                                   const loom_tensor *mean, const loom_tensor *var, int64_t C,
+                                   double momentum, double unbias) {
+  const char *name = "loom_batch_norm";
+  loom_tensor *nm, *nv, *err;
+  LOOM_NO_GRAD {
+    loom_tensor *m = loom_reshape(mean, LOOM_SHAPE(C)), *v = loom_reshape(var, LOOM_SHAPE(C));
+    nm = loom_add(loom_mul_s(running_mean, 1 - momentum), loom_mul_s(m, momentum));
+    nv = loom_add(loom_mul_s(running_var, 1 - momentum), loom_mul_s(v, momentum * unbias));
+  }
+  if ((err = lm_check(name, nm)) || (err = lm_check(name, nv))) return err;
+  if (!can_take(running_mean, nm) || !can_take(running_var, nv)) {
+    char a[128], b[128];
+    return lm_error(LOOM_ERR_SHAPE, "%s: running statistics %s %s and %s %s for %lld channels",
+                    name, loom_dtype_name(running_mean->node->dtype),
+                    lm_shape_str(&running_mean->node->shape, a, sizeof a),
+                    loom_dtype_name(running_var->node->dtype),
+                    lm_shape_str(&running_var->node->shape, b, sizeof b), (long long)C);
+  }
+  if (!lm_pending_reserve(2))
+    return lm_error(LOOM_ERR_OOM, "%s: out of memory recording the running statistics", name);
+  loom_assign(running_mean, nm); /* cannot fail now */
+  loom_assign(running_var, nv);
+  return NULL;
+}
+
 loom_tensor *loom_batch_norm(const loom_tensor *x, loom_tensor *running_mean,
                              loom_tensor *running_var, const loom_tensor *weight,
                              const loom_tensor *bias, bool train, double momentum, double eps) {
@@ -258,23 +292,20 @@ loom_tensor *loom_batch_norm(const loom_tensor *x, loom_tensor *running_mean,
   loom_tensor *y;
   if (train || !running_mean || !running_var) {
     loom_tensor *mean, *var;
-    y = normalize(x, axes, naxes, eps, &mean, &var);
-    if (train && running_mean && running_var) {
+    y = affine(normalize(x, axes, naxes, eps, &mean, &var), weight, bias, cshape);
+    /* The running statistics change only with a result: a failed forward
+     * pass leaves them as they were. */
+    if (train && running_mean && running_var && !loom_status_of(y)) {
       int64_t n = lm_shape_numel(&x->node->shape) / (C > 0 ? C : 1);
       double unbias = n > 1 ? (double)n / (double)(n - 1) : 1.0;
-      LOOM_NO_GRAD {
-        loom_tensor *m = loom_reshape(mean, LOOM_SHAPE(C)), *v = loom_reshape(var, LOOM_SHAPE(C));
-        loom_assign(running_mean,
-                    loom_add(loom_mul_s(running_mean, 1 - momentum), loom_mul_s(m, momentum)));
-        loom_assign(running_var, loom_add(loom_mul_s(running_var, 1 - momentum),
-                                          loom_mul_s(v, momentum * unbias)));
-      }
+      loom_tensor *err = update_running(running_mean, running_var, mean, var, C, momentum, unbias);
+      if (err) y = err;
     }
   } else {
     loom_tensor *m = loom_reshape(running_mean, cshape), *v = loom_reshape(running_var, cshape);
-    y = loom_mul(loom_sub(x, m), loom_rsqrt(loom_add_s(v, eps)));
+    y = affine(loom_mul(loom_sub(x, m), loom_rsqrt(loom_add_s(v, eps))), weight, bias, cshape);
   }
-  return lm_composite_end(token, affine(y, weight, bias, cshape));
+  return lm_composite_end(token, y);
 }
 
 loom_tensor *loom_layer_norm(const loom_tensor *x, int ndims, const loom_tensor *weight,
@@ -303,22 +334,35 @@ loom_tensor *loom_mse_loss(const loom_tensor *pred, const loom_tensor *target) {
   return lm_composite_end(token, loom_mean_all(loom_square(loom_sub(pred, target))));
 }
 
-loom_tensor *loom_nll_loss(const loom_tensor *log_probs, const loom_tensor *labels) {
-  const char *name = "loom_nll_loss";
+/* [N, C] scores and [N] integer labels, or an error naming the op. */
+static loom_tensor *check_scores(const char *name, const loom_tensor *scores,
+                                 const loom_tensor *labels) {
   loom_tensor *err;
-  if ((err = lm_check(name, log_probs)) || (err = check_labels(name, labels))) return err;
-  const loom_shape *s = &log_probs->node->shape, *l = &labels->node->shape;
+  if ((err = lm_check(name, scores)) || (err = check_labels(name, labels))) return err;
+  const loom_shape *s = &scores->node->shape, *l = &labels->node->shape;
   char sa[128], sb[128];
   if (s->ndim != 2 || l->ndim != 1 || l->dim[0] != s->dim[0])
     return lm_error(LOOM_ERR_SHAPE, "%s: needs [N, C] scores and [N] labels, got %s and %s", name,
                     lm_shape_str(s, sa, sizeof sa), lm_shape_str(l, sb, sizeof sb));
+  return NULL;
+}
+
+loom_tensor *loom_nll_loss(const loom_tensor *log_probs, const loom_tensor *labels) {
+  loom_tensor *err;
+  if ((err = check_scores("loom_nll_loss", log_probs, labels))) return err;
+  const loom_shape *s = &log_probs->node->shape;
   int token = lm_composite_begin();
-  loom_tensor *mask = loom_cast(loom_one_hot(labels, s->dim[1]), log_probs->node->dtype);
-  loom_tensor *picked = loom_sum(loom_mul(log_probs, mask), (int[]){1}, 1, false);
+  /* Selected, not multiplied by a 0/1 mask: a -inf score of another class
+   * (a logit of -inf) times 0 would make the loss NaN. */
+  loom_tensor *mask = loom_cast(loom_one_hot(labels, s->dim[1]), LOOM_BOOL);
+  loom_tensor *none = loom_zeros_like(log_probs);
+  loom_tensor *picked = loom_sum(loom_where(mask, log_probs, none), (int[]){1}, 1, false);
   return lm_composite_end(token, loom_neg(loom_mean_all(picked)));
 }
 
 loom_tensor *loom_cross_entropy(const loom_tensor *logits, const loom_tensor *labels) {
+  loom_tensor *err;
+  if ((err = check_scores("loom_cross_entropy", logits, labels))) return err;
   int token = lm_composite_begin();
   return lm_composite_end(token, loom_nll_loss(loom_log_softmax(logits, 1), labels));
 }

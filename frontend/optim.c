@@ -252,10 +252,13 @@ static loom_status plan_step(loom_optim *o, step_plan *p) {
   return LOOM_OK;
 }
 
-/* Every expression is built before the first assignment, so running out of
- * memory while building leaves the parameters and state as they were. */
+/* Every expression is built, and room for every pending assignment made,
+ * before the first assignment: running out of memory leaves the parameters
+ * and state as they were, never half updated. */
 static loom_status assign_all(loom_optim *o, step_plan *p) {
   int per = 1 + o->nstate;
+  if (!lm_pending_reserve(p->nactive * per))
+    return lm_fail(LOOM_ERR_OOM, "loom_optim_step: out of memory");
   for (int i = 0; i < p->nactive; i++) {
     lm_optim_slot *s = p->active[i];
     for (int k = 0; k < per; k++) {

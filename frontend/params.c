@@ -24,15 +24,13 @@ void loom_params_free(loom_params *ps) {
 static loom_status add(const char *op, loom_params *ps, const char *name, loom_tensor *t,
                        bool trainable) {
   if (!ps || !name || !t) return lm_fail(LOOM_ERR_NULL, "%s: NULL argument", op);
-  if (t->status) return lm_fail(t->status, "%s: '%s' is an error tensor: %s", op, name, t->message);
+  loom_status st = lm_check_handle(op, t);
+  if (st) return st;
   if (!*name || strcmp(name, "__metadata__") == 0) /* reserved by safetensors */
     return lm_fail(LOOM_ERR_VALUE, "%s: '%s' cannot name a parameter", op, name);
   if (lm_params_find(ps, name) >= 0)
     return lm_fail(LOOM_ERR_VALUE, "%s: a parameter named '%s' exists already", op, name);
-  if (trainable) {
-    loom_status st = loom_set_requires_grad(t, true);
-    if (st) return st;
-  }
+  if (trainable && (st = loom_set_requires_grad(t, true))) return st;
   if (ps->count == ps->cap) {
     int ncap = ps->cap ? 2 * ps->cap : 16;
     lm_param *grown = realloc(ps->items, sizeof(lm_param) * (size_t)ncap);

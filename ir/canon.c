@@ -13,6 +13,48 @@ static _Atomic uint64_t walk_epoch = 1;
 
 uint64_t lm_walk_epoch(void) { return atomic_fetch_add(&walk_epoch, 1); }
 
+/* ------------------------------------------------------------ leaf positions */
+
+static size_t leaf_slot(const lm_graph *g, const lm_node *n) {
+  uintptr_t h = (uintptr_t)n;
+  h ^= h >> 17, h *= 0x9e3779b97f4a7c15ull, h ^= h >> 29;
+  return (size_t)h & (g->leaves_cap - 1);
+}
+
+/* The slot holding n's position, or the empty slot where it would go. */
+static size_t leaf_find(const lm_graph *g, const lm_node *n) {
+  size_t i = leaf_slot(g, n);
+  while (g->leaves[i] >= 0 && g->nodes[g->leaves[i]] != n) i = (i + 1) & (g->leaves_cap - 1);
+  return i;
+}
+
+static bool leaves_grow(lm_graph *g) {
+  size_t cap = g->leaves_cap ? 2 * g->leaves_cap : 64;
+  int *old = g->leaves;
+  size_t old_cap = g->leaves_cap;
+  g->leaves = malloc(sizeof(int) * cap);
+  if (!g->leaves) {
+    g->leaves = old;
+    return false;
+  }
+  for (size_t i = 0; i < cap; i++) g->leaves[i] = -1;
+  g->leaves_cap = cap;
+  for (size_t i = 0; i < old_cap; i++)
+    if (old[i] >= 0) g->leaves[leaf_find(g, g->nodes[old[i]])] = old[i];
+  free(old);
+  return true;
+}
+
+int lm_graph_pos(const lm_graph *g, const lm_node *n) {
+  if (!lm_is_computed(n)) return n->pos;
+  if (!g->leaves_cap) return -1;
+  return g->leaves[leaf_find(g, n)];
+}
+
+/* ------------------------------------------------------------ the walk */
+
+/* Appends n at the next position: an unrealized node keeps it in its scratch
+ * field, a leaf in the graph's table. */
 static bool push_node(lm_graph *g, lm_node *n) {
   if (g->n == g->cap) {
     int ncap = g->cap ? g->cap * 2 : 64;
@@ -20,7 +62,14 @@ static bool push_node(lm_graph *g, lm_node *n) {
     if (!grown) return false;
     g->nodes = grown, g->cap = ncap;
   }
-  n->pos = g->n;
+  if (lm_is_computed(n)) {
+    if (2 * (g->nleaves + 1) > g->leaves_cap && !leaves_grow(g)) return false;
+    g->nodes[g->n] = n; /* leaf_find compares through nodes[] */
+    g->leaves[leaf_find(g, n)] = g->n;
+    g->nleaves++;
+  } else {
+    n->pos = g->n;
+  }
   g->nodes[g->n++] = n;
   return true;
 }
@@ -85,7 +134,7 @@ static bool put_node(lm_graph *g, const lm_node *n) {
   for (int d = 0; d < n->shape.ndim && ok; d++) ok = put_i64(g, n->shape.dim[d]);
   if (leaf) return ok && put_i64(g, 0);
   ok = ok && put_i64(g, n->nsrc);
-  for (int i = 0; i < n->nsrc && ok; i++) ok = put_i64(g, n->src[i]->pos);
+  for (int i = 0; i < n->nsrc && ok; i++) ok = put_i64(g, lm_graph_pos(g, n->src[i]));
   return ok && put_args(g, n);
 }
 
@@ -94,7 +143,15 @@ typedef struct frame {
   int next;
 } frame;
 
-/* Iterative post-order: graphs of training loops are deep. */
+/* A leaf joins the graph the first time the walk meets it (marked in the
+ * graph's table, not in the node: see lm_graph). */
+static bool add_leaf(lm_graph *g, lm_node *n) {
+  if (lm_graph_pos(g, n) >= 0) return true;
+  return push_node(g, n) && put_node(g, n);
+}
+
+/* Iterative post-order: graphs of training loops are deep. The root is
+ * unrealized (lm_realize_nodes skips computed targets). */
 static loom_status walk(lm_graph *g, lm_node *root, uint64_t epoch) {
   if (root->visit == epoch) return LOOM_OK;
   int cap = 64, len = 0;
@@ -105,8 +162,12 @@ static loom_status walk(lm_graph *g, lm_node *root, uint64_t epoch) {
   while (len > 0) {
     frame *top = &stack[len - 1];
     lm_node *n = top->node;
-    if (!lm_is_computed(n) && top->next < n->nsrc) {
+    if (top->next < n->nsrc) {
       lm_node *s = n->src[top->next++];
+      if (lm_is_computed(s)) {
+        if (!add_leaf(g, s)) goto oom;
+        continue;
+      }
       if (s->visit == epoch) continue;
       s->visit = epoch;
       if (len == cap) {
@@ -133,10 +194,12 @@ loom_status lm_graph_build(lm_graph *g, lm_node *const *targets, int ntargets) {
   if (!g->targets) return LOOM_ERR_OOM;
   uint64_t epoch = lm_walk_epoch();
   for (int i = 0; i < ntargets; i++) {
-    loom_status st = walk(g, targets[i], epoch);
+    loom_status st = lm_is_computed(targets[i]) ? (add_leaf(g, targets[i]) ? LOOM_OK : LOOM_ERR_OOM)
+                                                : walk(g, targets[i], epoch);
     if (st != LOOM_OK) return st;
-    g->targets[g->ntargets++] = targets[i]->pos;
-    if (!put_i64(g, -1 - targets[i]->pos)) return LOOM_ERR_OOM;
+    int pos = lm_graph_pos(g, targets[i]);
+    g->targets[g->ntargets++] = pos;
+    if (!put_i64(g, -1 - pos)) return LOOM_ERR_OOM;
   }
   XXH128_hash_t h = XXH3_128bits(g->bytes, g->nbytes);
   g->hash = (lm_hash128){h.low64, h.high64};
@@ -147,5 +210,6 @@ void lm_graph_free(lm_graph *g) {
   free(g->nodes);
   free(g->targets);
   free(g->bytes);
+  free(g->leaves);
   memset(g, 0, sizeof *g);
 }

@@ -90,7 +90,7 @@ typedef enum lm_rand_kind { LM_RAND_UNIFORM, LM_RAND_NORMAL, LM_RAND_BERNOULLI }
 typedef struct lm_node lm_node;
 struct lm_node {
   lm_op op;
-  int refs;
+  _Atomic int refs; /* atomic: threads share computed nodes (weights) */
   int nsrc;
   lm_node **src; /* points to src_inline unless nsrc > 3 */
   lm_node *src_inline[3];
@@ -140,6 +140,8 @@ struct lm_node {
   const lm_node *replaces; /* planning temporaries: the node whose values this
                               one computes */
   lm_node *grad_acc;       /* autograd: the gradient flowing into it, during a walk */
+  lm_node *dead_next;      /* lm_node_release: the next node to free (a list
+                              through the dying nodes, so freeing never allocates) */
 };
 
 /* ------------------------------------------------------------ nodes */
@@ -169,12 +171,15 @@ const char *lm_op_name(lm_op op);
 /* The allocator behind LM_BUFFER data (runtime/ provides it). */
 void *lm_buffer_alloc(size_t bytes);
 void lm_buffer_free(void *data, size_t bytes);
+/* Returns the allocator's cached free blocks to the system (tests that count
+ * allocations, and the memory-profile test). */
+void lm_buffer_trim(void);
 
 /* ------------------------------------------------------------ shapes */
 /* numel, or -1 when it overflows int64 */
 int64_t lm_shape_numel(const loom_shape *s);
 bool lm_shape_eq(const loom_shape *a, const loom_shape *b);
-/* "[4,2]" into buf (always terminated) */
+/* "[4,2]" into buf (always terminated); "(9 dims)" for an ndim out of range */
 const char *lm_shape_str(const loom_shape *s, char *buf, size_t len);
 void lm_shape_strides(const loom_shape *s, int64_t *strides); /* contiguous, in elements */
 
@@ -212,15 +217,23 @@ typedef struct lm_hash128 {
 
 /* The unrealized graph behind some targets, in a canonical order: a post-order
  * walk from the targets (sources in order), leaves (computed buffers) numbered
- * by first appearance. Pointer values and data never enter `bytes`. */
+ * by first appearance. Pointer values and data never enter `bytes`.
+ *
+ * Building a graph writes the scratch fields (visit, pos) of its unrealized
+ * nodes only, which belong to the building thread. Computed nodes (leaves)
+ * may be in graphs other threads build at the same time (shared weights), so
+ * their positions live in the graph (`leaves`), never in the node: ask
+ * lm_graph_pos for a node's position. */
 typedef struct lm_graph {
-  lm_node **nodes; /* canonical order; nodes[i]->pos == i during a realization */
+  lm_node **nodes; /* canonical order */
   int n, cap;
   int *targets; /* positions of the targets */
   int ntargets;
   unsigned char *bytes; /* the canonical serialization */
   size_t nbytes, bytes_cap;
   lm_hash128 hash;
+  int *leaves; /* open addressing over leaf positions (-1: empty), keyed by node */
+  size_t leaves_cap, nleaves;
 } lm_graph;
 
 /* A fresh value for lm_node.visit: marks what one walk has seen. */
@@ -229,5 +242,8 @@ uint64_t lm_walk_epoch(void);
 /* Collects and serializes; returns LOOM_OK or LOOM_ERR_OOM. */
 loom_status lm_graph_build(lm_graph *g, lm_node *const *targets, int ntargets);
 void lm_graph_free(lm_graph *g);
+/* The position of n, a node of g (nodes[pos] == n; a leaf not in g gives
+ * -1). Valid until g's targets are published (they become computed then). */
+int lm_graph_pos(const lm_graph *g, const lm_node *n);
 
 #endif

@@ -81,39 +81,43 @@ void lm_node_retain(lm_node *n) {
   if (n) n->refs++;
 }
 
-static void drop_sources(lm_node *n, lm_node ***stack, int *len, int *cap) {
+/* Releases n's sources; those whose last reference this was go on *dead, a
+ * list linked through the dying nodes themselves: releasing never allocates,
+ * so it cannot fail or leak when memory runs out. */
+static void drop_sources(lm_node *n, lm_node **dead) {
   for (int i = 0; i < n->nsrc; i++) {
     lm_node *s = n->src[i];
     if (--s->refs > 0) continue;
-    if (*len == *cap) {
-      int ncap = *cap ? *cap * 2 : 64;
-      lm_node **grown = realloc(*stack, sizeof(lm_node *) * (size_t)ncap);
-      if (!grown) continue; /* leaks s rather than crash; only under OOM */
-      *stack = grown, *cap = ncap;
-    }
-    (*stack)[(*len)++] = s;
+    s->dead_next = *dead;
+    *dead = s;
   }
   if (n->src != n->src_inline) free(n->src);
   n->src = n->src_inline;
   n->nsrc = 0;
 }
 
-static void destroy(lm_node *n, lm_node ***stack, int *len, int *cap) {
-  drop_sources(n, stack, len, cap);
+static void destroy(lm_node *n, lm_node **dead) {
+  drop_sources(n, dead);
   if (n->data) lm_buffer_free(n->data, n->bytes);
   free(n->label);
   free(n);
+}
+
+/* Frees every node on the list (and the sources they release in turn). */
+static void destroy_all(lm_node *dead) {
+  while (dead) {
+    lm_node *n = dead;
+    dead = n->dead_next;
+    destroy(n, &dead);
+  }
 }
 
 /* Iterative, so that releasing a long chain (a training loop's graph) cannot
  * overflow the C stack. */
 void lm_node_release(lm_node *n) {
   if (!n || --n->refs > 0) return;
-  lm_node **stack = NULL;
-  int len = 0, cap = 0;
-  destroy(n, &stack, &len, &cap);
-  while (len > 0) destroy(stack[--len], &stack, &len, &cap);
-  free(stack);
+  n->dead_next = NULL;
+  destroy_all(n);
 }
 
 void lm_node_set_buffer(lm_node *n, void *data, size_t bytes) {
@@ -124,11 +128,9 @@ void lm_node_set_buffer(lm_node *n, void *data, size_t bytes) {
     n->bytes = bytes;
     return;
   }
-  lm_node **stack = NULL;
-  int len = 0, cap = 0;
-  drop_sources(n, &stack, &len, &cap);
-  while (len > 0) destroy(stack[--len], &stack, &len, &cap);
-  free(stack);
+  lm_node *dead = NULL;
+  drop_sources(n, &dead);
+  destroy_all(dead);
   if (n->data) lm_buffer_free(n->data, n->bytes);
   n->op = LM_BUFFER;
   n->data = data;

@@ -25,6 +25,12 @@ const char *lm_shape_str(const loom_shape *s, char *buf, size_t len) {
   size_t used = 0;
   if (len == 0) return buf;
   buf[0] = 0;
+  /* A shape a caller made up may claim more dims than it holds (found by
+   * fuzz_ops: loom_expand's message read dim[8]). */
+  if (s->ndim < 0 || s->ndim > LOOM_MAX_DIMS) {
+    snprintf(buf, len, "(%d dims)", s->ndim);
+    return buf;
+  }
   used += (size_t)snprintf(buf, len, "[");
   for (int d = 0; d < s->ndim && used < len; d++)
     used += (size_t)snprintf(buf + used, len - used, d ? ",%lld" : "%lld", (long long)s->dim[d]);

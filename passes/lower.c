@@ -17,6 +17,7 @@ typedef struct builder {
   int slot_pos[MAX_SLOTS];
   bool slot_key[MAX_SLOTS];
   int nslots;
+  const lm_graph *g;
   const lm_node *root;
   const lm_node *acc_node; /* the reduction whose value is ACC in the epilogue */
   int acc_inst;
@@ -58,6 +59,17 @@ static int op2(builder *b, lk_op op, loom_dtype dt, int a, int c) {
   return emit(b, inst(op, dt, a, c, -1));
 }
 
+/* A constant of an integer dtype from a double (loom_full(i32, 1e30), a pad
+ * value): truncated toward zero and saturated to int64's range, NaN as 0;
+ * a narrower dtype then wraps, as a cast does. Converting an out-of-range
+ * double directly would be undefined behaviour (found by fuzz_ops). */
+static int64_t int_constant(double v) {
+  if (v != v) return 0;
+  if (v >= 0x1p63) return INT64_MAX;
+  if (v <= -0x1p63) return INT64_MIN;
+  return (int64_t)v;
+}
+
 static int cnst(builder *b, loom_dtype dt, double v) {
   lk_inst in = inst(LK_CONST, dt, -1, -1, -1);
   if (loom_dtype_is_float(dt))
@@ -65,7 +77,7 @@ static int cnst(builder *b, loom_dtype dt, double v) {
   else if (dt == LOOM_BOOL)
     in.imm_i = v != 0;
   else
-    in.imm_i = (int64_t)v;
+    in.imm_i = int_constant(v);
   return emit(b, in);
 }
 
@@ -82,13 +94,14 @@ static int dim(builder *b, int d) {
 }
 
 static int slot_for(builder *b, const lm_node *n, bool key) {
+  int pos = lm_graph_pos(b->g, n);
   for (int s = 1; s < b->nslots; s++)
-    if (b->slot_pos[s] == n->pos && b->slot_key[s] == key) return s;
+    if (b->slot_pos[s] == pos && b->slot_key[s] == key) return s;
   if (b->nslots == MAX_SLOTS) {
     b->fail = "too many inputs for one kernel";
     return 0;
   }
-  b->slot_pos[b->nslots] = n->pos;
+  b->slot_pos[b->nslots] = pos;
   b->slot_key[b->nslots] = key;
   return b->nslots++;
 }
@@ -433,8 +446,7 @@ static void lower_reduce(builder *b, const lm_node *root, lk_kernel *k) {
 }
 
 loom_status lm_lower(const lm_graph *g, lm_node *root, lm_step *step, char *err, size_t errlen) {
-  (void)g;
-  builder b = {.root = root, .nslots = 1};
+  builder b = {.g = g, .root = root, .nslots = 1};
   b.slot_pos[0] = root->pos;
   lk_kernel *k = &step->kernel;
   memset(k, 0, sizeof *k);

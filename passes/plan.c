@@ -89,15 +89,19 @@ static bool broadcasts(const lm_node *n) {
  * recomputing it would repeat it for every copy. */
 #define BROADCAST_BUDGET 2
 
+/* Planning writes the scratch fields of unrealized nodes only: computed ones
+ * (leaves) may be in graphs other threads plan at the same time. */
 static void reset(const lm_graph *g) {
   for (int i = 0; i < g->n; i++) {
     lm_node *n = g->nodes[i];
+    if (lm_is_computed(n)) continue;
     n->uses = 0;
     n->materialize = n->target = n->broadcast_use = false;
     n->fused_reduce = NULL;
   }
   for (int t = 0; t < g->ntargets; t++) {
     lm_node *n = g->nodes[g->targets[t]];
+    if (lm_is_computed(n)) continue; /* nothing to compute */
     n->uses++;
     n->materialize = n->target = true;
   }
@@ -116,19 +120,20 @@ static void count_uses(const lm_graph *g) {
         const lm_node *base;
         lm_view view;
         lm_node *o = n->src[s];
-        if (lm_gemm_operand(o, &base, &view))
-          ((lm_node *)base)->materialize |= !lm_is_computed(base);
-        else
+        if (!lm_gemm_operand(o, &base, &view))
           o->materialize = true;
+        else if (!lm_is_computed(base))
+          ((lm_node *)base)->materialize = true;
       }
     }
     bool inline_view = lm_op_is_view(n->op) && !n->materialize;
     bool repeats = inline_view && (broadcasts(n) || n->broadcast_use || n->op == LM_WINDOW);
-    if (n->op == LM_GATHER) n->src[0]->broadcast_use = true; /* rows read many times */
+    if (n->op == LM_GATHER && !lm_is_computed(n->src[0]))
+      n->src[0]->broadcast_use = true; /* rows read many times */
     for (int s = 0; s < n->nsrc; s++) {
       bool repeated = false;
       for (int r = 0; r < s; r++) repeated |= n->src[r] == n->src[s];
-      if (repeated) continue;
+      if (repeated || lm_is_computed(n->src[s])) continue;
       n->src[s]->uses += inline_view ? (n->uses > 0 ? n->uses : 1) : 1;
       n->src[s]->broadcast_use |= repeats;
     }
@@ -141,7 +146,6 @@ static void count_uses(const lm_graph *g) {
 static void apply_cost_rule(const lm_graph *g, bool fuse) {
   for (int i = 0; i < g->n; i++) {
     lm_node *n = g->nodes[i];
-    n->cost = 0;
     if (lm_is_computed(n)) continue;
     int cost = op_cost(n);
     for (int s = 0; s < n->nsrc; s++)
@@ -160,7 +164,7 @@ static void mark(const lm_graph *g, bool fuse) {
   apply_cost_rule(g, fuse);
 }
 
-static void plan_gemm(lm_node *n, lm_step *step) {
+static void plan_gemm(const lm_graph *graph, lm_node *n, lm_step *step) {
   lm_gemm *g = &step->gemm;
   memset(g, 0, sizeof *g);
   const lm_node *a = n->src[0], *b = n->src[1], *abase, *bbase;
@@ -182,8 +186,8 @@ static void plan_gemm(lm_node *n, lm_step *step) {
   g->b_offset = bv.offset;
   blas_layout(g->M, g->K, av.strides[nd - 2], av.strides[nd - 1], &g->a_trans, &g->lda);
   blas_layout(g->K, g->N, bv.strides[nd - 2], bv.strides[nd - 1], &g->b_trans, &g->ldb);
-  g->a_pos = abase->pos;
-  g->b_pos = bbase->pos;
+  g->a_pos = lm_graph_pos(graph, abase);
+  g->b_pos = lm_graph_pos(graph, bbase);
   step->kind = LM_STEP_GEMM;
   step->out = n->pos;
   step->dtype = n->dtype;
@@ -237,9 +241,10 @@ static int later_first(const void *a, const void *b) {
   return (*(lm_node *const *)b)->pos - (*(lm_node *const *)a)->pos;
 }
 
-/* Whether every use of r comes from inside root's kernel: the uses counted
- * the way mark() counts them, but only over root's inline nodes. */
-static bool used_only_inside(lm_node *r, lm_node *root) {
+/* Whether every use of r comes from inside root's kernel (1, else 0; -1 when
+ * out of memory): the uses counted the way mark() counts them, but only over
+ * root's inline nodes. */
+static int used_only_inside(lm_node *r, lm_node *root) {
   node_list l = {0};
   collect_inline(root, root, lm_walk_epoch(), &l);
   bool ok = !l.oom;
@@ -253,7 +258,8 @@ static bool used_only_inside(lm_node *r, lm_node *root) {
       for (int s = 0; s < n->nsrc; s++) {
         bool repeated = false;
         for (int q = 0; q < s; q++) repeated |= n->src[q] == n->src[s];
-        if (!repeated) n->src[s]->inner_uses += passes ? n->inner_uses : 1;
+        if (!repeated && !lm_is_computed(n->src[s]))
+          n->src[s]->inner_uses += passes ? n->inner_uses : 1;
       }
     }
     /* every node between root and r must be read only inside root's kernel
@@ -263,14 +269,15 @@ static bool used_only_inside(lm_node *r, lm_node *root) {
       ok = l.items[i] == root || l.items[i]->inner_uses == l.items[i]->uses;
   }
   free(l.items);
-  return ok;
+  return l.oom ? -1 : ok;
 }
 
 /* An elementwise consumer of a reduction (mean's division, softmax's max
  * fix-up, logsumexp's log + max) runs as that reduction's epilogue: one
  * kernel instead of two, and the reduced values never go to memory. The
- * reduction must be read only by that consumer's kernel. */
-static void fuse_epilogues(const lm_graph *g) {
+ * reduction must be read only by that consumer's kernel. False when out of
+ * memory (planning fails rather than cache a plan that lacks the fusion). */
+static bool fuse_epilogues(const lm_graph *g) {
   for (int i = 0; i < g->n; i++) {
     lm_node *e = g->nodes[i];
     if (!e->materialize || lm_is_computed(e) || lm_op_is_reduce(e->op) || e->op == LM_MATMUL)
@@ -279,11 +286,15 @@ static void fuse_epilogues(const lm_graph *g) {
     bool bad = false;
     scan_for_reduce(e, e, true, &r, &bad);
     if (!r || bad || r->target || r->fused_reduce ||
-        lm_shape_numel(&r->shape) != lm_shape_numel(&e->shape) || !used_only_inside(r, e))
+        lm_shape_numel(&r->shape) != lm_shape_numel(&e->shape))
       continue;
+    int inside = used_only_inside(r, e);
+    if (inside < 0) return false;
+    if (!inside) continue;
     e->fused_reduce = r;
     r->materialize = false;
   }
+  return true;
 }
 
 /* ------------------------------------------------------------ split reductions */
@@ -301,10 +312,14 @@ typedef struct temps {
   int n;
 } temps;
 
-static lm_node *temp(temps *t, lm_node *n) {
-  if (n && t->n < 64)
+/* Keeps a planning temporary (released after its step is lowered); NULL and
+ * *oom set when it could not be made. */
+static lm_node *temp(temps *t, lm_node *n, bool *oom) {
+  if (!n) {
+    *oom = true;
+  } else if (t->n < 64) {
     t->nodes[t->n++] = n;
-  else if (n) {
+  } else {
     lm_node_release(n);
     n = NULL;
   }
@@ -327,8 +342,9 @@ static bool split_identity(const lm_node *r, double *identity) {
 
 /* Builds partial = reduce(reshape(pad(src))) and final = reduce(partial) for
  * reduction r; returns final (shaped like r with the part axis kept as 1 ...
- * in the same output order), or NULL when r is not worth splitting. */
-static lm_node *split_reduction(const lm_node *r, temps *t) {
+ * in the same output order), or NULL when r is not worth splitting (or
+ * *oom, when memory ran out). */
+static lm_node *split_reduction(const lm_node *r, temps *t, bool *oom) {
   const lm_node *src = r->src[0];
   int64_t outer = lm_shape_numel(&r->shape), total = lm_shape_numel(&src->shape);
   if (outer <= 0 || outer > SPLIT_MAX_OUTER || total / outer < SPLIT_MIN_REDUCED) return NULL;
@@ -347,7 +363,7 @@ static lm_node *split_reduction(const lm_node *r, temps *t) {
   if (!exact) {
     loom_shape padded = src->shape;
     padded.dim[axis] = chunk * SPLIT_PARTS;
-    cur = temp(t, lm_node_new(LM_PAD, 1, &cur, padded, src->dtype, src->device));
+    cur = temp(t, lm_node_new(LM_PAD, 1, &cur, padded, src->dtype, src->device), oom);
     if (!cur) return NULL;
     cur->arg.pad.value = identity;
   }
@@ -363,17 +379,18 @@ static lm_node *split_reduction(const lm_node *r, temps *t) {
       split.dim[o++] = src->shape.dim[d];
     }
   }
-  lm_node *reshaped = temp(t, lm_node_new(LM_RESHAPE, 1, &cur, split, src->dtype, src->device));
+  lm_node *reshaped =
+      temp(t, lm_node_new(LM_RESHAPE, 1, &cur, split, src->dtype, src->device), oom);
   if (!reshaped) return NULL;
   loom_shape pshape = split, fshape = split;
   for (int d = 0; d < split.ndim; d++)
     if (inner_axes & (1u << d)) pshape.dim[d] = fshape.dim[d] = 1;
   fshape.dim[axis] = 1;
-  lm_node *partial = temp(t, lm_node_new(r->op, 1, &reshaped, pshape, r->dtype, r->device));
+  lm_node *partial = temp(t, lm_node_new(r->op, 1, &reshaped, pshape, r->dtype, r->device), oom);
   if (!partial) return NULL;
   partial->arg.axes = inner_axes;
   partial->materialize = true;
-  lm_node *final = temp(t, lm_node_new(r->op, 1, &partial, fshape, r->dtype, r->device));
+  lm_node *final = temp(t, lm_node_new(r->op, 1, &partial, fshape, r->dtype, r->device), oom);
   if (!final) return NULL;
   final->arg.axes = 1u << axis;
   final->replaces = r;
@@ -415,8 +432,9 @@ static int step_computing(const lm_program *p, int pos) {
 }
 
 /* Pairs each GEMM whose output only an elementwise kernel of the same shape
- * reads (bias, activation, residual) with that kernel. */
-static void pair_gemm_epilogues(const lm_graph *g, lm_program *p) {
+ * reads (bias, activation, residual) with that kernel. False when out of
+ * memory. */
+static bool pair_gemm_epilogues(const lm_graph *g, lm_program *p) {
   for (int i = 0; i < p->nsteps; i++) {
     lm_step *e = &p->steps[i];
     e->gemm_partner = -1;
@@ -427,9 +445,12 @@ static void pair_gemm_epilogues(const lm_graph *g, lm_program *p) {
       int pos = e->arg_pos[a];
       if (e->arg_key[a] || pos >= p->nnodes) continue;
       lm_node *m = g->nodes[pos];
-      if (m->op != LM_MATMUL || m->target || !lm_shape_eq(&m->shape, &root->shape) ||
-          elementwise_path(root, m) != 1 || !used_only_inside(m, root))
+      if (lm_is_computed(m) || m->op != LM_MATMUL || m->target ||
+          !lm_shape_eq(&m->shape, &root->shape) || elementwise_path(root, m) != 1)
         continue;
+      int inside = used_only_inside(m, root);
+      if (inside < 0) return false;
+      if (!inside) continue;
       int j = step_computing(p, pos);
       if (j < 0 || p->steps[j].kind != LM_STEP_GEMM) continue;
       p->steps[j].deferred = true;
@@ -437,6 +458,7 @@ static void pair_gemm_epilogues(const lm_graph *g, lm_program *p) {
       e->gemm_slot = a;
     }
   }
+  return true;
 }
 
 /* ------------------------------------------------------------ memory */
@@ -488,7 +510,7 @@ static loom_status lower_step(const lm_graph *g, lm_program *p, lm_node *n, char
                               size_t errlen) {
   lm_step *step = &p->steps[p->nsteps++];
   if (n->op == LM_MATMUL) {
-    plan_gemm(n, step);
+    plan_gemm(g, n, step);
     return LOOM_OK;
   }
   return lm_lower(g, n, step, err, errlen);
@@ -498,7 +520,12 @@ static loom_status lower_step(const lm_graph *g, lm_program *p, lm_node *n, char
 static loom_status plan_node(const lm_graph *g, lm_program *p, lm_node *n, temps *t, char *err,
                              size_t errlen) {
   lm_node *red = n->fused_reduce ? n->fused_reduce : lm_op_is_reduce(n->op) ? n : NULL;
-  lm_node *final = red ? split_reduction(red, t) : NULL;
+  bool oom = false;
+  lm_node *final = red ? split_reduction(red, t, &oom) : NULL;
+  if (oom) {
+    snprintf(err, errlen, "planning: out of memory");
+    return LOOM_ERR_OOM;
+  }
   if (!final) return lower_step(g, p, n, err, errlen);
   lm_node *partial = final->src[0];
   partial->pos = p->nnodes + p->ntemps++;
@@ -515,7 +542,10 @@ static loom_status plan_node(const lm_graph *g, lm_program *p, lm_node *n, temps
 loom_status lm_plan(const lm_graph *g, bool fuse, lm_program **out, char *err, size_t errlen) {
   *out = NULL;
   mark(g, fuse);
-  if (fuse) fuse_epilogues(g);
+  if (fuse && !fuse_epilogues(g)) {
+    snprintf(err, errlen, "planning: out of memory");
+    return LOOM_ERR_OOM;
+  }
   lm_program *p = calloc(1, sizeof *p);
   int count = 0;
   for (int i = 0; i < g->n; i++) count += g->nodes[i]->materialize && !lm_is_computed(g->nodes[i]);
@@ -540,7 +570,10 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_program **out, char *err, s
     for (int k = t.n - 1; k >= 0; k--) lm_node_release(t.nodes[k]);
   }
   for (int i = 0; i < p->nsteps; i++) p->steps[i].gemm_partner = -1;
-  if (st == LOOM_OK && fuse) pair_gemm_epilogues(g, p);
+  if (st == LOOM_OK && fuse && !pair_gemm_epilogues(g, p)) {
+    snprintf(err, errlen, "planning: out of memory");
+    st = LOOM_ERR_OOM;
+  }
   if (st == LOOM_OK && !plan_frees(p)) {
     snprintf(err, errlen, "planning: out of memory");
     st = LOOM_ERR_OOM;

@@ -20,13 +20,18 @@ void lm_pending_clear(void) {
   pending_cap = 0;
 }
 
+bool lm_pending_reserve(int extra) {
+  if (npending + extra <= pending_cap) return true;
+  int ncap = pending_cap ? 2 * pending_cap : 16;
+  while (ncap < npending + extra) ncap *= 2;
+  lm_node **grown = realloc(pending, sizeof(lm_node *) * (size_t)ncap);
+  if (!grown) return false;
+  pending = grown, pending_cap = ncap;
+  return true;
+}
+
 static bool push_pending(lm_node *n) {
-  if (npending == pending_cap) {
-    int ncap = pending_cap ? 2 * pending_cap : 16;
-    lm_node **grown = realloc(pending, sizeof(lm_node *) * (size_t)ncap);
-    if (!grown) return false;
-    pending = grown, pending_cap = ncap;
-  }
+  if (!lm_pending_reserve(1)) return false;
   lm_node_retain(n);
   pending[npending++] = n;
   return true;
@@ -49,10 +54,9 @@ loom_status lm_assign_node(loom_tensor *t, lm_node *value) {
 }
 
 loom_status loom_assign(loom_tensor *t, const loom_tensor *value) {
-  if (!t || !value) return lm_fail(LOOM_ERR_NULL, "loom_assign: tensor is NULL");
-  if (t->status || !t->node) return lm_fail(t->status, "loom_assign: target is an error tensor");
-  if (value->status || !value->node)
-    return lm_fail(value->status, "loom_assign: %s", value->message ? value->message : "error");
+  loom_status st = lm_check_handle("loom_assign", t);
+  if (!st) st = lm_check_handle("loom_assign", value);
+  if (st) return st;
   char a[128], b[128];
   if (!lm_shape_eq(&t->node->shape, &value->node->shape) || t->node->dtype != value->node->dtype ||
       t->node->device.type != value->node->device.type ||

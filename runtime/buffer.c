@@ -102,3 +102,15 @@ void lm_buffer_free(void *data, size_t bytes) {
   pthread_mutex_unlock(&pool.lock);
   if (!keep) free(data);
 }
+
+void lm_buffer_trim(void) {
+  pthread_mutex_lock(&pool.lock);
+  for (int c = 0; c < NUM_CLASSES; c++)
+    while (pool.lists[c]) {
+      free_block *b = pool.lists[c];
+      pool.lists[c] = b->next;
+      free(b);
+    }
+  pool.cached_bytes = 0;
+  pthread_mutex_unlock(&pool.lock);
+}

@@ -108,3 +108,12 @@ void *lm_cache_put(lm_cache *c, lm_hash128 key, void *value, void (*acquire)(voi
   pthread_mutex_unlock(&c->lock);
   return stored;
 }
+
+void lm_cache_clear(lm_cache *c) {
+  pthread_mutex_lock(&c->lock);
+  while (c->lru_tail) remove_entry(c, c->lru_tail);
+  free(c->buckets);
+  c->buckets = NULL;
+  c->nbuckets = 0;
+  pthread_mutex_unlock(&c->lock);
+}

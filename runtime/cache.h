@@ -28,5 +28,7 @@ void *lm_cache_get(lm_cache *c, lm_hash128 key, void (*acquire)(void *value));
 /* Inserts (or keeps the existing value, returning it); evicts beyond capacity.
  * Returns the value now stored for key, or NULL when out of memory. */
 void *lm_cache_put(lm_cache *c, lm_hash128 key, void *value, void (*acquire)(void *value));
+/* Drops every entry (free_value runs on each). */
+void lm_cache_clear(lm_cache *c);
 
 #endif

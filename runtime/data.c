@@ -6,9 +6,7 @@
 #include "runtime/runtime.h"
 
 static loom_status check_tensor(const char *op, const loom_tensor *t) {
-  if (!t) return lm_fail(LOOM_ERR_NULL, "%s: tensor is NULL", op);
-  if (t->status != LOOM_OK) return lm_fail(t->status, "%s: %s", op, t->message);
-  return LOOM_OK;
+  return lm_check_handle(op, t);
 }
 
 loom_status loom_realize(loom_tensor *t) {

@@ -102,17 +102,22 @@ loom_tensor *lm_error(loom_status status, const char *fmt, ...) {
   report(status, message);
   loom_tensor *t = calloc(1, sizeof *t);
   if (t) t->message = strdup(message);
-  if (!t || !t->message) {
-    free(t);
-    return &oom_tensor;
+  if (t && t->message) {
+    t->refs = 1;
+    t->status = status;
+    if (lm_scope_track(t)) return t;
   }
-  t->refs = 1;
-  t->status = status;
-  lm_scope_track(t);
-  return t;
+  if (t) free(t->message);
+  free(t);
+  return &oom_tensor;
 }
 
 bool lm_is_static_error(const loom_tensor *t) { return t == &oom_tensor; }
+
+loom_tensor *lm_oom_tensor(const char *message) {
+  report(LOOM_ERR_OOM, message);
+  return &oom_tensor;
+}
 
 bool lm_env_flag(const char *name) {
   const char *v = getenv(name);

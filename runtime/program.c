@@ -54,7 +54,7 @@ static loom_status clone_graph(const lm_graph *g, lm_node **clones) {
       st = LOOM_ERR_OOM;
       break;
     }
-    for (int s = 0; s < n->nsrc; s++) src[s] = clones[n->src[s]->pos];
+    for (int s = 0; s < n->nsrc; s++) src[s] = clones[lm_graph_pos(g, n->src[s])];
     lm_node *c = lm_node_new(n->op, n->nsrc, src, n->shape, n->dtype, n->device);
     if (src != src_small) free(src);
     if (!c) {
@@ -87,8 +87,8 @@ static bool alloc_tables(loom_program *p, int nin, int nout) {
          p->in_pos && p->in_nodes && p->out_pos;
 }
 
-/* Positions, roles, sources and keys of the cloned graph (its scratch pos
- * fields are valid right after it was built). */
+/* Positions, roles, sources and keys of the cloned graph (lm_graph_pos is
+ * valid right after it was built). */
 static loom_status fill_tables(loom_program *p, const lm_graph *g, lm_node *const *ins, int nin) {
   int nsrc = 0;
   for (int pos = 0; pos < p->n; pos++)
@@ -105,7 +105,7 @@ static loom_status fill_tables(loom_program *p, const lm_graph *g, lm_node *cons
                    : lm_is_computed(n) ? LM_SLOT_WEIGHT
                                        : LM_SLOT_NODE;
     if (p->kind[pos] != LM_SLOT_NODE) continue;
-    for (int s = 0; s < n->nsrc; s++) p->src_pos[at++] = n->src[s]->pos;
+    for (int s = 0; s < n->nsrc; s++) p->src_pos[at++] = lm_graph_pos(g, n->src[s]);
     if (n->op == LM_RAND) p->keys[pos] = n->arg.rand.key.k;
   }
   p->src_start[p->n] = at;

@@ -173,3 +173,5 @@ loom_status lm_realize_nodes(lm_node *const *nodes, int n) {
   lm_graph_free(&g);
   return st;
 }
+
+void lm_program_cache_clear(void) { lm_cache_clear(&programs); }

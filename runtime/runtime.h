@@ -13,13 +13,26 @@
 /* A handle: one user-visible reference-counted tensor over an IR node, or an
  * error tensor (node NULL, status and message set). */
 struct loom_tensor {
-  int refs;
+  _Atomic int refs; /* atomic: threads may share a realized tensor's handle */
   lm_node *node;
   loom_status status;
   char *message;
   bool requires_grad; /* a leaf the user asked gradients for */
   lm_node *grad;      /* accumulated gradient (owned), or NULL */
+  uint32_t freed;     /* LM_HANDLE_FREED once released (see below) */
 };
+
+/* Set in a handle's last field just before its memory is freed, so a handle
+ * used after loom_free is recognized while that memory has not been handed
+ * out again: glibc's allocator writes its links at the start of a freed
+ * block, not at its end. Best effort: a reused block is a live handle. */
+#define LM_HANDLE_FREED 0xf7eed0u
+static inline bool lm_is_freed(const loom_tensor *t) {
+  return *(const volatile uint32_t *)&t->freed == LM_HANDLE_FREED;
+}
+/* LOOM_OK for a good handle; else records and returns why not (NULL, used
+ * after being freed, or the error tensor's own status), naming op. */
+loom_status lm_check_handle(const char *op, const loom_tensor *t);
 
 /* ------------------------------------------------------------ handles */
 /* A new handle owning one reference of `node` (consumed), registered with the
@@ -31,6 +44,9 @@ loom_tensor *lm_tensor_ref(const loom_tensor *t);
 void lm_tensor_release(loom_tensor *t);
 /* The preallocated tensor returned when not even an error tensor fits in memory. */
 bool lm_is_static_error(const loom_tensor *t);
+/* Records an LOOM_ERR_OOM error and returns that preallocated tensor (never
+ * freed, in no scope): for paths that must not allocate or register. */
+loom_tensor *lm_oom_tensor(const char *message);
 
 /* ------------------------------------------------------------ errors */
 /* Records an error (thread's first error, handler, LOOM_ABORT_ON_ERROR) and
@@ -47,7 +63,9 @@ loom_status lm_failv(loom_status status, const char *fmt, va_list ap);
  * (or the caller's scope). Nothing is realized. */
 int lm_composite_begin(void);
 loom_tensor *lm_composite_end(int token, loom_tensor *result);
-void lm_scope_track(loom_tensor *t);
+/* Registers one reference of t with the current scope; false when the
+ * scope's list cannot grow (then the caller still owns the reference). */
+bool lm_scope_track(loom_tensor *t);
 /* Removes one registration of t from the innermost scope holding it; returns
  * false when no scope holds it. */
 bool lm_scope_untrack(loom_tensor *t);
@@ -74,6 +92,10 @@ uint64_t lm_now_ns(void);
 /* Computes the given nodes (and everything unrealized they depend on) in one
  * program. Nodes already computed are skipped. */
 loom_status lm_realize_nodes(lm_node *const *nodes, int n);
+/* Drops every cached program (running ones finish first: they hold a
+ * reference). Tests use it to plan a graph again without compiling kernels,
+ * which stay in the kernel cache. */
+void lm_program_cache_clear(void);
 
 /* ------------------------------------------------------------ options */
 #define LM_MAX_THREADS 256
@@ -82,6 +104,9 @@ loom_status lm_realize_nodes(lm_node *const *nodes, int n);
 /* Rebinds t to value (consumed): t now names the new value, computed at the
  * next realization together with whatever is realized then. */
 loom_status lm_assign_node(loom_tensor *t, lm_node *value);
+/* Room for `extra` more pending assignments: after it, that many
+ * lm_assign_node calls cannot fail (a group of updates is all or nothing). */
+bool lm_pending_reserve(int extra);
 /* The nodes of pending assignments (this thread), for the next realization. */
 int lm_pending_count(void);
 lm_node *lm_pending_at(int i);

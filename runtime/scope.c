@@ -2,6 +2,7 @@
  * moved out with loom_keep. A scope is a graph lifetime: releasing the
  * references frees the nodes nothing else refers to. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/runtime.h"
 
@@ -15,17 +16,32 @@ typedef struct scope {
   tensor_list kept;  /* moved out of this scope: realized at its end */
 } scope;
 
-/* The thread-local scope stack, as the design names it. */
-static _Thread_local scope *stack;
-static _Thread_local int depth, stack_cap;
+/* The thread-local scope stack, as the design names it. Its first levels
+ * live in thread-local storage, so opening a scope allocates nothing until
+ * scopes nest deeper than INLINE_SCOPES; then `heap` holds the whole stack.
+ * `phantoms` counts scopes that could not be opened there (out of memory):
+ * their references go to the (real) scope below, and their ends pop nothing,
+ * so a failed begin never makes the matching end close the enclosing scope. */
+#define INLINE_SCOPES 8
+static _Thread_local scope inline_scopes[INLINE_SCOPES];
+static _Thread_local scope *heap;
+static _Thread_local int depth, heap_cap, phantoms;
+
+static scope *scopes(void) { return heap ? heap : inline_scopes; }
+
+/* Room for `extra` more items, so that a later push cannot fail. */
+static bool list_reserve(tensor_list *l, int extra) {
+  if (l->len + extra <= l->cap) return true;
+  int ncap = l->cap ? l->cap * 2 : 32;
+  while (ncap < l->len + extra) ncap *= 2;
+  loom_tensor **grown = realloc(l->items, sizeof(loom_tensor *) * (size_t)ncap);
+  if (!grown) return false;
+  l->items = grown, l->cap = ncap;
+  return true;
+}
 
 static bool list_push(tensor_list *l, loom_tensor *t) {
-  if (l->len == l->cap) {
-    int ncap = l->cap ? l->cap * 2 : 32;
-    loom_tensor **grown = realloc(l->items, sizeof(loom_tensor *) * (size_t)ncap);
-    if (!grown) return false;
-    l->items = grown, l->cap = ncap;
-  }
+  if (!list_reserve(l, 1)) return false;
   l->items[l->len++] = t;
   return true;
 }
@@ -39,49 +55,58 @@ static bool list_remove(tensor_list *l, loom_tensor *t) {
   return false;
 }
 
-int loom_scope_depth(void) { return depth; }
+int loom_scope_depth(void) { return depth + phantoms; }
 
-void loom_scope_begin(void) {
-  if (depth == stack_cap) {
-    int ncap = stack_cap ? stack_cap * 2 : 8;
-    scope *grown = realloc(stack, sizeof(scope) * (size_t)ncap);
-    if (!grown) {
-      lm_fail(LOOM_ERR_OOM, "loom_scope_begin: out of memory at depth %d", depth);
-      return;
-    }
-    stack = grown, stack_cap = ncap;
+static bool push_scope(void) {
+  int cap = heap ? heap_cap : INLINE_SCOPES;
+  if (depth == cap) {
+    scope *grown = realloc(heap, sizeof(scope) * (size_t)(2 * cap));
+    if (!grown) return false;
+    if (!heap) memcpy(grown, inline_scopes, sizeof inline_scopes);
+    heap = grown, heap_cap = 2 * cap;
   }
-  stack[depth++] = (scope){{0}, {0}};
+  scopes()[depth++] = (scope){{0}, {0}};
+  return true;
 }
 
-void lm_scope_track(loom_tensor *t) {
-  if (depth == 0 || !t) return;
-  /* If the list cannot grow, the reference stays with the caller rather than
-   * being lost; it leaks only under memory exhaustion. */
-  list_push(&stack[depth - 1].owned, t);
+void loom_scope_begin(void) {
+  if (phantoms == 0 && push_scope()) return;
+  phantoms++;
+  lm_fail(LOOM_ERR_OOM, "loom_scope_begin: out of memory at depth %d", depth + phantoms);
+}
+
+bool lm_scope_track(loom_tensor *t) {
+  if (depth == 0 || !t) return true;
+  return list_push(&scopes()[depth - 1].owned, t);
 }
 
 bool lm_scope_untrack(loom_tensor *t) {
   for (int d = depth - 1; d >= 0; d--)
-    if (list_remove(&stack[d].owned, t)) return true;
+    if (list_remove(&scopes()[d].owned, t)) return true;
   return false;
 }
 
 loom_tensor *loom_keep(loom_tensor *t) {
-  if (!t) return t;
+  if (!t || lm_is_static_error(t)) return t;
   if (depth == 0) {
     lm_fail(LOOM_ERR_SCOPE, "loom_keep: called outside any scope");
     return t;
   }
-  scope *s = &stack[depth - 1];
+  scope *s = &scopes()[depth - 1];
+  /* Both lists get room first: a keep either happens whole or not at all
+   * (then t stays the scope's, released at its end, and the caller gets an
+   * error tensor that needs no release). */
+  if ((depth > 1 && !list_reserve(&scopes()[depth - 2].owned, 1)) || !list_reserve(&s->kept, 1))
+    return lm_oom_tensor("loom_keep: out of memory");
   if (!list_remove(&s->owned, t)) {
     lm_fail(LOOM_ERR_SCOPE, "loom_keep: the tensor holds no reference in the current scope");
     return t;
   }
-  if (depth > 1) list_push(&stack[depth - 2].owned, t);
+  if (depth > 1) list_push(&scopes()[depth - 2].owned, t);
   /* the kept list holds its own reference: the tensor may be freed before
    * this scope ends */
-  if (!lm_is_static_error(t) && list_push(&s->kept, t)) t->refs++;
+  list_push(&s->kept, t);
+  t->refs++;
   return t;
 }
 
@@ -106,9 +131,9 @@ static loom_status realize_kept(tensor_list *kept) {
 /* The token is the depth the composite's scope got (-1 when it could not be
  * opened), so a failed begin never closes the caller's scope. */
 int lm_composite_begin(void) {
-  int before = depth;
-  loom_scope_begin();
-  return depth == before + 1 ? depth : -1;
+  if (push_scope()) return depth;
+  lm_fail(LOOM_ERR_OOM, "out of memory opening a composite op's scope");
+  return -1;
 }
 
 /* Releases a popped scope's references (each registered once per reference,
@@ -119,24 +144,31 @@ static void release_scope(scope *s) {
   free(s->owned.items);
   free(s->kept.items);
   if (depth == 0) {
-    free(stack);
-    stack = NULL;
-    stack_cap = 0;
+    free(heap);
+    heap = NULL;
+    heap_cap = 0;
   }
 }
 
 loom_tensor *lm_composite_end(int token, loom_tensor *result) {
   if (token < 0 || token != depth) return result;
-  scope s = stack[--depth];
-  if (result && list_remove(&s.owned, result) && depth > 0)
-    list_push(&stack[depth - 1].owned, result);
+  /* Room for the result in the enclosing scope first; without it the result
+   * is released with everything else and the caller gets an OOM error. */
+  bool room = depth < 2 || list_reserve(&scopes()[depth - 2].owned, 1);
+  scope s = scopes()[--depth];
+  if (room && result && list_remove(&s.owned, result) && depth > 0)
+    list_push(&scopes()[depth - 1].owned, result);
   release_scope(&s);
-  return result;
+  return room ? result : lm_oom_tensor("out of memory ending a composite op's scope");
 }
 
 loom_status loom_scope_end(void) {
+  if (phantoms > 0) {
+    phantoms--;
+    return lm_fail(LOOM_ERR_OOM, "loom_scope_end: this scope could not be opened (out of memory)");
+  }
   if (depth == 0) return lm_fail(LOOM_ERR_SCOPE, "loom_scope_end: no scope is open");
-  scope s = stack[--depth];
+  scope s = scopes()[--depth];
   /* Kept tensors are alive in the enclosing scope (or with the caller). */
   loom_status st = realize_kept(&s.kept);
   release_scope(&s);

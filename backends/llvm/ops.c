@@ -118,8 +118,21 @@ static LLVMValueRef emit_compare(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef
   return LLVMBuildICmp(g->b, pred, a, b, "");
 }
 
-/* As C converts: float -> int truncates toward zero, to BOOL is != 0, U8 and BOOL
- * widen and convert as unsigned, narrowing wraps. */
+/* Float -> int64, truncated toward zero, saturated at int64's limits, NaN 0
+ * (llvm.fptosi.sat). A plain fptosi is poison out of range: a cast of -1e30
+ * then made any bits, a bool of 192 for instance (found by fuzz_ops). */
+static LLVMValueRef float_to_i64(lm_cg *g, LLVMValueRef v) {
+  static const char name[] = "llvm.fptosi.sat";
+  unsigned id = LLVMLookupIntrinsicID(name, sizeof name - 1);
+  if (!id) return lm_cg_fail(g, "LLVM has no intrinsic %s", name);
+  LLVMTypeRef types[2] = {g->t_i64, LLVMTypeOf(v)};
+  LLVMValueRef fn = LLVMGetIntrinsicDeclaration(g->mod, id, types, 2);
+  return LLVMBuildCall2(g->b, LLVMIntrinsicGetType(g->ctx, id, types, 2), fn, &v, 1, "");
+}
+
+/* As C converts, but defined everywhere: float -> int truncates toward zero
+ * (saturated to int64, NaN 0, then wrapped like any narrowing), to BOOL is
+ * != 0, U8 and BOOL widen and convert as unsigned, narrowing wraps. */
 static LLVMValueRef emit_cast(lm_cg *g, loom_dtype from, loom_dtype to, LLVMValueRef v) {
   if (from == to) return v;
   LLVMTypeRef t = lm_type(g, to);
@@ -130,8 +143,10 @@ static LLVMValueRef emit_cast(lm_cg *g, loom_dtype from, loom_dtype to, LLVMValu
   }
   if (lm_dtype_is_float(from) && lm_dtype_is_float(to))
     return from == LOOM_F32 ? LLVMBuildFPExt(g->b, v, t, "") : LLVMBuildFPTrunc(g->b, v, t, "");
-  if (lm_dtype_is_float(from))
-    return to == LOOM_U8 ? LLVMBuildFPToUI(g->b, v, t, "") : LLVMBuildFPToSI(g->b, v, t, "");
+  if (lm_dtype_is_float(from)) {
+    LLVMValueRef wide = float_to_i64(g, v);
+    return !wide || to == LOOM_I64 ? wide : LLVMBuildTrunc(g->b, wide, t, "");
+  }
   if (lm_dtype_is_float(to))
     return lm_dtype_is_unsigned(from) ? LLVMBuildUIToFP(g->b, v, t, "")
                                       : LLVMBuildSIToFP(g->b, v, t, "");

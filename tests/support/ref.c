@@ -55,10 +55,9 @@ double ref_cvt(double v, loom_dtype d) {
   case LOOM_BOOL: return v != 0 ? 1.0 : 0.0;
   default: break;
   }
-  if (v != v) return 0; /* not reached by tests */
+  if (v != v) return 0; /* as loom's casts: NaN is 0, int64's range saturates */
   double t = trunc(v);
-  if (t > 9.2e18 || t < -9.2e18) return 0;
-  int64_t x = (int64_t)t;
+  int64_t x = t >= 0x1p63 ? INT64_MAX : t <= -0x1p63 ? INT64_MIN : (int64_t)t;
   switch (d) {
   case LOOM_I32: return (double)(int32_t)(uint32_t)(uint64_t)x;
   case LOOM_I64: return (double)x;
@@ -436,10 +435,21 @@ static ref_t *binary_impl(ref_binop op, const ref_t *a, const ref_t *b, loom_dty
   return r;
 }
 
+/* torch.result_type of two tensors: a 0-d tensor decides the dtype only when
+ * its category (bool < integer < float) is higher than the other's; so F64[]
+ * with F32[7] is F32 (the random-graph fuzzer met it). */
+static loom_dtype result_type(const ref_t *a, const ref_t *b) {
+  bool a0 = a->shape.ndim == 0, b0 = b->shape.ndim == 0;
+  if (a0 == b0) return ref_promote(a->dtype, b->dtype);
+  const ref_t *dim = a0 ? b : a, *zero = a0 ? a : b;
+  if (dtype_cat(zero->dtype) > dtype_cat(dim->dtype)) return ref_promote(dim->dtype, zero->dtype);
+  return dim->dtype;
+}
+
 ref_t *ref_binary(ref_binop op, const ref_t *a, const ref_t *b) {
   if (!a || !b) return NULL;
-  loom_dtype ct = ref_promote(a->dtype, b->dtype);
-  loom_dtype od = ref_binop_dtype(op, a->dtype, b->dtype);
+  loom_dtype ct = result_type(a, b);
+  loom_dtype od = ref_binop_dtype(op, ct, ct);
   if (op == REF_DIV) ct = od;
   return binary_impl(op, a, b, ct, od);
 }
@@ -536,7 +546,7 @@ UN(exp, REF_EXP) UN(log, REF_LOG) UN(sqrt, REF_SQRT) UN(rsqrt, REF_RSQRT) UN(sin
   if (!c || !a || !b || c->dtype != LOOM_BOOL) return NULL;
   if (!ref_broadcast_shape(c->shape, a->shape, &s1) || !ref_broadcast_shape(s1, b->shape, &os))
     return NULL;
-  loom_dtype od = ref_promote(a->dtype, b->dtype);
+  loom_dtype od = result_type(a, b);
   ref_t *r = ref_new(os, od);
   FOR_EACH_INDEX(os, oi, {
     double cv = c->data[bcast_offset(os, oi, c->shape)];
