@@ -12,9 +12,13 @@
  * and a message; ops given an error tensor return an error tensor without
  * recording anything, so a chain of calls needs one check at the end.
  *
- * Threads: a tensor (and the graph behind it) is used by one thread at a time.
- * Independent graphs may be built and realized on several threads at once;
- * the caches they share are guarded. Scopes and the last error are per thread.
+ * Threads: independent graphs may be built and realized on several threads at
+ * once; the caches they share are guarded. A realized tensor may be shared:
+ * any thread may record ops on it, realize graphs that read it, copy it out,
+ * and retain and free its own references. A lazy (unrealized) tensor and the
+ * graph behind it, gradients through a tensor, assignments, optimizers and
+ * parameter collections belong to one thread at a time. Scopes, pending
+ * assignments, no-grad regions and the last error are per thread.
  */
 #ifndef LOOM_H
 #define LOOM_H
