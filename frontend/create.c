@@ -84,21 +84,11 @@ loom_tensor *loom_arange(double start, double stop, double step, loom_dtype dtyp
   return lm_result(n);
 }
 
-/* Input names become C identifiers in exported headers. */
-static bool valid_input_name(const char *name) {
-  if (!name || !*name || strlen(name) > 64 || (*name >= '0' && *name <= '9')) return false;
-  for (const char *c = name; *c; c++)
-    if (!(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-          (*c >= '0' && *c <= '9')))
-      return false;
-  return true;
-}
-
 loom_tensor *loom_input(const char *name, loom_shape shape, loom_dtype dtype, loom_device device) {
   const char *op = "loom_input";
   loom_tensor *err;
   if (!name) return lm_error(LOOM_ERR_NULL, "%s: name is NULL", op);
-  if (!valid_input_name(name))
+  if (!lm_is_name(name, strlen(name)))
     return lm_error(LOOM_ERR_VALUE,
                     "%s: name '%.80s' is not 1-64 letters, digits or '_' (not starting with a "
                     "digit)",

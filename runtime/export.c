@@ -34,15 +34,6 @@ typedef struct job {
   int argc;
 } job;
 
-static bool valid_name(const char *name) {
-  if (!*name || strlen(name) > 64 || (*name >= '0' && *name <= '9')) return false;
-  for (const char *c = name; *c; c++)
-    if (!(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-          (*c >= '0' && *c <= '9')))
-      return false;
-  return true;
-}
-
 static char *path_in(const char *dir, const char *file) {
   size_t n = strlen(dir) + strlen(file) + 2;
   char *p = malloc(n);
@@ -303,7 +294,7 @@ static void remove_work(job *j) {
 
 static loom_status check_args(const loom_program *p, const char *dir, const char *name) {
   if (!p || !dir || !name) return lm_fail(LOOM_ERR_NULL, OP ": program, dir or name is NULL");
-  if (!valid_name(name))
+  if (!lm_is_name(name, strlen(name)))
     return lm_fail(LOOM_ERR_VALUE,
                    OP ": name '%.80s' is not a C identifier of 1-64 letters, digits and '_'", name);
   struct stat sb;

@@ -203,21 +203,10 @@ static int parse_list(const char *s, size_t len, int64_t *v, int max) {
   return count;
 }
 
-/* An input or weight name: 1 to 64 letters, digits or '_', not starting with a digit. */
-static bool valid_name(token t) {
-  if (t.len < 1 || t.len > LM_PROGRAM_MAX_NAME || (t.s[0] >= '0' && t.s[0] <= '9')) return false;
-  for (size_t i = 0; i < t.len; i++) {
-    char c = t.s[i];
-    if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')))
-      return false;
-  }
-  return true;
-}
-
 static loom_status take_name(parser *p, const char *what, token *name) {
   char q[72];
   loom_status st = take_expected(p, name, what);
-  if (st == LOOM_OK && !valid_name(*name))
+  if (st == LOOM_OK && !lm_is_name(name->s, name->len))
     st = bad(p, "%s '%s' is not 1 to %d letters, digits or '_' (not starting with a digit)", what,
              quote(*name, q), LM_PROGRAM_MAX_NAME);
   return st;

@@ -112,6 +112,12 @@ int lm_pending_count(void);
 lm_node *lm_pending_at(int i);
 void lm_pending_clear(void);
 
+/* ------------------------------------------------------------ names */
+/* 1 to LM_MAX_NAME letters, digits or '_', not starting with a digit: a C
+ * identifier (program inputs, weights, exported libraries). */
+#define LM_MAX_NAME 64
+bool lm_is_name(const char *s, size_t len);
+
 /* ------------------------------------------------------------ environment */
 bool lm_env_flag(const char *name); /* set to something other than "" or "0" */
 
