@@ -19,13 +19,6 @@ typedef int (*run_fn)(const void *const *inputs, void *const *outputs);
 
 static char dir[256];
 
-static void fill(float *x, int64_t n, unsigned seed) {
-  for (int64_t i = 0; i < n; i++) {
-    seed = seed * 1103515245u + 12345u;
-    x[i] = (float)((seed >> 8) % 2001) / 1000.0f - 1.0f;
-  }
-}
-
 static int64_t numel(loom_shape s) {
   int64_t n = 1;
   for (int d = 0; d < s.ndim; d++) n *= s.dim[d];
@@ -56,7 +49,7 @@ static void check_same(const loom_program *p, run_fn run, unsigned seed) {
     for (int i = 0; i < nin; i++) {
       loom_shape s = loom_program_input_shape(p, i);
       in[i] = malloc(sizeof(float) * (size_t)(numel(s) + 1));
-      fill(in[i], numel(s), seed + (unsigned)i);
+      check_fill_uniform(in[i], numel(s), seed + (unsigned)i);
       tin[i] = loom_from_data(in[i], s, LOOM_F32, LOOM_CPU);
     }
     for (int o = 0; o < nout; o++)
@@ -228,7 +221,7 @@ static void check_linked_program(const loom_program *p, const char *name) {
   int64_t n = numel(s), m = numel(loom_program_output_shape(p, 0));
   float *in = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)m),
         *want = malloc(sizeof(float) * (size_t)m);
-  fill(in, n, 99);
+  check_fill_uniform(in, n, 99);
   snprintf(path, sizeof path, "%s/in.bin", dir);
   f = fopen(path, "wb");
   fwrite(in, sizeof(float), (size_t)n, f);
@@ -283,7 +276,7 @@ static void check_threads(const loom_program *p, run_fn run) {
   for (int t = 0; t < 4; t++) {
     in[t] = malloc(sizeof(float) * (size_t)n);
     want[t] = malloc(sizeof(float) * (size_t)m);
-    fill(in[t], n, 1000u + (unsigned)t);
+    check_fill_uniform(in[t], n, 1000u + (unsigned)t);
     const void *ins[] = {in[t]};
     void *outs[] = {want[t]};
     run(ins, outs);
@@ -322,7 +315,7 @@ static void test_programs(void) {
   loom_program_free(p);
   loom_params_free(ps);
   float wv[15];
-  fill(wv, 15, 3);
+  check_fill_uniform(wv, 15, 3);
   loom_tensor *w = loom_from_data(wv, LOOM_SHAPE(3, 5), LOOM_F32, LOOM_CPU);
   p = multi_program(w);
   export_and_compare(p, "multi");

@@ -12,13 +12,6 @@
 
 static uint64_t live(void) { return loom_get_stats().bytes_live; }
 
-static void fill(float *x, int n, unsigned seed) {
-  for (int i = 0; i < n; i++) {
-    seed = seed * 1103515245u + 12345u;
-    x[i] = (float)((seed >> 8) % 2001) / 1000.0f - 1.0f;
-  }
-}
-
 /* max |a - b| / max(1, |b|) over two F32 tensors of equal size */
 static double max_rel_diff(loom_tensor *a, loom_tensor *b) {
   int64_t n = loom_numel(b);
@@ -68,7 +61,7 @@ static loom_tensor *random_tensor(loom_shape shape, unsigned seed) {
   int64_t n = 1;
   for (int d = 0; d < shape.ndim; d++) n *= shape.dim[d];
   float *x = malloc(sizeof(float) * (size_t)(n + 1));
-  fill(x, (int)n, seed);
+  check_fill_uniform(x, n, seed);
   loom_tensor *t = loom_from_data(x, shape, LOOM_F32, LOOM_CPU);
   free(x);
   return t;

@@ -39,3 +39,10 @@ int check_report(void) {
   fflush(stdout);
   return check_failures ? 1 : 0;
 }
+
+void check_fill_uniform(float *x, int64_t n, unsigned seed) {
+  for (int64_t i = 0; i < n; i++) {
+    seed = seed * 1103515245u + 12345u;
+    x[i] = (float)((seed >> 8) % 2001) / 1000.0f - 1.0f;
+  }
+}

@@ -3,6 +3,7 @@
 #define LOOM_TESTS_CHECK_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +17,8 @@ void check_fail_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Records one check: pass if ok, else a failure at file:line with the message. */
 bool check_record(bool ok, const char *file, int line, const char *what);
+/* n floats in [-1, 1] from a seed (a small LCG: the same values everywhere). */
+void check_fill_uniform(float *x, int64_t n, unsigned seed);
 /* Prints "N passed, M failed" and returns the exit code of the suite. */
 int check_report(void);
 
