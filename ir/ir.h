@@ -139,6 +139,10 @@ struct lm_node {
                               node being its epilogue */
   const lm_node *replaces; /* planning temporaries: the node whose values this
                               one computes */
+  lm_node *row_root;       /* a row statistic (or its reduction) computed inside
+                              this root's kernel */
+  int group_uses;          /* uses from inside a row kernel's group of kernels */
+  bool reaches_stat;       /* an inline path from it reaches a row statistic */
   lm_node *grad_acc;       /* autograd: the gradient flowing into it, during a walk */
   lm_node *dead_next;      /* lm_node_release: the next node to free (a list
                               through the dying nodes, so freeing never allocates) */

@@ -31,6 +31,7 @@ static const op_info OPS[LK_NUM_OPS] = {
     [LK_CMPLT] = {"cmplt", 2}, [LK_CMPLE] = {"cmple", 2}, [LK_CMPEQ] = {"cmpeq", 2},
     [LK_CMPNE] = {"cmpne", 2}, [LK_AND] = {"and", 2},     [LK_OR] = {"or", 2},
     [LK_NOT] = {"not", 1},     [LK_WHERE] = {"where", 3}, [LK_CAST] = {"cast", 1},
+    [LK_STAT] = {"stat", 0},
 };
 
 static bool op_valid(lk_op op) { return (int)op >= 0 && op < LK_NUM_OPS; }
@@ -55,7 +56,8 @@ static int operand(const lk_inst *in, int which) {
  * hashing, so garbage left in an unused field never splits the cache. */
 static bool op_uses_slot(lk_op op) { return op == LK_LOAD || op == LK_RAND; }
 static bool op_uses_imm_i(const lk_inst *in) {
-  return in->op == LK_DIM || in->op == LK_RAND || (in->op == LK_CONST && !dtype_float(in->dtype));
+  return in->op == LK_DIM || in->op == LK_RAND || in->op == LK_STAT ||
+         (in->op == LK_CONST && !dtype_float(in->dtype));
 }
 static bool op_uses_imm_f(const lk_inst *in) {
   return in->op == LK_CONST && dtype_float(in->dtype);
@@ -91,7 +93,7 @@ static void hw_f64(hash_writer *w, double v) {
 }
 
 /* Bumped whenever the serialization (or the meaning of a kernel) changes. */
-#define LK_HASH_FORMAT 1
+#define LK_HASH_FORMAT 2
 
 lk_hash lk_kernel_hash(const lk_kernel *k) {
   hash_writer w;
@@ -110,6 +112,12 @@ lk_hash lk_kernel_hash(const lk_kernel *k) {
   hw_i64(&w, k->nbody);
   hw_i64(&w, k->value);
   hw_i64(&w, k->result);
+  hw_i64(&w, k->nstats);
+  for (int s = 0; s < k->nstats && s < LK_MAX_STATS; s++) {
+    hw_i64(&w, k->stat[s].reduce);
+    hw_i64(&w, k->stat[s].acc_dtype);
+    hw_i64(&w, k->stat[s].value);
+  }
   for (int i = 0; i < k->ninst; i++) {
     const lk_inst *in = &k->inst[i];
     hw_i64(&w, in->op);
@@ -145,7 +153,8 @@ static void print_inst(const lk_kernel *k, int i, FILE *f) {
   const lk_inst *in = &k->inst[i];
   fprintf(f, "  %%%d = %s %s", i, dtype_short_name(in->dtype), lk_op_name(in->op));
   switch (in->op) {
-  case LK_DIM: fprintf(f, " %" PRId64, in->imm_i); break;
+  case LK_DIM:
+  case LK_STAT: fprintf(f, " %" PRId64, in->imm_i); break;
   case LK_CONST:
     if (dtype_float(in->dtype))
       fprintf(f, " %.17g", in->imm_f);
@@ -160,6 +169,8 @@ static void print_inst(const lk_kernel *k, int i, FILE *f) {
     for (int j = 0; j < arity; j++) fprintf(f, "%s%%%d", j ? ", " : " ", operand(in, j));
   }
   }
+  for (int s = 0; s < k->nstats && s < LK_MAX_STATS; s++)
+    if (i == k->stat[s].value) fprintf(f, "  ; stat %d", s);
   if (i == k->value && i == k->result)
     fputs("  ; value, result", f);
   else if (i == k->value)
@@ -175,7 +186,11 @@ void lk_kernel_print(const lk_kernel *k, FILE *f) {
     fprintf(f, "%s%" PRId64, d ? ", " : "", k->dom[d]);
   fprintf(f, "] nouter %d reduce %s", k->nouter, reduce_name(k->reduce));
   if (k->reduce != LK_RED_NONE) fprintf(f, " acc %s", dtype_short_name(k->acc_dtype));
-  fprintf(f, " out %s slots %d\n", dtype_short_name(k->out_dtype), k->nslots);
+  fprintf(f, " out %s slots %d", dtype_short_name(k->out_dtype), k->nslots);
+  for (int s = 0; s < k->nstats && s < LK_MAX_STATS; s++)
+    fprintf(f, "%s%s %s", s ? ", " : " stats ", reduce_name(k->stat[s].reduce),
+            dtype_short_name(k->stat[s].acc_dtype));
+  fputc('\n', f);
   for (int i = 0; i < k->ninst; i++) {
     if (i == k->nbody) fputs("  -- epilogue --\n", f);
     print_inst(k, i, f);
@@ -216,6 +231,10 @@ static const char *check_inst_dtypes(const lk_kernel *k, const lk_inst *in) {
     return NULL;
   case LK_ACC:
     if (dt != k->acc_dtype) return "acc dtype differs from the kernel's acc_dtype";
+    return NULL;
+  case LK_STAT:
+    if (in->imm_i < 0 || in->imm_i >= k->nstats) return "stat index out of range";
+    if (dt != k->stat[in->imm_i].acc_dtype) return "stat dtype differs from its acc_dtype";
     return NULL;
   case LK_ADD:
   case LK_SUB:
@@ -266,6 +285,32 @@ static const char *check_inst_dtypes(const lk_kernel *k, const lk_inst *in) {
   return "unknown op";
 }
 
+/* The reduction rules a kernel's accumulator and a row statistic share. */
+static const char *check_reduce_dtype(lk_reduce r, loom_dtype acc) {
+  if (!dtype_valid(acc)) return "invalid acc_dtype";
+  if ((r == LK_RED_ARGMAX || r == LK_RED_ARGMIN) && acc != LOOM_I64)
+    return "argmax/argmin accumulate i64";
+  if (r == LK_RED_SUM && acc == LOOM_BOOL) return "sum of bool is not allowed";
+  if (r == LK_RED_LSE && acc != LOOM_F32 && acc != LOOM_F64) return "lse accumulates f32 or f64";
+  return NULL;
+}
+
+static const char *check_stats_header(const lk_kernel *k) {
+  if (k->nstats < 0 || k->nstats > LK_MAX_STATS) return "nstats out of range";
+  if (k->nstats == 0) return NULL;
+  if (k->reduce != LK_RED_NONE || k->ndim < 2) return "row statistics need a map kernel of 2+ dims";
+  for (int s = 0; s < k->nstats; s++) {
+    const lk_stat *st = &k->stat[s];
+    if (st->reduce != LK_RED_SUM && st->reduce != LK_RED_MAX && st->reduce != LK_RED_MIN &&
+        st->reduce != LK_RED_LSE)
+      return "a row statistic is sum, max, min or lse";
+    const char *bad = check_reduce_dtype(st->reduce, st->acc_dtype);
+    if (bad) return bad;
+    if (st->value < 0 || st->value >= k->ninst) return "stat value out of range";
+  }
+  return NULL;
+}
+
 static const char *check_header(const lk_kernel *k) {
   if (k->ndim < 1 || k->ndim > LOOM_MAX_DIMS) return "ndim out of range";
   int64_t numel = 1;
@@ -278,12 +323,10 @@ static const char *check_header(const lk_kernel *k) {
   if (k->reduce == LK_RED_NONE && k->nouter != k->ndim)
     return "nouter must equal ndim without a reduction";
   if (!dtype_valid(k->out_dtype)) return "invalid out_dtype";
-  if (k->reduce != LK_RED_NONE && !dtype_valid(k->acc_dtype)) return "invalid acc_dtype";
-  if ((k->reduce == LK_RED_ARGMAX || k->reduce == LK_RED_ARGMIN) && k->acc_dtype != LOOM_I64)
-    return "argmax/argmin accumulate i64";
-  if (k->reduce == LK_RED_SUM && k->acc_dtype == LOOM_BOOL) return "sum of bool is not allowed";
-  if (k->reduce == LK_RED_LSE && k->acc_dtype != LOOM_F32 && k->acc_dtype != LOOM_F64)
-    return "lse accumulates f32 or f64";
+  if (k->reduce != LK_RED_NONE) {
+    const char *bad = check_reduce_dtype(k->reduce, k->acc_dtype);
+    if (bad) return bad;
+  }
   if (k->nslots < 1) return "nslots must be at least 1 (slot 0 is the output)";
   if (k->ninst < 1 || !k->inst) return "kernel has no instructions";
   if (k->nbody < 1 || k->nbody > k->ninst) return "nbody out of range";
@@ -292,21 +335,48 @@ static const char *check_header(const lk_kernel *k) {
     return "result must equal value without a reduction";
   if (k->value < 0 || k->value >= k->nbody) return "value out of range";
   if (k->result < 0 || k->result >= k->ninst) return "result out of range";
+  return check_stats_header(k);
+}
+
+/* The dtype of a reduced value against its accumulator's. */
+static const char *check_reduced_value(lk_reduce r, loom_dtype value, loom_dtype acc) {
+  if ((r == LK_RED_SUM || r == LK_RED_MAX || r == LK_RED_MIN) && value != acc)
+    return "reduced value dtype differs from acc_dtype";
+  /* LSE may widen: F32 values, an F64 result (the sum is in double anyway) */
+  if (r == LK_RED_LSE && value != acc && !(value == LOOM_F32 && acc == LOOM_F64))
+    return "lse value must be acc_dtype, or f32 with an f64 acc_dtype";
   return NULL;
 }
 
 static const char *check_value_result(const lk_kernel *k, const unsigned char *reduced_dep) {
   const lk_inst *v = &k->inst[k->value], *r = &k->inst[k->result];
   if (r->dtype != k->out_dtype) return "result dtype differs from out_dtype";
-  if (k->reduce == LK_RED_SUM || k->reduce == LK_RED_MAX || k->reduce == LK_RED_MIN) {
-    if (v->dtype != k->acc_dtype) return "reduced value dtype differs from acc_dtype";
-  }
-  /* LSE may widen: F32 values, an F64 result (the sum is in double anyway) */
-  if (k->reduce == LK_RED_LSE && v->dtype != k->acc_dtype &&
-      !(v->dtype == LOOM_F32 && k->acc_dtype == LOOM_F64))
-    return "lse value must be acc_dtype, or f32 with an f64 acc_dtype";
+  const char *bad = check_reduced_value(k->reduce, v->dtype, k->acc_dtype);
+  if (bad) return bad;
   if (k->reduce != LK_RED_NONE && reduced_dep[k->result]) return "result depends on a reduced dim";
   return NULL;
+}
+
+/* A stat's value may use earlier stats only: latest[i] is the highest stat
+ * instruction i depends on (-1 for none). */
+static const char *check_stat_values(const lk_kernel *k) {
+  if (k->nstats == 0) return NULL;
+  int *latest = malloc(sizeof(int) * (size_t)k->ninst);
+  if (!latest) return "out of memory while checking the kernel";
+  for (int i = 0; i < k->ninst; i++) {
+    const lk_inst *in = &k->inst[i];
+    latest[i] = in->op == LK_STAT ? (int)in->imm_i : -1;
+    for (int j = 0; j < OPS[in->op].arity; j++)
+      if (latest[operand(in, j)] > latest[i]) latest[i] = latest[operand(in, j)];
+  }
+  const char *bad = NULL;
+  for (int s = 0; s < k->nstats && !bad; s++) {
+    const lk_stat *st = &k->stat[s];
+    bad = check_reduced_value(st->reduce, k->inst[st->value].dtype, st->acc_dtype);
+    if (!bad && latest[st->value] >= s) bad = "a stat's value uses itself or a later stat";
+  }
+  free(latest);
+  return bad;
 }
 
 /* One instruction's structure: op, operands in range and earlier, unused ones -1,
@@ -344,6 +414,7 @@ const char *lk_kernel_check(const lk_kernel *k) {
   if (!reduced_dep) return "out of memory while checking the kernel";
   for (int i = 0; i < k->ninst && !msg; i++) msg = check_inst(k, i, reduced_dep);
   if (!msg) msg = check_value_result(k, reduced_dep);
+  if (!msg) msg = check_stat_values(k);
   free(reduced_dep);
   return msg;
 }

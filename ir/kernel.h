@@ -45,6 +45,7 @@ typedef enum lk_op {
   LK_LOAD,  /* element a (an I64 offset) of slot `slot`, typed `dtype`        */
   LK_RAND,  /* uniform [0,1) of `dtype` (F32/F64) from Philox; see below     */
   LK_ACC,   /* epilogue only: the reduction's result, typed `acc_dtype`      */
+  LK_STAT,  /* row statistic `imm_i` of the current row (see lk_stat below)  */
   /* --- elementwise, all operands of `dtype` (ints: I64 index math too) --- */
   LK_ADD,
   LK_SUB,
@@ -112,6 +113,22 @@ typedef enum lk_reduce {
 
 /* LK_RED_LSE: acc_dtype may be F64 with F32 values: the row's max and exp run
  * in float, the sum and the result in double, not rounded to float. */
+/*
+ * Row statistics: a kernel without a reduction (nouter == ndim >= 2) may compute,
+ * once per row (a point of dims [0, ndim-1)), reductions over the last dim: stat
+ * i accumulates instruction `value` at every point (r, j) of the row, j in
+ * [0, dom[ndim-1]), and LK_STAT with imm_i = i is its result (typed acc_dtype,
+ * with LSE's meaning as below) everywhere after. A stat's value may use only
+ * earlier stats. Softmax and layer norm are one kernel this way: the row is
+ * read from memory once and its statistics come from cache.
+ */
+#define LK_MAX_STATS 8
+typedef struct lk_stat {
+  lk_reduce reduce; /* SUM, MAX, MIN or LSE */
+  loom_dtype acc_dtype;
+  int value;
+} lk_stat;
+
 typedef struct lk_kernel {
   int ndim;                   /* 1..LOOM_MAX_DIMS (a 0-d output has ndim 1, dom {1}) */
   int64_t dom[LOOM_MAX_DIMS]; /* extents >= 0; a reduced extent of 0 leaves the
@@ -125,6 +142,8 @@ typedef struct lk_kernel {
   int ninst, nbody;
   int value, result;
   lk_inst *inst;
+  int nstats; /* row statistics, evaluated before the row's points */
+  lk_stat stat[LK_MAX_STATS];
 } lk_kernel;
 
 /* 128-bit hash of the kernel's canonical description (stable across runs). */

@@ -21,8 +21,16 @@ typedef struct builder {
   const lm_node *root;
   const lm_node *acc_node; /* the reduction whose value is ACC in the epilogue */
   int acc_inst;
+  /* row statistics: reductions marked row_root == root, in the order lowered */
+  bool rows;
+  const lm_node *stat_node[LK_MAX_STATS];
+  lk_stat stat[LK_MAX_STATS];
+  int nstats;
   const char *fail;
 } builder;
+
+/* The failure that sends the plan back to separate kernels for a row group. */
+static const char MISALIGNED[] = "a row statistic is read off its row";
 
 static int emit(builder *b, lk_inst in) {
   if (b->fail) return 0;
@@ -353,9 +361,12 @@ static int binary_value(builder *b, const lm_node *n, int x, int y) {
 
 /* The value of node n at multi-index idx (instruction ids of I64 indices in
  * n's shape). */
+static int stat_value(builder *b, const lm_node *red, const int *idx);
+
 static int value(builder *b, const lm_node *n, const int *idx) {
   if (b->fail) return 0;
   if (n == b->acc_node) return b->acc_inst;
+  if (b->rows && n->row_root == b->root && lm_op_is_reduce(n->op)) return stat_value(b, n, idx);
   if (n != b->root && (lm_is_computed(n) || n->materialize)) return load(b, n, idx);
   if (lm_op_is_view(n->op)) return view_value(b, n, idx);
   switch (n->op) {
@@ -379,6 +390,49 @@ static int value(builder *b, const lm_node *n, const int *idx) {
   return 0;
 }
 
+/* ------------------------------------------------------------ row statistics */
+
+static const lk_reduce REDUCE_OF[LM_NUM_OPS] = {
+    [LM_RSUM] = LK_RED_SUM, [LM_RMAX] = LK_RED_MAX,      [LM_RMIN] = LK_RED_MIN,
+    [LM_RLSE] = LK_RED_LSE, [LM_ARGMAX] = LK_RED_ARGMAX, [LM_ARGMIN] = LK_RED_ARGMIN};
+
+/* Whether idx (into red's shape: the root's with the last dim 1) names the
+ * kernel's current row: the root's row dims, in order. */
+static bool on_own_row(builder *b, const lm_node *red, const int *idx) {
+  for (int d = 0; d + 1 < red->shape.ndim; d++) {
+    const lk_inst *in = &b->inst[idx[d]];
+    if (red->shape.dim[d] != 1 && (in->op != LK_DIM || in->imm_i != d)) return false;
+  }
+  return true;
+}
+
+/* A row statistic: its index the first time, lowering its value over the
+ * root's domain (the same dims; the last is the statistic's loop). */
+static int stat_value(builder *b, const lm_node *red, const int *idx) {
+  if (!on_own_row(b, red, idx)) {
+    b->fail = MISALIGNED;
+    return 0;
+  }
+  int s = 0;
+  while (s < b->nstats && b->stat_node[s] != red) s++;
+  if (s == b->nstats) {
+    int full[LOOM_MAX_DIMS];
+    for (int d = 0; d < red->shape.ndim; d++) full[d] = dim(b, d);
+    int v = value(b, red->src[0], full); /* may lower the statistics it uses first */
+    if (b->fail) return 0;
+    if (b->nstats == LK_MAX_STATS) {
+      b->fail = "too many row statistics for one kernel";
+      return 0;
+    }
+    s = b->nstats++;
+    b->stat_node[s] = red;
+    b->stat[s] = (lk_stat){.reduce = REDUCE_OF[red->op], .acc_dtype = red->dtype, .value = v};
+  }
+  lk_inst in = inst(LK_STAT, red->dtype, -1, -1, -1);
+  in.imm_i = s;
+  return emit(b, in);
+}
+
 /* ------------------------------------------------------------ roots */
 
 static void lower_elementwise(builder *b, const lm_node *root, lk_kernel *k) {
@@ -399,9 +453,6 @@ static void lower_elementwise(builder *b, const lm_node *root, lk_kernel *k) {
 /* The reduction `red` over its domain (non-reduced axes first, then the
  * reduced ones); returns the epilogue's ACC instruction. */
 static int lower_reduction(builder *b, const lm_node *red, lk_kernel *k) {
-  static const lk_reduce map[LM_NUM_OPS] = {
-      [LM_RSUM] = LK_RED_SUM, [LM_RMAX] = LK_RED_MAX,      [LM_RMIN] = LK_RED_MIN,
-      [LM_RLSE] = LK_RED_LSE, [LM_ARGMAX] = LK_RED_ARGMAX, [LM_ARGMIN] = LK_RED_ARGMIN};
   const lm_node *src = red->src[0];
   int idx[LOOM_MAX_DIMS] = {0}, nd = 0;
   for (int pass = 0; pass < 2; pass++)
@@ -414,7 +465,7 @@ static int lower_reduction(builder *b, const lm_node *red, lk_kernel *k) {
       nd++;
     }
   k->ndim = nd;
-  k->reduce = map[red->op];
+  k->reduce = REDUCE_OF[red->op];
   k->acc_dtype = red->dtype;
   k->value = value(b, src, idx);
   k->nbody = b->n;
@@ -445,8 +496,9 @@ static void lower_reduce(builder *b, const lm_node *root, lk_kernel *k) {
   k->result = value(b, root, idx);
 }
 
-loom_status lm_lower(const lm_graph *g, lm_node *root, lm_step *step, char *err, size_t errlen) {
-  builder b = {.g = g, .root = root, .nslots = 1};
+static loom_status lower(const lm_graph *g, lm_node *root, bool rows, bool *misaligned,
+                         lm_step *step, char *err, size_t errlen) {
+  builder b = {.g = g, .root = root, .nslots = 1, .rows = rows};
   b.slot_pos[0] = root->pos;
   lk_kernel *k = &step->kernel;
   memset(k, 0, sizeof *k);
@@ -460,6 +512,11 @@ loom_status lm_lower(const lm_graph *g, lm_node *root, lm_step *step, char *err,
   if (!step->arg_pos || !step->arg_key) b.fail = "out of memory";
   if (b.fail) {
     free(b.inst);
+    free(step->arg_pos);
+    free(step->arg_key);
+    step->arg_pos = NULL;
+    step->arg_key = NULL;
+    if (misaligned) *misaligned = b.fail == MISALIGNED;
     snprintf(err, errlen, "lowering %s: %s", lm_op_name(root->op), b.fail);
     return strcmp(b.fail, "out of memory") == 0 ? LOOM_ERR_OOM : LOOM_ERR_INTERNAL;
   }
@@ -468,10 +525,22 @@ loom_status lm_lower(const lm_graph *g, lm_node *root, lm_step *step, char *err,
   k->inst = b.inst;
   k->ninst = b.n;
   k->nslots = b.nslots;
+  k->nstats = b.nstats;
+  memcpy(k->stat, b.stat, sizeof b.stat);
   if (k->reduce == LK_RED_NONE) k->nbody = k->ninst;
   step->kind = LM_STEP_KERNEL;
   step->out = root->pos;
   step->dtype = root->dtype;
   step->outer = lm_shape_numel(&root->shape);
   return LOOM_OK;
+}
+
+loom_status lm_lower(const lm_graph *g, lm_node *root, lm_step *step, char *err, size_t errlen) {
+  return lower(g, root, false, NULL, step, err, errlen);
+}
+
+loom_status lm_lower_rows(const lm_graph *g, lm_node *root, lm_step *step, bool *misaligned,
+                          char *err, size_t errlen) {
+  *misaligned = false;
+  return lower(g, root, true, misaligned, step, err, errlen);
 }

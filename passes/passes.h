@@ -64,6 +64,12 @@ void lm_program_free(lm_program *p);
 
 /* Lowers one materialized node into a kernel (used by lm_plan). */
 loom_status lm_lower(const lm_graph *g, lm_node *root, lm_step *step, char *err, size_t errlen);
+/* The same for the root of a row group: the reductions marked row_root == root
+ * become the kernel's row statistics. *misaligned (with a failure) when one of
+ * them is read other than at the kernel's own row: the plan then gives them
+ * kernels of their own. */
+loom_status lm_lower_rows(const lm_graph *g, lm_node *root, lm_step *step, bool *misaligned,
+                          char *err, size_t errlen);
 /* A GEMM operand's layout when it can be read in place: its buffer's node
  * (*base) and BLAS parameters. */
 bool lm_gemm_operand(const lm_node *operand, const lm_node **base, lm_view *view);

@@ -96,8 +96,9 @@ static void reset(const lm_graph *g) {
     lm_node *n = g->nodes[i];
     if (lm_is_computed(n)) continue;
     n->uses = 0;
-    n->materialize = n->target = n->broadcast_use = false;
-    n->fused_reduce = NULL;
+    n->materialize = n->target = n->broadcast_use = n->reaches_stat = false;
+    n->fused_reduce = n->row_root = NULL;
+    n->group_uses = 0;
   }
   for (int t = 0; t < g->ntargets; t++) {
     lm_node *n = g->nodes[g->targets[t]];
@@ -193,6 +194,14 @@ static void plan_gemm(const lm_graph *graph, lm_node *n, lm_step *step) {
   step->dtype = n->dtype;
   step->outer = lm_shape_numel(&n->shape);
 }
+
+/* A reduction with few outputs and much input runs in two kernels so every
+ * thread has work: SPLIT_PARTS partial results per output, then their
+ * combination. SPLIT_PARTS is fixed (not the thread count), so the result
+ * is the same whatever the number of threads. */
+#define SPLIT_PARTS 16
+#define SPLIT_MAX_OUTER 16
+#define SPLIT_MIN_REDUCED 65536
 
 /* ------------------------------------------------------------ epilogues */
 
@@ -297,15 +306,171 @@ static bool fuse_epilogues(const lm_graph *g) {
   return true;
 }
 
-/* ------------------------------------------------------------ split reductions */
+/* ------------------------------------------------------------ row kernels */
 
-/* A reduction with few outputs and much input runs in two kernels so every
- * thread has work: SPLIT_PARTS partial results per output, then their
- * combination. SPLIT_PARTS is fixed (not the thread count), so the result
- * is the same whatever the number of threads. */
-#define SPLIT_PARTS 16
-#define SPLIT_MAX_OUTER 16
-#define SPLIT_MIN_REDUCED 65536
+/* A map whose inline expression reads statistics of its own rows (softmax's
+ * log-sum-exp, layer norm's mean and variance: reductions over the last dim,
+ * with their epilogues) computes them itself, once per row, before the row's
+ * points: one kernel, the row read from memory once and from cache after.
+ * The statistics must be read by the group's kernels only (the map's and
+ * each other's: the variance reads the mean). */
+
+static lm_node *stat_reduction(lm_node *m) {
+  return m->fused_reduce ? m->fused_reduce : lm_op_is_reduce(m->op) ? m : NULL;
+}
+
+/* Rows too few and long for one thread each are left to split reductions. */
+static bool row_kernel_root(const lm_node *e) {
+  if (lm_is_computed(e) || !e->materialize || e->fused_reduce || !lm_op_is_elementwise(e->op))
+    return false;
+  int nd = e->shape.ndim;
+  if (nd < 2 || e->shape.dim[nd - 1] < 2) return false;
+  int64_t len = e->shape.dim[nd - 1], rows = lm_shape_numel(&e->shape) / len;
+  return rows > 0 && !(rows <= SPLIT_MAX_OUTER && len >= SPLIT_MIN_REDUCED);
+}
+
+static bool stat_candidate(const lm_node *e, lm_node *m) {
+  if (lm_is_computed(m) || !m->materialize || m->target || m->row_root || m == e) return false;
+  lm_node *r = stat_reduction(m);
+  if (!r || r->target) return false;
+  if (r->op != LM_RSUM && r->op != LM_RMAX && r->op != LM_RMIN && r->op != LM_RLSE) return false;
+  int nd = e->shape.ndim;
+  return r->arg.axes == 1u << (nd - 1) && lm_shape_eq(&r->src[0]->shape, &e->shape);
+}
+
+typedef struct row_group {
+  lm_node *root;
+  lm_node *stat[LK_MAX_STATS];
+  node_list list[LK_MAX_STATS + 1]; /* inline nodes of each kernel: root's, then each stat's */
+  int n;
+  bool oom;
+} row_group;
+
+static lm_node *group_kernel(const row_group *grp, int i) {
+  return i == 0 ? grp->root : grp->stat[i - 1];
+}
+
+static bool in_group(const row_group *grp, const lm_node *m) {
+  for (int i = 0; i < grp->n; i++)
+    if (grp->stat[i] == m) return true;
+  return false;
+}
+
+static void group_free_lists(row_group *grp) {
+  for (int i = 0; i <= LK_MAX_STATS; i++) {
+    free(grp->list[i].items);
+    grp->list[i] = (node_list){0};
+  }
+}
+
+/* Adds the statistics kernel i's inline expression reads, and theirs. */
+static void gather_stats(row_group *grp, int i) {
+  node_list *l = &grp->list[i];
+  lm_node *k = group_kernel(grp, i);
+  collect_inline(k, k, lm_walk_epoch(), l);
+  grp->oom |= l->oom;
+  for (int j = 0; j < l->len && !grp->oom; j++)
+    for (int s = 0; s < l->items[j]->nsrc; s++) {
+      lm_node *m = l->items[j]->src[s];
+      if (grp->n == LK_MAX_STATS || in_group(grp, m) || !stat_candidate(grp->root, m)) continue;
+      grp->stat[grp->n++] = m;
+      gather_stats(grp, grp->n);
+    }
+}
+
+/* Counts, into group_uses, the reads of each node by the group's nodes, the
+ * way mark() counts uses (an inline view passes on its readers): a node read
+ * only inside the group has group_uses == uses. A node inline in two of the
+ * group's kernels is one reader, as in mark(). */
+static void count_group_uses(row_group *grp) {
+  uint64_t epoch = lm_walk_epoch();
+  for (int i = 0; i <= grp->n; i++)
+    for (int j = 0; j < grp->list[i].len; j++) {
+      lm_node *n = grp->list[i].items[j];
+      n->group_uses = 0;
+      for (int s = 0; s < n->nsrc; s++) n->src[s]->group_uses = 0;
+    }
+  for (int i = 0; i <= grp->n; i++)
+    for (int j = 0; j < grp->list[i].len; j++) {
+      lm_node *n = grp->list[i].items[j];
+      if (n->visit == epoch) continue; /* counted from another kernel's list */
+      n->visit = epoch;
+      bool inline_view = lm_op_is_view(n->op) && !n->materialize;
+      for (int s = 0; s < n->nsrc; s++) {
+        bool repeated = false;
+        for (int q = 0; q < s; q++) repeated |= n->src[q] == n->src[s];
+        if (!repeated && !lm_is_computed(n->src[s]))
+          n->src[s]->group_uses += inline_view ? (n->uses > 0 ? n->uses : 1) : 1;
+      }
+    }
+}
+
+/* Whether an inline node leads to a statistic (its reads of it would be
+ * recomputed by any kernel outside the group that also reads the node). */
+static bool reaches_stat(row_group *grp, lm_node *n, uint64_t epoch) {
+  if (n->visit == epoch) return n->reaches_stat;
+  n->visit = epoch;
+  n->reaches_stat = false;
+  for (int s = 0; s < n->nsrc; s++) {
+    lm_node *src = n->src[s];
+    if (in_group(grp, src))
+      n->reaches_stat = true;
+    else if (!lm_is_computed(src) && !src->materialize && reaches_stat(grp, src, epoch))
+      n->reaches_stat = true;
+  }
+  return n->reaches_stat;
+}
+
+/* Every statistic, and every inline node leading to one, read only inside. */
+static bool group_closed(row_group *grp) {
+  count_group_uses(grp);
+  for (int i = 0; i < grp->n; i++)
+    if (grp->stat[i]->group_uses != grp->stat[i]->uses) return false;
+  uint64_t epoch = lm_walk_epoch();
+  for (int i = 0; i <= grp->n; i++)
+    for (int j = 0; j < grp->list[i].len; j++) {
+      lm_node *n = grp->list[i].items[j];
+      if (n != group_kernel(grp, i) && n->group_uses != n->uses && reaches_stat(grp, n, epoch))
+        return false;
+    }
+  return true;
+}
+
+/* False when out of memory. */
+static bool fuse_rows(const lm_graph *g) {
+  for (int i = 0; i < g->n; i++) {
+    lm_node *e = g->nodes[i];
+    if (!row_kernel_root(e)) continue;
+    row_group grp = {.root = e};
+    gather_stats(&grp, 0);
+    bool closed = grp.n > 0 && !grp.oom && group_closed(&grp);
+    for (int s = 0; s < grp.n && closed; s++) {
+      lm_node *m = grp.stat[s], *r = stat_reduction(m);
+      m->row_root = r->row_root = e;
+      m->materialize = r->materialize = false;
+    }
+    if (closed) e->row_root = e; /* marks the group's root */
+    group_free_lists(&grp);
+    if (grp.oom) return false;
+  }
+  return true;
+}
+
+/* When lowering found a statistic read off its row: they get kernels again. */
+static void unfuse_rows(const lm_graph *g, const lm_node *e) {
+  for (int i = 0; i < g->n; i++) {
+    lm_node *n = g->nodes[i];
+    if (lm_is_computed(n) || n->row_root != e) continue;
+    n->row_root = NULL;
+    /* a stat, or a reduction that is its own stat; an epilogue's reduction stays inline */
+    bool fused_away = false;
+    for (int j = i + 1; j < g->n; j++)
+      fused_away |= !lm_is_computed(g->nodes[j]) && g->nodes[j]->fused_reduce == n;
+    n->materialize = !fused_away;
+  }
+}
+
+/* ------------------------------------------------------------ split reductions */
 
 typedef struct temps {
   lm_node *nodes[64];
@@ -438,7 +603,8 @@ static bool pair_gemm_epilogues(const lm_graph *g, lm_program *p) {
   for (int i = 0; i < p->nsteps; i++) {
     lm_step *e = &p->steps[i];
     e->gemm_partner = -1;
-    if (e->kind != LM_STEP_KERNEL || e->out >= p->nnodes || e->kernel.reduce != LK_RED_NONE)
+    if (e->kind != LM_STEP_KERNEL || e->out >= p->nnodes || e->kernel.reduce != LK_RED_NONE ||
+        e->kernel.nstats > 0)
       continue;
     lm_node *root = g->nodes[e->out];
     for (int a = 1; a < e->kernel.nslots && e->gemm_partner < 0; a++) {
@@ -516,6 +682,31 @@ static loom_status lower_step(const lm_graph *g, lm_program *p, lm_node *n, char
   return lm_lower(g, n, step, err, errlen);
 }
 
+/* A row group's root: one kernel with its statistics, or, when one of them
+ * is read off its row, the statistics' own kernels and then the root's. */
+static loom_status plan_node(const lm_graph *g, lm_program *p, lm_node *n, temps *t, char *err,
+                             size_t errlen);
+
+static loom_status plan_row_root(const lm_graph *g, lm_program *p, lm_node *e, temps *t, char *err,
+                                 size_t errlen) {
+  bool misaligned;
+  lm_step *step = &p->steps[p->nsteps++];
+  loom_status st = lm_lower_rows(g, e, step, &misaligned, err, errlen);
+  if (st == LOOM_OK || !misaligned) return st;
+  memset(step, 0, sizeof *step);
+  p->nsteps--;
+  int first = p->nsteps;
+  unfuse_rows(g, e);
+  st = LOOM_OK;
+  for (int i = 0; i < g->n && st == LOOM_OK && g->nodes[i] != e; i++) {
+    lm_node *n = g->nodes[i];
+    bool stat = !lm_is_computed(n) && n->materialize && n->pos >= 0;
+    for (int s = 0; stat && s < first; s++) stat = p->steps[s].out != n->pos;
+    if (stat) st = plan_node(g, p, n, t, err, errlen);
+  }
+  return st == LOOM_OK ? lower_step(g, p, e, err, errlen) : st;
+}
+
 /* Steps for node n, splitting its reduction first when that pays. */
 static loom_status plan_node(const lm_graph *g, lm_program *p, lm_node *n, temps *t, char *err,
                              size_t errlen) {
@@ -542,13 +733,14 @@ static loom_status plan_node(const lm_graph *g, lm_program *p, lm_node *n, temps
 loom_status lm_plan(const lm_graph *g, bool fuse, lm_program **out, char *err, size_t errlen) {
   *out = NULL;
   mark(g, fuse);
-  if (fuse && !fuse_epilogues(g)) {
+  if (fuse && (!fuse_epilogues(g) || !fuse_rows(g))) {
     snprintf(err, errlen, "planning: out of memory");
     return LOOM_ERR_OOM;
   }
   lm_program *p = calloc(1, sizeof *p);
   int count = 0;
-  for (int i = 0; i < g->n; i++) count += g->nodes[i]->materialize && !lm_is_computed(g->nodes[i]);
+  for (int i = 0; i < g->n; i++)
+    count += (g->nodes[i]->materialize || g->nodes[i]->row_root) && !lm_is_computed(g->nodes[i]);
   if (p) {
     p->steps = calloc((size_t)(2 * count + 1), sizeof(lm_step));
     p->published = calloc(g->n > 0 ? (size_t)g->n : 1, sizeof(bool));
@@ -565,7 +757,12 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_program **out, char *err, s
     if (!n->materialize || lm_is_computed(n)) continue;
     p->published[i] = n->target;
     temps t = {.n = 0};
-    st = fuse ? plan_node(g, p, n, &t, err, errlen) : lower_step(g, p, n, err, errlen);
+    if (!fuse)
+      st = lower_step(g, p, n, err, errlen);
+    else if (n->row_root == n)
+      st = plan_row_root(g, p, n, &t, err, errlen);
+    else
+      st = plan_node(g, p, n, &t, err, errlen);
     n->fused_reduce = NULL;
     for (int k = t.n - 1; k >= 0; k--) lm_node_release(t.nodes[k]);
   }

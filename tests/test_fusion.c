@@ -36,8 +36,9 @@ static void test_counts(void) {
     CHECK_EQ_INT(kernels_for(loom_mean(x, last, 1, false)), 1);
     CHECK_EQ_INT(kernels_for(loom_add(loom_sum(x, (int[]){0}, 1, false), b)), 1);
     CHECK_EQ_INT(kernels_for(loom_logsumexp(x, -1)), 1);
-    CHECK_EQ_INT(kernels_for(loom_softmax(x, -1)), 2);
-    CHECK_EQ_INT(kernels_for(loom_log_softmax(x, -1)), 2);
+    CHECK_EQ_INT(kernels_for(loom_softmax(x, -1)), 1); /* the row's log-sum-exp inside */
+    CHECK_EQ_INT(kernels_for(loom_log_softmax(x, -1)), 1);
+    CHECK_EQ_INT(kernels_for(loom_softmax(x, 0)), 2); /* not the last dim: no row kernel */
     /* a big reduction to one value: partial sums in parallel, then their sum */
     CHECK_EQ_INT(kernels_for(loom_mean_all(big)), 2);
 
@@ -46,7 +47,7 @@ static void test_counts(void) {
     loom_tensor *xc = loom_sub(x, mu);
     loom_tensor *var = loom_mean(loom_square(xc), last, 1, true);
     loom_tensor *ln = loom_add(loom_mul(loom_mul(xc, loom_rsqrt(loom_add_s(var, 1e-5))), b), b);
-    CHECK(kernels_for(ln) <= 3);
+    CHECK_EQ_INT(kernels_for(ln), 1); /* mean and variance as row statistics */
 
     /* a cheap value read by two kernels is recomputed by each (no memory
      * round trip); an expensive one is stored once and read twice */
@@ -162,6 +163,80 @@ static void test_fused_matches_unfused(void) {
   CHECK_MSG(worst < 1e-5, "fused and unfused differ by %g", worst);
 }
 
+/* Row kernels: statistics of a row computed by the map over it. */
+static double worst_difference(const float *a, const float *b, int n) {
+  double worst = 0;
+  for (int i = 0; i < n; i++) worst = fmax(worst, fabs(a[i] - b[i]));
+  return worst;
+}
+
+static loom_tensor *layer_norm(const loom_tensor *x, const loom_tensor *w, const loom_tensor *b) {
+  int last[] = {-1};
+  loom_tensor *mu = loom_mean(x, last, 1, true);
+  loom_tensor *xc = loom_sub(x, mu);
+  loom_tensor *var = loom_mean(loom_square(xc), last, 1, true);
+  return loom_add(loom_mul(loom_mul(xc, loom_rsqrt(loom_add_s(var, 1e-5))), w), b);
+}
+
+/* The same values as separate kernels, for shapes with one row, odd rows, a
+ * row split between threads (3 rows of 40000: the two threads meet mid-row). */
+static void test_row_kernel_values(void) {
+  static float fused[120000], unfused[120000];
+  loom_shape shapes[3] = {LOOM_SHAPE(3, 5, 37), LOOM_SHAPE(1, 77), LOOM_SHAPE(3, 40000)};
+  for (int s = 0; s < 3; s++)
+    for (int op = 0; op < 3; op++) {
+      int n = 1;
+      for (int d = 0; d < shapes[s].ndim; d++) n *= (int)shapes[s].dim[d];
+      int64_t len = shapes[s].dim[shapes[s].ndim - 1];
+      for (int pass = 0; pass < 2; pass++) {
+        loom_set_fusion(pass == 0);
+        LOOM_SCOPE {
+          loom_tensor *x = loom_mul_s(input(shapes[s], 20 + s), 4);
+          loom_tensor *w = input(LOOM_SHAPE(len), 30), *b = input(LOOM_SHAPE(len), 31);
+          loom_tensor *y = op == 0   ? loom_softmax(x, -1)
+                           : op == 1 ? loom_log_softmax(x, -1)
+                                     : layer_norm(x, w, b);
+          uint64_t before = loom_get_stats().kernels_launched;
+          CHECK_OK(loom_copy_to_host(y, pass == 0 ? fused : unfused, sizeof(float) * (size_t)n));
+          /* the inputs' random draws are kernels of their own */
+          if (pass == 0) CHECK(loom_get_stats().kernels_launched - before <= (op == 2 ? 4 : 2));
+        }
+      }
+      double worst = worst_difference(fused, unfused, n);
+      CHECK_MSG(worst < 2e-5, "row kernel %d on shape %d differs from unfused by %g", op, s, worst);
+    }
+  loom_set_fusion(true);
+}
+
+/* A statistic someone else reads too (here an output) keeps its own kernel;
+ * one read off its row (rotated by a cat of slices) as well: the plan falls
+ * back to separate kernels, with the right values. */
+static void test_row_kernel_refusals(void) {
+  LOOM_SCOPE {
+    loom_tensor *x = input(LOOM_SHAPE(64, 32), 40);
+    realized(x);
+    loom_tensor *lse = loom_logsumexp(x, -1);
+    loom_tensor *both[2] = {loom_exp(loom_sub(x, loom_unsqueeze(lse, -1))), lse};
+    uint64_t before = loom_get_stats().kernels_launched;
+    CHECK_OK(loom_eval(both, 2));
+    CHECK_EQ_INT(loom_get_stats().kernels_launched - before, 2);
+
+    loom_tensor *s = loom_sum(x, (int[]){-1}, 1, true); /* [64, 1] */
+    loom_tensor *halves[2] = {loom_slice(s, 0, 32, 64, 1), loom_slice(s, 0, 0, 32, 1)};
+    loom_tensor *rotated = loom_cat(halves, 2, 0);
+    loom_tensor *y = loom_add(x, rotated);
+    CHECK_EQ_INT(kernels_for(y), 2);
+    float xv[64 * 32], yv[64 * 32];
+    CHECK_OK(loom_copy_to_host(x, xv, sizeof xv));
+    CHECK_OK(loom_copy_to_host(y, yv, sizeof yv));
+    for (int r = 0; r < 64; r++) {
+      double sum = 0;
+      for (int j = 0; j < 32; j++) sum += xv[((r + 32) % 64) * 32 + j];
+      for (int j = 0; j < 32; j++) CHECK_NEAR(yv[r * 32 + j], xv[r * 32 + j] + sum, 1e-4);
+    }
+  }
+}
+
 /* Every output point is computed by one thread and big reductions split into
  * a fixed number of parts, so the bits do not depend on the threads. */
 static void test_deterministic_reductions(void) {
@@ -187,6 +262,8 @@ int main(void) {
   test_matmul_of_reduced_target();
   test_matmul_epilogue();
   test_fused_matches_unfused();
+  test_row_kernel_values();
+  test_row_kernel_refusals();
   test_deterministic_reductions();
   CHECK_EQ_INT(loom_get_stats().bytes_live, 0);
   return check_report();

@@ -91,7 +91,7 @@ typedef struct job {
 
 static job *jobs;
 static int njobs, jobs_cap, duplicates;
-static bool op_seen[LK_NUM_OPS], reduce_seen[LK_RED_LSE + 1], mode_seen[4];
+static bool op_seen[LK_NUM_OPS], reduce_seen[LK_RED_LSE + 1], mode_seen[LM_CUDA_ROWS + 1];
 static bool cast_seen[LOOM_NUM_DTYPES][LOOM_NUM_DTYPES];
 
 static char *listing_of(const lk_kernel *k) {
@@ -528,7 +528,8 @@ static void check_coverage(void) {
     CHECK_MSG(op_seen[op], "no kernel uses lk_op %s", lk_op_name((lk_op)op));
   for (int r = LK_RED_SUM; r <= LK_RED_LSE; r++)
     CHECK_MSG(reduce_seen[r], "no kernel uses reduction kind %d", r);
-  for (int m = 0; m < 4; m++) CHECK_MSG(mode_seen[m], "no kernel of lm_cuda_mode %d", m);
+  for (int m = 0; m <= LM_CUDA_ROWS; m++)
+    CHECK_MSG(mode_seen[m], "no kernel of lm_cuda_mode %d", m);
   int casts = 0;
   for (int a = 0; a < NDTYPES; a++)
     for (int b = 0; b < NDTYPES; b++) {
@@ -682,6 +683,8 @@ static void test_generated_code(void) {
   check_ptx("vectorized elementwise", find_job("f32", LM_CUDA_ELEMENTWISE, "lm_c1.v[lm_j]"),
             (const char *[]){"ld.global.ca.v4.f32", "st.global.wb.v4.f32"}, 2);
   check_ptx("block reduction", find_job("f32", LM_CUDA_RED_BLOCK, NULL),
+            (const char *[]){"shfl.sync.bfly", "bar.sync"}, 2);
+  check_ptx("row kernel", find_job("f32", LM_CUDA_ROWS, NULL),
             (const char *[]){"shfl.sync.bfly", "bar.sync"}, 2);
   check_ptx("warp reduction", find_job("f64", LM_CUDA_RED_WARP, NULL),
             (const char *[]){"shfl.sync.bfly"}, 1);

@@ -272,7 +272,7 @@ static void test_dump(void) {
   CHECK_STR_CONTAINS(d, "\nschedule\n  step 0: gemm -> %2 f32[8,32]");
   CHECK_STR_CONTAINS(d, "M 8 N 32 K 64: A %0 lda 64");
   CHECK_STR_CONTAINS(d, "kernel dom [8, 32]");
-  CHECK_STR_CONTAINS(d, "reduce lse");
+  CHECK_STR_CONTAINS(d, "stats lse"); /* log-softmax: its row's log-sum-exp in its kernel */
   CHECK_STR_CONTAINS(d, "slots: 0 %");
   CHECK_STR_CONTAINS(d, "rows of step"); /* a GEMM run in blocks by its epilogue */
   for (int i = 0; i < p->plan->nsteps; i++) {

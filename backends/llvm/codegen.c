@@ -52,11 +52,22 @@ static void add_attr(lm_cg *g, LLVMValueRef fn, LLVMAttributeIndex where, const 
 
 /* ------------------------------------------------------------------ plan */
 
+/* One reduction over the dims from `first_dim` on: the kernel's own, or a row
+ * statistic (over the last dim). */
+typedef struct reduction {
+  int value;             /* the instruction accumulated */
+  unsigned char *needed; /* the instructions it needs */
+  int first_dim;
+  bool reports_index; /* ARGMAX/ARGMIN: steps see the reduced linear index */
+  lm_acc acc;
+} reduction;
+
 /* What the generated code evaluates where. */
 typedef struct plan {
   unsigned char *body_needed; /* instructions the per-point value needs */
   unsigned char *epi_needed;  /* instructions the result needs (reductions only) */
-  lm_acc acc;
+  reduction main;             /* the kernel's reduction */
+  reduction stat[LK_MAX_STATS];
 } plan;
 
 /* Marks `target` and everything it depends on (operands always come earlier). */
@@ -119,45 +130,55 @@ static void loop_end(lm_cg *g, loop *l) {
 /* ------------------------------------------------------------------ points */
 
 /* Row-major linear index over the reduced dims (ARGMAX/ARGMIN report it). */
-static LLVMValueRef reduced_linear_index(lm_cg *g) {
+static LLVMValueRef reduced_linear_index(lm_cg *g, int first_dim) {
   const lk_kernel *k = g->k;
   LLVMValueRef lin = const_i64(g, 0);
-  for (int d = k->nouter; d < k->ndim; d++)
+  for (int d = first_dim; d < k->ndim; d++)
     lin = LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, lin, const_i64(g, k->dom[d]), ""), g->dim[d],
                           "");
   return lin;
 }
 
 /* Loops over reduced dims d.. (innermost last, the tight loop) and accumulates. */
-static void gen_reduced_dims(lm_cg *g, plan *p, int d) {
+static void gen_reduced_dims(lm_cg *g, reduction *r, int d) {
   const lk_kernel *k = g->k;
   if (d == k->ndim) {
-    LLVMValueRef x = evaluate(g, p->body_needed, k->value);
+    LLVMValueRef x = evaluate(g, r->needed, r->value);
     if (!x) return;
-    bool arg = k->reduce == LK_RED_ARGMAX || k->reduce == LK_RED_ARGMIN;
-    lm_acc_step(g, &p->acc, x, arg ? reduced_linear_index(g) : NULL);
+    lm_acc_step(g, &r->acc, x, r->reports_index ? reduced_linear_index(g, r->first_dim) : NULL);
     return;
   }
   loop l;
   loop_begin(g, &l, const_i64(g, 0), const_i64(g, k->dom[d]), "red");
   g->dim[d] = l.iv;
-  gen_reduced_dims(g, p, d + 1);
+  gen_reduced_dims(g, r, d + 1);
   loop_end(g, &l);
   g->dim[d] = NULL;
 }
 
 /* The second pass over the reduced dims (see lm_acc in llvm_internal.h),
  * branched around when the main pass's result is already final. */
-static void gen_second_pass(lm_cg *g, plan *p) {
-  LLVMValueRef needed = lm_acc_end_main_pass(g, &p->acc);
+static void gen_second_pass(lm_cg *g, reduction *r) {
+  LLVMValueRef needed = lm_acc_end_main_pass(g, &r->acc);
   LLVMBasicBlockRef second = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "second.pass");
   LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "passes.done");
   LLVMBuildCondBr(g->b, needed, second, done);
   LLVMPositionBuilderAtEnd(g->b, second);
-  lm_acc_begin_second_pass(g, &p->acc);
-  gen_reduced_dims(g, p, g->k->nouter);
+  lm_acc_begin_second_pass(g, &r->acc);
+  gen_reduced_dims(g, r, r->first_dim);
   LLVMBuildBr(g->b, done);
   LLVMPositionBuilderAtEnd(g->b, done);
+}
+
+/* The reduction's result at the current outer point (dims before first_dim set). */
+static LLVMValueRef gen_reduction(lm_cg *g, reduction *r) {
+  lm_acc_reset(g, &r->acc);
+  /* A reduced extent of 0 leaves the accumulator at its identity. */
+  if (extent_product(g->k, r->first_dim, g->k->ndim) > 0) {
+    gen_reduced_dims(g, r, r->first_dim);
+    if (lm_acc_has_second_pass(&r->acc) && !g->failed) gen_second_pass(g, r);
+  }
+  return g->failed ? NULL : lm_acc_result(g, &r->acc);
 }
 
 /* Computes and stores one output point (outer dims already in g->dim). */
@@ -167,16 +188,20 @@ static void gen_point(lm_cg *g, plan *p, LLVMValueRef out_index) {
   if (k->reduce == LK_RED_NONE) {
     v = evaluate(g, p->body_needed, k->value);
   } else {
-    lm_acc_reset(g, &p->acc);
-    /* A reduced extent of 0 leaves the accumulator at its identity. */
-    if (extent_product(k, k->nouter, k->ndim) > 0) {
-      gen_reduced_dims(g, p, k->nouter);
-      if (lm_acc_has_second_pass(&p->acc) && !g->failed) gen_second_pass(g, p);
-    }
-    g->acc = lm_acc_result(g, &p->acc);
-    v = evaluate(g, p->epi_needed, k->result);
+    g->acc = gen_reduction(g, &p->main);
+    v = g->acc ? evaluate(g, p->epi_needed, k->result) : NULL;
   }
   if (v) lm_emit_store_output(g, out_index, v);
+}
+
+/* The row statistics of the current row (dims before the last set), in order:
+ * a stat's value may use the earlier ones. */
+static void gen_row_stats(lm_cg *g, plan *p) {
+  int last = g->k->ndim - 1;
+  LLVMValueRef point_index = g->dim[last];
+  g->dim[last] = NULL;
+  for (int s = 0; s < g->k->nstats && !g->failed; s++) g->stat[s] = gen_reduction(g, &p->stat[s]);
+  g->dim[last] = point_index;
 }
 
 /* nouter == 0: one output point (index 0) when the range is not empty. */
@@ -239,6 +264,7 @@ static void gen_outer_iteration(lm_cg *g, plan *p) {
    * row or of the range, whichever comes first. */
   LLVMPositionBuilderAtEnd(g->b, row);
   for (int d = 0; d < last; d++) g->dim[d] = LLVMBuildLoad2(g->b, g->t_i64, idx[d], "");
+  gen_row_stats(g, p); /* a row's points all follow: stats are computed once per row */
   LLVMValueRef start = LLVMBuildLoad2(g->b, g->t_i64, idx[last], "start");
   LLVMValueRef room = LLVMBuildNSWSub(g->b, const_i64(g, k->dom[last]), start, "");
   LLVMValueRef left = LLVMBuildNSWSub(g->b, g->end, at, "");
@@ -322,7 +348,19 @@ static void gen_body(lm_cg *g, plan *p) {
   LLVMBasicBlockRef start = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "start");
   LLVMPositionBuilderAtEnd(g->entry, entry);
   LLVMPositionBuilderAtEnd(g->b, start);
-  if (k->reduce != LK_RED_NONE) lm_acc_create(g, &p->acc);
+  if (k->reduce != LK_RED_NONE) {
+    p->main.value = k->value;
+    p->main.needed = p->body_needed;
+    p->main.first_dim = k->nouter;
+    p->main.reports_index = k->reduce == LK_RED_ARGMAX || k->reduce == LK_RED_ARGMIN;
+    lm_acc_create(g, &p->main.acc, k->reduce, k->inst[k->value].dtype, k->acc_dtype);
+  }
+  for (int s = 0; s < k->nstats; s++) {
+    reduction *r = &p->stat[s];
+    r->value = k->stat[s].value;
+    r->first_dim = k->ndim - 1;
+    lm_acc_create(g, &r->acc, k->stat[s].reduce, k->inst[r->value].dtype, k->stat[s].acc_dtype);
+  }
   /* Outer numel 0 is never launched; emit nothing that would divide by it. */
   if (extent_product(k, 0, k->nouter) > 0) {
     if (k->nouter == 0)
@@ -368,7 +406,9 @@ static bool alloc_arrays(lm_cg *g, plan *p) {
   g->val = calloc(ni, sizeof *g->val);
   p->body_needed = calloc(ni, 1);
   p->epi_needed = calloc(ni, 1);
-  return g->slot && g->key && g->val && p->body_needed && p->epi_needed;
+  bool ok = g->slot && g->key && g->val && p->body_needed && p->epi_needed;
+  for (int s = 0; s < g->k->nstats; s++) ok &= (p->stat[s].needed = calloc(ni, 1)) != NULL;
+  return ok;
 }
 
 static void free_arrays(lm_cg *g, plan *p) {
@@ -377,6 +417,7 @@ static void free_arrays(lm_cg *g, plan *p) {
   free(g->val);
   free(p->body_needed);
   free(p->epi_needed);
+  for (int s = 0; s < g->k->nstats; s++) free(p->stat[s].needed);
 }
 
 static loom_status generate(lm_cg *g, plan *p) {
@@ -387,6 +428,7 @@ static loom_status generate(lm_cg *g, plan *p) {
   }
   mark_needed(k, k->value, p->body_needed);
   if (k->reduce != LK_RED_NONE) mark_needed(k, k->result, p->epi_needed);
+  for (int s = 0; s < k->nstats; s++) mark_needed(k, k->stat[s].value, p->stat[s].needed);
   g->mod = parse_prelude(g);
   if (!g->mod) return LOOM_ERR_COMPILE;
   g->fn = create_body_function(g);

@@ -44,6 +44,7 @@ typedef struct lm_cg {
   LLVMValueRef dim[LOOM_MAX_DIMS]; /* current index along each domain dim (NULL: none here) */
   LLVMValueRef *val; /* [ninst] instruction values in the current evaluation context */
   LLVMValueRef acc;  /* what LK_ACC means in the epilogue */
+  LLVMValueRef stat[LK_MAX_STATS]; /* the current row's statistics (NULL: none yet) */
   LLVMTypeRef t_void, t_i1, t_i8, t_i32, t_i64, t_f32, t_f64;
   char *err;
   size_t errlen;
@@ -84,9 +85,10 @@ LLVMValueRef lm_emit_inst(lm_cg *g, int i);
  *  - ARGMAX/ARGMIN: the main pass finds the extreme value that way (integers:
  *    a plain max/min), the second finds the first index holding it (the first
  *    NaN when there is one) as a vectorizable unsigned-min reduction.
- *  - LSE: the main pass finds the maximum m that way; the second (skipped
- *    when a NaN was seen) sums exp(v - s) in double with reassoc, s = m, or 0
- *    when m is +-inf; the result is s + log(sum), rounded once to acc_dtype.
+ *  - LSE: the main pass finds the maximum m that way; the second (only when
+ *    m is finite) sums exp(v - m) in the values' dtype with reassoc; the
+ *    result is m + log(sum) in double, rounded once to acc_dtype (NaN, +-inf:
+ *    m itself).
  * MAX/MIN/ARGMAX/ARGMIN results are bit-identical to the scalar definitions in
  * ir/kernel.h. */
 typedef enum lm_acc_pass {
@@ -110,7 +112,9 @@ typedef struct lm_acc {
 } lm_acc;
 /* Textual IR of helper functions the reduction code calls (parsed into every module). */
 const char *lm_reduce_prelude_ir(void);
-void lm_acc_create(lm_cg *g, lm_acc *acc);
+/* An accumulator reducing values of dtype `dt` with `reduce` to `out_dt` (the
+ * kernel's reduction, or a row statistic). */
+void lm_acc_create(lm_cg *g, lm_acc *acc, lk_reduce reduce, loom_dtype dt, loom_dtype out_dt);
 /* Starts a new output point: identities, and the main pass. */
 void lm_acc_reset(lm_cg *g, lm_acc *acc);
 /* Combines x (the value at reduced linear index `lin`, i64) into the accumulator. */
@@ -130,6 +134,10 @@ LLVMValueRef lm_emit_rand(lm_cg *g, loom_dtype dt, int slot, uint32_t stream, LL
 
 /* mathfn.c: EXP LOG SQRT SIN COS TANH ERF FLOOR POW ABS of a float dtype. */
 LLVMValueRef lm_emit_math(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef x, LLVMValueRef y);
+/* e^x for x <= 0 (-inf included, no NaN), where only a sum of such terms that
+ * includes a 1 is wanted (log-sum-exp): F32 results below e^-87 come out as
+ * e^-87, which cannot change such a sum, and the exp skips its range checks. */
+LLVMValueRef lm_emit_exp_nonpositive(lm_cg *g, loom_dtype dt, LLVMValueRef x);
 
 /* ------------------------------------------------------------------ emit.c */
 

@@ -17,17 +17,28 @@ static LLVMValueRef call_intrinsic(lm_cg *g, const char *name, LLVMTypeRef t, LL
   return LLVMBuildCall2(g->b, LLVMIntrinsicGetType(g->ctx, id, &t, 1), fn, args, nargs, "");
 }
 
+/* Vector math in double (`single`: for F32 values), or in float. */
+static lm_vm double_vm(lm_cg *g, bool single) {
+  return (lm_vm){.g = g,
+                 .b = g->b,
+                 .ft = g->t_f64,
+                 .it = g->t_i64,
+                 .mant_bits = 52,
+                 .bias = 1023,
+                 .single = single};
+}
+
+static lm_vm float_vm(lm_cg *g) {
+  lm_vm v = double_vm(g, true);
+  v.ft = g->t_f32, v.it = g->t_i32, v.mant_bits = 23, v.bias = 127;
+  return v;
+}
+
 /* One vecmath function in double; F32 values are widened and rounded back. */
 static LLVMValueRef vector_math(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef x, LLVMValueRef y) {
-  lm_vm v = {.g = g,
-             .b = g->b,
-             .ft = g->t_f64,
-             .it = g->t_i64,
-             .mant_bits = 52,
-             .bias = 1023,
-             .single = dt == LOOM_F32};
+  lm_vm v = double_vm(g, dt == LOOM_F32);
   if (v.single && (op == LK_EXP || op == LK_TANH)) { /* the hottest get float versions */
-    v.ft = g->t_f32, v.it = g->t_i32, v.mant_bits = 23, v.bias = 127;
+    v = float_vm(g);
     return op == LK_EXP ? lm_vm_exp_f32(&v, x) : lm_vm_tanh_f32(&v, x);
   }
   if (v.single) {
@@ -64,4 +75,10 @@ LLVMValueRef lm_emit_math(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef x, LLV
   case LK_POW: return vector_math(g, op, dt, x, y);
   default: return lm_cg_fail(g, "%s is not a math function", lk_op_name(op));
   }
+}
+
+LLVMValueRef lm_emit_exp_nonpositive(lm_cg *g, loom_dtype dt, LLVMValueRef x) {
+  if (dt != LOOM_F32) return vector_math(g, LK_EXP, dt, x, NULL);
+  lm_vm v = float_vm(g);
+  return lm_vm_exp_f32_normal(&v, lm_vm_clamp(&v, x, -87.0, 0.0));
 }

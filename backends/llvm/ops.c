@@ -184,6 +184,10 @@ LLVMValueRef lm_emit_inst(lm_cg *g, int i) {
   case LK_ACC:
     if (!g->acc) return lm_cg_fail(g, "instruction %d: acc outside the epilogue", i);
     return g->acc;
+  case LK_STAT:
+    if (!g->stat[in->imm_i])
+      return lm_cg_fail(g, "instruction %d: stat %d is not known here", i, (int)in->imm_i);
+    return g->stat[in->imm_i];
   case LK_IDIV:
   case LK_IMOD:
   case LK_ADD:

@@ -80,7 +80,7 @@ LLVMValueRef lm_vm_abs(lm_vm *v, LLVMValueRef a);
 LLVMValueRef lm_vm_rint(lm_vm *v, LLVMValueRef a);
 LLVMValueRef lm_vm_floor(lm_vm *v, LLVMValueRef a);
 LLVMValueRef lm_vm_copysign(lm_vm *v, LLVMValueRef mag, LLVMValueRef sign);
-/* lo <= x <= hi, and NaN -> lo (maxnum / minnum ignore a NaN operand). */
+/* lo <= x <= hi; a NaN stays NaN (callers select their NaN result apart). */
 LLVMValueRef lm_vm_clamp(lm_vm *v, LLVMValueRef x, double lo, double hi);
 LLVMValueRef lm_vm_bits(lm_vm *v, LLVMValueRef x);      /* double -> i64 */
 LLVMValueRef lm_vm_from_bits(lm_vm *v, LLVMValueRef i); /* i64 -> double */

@@ -84,11 +84,12 @@ LLVMValueRef lm_vm_copysign(lm_vm *v, LLVMValueRef mag, LLVMValueRef sign) {
   return call(v, "llvm.copysign", args, 2);
 }
 
+/* Compare-and-select in the operand order of x86's maxps/minps, so each bound
+ * is one instruction (llvm.maxnum's NaN rule costs three); a NaN passes. */
 LLVMValueRef lm_vm_clamp(lm_vm *v, LLVMValueRef x, double lo, double hi) {
-  LLVMValueRef a[2] = {x, lm_vm_const(v, lo)};
-  LLVMValueRef m = call(v, "llvm.maxnum", a, 2);
-  LLVMValueRef b[2] = {m, lm_vm_const(v, hi)};
-  return call(v, "llvm.minnum", b, 2);
+  LLVMValueRef l = lm_vm_const(v, lo), h = lm_vm_const(v, hi);
+  LLVMValueRef m = lm_vm_select(v, LLVMBuildFCmp(v->b, LLVMRealOLT, x, l, ""), l, x);
+  return lm_vm_select(v, LLVMBuildFCmp(v->b, LLVMRealOGT, m, h, ""), h, m);
 }
 
 LLVMValueRef lm_vm_bits(lm_vm *v, LLVMValueRef x) { return LLVMBuildBitCast(v->b, x, v->it, ""); }

@@ -24,7 +24,7 @@
 /* ------------------------------------------------------------------ exp */
 
 /* e^(hi + lo) using the F32 (`single`) or F64 polynomial. hi is clamped to
- * [-746, 710], beyond which the result is 0 or inf anyway; a NaN hi gives 0. */
+ * [-746, 710], beyond which the result is 0 or inf anyway; a NaN hi gives NaN. */
 static LLVMValueRef exp_core(lm_vm *v, LLVMValueRef hi, LLVMValueRef lo, bool single) {
   LLVMValueRef hc = lm_vm_clamp(v, hi, -746.0, 710.0);
   lo = lm_vm_select(v, lm_vm_eq(v, hc, hi), lo, lm_vm_const(v, 0.0));

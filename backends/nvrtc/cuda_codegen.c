@@ -16,12 +16,16 @@
  *                order depends only on the row length and LM_CUDA_BLOCK, so
  *                results are the same for any grid. The epilogue runs on the
  *                point's first thread.
+ *   rows         (kernels with row statistics) one block per row: each
+ *                statistic by a block reduction as above, every thread
+ *                ending with it, then the block's threads stride over the
+ *                row's points.
  *
  * Reduction semantics (ir/kernel.h): SUM accumulates in acc_dtype (integers
  * wrap); integer MAX/MIN are plain; float MAX/MIN and every ARGMAX/ARGMIN
  * carry (value, index) pairs so that NaNs, the first maximum and the sign of
  * a zero maximum come out as the CPU's sequential loop has them; LSE takes
- * the max, then sums exp(v - shift) in double, as the CPU does.
+ * the max, then sums exp(v - shift) in double (the CPU in the values' dtype).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -110,6 +114,13 @@ typedef struct cg {
   int nchunks;
   lm_cuda_mode mode;
   int64_t outer, red; /* points of the outer and of the reduced dims */
+  /* the reduction being generated: the kernel's, or a row statistic's */
+  lk_reduce reduce;
+  loom_dtype acc_dtype;
+  int value;                   /* instruction accumulated */
+  const unsigned char *needed; /* instructions it needs */
+  int red_first;               /* first reduced dim */
+  unsigned char *stat_needed[LK_MAX_STATS];
   acc_kind acc;
   bool want_max;
 } cg;
@@ -292,6 +303,7 @@ static void put_expr(cg *g, int i, bool vector) {
               (uint32_t)in->imm_i);
     return;
   case LK_ACC: sb_printf(s, "lm_acc"); return;
+  case LK_STAT: sb_printf(s, "lm_stat%d", (int)in->imm_i); return;
   case LK_ADD:
   case LK_SUB:
   case LK_MUL: put_arith(s, in); return;
@@ -376,7 +388,9 @@ static void emit_keys(cg *g) {
   }
   for (int i = 0; i < k->ninst; i++) {
     const lk_inst *in = &k->inst[i];
-    if (in->op != LK_RAND || done[in->slot] || !(g->body_needed[i] || g->epi_needed[i])) continue;
+    bool needed = g->body_needed[i] || g->epi_needed[i];
+    for (int s = 0; s < k->nstats; s++) needed |= g->stat_needed[s][i];
+    if (in->op != LK_RAND || done[in->slot] || !needed) continue;
     done[in->slot] = 1;
     line(g, "const unsigned int lm_k%d_0 = ((const unsigned int *)s%d)[0];", in->slot, in->slot);
     line(g, "const unsigned int lm_k%d_1 = ((const unsigned int *)s%d)[1];", in->slot, in->slot);
@@ -539,7 +553,7 @@ static void gen_elementwise(cg *g) {
 
 /* ------------------------------------------------------------------ reductions */
 
-static loom_dtype value_dtype(const cg *g) { return g->k->inst[g->k->value].dtype; }
+static loom_dtype value_dtype(const cg *g) { return g->k->inst[g->value].dtype; }
 
 static const char *max_min(const cg *g) { return g->want_max ? "max" : "min"; }
 
@@ -548,7 +562,7 @@ static void emit_acc_init(cg *g) {
   loom_dtype vt = value_dtype(g);
   sb *s = &g->s;
   if (g->acc == ACC_SUM) {
-    line(g, "%s lm_a = (%s)0;", ctype(g->k->acc_dtype), ctype(g->k->acc_dtype));
+    line(g, "%s lm_a = (%s)0;", ctype(g->acc_dtype), ctype(g->acc_dtype));
     return;
   }
   /* MAX, ARGMAX, LSE's max start at the lowest value; MIN, ARGMIN at the highest */
@@ -560,7 +574,7 @@ static void emit_acc_init(cg *g) {
 
 /* Combines the value v<value> at reduced index lm_r (pass 2: LSE's sum). */
 static void emit_acc_step(cg *g, int pass) {
-  int x = g->k->value;
+  int x = g->value;
   switch (g->acc) {
   case ACC_SUM: line(g, "lm_a = lm_add(lm_a, v%d);", x); break;
   case ACC_MINMAX: line(g, "lm_a = lm_%s(v%d, lm_a);", max_min(g), x); break;
@@ -636,8 +650,8 @@ static void emit_pass(cg *g, int pass) {
                                                     : "threadIdx.x";
   int step = g->mode == LM_CUDA_RED_THREAD ? 1 : g->mode == LM_CUDA_RED_WARP ? 32 : LM_CUDA_BLOCK;
   open_block(g, "for (long long lm_r = %s; lm_r < %" PRId64 "LL; lm_r += %d)", start, g->red, step);
-  emit_unravel(g, "lm_r", "lm_qr", k->nouter, k->ndim);
-  emit_eval(g, g->body_needed, k->value, false);
+  emit_unravel(g, "lm_r", "lm_qr", g->red_first, k->ndim);
+  emit_eval(g, g->needed, g->value, false);
   emit_acc_step(g, pass);
   close_block(g);
   emit_acc_combine(g, pass);
@@ -655,20 +669,28 @@ static void emit_lse_second_pass(cg *g) {
   close_block(g);
 }
 
-static void emit_result(cg *g) {
-  const char *at = ctype(g->k->acc_dtype);
-  if (g->acc == ACC_LSE)
-    line(g, "const %s lm_acc = (%s)((double)lm_shift + lm_log(lm_s));", at, at);
-  else if (g->k->reduce == LK_RED_ARGMAX || g->k->reduce == LK_RED_ARGMIN)
-    line(g, "const long long lm_acc = lm_ai == LM_NO_INDEX ? 0 : lm_ai; // empty row: 0");
+/* The reduction's result as `var`, declared unless `assign`. */
+static void emit_result_as(cg *g, const char *var, bool assign) {
+  const char *at = ctype(g->acc_dtype);
+  char lhs[64];
+  if (assign)
+    snprintf(lhs, sizeof lhs, "%s", var);
   else
-    line(g, "const %s lm_acc = lm_a;", at);
+    snprintf(lhs, sizeof lhs, "const %s %s", at, var);
+  if (g->acc == ACC_LSE)
+    line(g, "%s = (%s)((double)lm_shift + lm_log(lm_s));", lhs, at);
+  else if (g->reduce == LK_RED_ARGMAX || g->reduce == LK_RED_ARGMIN)
+    line(g, "%s = lm_ai == LM_NO_INDEX ? 0 : lm_ai; // empty row: 0", lhs);
+  else
+    line(g, "%s = lm_a;", lhs);
 }
+
+static void emit_result(cg *g) { emit_result_as(g, "lm_acc", false); }
 
 static void emit_shared(cg *g) {
   if (g->mode != LM_CUDA_RED_BLOCK) return;
   int warps = LM_CUDA_BLOCK / 32;
-  const char *a = g->acc == ACC_SUM ? ctype(g->k->acc_dtype) : ctype(value_dtype(g));
+  const char *a = g->acc == ACC_SUM ? ctype(g->acc_dtype) : ctype(value_dtype(g));
   line(g, "__shared__ %s lm_sh_a[%d];", a, warps);
   if (g->acc == ACC_PAIR) line(g, "__shared__ long long lm_sh_i[%d];", warps);
   if (g->acc == ACC_LSE) line(g, "__shared__ double lm_sh_s[%d];", warps);
@@ -710,6 +732,70 @@ static void gen_reduction(cg *g) {
   close_block(g);
 }
 
+/* ------------------------------------------------------------------ rows */
+
+/* Makes `reduce` of instruction `value` over dims [first, ndim) the one the
+ * reduction emitters generate. */
+static void select_reduction(cg *g, lk_reduce reduce, loom_dtype acc_dtype, int value,
+                             const unsigned char *needed, int first) {
+  g->reduce = reduce;
+  g->acc_dtype = acc_dtype;
+  g->value = value;
+  g->needed = needed;
+  g->red_first = first;
+  g->red = extent_product(g->k, first, g->k->ndim);
+  g->want_max = reduce == LK_RED_MAX || reduce == LK_RED_ARGMAX || reduce == LK_RED_LSE;
+  if (reduce == LK_RED_SUM)
+    g->acc = ACC_SUM;
+  else if (reduce == LK_RED_LSE)
+    g->acc = ACC_LSE;
+  else if (reduce == LK_RED_ARGMAX || reduce == LK_RED_ARGMIN || is_float(value_dtype(g)))
+    g->acc = ACC_PAIR;
+  else
+    g->acc = ACC_MINMAX;
+}
+
+/* Each block takes whole rows: every statistic as a block reduction (each in
+ * its own scope, with its own shared slots; every thread ends with it), then
+ * the row's points in [begin, end) strided over the block's threads. */
+static void gen_rows(cg *g) {
+  const lk_kernel *k = g->k;
+  int last = k->ndim - 1;
+  int64_t len = k->dom[last];
+  line(g, "const int lm_lane = threadIdx.x & 31;");
+  line(g, "const int lm_warp = threadIdx.x >> 5;");
+  line(g, "const long long lm_first = begin / %" PRId64 "LL, lm_last = (end - 1) / %" PRId64 "LL;",
+       len, len);
+  open_block(
+      g, "for (long long lm_row = lm_first + blockIdx.x; lm_row <= lm_last; lm_row += gridDim.x)");
+  emit_unravel(g, "lm_row", "lm_q", 0, last);
+  g->mode = LM_CUDA_RED_BLOCK;
+  for (int s = 0; s < k->nstats; s++) {
+    const lk_stat *st = &k->stat[s];
+    select_reduction(g, st->reduce, st->acc_dtype, st->value, g->stat_needed[s], last);
+    line(g, "%s lm_stat%d;", ctype(st->acc_dtype), s);
+    open_block(g, "%s", "");
+    emit_shared(g);
+    emit_acc_init(g);
+    emit_pass(g, 1);
+    if (g->acc == ACC_LSE) emit_lse_second_pass(g);
+    char var[32];
+    snprintf(var, sizeof var, "lm_stat%d", s);
+    emit_result_as(g, var, true);
+    close_block(g);
+  }
+  g->mode = LM_CUDA_ROWS;
+  open_block(g, "for (long long lm_j = threadIdx.x; lm_j < %" PRId64 "LL; lm_j += %d)", len,
+             LM_CUDA_BLOCK);
+  line(g, "const long long lm_p = lm_row * %" PRId64 "LL + lm_j;", len);
+  line(g, "if (lm_p < begin || lm_p >= end) continue;");
+  line(g, "const long long d%d = lm_j;", last);
+  emit_eval(g, g->body_needed, k->value, false);
+  emit_store(g, "lm_p", k->value);
+  close_block(g);
+  close_block(g);
+}
+
 /* ------------------------------------------------------------------ plan */
 
 static void mark_needed(const lk_kernel *k, int target, unsigned char *needed) {
@@ -726,8 +812,11 @@ static void mark_needed(const lk_kernel *k, int target, unsigned char *needed) {
 static void choose_shape(cg *g) {
   const lk_kernel *k = g->k;
   g->outer = extent_product(k, 0, k->nouter);
-  g->red = extent_product(k, k->nouter, k->ndim);
-  if (k->reduce == LK_RED_NONE)
+  if (k->reduce != LK_RED_NONE)
+    select_reduction(g, k->reduce, k->acc_dtype, k->value, g->body_needed, k->nouter);
+  if (k->nstats > 0)
+    g->mode = LM_CUDA_ROWS;
+  else if (k->reduce == LK_RED_NONE)
     g->mode = LM_CUDA_ELEMENTWISE;
   else if (g->red <= THREAD_ROW_MAX)
     g->mode = LM_CUDA_RED_THREAD;
@@ -735,16 +824,6 @@ static void choose_shape(cg *g) {
     g->mode = LM_CUDA_RED_WARP;
   else
     g->mode = LM_CUDA_RED_BLOCK;
-  g->want_max = k->reduce == LK_RED_MAX || k->reduce == LK_RED_ARGMAX || k->reduce == LK_RED_LSE;
-  bool float_value = k->reduce != LK_RED_NONE && is_float(value_dtype(g));
-  if (k->reduce == LK_RED_SUM)
-    g->acc = ACC_SUM;
-  else if (k->reduce == LK_RED_LSE)
-    g->acc = ACC_LSE;
-  else if (k->reduce == LK_RED_ARGMAX || k->reduce == LK_RED_ARGMIN || float_value)
-    g->acc = ACC_PAIR;
-  else
-    g->acc = ACC_MINMAX;
 }
 
 static void fill_launch(const cg *g, lm_cuda_launch *launch) {
@@ -756,6 +835,7 @@ static void fill_launch(const cg *g, lm_cuda_launch *launch) {
   case LM_CUDA_RED_THREAD: launch->points_per_block = LM_CUDA_BLOCK; break;
   case LM_CUDA_RED_WARP: launch->points_per_block = LM_CUDA_BLOCK / 32; break;
   case LM_CUDA_RED_BLOCK: launch->points_per_block = 1; break;
+  case LM_CUDA_ROWS: launch->points_per_block = (int)g->k->dom[g->k->ndim - 1]; break;
   }
 }
 
@@ -765,6 +845,8 @@ static bool alloc_state(cg *g) {
   g->epi_needed = calloc(n, 1);
   g->chunk_of = malloc(n * sizeof *g->chunk_of);
   if (!g->body_needed || !g->epi_needed || !g->chunk_of) return false;
+  for (int s = 0; s < g->k->nstats; s++)
+    if (!(g->stat_needed[s] = calloc(n, 1))) return false;
   for (size_t i = 0; i < n; i++) g->chunk_of[i] = -1;
   return true;
 }
@@ -774,19 +856,23 @@ static void free_state(cg *g) {
   free(g->epi_needed);
   free(g->chunk_of);
   free(g->chunks);
+  for (int s = 0; s < g->k->nstats; s++) free(g->stat_needed[s]);
 }
 
 static void generate(cg *g, const char *name) {
   const lk_kernel *k = g->k;
   mark_needed(k, k->value, g->body_needed);
   if (k->reduce != LK_RED_NONE) mark_needed(k, k->result, g->epi_needed);
+  for (int s = 0; s < k->nstats; s++) mark_needed(k, k->stat[s].value, g->stat_needed[s]);
   choose_shape(g);
   emit_listing(g, name);
   emit_signature(g, name);
   /* No output points: never launched; emit nothing that divides by a 0 extent. */
   if (g->outer > 0) {
     emit_keys(g);
-    if (k->reduce == LK_RED_NONE)
+    if (k->nstats > 0)
+      gen_rows(g);
+    else if (k->reduce == LK_RED_NONE)
       gen_elementwise(g);
     else
       gen_reduction(g);

@@ -35,7 +35,9 @@ typedef enum lm_cuda_mode {
   LM_CUDA_ELEMENTWISE, /* LM_CUDA_VEC consecutive points per thread, grid-stride */
   LM_CUDA_RED_THREAD,  /* a reduction: one thread per output point (small rows) */
   LM_CUDA_RED_WARP,    /* a reduction: one warp per output point */
-  LM_CUDA_RED_BLOCK    /* a reduction: one block per output point (long rows) */
+  LM_CUDA_RED_BLOCK,   /* a reduction: one block per output point (long rows) */
+  LM_CUDA_ROWS         /* row statistics (lk_stat): one block per row, its statistics
+                          by block reductions, then its points */
 } lm_cuda_mode;
 
 typedef struct lm_cuda_launch {
