@@ -1,16 +1,18 @@
 /* train_digits: an MLP (64-128-10) and a small CNN on the UCI digits set.
  *
- *   ./train_digits [--model mlp|cnn|both] [--epochs N] [--data path] [--device cpu|cuda]
- *                  [--save dir]
+ *   ./train_digits [--model mlp|cnn|both] [--epochs N] [--seed N] [--data path]
+ *                  [--device cpu|cuda] [--save dir]
  *
- * --save writes each trained model's parameters, batch-norm statistics and
+ * --save writes each trained model's parameters and
  * input normalization to dir/<model>.safetensors (examples/export_digits.c
  * exports them as a shared library).
  *
  * A model is a struct of layers and a forward function (Toro's records as
- * models). Each step records forward, backward and Adam's updates; the loss's
- * realization runs them as one program, compiled once: later steps hit the
- * graph cache. */
+ * models). Each step records the augmentation, forward, backward and AdamW's
+ * updates; the loss's realization runs them as one program, compiled once:
+ * later steps hit the graph cache. The recipe is examples/digits_recipe.h;
+ * the seed decides the initialization, the shuffling, the augmentation and
+ * the dropout masks, so a run is the same every time. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,31 +21,8 @@
 
 #include "digits_data.h"
 #include "digits_models.h"
+#include "digits_recipe.h"
 #include "loom.h"
-
-/* Augmentation, on the device and fused into the step: half the images move
- * by up to one pixel each way (zero padding), chosen from Philox draws. Each
- * of the 9 shifted crops is weighted by a per-image one-hot choice. */
-static loom_tensor *shift_some(const loom_tensor *x, loom_key key, double background) {
-  loom_key k[2];
-  loom_key_split(key, k, 2);
-  int64_t n = loom_shape_of(x).dim[0];
-  loom_tensor *moved = loom_bernoulli_key(k[0], 0.5, LOOM_SHAPE(n), LOOM_CPU);
-  loom_tensor *pick = loom_cast(
-      loom_mul_s(loom_rand_key(k[1], LOOM_SHAPE(n), LOOM_F32, LOOM_CPU), 9), LOOM_I64); /* 0..8 */
-  loom_tensor *choice = loom_where(moved, pick, loom_full(LOOM_SHAPE(n), 4, LOOM_I64, LOOM_CPU));
-  loom_tensor *padded = loom_pad(x, (int64_t[]){1, 1, 1, 1}, 4, background);
-  loom_tensor *out = NULL;
-  for (int s = 0; s < 9; s++) {
-    loom_tensor *crop =
-        loom_slice(loom_slice(padded, 2, s / 3, s / 3 + 8, 1), 3, s % 3, s % 3 + 8, 1);
-    loom_tensor *w =
-        loom_reshape(loom_cast(loom_eq_s(choice, s), LOOM_F32), LOOM_SHAPE(n, 1, 1, 1));
-    loom_tensor *term = loom_mul(crop, w);
-    out = out ? loom_add(out, term) : term;
-  }
-  return out;
-}
 
 static double now(void) {
   struct timespec ts;
@@ -70,22 +49,13 @@ static void progress(int epoch, int64_t done, int64_t total, double loss) {
   fflush(stdout);
 }
 
-/* One mean and standard deviation over the training pixels. */
-static void pixel_stats(const digits *d, double stats[2]) {
-  double sum = 0, sq = 0, n = (double)DIGITS_TRAIN * DIGITS_PIXELS;
-  for (int r = 0; r < DIGITS_TRAIN; r++)
-    for (int c = 0; c < DIGITS_PIXELS; c++)
-      sum += d->pixels[r][c], sq += d->pixels[r][c] * d->pixels[r][c];
-  stats[0] = sum / n;
-  stats[1] = sqrt(sq / n - stats[0] * stats[0]);
-}
-
-static int train(const digits *d, bool is_cnn, int epochs, loom_device device,
+static int train(const digits *d, bool is_cnn, int epochs, uint64_t seed, loom_device device,
                  const char *save_dir) {
   double stats[2];
-  pixel_stats(d, stats);
+  digits_pixel_stats(d, stats);
+  digits_keys keys = digits_keys_of(seed);
   model m;
-  build(&m, is_cnn, loom_key_new(is_cnn ? 7 : 3));
+  build(&m, is_cnn, keys.init);
   float input_stats[2] = {(float)stats[0], (float)stats[1]};
   loom_tensor *stats_t = loom_from_data(input_stats, LOOM_SHAPE(2), LOOM_F32, LOOM_CPU);
   loom_params_add_buffer(m.ps, "input_stats", stats_t); /* saved with the weights */
@@ -94,11 +64,7 @@ static int train(const digits *d, bool is_cnn, int epochs, loom_device device,
     fprintf(stderr, "building the %s failed: %s\n", m.name, loom_last_error());
     return 1;
   }
-  /* SGD with nesterov momentum, weight decay and a cosine schedule per epoch
-   * (docs/digits_recipe.md: how these were chosen) */
-  double lr0 = is_cnn ? 0.05 : 0.1;
-  loom_optim *opt = loom_sgd(
-      m.ps, (loom_sgd_opts){.lr = lr0, .momentum = 0.9, .nesterov = true, .weight_decay = 1e-3});
+  loom_optim *opt = digits_optimizer(m.ps);
   loom_tensor *xtr = loom_from_data(d->pixels, LOOM_SHAPE(DIGITS_TRAIN, 1, 8, 8), LOOM_F32, device);
   loom_tensor *ytr = loom_from_data(d->labels, LOOM_SHAPE(DIGITS_TRAIN), LOOM_I64, device);
   loom_tensor *xte = loom_from_data(
@@ -106,19 +72,19 @@ static int train(const digits *d, bool is_cnn, int epochs, loom_device device,
   loom_tensor *yte = loom_from_data(d->labels + DIGITS_TRAIN,
                                     LOOM_SHAPE(DIGITS_ROWS - DIGITS_TRAIN), LOOM_I64, device);
   loom_dataset *ds = loom_dataset_new(xtr, ytr);
-  loom_loader *loader = loom_loader_new(ds, 32, true, true, loom_key_new(11));
+  loom_loader *loader = loom_loader_new(ds, DIGITS_BATCH, true, true, keys.shuffle);
   if (!opt || !ds || !loader) {
     fprintf(stderr, "setting up training failed: %s\n", loom_last_error());
     return 1;
   }
-  printf("%s: %d parameter tensors, %lld batches of 32 per epoch\n", m.name,
-         loom_params_count(m.ps), (long long)loom_loader_batches(loader));
+  printf("%s: %d parameter tensors, %lld batches of %d per epoch, seed %llu\n", m.name,
+         loom_params_count(m.ps), (long long)loom_loader_batches(loader), DIGITS_BATCH,
+         (unsigned long long)seed);
   double acc = 0, step_time = 0;
   int64_t steps = 0, steps_total = 0;
   loom_stats before = loom_get_stats();
-  loom_key step_keys = loom_key_new(is_cnn ? 101 : 100);
   for (int epoch = 1; epoch <= epochs; epoch++) {
-    loom_optim_set_lr(opt, lr0 * 0.5 * (1 + cos(M_PI * (epoch - 1) / epochs)));
+    loom_optim_set_lr(opt, digits_lr(epoch, epochs));
     loom_mean_loss mean = {0, 0};
     loom_tensor *xb, *yb;
     int64_t done = 0;
@@ -126,9 +92,9 @@ static int train(const digits *d, bool is_cnn, int epochs, loom_device device,
       double t0 = now();
       double loss = NAN;
       LOOM_SCOPE {
-        loom_key key = loom_key_fold(step_keys, (uint64_t)steps_total++);
-        loom_tensor *x = loom_div_s(loom_sub_s(shift_some(xb, key, 0.0), stats[0]), stats[1]);
-        loom_tensor *l = loom_cross_entropy(forward(&m, x, true, loom_key_fold(key, 7)), yb);
+        loom_key key = loom_key_fold(keys.steps, (uint64_t)steps_total++);
+        loom_tensor *x = loom_div_s(loom_sub_s(digits_augment(xb, key), stats[0]), stats[1]);
+        loom_tensor *l = digits_loss(forward(&m, x, true, loom_key_fold(key, 7)), yb);
         loom_optim_zero_grad(opt);
         loom_backward(l);
         loom_optim_step(opt);
@@ -137,7 +103,7 @@ static int train(const digits *d, bool is_cnn, int epochs, loom_device device,
       loom_free(xb);
       loom_free(yb);
       if (epoch > 1) step_time += now() - t0, steps++;
-      loom_mean_loss_add(&mean, loss, 32);
+      loom_mean_loss_add(&mean, loss, DIGITS_BATCH);
       progress(epoch, ++done, loom_loader_batches(loader), loom_mean_loss_value(&mean));
     }
     LOOM_SCOPE { acc = accuracy(&m, loom_div_s(loom_sub_s(xte, stats[0]), stats[1]), yte); }
@@ -167,13 +133,16 @@ static int train(const digits *d, bool is_cnn, int epochs, loom_device device,
 
 int main(int argc, char **argv) {
   const char *which = "both", *path = "data/digits.csv.gz", *save_dir = NULL;
-  int epochs = 30;
+  int epochs = DIGITS_EPOCHS;
+  uint64_t seed = 0; /* a median run of the recipe's (docs/digits_recipe.md) */
   loom_device device = LOOM_CPU;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--model"))
       which = argv[i + 1];
     else if (!strcmp(argv[i], "--epochs"))
       epochs = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--seed"))
+      seed = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--data"))
       path = argv[i + 1];
     else if (!strcmp(argv[i], "--save"))
@@ -184,7 +153,7 @@ int main(int argc, char **argv) {
   static digits d;
   if (digits_load(path, &d)) return 1;
   int rc = 0;
-  if (strcmp(which, "cnn")) rc |= train(&d, false, epochs, device, save_dir);
-  if (strcmp(which, "mlp")) rc |= train(&d, true, epochs, device, save_dir);
+  if (strcmp(which, "cnn")) rc |= train(&d, false, epochs, seed, device, save_dir);
+  if (strcmp(which, "mlp")) rc |= train(&d, true, epochs, seed, device, save_dir);
   return rc;
 }

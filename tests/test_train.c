@@ -1,36 +1,57 @@
-/* Training end to end on the digits set: an MLP learns (seeded, so the
- * result is the same every run), and after the first step a training loop
+/* Training end to end on the digits set with the recipe of
+ * examples/digits_recipe.h (seeded, so the result is the same every run):
+ * the MLP reaches the issue's 95% test accuracy in 30 epochs, the CNN stays
+ * where the recipe puts it, and after the first step a training loop
  * compiles nothing: every later step is a graph-cache hit. */
 #include <stdio.h>
 
 #include "../examples/digits_data.h"
+#include "../examples/digits_models.h"
+#include "../examples/digits_recipe.h"
 #include "check.h"
 #include "loom.h"
 
-int main(void) {
-  static digits d;
-  if (digits_load(LOOM_SOURCE_DIR "/data/digits.csv.gz", &d)) return 1;
-  loom_params *ps = loom_params_new();
-  loom_key k[2];
-  loom_key_split(loom_key_new(3), k, 2);
-  loom_linear fc1 = loom_linear_new(ps, "fc1", 64, 128, k[0]);
-  loom_linear fc2 = loom_linear_new(ps, "fc2", 128, 10, k[1]);
-  loom_optim *opt = loom_sgd(ps, (loom_sgd_opts){.lr = 0.1, .momentum = 0.9});
-  loom_tensor *x = loom_from_data(d.pixels, LOOM_SHAPE(DIGITS_ROWS, 64), LOOM_F32, LOOM_CPU);
-  loom_tensor *y = loom_from_data(d.labels, LOOM_SHAPE(DIGITS_ROWS), LOOM_I64, LOOM_CPU);
-  loom_tensor *xtr = loom_slice(x, 0, 0, DIGITS_TRAIN, 1),
-              *ytr = loom_slice(y, 0, 0, DIGITS_TRAIN, 1);
-  loom_dataset *ds = loom_dataset_new(xtr, ytr);
-  loom_loader *loader = loom_loader_new(ds, 50, true, true, loom_key_new(11));
+static double test_accuracy(const model *m, const digits *d, const double stats[2]) {
+  double acc = 0;
+  LOOM_SCOPE {
+    LOOM_NO_GRAD {
+      loom_tensor *x =
+          loom_from_data(d->pixels[DIGITS_TRAIN], LOOM_SHAPE(DIGITS_ROWS - DIGITS_TRAIN, 1, 8, 8),
+                         LOOM_F32, LOOM_CPU);
+      loom_tensor *y = loom_from_data(d->labels + DIGITS_TRAIN,
+                                      LOOM_SHAPE(DIGITS_ROWS - DIGITS_TRAIN), LOOM_I64, LOOM_CPU);
+      loom_tensor *logits =
+          forward(m, loom_div_s(loom_sub_s(x, stats[0]), stats[1]), false, loom_key_new(0));
+      loom_tensor *pred = loom_argmax(logits, 1, false);
+      acc = loom_item(loom_mean_all(loom_cast(loom_eq(pred, y), LOOM_F32)));
+    }
+  }
+  return acc;
+}
+
+/* The recipe's 30 epochs from seed 0; returns the test accuracy. */
+static double train(const digits *d, bool is_cnn) {
+  double stats[2];
+  digits_pixel_stats(d, stats);
+  digits_keys keys = digits_keys_of(0);
+  model m;
+  build(&m, is_cnn, keys.init);
+  loom_optim *opt = digits_optimizer(m.ps);
+  loom_tensor *x = loom_from_data(d->pixels, LOOM_SHAPE(DIGITS_TRAIN, 1, 8, 8), LOOM_F32, LOOM_CPU);
+  loom_tensor *y = loom_from_data(d->labels, LOOM_SHAPE(DIGITS_TRAIN), LOOM_I64, LOOM_CPU);
+  loom_dataset *ds = loom_dataset_new(x, y);
+  loom_loader *loader = loom_loader_new(ds, DIGITS_BATCH, true, true, keys.shuffle);
   CHECK(opt && ds && loader);
   loom_stats after_first = {0};
   int step = 0;
-  for (int epoch = 0; epoch < 8; epoch++) {
+  for (int epoch = 1; epoch <= DIGITS_EPOCHS; epoch++) {
+    CHECK_OK(loom_optim_set_lr(opt, digits_lr(epoch, DIGITS_EPOCHS)));
     loom_tensor *xb, *yb;
     while (loom_loader_next(loader, &xb, &yb)) {
       LOOM_SCOPE {
-        loom_tensor *logits = loom_linear_forward(&fc2, loom_relu(loom_linear_forward(&fc1, xb)));
-        loom_tensor *loss = loom_cross_entropy(logits, yb);
+        loom_key key = loom_key_fold(keys.steps, (uint64_t)step);
+        loom_tensor *xn = loom_div_s(loom_sub_s(digits_augment(xb, key), stats[0]), stats[1]);
+        loom_tensor *loss = digits_loss(forward(&m, xn, true, loom_key_fold(key, 7)), yb);
         loom_optim_zero_grad(opt);
         CHECK_OK(loom_backward(loss));
         CHECK_OK(loom_optim_step(opt));
@@ -44,24 +65,27 @@ int main(void) {
   CHECK_EQ_INT(end.graphs_compiled, after_first.graphs_compiled);
   CHECK_EQ_INT(end.kernels_compiled, after_first.kernels_compiled);
   CHECK_EQ_INT(end.graph_cache_hits - after_first.graph_cache_hits, step - 1);
-  double acc = 0;
-  LOOM_SCOPE {
-    LOOM_NO_GRAD {
-      loom_tensor *xte = loom_slice(x, 0, DIGITS_TRAIN, DIGITS_ROWS, 1);
-      loom_tensor *yte = loom_slice(y, 0, DIGITS_TRAIN, DIGITS_ROWS, 1);
-      loom_tensor *pred = loom_argmax(
-          loom_linear_forward(&fc2, loom_relu(loom_linear_forward(&fc1, xte))), 1, false);
-      acc = loom_item(loom_mean_all(loom_cast(loom_eq(pred, yte), LOOM_F32)));
-    }
-  }
-  printf("test accuracy after 8 epochs: %.2f%%\n", 100 * acc);
-  /* PyTorch reaches about 92% with this setup on this split (the last 297 rows) */
-  CHECK_MSG(acc >= 0.88, "accuracy %.4f", acc);
+  double acc = test_accuracy(&m, d, stats);
+  printf("%s: test accuracy after %d epochs: %.2f%%\n", m.name, DIGITS_EPOCHS, 100 * acc);
   loom_loader_free(loader);
   loom_dataset_free(ds);
   loom_optim_free(opt);
-  loom_params_free(ps);
-  loom_free(x), loom_free(y), loom_free(xtr), loom_free(ytr);
+  loom_params_free(m.ps);
+  loom_free(x), loom_free(y);
+  return acc;
+}
+
+int main(void) {
+  static digits d;
+  if (digits_load(LOOM_SOURCE_DIR "/data/digits.csv.gz", &d)) return 1;
+  /* seed 0 gives 95.96% (285 of 297), the recipe's median over seeds 0-9 */
+  double mlp = train(&d, false);
+  CHECK_MSG(mlp >= 0.95, "MLP accuracy %.4f", mlp);
+  /* seed 0 gives 96.97% (288), the CNN's median over seeds is 96.80%: the
+   * issue's 97% is not met for most seeds (docs/digits_recipe.md). The bound
+   * leaves two images for summation-order differences between CPUs. */
+  double cnn = train(&d, true);
+  CHECK_MSG(cnn >= 0.96, "CNN accuracy %.4f", cnn);
   CHECK_EQ_INT(loom_get_stats().bytes_live, 0);
   return check_report();
 }
