@@ -128,12 +128,28 @@ loom_tensor *loom_argmin(const loom_tensor *a, int axis, bool keepdim) {
 
 typedef enum rowwise { SOFTMAX, LOG_SOFTMAX, LOGSUMEXP } rowwise;
 
-/* All three from one log-sum-exp reduction (LM_RLSE: max, then the sum of
- * exp(x - max), in one kernel): logsumexp is it, log_softmax is x - it,
- * softmax is exp(x - it). Two kernels for softmax, one pass over x each.
- * The log-sum-exp is F64 even for F32 x (its max and exps stay in float), and
- * x - lse is taken in F64 and rounded once: an F32 lse of rows near 1000 is
- * off by half an ulp of 1000 (3e-5), which x - lse would keep. */
+/* logsumexp and log_softmax from one log-sum-exp reduction (LM_RLSE: max,
+ * then the sum of exp(x - max), in one kernel): logsumexp is it, log_softmax
+ * is x - it. The log-sum-exp is F64 even for F32 x (its max and exps stay in
+ * float), and x - lse is taken in F64 and rounded once: an F32 lse of rows near
+ * 1000 is off by half an ulp of 1000 (3e-5), which x - lse would keep.
+ * softmax over the last dim is e / sum(e) with e = exp(x - max), as PyTorch
+ * computes it: one row kernel that stores e while summing it and divides in
+ * place, one exp per element. Over another dim it is exp(x - lse): two
+ * kernels, where e / sum(e) would take three. */
+static lm_node *softmax_of(lm_node *x, uint32_t mask) {
+  lm_node *m = nb_reduce(LM_RMAX, x, mask);
+  lm_node *mx = x ? nb_expand(m, x->shape) : NULL;
+  lm_node *d = nb_binary(LM_SUB, x, mx);
+  lm_node *e = nb_unary(LM_EXP, d);
+  lm_node *s = nb_reduce(LM_RSUM, e, mask);
+  lm_node *sx = x ? nb_expand(s, x->shape) : NULL;
+  lm_node *r = nb_binary(LM_DIV, e, sx);
+  nb_drop(m, mx, d, e);
+  nb_drop(s, sx, NULL, NULL);
+  return r;
+}
+
 static loom_tensor *row(const char *name, rowwise kind, const loom_tensor *a, int axis) {
   loom_tensor *err;
   uint32_t mask;
@@ -142,6 +158,12 @@ static loom_tensor *row(const char *name, rowwise kind, const loom_tensor *a, in
   loom_dtype dt = loom_dtype_is_float(a->node->dtype) ? a->node->dtype : LOOM_F32;
   lm_node *one_d = as_at_least_1d(a->node);
   lm_node *x = nb_cast(one_d, dt);
+  if (kind == SOFTMAX && mask == 1u << (x ? x->shape.ndim - 1 : 0)) { /* a row kernel */
+    lm_node *y = softmax_of(x, mask);
+    lm_node *r = scalar_in ? nb_reshape(y, LOOM_SHAPE0) : (lm_node_retain(y), y);
+    nb_drop(one_d, x, y, NULL);
+    return lm_result(r);
+  }
   lm_node *lse = nb_reduce(LM_RLSE, x, mask);
   if (lse) lse->dtype = LOOM_F64; /* an F32 x still takes its max and exps in float */
   lm_node *x64 = nb_cast(x, LOOM_F64);

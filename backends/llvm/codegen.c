@@ -58,7 +58,9 @@ typedef struct reduction {
   int value;             /* the instruction accumulated */
   unsigned char *needed; /* the instructions it needs */
   int first_dim;
-  bool reports_index; /* ARGMAX/ARGMIN: steps see the reduced linear index */
+  bool reports_index;    /* ARGMAX/ARGMIN: steps see the reduced linear index */
+  LLVMValueRef store_at; /* a row stat whose values the row's points reuse: each
+                            is stored at output index store_at + j as it is summed */
   lm_acc acc;
 } reduction;
 
@@ -68,6 +70,7 @@ typedef struct plan {
   unsigned char *epi_needed;  /* instructions the result needs (reductions only) */
   reduction main;             /* the kernel's reduction */
   reduction stat[LK_MAX_STATS];
+  int cached_stat; /* a stat whose value the body needs too (softmax's exp), or -1 */
 } plan;
 
 /* Marks `target` and everything it depends on (operands always come earlier). */
@@ -94,7 +97,10 @@ static LLVMValueRef evaluate(lm_cg *g, const unsigned char *needed, int target) 
   memset(g->val, 0, (size_t)g->k->ninst * sizeof *g->val);
   for (int i = 0; i <= target; i++) {
     if (!needed[i]) continue;
-    g->val[i] = lm_emit_inst(g, i);
+    if (i == g->cached_inst) /* stored by the row's statistic pass: read it back */
+      g->val[i] = lm_emit_load(g, g->k->out_dtype, 0, g->cached_at);
+    else
+      g->val[i] = lm_emit_inst(g, i);
     if (!g->val[i]) return NULL;
   }
   return g->val[target];
@@ -145,6 +151,8 @@ static void gen_reduced_dims(lm_cg *g, reduction *r, int d) {
   if (d == k->ndim) {
     LLVMValueRef x = evaluate(g, r->needed, r->value);
     if (!x) return;
+    if (r->store_at)
+      lm_emit_store_output(g, LLVMBuildNSWAdd(g->b, r->store_at, g->dim[d - 1], ""), x);
     lm_acc_step(g, &r->acc, x, r->reports_index ? reduced_linear_index(g, r->first_dim) : NULL);
     return;
   }
@@ -195,13 +203,60 @@ static void gen_point(lm_cg *g, plan *p, LLVMValueRef out_index) {
 }
 
 /* The row statistics of the current row (dims before the last set), in order:
- * a stat's value may use the earlier ones. */
-static void gen_row_stats(lm_cg *g, plan *p) {
+ * a stat's value may use the earlier ones. With `row_at` (a whole row in the
+ * range, its first output index), the cached stat stores its values there. */
+static void gen_row_stats(lm_cg *g, plan *p, LLVMValueRef row_at) {
   int last = g->k->ndim - 1;
   LLVMValueRef point_index = g->dim[last];
   g->dim[last] = NULL;
-  for (int s = 0; s < g->k->nstats && !g->failed; s++) g->stat[s] = gen_reduction(g, &p->stat[s]);
+  for (int s = 0; s < g->k->nstats && !g->failed; s++) {
+    p->stat[s].store_at = s == p->cached_stat ? row_at : NULL;
+    g->stat[s] = gen_reduction(g, &p->stat[s]);
+    p->stat[s].store_at = NULL;
+  }
   g->dim[last] = point_index;
+}
+
+/* The points [start, start + n) of the current row, output indices from at. */
+static void gen_row_points(lm_cg *g, plan *p, LLVMValueRef start, LLVMValueRef n, LLVMValueRef at) {
+  int last = g->k->nouter - 1;
+  loop l;
+  loop_begin(g, &l, const_i64(g, 0), n, "inner");
+  g->dim[last] = LLVMBuildNSWAdd(g->b, start, l.iv, "");
+  gen_point(g, p, LLVMBuildNSWAdd(g->b, at, l.iv, ""));
+  loop_end(g, &l);
+}
+
+/* A row kernel whose last stat sums a value the points need again (softmax's
+ * exp(x - max)): a row wholly in the range stores those values in the output
+ * while summing and its points read them back, one exp per element instead of
+ * two; a row cut by the range (its ends belong to other threads) recomputes. */
+static void gen_cached_row(lm_cg *g, plan *p, LLVMValueRef start, LLVMValueRef n, LLVMValueRef at) {
+  int last = g->k->nouter - 1;
+  LLVMValueRef whole =
+      LLVMBuildAnd(g->b, LLVMBuildICmp(g->b, LLVMIntEQ, start, const_i64(g, 0), ""),
+                   LLVMBuildICmp(g->b, LLVMIntEQ, n, const_i64(g, g->k->dom[last]), ""), "whole");
+  LLVMBasicBlockRef cached = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "row.cached");
+  LLVMBasicBlockRef computed = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "row.computed");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "row.done");
+  LLVMBuildCondBr(g->b, whole, cached, computed);
+  LLVMPositionBuilderAtEnd(g->b, cached);
+  gen_row_stats(g, p, at);
+  g->cached_inst = g->k->stat[p->cached_stat].value;
+  loop l;
+  loop_begin(g, &l, const_i64(g, 0), n, "inner.cached");
+  g->dim[last] = l.iv;
+  g->cached_at = LLVMBuildNSWAdd(g->b, at, l.iv, "");
+  gen_point(g, p, g->cached_at);
+  loop_end(g, &l);
+  g->cached_inst = -1;
+  g->cached_at = NULL;
+  LLVMBuildBr(g->b, done);
+  LLVMPositionBuilderAtEnd(g->b, computed);
+  gen_row_stats(g, p, NULL);
+  gen_row_points(g, p, start, n, at);
+  LLVMBuildBr(g->b, done);
+  LLVMPositionBuilderAtEnd(g->b, done);
 }
 
 /* nouter == 0: one output point (index 0) when the range is not empty. */
@@ -264,17 +319,17 @@ static void gen_outer_iteration(lm_cg *g, plan *p) {
    * row or of the range, whichever comes first. */
   LLVMPositionBuilderAtEnd(g->b, row);
   for (int d = 0; d < last; d++) g->dim[d] = LLVMBuildLoad2(g->b, g->t_i64, idx[d], "");
-  gen_row_stats(g, p); /* a row's points all follow: stats are computed once per row */
   LLVMValueRef start = LLVMBuildLoad2(g->b, g->t_i64, idx[last], "start");
   LLVMValueRef room = LLVMBuildNSWSub(g->b, const_i64(g, k->dom[last]), start, "");
   LLVMValueRef left = LLVMBuildNSWSub(g->b, g->end, at, "");
   LLVMValueRef n =
       LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, room, left, ""), room, left, "n");
-  loop l;
-  loop_begin(g, &l, const_i64(g, 0), n, "inner");
-  g->dim[last] = LLVMBuildNSWAdd(g->b, start, l.iv, "");
-  gen_point(g, p, LLVMBuildNSWAdd(g->b, at, l.iv, ""));
-  loop_end(g, &l);
+  if (p->cached_stat >= 0) {
+    gen_cached_row(g, p, start, n, at);
+  } else {
+    gen_row_stats(g, p, NULL); /* a row's points all follow: stats once per row */
+    gen_row_points(g, p, start, n, at);
+  }
   LLVMBuildStore(g->b, LLVMBuildNSWAdd(g->b, at, n, ""), pos);
   gen_carry(g, idx, header);
 
@@ -429,6 +484,12 @@ static loom_status generate(lm_cg *g, plan *p) {
   mark_needed(k, k->value, p->body_needed);
   if (k->reduce != LK_RED_NONE) mark_needed(k, k->result, p->epi_needed);
   for (int s = 0; s < k->nstats; s++) mark_needed(k, k->stat[s].value, p->stat[s].needed);
+  p->cached_stat = -1;
+  g->cached_inst = -1;
+  int s = k->nstats - 1; /* single-pass sums only: a second pass would store again */
+  if (s >= 0 && k->stat[s].reduce == LK_RED_SUM && p->body_needed[k->stat[s].value] &&
+      k->inst[k->stat[s].value].dtype == k->out_dtype && k->stat[s].value != k->value)
+    p->cached_stat = s;
   g->mod = parse_prelude(g);
   if (!g->mod) return LOOM_ERR_COMPILE;
   g->fn = create_body_function(g);

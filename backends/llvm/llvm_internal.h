@@ -45,6 +45,8 @@ typedef struct lm_cg {
   LLVMValueRef *val; /* [ninst] instruction values in the current evaluation context */
   LLVMValueRef acc;  /* what LK_ACC means in the epilogue */
   LLVMValueRef stat[LK_MAX_STATS]; /* the current row's statistics (NULL: none yet) */
+  int cached_inst;                 /* an instruction read back from the output, or -1 */
+  LLVMValueRef cached_at;          /* the output index it is read from */
   LLVMTypeRef t_void, t_i1, t_i8, t_i32, t_i64, t_f32, t_f64;
   char *err;
   size_t errlen;
