@@ -28,10 +28,11 @@ static loom_tensor *shift_some(const loom_tensor *x, loom_key key, double backgr
   loom_key k[2];
   loom_key_split(key, k, 2);
   int64_t n = loom_shape_of(x).dim[0];
-  loom_tensor *moved = loom_bernoulli_key(k[0], 0.5, LOOM_SHAPE(n), LOOM_CPU);
-  loom_tensor *pick = loom_cast(
-      loom_mul_s(loom_rand_key(k[1], LOOM_SHAPE(n), LOOM_F32, LOOM_CPU), 9), LOOM_I64); /* 0..8 */
-  loom_tensor *choice = loom_where(moved, pick, loom_full(LOOM_SHAPE(n), 4, LOOM_I64, LOOM_CPU));
+  loom_device dev = loom_device_of(x);
+  loom_tensor *moved = loom_bernoulli_key(k[0], 0.5, LOOM_SHAPE(n), dev);
+  loom_tensor *pick = loom_cast(loom_mul_s(loom_rand_key(k[1], LOOM_SHAPE(n), LOOM_F32, dev), 9),
+                                LOOM_I64); /* 0..8 */
+  loom_tensor *choice = loom_where(moved, pick, loom_full(LOOM_SHAPE(n), 4, LOOM_I64, dev));
   loom_tensor *padded = loom_pad(x, (int64_t[]){1, 1, 1, 1}, 4, background);
   loom_tensor *out = NULL;
   for (int s = 0; s < 9; s++) {
@@ -85,9 +86,14 @@ static int train(const digits *d, bool is_cnn, int epochs, loom_device device,
   double stats[2];
   pixel_stats(d, stats);
   model m;
+  /* layers are created on the default device; the data below goes there too */
+  if (loom_set_default_device(device) != LOOM_OK) {
+    fprintf(stderr, "%s\n", loom_last_error());
+    return 1;
+  }
   build(&m, is_cnn, loom_key_new(is_cnn ? 7 : 3));
   float input_stats[2] = {(float)stats[0], (float)stats[1]};
-  loom_tensor *stats_t = loom_from_data(input_stats, LOOM_SHAPE(2), LOOM_F32, LOOM_CPU);
+  loom_tensor *stats_t = loom_from_data(input_stats, LOOM_SHAPE(2), LOOM_F32, device);
   loom_params_add_buffer(m.ps, "input_stats", stats_t); /* saved with the weights */
   loom_free(stats_t);
   if (loom_last_error()) {
