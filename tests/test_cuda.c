@@ -411,11 +411,11 @@ static loom_stats child_realize(void) {
   float v[300];
   check_fill_uniform(v, 300, 9);
   loom_tensor *a = loom_from_data(v, LOOM_SHAPE(300), LOOM_F32, LOOM_CUDA(0));
-  loom_tensor *b = loom_tanh(loom_mul_s(a, 1.25));
+  loom_tensor *m = loom_mul_s(a, 1.25), *b = loom_tanh(m);
   loom_reset_stats();
   loom_realize(b);
   loom_stats s = loom_get_stats();
-  loom_free(a), loom_free(b);
+  loom_free(a), loom_free(m), loom_free(b);
   return s;
 }
 
@@ -489,12 +489,12 @@ int main(int argc, char **argv) {
   }
   if (!mode) mode = "";
   if (strcmp(mode, "missing") == 0) {
-    check_unavailable("LOOM_LIBCUDA=/nonexistent");
+    LOOM_SCOPE { check_unavailable("LOOM_LIBCUDA=/nonexistent"); }
   } else if (strcmp(mode, "stub") == 0) {
     if (access(getenv("LOOM_LIBCUDA") ? getenv("LOOM_LIBCUDA") : "", R_OK) != 0)
       printf("SKIP: no stub libcuda at %s\n", getenv("LOOM_LIBCUDA"));
     else
-      check_unavailable("CUDA_ERROR_STUB_LIBRARY");
+      LOOM_SCOPE { check_unavailable("CUDA_ERROR_STUB_LIBRARY"); }
   } else if (strcmp(mode, "fake") == 0) {
     /* a fresh cache directory, so the first compile is a miss */
     char dir[] = "/tmp/loom-cuda-test-XXXXXX";
