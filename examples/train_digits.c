@@ -55,9 +55,14 @@ static int train(const digits *d, bool is_cnn, int epochs, uint64_t seed, loom_d
   digits_pixel_stats(d, stats);
   digits_keys keys = digits_keys_of(seed);
   model m;
+  /* layers are created on the default device; the data below goes there too */
+  if (loom_set_default_device(device) != LOOM_OK) {
+    fprintf(stderr, "%s\n", loom_last_error());
+    return 1;
+  }
   build(&m, is_cnn, keys.init);
   float input_stats[2] = {(float)stats[0], (float)stats[1]};
-  loom_tensor *stats_t = loom_from_data(input_stats, LOOM_SHAPE(2), LOOM_F32, LOOM_CPU);
+  loom_tensor *stats_t = loom_from_data(input_stats, LOOM_SHAPE(2), LOOM_F32, device);
   loom_params_add_buffer(m.ps, "input_stats", stats_t); /* saved with the weights */
   loom_free(stats_t);
   if (loom_last_error()) {

@@ -58,7 +58,7 @@ static const char *device_str(loom_device d, char *buf, size_t len) {
 }
 
 loom_tensor *lm_check_same_device(const char *op, const lm_node *a, const lm_node *b) {
-  if (a->device.type == b->device.type && a->device.index == b->device.index) return NULL;
+  if (lm_device_eq(a->device, b->device)) return NULL;
   char da[32], db[32];
   return lm_error(LOOM_ERR_DEVICE, "%s: tensors on different devices (%s and %s)", op,
                   device_str(a->device, da, sizeof da), device_str(b->device, db, sizeof db));

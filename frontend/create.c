@@ -14,6 +14,14 @@ static loom_tensor *check_new(const char *name, const loom_shape *shape, loom_dt
   return NULL;
 }
 
+/* A tensor holding a copy of host data, on device. */
+static loom_tensor *leaf(const char *name, const void *data, loom_shape shape, loom_dtype dtype,
+                         loom_device device) {
+  lm_node *n;
+  loom_status st = lm_leaf_copy(name, shape, dtype, device, data, LOOM_CPU, &n);
+  return st != LOOM_OK ? lm_error_recorded(st) : lm_result(n);
+}
+
 loom_tensor *loom_from_data(const void *data, loom_shape shape, loom_dtype dtype,
                             loom_device device) {
   const char *name = "loom_from_data";
@@ -21,19 +29,14 @@ loom_tensor *loom_from_data(const void *data, loom_shape shape, loom_dtype dtype
   if ((err = check_new(name, &shape, dtype, device))) return err;
   size_t bytes = (size_t)lm_shape_numel(&shape) * loom_dtype_size(dtype);
   if (!data && bytes) return lm_error(LOOM_ERR_NULL, "%s: data is NULL", name);
-  void *copy = lm_buffer_alloc(bytes);
-  if (!copy) return lm_error(LOOM_ERR_OOM, "%s: out of memory for %zu bytes", name, bytes);
-  if (bytes) memcpy(copy, data, bytes);
-  if (dtype == LOOM_BOOL) /* keep bools canonical (0 or 1) whatever the caller wrote */
-    for (size_t i = 0; i < bytes; i++) ((unsigned char *)copy)[i] = ((unsigned char *)copy)[i] != 0;
-  lm_node *n = lm_node_new(LM_BUFFER, 0, NULL, shape, dtype, device);
-  if (!n) {
-    lm_buffer_free(copy, bytes);
-    return lm_result(NULL);
-  }
-  n->data = copy;
-  n->bytes = bytes;
-  return lm_result(n);
+  if (dtype != LOOM_BOOL) return leaf(name, data, shape, dtype, device);
+  /* keep bools canonical (0 or 1) whatever the caller wrote */
+  unsigned char *canon = malloc(bytes ? bytes : 1);
+  if (!canon) return lm_error(LOOM_ERR_OOM, "%s: out of memory for %zu bytes", name, bytes);
+  for (size_t i = 0; i < bytes; i++) canon[i] = ((const unsigned char *)data)[i] != 0;
+  loom_tensor *t = leaf(name, canon, shape, dtype, device);
+  free(canon);
+  return t;
 }
 
 loom_tensor *loom_full(loom_shape shape, double value, loom_dtype dtype, loom_device device) {

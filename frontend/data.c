@@ -10,6 +10,7 @@ typedef struct host_array {
   void *data;
   loom_shape shape;
   loom_dtype dtype;
+  loom_device device; /* where the tensor was: batches go back there */
   size_t row_bytes;
 } host_array;
 
@@ -31,6 +32,7 @@ static loom_status to_host(const char *op, loom_tensor *t, host_array *h) {
   if (st) return st;
   h->shape = t->node->shape;
   h->dtype = t->node->dtype;
+  h->device = t->node->device;
   if (h->shape.ndim < 1) return lm_fail(LOOM_ERR_SHAPE, "%s: tensors need a batch dim", op);
   size_t bytes = (size_t)lm_shape_numel(&h->shape) * loom_dtype_size(h->dtype);
   h->row_bytes = h->shape.dim[0] ? bytes / (size_t)h->shape.dim[0] : 0;
@@ -115,7 +117,7 @@ static loom_tensor *gather_rows(const host_array *h, const int64_t *rows, int64_
   for (int64_t i = 0; i < count; i++)
     memcpy(buf + (size_t)i * h->row_bytes, (const char *)h->data + (size_t)rows[i] * h->row_bytes,
            h->row_bytes);
-  loom_tensor *t = loom_from_data(buf, s, h->dtype, LOOM_CPU);
+  loom_tensor *t = loom_from_data(buf, s, h->dtype, h->device);
   free(buf);
   return t;
 }

@@ -207,10 +207,28 @@ loom_tensor *loom_cast(const loom_tensor *a, loom_dtype dtype) {
   return lm_result(nb_cast(a->node, dtype));
 }
 
+/* A copy between devices is made now, not recorded: the source is realized
+ * and its data copied (queued on the device's stream; a copy to the host
+ * waits). No graph spans two devices, so each realization runs on one. */
 loom_tensor *loom_to(const loom_tensor *a, loom_device device) {
+  const char *op = "loom_to";
   loom_tensor *err;
-  if ((err = lm_check("loom_to", a)) || (err = lm_check_device("loom_to", device))) return err;
-  /* Only the CPU exists in this build: the tensor is already there. */
-  lm_node_retain(a->node);
-  return lm_result(a->node);
+  if ((err = lm_check(op, a)) || (err = lm_check_device(op, device))) return err;
+  lm_node *n = a->node;
+  if (lm_device_eq(n->device, device)) {
+    lm_node_retain(n);
+    return lm_result(n);
+  }
+  if (n->requires_grad && lm_grad_enabled())
+    return lm_error(LOOM_ERR_DEVICE,
+                    "%s: gradients do not flow across devices (the copy to %s would cut them): "
+                    "create the tensor on its device, or copy inside LOOM_NO_GRAD",
+                    op, device.type == LOOM_DEVICE_CPU ? "cpu" : "cuda");
+  if (n->op == LM_INPUT)
+    return lm_error(LOOM_ERR_DEVICE, "%s: input '%s' has no value to copy outside a program", op,
+                    n->label ? n->label : "?");
+  loom_status st = lm_realize_nodes(&n, 1);
+  lm_node *copy = NULL;
+  if (st == LOOM_OK) st = lm_leaf_copy(op, n->shape, n->dtype, device, n->data, n->device, &copy);
+  return st != LOOM_OK ? lm_error_recorded(st) : lm_result(copy);
 }

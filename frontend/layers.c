@@ -22,7 +22,7 @@ static loom_tensor *register_tensor(loom_params *ps, const char *layer, const ch
  * with bound = 1/sqrt(fan_in). */
 static loom_tensor *uniform(loom_key key, loom_shape shape, double bound) {
   int token = lm_composite_begin();
-  loom_tensor *u = loom_rand_key(key, shape, LOOM_F32, LOOM_CPU);
+  loom_tensor *u = loom_rand_key(key, shape, LOOM_F32, loom_default_device());
   return lm_composite_end(token, loom_sub_s(loom_mul_s(u, 2 * bound), bound));
 }
 
@@ -80,11 +80,13 @@ loom_batchnorm2d loom_batchnorm2d_new(loom_params *ps, const char *name, int64_t
   loom_batchnorm2d b = {NULL, NULL, NULL, NULL, 0.1, 1e-5};
   if (!check_sizes("loom_batchnorm2d_new", ps, channels, 1)) return b;
   loom_shape s = LOOM_SHAPE(channels);
-  b.weight = register_tensor(ps, name, "weight", loom_ones(s, LOOM_F32, LOOM_CPU), true);
-  b.bias = register_tensor(ps, name, "bias", loom_zeros(s, LOOM_F32, LOOM_CPU), true);
-  b.running_mean =
-      register_tensor(ps, name, "running_mean", loom_zeros(s, LOOM_F32, LOOM_CPU), false);
-  b.running_var = register_tensor(ps, name, "running_var", loom_ones(s, LOOM_F32, LOOM_CPU), false);
+  b.weight =
+      register_tensor(ps, name, "weight", loom_ones(s, LOOM_F32, loom_default_device()), true);
+  b.bias = register_tensor(ps, name, "bias", loom_zeros(s, LOOM_F32, loom_default_device()), true);
+  b.running_mean = register_tensor(ps, name, "running_mean",
+                                   loom_zeros(s, LOOM_F32, loom_default_device()), false);
+  b.running_var = register_tensor(ps, name, "running_var",
+                                  loom_ones(s, LOOM_F32, loom_default_device()), false);
   return b;
 }
 
@@ -97,9 +99,10 @@ loom_tensor *loom_batchnorm2d_forward(const loom_batchnorm2d *b, const loom_tens
 loom_layernorm loom_layernorm_new(loom_params *ps, const char *name, int64_t dim) {
   loom_layernorm l = {NULL, NULL, 1e-5};
   if (!check_sizes("loom_layernorm_new", ps, dim, 1)) return l;
-  l.weight =
-      register_tensor(ps, name, "weight", loom_ones(LOOM_SHAPE(dim), LOOM_F32, LOOM_CPU), true);
-  l.bias = register_tensor(ps, name, "bias", loom_zeros(LOOM_SHAPE(dim), LOOM_F32, LOOM_CPU), true);
+  l.weight = register_tensor(ps, name, "weight",
+                             loom_ones(LOOM_SHAPE(dim), LOOM_F32, loom_default_device()), true);
+  l.bias = register_tensor(ps, name, "bias",
+                           loom_zeros(LOOM_SHAPE(dim), LOOM_F32, loom_default_device()), true);
   return l;
 }
 
@@ -112,8 +115,9 @@ loom_embedding loom_embedding_new(loom_params *ps, const char *name, int64_t num
                                   loom_key key) {
   loom_embedding e = {NULL};
   if (!check_sizes("loom_embedding_new", ps, num, dim)) return e;
-  e.weight = register_tensor(ps, name, "weight",
-                             loom_randn_key(key, LOOM_SHAPE(num, dim), LOOM_F32, LOOM_CPU), true);
+  e.weight = register_tensor(
+      ps, name, "weight",
+      loom_randn_key(key, LOOM_SHAPE(num, dim), LOOM_F32, loom_default_device()), true);
   return e;
 }
 

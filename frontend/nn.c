@@ -147,10 +147,11 @@ loom_tensor *loom_avg_pool2d(const loom_tensor *x, int kernel, int stride, int p
 
 /* ------------------------------------------------------------ indices */
 
-/* Realized integer labels can be checked now, as torch does; lazy ones (and
- * a program's placeholders, which have no data yet) are clamped by the kernel. */
+/* Realized integer labels on the host can be checked now, as torch does; lazy
+ * ones, device ones and a program's placeholders are clamped by the kernel. */
 static loom_tensor *check_range(const char *name, const lm_node *labels, int64_t limit) {
-  if (!lm_is_computed(labels) || !labels->data) return NULL;
+  if (!lm_is_computed(labels) || !labels->data || labels->device.type == LOOM_DEVICE_CUDA)
+    return NULL; /* device data stays on the device: the kernel clamps */
   int64_t n = lm_shape_numel(&labels->shape);
   for (int64_t i = 0; i < n; i++) {
     int64_t v = labels->dtype == LOOM_I64   ? ((const int64_t *)labels->data)[i]

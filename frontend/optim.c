@@ -91,17 +91,8 @@ double loom_optim_lr(const loom_optim *o) {
 /* A computed zero tensor: state starts as data, not as a constant, so the
  * first step records the same graph as every later one. */
 static lm_node *zero_buffer(const lm_node *like) {
-  size_t bytes = (size_t)lm_shape_numel(&like->shape) * loom_dtype_size(like->dtype);
-  void *data = lm_buffer_alloc(bytes);
-  if (!data) return NULL;
-  memset(data, 0, bytes);
-  lm_node *n = lm_node_new(LM_BUFFER, 0, NULL, like->shape, like->dtype, like->device);
-  if (!n) {
-    lm_buffer_free(data, bytes);
-    return NULL;
-  }
-  n->data = data;
-  n->bytes = bytes;
+  lm_node *n = NULL;
+  lm_leaf_copy("loom_optim", like->shape, like->dtype, like->device, NULL, LOOM_CPU, &n);
   return n;
 }
 

@@ -430,21 +430,20 @@ static loom_status read_value(const st_file *sf, const st_entry *e, const lm_nod
   if (!data)
     return load_fail(sf, LOOM_ERR_OOM, "'%s': out of memory for %zu bytes", e->name, bytes);
   loom_status st = read_at(sf, 8 + sf->header_size + e->begin, data, bytes);
-  if (st) {
-    lm_buffer_free(data, bytes);
-    return st;
-  }
   if (like->dtype == LOOM_BOOL) /* loom keeps bools 0 or 1, as loom_from_data does */
     for (size_t i = 0; i < bytes; i++) ((unsigned char *)data)[i] = ((unsigned char *)data)[i] != 0;
-  lm_node *n = lm_node_new(LM_BUFFER, 0, NULL, like->shape, like->dtype, like->device);
-  if (!n) {
-    lm_buffer_free(data, bytes);
-    return load_fail(sf, LOOM_ERR_OOM, "'%s': out of memory", e->name);
+  if (!st && like->device.type == LOOM_DEVICE_CUDA) /* through the host, then to its device */
+    st = lm_leaf_copy("loom_params_load", like->shape, like->dtype, like->device, data, LOOM_CPU,
+                      out);
+  else if (!st && !(*out = lm_node_new(LM_BUFFER, 0, NULL, like->shape, like->dtype, LOOM_CPU)))
+    st = load_fail(sf, LOOM_ERR_OOM, "'%s': out of memory", e->name);
+  if (!st && like->device.type != LOOM_DEVICE_CUDA) { /* the node owns the host buffer */
+    (*out)->data = data;
+    (*out)->bytes = bytes;
+    return LOOM_OK;
   }
-  n->data = data;
-  n->bytes = bytes;
-  *out = n;
-  return LOOM_OK;
+  lm_buffer_free(data, bytes);
+  return st;
 }
 
 static loom_status read_values(const st_file *sf, const loom_params *ps, st_entry *const *chosen,
@@ -567,6 +566,19 @@ static loom_status write_all(int fd, const void *data, uint64_t len, const char 
   return LOOM_OK;
 }
 
+/* One parameter's values; a device tensor's go through a host copy. */
+static loom_status write_param(int fd, const lm_node *n, uint64_t len, const char *path) {
+  if (n->device.type != LOOM_DEVICE_CUDA) return write_all(fd, n->data, len, path);
+  void *host = malloc(len ? (size_t)len : 1);
+  if (!host)
+    return save_fail(LOOM_ERR_OOM, path, "out of memory for %llu bytes", (unsigned long long)len);
+  loom_status st =
+      lm_data_copy("loom_params_save", LOOM_CPU, host, n->device, n->data, (size_t)len);
+  if (!st) st = write_all(fd, host, len, path);
+  free(host);
+  return st;
+}
+
 static loom_status write_contents(int fd, const loom_params *ps, const char *header,
                                   const char *path) {
   size_t json_len = strlen(header);
@@ -577,10 +589,10 @@ static loom_status write_contents(int fd, const loom_params *ps, const char *hea
   loom_status st = write_all(fd, size_bytes, 8, path);
   if (!st) st = write_all(fd, header, json_len, path);
   if (!st) st = write_all(fd, spaces, padded - json_len, path);
-  /* A computed node's data is its contiguous row-major host copy (what
-   * loom_copy_to_host reads); it is written in place, without a copy. */
+  /* A computed node's data is contiguous and row-major (what
+   * loom_copy_to_host reads); host data is written in place, without a copy. */
   for (int i = 0; i < ps->count && !st; i++)
-    st = write_all(fd, ps->items[i].tensor->node->data, param_bytes(ps->items[i].tensor), path);
+    st = write_param(fd, ps->items[i].tensor->node, param_bytes(ps->items[i].tensor), path);
   if (!st && fsync(fd) != 0) st = save_fail(LOOM_ERR_IO, path, "cannot sync: %s", strerror(errno));
   return st;
 }

@@ -590,6 +590,8 @@ typedef struct loom_stats {
   uint64_t nodes_recorded;    /* IR nodes created */
   uint64_t bytes_live;        /* tensor buffer bytes allocated now */
   uint64_t bytes_peak;        /* most bytes_live since the last reset */
+  uint64_t device_bytes_live; /* CUDA device buffer bytes allocated now (all devices) */
+  uint64_t device_bytes_peak; /* most device_bytes_live since the last reset */
 } loom_stats;
 
 loom_stats loom_get_stats(void);

@@ -178,6 +178,9 @@ void lm_buffer_free(void *data, size_t bytes);
 /* Returns the allocator's cached free blocks to the system (tests that count
  * allocations, and the memory-profile test). */
 void lm_buffer_trim(void);
+/* Frees data of a node on device d: lm_buffer_free on the CPU, the device's
+ * allocator on CUDA (runtime/device.c). */
+void lm_data_free(loom_device d, void *data, size_t bytes);
 
 /* ------------------------------------------------------------ shapes */
 /* numel, or -1 when it overflows int64 */

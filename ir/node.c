@@ -98,7 +98,7 @@ static void drop_sources(lm_node *n, lm_node **dead) {
 
 static void destroy(lm_node *n, lm_node **dead) {
   drop_sources(n, dead);
-  if (n->data) lm_buffer_free(n->data, n->bytes);
+  if (n->data) lm_data_free(n->device, n->data, n->bytes);
   free(n->label);
   free(n);
 }
@@ -123,7 +123,7 @@ void lm_node_release(lm_node *n) {
 void lm_node_set_buffer(lm_node *n, void *data, size_t bytes) {
   if (n->requires_grad && !n->grad_leaf && n->nsrc > 0) {
     /* gradients may still flow through it: keep the history */
-    if (n->data) lm_buffer_free(n->data, n->bytes);
+    if (n->data) lm_data_free(n->device, n->data, n->bytes);
     n->data = data;
     n->bytes = bytes;
     return;
@@ -131,7 +131,7 @@ void lm_node_set_buffer(lm_node *n, void *data, size_t bytes) {
   lm_node *dead = NULL;
   drop_sources(n, &dead);
   destroy_all(dead);
-  if (n->data) lm_buffer_free(n->data, n->bytes);
+  if (n->data) lm_data_free(n->device, n->data, n->bytes);
   n->op = LM_BUFFER;
   n->data = data;
   n->bytes = bytes;

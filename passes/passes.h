@@ -32,9 +32,11 @@ typedef struct lm_step {
   int64_t outer;    /* output elements */
   /* LM_STEP_KERNEL */
   lk_kernel kernel;
-  lk_fn fn;      /* filled in by the runtime */
-  int *arg_pos;  /* per slot: the canonical position it binds to (slot 0: out) */
-  bool *arg_key; /* per slot: true when it binds the key of an LM_RAND node */
+  lk_fn fn;                /* filled in by the runtime */
+  const void *device_code; /* the CUDA backend's compiled step (kernel or
+                              GEMM), filled in by the runtime */
+  int *arg_pos;            /* per slot: the canonical position it binds to (slot 0: out) */
+  bool *arg_key;           /* per slot: true when it binds the key of an LM_RAND node */
   /* LM_STEP_GEMM */
   lm_gemm gemm;
   /* GEMM epilogues: a GEMM whose only reader is an elementwise kernel runs

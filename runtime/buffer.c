@@ -18,7 +18,7 @@
 #define SMALL_STEP 64
 #define SMALL_LIMIT 4096
 #define HUGE_PAGE ((size_t)2 << 20)
-#define NUM_CLASSES (SMALL_LIMIT / SMALL_STEP + 4 * 64)
+#define NUM_CLASSES LM_SIZE_CLASSES
 #define CACHE_LIMIT ((size_t)2 << 30)
 
 typedef struct free_block {
@@ -33,8 +33,9 @@ static struct {
   size_t cached_bytes;
 } pool = {PTHREAD_MUTEX_INITIALIZER, {0}, 0};
 
-/* Size class of a request: its index and the rounded size it allocates. */
-static int size_class(size_t bytes, size_t *rounded) {
+/* Size class of a request: its index and the rounded size it allocates
+ * (shared with the CUDA device allocator). */
+int lm_size_class(size_t bytes, size_t *rounded) {
   if (bytes <= SMALL_LIMIT) {
     size_t r = bytes ? (bytes + SMALL_STEP - 1) / SMALL_STEP * SMALL_STEP : SMALL_STEP;
     *rounded = r;
@@ -66,7 +67,7 @@ static void *system_alloc(size_t rounded) {
 void *lm_buffer_alloc(size_t bytes) {
   size_t rounded;
   if (bytes > ((size_t)1 << 56)) return NULL;
-  int c = size_class(bytes, &rounded);
+  int c = lm_size_class(bytes, &rounded);
   void *p = NULL;
   pthread_mutex_lock(&pool.lock);
   if (c < NUM_CLASSES && pool.lists[c]) {
@@ -88,7 +89,7 @@ void lm_buffer_free(void *data, size_t bytes) {
   if (!data) return;
   lm_stat_bytes(-(int64_t)bytes);
   size_t rounded;
-  int c = size_class(bytes, &rounded);
+  int c = lm_size_class(bytes, &rounded);
   pthread_once(&poison_once, read_poison);
   if (poison) memset(data, 0xA5, rounded);
   pthread_mutex_lock(&pool.lock);

@@ -52,7 +52,11 @@ double loom_item(loom_tensor *t) {
     return NAN;
   }
   if (lm_realize_nodes(&t->node, 1) != LOOM_OK) return NAN;
-  return element_as_double(t->node->data, t->node->dtype);
+  double value[1]; /* room for any dtype's element, aligned */
+  if (lm_data_copy("loom_item", LOOM_CPU, value, t->node->device, t->node->data,
+                   loom_dtype_size(t->node->dtype)) != LOOM_OK)
+    return NAN;
+  return element_as_double(value, t->node->dtype);
 }
 
 loom_status loom_copy_to_host(loom_tensor *t, void *dst, size_t bytes) {
@@ -67,6 +71,5 @@ loom_status loom_copy_to_host(loom_tensor *t, void *dst, size_t bytes) {
   }
   if (need && !dst) return lm_fail(LOOM_ERR_NULL, "loom_copy_to_host: dst is NULL");
   if ((st = lm_realize_nodes(&t->node, 1)) != LOOM_OK) return st;
-  if (need) memcpy(dst, t->node->data, need);
-  return LOOM_OK;
+  return lm_data_copy("loom_copy_to_host", LOOM_CPU, dst, t->node->device, t->node->data, need);
 }

@@ -76,13 +76,19 @@ const char *loom_cache_dir(void) {
 
 const char *loom_target_id(void) { return lm_llvm_target_id(); }
 
-lm_hash128 lm_disk_key(uint64_t kernel_lo, uint64_t kernel_hi) {
+lm_hash128 lm_disk_key_text(const char *ident) {
   char text[2048];
-  int n = snprintf(text, sizeof text, "%016llx%016llx|%s|loom-%s", (unsigned long long)kernel_hi,
-                   (unsigned long long)kernel_lo, lm_llvm_target_id(), LOOM_VERSION_STRING);
+  int n = snprintf(text, sizeof text, "%s|loom-%s", ident, LOOM_VERSION_STRING);
   size_t len = n < 0 ? 0 : (size_t)n < sizeof text ? (size_t)n : sizeof text - 1;
   XXH128_hash_t h = XXH3_128bits(text, len);
   return (lm_hash128){h.low64, h.high64};
+}
+
+lm_hash128 lm_disk_key(uint64_t kernel_lo, uint64_t kernel_hi) {
+  char ident[1536];
+  snprintf(ident, sizeof ident, "%016llx%016llx|%s", (unsigned long long)kernel_hi,
+           (unsigned long long)kernel_lo, lm_llvm_target_id());
+  return lm_disk_key_text(ident);
 }
 
 static void entry_path(lm_hash128 key, char *buf, size_t len) {

@@ -9,6 +9,9 @@
 
 /* The cache key of a kernel hash on this target, for this loom. */
 lm_hash128 lm_disk_key(uint64_t kernel_lo, uint64_t kernel_hi);
+/* The cache key of an entry named by `ident` (every input that changes the
+ * code, as text: the CUDA backend's cubins), for this loom. */
+lm_hash128 lm_disk_key_text(const char *ident);
 /* A valid entry's payload (malloc'd) or NULL; a corrupt, truncated or
  * foreign entry is removed so it gets rebuilt. */
 void *lm_disk_load(lm_hash128 key, size_t *len);

@@ -8,6 +8,8 @@
 
 static _Thread_local loom_status first_status;
 static _Thread_local char first_message[1024];
+/* The latest error reported on this thread, for lm_error_recorded. */
+static _Thread_local char recent_message[1024];
 
 /* Set once by the user; read on every error. Both fields swap together under
  * the lock so a handler never meets another handler's userdata. */
@@ -56,6 +58,7 @@ void loom_clear_error(void) {
 }
 
 static void report(loom_status status, const char *message) {
+  snprintf(recent_message, sizeof recent_message, "%s", message);
   if (first_status == LOOM_OK) {
     first_status = status;
     snprintf(first_message, sizeof first_message, "%s", message);
@@ -93,13 +96,7 @@ loom_status lm_fail(loom_status status, const char *fmt, ...) {
 static loom_tensor oom_tensor = {
     .refs = 1, .status = LOOM_ERR_OOM, .message = "out of memory creating an error tensor"};
 
-loom_tensor *lm_error(loom_status status, const char *fmt, ...) {
-  char message[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(message, sizeof message, fmt, ap);
-  va_end(ap);
-  report(status, message);
+static loom_tensor *error_tensor(loom_status status, const char *message) {
   loom_tensor *t = calloc(1, sizeof *t);
   if (t) t->message = strdup(message);
   if (t && t->message) {
@@ -111,6 +108,18 @@ loom_tensor *lm_error(loom_status status, const char *fmt, ...) {
   free(t);
   return &oom_tensor;
 }
+
+loom_tensor *lm_error(loom_status status, const char *fmt, ...) {
+  char message[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+  report(status, message);
+  return error_tensor(status, message);
+}
+
+loom_tensor *lm_error_recorded(loom_status status) { return error_tensor(status, recent_message); }
 
 bool lm_is_static_error(const loom_tensor *t) { return t == &oom_tensor; }
 

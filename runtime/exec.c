@@ -1,21 +1,25 @@
 /* Running a planned program: its steps in order over a table of buffers,
- * kernels split over the pool, GEMMs through OpenBLAS, intermediates freed
- * after their last reader. Realization and compiled programs share it. */
+ * intermediates freed after their last reader. On the CPU kernels split over
+ * the pool and GEMMs go through OpenBLAS; a CUDA device has its own step
+ * runner (runtime/cuda.h). Realization and compiled programs share it. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "runtime/compile.h"
+#include "runtime/cuda.h"
 #include "runtime/exec.h"
 #include "runtime/gemm.h"
 #include "runtime/pool.h"
 #include "runtime/runtime.h"
 
 /* Memory planning: intermediates die after their last reader. */
-static void release_dead(const lm_step *s, void **bufs, size_t *sizes) {
+static void release_dead(const lm_exec *x, const lm_step *s) {
   for (int i = 0; i < s->nfree; i++) {
     int pos = s->free_after[i];
-    lm_buffer_free(bufs[pos], sizes[pos]);
+    void **bufs = x->bufs;
+    size_t *sizes = x->sizes;
+    lm_data_free(x->device, bufs[pos], sizes[pos]);
     bufs[pos] = NULL;
   }
 }
@@ -79,7 +83,8 @@ static loom_status run_gemm_epilogue(const lm_exec *x, const lm_step *s, void **
   return LOOM_OK;
 }
 
-static loom_status run_kernel(const lm_exec *x, const lm_step *s) {
+static loom_status cpu_kernel(const lm_exec *x, const lm_step *s) {
+  if (s->outer == 0) return LOOM_OK;
   void *args_small[16];
   void **args =
       s->kernel.nslots <= 16 ? args_small : malloc(sizeof(void *) * (size_t)s->kernel.nslots);
@@ -99,33 +104,39 @@ static loom_status run_kernel(const lm_exec *x, const lm_step *s) {
   return st;
 }
 
-loom_status lm_exec_run(const lm_exec *x) {
+static loom_status cpu_gemm(const lm_exec *x, const lm_step *s) {
+  lm_run_gemm(&s->gemm, x->bufs[s->gemm.a_pos], x->bufs[s->gemm.b_pos], x->bufs[s->out]);
+  return LOOM_OK;
+}
+
+static const lm_step_runner cpu_runner = {cpu_kernel, cpu_gemm};
+
+loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r) {
   const lm_program *p = x->program;
   void **bufs = x->bufs;
   size_t *sizes = x->sizes;
   for (int i = 0; i < p->nsteps; i++) {
     const lm_step *s = &p->steps[i];
     if (s->deferred) { /* a GEMM its epilogue kernel runs */
-      release_dead(s, bufs, sizes);
+      release_dead(x, s);
       continue;
     }
     size_t bytes = (size_t)s->outer * loom_dtype_size(s->dtype);
     if (!bufs[s->out]) {
-      bufs[s->out] = lm_buffer_alloc(bytes);
+      loom_status st = lm_data_alloc("loom_realize", x->device, bytes, &bufs[s->out]);
+      if (st != LOOM_OK) return st;
       sizes[s->out] = bytes;
     }
-    if (!bufs[s->out])
-      return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory for a %zu-byte %s result", bytes,
-                     loom_dtype_name(s->dtype));
-    loom_status st = LOOM_OK;
-    if (s->kind == LM_STEP_GEMM)
-      lm_run_gemm(&s->gemm, bufs[s->gemm.a_pos], bufs[s->gemm.b_pos], bufs[s->out]);
-    else if (s->outer > 0)
-      st = run_kernel(x, s);
-    release_dead(s, bufs, sizes);
+    loom_status st = s->kind == LM_STEP_GEMM ? r->gemm(x, s) : r->kernel(x, s);
+    release_dead(x, s);
     if (st != LOOM_OK) return st;
   }
   return LOOM_OK;
+}
+
+loom_status lm_exec_run(const lm_exec *x) {
+  if (x->device.type == LOOM_DEVICE_CUDA) return lm_cuda_exec_run(x);
+  return lm_exec_steps(x, &cpu_runner);
 }
 
 /* Compiles the kernels of steps [begin, end) (a pool part). A failure leaves
@@ -141,7 +152,8 @@ static void compile_steps(void *ctx, int64_t begin, int64_t end) {
 
 /* A new program's kernels compile in parallel (LLVM work dominates a cold
  * start); cached ones come back at once. */
-loom_status lm_exec_compile(lm_program *p) {
+loom_status lm_exec_compile(lm_program *p, loom_device device) {
+  if (device.type == LOOM_DEVICE_CUDA) return lm_cuda_exec_compile(p, device.index);
   int kernels = 0;
   for (int i = 0; i < p->nsteps; i++) {
     if (p->steps[i].kind != LM_STEP_KERNEL) continue;

@@ -1,4 +1,4 @@
-/* Running a planned program (passes/passes.h) on the CPU. */
+/* Running a planned program (passes/passes.h) on its device. */
 #ifndef LOOM_RUNTIME_EXEC_H
 #define LOOM_RUNTIME_EXEC_H
 
@@ -15,12 +15,24 @@ typedef struct lm_exec {
   void **bufs;
   size_t *sizes;
   void *const *keys;
+  loom_device device; /* where every buffer lives and every step runs */
 } lm_exec;
 
 loom_status lm_exec_run(const lm_exec *x);
 
-/* Compiles (or finds in the caches) every kernel of p, in parallel; sets
- * each kernel step's fn. */
-loom_status lm_exec_compile(lm_program *p);
+/* Compiles (or finds in the caches) every kernel of p for device: on the
+ * CPU in parallel, setting each kernel step's fn; on CUDA each step's
+ * device_code. */
+loom_status lm_exec_compile(lm_program *p, loom_device device);
+
+/* How one device runs the two kinds of step: lm_exec_steps walks a program
+ * with them (allocating outputs, freeing intermediates after their last
+ * reader) for every device. `kernel` runs a kernel step (with its deferred
+ * GEMM, if any) into bufs[s->out]; `gemm` a GEMM step. */
+typedef struct lm_step_runner {
+  loom_status (*kernel)(const lm_exec *x, const lm_step *s);
+  loom_status (*gemm)(const lm_exec *x, const lm_step *s);
+} lm_step_runner;
+loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r);
 
 #endif

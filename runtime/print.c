@@ -151,6 +151,12 @@ loom_status loom_fprint(FILE *out, loom_tensor *t) {
   loom_status st = lm_realize_nodes(&t->node, 1);
   if (st != LOOM_OK) return st;
   const lm_node *n = t->node;
+  lm_node *host = NULL; /* a device tensor's values, copied to print them */
+  if (n->device.type == LOOM_DEVICE_CUDA) {
+    st = lm_leaf_copy("loom_print", n->shape, n->dtype, LOOM_CPU, n->data, n->device, &host);
+    if (st != LOOM_OK) return st;
+    n = host;
+  }
   fmt f = {.dtype = n->dtype};
   int64_t numel = lm_shape_numel(&n->shape);
   f.summarize = numel > 1000;
@@ -171,7 +177,9 @@ loom_status loom_fprint(FILE *out, loom_tensor *t) {
   } else {
     tensor_str(out, n, &f, 0, 0, strides, 7);
   }
+  if (host) fprintf(out, ", device='cuda:%d'", t->node->device.index);
   fprintf(out, "%s)\n", torch_dtype_suffix(n->dtype, numel == 0));
+  lm_node_release(host);
   return LOOM_OK;
 }
 

@@ -165,7 +165,7 @@ static loom_status plan_and_compile(const char *op, loom_program *p, const lm_gr
   loom_status st = lm_plan(g, loom_fusion_enabled(), &p->plan, err, sizeof err);
   if (st != LOOM_OK) return lm_fail(st, "%s: %s", op, err);
   assign_kernels(p);
-  return lm_exec_compile(p->plan);
+  return lm_exec_compile(p->plan, LOOM_CPU);
 }
 
 loom_status lm_program_build(const char *op, lm_node *const *outs, int nout, lm_node *const *ins,
@@ -237,7 +237,9 @@ loom_program *loom_compile(loom_tensor *const *outs, int nout, loom_tensor *cons
       st = lm_fail(t->status, "%s: %s[%d] is an error tensor: %s", op, what, k,
                    t->message ? t->message : "");
     else if (t->node->device.type != LOOM_DEVICE_CPU)
-      st = lm_fail(LOOM_ERR_DEVICE, "%s: %s[%d] is not on the CPU", op, what, k);
+      st = lm_fail(LOOM_ERR_DEVICE,
+                   "%s: %s[%d] is on cuda:%d; compiled programs run on the CPU only", op, what, k,
+                   t->node->device.index);
     else if (i >= nout && t->node->op != LM_INPUT)
       st = lm_fail(LOOM_ERR_VALUE, "%s: ins[%d] is not a placeholder made by loom_input", op, k);
     for (int j = nout; j < i && st == LOOM_OK && i >= nout; j++)
@@ -272,7 +274,9 @@ static loom_status check_run_inputs(const loom_program *p, loom_tensor *const *i
       return lm_fail(LOOM_ERR_DTYPE, "%s: input %d ('%s') is %s, the program takes %s", op, i,
                      want->label, loom_dtype_name(t->node->dtype), loom_dtype_name(want->dtype));
     if (t->node->device.type != LOOM_DEVICE_CPU)
-      return lm_fail(LOOM_ERR_DEVICE, "%s: input %d ('%s') is not on the CPU", op, i, want->label);
+      return lm_fail(LOOM_ERR_DEVICE,
+                     "%s: input %d ('%s') is on cuda:%d, the program runs on the CPU", op, i,
+                     want->label, t->node->device.index);
   }
   return LOOM_OK;
 }
@@ -330,7 +334,7 @@ loom_status loom_program_run(const loom_program *p, loom_tensor *const *ins, loo
   size_t *sizes = calloc((size_t)nbufs, sizeof *sizes);
   if (!bufs || !sizes) st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
   if (st == LOOM_OK) st = bind_inputs(p, ins, bufs);
-  if (st == LOOM_OK) st = lm_exec_run(&(lm_exec){p->plan, bufs, sizes, p->keys});
+  if (st == LOOM_OK) st = lm_exec_run(&(lm_exec){p->plan, bufs, sizes, p->keys, LOOM_CPU});
   lm_node *results[64], **res = results;
   if (st == LOOM_OK && p->nout > 64 && !(res = calloc((size_t)p->nout, sizeof *res)))
     st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);

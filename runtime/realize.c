@@ -40,12 +40,13 @@ static lm_hash128 program_key(const lm_graph *g, bool fuse) {
   return k;
 }
 
-static loom_status compile_program(const lm_graph *g, bool fuse, shared_program **out) {
+static loom_status compile_program(const lm_graph *g, bool fuse, loom_device device,
+                                   shared_program **out) {
   char err[1024];
   lm_program *p;
   loom_status st = lm_plan(g, fuse, &p, err, sizeof err);
   if (st != LOOM_OK) return lm_fail(st, "loom_realize: %s", err);
-  if ((st = lm_exec_compile(p)) != LOOM_OK) {
+  if ((st = lm_exec_compile(p, device)) != LOOM_OK) {
     lm_program_free(p);
     return st;
   }
@@ -68,7 +69,7 @@ static loom_status compile_program(const lm_graph *g, bool fuse, shared_program 
   return LOOM_OK;
 }
 
-static loom_status find_program(const lm_graph *g, shared_program **out) {
+static loom_status find_program(const lm_graph *g, loom_device device, shared_program **out) {
   bool fuse = loom_fusion_enabled();
   shared_program *sp = lm_cache_get(&programs, program_key(g, fuse), program_acquire);
   if (sp && sp->program->nnodes == g->n) {
@@ -77,7 +78,7 @@ static loom_status find_program(const lm_graph *g, shared_program **out) {
     return LOOM_OK;
   }
   if (sp) program_release(sp);
-  return compile_program(g, fuse, out);
+  return compile_program(g, fuse, device, out);
 }
 
 /* Hands every computed buffer to its node. Nodes are retained first: turning
@@ -111,7 +112,7 @@ static loom_status bind_leaves(const lm_graph *g, void **bufs, void **keys) {
   return LOOM_OK;
 }
 
-static loom_status run_graph(const lm_graph *g, const lm_program *p) {
+static loom_status run_graph(const lm_graph *g, const lm_program *p, loom_device device) {
   int nbufs = g->n + p->ntemps;
   void **bufs = calloc((size_t)(nbufs + g->n), sizeof *bufs);
   size_t *sizes = calloc((size_t)nbufs, sizeof *sizes);
@@ -119,16 +120,53 @@ static loom_status run_graph(const lm_graph *g, const lm_program *p) {
   if (!bufs || !sizes) st = lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
   void **keys = bufs ? bufs + nbufs : NULL;
   if (st == LOOM_OK) st = bind_leaves(g, bufs, keys);
-  if (st == LOOM_OK) st = lm_exec_run(&(lm_exec){p, bufs, sizes, keys});
+  if (st == LOOM_OK) st = lm_exec_run(&(lm_exec){p, bufs, sizes, keys, device});
   /* Leaves' data is borrowed: unbind it now, while every node is alive.
    * Publishing frees the nodes nothing holds any more (the graph does not
    * retain its nodes), so nothing may look at g->nodes after it. */
   for (int pos = 0; bufs && pos < g->n; pos++)
     if (lm_is_computed(g->nodes[pos])) bufs[pos] = NULL;
   if (st == LOOM_OK) publish(g, p, bufs, sizes);
-  for (int i = 0; bufs && sizes && i < nbufs; i++) lm_buffer_free(bufs[i], sizes[i]);
+  for (int i = 0; bufs && sizes && i < nbufs; i++) lm_data_free(device, bufs[i], sizes[i]);
   free(bufs);
   free(sizes);
+  return st;
+}
+
+/* One program for the nodes of one device (nothing records an op across
+ * devices: loom_to copies at once, so a graph never spans two). */
+static loom_status realize_on(lm_node *const *todo, int count, loom_device device) {
+  lm_graph g;
+  loom_status st = lm_graph_build(&g, todo, count);
+  shared_program *sp = NULL;
+  if (st != LOOM_OK)
+    st = lm_fail(st, "loom_realize: out of memory collecting the graph");
+  else
+    st = find_program(&g, device, &sp);
+  if (st == LOOM_OK) st = run_graph(&g, sp->program, device);
+  if (st == LOOM_OK) lm_stat_add(LM_STAT_REALIZATIONS, 1);
+  if (sp) program_release(sp);
+  lm_graph_free(&g);
+  return st;
+}
+
+/* The targets grouped by device, one program per device (in the order their
+ * first target comes). */
+static loom_status realize_grouped(lm_node **todo, int count) {
+  loom_status st = LOOM_OK;
+  while (count > 0 && st == LOOM_OK) {
+    loom_device d = todo[0]->device;
+    int same = 0;
+    for (int i = 0; i < count; i++) /* stable partition: this device's nodes first */
+      if (lm_device_eq(todo[i]->device, d)) {
+        lm_node *t = todo[i];
+        memmove(todo + same + 1, todo + same, sizeof *todo * (size_t)(i - same));
+        todo[same++] = t;
+      }
+    st = realize_on(todo, same, d);
+    todo += same;
+    count -= same;
+  }
   return st;
 }
 
@@ -151,26 +189,9 @@ loom_status lm_realize_nodes(lm_node *const *nodes, int n) {
     for (int j = 0; j < count; j++) dup |= todo[j] == node;
     if (!dup) todo[count++] = node;
   }
-  if (count == 0) {
-    free(todo);
-    if (npending) lm_pending_clear();
-    return LOOM_OK;
-  }
-  lm_graph g;
-  loom_status st = lm_graph_build(&g, todo, count);
+  loom_status st = realize_grouped(todo, count);
   free(todo);
-  shared_program *sp = NULL;
-  if (st != LOOM_OK)
-    st = lm_fail(st, "loom_realize: out of memory collecting the graph");
-  else
-    st = find_program(&g, &sp);
-  if (st == LOOM_OK) st = run_graph(&g, sp->program);
-  if (st == LOOM_OK) {
-    lm_stat_add(LM_STAT_REALIZATIONS, 1);
-    if (npending) lm_pending_clear();
-  }
-  if (sp) program_release(sp);
-  lm_graph_free(&g);
+  if (st == LOOM_OK && npending) lm_pending_clear();
   return st;
 }
 

@@ -53,6 +53,9 @@ loom_tensor *lm_oom_tensor(const char *message);
  * returns a new error tensor carrying it. */
 loom_tensor *lm_error(loom_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* An error tensor carrying the error an lm_fail on this thread has just
+ * recorded (status is what it returned), without reporting it again. */
+loom_tensor *lm_error_recorded(loom_status status);
 /* The same for functions returning a status. */
 loom_status lm_fail(loom_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 loom_status lm_failv(loom_status status, const char *fmt, va_list ap);
@@ -96,6 +99,31 @@ loom_status lm_realize_nodes(lm_node *const *nodes, int n);
  * reference). Tests use it to plan a graph again without compiling kernels,
  * which stay in the kernel cache. */
 void lm_program_cache_clear(void);
+
+/* ------------------------------------------------------------ allocators */
+/* Size classes of the caching allocators (host and device): up to 4 KiB in
+ * steps of 64 bytes, then quarters of each power of two (at most 25%
+ * rounding). Returns the class (< LM_SIZE_CLASSES for sizes below 2^64)
+ * and the rounded size in *rounded. */
+#define LM_SIZE_CLASSES (4096 / 64 + 4 * 64)
+int lm_size_class(size_t bytes, size_t *rounded);
+/* Device-aware buffers (runtime/device.c): the host allocator for the CPU,
+ * the device's caching allocator for CUDA. lm_data_alloc records an error
+ * naming op when it fails. */
+loom_status lm_data_alloc(const char *op, loom_device d, size_t bytes, void **out);
+/* bytes bytes between any two devices (waits when dst is the host). */
+loom_status lm_data_copy(const char *op, loom_device to, void *dst, loom_device from,
+                         const void *src, size_t bytes);
+/* A new computed leaf on device `to` holding a copy of the bytes at src (on
+ * device `from`), or zeros when src is NULL. Records an error naming op. */
+loom_status lm_leaf_copy(const char *op, loom_shape shape, loom_dtype dtype, loom_device to,
+                         const void *src, loom_device from, lm_node **out);
+/* The same device (the CPU's index does not matter). */
+static inline bool lm_device_eq(loom_device a, loom_device b) {
+  return a.type == b.type && (a.type == LOOM_DEVICE_CPU || a.index == b.index);
+}
+/* Device bytes held by tensors (the device allocator counts them). */
+void lm_stat_device_bytes(int64_t delta);
 
 /* ------------------------------------------------------------ options */
 #define LM_MAX_THREADS 256

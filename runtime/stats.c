@@ -5,19 +5,22 @@
 #include "runtime/runtime.h"
 
 static _Atomic uint64_t counters[LM_NUM_STATS];
-static _Atomic int64_t bytes_live, bytes_peak;
+static _Atomic int64_t bytes_live, bytes_peak, device_live, device_peak;
 
 void lm_stat_add(lm_stat which, uint64_t amount) {
   atomic_fetch_add_explicit(&counters[which], amount, memory_order_relaxed);
 }
 
-void lm_stat_bytes(int64_t delta) {
-  int64_t now = atomic_fetch_add_explicit(&bytes_live, delta, memory_order_relaxed) + delta;
-  int64_t peak = atomic_load_explicit(&bytes_peak, memory_order_relaxed);
+static void track(_Atomic int64_t *live, _Atomic int64_t *peak_of, int64_t delta) {
+  int64_t now = atomic_fetch_add_explicit(live, delta, memory_order_relaxed) + delta;
+  int64_t peak = atomic_load_explicit(peak_of, memory_order_relaxed);
   while (now > peak && !atomic_compare_exchange_weak_explicit(
-                           &bytes_peak, &peak, now, memory_order_relaxed, memory_order_relaxed)) {
+                           peak_of, &peak, now, memory_order_relaxed, memory_order_relaxed)) {
   }
 }
+
+void lm_stat_bytes(int64_t delta) { track(&bytes_live, &bytes_peak, delta); }
+void lm_stat_device_bytes(int64_t delta) { track(&device_live, &device_peak, delta); }
 
 uint64_t lm_now_ns(void) {
   struct timespec ts;
@@ -39,10 +42,13 @@ loom_stats loom_get_stats(void) {
   s.nodes_recorded = atomic_load(&counters[LM_STAT_NODES_RECORDED]);
   s.bytes_live = (uint64_t)atomic_load(&bytes_live);
   s.bytes_peak = (uint64_t)atomic_load(&bytes_peak);
+  s.device_bytes_live = (uint64_t)atomic_load(&device_live);
+  s.device_bytes_peak = (uint64_t)atomic_load(&device_peak);
   return s;
 }
 
 void loom_reset_stats(void) {
   for (int i = 0; i < LM_NUM_STATS; i++) atomic_store(&counters[i], 0);
   atomic_store(&bytes_peak, atomic_load(&bytes_live));
+  atomic_store(&device_peak, atomic_load(&device_live));
 }

@@ -5,11 +5,11 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/nvrtc/dl.h"
 #include "backends/nvrtc/nvrtc_backend.h"
 
 /* NVRTC's C API, declared here so that building needs no CUDA headers.
@@ -34,28 +34,8 @@ static bool loaded;
 static char load_error[1024];
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 
-static void set_msg(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_msg(char *buf, size_t len, const char *fmt, ...) {
-  if (!buf || len == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, len, fmt, ap);
-  va_end(ap);
-}
-
-/* dlsym into a function pointer without the object-to-function cast ISO C forbids. */
-static bool bind(void *lib, const char *name, void *fnptr, size_t size) {
-  void *sym = dlsym(lib, name);
-  if (!sym) {
-    set_msg(load_error, sizeof load_error, "NVRTC has no symbol %s", name);
-    return false;
-  }
-  memcpy(fnptr, &sym, size);
-  return true;
-}
-
-#define BIND(lib, field, name) bind(lib, name, &api.field, sizeof api.field)
+#define BIND(lib, field, name)                                                                     \
+  lm_dl_bind(lib, "NVRTC", name, &api.field, sizeof api.field, load_error, sizeof load_error)
 
 static bool bind_all(void *lib) {
   return BIND(lib, create, "nvrtcCreateProgram") && BIND(lib, destroy, "nvrtcDestroyProgram") &&
@@ -81,17 +61,17 @@ static void *open_library(void) {
   if (forced && *forced) {
     void *lib = dlopen(forced, RTLD_NOW | RTLD_LOCAL);
     if (!lib)
-      set_msg(load_error, sizeof load_error, "cannot load NVRTC from LOOM_NVRTC=%s: %s", forced,
-              dlerror());
+      lm_dl_msg(load_error, sizeof load_error, "cannot load NVRTC from LOOM_NVRTC=%s: %s", forced,
+                dlerror());
     return lib;
   }
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (lib) return lib;
   }
-  set_msg(load_error, sizeof load_error,
-          "NVRTC not found (tried libnvrtc.so.13, .so.12, libnvrtc.so and /usr/local/cuda/lib64; "
-          "install the CUDA toolkit or set LOOM_NVRTC to the library's path)");
+  lm_dl_msg(load_error, sizeof load_error,
+            "NVRTC not found (tried libnvrtc.so.13, .so.12, libnvrtc.so and /usr/local/cuda/lib64; "
+            "install the CUDA toolkit or set LOOM_NVRTC to the library's path)");
   return NULL;
 }
 
@@ -107,7 +87,7 @@ static void load(void) {
 
 bool lm_nvrtc_available(char *why, size_t whylen) {
   pthread_once(&load_once, load);
-  if (!loaded) set_msg(why, whylen, "%s", load_error);
+  if (!loaded) lm_dl_msg(why, whylen, "%s", load_error);
   return loaded;
 }
 
@@ -126,7 +106,7 @@ static void copy_log(void *prog, char *log, size_t loglen) {
   if (api.log_size(prog, &n) != 0 || n == 0) return;
   char *text = malloc(n);
   if (!text) return;
-  if (api.log(prog, text) == 0) set_msg(log, loglen, "%s", text);
+  if (api.log(prog, text) == 0) lm_dl_msg(log, loglen, "%s", text);
   free(text);
 }
 
@@ -136,19 +116,19 @@ static loom_status take_output(void *prog, bool ptx, const char *name, char **ou
   size_t n = 0;
   int r = ptx ? api.ptx_size(prog, &n) : api.cubin_size(prog, &n);
   if (r != 0 || n == 0) {
-    set_msg(log, loglen, "%s: NVRTC returned no %s: %s", name, ptx ? "PTX" : "cubin",
-            api.error_string(r));
+    lm_dl_msg(log, loglen, "%s: NVRTC returned no %s: %s", name, ptx ? "PTX" : "cubin",
+              api.error_string(r));
     return LOOM_ERR_COMPILE;
   }
   char *buf = malloc(n);
   if (!buf) {
-    set_msg(log, loglen, "%s: out of memory for %zu bytes of compiled code", name, n);
+    lm_dl_msg(log, loglen, "%s: out of memory for %zu bytes of compiled code", name, n);
     return LOOM_ERR_OOM;
   }
   r = ptx ? api.ptx(prog, buf) : api.cubin(prog, buf);
   if (r != 0) {
     free(buf);
-    set_msg(log, loglen, "%s: reading the compiled code failed: %s", name, api.error_string(r));
+    lm_dl_msg(log, loglen, "%s: reading the compiled code failed: %s", name, api.error_string(r));
     return LOOM_ERR_COMPILE;
   }
   *out = buf;
@@ -167,11 +147,11 @@ static loom_status compile(const char *source, const char *name, int sm, bool pt
   *len = 0;
   char why[1024];
   if (!lm_nvrtc_available(why, sizeof why)) {
-    set_msg(log, loglen, "%s", why);
+    lm_dl_msg(log, loglen, "%s", why);
     return LOOM_ERR_DEVICE;
   }
   if (sm < 10 || sm > 999) {
-    set_msg(log, loglen, "%s: compute capability %d is not of the form 80 (sm_80)", name, sm);
+    lm_dl_msg(log, loglen, "%s: compute capability %d is not of the form 80 (sm_80)", name, sm);
     return LOOM_ERR_VALUE;
   }
   char arch[64];
@@ -180,7 +160,7 @@ static loom_status compile(const char *source, const char *name, int sm, bool pt
   void *prog = NULL;
   int r = api.create(&prog, source, name, 0, NULL, NULL);
   if (r != 0) {
-    set_msg(log, loglen, "%s: nvrtcCreateProgram failed: %s", name, api.error_string(r));
+    lm_dl_msg(log, loglen, "%s: nvrtcCreateProgram failed: %s", name, api.error_string(r));
     return r == 1 ? LOOM_ERR_OOM : LOOM_ERR_COMPILE; /* 1: NVRTC_ERROR_OUT_OF_MEMORY */
   }
   loom_status st = LOOM_OK;
@@ -188,7 +168,7 @@ static loom_status compile(const char *source, const char *name, int sm, bool pt
   if (r != 0) {
     copy_log(prog, log, loglen);
     if (log && loglen && !log[0])
-      set_msg(log, loglen, "%s: %s (no log)", name, api.error_string(r));
+      lm_dl_msg(log, loglen, "%s: %s (no log)", name, api.error_string(r));
     st = LOOM_ERR_COMPILE;
   } else {
     st = take_output(prog, ptx, name, out, len, log, loglen);

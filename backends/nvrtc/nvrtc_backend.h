@@ -8,8 +8,8 @@
  * /usr/local/cuda/lib64; LOOM_NVRTC=path overrides), so libloom builds, links
  * and runs on machines without a GPU, a driver or the toolkit.
  *
- * Not here yet (see docs/ARCHITECTURE.md): the driver (libcuda.so.1), device
- * memory, launching, streams, a tiled matmul, caching compiled cubins.
+ * The runtime half (the driver, device memory, running programs) is in
+ * cuda_driver.c, cuda_memory.c and cuda_exec.c, behind runtime/cuda.h.
  */
 #ifndef LOOM_BACKENDS_NVRTC_BACKEND_H
 #define LOOM_BACKENDS_NVRTC_BACKEND_H
@@ -20,8 +20,8 @@
 #include "ir/kernel.h"
 #include "loom.h"
 
-/* Bumped whenever the generated CUDA C changes for the same kernel (for the
- * cubin cache keys of a later session). */
+/* Bumped whenever the generated CUDA C changes for the same kernel: part of
+ * the cubin cache keys. */
 #define LM_CUDA_CODEGEN_VERSION 1
 
 /* Threads per block of every generated kernel (its __launch_bounds__). */
@@ -64,6 +64,20 @@ typedef struct lm_cuda_launch {
  */
 loom_status lm_cuda_source(const lk_kernel *k, char **source, char name[36], lm_cuda_launch *launch,
                            char *err, size_t errlen);
+
+/*
+ * CUDA C of the GEMM kernel for LM_STEP_GEMM (F32 or F64; A and/or B read
+ * transposed): one
+ *   extern "C" __global__ void <name>(T *c, const T *a, const T *b,
+ *       long long M, long long N, long long K, long long lda, long long ldb)
+ * computing C[M, N] = A @ B for one batch index (the caller offsets the
+ * pointers per batch; C contiguous). Launch: LM_CUDA_BLOCK threads, a grid
+ * of (ceil(N / LM_CUDA_GEMM_TILE), ceil(M / LM_CUDA_GEMM_TILE)) blocks.
+ * name: "lm_gemm_<dtype>_<n|t><n|t>". *source is malloc'd.
+ */
+#define LM_CUDA_GEMM_TILE 64
+loom_status lm_cuda_gemm_source(loom_dtype dtype, bool a_trans, bool b_trans, char **source,
+                                char name[40], char *err, size_t errlen);
 
 /* The helper functions every generated source starts with (Philox, NaN-aware
  * max/min, wrapping integer arithmetic, warp shuffles, vector chunks). */

@@ -1,0 +1,328 @@
+/*
+ * Running planned programs on a CUDA device (runtime/cuda.h).
+ *
+ * Compiling: each kernel step's CUDA C (cuda_codegen.c) and each GEMM
+ * step's tiled kernel (cuda_gemm.c) is compiled by NVRTC for the device's
+ * compute capability into a cubin, loaded with cuModuleLoadData. Loaded
+ * functions are cached in memory per device (never evicted: modules live as
+ * long as the process) and cubins on disk (runtime/disk_cache.c) under
+ *   cuda | <kernel name> | codegen version | NVRTC version | sm | loom version
+ * An entry the driver refuses is removed and compiled again.
+ *
+ * Running: every step is queued on the device's stream; nothing waits here.
+ * Philox keys are data on the host: a run copies the ones its kernels read
+ * into one device buffer first. A GEMM with a deferred epilogue computes its
+ * whole product into a scratch buffer, then the epilogue kernel reads it
+ * there (on the CPU it runs in cached row blocks; fusing the epilogue into
+ * the GEMM kernel is still to do).
+ */
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "backends/nvrtc/cuda_driver.h"
+#include "backends/nvrtc/cuda_internal.h"
+#include "backends/nvrtc/nvrtc_backend.h"
+#include "runtime/cache.h"
+#include "runtime/cuda.h"
+#include "runtime/disk_cache.h"
+#include "runtime/gemm.h"
+#include "runtime/runtime.h"
+
+bool lm_cuda_ready(char *why, size_t whylen) {
+  return lm_cu_ready(why, whylen) && lm_nvrtc_available(why, whylen);
+}
+
+int lm_cuda_count(void) { return lm_cu_device_count(); }
+
+/* A loaded function and how to launch it. */
+typedef struct cuda_code {
+  CUfunction fn;
+  lm_cuda_launch launch; /* kernels */
+  char name[40];
+} cuda_code;
+
+/* Loaded functions by (name, device): the design's kernel cache, on CUDA. */
+static lm_cache codes = LM_CACHE_INIT(0, NULL);
+
+static lm_hash128 memory_key(const char *name, int dev) {
+  char text[64];
+  int n = snprintf(text, sizeof text, "%s|%d", name, dev);
+  XXH128_hash_t h = XXH3_128bits(text, (size_t)n);
+  return (lm_hash128){h.low64, h.high64};
+}
+
+static lm_hash128 disk_key(const char *name, int sm) {
+  char ident[256];
+  int major = 0, minor = 0;
+  lm_nvrtc_version(&major, &minor);
+  snprintf(ident, sizeof ident, "cuda|%s|cg%d|nvrtc%d.%d|sm_%d", name, LM_CUDA_CODEGEN_VERSION,
+           major, minor, sm);
+  return lm_disk_key_text(ident);
+}
+
+/* Loads a cubin and finds its function: CUDA_SUCCESS or the driver's error. */
+static CUresult load(const void *cubin, const char *name, CUfunction *fn) {
+  const lm_cu_api *cu = lm_cu();
+  CUmodule module = NULL;
+  CUresult r = cu->module_load_data(&module, cubin);
+  if (r == 0) r = cu->module_get_function(fn, module, name);
+  return r; /* a module whose function is missing stays loaded: it is never reused */
+}
+
+/* The cubin from the disk cache (a usable one), else from NVRTC. */
+static loom_status build(const char *op, int dev, const char *source, cuda_code *c) {
+  const lm_cu_device *d = lm_cu_device_at(dev);
+  lm_hash128 key = disk_key(c->name, d->sm);
+  size_t len = 0;
+  void *cubin = lm_disk_load(key, &len);
+  if (cubin && load(cubin, c->name, &c->fn) == 0) {
+    free(cubin);
+    lm_stat_add(LM_STAT_DISK_CACHE_HITS, 1);
+    return LOOM_OK;
+  }
+  if (cubin) lm_disk_remove(key); /* valid bytes the driver refuses: rebuild */
+  free(cubin);
+  char log[4096];
+  uint64_t start = lm_now_ns();
+  loom_status st = lm_nvrtc_compile(source, c->name, d->sm, (char **)&cubin, &len, log, sizeof log);
+  lm_stat_add(LM_STAT_COMPILE_NS, lm_now_ns() - start);
+  if (st != LOOM_OK)
+    return lm_fail(st, "%s: compiling %s for sm_%d failed: %s", op, c->name, d->sm, log);
+  lm_disk_store(key, cubin, len);
+  CUresult r = load(cubin, c->name, &c->fn);
+  free(cubin);
+  if (r != 0) {
+    char text[256];
+    return lm_fail(lm_cu_status(r), "%s: loading %s on cuda:%d failed with %s", op, c->name, dev,
+                   lm_cu_error_text(r, text, sizeof text));
+  }
+  lm_stat_add(LM_STAT_KERNELS_COMPILED, 1);
+  return LOOM_OK;
+}
+
+/* The cached code for name on dev, or compiled from source(ctx). */
+typedef loom_status (*source_fn)(const void *ctx, char **source, cuda_code *c, char *err,
+                                 size_t errlen);
+
+static loom_status find_code(int dev, const char *name, source_fn make, const void *ctx,
+                             const cuda_code **out) {
+  const char *op = "loom_realize";
+  lm_hash128 key = memory_key(name, dev);
+  const cuda_code *found = lm_cache_get(&codes, key, NULL);
+  if (found) {
+    lm_stat_add(LM_STAT_KERNEL_CACHE_HITS, 1);
+    *out = found;
+    return LOOM_OK;
+  }
+  cuda_code *c = calloc(1, sizeof *c);
+  if (!c) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  char *source = NULL, err[1024];
+  loom_status st = make(ctx, &source, c, err, sizeof err);
+  if (st != LOOM_OK) st = lm_fail(st, "%s: %s", op, err);
+  if (st == LOOM_OK) st = build(op, dev, source, c);
+  free(source);
+  const cuda_code *stored = st == LOOM_OK ? lm_cache_put(&codes, key, c, NULL) : NULL;
+  if (st == LOOM_OK && !stored) st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  if (stored != c) free(c); /* failed, or another thread stored the same code first */
+  *out = stored;
+  return st;
+}
+
+static loom_status kernel_source(const void *ctx, char **source, cuda_code *c, char *err,
+                                 size_t errlen) {
+  char name[36];
+  loom_status st = lm_cuda_source(ctx, source, name, &c->launch, err, errlen);
+  memcpy(c->name, name, sizeof name);
+  return st;
+}
+
+static loom_status gemm_source(const void *ctx, char **source, cuda_code *c, char *err,
+                               size_t errlen) {
+  const lm_gemm *g = ctx;
+  return lm_cuda_gemm_source(g->dtype, g->a_trans, g->b_trans, source, c->name, err, errlen);
+}
+
+static loom_status step_code(lm_step *s, int dev) {
+  const cuda_code *code = NULL;
+  char name[40];
+  loom_status st;
+  if (s->kind == LM_STEP_KERNEL) {
+    lk_hash h = lk_kernel_hash(&s->kernel);
+    snprintf(name, sizeof name, "lk_%016" PRIx64 "%016" PRIx64, h.hi, h.lo);
+    st = find_code(dev, name, kernel_source, &s->kernel, &code);
+  } else {
+    snprintf(name, sizeof name, "lm_gemm_%s_%c%c", loom_dtype_name(s->gemm.dtype),
+             s->gemm.a_trans ? 't' : 'n', s->gemm.b_trans ? 't' : 'n');
+    st = find_code(dev, name, gemm_source, &s->gemm, &code);
+  }
+  s->device_code = code;
+  return st;
+}
+
+loom_status lm_cuda_exec_compile(lm_program *p, int dev) {
+  loom_status st = lm_cuda_enter("loom_realize", dev, NULL); /* modules load into its context */
+  for (int i = 0; i < p->nsteps && st == LOOM_OK; i++) {
+    if (lm_env_flag("LOOM_DEBUG") && p->steps[i].kind == LM_STEP_KERNEL)
+      lk_kernel_print(&p->steps[i].kernel, stderr);
+    st = step_code(&p->steps[i], dev);
+  }
+  return st;
+}
+
+/* ------------------------------------------------------------------ launching */
+
+/* Grid-stride kernels take any grid: beyond a few waves of blocks per
+ * multiprocessor more blocks only cost scheduling. */
+#define BLOCKS_PER_SM 32
+
+/*
+ * Every parameter is 8 bytes (a device pointer or a long long), passed by
+ * address. The array ends with NULL: the driver reads as many entries as the
+ * kernel has parameters, and a driver double (tests/support/fake_cuda.c) can
+ * count them.
+ */
+static loom_status launch(const lm_exec *x, const cuda_code *c, unsigned gx, unsigned gy,
+                          uint64_t *values, int nvalues) {
+  int dev = x->device.index;
+  CUstream stream;
+  loom_status st = lm_cuda_enter("loom_realize", dev, &stream);
+  if (st != LOOM_OK) return st;
+  void *params_small[40], **params = params_small;
+  if (nvalues + 1 > 40 && !(params = malloc(sizeof(void *) * (size_t)(nvalues + 1))))
+    return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory launching %s", c->name);
+  for (int i = 0; i < nvalues; i++) params[i] = &values[i];
+  params[nvalues] = NULL;
+  CUresult r =
+      lm_cu()->launch_kernel(c->fn, gx, gy, 1, LM_CUDA_BLOCK, 1, 1, 0, stream, params, NULL);
+  if (params != params_small) free(params);
+  if (r != 0) {
+    char text[256];
+    return lm_fail(lm_cu_status(r),
+                   "loom_realize: launching %s (grid %u x %u) on cuda:%d failed "
+                   "with %s",
+                   c->name, gx, gy, dev, lm_cu_error_text(r, text, sizeof text));
+  }
+  lm_stat_add(LM_STAT_KERNELS_LAUNCHED, 1);
+  return LOOM_OK;
+}
+
+static uint64_t ptr_value(const void *p) { return (uint64_t)(uintptr_t)p; }
+
+/* The product of GEMM g into c (contiguous [batch.., M, N]), one launch per
+ * batch index. */
+static loom_status run_gemm(const lm_exec *x, const lm_gemm *g, const cuda_code *c, void *out) {
+  size_t es = loom_dtype_size(g->dtype);
+  int64_t batches = lm_gemm_batches(g), mn = g->M * g->N;
+  if (mn == 0) return LOOM_OK;
+  unsigned gx = (unsigned)((g->N + LM_CUDA_GEMM_TILE - 1) / LM_CUDA_GEMM_TILE);
+  unsigned gy = (unsigned)((g->M + LM_CUDA_GEMM_TILE - 1) / LM_CUDA_GEMM_TILE);
+  const char *a = x->bufs[g->a_pos], *b = x->bufs[g->b_pos];
+  loom_status st = LOOM_OK;
+  for (int64_t i = 0; i < batches && st == LOOM_OK; i++) {
+    int64_t ao, bo;
+    lm_gemm_batch_offsets(g, i, &ao, &bo);
+    uint64_t v[8] = {ptr_value((char *)out + i * mn * (int64_t)es),
+                     ptr_value(a + ao * (int64_t)es),
+                     ptr_value(b + bo * (int64_t)es),
+                     (uint64_t)g->M,
+                     (uint64_t)g->N,
+                     (uint64_t)g->K,
+                     (uint64_t)g->lda,
+                     (uint64_t)g->ldb};
+    st = launch(x, c, gx, gy, v, 8);
+    lm_stat_add(LM_STAT_GEMM_CALLS, 1);
+  }
+  return st;
+}
+
+static loom_status gemm_step(const lm_exec *x, const lm_step *s) {
+  return run_gemm(x, &s->gemm, s->device_code, x->bufs[s->out]);
+}
+
+static loom_status launch_kernel(const lm_exec *x, const lm_step *s, uint64_t *v) {
+  const cuda_code *c = s->device_code;
+  int n = s->kernel.nslots;
+  int64_t points = s->outer, per = c->launch.points_per_block;
+  int64_t blocks = (points + per - 1) / per, cap = BLOCKS_PER_SM;
+  const lm_cu_device *d = lm_cu_device_at(x->device.index);
+  if (d && d->multiprocessors > 0) cap *= d->multiprocessors;
+  if (blocks > cap) blocks = cap;
+  v[n] = 0;                      /* begin */
+  v[n + 1] = (uint64_t)s->outer; /* end */
+  return launch(x, c, (unsigned)blocks, 1, v, n + 2);
+}
+
+/* A kernel step: its slots' device pointers, then begin and end. */
+static loom_status kernel_step(const lm_exec *x, const lm_step *s) {
+  if (s->outer == 0) return LOOM_OK;
+  int n = s->kernel.nslots;
+  uint64_t small[32], *v = n + 2 <= 32 ? small : malloc(sizeof(uint64_t) * (size_t)(n + 2));
+  if (!v) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
+  v[0] = ptr_value(x->bufs[s->out]);
+  for (int a = 1; a < n; a++) {
+    int pos = s->arg_pos[a];
+    v[a] = ptr_value(s->arg_key[a] ? x->keys[pos] : x->bufs[pos]);
+  }
+  loom_status st = LOOM_OK;
+  void *scratch = NULL;
+  size_t bytes = 0;
+  if (s->gemm_partner >= 0) { /* the deferred product, whole, then this kernel */
+    const lm_step *gs = &x->program->steps[s->gemm_partner];
+    bytes = (size_t)(lm_gemm_batches(&gs->gemm) * gs->gemm.M * gs->gemm.N) *
+            loom_dtype_size(gs->gemm.dtype);
+    st = lm_cuda_alloc("loom_realize", x->device.index, bytes, &scratch);
+    if (st == LOOM_OK) st = run_gemm(x, &gs->gemm, gs->device_code, scratch);
+    v[s->gemm_slot] = ptr_value(scratch);
+  }
+  if (st == LOOM_OK) st = launch_kernel(x, s, v);
+  lm_cuda_free(x->device.index, scratch, bytes);
+  if (v != small) free(v);
+  return st;
+}
+
+static const lm_step_runner cuda_runner = {kernel_step, gemm_step};
+
+/* The Philox keys the kernels read, copied to the device: keys[pos] becomes
+ * a device pointer to the two words. */
+static loom_status upload_keys(const lm_exec *x, void **dkeys, void **buf, size_t *bytes) {
+  const lm_program *p = x->program;
+  int n = p->nnodes;
+  bool any = false;
+  for (int i = 0; i < p->nsteps && !any; i++)
+    for (int a = 1; p->steps[i].kind == LM_STEP_KERNEL && a < p->steps[i].kernel.nslots; a++)
+      any |= p->steps[i].arg_key[a];
+  *buf = NULL, *bytes = 0;
+  if (!any) return LOOM_OK;
+  uint32_t *host = calloc((size_t)n, 2 * sizeof(uint32_t));
+  if (!host) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
+  for (int pos = 0; pos < n; pos++)
+    if (x->keys[pos]) memcpy(host + 2 * pos, x->keys[pos], 2 * sizeof(uint32_t));
+  *bytes = (size_t)n * 2 * sizeof(uint32_t);
+  loom_status st = lm_cuda_alloc("loom_realize", x->device.index, *bytes, buf);
+  if (st == LOOM_OK) st = lm_cuda_copy("loom_realize", x->device, *buf, LOOM_CPU, host, *bytes);
+  free(host);
+  for (int pos = 0; pos < n && st == LOOM_OK; pos++)
+    dkeys[pos] = x->keys[pos] ? (char *)*buf + 8 * (size_t)pos : NULL;
+  return st;
+}
+
+loom_status lm_cuda_exec_run(const lm_exec *x) {
+  int n = x->program->nnodes;
+  void **dkeys = calloc((size_t)(n > 0 ? n : 1), sizeof *dkeys);
+  if (!dkeys) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
+  void *keybuf = NULL;
+  size_t keybytes = 0;
+  loom_status st = upload_keys(x, dkeys, &keybuf, &keybytes);
+  if (st == LOOM_OK) {
+    lm_exec y = *x;
+    y.keys = dkeys;
+    st = lm_exec_steps(&y, &cuda_runner);
+  }
+  lm_cuda_free(x->device.index, keybuf, keybytes); /* reused only behind this run's kernels */
+  free(dkeys);
+  return st;
+}

@@ -1,0 +1,46 @@
+/*
+ * What the runtime asks of the CUDA backend (backends/nvrtc/cuda_*.c, or
+ * backends/cuda_off.c in a -DLOOM_CUDA=OFF build): whether it is usable,
+ * device memory, copies, and running a planned program on a device.
+ *
+ * Device pointers travel as void * (a CUdeviceptr's value): node->data of a
+ * tensor on LOOM_CUDA(n) is one, never dereferenced on the host.
+ *
+ * Each device has one stream. Kernels, copies to the device and frees are
+ * queued on it without waiting; only a copy to the host (loom_item,
+ * loom_copy_to_host, loom_to(t, LOOM_CPU), printing, saving) waits for it.
+ * A freed block may be handed out again at once: whatever uses it next is
+ * queued behind whatever used it before, on the same stream.
+ *
+ * Functions returning a status have recorded the error (lm_fail), its
+ * message starting with `op`.
+ */
+#ifndef LOOM_RUNTIME_CUDA_H
+#define LOOM_RUNTIME_CUDA_H
+
+#include "runtime/exec.h"
+
+/* Driver, a device and NVRTC all present; else false and why. */
+bool lm_cuda_ready(char *why, size_t whylen);
+int lm_cuda_count(void);
+
+loom_status lm_cuda_alloc(const char *op, int dev, size_t bytes, void **out);
+void lm_cuda_free(int dev, void *ptr, size_t bytes);
+/* Returns every cached free block of every device to the driver. */
+void lm_cuda_trim(void);
+/* bytes bytes from src on device `from` to dst on device `to`, at least one
+ * of them a CUDA device. Waits when `to` is the CPU. */
+loom_status lm_cuda_copy(const char *op, loom_device to, void *dst, loom_device from,
+                         const void *src, size_t bytes);
+/* Sets bytes bytes at ptr on device dev to zero (queued). */
+loom_status lm_cuda_zero(const char *op, int dev, void *ptr, size_t bytes);
+/* Waits for everything queued on device dev. */
+loom_status lm_cuda_sync(const char *op, int dev);
+
+/* Compiles (or finds in the caches) the device code of every step of p for
+ * device dev; sets each step's device_code. */
+loom_status lm_cuda_exec_compile(lm_program *p, int dev);
+/* lm_exec_run for a program compiled by lm_cuda_exec_compile. */
+loom_status lm_cuda_exec_run(const lm_exec *x);
+
+#endif

@@ -1,0 +1,34 @@
+#!/bin/sh
+# The CUDA checks that need a real GPU, in one run (about 8 minutes on an
+# H200 machine with 16 cores): build, the driver-path suites, the op and
+# gradient suite on LOOM_CUDA(0) against the CPU (tests/test_cuda_gpu.c),
+# and the digits MLP with --device cuda (bench/ has no CUDA workloads yet).
+# Usage: tools/gpu_check.sh [build-dir]   (prints figures; exit status 0 = passed)
+set -eu
+cd "$(dirname "$0")/.."
+build=${1:-build-gpu}
+jobs=$(nproc 2>/dev/null || echo 4)
+start=$(date +%s)
+step() { printf '\n== %s (%ss)\n' "$1" "$(($(date +%s) - start))"; }
+
+step "build ($build)"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLOOM_WERROR=ON >/dev/null
+cmake --build "$build" -j "$jobs" >/dev/null
+export LOOM_CACHE_DIR="$build/gpu-cache"
+
+step "device"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
+
+step "driver paths (no GPU needed)"
+ctest --test-dir "$build" -R '^cuda(_missing|_stub)?$' --output-on-failure
+
+step "ops, gradients, Adam, Philox on cuda:0 against the CPU"
+timeout 300 "$build/test_cuda_gpu"
+
+step "digits MLP on cuda:0 (and on the CPU, for the same accuracy)"
+timeout 120 "$build/train_digits" --model mlp --epochs 10 --device cuda | tr '\r' '\n' | tail -1
+timeout 120 "$build/train_digits" --model mlp --epochs 10 --device cpu | tr '\r' '\n' | tail -1
+
+step "CUDA benchmarks"
+echo "bench/ has no CUDA workloads yet (issue 5): nothing to measure"
+step "done"
