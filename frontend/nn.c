@@ -121,6 +121,22 @@ loom_tensor *loom_conv2d_f(const loom_tensor *x, const loom_tensor *w, const loo
   return r;
 }
 
+/* Non-overlapping k x k windows of a 4-d x (stride k, no padding) as a view
+ * that is a bijection: crop to whole windows, [N, C, OH, k, OW, k], permute to
+ * windows()'s [N, C, OH, OW, k, k]. Its gradient is the inverse view, where a
+ * WINDOW's sums a spread per kernel offset, each with its bounds checks. */
+static loom_tensor *blocks(const char *name, const loom_tensor *x, int64_t k) {
+  loom_shape s = loom_shape_of(x);
+  int64_t OH = s.dim[2] / k, OW = s.dim[3] / k;
+  if (OH == 0 || OW == 0)
+    return windows(name, x, (int64_t[]){k, k}, (int64_t[]){k, k}, (int64_t[]){1, 1});
+  loom_tensor *rows = loom_slice(x, 2, 0, OH * k, 1), *crop = loom_slice(rows, 3, 0, OW * k, 1);
+  loom_tensor *split = loom_reshape(crop, LOOM_SHAPE(s.dim[0], s.dim[1], OH, k, OW, k));
+  loom_tensor *win = loom_permute(split, (int[]){0, 1, 2, 4, 3, 5}, 6);
+  drop(rows, crop, split, NULL);
+  return win;
+}
+
 static loom_tensor *pool(const char *name, const loom_tensor *x, int kernel, int stride,
                          int padding, bool is_max) {
   loom_tensor *err;
@@ -130,6 +146,13 @@ static loom_tensor *pool(const char *name, const loom_tensor *x, int kernel, int
                     kernel, stride, padding);
   int64_t k[2] = {kernel, kernel}, s[2] = {or_default(stride, kernel), or_default(stride, kernel)};
   int64_t d[2] = {1, 1}, pads[4] = {padding, padding, padding, padding};
+  if (s[0] == kernel && padding == 0) {
+    loom_tensor *win = blocks(name, x, kernel);
+    int axes[2] = {4, 5};
+    loom_tensor *r = is_max ? loom_max(win, axes, 2, false) : loom_mean(win, axes, 2, false);
+    loom_free(win);
+    return r;
+  }
   loom_tensor *xp = loom_pad(x, pads, 4, is_max ? -INFINITY : 0.0);
   loom_tensor *win = windows(name, xp, k, s, d);
   int axes[2] = {4, 5};

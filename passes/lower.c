@@ -435,18 +435,57 @@ static int stat_value(builder *b, const lm_node *red, const int *idx) {
 
 /* ------------------------------------------------------------ roots */
 
+/* Whether reshaping `from` to `to` unravels: some group of `to`'s dims maps
+ * to several of `from`'s, whose indices then take a division each. */
+static bool reshape_unravels(const loom_shape *to, const loom_shape *from) {
+  int t[LOOM_MAX_DIMS], s[LOOM_MAX_DIMS], nt = 0, ns = 0;
+  for (int d = 0; d < to->ndim; d++)
+    if (to->dim[d] != 1) t[nt++] = d;
+  for (int d = 0; d < from->ndim; d++)
+    if (from->dim[d] != 1) s[ns++] = d;
+  int i = 0, j = 0;
+  while (i < nt && j < ns) {
+    int j0 = j;
+    int64_t pt = to->dim[t[i++]], ps = from->dim[s[j++]];
+    while (pt != ps && (i < nt || j < ns)) {
+      if (pt < ps && i < nt)
+        pt *= to->dim[t[i++]];
+      else if (j < ns)
+        ps *= from->dim[s[j++]];
+      else
+        break;
+    }
+    if (j - j0 > 1) return true;
+  }
+  return false;
+}
+
+/* The node whose shape a map iterates: the root, or below a stored reshape
+ * that would unravel its index (an im2col's [N*OH*OW, C*KH*KW] of a permuted
+ * window) the reshaped value, whose dims need no division. Row-major order is
+ * the same, so the output is too. */
+static const lm_node *domain_node(const builder *b, const lm_node *root) {
+  const lm_node *n = root;
+  while (n->op == LM_RESHAPE && !b->rows && (n == root || !n->materialize) &&
+         !lm_is_computed(n->src[0]) && !n->src[0]->materialize && n->src[0]->shape.ndim > 0 &&
+         reshape_unravels(&n->shape, &n->src[0]->shape))
+    n = n->src[0];
+  return n;
+}
+
 static void lower_elementwise(builder *b, const lm_node *root, lk_kernel *k) {
   int idx[LOOM_MAX_DIMS] = {0};
-  k->ndim = root->shape.ndim ? root->shape.ndim : 1;
+  const lm_node *top = domain_node(b, root);
+  k->ndim = top->shape.ndim ? top->shape.ndim : 1;
   k->dom[0] = 1;
-  for (int d = 0; d < root->shape.ndim; d++) {
-    k->dom[d] = root->shape.dim[d];
+  for (int d = 0; d < top->shape.ndim; d++) {
+    k->dom[d] = top->shape.dim[d];
     idx[d] = dim(b, d);
   }
   k->nouter = k->ndim;
   k->reduce = LK_RED_NONE;
   k->acc_dtype = k->out_dtype = root->dtype;
-  k->value = k->result = value(b, root, idx);
+  k->value = k->result = value(b, top, idx);
   k->nbody = b->n;
 }
 

@@ -91,6 +91,35 @@ static void test_pool_forward(void) {
   }
 }
 
+/* stride == kernel, no padding: the windows are a cropped reshape (blocks);
+ * odd sizes leave the last rows and columns out, as in torch. */
+static void test_pool_blocks(void) {
+  LOOM_SCOPE {
+    double x[2 * 5 * 7], got[2 * 2 * 3];
+    for (int i = 0; i < 70; i++) x[i] = gradcheck_uniform();
+    loom_tensor *tx = loom_from_data(x, LOOM_SHAPE(1, 2, 5, 7), LOOM_F64, LOOM_CPU);
+    for (int k = 2; k <= 3; k++)
+      for (int is_max = 0; is_max < 2; is_max++) {
+        loom_tensor *y = is_max ? loom_max_pool2d(tx, k, k, 0) : loom_avg_pool2d(tx, k, 0, 0);
+        int OH = 5 / k, OW = 7 / k;
+        CHECK_EQ_INT(loom_shape_of(y).dim[2], OH);
+        CHECK_EQ_INT(loom_shape_of(y).dim[3], OW);
+        CHECK_OK(loom_copy_to_host(y, got, sizeof(double) * (size_t)(2 * OH * OW)));
+        for (int c = 0; c < 2; c++)
+          for (int oh = 0; oh < OH; oh++)
+            for (int ow = 0; ow < OW; ow++) {
+              double m = -INFINITY, s = 0;
+              for (int kh = 0; kh < k; kh++)
+                for (int kw = 0; kw < k; kw++) {
+                  double v = x[(c * 5 + oh * k + kh) * 7 + ow * k + kw];
+                  m = fmax(m, v), s += v;
+                }
+              CHECK_NEAR(got[(c * OH + oh) * OW + ow], is_max ? m : s / (k * k), 1e-15);
+            }
+      }
+  }
+}
+
 /* Cross entropy, NLL, BCE and MSE against values computed here in double. */
 static void test_loss_values(void) {
   LOOM_SCOPE {
@@ -205,6 +234,12 @@ static loom_tensor *g_conv_groups(loom_tensor *const *in) {
 }
 static loom_tensor *g_maxpool(loom_tensor *const *in) { return loom_max_pool2d(in[0], 2, 2, 0); }
 static loom_tensor *g_avgpool(loom_tensor *const *in) { return loom_avg_pool2d(in[0], 3, 1, 1); }
+static loom_tensor *g_maxpool_odd(loom_tensor *const *in) {
+  return loom_max_pool2d(in[0], 2, 0, 0);
+}
+static loom_tensor *g_avgpool_odd(loom_tensor *const *in) {
+  return loom_avg_pool2d(in[0], 3, 3, 0);
+}
 static loom_tensor *g_embedding(loom_tensor *const *in) {
   int64_t idx[5] = {3, 0, 3, 1, 2};
   return loom_embedding_f(loom_from_data(idx, LOOM_SHAPE(5), LOOM_I64, LOOM_CPU), in[0]);
@@ -235,6 +270,8 @@ static const gcase grads[] = {
     {"conv2d (groups)", g_conv_groups, 2, {LOOM_SHAPE(1, 4, 4, 4), LOOM_SHAPE(2, 2, 3, 3)}, ANY},
     {"max_pool2d", g_maxpool, 1, {LOOM_SHAPE(1, 2, 4, 4)}, DISTINCT},
     {"avg_pool2d", g_avgpool, 1, {LOOM_SHAPE(1, 2, 4, 4)}, ANY},
+    {"max_pool2d (odd, cropped)", g_maxpool_odd, 1, {LOOM_SHAPE(1, 2, 5, 7)}, DISTINCT},
+    {"avg_pool2d (stride = kernel)", g_avgpool_odd, 1, {LOOM_SHAPE(1, 2, 7, 8)}, ANY},
     {"embedding", g_embedding, 1, {LOOM_SHAPE(4, 3)}, ANY},
     {"batch_norm", g_batchnorm, 3, {LOOM_SHAPE(3, 2, 2, 2), LOOM_SHAPE(2), LOOM_SHAPE(2)}, ANY},
     {"layer_norm", g_layernorm, 3, {LOOM_SHAPE(3, 5), LOOM_SHAPE(5), LOOM_SHAPE(5)}, ANY},
@@ -248,6 +285,7 @@ static const gcase grads[] = {
 int main(void) {
   test_conv_forward();
   test_pool_forward();
+  test_pool_blocks();
   test_loss_values();
   test_batchnorm_running_stats();
   test_layers();
