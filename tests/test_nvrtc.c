@@ -770,11 +770,13 @@ int main(void) {
   check_coverage();
   test_codegen_rules();
   dump_sources();
-  int per_mode[4] = {0};
+  int per_mode[LM_CUDA_ROWS + 1] = {0};
   for (int i = 0; i < njobs; i++) per_mode[jobs[i].launch.mode]++;
   printf("%d distinct kernels (%d repeats): %d elementwise, %d reductions by thread, %d by warp, "
-         "%d by block; generated in %.2f s\n",
-         njobs, duplicates, per_mode[0], per_mode[1], per_mode[2], per_mode[3], now_s() - t0);
+         "%d by block, %d row kernels; generated in %.2f s\n",
+         njobs, duplicates, per_mode[LM_CUDA_ELEMENTWISE], per_mode[LM_CUDA_RED_THREAD],
+         per_mode[LM_CUDA_RED_WARP], per_mode[LM_CUDA_RED_BLOCK], per_mode[LM_CUDA_ROWS],
+         now_s() - t0);
   char why[1024];
   bool available = lm_nvrtc_available(why, sizeof why);
   /* the nvrtc_missing test points LOOM_NVRTC at nothing: the skip must happen */
