@@ -14,9 +14,13 @@
 #define PYTHON "/usr/bin/python3"
 #define MAX_ARGS 64
 
-static const char *const peer_scripts[][2] = {
-    {"numpy", "numpy_bench.py"},
-    {"torch", "torch_bench.py"},
+/* PyTorch runs twice: as installed, and "tuned" with glibc's huge-page malloc (the
+ * issue's second figure: most of its default time is page faults on fresh
+ * temporaries). The script marks the tuned run's variants. */
+static const char *const peer_scripts[][3] = {
+    {"numpy", "numpy_bench.py", NULL},
+    {"torch", "torch_bench.py", NULL},
+    {"torch", "torch_bench.py", "GLIBC_TUNABLES=glibc.malloc.hugetlb=1"},
 };
 #define NUM_PEERS ((int)(sizeof peer_scripts / sizeof peer_scripts[0]))
 
@@ -56,14 +60,17 @@ static void parse_peer_output(bench_peer_set *set, const char *peer, char *outpu
       continue;
     }
     const char *skipped = json_string_value(json_object_get(o, "skipped"));
-    if (skipped) add_skipped(set, peer, skipped);
-    else add_timing(set, o);
+    if (skipped)
+      add_skipped(set, peer, skipped);
+    else
+      add_timing(set, o);
     json_decref(o);
   }
 }
 
 static void run_one_peer(const bench_options *opts, const char *const *names, int n,
-                         const char *peer, const char *script, bench_peer_set *set) {
+                         const char *peer, const char *script, const char *tuning,
+                         bench_peer_set *set) {
   char path[4096], repeats[16], warmup[16], threads[16], omp[48], openblas[48], mkl[48];
   snprintf(path, sizeof path, "%s/%s", opts->peers_dir, script);
   if (access(PYTHON, X_OK) != 0 || access(path, R_OK) != 0) {
@@ -73,15 +80,15 @@ static void run_one_peer(const bench_options *opts, const char *const *names, in
   snprintf(repeats, sizeof repeats, "%d", opts->repeats);
   snprintf(warmup, sizeof warmup, "%d", opts->warmup);
   snprintf(threads, sizeof threads, "%d", opts->threads);
-  const char *argv[MAX_ARGS] = {PYTHON,  path,        "--repeats", repeats, "--warmup",
-                                warmup,  "--threads", threads};
+  const char *argv[MAX_ARGS] = {PYTHON,     path,   "--repeats", repeats,
+                                "--warmup", warmup, "--threads", threads};
   int argc = 8;
   for (int i = 0; i < n && argc < MAX_ARGS - 1; i++) argv[argc++] = names[i];
   argv[argc] = NULL;
   snprintf(omp, sizeof omp, "OMP_NUM_THREADS=%d", opts->threads);
   snprintf(openblas, sizeof openblas, "OPENBLAS_NUM_THREADS=%d", opts->threads);
   snprintf(mkl, sizeof mkl, "MKL_NUM_THREADS=%d", opts->threads);
-  const char *env[] = {omp, openblas, mkl, NULL};
+  const char *env[] = {omp, openblas, mkl, tuning, NULL};
   char *output = NULL;
   int status = bench_run_process(argv, env, &output);
   if (output) parse_peer_output(set, peer, output);
@@ -93,7 +100,7 @@ void bench_run_peers(const bench_options *opts, const char *const *names, int n,
                      bench_peer_set *set) {
   memset(set, 0, sizeof *set);
   for (int p = 0; p < NUM_PEERS; p++)
-    run_one_peer(opts, names, n, peer_scripts[p][0], peer_scripts[p][1], set);
+    run_one_peer(opts, names, n, peer_scripts[p][0], peer_scripts[p][1], peer_scripts[p][2], set);
 }
 
 void bench_peer_set_free(bench_peer_set *set) {
@@ -112,9 +119,12 @@ static double loom_seconds_for(const char *workload, const bench_result *results
 
 /* "loom 3.20x faster", "loom 1.50x slower" */
 static const char *verdict(double loom_s, double peer_s, char *buf, size_t size) {
-  if (loom_s <= 0.0 || peer_s <= 0.0) snprintf(buf, size, "-");
-  else if (peer_s >= loom_s) snprintf(buf, size, "loom %.2fx faster", peer_s / loom_s);
-  else snprintf(buf, size, "loom %.2fx slower", loom_s / peer_s);
+  if (loom_s <= 0.0 || peer_s <= 0.0)
+    snprintf(buf, size, "-");
+  else if (peer_s >= loom_s)
+    snprintf(buf, size, "loom %.2fx faster", peer_s / loom_s);
+  else
+    snprintf(buf, size, "loom %.2fx slower", loom_s / peer_s);
   return buf;
 }
 
@@ -127,16 +137,16 @@ static void print_peer_row(FILE *out, const bench_peer_timing *t, double loom_s)
 }
 
 /* Grouped by workload, in the order loom ran them. */
-void bench_print_peers(FILE *out, const bench_peer_set *set, const bench_result *results,
-                       int n) {
+void bench_print_peers(FILE *out, const bench_peer_set *set, const bench_result *results, int n) {
   fprintf(out, "\npeers (median per call, same sizes and threads)\n");
-  fprintf(out, "%-32s %-6s %-18s %10s %10s  %s\n", "workload", "peer", "variant", "peer",
-          "loom", "ratio");
+  fprintf(out, "%-32s %-6s %-18s %10s %10s  %s\n", "workload", "peer", "variant", "peer", "loom",
+          "ratio");
   for (int r = 0; r < n; r++) {
     const char *name = results[r].workload->name;
     double loom_s = loom_seconds_for(name, results, n);
     for (int i = 0; i < set->count; i++)
-      if (strcmp(set->timings[i].workload, name) == 0) print_peer_row(out, &set->timings[i], loom_s);
+      if (strcmp(set->timings[i].workload, name) == 0)
+        print_peer_row(out, &set->timings[i], loom_s);
   }
   for (int i = 0; i < set->nskipped; i++) fprintf(out, "skipped %s\n", set->skipped[i]);
 }
@@ -146,8 +156,8 @@ void bench_print_json_peers(FILE *out, const bench_peer_set *set, const bench_re
   for (int i = 0; i < set->count; i++) {
     const bench_peer_timing *t = &set->timings[i];
     double loom_s = loom_seconds_for(t->workload, results, n);
-    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:f}", "kind", "peer", "peer", t->peer,
-                          "workload", t->workload, "variant", t->variant, "seconds", t->seconds);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:f}", "kind", "peer", "peer", t->peer, "workload",
+                          t->workload, "variant", t->variant, "seconds", t->seconds);
     if (o && loom_s > 0.0) {
       json_object_set_new(o, "loom_s", json_real(loom_s));
       json_object_set_new(o, "peer_over_loom", json_real(t->seconds / loom_s));

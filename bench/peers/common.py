@@ -2,6 +2,7 @@
 warm-up, like `loom bench`) and the JSON lines `loom bench --peers` reads."""
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -46,6 +47,8 @@ def run(peer, workloads, args):
             call = make_call()
             seconds = median_seconds(call, CALLS_PER_SAMPLE.get(name, 1), args.warmup,
                                      args.repeats)
+            if "hugetlb" in os.environ.get("GLIBC_TUNABLES", ""):
+                variant += " hugetlb"
             print(json.dumps({"peer": peer, "workload": name, "variant": variant,
                               "seconds": seconds, "repeats": args.repeats,
                               "threads": args.threads}), flush=True)

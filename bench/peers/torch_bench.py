@@ -1,5 +1,7 @@
-"""loom's workloads in PyTorch eager mode (same sizes, F32, CPU, no autograd).
-Run by `loom bench --peers`."""
+"""loom's workloads in PyTorch eager mode (same sizes, F32, CPU; autograd only
+in the training steps). Run by `loom bench --peers`; with
+GLIBC_TUNABLES=glibc.malloc.hugetlb=1 in the environment it is the "tuned"
+PyTorch the issue measures."""
 import os
 import sys
 
@@ -92,6 +94,38 @@ def dispatch_small():
     return call
 
 
+def labels(n):
+    return torch.tensor([(i * 7) % 10 for i in range(n)], dtype=torch.int64)
+
+
+def train_step(model, opt, x, y):
+    def call():
+        with torch.enable_grad():
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+        return loss.item()
+    return call
+
+
+def mlp_train_step():
+    model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(),
+                                torch.nn.Linear(512, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    return train_step(model, opt, torch.rand(256, 784), labels(256))
+
+
+def cnn_train_step():
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return train_step(model, opt, torch.rand(64, 1, 28, 28), labels(64))
+
+
 common.run("torch", {
     "ew_chain_16M": [("eager", ew_chain_eager), ("out=", ew_chain_out)],
     "softmax_4096x1024": [("torch.softmax", softmax)],
@@ -101,4 +135,6 @@ common.run("torch", {
     "matmul_1024": [("matmul", matmul)],
     "linear_bias_relu_4096x1024x1024": [("relu(F.linear)", linear)],
     "dispatch_small": [("eager", dispatch_small)],
+    "mlp_train_step": [("eager", mlp_train_step)],
+    "cnn_train_step": [("eager", cnn_train_step)],
 }, args)
