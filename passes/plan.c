@@ -84,7 +84,7 @@ static bool broadcasts(const lm_node *n) {
 
 /* Recomputing a value in each reader beats a round trip through memory
  * while it costs at most this much per element for all extra readers. */
-#define RECOMPUTE_BUDGET 16
+#define RECOMPUTE_BUDGET 8
 /* A value read through a broadcast is stored once it costs more than this:
  * recomputing it would repeat it for every copy. */
 #define BROADCAST_BUDGET 2

@@ -237,6 +237,38 @@ static void test_row_kernel_refusals(void) {
   }
 }
 
+/* Column sums (sum over the rows of a [rows, C] matrix: a bias gradient) loop
+ * over the rows outside and the columns inside; with an epilogue (mean), for
+ * integers, and the same bits for any number of threads. */
+static void test_column_sums(void) {
+  enum { R = 5000, C = 24 };
+  static float xv[R * C];
+  static int32_t iv[R * C];
+  for (int i = 0; i < R * C; i++) xv[i] = (float)sin(i * 0.37), iv[i] = (int32_t)(i % 1001) - 500;
+  float sums[2][C], means[C];
+  int64_t isums[C]; /* integer sums widen to I64, as in torch */
+  for (int t = 0; t < 2; t++) {
+    CHECK_OK(loom_set_num_threads(t + 1));
+    LOOM_SCOPE {
+      loom_tensor *x = loom_from_data(xv, LOOM_SHAPE(R, C), LOOM_F32, LOOM_CPU);
+      loom_tensor *xi = loom_from_data(iv, LOOM_SHAPE(R, C), LOOM_I32, LOOM_CPU);
+      CHECK_OK(loom_copy_to_host(loom_sum(x, (int[]){0}, 1, false), sums[t], sizeof sums[t]));
+      CHECK_OK(loom_copy_to_host(loom_mean(x, (int[]){0}, 1, false), means, sizeof means));
+      CHECK_OK(loom_copy_to_host(loom_sum(xi, (int[]){0}, 1, false), isums, sizeof isums));
+    }
+  }
+  CHECK_OK(loom_set_num_threads(2));
+  CHECK_MSG(memcmp(sums[0], sums[1], sizeof sums[0]) == 0, "column sums depend on the threads");
+  for (int c = 0; c < C; c++) {
+    double s = 0;
+    int64_t si = 0;
+    for (int r = 0; r < R; r++) s += xv[r * C + c], si += iv[r * C + c];
+    CHECK_NEAR(sums[0][c], s, 1e-3);
+    CHECK_NEAR(means[c], s / R, 1e-6);
+    CHECK_EQ_INT(isums[c], si);
+  }
+}
+
 /* Every output point is computed by one thread and big reductions split into
  * a fixed number of parts, so the bits do not depend on the threads. */
 static void test_deterministic_reductions(void) {
@@ -264,6 +296,7 @@ int main(void) {
   test_fused_matches_unfused();
   test_row_kernel_values();
   test_row_kernel_refusals();
+  test_column_sums();
   test_deterministic_reductions();
   CHECK_EQ_INT(loom_get_stats().bytes_live, 0);
   return check_report();

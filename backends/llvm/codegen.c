@@ -71,6 +71,8 @@ typedef struct plan {
   reduction main;             /* the kernel's reduction */
   reduction stat[LK_MAX_STATS];
   int cached_stat; /* a stat whose value the body needs too (softmax's exp), or -1 */
+  /* what gen_point does: the usual, or a step of a column reduction */
+  enum { POINT_STORE, POINT_ZERO, POINT_ADD, POINT_FINISH } point;
 } plan;
 
 /* Marks `target` and everything it depends on (operands always come earlier). */
@@ -193,7 +195,18 @@ static LLVMValueRef gen_reduction(lm_cg *g, reduction *r) {
 static void gen_point(lm_cg *g, plan *p, LLVMValueRef out_index) {
   const lk_kernel *k = g->k;
   LLVMValueRef v;
-  if (k->reduce == LK_RED_NONE) {
+  if (p->point == POINT_ZERO) {
+    v = LLVMConstNull(lm_type(g, k->out_dtype));
+  } else if (p->point == POINT_ADD) { /* out[i] += value, at the reduced index set in g */
+    v = evaluate(g, p->body_needed, k->value);
+    if (!v) return;
+    LLVMValueRef old = lm_emit_load(g, k->out_dtype, 0, out_index);
+    v = lm_dtype_is_float(k->out_dtype) ? LLVMBuildFAdd(g->b, old, v, "")
+                                        : LLVMBuildAdd(g->b, old, v, "");
+  } else if (p->point == POINT_FINISH) { /* the epilogue on the finished sum */
+    g->acc = lm_emit_load(g, k->acc_dtype, 0, out_index);
+    v = evaluate(g, p->epi_needed, k->result);
+  } else if (k->reduce == LK_RED_NONE) {
     v = evaluate(g, p->body_needed, k->value);
   } else {
     g->acc = gen_reduction(g, &p->main);
@@ -336,6 +349,98 @@ static void gen_outer_iteration(lm_cg *g, plan *p) {
   LLVMPositionBuilderAtEnd(g->b, exit);
 }
 
+/* ------------------------------------------------------------------ columns */
+
+/* The coefficients of instruction i (an I64 index) as an affine function of
+ * the domain dims, or false when it is not one. */
+typedef struct affine_index {
+  bool ok;
+  int64_t c[LOOM_MAX_DIMS];
+} affine_index;
+
+static void analyze_affine_all(const lk_kernel *k, affine_index *af) {
+  for (int i = 0; i < k->nbody; i++) {
+    const lk_inst *in = &k->inst[i];
+    affine_index *r = &af[i];
+    memset(r, 0, sizeof *r);
+    if (in->dtype != LOOM_I64) continue;
+    const affine_index *a = in->a >= 0 ? &af[in->a] : NULL, *b = in->b >= 0 ? &af[in->b] : NULL;
+    r->ok = true;
+    if (in->op == LK_DIM) {
+      r->c[in->imm_i] = 1;
+    } else if (in->op == LK_CONST) {
+      /* a constant term does not change a stride */
+    } else if (in->op == LK_ADD || in->op == LK_SUB) {
+      r->ok = a->ok && b->ok;
+      for (int d = 0; d < k->ndim; d++) r->c[d] = a->c[d] + (in->op == LK_ADD ? 1 : -1) * b->c[d];
+    } else if (in->op == LK_MUL && k->inst[in->b].op == LK_CONST) {
+      r->ok = a->ok;
+      for (int d = 0; d < k->ndim; d++) r->c[d] = a->c[d] * k->inst[in->b].imm_i;
+    } else {
+      r->ok = false;
+    }
+  }
+}
+
+/* A sum over few outputs whose loads run along the outputs and across the
+ * reduced dims (a bias gradient: the column sums of a [rows, C] matrix): each
+ * output's row loop would stride through memory. Such kernels loop over the
+ * reduced dims outside and add into the outputs inside, a contiguous loop;
+ * the outputs hold the running sums (acc_dtype is out_dtype), and an epilogue
+ * (a fused optimizer update) runs over them at the end. */
+#define COLUMN_MAX_OUTPUTS 4096
+
+static bool column_shaped(const lk_kernel *k, const unsigned char *needed) {
+  if (k->reduce != LK_RED_SUM || k->nouter == 0 || k->nouter == k->ndim ||
+      k->acc_dtype != k->out_dtype || extent_product(k, 0, k->nouter) > COLUMN_MAX_OUTPUTS ||
+      k->dom[k->nouter - 1] < 4)
+    return false;
+  affine_index *af = malloc(sizeof *af * (size_t)k->nbody);
+  if (!af) return false;
+  analyze_affine_all(k, af);
+  int across = 0, along = 0;
+  for (int i = 0; i < k->nbody; i++) {
+    const lk_inst *in = &k->inst[i];
+    if (in->op != LK_LOAD || !needed[i]) continue;
+    const affine_index *o = &af[in->a];
+    if (!o->ok) continue;
+    along += o->c[k->ndim - 1] == 1;
+    across += o->c[k->nouter - 1] == 1 && o->c[k->ndim - 1] != 1;
+  }
+  free(af);
+  return across > 0 && along == 0;
+}
+
+static void gen_outer_iteration(lm_cg *g, plan *p);
+
+/* Loops over reduced dims d.. and, innermost, over the outputs, adding. */
+static void gen_column_dims(lm_cg *g, plan *p, int d) {
+  if (d == g->k->ndim) {
+    gen_outer_iteration(g, p);
+    return;
+  }
+  loop l;
+  loop_begin(g, &l, const_i64(g, 0), const_i64(g, g->k->dom[d]), "col.red");
+  g->dim[d] = l.iv;
+  gen_column_dims(g, p, d + 1);
+  loop_end(g, &l);
+  g->dim[d] = NULL;
+}
+
+/* Each output is summed in reduced-index order by the thread owning it, so the
+ * result is the same for any split of the range. */
+static void gen_column_reduction(lm_cg *g, plan *p) {
+  p->point = POINT_ZERO;
+  gen_outer_iteration(g, p);
+  p->point = POINT_ADD;
+  gen_column_dims(g, p, g->k->nouter);
+  if (g->k->inst[g->k->result].op != LK_ACC) { /* an epilogue: over the sums, in place */
+    p->point = POINT_FINISH;
+    gen_outer_iteration(g, p);
+  }
+  p->point = POINT_STORE;
+}
+
 /* ------------------------------------------------------------------ functions */
 
 static LLVMValueRef create_body_function(lm_cg *g) {
@@ -420,6 +525,8 @@ static void gen_body(lm_cg *g, plan *p) {
   if (extent_product(k, 0, k->nouter) > 0) {
     if (k->nouter == 0)
       gen_single_point(g, p);
+    else if (column_shaped(k, p->body_needed))
+      gen_column_reduction(g, p);
     else
       gen_outer_iteration(g, p);
   }
