@@ -72,10 +72,9 @@ static loom_status optimize(LLVMModuleRef mod, LLVMTargetMachineRef tm, const ch
   LLVMPassBuilderOptionsSetLoopVectorization(opts, 1);
   LLVMPassBuilderOptionsSetSLPVectorization(opts, 1);
   LLVMPassBuilderOptionsSetLoopInterleaving(opts, 1);
-  /* No unrolling: the vectorizer interleaves the hot loops already, and
-   * unrolling the rest (remainders, short reduced dims) made the machine code
-   * 1.6x slower to compile (compile_cold 34 -> 21 ms) for no measured speed. */
-  LLVMPassBuilderOptionsSetLoopUnrolling(opts, 0);
+  /* Unrolling on, but codegen marks every loop except reduction loops
+   * llvm.loop.unroll.disable (see loop_end in codegen.c). */
+  LLVMPassBuilderOptionsSetLoopUnrolling(opts, 1);
   LLVMErrorRef e = LLVMRunPasses(mod, "default<O3>", tm, opts);
   LLVMDisposePassBuilderOptions(opts);
   if (e)
