@@ -111,27 +111,38 @@ static loom_status cpu_gemm(const lm_exec *x, const lm_step *s) {
 
 static const lm_step_runner cpu_runner = {cpu_kernel, cpu_gemm};
 
+/* Step i: its output's memory, the step, then what no later step reads. */
+static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i) {
+  const lm_step *s = &x->program->steps[i];
+  loom_status st = LOOM_OK;
+  if (!s->deferred) { /* a deferred GEMM is run by its epilogue kernel */
+    size_t bytes = (size_t)s->outer * loom_dtype_size(s->dtype);
+    if (!x->bufs[s->out]) {
+      st = lm_data_alloc("loom_realize", x->device, bytes, &x->bufs[s->out]);
+      if (st != LOOM_OK) return st;
+      x->sizes[s->out] = bytes;
+    }
+    st = s->kind == LM_STEP_GEMM ? r->gemm(x, s) : r->kernel(x, s);
+  }
+  release_dead(x, s);
+  return st;
+}
+
 loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r) {
   const lm_program *p = x->program;
-  void **bufs = x->bufs;
-  size_t *sizes = x->sizes;
-  for (int i = 0; i < p->nsteps; i++) {
-    const lm_step *s = &p->steps[i];
-    if (s->deferred) { /* a GEMM its epilogue kernel runs */
-      release_dead(x, s);
-      continue;
-    }
-    size_t bytes = (size_t)s->outer * loom_dtype_size(s->dtype);
-    if (!bufs[s->out]) {
-      loom_status st = lm_data_alloc("loom_realize", x->device, bytes, &bufs[s->out]);
-      if (st != LOOM_OK) return st;
-      sizes[s->out] = bytes;
-    }
-    loom_status st = s->kind == LM_STEP_GEMM ? r->gemm(x, s) : r->kernel(x, s);
-    release_dead(x, s);
-    if (st != LOOM_OK) return st;
+  /* device steps are asynchronous: only the CPU's wall times mean anything */
+  double *ms = x->device.type == LOOM_DEVICE_CPU && lm_profile_enabled()
+                   ? calloc((size_t)p->nsteps + 1, sizeof(double))
+                   : NULL;
+  loom_status st = LOOM_OK;
+  for (int i = 0; i < p->nsteps && st == LOOM_OK; i++) {
+    double t0 = ms ? lm_profile_now_ms() : 0;
+    st = run_step(x, r, i);
+    if (ms) ms[i] = lm_profile_now_ms() - t0;
   }
-  return LOOM_OK;
+  if (ms && st == LOOM_OK) lm_profile_report(p, ms);
+  free(ms);
+  return st;
 }
 
 loom_status lm_exec_run(const lm_exec *x) {

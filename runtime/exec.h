@@ -35,4 +35,10 @@ typedef struct lm_step_runner {
 } lm_step_runner;
 loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r);
 
+/* runtime/profile.c: LOOM_PROFILE=1 times every step of CPU runs and prints
+ * them after each run (ms[i]: step i's wall time). */
+bool lm_profile_enabled(void);
+double lm_profile_now_ms(void);
+void lm_profile_report(const lm_program *p, const double *ms);
+
 #endif

@@ -1,0 +1,52 @@
+/* LOOM_PROFILE=1: every program run on the CPU prints how long each of its
+ * steps took, to stderr, after the run (the kernels' listings are under
+ * LOOM_DUMP). For finding the kernel worth improving, not for benchmarks:
+ * `loom bench` measures those. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "runtime/exec.h"
+#include "runtime/gemm.h"
+#include "runtime/runtime.h"
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static bool enabled; /* written once under `once` */
+
+static void read_environment(void) { enabled = lm_env_flag("LOOM_PROFILE"); }
+
+bool lm_profile_enabled(void) {
+  pthread_once(&once, read_environment);
+  return enabled;
+}
+
+double lm_profile_now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static void print_step(const lm_step *s, int i, double ms) {
+  fprintf(stderr, "  step %3d  %8.3f ms  ", i, ms);
+  if (s->kind == LM_STEP_GEMM) {
+    const lm_gemm *g = &s->gemm;
+    fprintf(stderr, "gemm M %lld N %lld K %lld batch %lld%s%s\n", (long long)g->M, (long long)g->N,
+            (long long)g->K, (long long)lm_gemm_batches(g), g->a_trans ? " A^T" : "",
+            g->b_trans ? " B^T" : "");
+    return;
+  }
+  const lk_kernel *k = &s->kernel;
+  fprintf(stderr, "kernel %lld points, dom [", (long long)s->outer);
+  for (int d = 0; d < k->ndim; d++) fprintf(stderr, "%s%lld", d ? "," : "", (long long)k->dom[d]);
+  fprintf(stderr, "] outer %d%s%s%s\n", k->nouter, k->reduce != LK_RED_NONE ? ", reduction" : "",
+          k->nstats ? ", row statistics" : "", s->gemm_partner >= 0 ? ", with its GEMM" : "");
+}
+
+void lm_profile_report(const lm_program *p, const double *ms) {
+  double total = 0;
+  for (int i = 0; i < p->nsteps; i++) total += ms[i];
+  fprintf(stderr, "loom: profile: %d steps, %.3f ms\n", p->nsteps, total);
+  for (int i = 0; i < p->nsteps; i++)
+    if (!p->steps[i].deferred) print_step(&p->steps[i], i, ms[i]);
+}
