@@ -111,22 +111,38 @@ static void reset(const lm_graph *g) {
 /* Consumers before sources: what must have memory (reductions, matmuls and
  * their operands), and how many kernels read each node (views pass their
  * readers on) and whether any reads it through a broadcast. */
-static void count_uses(const lm_graph *g) {
-  for (int i = g->n - 1; i >= 0; i--) {
-    lm_node *n = g->nodes[i];
-    if (lm_is_computed(n)) continue;
-    if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL) n->materialize = true;
-    if (n->op == LM_MATMUL) {
+/* Each GEMM operand either read in place (through views down to a node with
+ * memory) or given memory itself. Sources first, and again until nothing
+ * changes: a forward GEMM stores its im2col matrix, and then the backward
+ * GEMM reads that matrix transposed in place instead of copying the
+ * transpose out of the window again (consumers first, the backward GEMM was
+ * decided before it knew). Marks only grow, so this ends. */
+static void mark_gemm_operands(const lm_graph *g) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int i = 0; i < g->n; i++) {
+      lm_node *n = g->nodes[i];
+      if (lm_is_computed(n) || n->op != LM_MATMUL) continue;
+      n->materialize = true;
       for (int s = 0; s < 2; s++) {
         const lm_node *base;
         lm_view view;
         lm_node *o = n->src[s];
-        if (!lm_gemm_operand(o, &base, &view))
-          o->materialize = true;
-        else if (!lm_is_computed(base))
-          ((lm_node *)base)->materialize = true;
+        lm_node *needs = !lm_gemm_operand(o, &base, &view) ? o
+                         : lm_is_computed(base)            ? NULL
+                                                           : (lm_node *)base;
+        if (needs && !needs->materialize) needs->materialize = changed = true;
       }
     }
+  }
+}
+
+static void count_uses(const lm_graph *g) {
+  mark_gemm_operands(g);
+  for (int i = g->n - 1; i >= 0; i--) {
+    lm_node *n = g->nodes[i];
+    if (lm_is_computed(n)) continue;
+    if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL) n->materialize = true;
     bool inline_view = lm_op_is_view(n->op) && !n->materialize;
     bool repeats = inline_view && (broadcasts(n) || n->broadcast_use || n->op == LM_WINDOW);
     if (n->op == LM_GATHER && !lm_is_computed(n->src[0]))

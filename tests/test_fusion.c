@@ -237,6 +237,31 @@ static void test_row_kernel_refusals(void) {
   }
 }
 
+/* A GEMM operand that needs memory (a pad: no affine view) is stored once and
+ * a second GEMM reads it transposed in place, whichever GEMM comes first in the
+ * graph (regression: the later one copied the transpose out). */
+static void test_shared_gemm_operand(void) {
+  LOOM_SCOPE {
+    loom_tensor *x = input(LOOM_SHAPE(6, 6), 50), *w = input(LOOM_SHAPE(8, 8), 51);
+    realized(x), realized(w);
+    loom_tensor *p = loom_pad(x, (int64_t[]){1, 1, 1, 1}, 4, 0.5);
+    loom_tensor *both[2] = {loom_matmul(p, w), loom_matmul(loom_transpose(p, 0, 1), w)};
+    uint64_t before = loom_get_stats().kernels_launched;
+    CHECK_OK(loom_eval(both, 2));
+    CHECK_EQ_INT(loom_get_stats().kernels_launched - before, 1); /* the pad, once */
+    float pv[64], wv[64], got[64];
+    CHECK_OK(loom_copy_to_host(p, pv, sizeof pv));
+    CHECK_OK(loom_copy_to_host(w, wv, sizeof wv));
+    CHECK_OK(loom_copy_to_host(both[1], got, sizeof got));
+    for (int i = 0; i < 8; i++)
+      for (int j = 0; j < 8; j++) {
+        double s = 0;
+        for (int k = 0; k < 8; k++) s += (double)pv[k * 8 + i] * wv[k * 8 + j];
+        CHECK_NEAR(got[i * 8 + j], s, 1e-4);
+      }
+  }
+}
+
 /* Column sums (sum over the rows of a [rows, C] matrix: a bias gradient) loop
  * over the rows outside and the columns inside; with an epilogue (mean), for
  * integers, and the same bits for any number of threads. */
@@ -297,6 +322,7 @@ int main(void) {
   test_row_kernel_values();
   test_row_kernel_refusals();
   test_column_sums();
+  test_shared_gemm_operand();
   test_deterministic_reductions();
   CHECK_EQ_INT(loom_get_stats().bytes_live, 0);
   return check_report();
