@@ -99,10 +99,13 @@ loom_tensor *loom_conv2d_f(const loom_tensor *x, const loom_tensor *w, const loo
     return win;
   }
   int64_t OH = loom_shape_of(win).dim[2], OW = loom_shape_of(win).dim[3];
-  /* [N, C, OH, OW, KH, KW] -> [groups, N*OH*OW, Cg*KH*KW]: the im2col matrix */
+  /* [N, C, OH, OW, KH, KW] -> [groups, Cg*KH*KW, N*OH*OW]: the im2col matrix,
+   * stored transposed so that its kernel runs along OW, which is contiguous in
+   * both the image and the matrix; the GEMMs read it either way in place. */
   loom_tensor *split = loom_reshape(win, LOOM_SHAPE(N, groups, Cg, OH, OW, kernel[0], kernel[1]));
-  loom_tensor *cols = loom_permute(split, (int[]){1, 0, 3, 4, 2, 5, 6}, 7);
-  loom_tensor *mat = loom_reshape(cols, LOOM_SHAPE(groups, N * OH * OW, K));
+  loom_tensor *cols = loom_permute(split, (int[]){1, 2, 5, 6, 0, 3, 4}, 7);
+  loom_tensor *colst = loom_reshape(cols, LOOM_SHAPE(groups, K, N * OH * OW));
+  loom_tensor *mat = loom_transpose(colst, 1, 2); /* [groups, N*OH*OW, K] */
   loom_tensor *wg = loom_reshape(w, LOOM_SHAPE(groups, O / groups, K));
   loom_tensor *wt = loom_transpose(wg, 1, 2);
   loom_tensor *y = loom_matmul(mat, wt); /* [groups, N*OH*OW, O/groups] */
@@ -110,6 +113,7 @@ loom_tensor *loom_conv2d_f(const loom_tensor *x, const loom_tensor *w, const loo
   loom_tensor *out = loom_permute(y4, (int[]){1, 0, 4, 2, 3}, 5);
   loom_tensor *r = loom_reshape(out, LOOM_SHAPE(N, O, OH, OW));
   drop(xp, win, split, cols);
+  loom_free(colst);
   drop(mat, wg, wt, y);
   drop(y4, out, NULL, NULL);
   if (b) {

@@ -117,6 +117,25 @@ static void reset(const lm_graph *g) {
  * GEMM reads that matrix transposed in place instead of copying the
  * transpose out of the window again (consumers first, the backward GEMM was
  * decided before it knew). Marks only grow, so this ends. */
+/* The node to give memory so that GEMM operand o reads in place: o itself,
+ * or, below reshapes and permutes (which only reorder), the highest node
+ * whose memory makes o an affine view BLAS reads (a transposed im2col matrix
+ * stored in the order its kernel writes fastest). */
+static lm_node *operand_memory(lm_node *o) {
+  const lm_node *base;
+  lm_view view;
+  for (lm_node *x = o->src[0]; o->op == LM_PERMUTE || o->op == LM_RESHAPE;) {
+    if (lm_is_computed(x) || x->materialize) break;
+    x->materialize = true; /* try it */
+    bool reads = lm_gemm_operand(o, &base, &view);
+    x->materialize = false;
+    if (reads) return x;
+    if ((x->op != LM_PERMUTE && x->op != LM_RESHAPE) || lm_is_computed(x->src[0])) break;
+    x = x->src[0];
+  }
+  return o;
+}
+
 static void mark_gemm_operands(const lm_graph *g) {
   for (bool changed = true; changed;) {
     changed = false;
@@ -128,7 +147,7 @@ static void mark_gemm_operands(const lm_graph *g) {
         const lm_node *base;
         lm_view view;
         lm_node *o = n->src[s];
-        lm_node *needs = !lm_gemm_operand(o, &base, &view) ? o
+        lm_node *needs = !lm_gemm_operand(o, &base, &view) ? operand_memory(o)
                          : lm_is_computed(base)            ? NULL
                                                            : (lm_node *)base;
         if (needs && !needs->materialize) needs->materialize = changed = true;
