@@ -529,13 +529,15 @@ static void gen_body(lm_cg *g, plan *p) {
     p->main.needed = p->body_needed;
     p->main.first_dim = k->nouter;
     p->main.reports_index = k->reduce == LK_RED_ARGMAX || k->reduce == LK_RED_ARGMIN;
-    lm_acc_create(g, &p->main.acc, k->reduce, k->inst[k->value].dtype, k->acc_dtype);
+    lm_acc_create(g, &p->main.acc, k->reduce, k->inst[k->value].dtype, k->acc_dtype,
+                  extent_product(k, k->nouter, k->ndim));
   }
   for (int s = 0; s < k->nstats; s++) {
     reduction *r = &p->stat[s];
     r->value = k->stat[s].value;
     r->first_dim = k->ndim - 1;
-    lm_acc_create(g, &r->acc, k->stat[s].reduce, k->inst[r->value].dtype, k->stat[s].acc_dtype);
+    lm_acc_create(g, &r->acc, k->stat[s].reduce, k->inst[r->value].dtype, k->stat[s].acc_dtype,
+                  k->dom[k->ndim - 1]);
   }
   /* Outer numel 0 is never launched; emit nothing that would divide by it. */
   if (extent_product(k, 0, k->nouter) > 0) {

@@ -116,7 +116,10 @@ typedef struct lm_acc {
 const char *lm_reduce_prelude_ir(void);
 /* An accumulator reducing values of dtype `dt` with `reduce` to `out_dt` (the
  * kernel's reduction, or a row statistic). */
-void lm_acc_create(lm_cg *g, lm_acc *acc, lk_reduce reduce, loom_dtype dt, loom_dtype out_dt);
+void lm_acc_create(lm_cg *g, lm_acc *acc, lk_reduce reduce, loom_dtype dt, loom_dtype out_dt,
+                   int64_t extent); /* extent: values per result */
+/* Reductions of at most this many values per result skip the key pass. */
+#define LM_ACC_SMALL_EXTENT 16
 /* Starts a new output point: identities, and the main pass. */
 void lm_acc_reset(lm_cg *g, lm_acc *acc);
 /* Combines x (the value at reduced linear index `lin`, i64) into the accumulator. */

@@ -57,8 +57,12 @@ static LLVMValueRef identity(lm_cg *g, lk_reduce r, loom_dtype dt) {
 }
 
 /* Float MAX/MIN/ARGMAX/ARGMIN run their main pass on order keys. */
-static bool uses_keys(const lm_acc *acc) {
-  return lm_dtype_is_float(acc->dt) && acc->reduce != LK_RED_SUM;
+static bool uses_keys_for(lk_reduce reduce, loom_dtype dt, int64_t extent) {
+  /* Tiny rows (a 2x2 pooling window) take the exact pass alone: no key pass
+   * to vectorize along them, and without the branch to a second pass the
+   * loop over the outputs can vectorize instead. */
+  if (extent <= LM_ACC_SMALL_EXTENT && reduce != LK_RED_LSE) return false;
+  return lm_dtype_is_float(dt) && reduce != LK_RED_SUM;
 }
 
 static LLVMTypeRef key_type(lm_cg *g, loom_dtype dt) {
@@ -90,14 +94,16 @@ static bool wants_max(lk_reduce r) {
   return r == LK_RED_MAX || r == LK_RED_ARGMAX || r == LK_RED_LSE;
 }
 
-void lm_acc_create(lm_cg *g, lm_acc *acc, lk_reduce reduce, loom_dtype dt, loom_dtype out_dt) {
+void lm_acc_create(lm_cg *g, lm_acc *acc, lk_reduce reduce, loom_dtype dt, loom_dtype out_dt,
+                   int64_t extent) {
+  bool keys = uses_keys_for(reduce, dt, extent);
   acc->reduce = reduce;
   acc->dt = dt;
   acc->out_dt = out_dt;
   acc->best = lm_entry_alloca(g, lm_type(g, acc->dt), "acc");
   acc->index = is_arg_reduce(acc->reduce) ? lm_entry_alloca(g, g->t_i64, "acc.index") : NULL;
-  acc->key = uses_keys(acc) ? lm_entry_alloca(g, key_type(g, acc->dt), "acc.key") : NULL;
-  acc->nan = uses_keys(acc) ? lm_entry_alloca(g, g->t_i1, "acc.nan") : NULL;
+  acc->key = keys ? lm_entry_alloca(g, key_type(g, acc->dt), "acc.key") : NULL;
+  acc->nan = keys ? lm_entry_alloca(g, g->t_i1, "acc.nan") : NULL;
   acc->sum = acc->reduce == LK_RED_LSE ? lm_entry_alloca(g, lm_type(g, dt), "acc.sum") : NULL;
   acc->pass = LM_ACC_MAIN;
 }
@@ -142,8 +148,9 @@ static void step_find_first(lm_cg *g, const lm_acc *acc, LLVMValueRef x, LLVMVal
   LLVMTypeRef t = lm_type(g, acc->dt);
   LLVMValueRef best = LLVMBuildLoad2(g->b, t, acc->best, "");
   LLVMValueRef match;
-  if (acc->key) {
-    LLVMValueRef seen = LLVMBuildLoad2(g->b, g->t_i1, acc->nan, "");
+  if (lm_dtype_is_float(acc->dt)) { /* a NaN extreme: the first NaN */
+    LLVMValueRef seen = acc->key ? LLVMBuildLoad2(g->b, g->t_i1, acc->nan, "")
+                                 : LLVMBuildFCmp(g->b, LLVMRealUNO, best, best, "");
     match = LLVMBuildSelect(g->b, seen, LLVMBuildFCmp(g->b, LLVMRealUNO, x, x, ""),
                             LLVMBuildFCmp(g->b, LLVMRealOEQ, x, best, ""), "");
   } else {
