@@ -105,16 +105,14 @@ loom_tensor *loom_conv2d_f(const loom_tensor *x, const loom_tensor *w, const loo
   loom_tensor *split = loom_reshape(win, LOOM_SHAPE(N, groups, Cg, OH, OW, kernel[0], kernel[1]));
   loom_tensor *cols = loom_permute(split, (int[]){1, 2, 5, 6, 0, 3, 4}, 7);
   loom_tensor *colst = loom_reshape(cols, LOOM_SHAPE(groups, K, N * OH * OW));
-  loom_tensor *mat = loom_transpose(colst, 1, 2); /* [groups, N*OH*OW, K] */
   loom_tensor *wg = loom_reshape(w, LOOM_SHAPE(groups, O / groups, K));
-  loom_tensor *wt = loom_transpose(wg, 1, 2);
-  loom_tensor *y = loom_matmul(mat, wt); /* [groups, N*OH*OW, O/groups] */
-  loom_tensor *y4 = loom_reshape(y, LOOM_SHAPE(groups, N, OH, OW, O / groups));
-  loom_tensor *out = loom_permute(y4, (int[]){1, 0, 4, 2, 3}, 5);
+  loom_tensor *y = loom_matmul(wg, colst); /* [groups, O/groups, N*OH*OW] */
+  loom_tensor *y4 = loom_reshape(y, LOOM_SHAPE(groups, O / groups, N, OH, OW));
+  loom_tensor *out = loom_permute(y4, (int[]){2, 0, 1, 3, 4}, 5);
   loom_tensor *r = loom_reshape(out, LOOM_SHAPE(N, O, OH, OW));
   drop(xp, win, split, cols);
   loom_free(colst);
-  drop(mat, wg, wt, y);
+  drop(wg, y, NULL, NULL);
   drop(y4, out, NULL, NULL);
   if (b) {
     loom_tensor *bb = loom_reshape(b, LOOM_SHAPE(1, O, 1, 1));

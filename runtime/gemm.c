@@ -23,17 +23,21 @@ void lm_gemm_batch_offsets(const lm_gemm *g, int64_t index, int64_t *ao, int64_t
   }
 }
 
-/* Rows [r0, r1) of one batch's product into c (row stride N). */
-static void rows(const lm_gemm *g, const char *a, const char *b, int64_t r0, int64_t r1, char *c) {
+/* Rows [r0, r1) and columns [c0, c1) of one batch's product into c, which
+ * points at the block's first element (row stride N). */
+static void block(const lm_gemm *g, const char *a, const char *b, int64_t r0, int64_t r1,
+                  int64_t c0, int64_t c1, char *c) {
   size_t es = loom_dtype_size(g->dtype);
-  /* A row r starts at r * lda (not transposed) or at column r (transposed) */
+  /* A row r starts at r * lda (not transposed) or at column r (transposed);
+   * B's column j at j (not transposed) or at row j * ldb */
   const char *ar = a + (g->a_trans ? r0 : r0 * g->lda) * (int64_t)es;
-  blasint m = (blasint)(r1 - r0), n = (blasint)g->N, k = (blasint)g->K;
+  b += (g->b_trans ? c0 * g->ldb : c0) * (int64_t)es;
+  blasint m = (blasint)(r1 - r0), n = (blasint)(c1 - c0), k = (blasint)g->K;
   blasint ldc = (blasint)(g->N > 1 ? g->N : 1);
   enum CBLAS_TRANSPOSE ta = g->a_trans ? CblasTrans : CblasNoTrans;
   enum CBLAS_TRANSPOSE tb = g->b_trans ? CblasTrans : CblasNoTrans;
   if (g->K == 0) {
-    memset(c, 0, (size_t)(r1 - r0) * (size_t)g->N * es);
+    for (int64_t r = r0; r < r1; r++) memset(c + (r - r0) * g->N * (int64_t)es, 0, (size_t)n * es);
   } else if (g->dtype == LOOM_F32) {
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, (const float *)ar, (blasint)g->lda,
                 (const float *)b, (blasint)g->ldb, 0.0f, (float *)c, ldc);
@@ -63,13 +67,29 @@ typedef struct row_task {
 static void row_part(void *ctx, int64_t begin, int64_t end) {
   const row_task *t = ctx;
   size_t es = loom_dtype_size(t->g->dtype);
-  rows(t->g, t->a, t->b, t->r0 + begin, t->r0 + end, t->c + begin * t->g->N * (int64_t)es);
+  block(t->g, t->a, t->b, t->r0 + begin, t->r0 + end, 0, t->g->N,
+        t->c + begin * t->g->N * (int64_t)es);
+}
+
+/* All the rows, a part of the columns. */
+typedef struct col_task {
+  const lm_gemm *g;
+  const char *a, *b;
+  int64_t r0, r1;
+  char *c;
+} col_task;
+
+static void col_part(void *ctx, int64_t begin, int64_t end) {
+  const col_task *t = ctx;
+  size_t es = loom_dtype_size(t->g->dtype);
+  block(t->g, t->a, t->b, t->r0, t->r1, begin, end, t->c + begin * (int64_t)es);
 }
 
 /* Below this many multiply-adds a GEMM runs on one thread. */
 #define GEMM_PARALLEL_WORK (1 << 21)
-/* Fewer rows than this per thread pack B for too little work. */
+/* Fewer rows (columns) than this per thread pack B (A) for too little work. */
 #define GEMM_MIN_ROWS 32
+#define GEMM_MIN_COLS 64
 
 void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t batch, int64_t r0,
                       int64_t r1, void *c) {
@@ -77,11 +97,19 @@ void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t ba
   size_t es = loom_dtype_size(g->dtype);
   int64_t ao, bo;
   lm_gemm_batch_offsets(g, batch, &ao, &bo);
-  row_task t = {g, (const char *)a + ao * (int64_t)es, (const char *)b + bo * (int64_t)es, r0, c};
+  const char *ab = (const char *)a + ao * (int64_t)es, *bb = (const char *)b + bo * (int64_t)es;
   openblas_set_num_threads(1); /* someone else may have raised it: loom's pool splits */
-  int64_t n = r1 - r0, parts = loom_num_threads();
+  int64_t n = r1 - r0, threads = loom_num_threads(), parts = threads;
   if (n * g->N * g->K < GEMM_PARALLEL_WORK) parts = 1;
+  if (parts > 1 && n / GEMM_MIN_ROWS < parts && g->N / GEMM_MIN_COLS >= 2) {
+    /* few rows, many columns (a convolution's [O, N*OH*OW]): split the columns */
+    int64_t cparts = g->N / GEMM_MIN_COLS < parts ? g->N / GEMM_MIN_COLS : parts;
+    col_task t = {g, ab, bb, r0, r1, c};
+    lm_parallel_for(g->N, (int)cparts, col_part, &t);
+    return;
+  }
   if (parts > n / GEMM_MIN_ROWS) parts = n / GEMM_MIN_ROWS > 0 ? n / GEMM_MIN_ROWS : 1;
+  row_task t = {g, ab, bb, r0, c};
   lm_parallel_for(n, (int)parts, row_part, &t);
 }
 

@@ -262,6 +262,34 @@ static void test_shared_gemm_operand(void) {
   }
 }
 
+/* Few rows and many columns (a convolution's [O, N*OH*OW]): the GEMM splits
+ * its columns over the threads; B read as is and transposed, with and without
+ * an epilogue kernel. */
+static void test_wide_gemm(void) {
+  enum { M = 20, K = 300, N = 1000 };
+  static float av[M * K], bv[K * N], got[M * N];
+  for (int i = 0; i < M * K; i++) av[i] = (float)sin(i * 0.11);
+  for (int i = 0; i < K * N; i++) bv[i] = (float)cos(i * 0.07);
+  LOOM_SCOPE {
+    loom_tensor *a = loom_from_data(av, LOOM_SHAPE(M, K), LOOM_F32, LOOM_CPU);
+    loom_tensor *b = loom_from_data(bv, LOOM_SHAPE(K, N), LOOM_F32, LOOM_CPU);
+    loom_tensor *bt = loom_contiguous(loom_transpose(b, 0, 1)); /* [N, K] */
+    for (int form = 0; form < 3; form++) {
+      loom_tensor *y = form == 0   ? loom_matmul(a, b)
+                       : form == 1 ? loom_matmul(a, loom_transpose(bt, 0, 1))
+                                   : loom_relu(loom_add_s(loom_matmul(a, b), 0.25));
+      CHECK_OK(loom_copy_to_host(y, got, sizeof got));
+      for (int i = 0; i < M; i += 3)
+        for (int j = 0; j < N; j += 7) {
+          double s = 0;
+          for (int k = 0; k < K; k++) s += (double)av[i * K + k] * bv[k * N + j];
+          if (form == 2) s = fmax(s + 0.25, 0);
+          CHECK_NEAR(got[i * N + j], s, 1e-3);
+        }
+    }
+  }
+}
+
 /* Column sums (sum over the rows of a [rows, C] matrix: a bias gradient) loop
  * over the rows outside and the columns inside; with an epilogue (mean), for
  * integers, and the same bits for any number of threads. */
@@ -323,6 +351,7 @@ int main(void) {
   test_row_kernel_refusals();
   test_column_sums();
   test_shared_gemm_operand();
+  test_wide_gemm();
   test_deterministic_reductions();
   CHECK_EQ_INT(loom_get_stats().bytes_live, 0);
   return check_report();
