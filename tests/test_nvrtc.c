@@ -143,6 +143,34 @@ static void add_kernel(const char *label, const lk_kernel *k) {
   j->launch = launch;
 }
 
+/* A deferred GEMM with its epilogue kernel fused into the tiled kernel. */
+static int fused_epilogues;
+static void add_fused(const char *label, const lk_kernel *k, int slot, const lm_gemm *gm) {
+  char *src = NULL, name[36], err[512];
+  loom_status st = lm_cuda_gemm_epilogue_source(k, slot, gm->dtype, gm->a_trans, gm->b_trans, &src,
+                                                name, err, sizeof err);
+  CHECK_MSG(st == LOOM_OK, "%s: lm_cuda_gemm_epilogue_source: %s", label, err);
+  if (st != LOOM_OK) return;
+  for (int i = 0; i < njobs; i++)
+    if (strcmp(jobs[i].name, name) == 0) {
+      duplicates++;
+      free(src);
+      return;
+    }
+  if (njobs == jobs_cap) {
+    jobs_cap = jobs_cap ? 2 * jobs_cap : 256;
+    jobs = realloc(jobs, (size_t)jobs_cap * sizeof *jobs);
+    if (!jobs) abort();
+  }
+  job *j = &jobs[njobs++];
+  memcpy(j->name, name, sizeof name);
+  j->source = src;
+  j->listing = listing_of(k);
+  j->label = "gemm epilogue";
+  j->launch = (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0};
+  fused_epilogues++;
+}
+
 /* The GEMM kernels of LM_STEP_GEMM (F32, F64, each transpose), behind the
  * prelude so that they batch with the rest. */
 static void add_gemm_kernels(void) {
@@ -191,8 +219,13 @@ static void collect(const char *label, loom_tensor *const *ts, int n, bool unfus
       char err[1024];
       loom_status st = lm_plan(&g, fuse, &p, err, sizeof err);
       CHECK_MSG(st == LOOM_OK, "%s: lm_plan: %s", label, err);
-      for (int s = 0; p && s < p->nsteps; s++)
-        if (p->steps[s].kind == LM_STEP_KERNEL) add_kernel(label, &p->steps[s].kernel);
+      for (int s = 0; p && s < p->nsteps; s++) {
+        const lm_step *step = &p->steps[s];
+        if (step->kind != LM_STEP_KERNEL) continue;
+        add_kernel(label, &step->kernel);
+        if (step->gemm_partner >= 0)
+          add_fused(label, &step->kernel, step->gemm_slot, &p->steps[step->gemm_partner].gemm);
+      }
       lm_program_free(p);
     }
     lm_graph_free(&g);
@@ -426,6 +459,25 @@ static void graphs_matmul(void) {
   }
 }
 
+/* GEMMs whose only reader is an elementwise kernel: the epilogue fuses into
+ * the tiled kernel (one graph each, so that nothing else reads the product). */
+static void graphs_gemm_epilogues(void) {
+  for (int dt = LOOM_F32; dt <= LOOM_F64; dt++)
+    for (int t = 0; t < 4; t++) {
+      LOOM_SCOPE {
+        loom_tensor *a = in(t & 1 ? LOOM_SHAPE(2, 16, 20) : LOOM_SHAPE(2, 20, 16), dt);
+        loom_tensor *b = in(t & 2 ? LOOM_SHAPE(12, 16) : LOOM_SHAPE(16, 12), dt);
+        loom_tensor *bias = in(LOOM_SHAPE(12), dt);
+        loom_tensor *at = t & 1 ? loom_transpose(a, 1, 2) : a;
+        loom_tensor *bt = t & 2 ? loom_transpose(b, 0, 1) : b;
+        loom_tensor *y = loom_matmul(at, bt);
+        T(t == 3 ? loom_dropout(loom_gelu(y), 0.2, loom_key_new(3), true)
+                 : loom_relu(loom_add(y, bias)));
+        flush(dt == LOOM_F32 ? "f32 gemm epilogue" : "f64 gemm epilogue");
+      }
+    }
+}
+
 static void graphs_random(void) {
   LOOM_SCOPE {
     loom_key k = loom_key_new(42);
@@ -546,6 +598,7 @@ static void collect_all(void) {
   graphs_gather();
   graphs_conv();
   graphs_matmul();
+  graphs_gemm_epilogues();
   graphs_random();
   graphs_losses();
   graphs_training();
@@ -559,6 +612,7 @@ static void check_coverage(void) {
     CHECK_MSG(reduce_seen[r], "no kernel uses reduction kind %d", r);
   for (int m = 0; m <= LM_CUDA_ROWS; m++)
     CHECK_MSG(mode_seen[m], "no kernel of lm_cuda_mode %d", m);
+  CHECK_MSG(fused_epilogues >= 4, "only %d GEMMs with a fused epilogue", fused_epilogues);
   int casts = 0;
   for (int a = 0; a < NDTYPES; a++)
     for (int b = 0; b < NDTYPES; b++) {

@@ -123,6 +123,7 @@ typedef struct cg {
   unsigned char *stat_needed[LK_MAX_STATS];
   acc_kind acc;
   bool want_max;
+  int gemm_slot; /* a fused GEMM epilogue: the slot whose loads are the product, else 0 */
 } cg;
 
 static const char *ctype(loom_dtype dt) {
@@ -279,7 +280,9 @@ static void put_cast(sb *s, const lk_inst *in) {
 
 static void put_load(cg *g, const lk_inst *in, int i, bool vector) {
   const char *bool_test = in->dtype == LOOM_BOOL ? " != 0" : "";
-  if (vector && g->chunk_of[i] >= 0)
+  if (g->gemm_slot > 0 && in->slot == g->gemm_slot) /* at the point's own index */
+    sb_printf(&g->s, "lm_gemm_v");
+  else if (vector && g->chunk_of[i] >= 0)
     sb_printf(&g->s, "(lm_c%d.v[lm_j]%s)", g->chunk_of[i], bool_test);
   else
     sb_printf(&g->s, "(((const %s *)s%d)[v%d]%s)", mtype(in->dtype), in->slot, in->a, bool_test);
@@ -905,6 +908,86 @@ loom_status lm_cuda_source(const lk_kernel *k, char **source, char name[36], lm_
     return LOOM_ERR_OOM;
   }
   fill_launch(&g, launch);
+  *source = g.s.p;
+  return LOOM_OK;
+}
+
+/* ------------------------------------------------------------------ fused GEMM epilogue */
+
+void lm_cuda_gemm_epilogue_name(const lk_kernel *k, int gemm_slot, loom_dtype gemm_dtype,
+                                bool a_trans, bool b_trans, char name[36]) {
+  /* the kernel's hash, told apart by how the product is read */
+  lk_hash h = lk_kernel_hash(k);
+  h.lo ^= ((uint64_t)a_trans | (uint64_t)b_trans << 1 | (uint64_t)gemm_dtype << 2 |
+           (uint64_t)gemm_slot << 8) *
+          0x9E3779B97F4A7C15ULL;
+  snprintf(name, 36, "lf_%016" PRIx64 "%016" PRIx64, h.hi, h.lo);
+}
+
+static void emit_epilogue_signature(cg *g, const char *name, const char *t) {
+  sb_printf(&g->s, "extern \"C\" __global__ void __launch_bounds__(%d) %s(void *s0", LM_CUDA_BLOCK,
+            name);
+  for (int s = 1; s < g->k->nslots; s++) sb_printf(&g->s, ", const void *s%d", s);
+  sb_printf(&g->s,
+            ",\n    const %s *a, const %s *b, long long M, long long N, long long K, long long lda,"
+            " long long ldb, long long first) {\n",
+            t, t);
+  g->ind = 2;
+}
+
+/* The epilogue at each product of the tile: k's value at its output point. */
+static void emit_epilogue_stores(cg *g, const char *t) {
+  const lk_kernel *k = g->k;
+  open_block(g, "for (int lm_i = 0; lm_i < 4; lm_i++)");
+  open_block(g, "for (int lm_jj = 0; lm_jj < 4; lm_jj++)");
+  line(g, "const long long lm_r = row0 + ty + 16 * lm_i, lm_c = col0 + tx + 16 * lm_jj;");
+  line(g, "if (lm_r >= M || lm_c >= N) continue;");
+  line(g, "const long long lm_p = first + lm_r * N + lm_c;");
+  line(g, "const %s lm_gemm_v = acc[lm_i][lm_jj];", t);
+  emit_unravel(g, "lm_p", "lm_q", 0, k->nouter);
+  emit_eval(g, g->body_needed, k->value, false);
+  emit_store(g, "lm_p", k->value);
+  close_block(g);
+  close_block(g);
+}
+
+loom_status lm_cuda_gemm_epilogue_source(const lk_kernel *k, int gemm_slot, loom_dtype gemm_dtype,
+                                         bool a_trans, bool b_trans, char **source, char name[36],
+                                         char *err, size_t errlen) {
+  *source = NULL;
+  const char *bad = lk_kernel_check(k);
+  if (!bad && (k->reduce != LK_RED_NONE || k->nstats > 0)) bad = "not an elementwise kernel";
+  if (!bad && (gemm_slot < 1 || gemm_slot >= k->nslots)) bad = "the GEMM's slot is out of range";
+  if (!bad && gemm_dtype != LOOM_F32 && gemm_dtype != LOOM_F64) bad = "the GEMM is not F32/F64";
+  if (bad) {
+    snprintf(err, errlen, "CUDA GEMM epilogue: %s", bad);
+    return LOOM_ERR_COMPILE;
+  }
+  lm_cuda_gemm_epilogue_name(k, gemm_slot, gemm_dtype, a_trans, b_trans, name);
+  const char *t = gemm_dtype == LOOM_F32 ? "float" : "double";
+  cg g = {.k = k, .gemm_slot = gemm_slot};
+  char *body = lm_cuda_gemm_body(gemm_dtype, a_trans, b_trans);
+  if (!body || !alloc_state(&g)) {
+    free(body);
+    free_state(&g);
+    snprintf(err, errlen, "CUDA GEMM epilogue %s: out of memory", name);
+    return LOOM_ERR_OOM;
+  }
+  mark_needed(k, k->value, g.body_needed);
+  sb_printf(&g.s, "%s", lm_cuda_prelude());
+  emit_listing(&g, name);
+  emit_epilogue_signature(&g, name, t);
+  emit_keys(&g);
+  sb_printf(&g.s, "%s", body);
+  emit_epilogue_stores(&g, t);
+  sb_printf(&g.s, "}\n");
+  free(body);
+  free_state(&g);
+  if (g.s.oom) {
+    free(g.s.p);
+    snprintf(err, errlen, "CUDA GEMM epilogue %s: out of memory", name);
+    return LOOM_ERR_OOM;
+  }
   *source = g.s.p;
   return LOOM_OK;
 }

@@ -11,10 +11,10 @@
  *
  * Running: every step is queued on the device's stream; nothing waits here.
  * Philox keys are data on the host: a run copies the ones its kernels read
- * into one device buffer first. A GEMM with a deferred epilogue computes its
- * whole product into a scratch buffer, then the epilogue kernel reads it
- * there (on the CPU it runs in cached row blocks; fusing the epilogue into
- * the GEMM kernel is still to do).
+ * into one device buffer first. A GEMM with a deferred epilogue runs as one
+ * kernel with it (lm_cuda_gemm_epilogue_source): the tiled product, and the
+ * epilogue's value stored at each of its points; the product never goes to
+ * memory (on the CPU the epilogue runs over cached row blocks).
  */
 #include <inttypes.h>
 #include <stdint.h>
@@ -146,11 +146,34 @@ static loom_status gemm_source(const void *ctx, char **source, cuda_code *c, cha
   return lm_cuda_gemm_source(g->dtype, g->a_trans, g->b_trans, source, c->name, err, errlen);
 }
 
-static loom_status step_code(lm_step *s, int dev) {
+/* A kernel step with its deferred GEMM fused in. */
+typedef struct fused_ctx {
+  const lm_step *step;
+  const lm_gemm *gemm;
+} fused_ctx;
+
+static loom_status fused_source(const void *ctx, char **source, cuda_code *c, char *err,
+                                size_t errlen) {
+  const fused_ctx *f = ctx;
+  char name[36];
+  loom_status st =
+      lm_cuda_gemm_epilogue_source(&f->step->kernel, f->step->gemm_slot, f->gemm->dtype,
+                                   f->gemm->a_trans, f->gemm->b_trans, source, name, err, errlen);
+  memcpy(c->name, name, sizeof name);
+  c->launch = (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0}; /* launched as a GEMM */
+  return st;
+}
+
+static loom_status step_code(const lm_program *p, lm_step *s, int dev) {
   const cuda_code *code = NULL;
   char name[40];
   loom_status st;
-  if (s->kind == LM_STEP_KERNEL) {
+  if (s->kind == LM_STEP_KERNEL && s->gemm_partner >= 0) {
+    fused_ctx f = {s, &p->steps[s->gemm_partner].gemm};
+    lm_cuda_gemm_epilogue_name(&s->kernel, s->gemm_slot, f.gemm->dtype, f.gemm->a_trans,
+                               f.gemm->b_trans, name);
+    st = find_code(dev, name, fused_source, &f, &code);
+  } else if (s->kind == LM_STEP_KERNEL) {
     lk_hash h = lk_kernel_hash(&s->kernel);
     snprintf(name, sizeof name, "lk_%016" PRIx64 "%016" PRIx64, h.hi, h.lo);
     st = find_code(dev, name, kernel_source, &s->kernel, &code);
@@ -168,7 +191,7 @@ loom_status lm_cuda_exec_compile(lm_program *p, int dev) {
   for (int i = 0; i < p->nsteps && st == LOOM_OK; i++) {
     if (lm_env_flag("LOOM_DEBUG") && p->steps[i].kind == LM_STEP_KERNEL)
       lk_kernel_print(&p->steps[i].kernel, stderr);
-    st = step_code(&p->steps[i], dev);
+    st = step_code(p, &p->steps[i], dev);
   }
   return st;
 }
@@ -256,30 +279,54 @@ static loom_status launch_kernel(const lm_exec *x, const lm_step *s, uint64_t *v
   return launch(x, c, (unsigned)blocks, 1, v, n + 2);
 }
 
+/* A kernel step fused with its deferred GEMM: per batch index the tiled
+ * product, and the kernel's value at each of its points (cuda_codegen.c);
+ * v holds the slots' pointers and has room for 8 more values. */
+static loom_status run_fused(const lm_exec *x, const lm_step *s, uint64_t *v) {
+  const lm_gemm *g = &x->program->steps[s->gemm_partner].gemm;
+  size_t es = loom_dtype_size(g->dtype);
+  int n = s->kernel.nslots;
+  int64_t batches = lm_gemm_batches(g), mn = g->M * g->N;
+  unsigned gx = (unsigned)((g->N + LM_CUDA_GEMM_TILE - 1) / LM_CUDA_GEMM_TILE);
+  unsigned gy = (unsigned)((g->M + LM_CUDA_GEMM_TILE - 1) / LM_CUDA_GEMM_TILE);
+  const char *a = x->bufs[g->a_pos], *b = x->bufs[g->b_pos];
+  loom_status st = LOOM_OK;
+  for (int64_t i = 0; i < batches && mn > 0 && st == LOOM_OK; i++) {
+    int64_t ao, bo;
+    lm_gemm_batch_offsets(g, i, &ao, &bo);
+    uint64_t tail[8] = {ptr_value(a + ao * (int64_t)es),
+                        ptr_value(b + bo * (int64_t)es),
+                        (uint64_t)g->M,
+                        (uint64_t)g->N,
+                        (uint64_t)g->K,
+                        (uint64_t)g->lda,
+                        (uint64_t)g->ldb,
+                        (uint64_t)(i * mn)};
+    memcpy(v + n, tail, sizeof tail);
+    st = launch(x, s->device_code, gx, gy, v, n + 8);
+    lm_stat_add(LM_STAT_GEMM_CALLS, 1);
+  }
+  return st;
+}
+
 /* A kernel step: its slots' device pointers, then begin and end. */
 static loom_status kernel_step(const lm_exec *x, const lm_step *s) {
   if (s->outer == 0) return LOOM_OK;
   int n = s->kernel.nslots;
-  uint64_t small[32], *v = n + 2 <= 32 ? small : malloc(sizeof(uint64_t) * (size_t)(n + 2));
+  uint64_t small[32], *v = n + 8 <= 32 ? small : malloc(sizeof(uint64_t) * (size_t)(n + 8));
   if (!v) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
   v[0] = ptr_value(x->bufs[s->out]);
   for (int a = 1; a < n; a++) {
     int pos = s->arg_pos[a];
     v[a] = ptr_value(s->arg_key[a] ? x->keys[pos] : x->bufs[pos]);
   }
-  loom_status st = LOOM_OK;
-  void *scratch = NULL;
-  size_t bytes = 0;
-  if (s->gemm_partner >= 0) { /* the deferred product, whole, then this kernel */
-    const lm_step *gs = &x->program->steps[s->gemm_partner];
-    bytes = (size_t)(lm_gemm_batches(&gs->gemm) * gs->gemm.M * gs->gemm.N) *
-            loom_dtype_size(gs->gemm.dtype);
-    st = lm_cuda_alloc("loom_realize", x->device.index, bytes, &scratch);
-    if (st == LOOM_OK) st = run_gemm(x, &gs->gemm, gs->device_code, scratch);
-    v[s->gemm_slot] = ptr_value(scratch);
+  loom_status st;
+  if (s->gemm_partner >= 0) { /* the product never goes to memory */
+    v[s->gemm_slot] = 0;
+    st = run_fused(x, s, v);
+  } else {
+    st = launch_kernel(x, s, v);
   }
-  if (st == LOOM_OK) st = launch_kernel(x, s, v);
-  lm_cuda_free(x->device.index, scratch, bytes);
   if (v != small) free(v);
   return st;
 }

@@ -18,10 +18,9 @@
 
 #include "backends/nvrtc/nvrtc_backend.h"
 
-static const char gemm_template[] =
-    "extern \"C\" __global__ void __launch_bounds__(256)\n"
-    "%s(%s *c, const %s *a, const %s *b, long long M, long long N, long long K,\n"
-    "   long long lda, long long ldb) {\n"
+/* After the signature: the tiles' loop leaving acc[i][j], the product at row
+ * row0 + ty + 16 i, column col0 + tx + 16 j. */
+static const char body_template[] =
     "  typedef %s T;\n"
     "  __shared__ T As[16][64 + 1];\n"
     "  __shared__ T Bs[16][64 + 1];\n"
@@ -49,7 +48,26 @@ static const char gemm_template[] =
     "        for (int j = 0; j < 4; j++) acc[i][j] = fma(av[i], bv[j], acc[i][j]);\n"
     "    }\n"
     "    __syncthreads();\n"
-    "  }\n"
+    "  }\n";
+
+char *lm_cuda_gemm_body(loom_dtype dtype, bool a_trans, bool b_trans) {
+  const char *t = dtype == LOOM_F32 ? "float" : "double";
+  /* Which tile coordinate varies fastest with e: the one contiguous in memory. */
+  const char *ar = a_trans ? "e % 64" : "e / 16", *ak = a_trans ? "e / 64" : "e % 16";
+  const char *aat = a_trans ? "gk * lda + gr" : "gr * lda + gk";
+  const char *bc = b_trans ? "e / 16" : "e % 64", *bk = b_trans ? "e % 16" : "e / 64";
+  const char *bat = b_trans ? "gc * ldb + gkb" : "gkb * ldb + gc";
+  int n = snprintf(NULL, 0, body_template, t, ar, ak, aat, bc, bk, bat);
+  char *s = n > 0 ? malloc((size_t)n + 1) : NULL;
+  if (s) snprintf(s, (size_t)n + 1, body_template, t, ar, ak, aat, bc, bk, bat);
+  return s;
+}
+
+static const char gemm_template[] =
+    "extern \"C\" __global__ void __launch_bounds__(256)\n"
+    "%s(%s *c, const %s *a, const %s *b, long long M, long long N, long long K,\n"
+    "   long long lda, long long ldb) {\n"
+    "%s"
     "  for (int i = 0; i < 4; i++)\n"
     "    for (int j = 0; j < 4; j++) {\n"
     "      const long long r = row0 + ty + 16 * i, cl = col0 + tx + 16 * j;\n"
@@ -67,18 +85,16 @@ loom_status lm_cuda_gemm_source(loom_dtype dtype, bool a_trans, bool b_trans, ch
   const char *t = dtype == LOOM_F32 ? "float" : "double";
   snprintf(name, 40, "lm_gemm_%s_%c%c", loom_dtype_name(dtype), a_trans ? 't' : 'n',
            b_trans ? 't' : 'n');
-  /* Which tile coordinate varies fastest with e: the one contiguous in memory. */
-  const char *ar = a_trans ? "e % 64" : "e / 16", *ak = a_trans ? "e / 64" : "e % 16";
-  const char *aat = a_trans ? "gk * lda + gr" : "gr * lda + gk";
-  const char *bc = b_trans ? "e / 16" : "e % 64", *bk = b_trans ? "e % 16" : "e / 64";
-  const char *bat = b_trans ? "gc * ldb + gkb" : "gkb * ldb + gc";
-  int n = snprintf(NULL, 0, gemm_template, name, t, t, t, t, ar, ak, aat, bc, bk, bat);
+  char *body = lm_cuda_gemm_body(dtype, a_trans, b_trans);
+  int n = body ? snprintf(NULL, 0, gemm_template, name, t, t, t, body) : -1;
   char *s = n > 0 ? malloc((size_t)n + 1) : NULL;
   if (!s) {
+    free(body);
     snprintf(err, errlen, "CUDA GEMM %s: out of memory", name);
     return LOOM_ERR_OOM;
   }
-  snprintf(s, (size_t)n + 1, gemm_template, name, t, t, t, t, ar, ak, aat, bc, bk, bat);
+  snprintf(s, (size_t)n + 1, gemm_template, name, t, t, t, body);
+  free(body);
   *source = s;
   return LOOM_OK;
 }

@@ -22,7 +22,7 @@
 
 /* Bumped whenever the generated CUDA C changes for the same kernel: part of
  * the cubin cache keys. */
-#define LM_CUDA_CODEGEN_VERSION 1
+#define LM_CUDA_CODEGEN_VERSION 2
 
 /* Threads per block of every generated kernel (its __launch_bounds__). */
 #define LM_CUDA_BLOCK 256
@@ -78,6 +78,27 @@ loom_status lm_cuda_source(const lk_kernel *k, char **source, char name[36], lm_
 #define LM_CUDA_GEMM_TILE 64
 loom_status lm_cuda_gemm_source(loom_dtype dtype, bool a_trans, bool b_trans, char **source,
                                 char name[40], char *err, size_t errlen);
+/* The GEMM kernel's body after its signature, up to the finished tile in
+ * acc[4][4] (malloc'd; NULL when out of memory): what both GEMM kernels share. */
+char *lm_cuda_gemm_body(loom_dtype dtype, bool a_trans, bool b_trans);
+
+/*
+ * A GEMM with its epilogue kernel k fused (a deferred GEMM, lm_step.gemm_partner):
+ * k's slot gemm_slot reads the product at the point's own index. One
+ *   extern "C" __global__ void <name>(void *s0, const void *s1, ..., const T *a,
+ *       const T *b, long long M, long long N, long long K, long long lda,
+ *       long long ldb, long long first)
+ * computes the product of one batch index as lm_cuda_gemm_source's kernel does
+ * and, instead of storing it, k's value at output point first + r * N + c
+ * (first = batch * M * N); slot gemm_slot's pointer is not read. Launched like
+ * the GEMM. name ("lf_" + 32 hex digits) needs 36 bytes.
+ */
+loom_status lm_cuda_gemm_epilogue_source(const lk_kernel *k, int gemm_slot, loom_dtype gemm_dtype,
+                                         bool a_trans, bool b_trans, char **source, char name[36],
+                                         char *err, size_t errlen);
+/* Its name alone (for a cache lookup). */
+void lm_cuda_gemm_epilogue_name(const lk_kernel *k, int gemm_slot, loom_dtype gemm_dtype,
+                                bool a_trans, bool b_trans, char name[36]);
 
 /* The helper functions every generated source starts with (Philox, NaN-aware
  * max/min, wrapping integer arithmetic, warp shuffles, vector chunks). */

@@ -330,7 +330,8 @@ static size_t elf_size(const unsigned char *p) {
   return (size_t)(a > b ? a : b);
 }
 
-/* A module is the list of the image's symbol names that look like kernels. */
+/* A module is the list of the image's symbol names that look like kernels
+ * (lk_: a kernel, lm_: a GEMM, lf_: a GEMM with its epilogue). */
 static CUresult module_load(void **module, const void *image) {
   if (ready()) return ready();
   const unsigned char *p = image;
@@ -344,7 +345,8 @@ static CUresult module_load(void **module, const void *image) {
   size_t size = elf_size(p);
   function *head = NULL;
   for (size_t i = 0; i + 3 < size; i++) {
-    bool start = (p[i] == 'l' && (p[i + 1] == 'k' || p[i + 1] == 'm') && p[i + 2] == '_') &&
+    bool start = (p[i] == 'l' && (p[i + 1] == 'k' || p[i + 1] == 'm' || p[i + 1] == 'f') &&
+                  p[i + 2] == '_') &&
                  (i == 0 || p[i - 1] == 0 || p[i - 1] == '.');
     if (!start) continue;
     function *f = calloc(1, sizeof *f);
