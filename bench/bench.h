@@ -50,6 +50,7 @@ typedef struct bench_workload {
   double (*direct_seconds)(int repeats);
   /* Optional: a note printed under the table (after the runs, before teardown). */
   void (*describe)(void *state, char *buf, size_t size);
+  bool cpu_only; /* compiled programs, export, the CPU compiler: skipped on --device cuda */
 } bench_workload;
 
 /* Every workload, in the order `loom bench` runs them. */
@@ -73,14 +74,15 @@ extern const int bench_program_count;
 
 /* ------------------------------------------------------------------ helpers */
 
-double bench_now(void); /* CLOCK_MONOTONIC, seconds */
+double bench_now(void);                     /* CLOCK_MONOTONIC, seconds */
 double bench_median(double *values, int n); /* sorts values */
 
 /* A realized F32 tensor of uniform [lo, hi) values, outside any scope (the
  * caller frees it). On failure *out is NULL and the error is returned. */
 loom_status bench_uniform_input(uint64_t seed, loom_shape shape, double lo, double hi,
                                 loom_tensor **out);
-/* Realizes t inside the current scope and returns the status (t's own error first). */
+/* Realizes t inside the current scope and waits for its device; returns the
+ * status (t's own error first). */
 loom_status bench_realize(loom_tensor *t);
 /* The first non-OK of two statuses. */
 loom_status bench_first_error(loom_status a, loom_status b);
@@ -107,6 +109,7 @@ typedef struct bench_limits {
   double copy_gbs;     /* STREAM-like copy over 64M floats, best of several */
   double triad_gbs;    /* STREAM-like triad over 64M floats, best of several */
   double sgemm_gflops; /* OpenBLAS SGEMM 2048^3, best of several */
+  double device_gbs;   /* on --device cuda: the device's peak bandwidth (then the others are 0) */
 } bench_limits;
 
 /* Measures the limits with `threads` pthreads (and OpenBLAS threads). A value
@@ -123,6 +126,7 @@ typedef struct bench_options {
   bool json;
   bool peers;
   const char *peers_dir; /* where numpy_bench.py and torch_bench.py are */
+  loom_device device;    /* where the workloads' tensors live (--device) */
 } bench_options;
 
 typedef struct bench_result {
@@ -170,10 +174,10 @@ const char *bench_format_seconds(double s, char *buf, size_t size);
 /* ------------------------------------------------------------------ peers */
 
 typedef struct bench_peer_timing {
-  char peer[32];     /* numpy, torch */
+  char peer[32]; /* numpy, torch */
   char workload[64];
-  char variant[32];  /* eager, out, ... */
-  double seconds;    /* median per call */
+  char variant[32]; /* eager, out, ... */
+  double seconds;   /* median per call */
 } bench_peer_timing;
 
 typedef struct bench_peer_set {
@@ -186,8 +190,7 @@ typedef struct bench_peer_set {
 /* Runs the peer scripts for the given workload names (all when n == 0). */
 void bench_run_peers(const bench_options *opts, const char *const *names, int n,
                      bench_peer_set *set);
-void bench_print_peers(FILE *out, const bench_peer_set *set, const bench_result *results,
-                       int n);
+void bench_print_peers(FILE *out, const bench_peer_set *set, const bench_result *results, int n);
 void bench_print_json_peers(FILE *out, const bench_peer_set *set, const bench_result *results,
                             int n);
 void bench_peer_set_free(bench_peer_set *set);

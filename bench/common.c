@@ -25,7 +25,9 @@ loom_status bench_first_error(loom_status a, loom_status b) { return a != LOOM_O
 
 loom_status bench_realize(loom_tensor *t) {
   loom_status status = loom_status_of(t);
-  return status != LOOM_OK ? status : loom_realize(t);
+  if (status == LOOM_OK) status = loom_realize(t);
+  /* device work is queued: a timing must include it */
+  return status != LOOM_OK ? status : loom_synchronize(loom_device_of(t));
 }
 
 loom_status bench_uniform_input(uint64_t seed, loom_shape shape, double lo, double hi,
@@ -33,7 +35,7 @@ loom_status bench_uniform_input(uint64_t seed, loom_shape shape, double lo, doub
   *out = NULL;
   loom_status status = LOOM_OK;
   loom_scope_begin();
-  loom_tensor *u = loom_rand_key(loom_key_new(seed), shape, LOOM_F32, LOOM_CPU);
+  loom_tensor *u = loom_rand_key(loom_key_new(seed), shape, LOOM_F32, loom_default_device());
   loom_tensor *scaled = loom_add_s(loom_mul_s(u, hi - lo), lo);
   status = bench_realize(scaled);
   if (status == LOOM_OK) *out = loom_keep(scaled);

@@ -55,8 +55,8 @@ static loom_status cold_run(void *state, bench_call_report *report) {
   double c = s->base_constant + 1e-3 * s->calls++;
   loom_stats before = loom_get_stats();
   loom_scope_begin();
-  loom_tensor *out = loom_mul(loom_tanh(loom_add_s(loom_mul_s(s->x, c), 0.25)),
-                              loom_sigmoid(loom_sub_s(s->x, c)));
+  loom_tensor *out =
+      loom_mul(loom_tanh(loom_add_s(loom_mul_s(s->x, c), 0.25)), loom_sigmoid(loom_sub_s(s->x, c)));
   loom_status status = bench_realize(out); /* before the scope ends: it frees out */
   status = bench_first_error(status, loom_scope_end());
   loom_stats after = loom_get_stats();
@@ -114,13 +114,12 @@ static loom_status child_startup(const loom_tensor *x, double *seconds) {
 static void print_child_report(double seconds, double startup_seconds, loom_stats before,
                                loom_stats after) {
   json_t *o = json_pack(
-      "{s:f, s:f, s:I, s:I, s:I, s:I, s:I}", "seconds", seconds, "startup_seconds",
-      startup_seconds, "kernels_compiled",
-      (json_int_t)(after.kernels_compiled - before.kernels_compiled), "disk_cache_hits",
-      (json_int_t)(after.disk_cache_hits - before.disk_cache_hits), "kernel_cache_hits",
-      (json_int_t)(after.kernel_cache_hits - before.kernel_cache_hits), "kernels_launched",
-      (json_int_t)(after.kernels_launched - before.kernels_launched), "gemm_calls",
-      (json_int_t)(after.gemm_calls - before.gemm_calls));
+      "{s:f, s:f, s:I, s:I, s:I, s:I, s:I}", "seconds", seconds, "startup_seconds", startup_seconds,
+      "kernels_compiled", (json_int_t)(after.kernels_compiled - before.kernels_compiled),
+      "disk_cache_hits", (json_int_t)(after.disk_cache_hits - before.disk_cache_hits),
+      "kernel_cache_hits", (json_int_t)(after.kernel_cache_hits - before.kernel_cache_hits),
+      "kernels_launched", (json_int_t)(after.kernels_launched - before.kernels_launched),
+      "gemm_calls", (json_int_t)(after.gemm_calls - before.gemm_calls));
   char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
   if (text) printf("%s\n", text);
   free(text);
@@ -304,6 +303,7 @@ const bench_workload bench_compile_workloads[] = {
         .setup = cold_setup,
         .run = cold_run,
         .teardown = cold_teardown,
+        .cpu_only = true,
         .describe = cold_describe,
     },
     {
@@ -313,6 +313,7 @@ const bench_workload bench_compile_workloads[] = {
         .setup = disk_setup,
         .run = disk_run,
         .teardown = disk_teardown,
+        .cpu_only = true,
         .describe = disk_describe,
     },
 };

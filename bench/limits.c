@@ -77,8 +77,7 @@ static void measure_stream(int threads, bench_limits *limits) {
   size_t bytes = (size_t)STREAM_N * sizeof(float);
   stream_arrays arrays = {aligned_alloc(64, bytes), aligned_alloc(64, bytes),
                           aligned_alloc(64, bytes)};
-  if (arrays.a && arrays.b && arrays.c &&
-      run_stream_kernel(STREAM_TOUCH, arrays, threads) > 0.0) {
+  if (arrays.a && arrays.b && arrays.c && run_stream_kernel(STREAM_TOUCH, arrays, threads) > 0.0) {
     limits->copy_gbs = best_stream_gbs(STREAM_COPY, arrays, threads, 2.0 * (double)bytes);
     limits->triad_gbs = best_stream_gbs(STREAM_TRIAD, arrays, threads, 3.0 * (double)bytes);
   }
@@ -114,5 +113,6 @@ bench_limits bench_measure_limits(int threads) {
 }
 
 double bench_bandwidth_limit(const bench_limits *limits) {
+  if (limits->device_gbs > 0) return limits->device_gbs;
   return limits->copy_gbs > limits->triad_gbs ? limits->copy_gbs : limits->triad_gbs;
 }

@@ -150,6 +150,7 @@ const bench_workload bench_program_workloads[] = {
         .setup = tiny_setup,
         .run = lazy_run,
         .teardown = model_teardown,
+        .cpu_only = true,
     },
     {
         .name = "call_program_tiny",
@@ -159,6 +160,7 @@ const bench_workload bench_program_workloads[] = {
         .setup = tiny_setup,
         .run = program_run,
         .teardown = model_teardown,
+        .cpu_only = true,
     },
     {
         .name = "call_so_tiny",
@@ -168,6 +170,7 @@ const bench_workload bench_program_workloads[] = {
         .setup = tiny_setup,
         .run = exported_call,
         .teardown = model_teardown,
+        .cpu_only = true,
     },
     {
         .name = "cnn_infer_program",
@@ -177,6 +180,7 @@ const bench_workload bench_program_workloads[] = {
         .setup = cnn_setup,
         .run = program_run,
         .teardown = model_teardown,
+        .cpu_only = true,
     },
     {
         .name = "cnn_infer_so",
@@ -186,6 +190,7 @@ const bench_workload bench_program_workloads[] = {
         .setup = cnn_setup,
         .run = exported_call,
         .teardown = model_teardown,
+        .cpu_only = true,
     },
 };
 const int bench_program_count = sizeof bench_program_workloads / sizeof bench_program_workloads[0];

@@ -8,11 +8,16 @@
 #define MIB (1024.0 * 1024.0)
 
 const char *bench_format_seconds(double s, char *buf, size_t size) {
-  if (s <= 0.0) snprintf(buf, size, "-");
-  else if (s < 1e-6) snprintf(buf, size, "%.0f ns", s * 1e9);
-  else if (s < 1e-3) snprintf(buf, size, "%.1f us", s * 1e6);
-  else if (s < 1.0) snprintf(buf, size, "%.2f ms", s * 1e3);
-  else snprintf(buf, size, "%.2f s", s);
+  if (s <= 0.0)
+    snprintf(buf, size, "-");
+  else if (s < 1e-6)
+    snprintf(buf, size, "%.0f ns", s * 1e9);
+  else if (s < 1e-3)
+    snprintf(buf, size, "%.1f us", s * 1e6);
+  else if (s < 1.0)
+    snprintf(buf, size, "%.2f ms", s * 1e3);
+  else
+    snprintf(buf, size, "%.2f s", s);
   return buf;
 }
 
@@ -47,24 +52,34 @@ static const char *first_cache_text(const bench_result *r, char *buf, size_t siz
     snprintf(buf, size, "disk %llu", (unsigned long long)r->first_disk_hits);
   else if (r->first_memory_hits)
     snprintf(buf, size, "memory %llu", (unsigned long long)r->first_memory_hits);
-  else snprintf(buf, size, "no kernels");
+  else
+    snprintf(buf, size, "no kernels");
   return buf;
 }
 
 /* "192.0 MiB", "12.0 KiB" */
 static const char *bytes_text(uint64_t bytes, char *buf, size_t size) {
-  if (bytes >= 1024u * 1024u) snprintf(buf, size, "%.1f MiB", (double)bytes / MIB);
-  else snprintf(buf, size, "%.1f KiB", (double)bytes / 1024.0);
+  if (bytes >= 1024u * 1024u)
+    snprintf(buf, size, "%.1f MiB", (double)bytes / MIB);
+  else
+    snprintf(buf, size, "%.1f KiB", (double)bytes / 1024.0);
   return buf;
 }
 
 static const char *ratio_text(double numerator, double denominator, char *buf, size_t size) {
-  if (numerator > 0.0 && denominator > 0.0) snprintf(buf, size, "%.2fx", numerator / denominator);
-  else snprintf(buf, size, "-");
+  if (numerator > 0.0 && denominator > 0.0)
+    snprintf(buf, size, "%.2fx", numerator / denominator);
+  else
+    snprintf(buf, size, "-");
   return buf;
 }
 
 void bench_print_limits(FILE *out, const bench_limits *limits) {
+  if (limits->device_gbs > 0) {
+    fprintf(out, "device limits: peak memory bandwidth %.1f GB/s (memory clock x bus width)\n",
+            limits->device_gbs);
+    return;
+  }
   if (limits->copy_gbs <= 0.0 && limits->triad_gbs <= 0.0 && limits->sgemm_gflops <= 0.0) {
     fprintf(out, "machine limits (%d threads): not measured\n", limits->threads);
     return;
@@ -84,18 +99,22 @@ static void print_header(FILE *out) {
 }
 
 static void print_row(FILE *out, const bench_result *r, const bench_limits *limits) {
-  char median[32], first[32], cache[64], rate[48], limit[16], kernels[24], peak[24],
-      unfused[16], direct[16];
+  char median[32], first[32], cache[64], rate[48], limit[16], kernels[24], peak[24], unfused[16],
+      direct[16];
   if (r->status != LOOM_OK) {
     fprintf(out, "%-32s FAILED: %s\n", r->workload->name, r->error);
     return;
   }
   snprintf(rate, sizeof rate, "%.2f %s", bench_rate(r), rate_unit(r->workload->metric));
   double percent = bench_percent_of_limit(r, limits);
-  if (percent >= 0.0) snprintf(limit, sizeof limit, "%.0f%%", percent);
-  else snprintf(limit, sizeof limit, "-");
-  if (r->has_peak) bytes_text(r->peak_bytes, peak, sizeof peak);
-  else snprintf(peak, sizeof peak, "-");
+  if (percent >= 0.0)
+    snprintf(limit, sizeof limit, "%.0f%%", percent);
+  else
+    snprintf(limit, sizeof limit, "-");
+  if (r->has_peak)
+    bytes_text(r->peak_bytes, peak, sizeof peak);
+  else
+    snprintf(peak, sizeof peak, "-");
   snprintf(kernels, sizeof kernels, "%.2f", r->kernels_per_call);
   fprintf(out, ROW_FORMAT, r->workload->name,
           bench_format_seconds(r->median_s, median, sizeof median),
@@ -132,10 +151,10 @@ static void print_json_line(FILE *out, json_t *o) {
 
 void bench_print_json_limits(FILE *out, const bench_limits *limits) {
   bool measured = limits->copy_gbs > 0.0 || limits->triad_gbs > 0.0 || limits->sgemm_gflops > 0.0;
-  print_json_line(out, json_pack("{s:s, s:b, s:i, s:f, s:f, s:f}", "kind", "limits", "measured",
-                                 measured, "threads", limits->threads, "copy_gbs",
-                                 limits->copy_gbs, "triad_gbs", limits->triad_gbs,
-                                 "sgemm_gflops", limits->sgemm_gflops));
+  print_json_line(out,
+                  json_pack("{s:s, s:b, s:i, s:f, s:f, s:f}", "kind", "limits", "measured",
+                            measured, "threads", limits->threads, "copy_gbs", limits->copy_gbs,
+                            "triad_gbs", limits->triad_gbs, "sgemm_gflops", limits->sgemm_gflops));
 }
 
 static void set_real(json_t *o, const char *key, double value) {

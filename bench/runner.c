@@ -110,18 +110,27 @@ static loom_status measure_first_call(const bench_workload *w, void *state, benc
   return status;
 }
 
+/* The memory of the device the workloads run on. */
+static void memory_of(loom_stats s, uint64_t *live, uint64_t *peak) {
+  bool device = loom_default_device().type == LOOM_DEVICE_CUDA;
+  *live = device ? s.device_bytes_live : s.bytes_live;
+  *peak = device ? s.device_bytes_peak : s.bytes_peak;
+}
+
 static loom_status measure_peak(const bench_workload *w, void *state, bench_result *r) {
-  r->live_before_bytes = loom_get_stats().bytes_live;
+  uint64_t peak;
+  memory_of(loom_get_stats(), &r->live_before_bytes, &peak);
   loom_reset_stats();
   call_measure ignored;
   loom_status status = timed_call(w, state, &ignored);
-  r->peak_bytes = loom_get_stats().bytes_peak;
+  uint64_t live;
+  memory_of(loom_get_stats(), &live, &r->peak_bytes);
   r->has_peak = status == LOOM_OK;
   return status;
 }
 
-static loom_status measure_unfused(const bench_workload *w, void *state,
-                                   const bench_options *opts, bench_result *r) {
+static loom_status measure_unfused(const bench_workload *w, void *state, const bench_options *opts,
+                                   bench_result *r) {
   double gemm_per_call;
   bool fusion_was_enabled = loom_fusion_enabled();
   loom_set_fusion(false);

@@ -24,7 +24,7 @@ static loom_tensor *labels(int64_t n) {
   int64_t *v = malloc(sizeof(int64_t) * (size_t)n);
   if (!v) return NULL;
   for (int64_t i = 0; i < n; i++) v[i] = (i * 7) % 10;
-  loom_tensor *t = loom_from_data(v, LOOM_SHAPE(n), LOOM_I64, LOOM_CPU);
+  loom_tensor *t = loom_from_data(v, LOOM_SHAPE(n), LOOM_I64, loom_default_device());
   free(v);
   return t;
 }

@@ -606,6 +606,13 @@ bool loom_cuda_available(void);
 int loom_cuda_device_count(void);
 /* Why CUDA is not available, or NULL when it is. */
 const char *loom_cuda_unavailable_reason(void);
+/* Waits until everything queued on device has finished (work on a CUDA device
+ * is asynchronous: realizing queues it, and only a value reaching the host
+ * waits). The CPU has nothing to wait for. For timing device work. */
+loom_status loom_synchronize(loom_device device);
+/* A CUDA device's peak memory bandwidth in GB/s (from its memory clock and bus
+ * width), or 0 when unknown or not a device. */
+double loom_cuda_peak_bandwidth(int index);
 
 /* Threads that run kernels and BLAS (default: LOOM_NUM_THREADS, else the cores). */
 loom_status loom_set_num_threads(int n);

@@ -36,6 +36,8 @@ loom_status lm_cuda_copy(const char *op, loom_device to, void *dst, loom_device 
 loom_status lm_cuda_zero(const char *op, int dev, void *ptr, size_t bytes);
 /* Waits for everything queued on device dev. */
 loom_status lm_cuda_sync(const char *op, int dev);
+/* Device dev's peak memory bandwidth in GB/s, 0 when unknown. */
+double lm_cuda_peak_gbs(int dev);
 
 /* Compiles (or finds in the caches) the device code of every step of p for
  * device dev; sets each step's device_code. */

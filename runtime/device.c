@@ -26,17 +26,34 @@ int loom_cuda_device_count(void) { return loom_cuda_available() ? lm_cuda_count(
 
 const char *loom_cuda_unavailable_reason(void) { return loom_cuda_available() ? NULL : reason; }
 
-loom_status loom_set_default_device(loom_device device) {
+/* Whether device can be used: LOOM_OK, or an error naming op and why not. */
+static loom_status check_device(const char *op, loom_device device) {
   if (device.type == LOOM_DEVICE_CUDA && !loom_cuda_available())
-    return lm_fail(LOOM_ERR_DEVICE, "loom_set_default_device: cuda:%d: %s", device.index,
+    return lm_fail(LOOM_ERR_DEVICE, "%s: cuda:%d: %s", op, device.index,
                    loom_cuda_unavailable_reason());
   if (device.type == LOOM_DEVICE_CUDA &&
       (device.index < 0 || device.index >= loom_cuda_device_count()))
-    return lm_fail(LOOM_ERR_DEVICE, "loom_set_default_device: cuda:%d does not exist (%d devices)",
-                   device.index, loom_cuda_device_count());
+    return lm_fail(LOOM_ERR_DEVICE, "%s: cuda:%d does not exist (%d devices)", op, device.index,
+                   loom_cuda_device_count());
   if (device.type != LOOM_DEVICE_CPU && device.type != LOOM_DEVICE_CUDA)
-    return lm_fail(LOOM_ERR_DEVICE, "loom_set_default_device: unknown device type %d",
-                   (int)device.type);
+    return lm_fail(LOOM_ERR_DEVICE, "%s: unknown device type %d", op, (int)device.type);
+  return LOOM_OK;
+}
+
+loom_status loom_synchronize(loom_device device) {
+  loom_status st = check_device("loom_synchronize", device);
+  if (st != LOOM_OK || device.type == LOOM_DEVICE_CPU) return st;
+  return lm_cuda_sync("loom_synchronize", device.index);
+}
+
+double loom_cuda_peak_bandwidth(int index) {
+  if (index < 0 || index >= loom_cuda_device_count()) return 0;
+  return lm_cuda_peak_gbs(index);
+}
+
+loom_status loom_set_default_device(loom_device device) {
+  loom_status st = check_device("loom_set_default_device", device);
+  if (st != LOOM_OK) return st;
   atomic_store(&default_device_type, device.type);
   atomic_store(&default_device_index, device.index);
   return LOOM_OK;

@@ -47,6 +47,10 @@ static void check_unavailable(const char *expect_reason) {
   CHECK_MSG(contains(why, expect_reason), "reason '%s' lacks '%s'", why ? why : "(null)",
             expect_reason);
   printf("SKIP (no device here): loom_cuda_unavailable_reason() = %s\n", why ? why : "(null)");
+  CHECK_OK(loom_synchronize(LOOM_CPU));
+  CHECK_RC(loom_synchronize(LOOM_CUDA(0)), LOOM_ERR_DEVICE);
+  CHECK_MSG(contains(loom_last_error(), expect_reason), "loom_synchronize: %s", loom_last_error());
+  CHECK(loom_cuda_peak_bandwidth(0) == 0);
 
   loom_tensor *z = loom_zeros(LOOM_SHAPE(4), LOOM_F32, LOOM_CUDA(0));
   CHECK_ERROR(z, LOOM_ERR_DEVICE, expect_reason);
@@ -455,6 +459,21 @@ static void fake_no_leaks(void) {
          c.allocs, c.launches, c.modules, c.syncs, c.htod, c.dtoh);
 }
 
+/* loom_synchronize waits for the stream (the double applies a queued copy to
+ * the host at the sync); the peak bandwidth comes from the device's attributes. */
+static void fake_synchronize(void) {
+  CHECK_OK(loom_synchronize(LOOM_CPU));
+  CHECK_OK(loom_synchronize(LOOM_CUDA(0)));
+  CHECK_RC(loom_synchronize(LOOM_CUDA(3)), LOOM_ERR_DEVICE);
+  CHECK(contains(loom_last_error(), "cuda:3 does not exist"));
+  CHECK(loom_cuda_peak_bandwidth(0) > 0);
+  CHECK(loom_cuda_peak_bandwidth(1) == 0 && loom_cuda_peak_bandwidth(-1) == 0);
+  loom_tensor *x = loom_ones(LOOM_SHAPE(1000), LOOM_F32, LOOM_CUDA(0));
+  CHECK_OK(loom_realize(x));
+  CHECK_OK(loom_synchronize(LOOM_CUDA(0)));
+  loom_free(x);
+}
+
 static void run_fake(void) {
   char why[1024];
   if (!lm_nvrtc_available(why, sizeof why)) {
@@ -479,6 +498,7 @@ static void run_fake(void) {
   LOOM_SCOPE { fake_random(); }
   LOOM_SCOPE { fake_errors(); }
   LOOM_SCOPE { fake_default_device(); }
+  LOOM_SCOPE { fake_synchronize(); }
   LOOM_SCOPE { fake_disk_cache(getenv("LOOM_CACHE_DIR")); }
   fake_no_leaks();
 }

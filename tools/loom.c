@@ -30,7 +30,7 @@ static void print_usage(FILE *out) {
           "       loom cache stats | clear\n"
           "       loom export model.loom --name NAME --out DIR\n"
           "       loom bench [name...] [--json] [--peers] [--repeats N] [--warmup N]\n"
-          "                  [--threads N] [--no-limits] [--list]\n"
+          "                  [--threads N] [--no-limits] [--list] [--device cpu|cuda[:N]]\n"
           "\n"
           "bench: all workloads when no names are given. --json prints one JSON object per\n"
           "line on stdout (the table then goes to stderr). --peers also runs the NumPy and\n"
@@ -126,6 +126,23 @@ static bool parse_count(const char *flag, const char *text, int minimum, int *va
   return true;
 }
 
+/* "cpu", "cuda" or "cuda:N". */
+static bool parse_device(const char *text, loom_device *out) {
+  int index = 0;
+  char extra;
+  if (text && strcmp(text, "cpu") == 0) {
+    *out = LOOM_CPU;
+    return true;
+  }
+  if (text && (strcmp(text, "cuda") == 0 ||
+               (sscanf(text, "cuda:%d%c", &index, &extra) == 1 && index >= 0))) {
+    *out = LOOM_CUDA(index);
+    return true;
+  }
+  fprintf(stderr, "loom bench: --device takes cpu, cuda or cuda:N, got '%s'\n", text ? text : "");
+  return false;
+}
+
 /* One argument (and its value, for flags that take one); returns the number of
  * arguments used, or 0 on error. */
 static int parse_bench_argument(bench_command *cmd, int argc, char **argv) {
@@ -143,6 +160,7 @@ static int parse_bench_argument(bench_command *cmd, int argc, char **argv) {
     *switch_flag = true;
     return 1;
   }
+  if (strcmp(arg, "--device") == 0) return parse_device(value, &cmd->options.device) ? 2 : 0;
   int minimum = number_flag == &cmd->options.warmup ? 0 : 1;
   if (number_flag) return parse_count(arg, value, minimum, number_flag) ? 2 : 0;
   if (arg[0] == '-') {
@@ -178,13 +196,20 @@ static void list_workloads(void) {
 }
 
 /* The workloads to run: the named ones, else all. */
-static int selected_workloads(const bench_command *cmd, const bench_workload **out) {
-  if (cmd->nnames == 0) {
-    for (int i = 0; i < bench_workload_count(); i++) out[i] = bench_workload_at(i);
-    return bench_workload_count();
+/* The named workloads, or all; on a CUDA device those that run on the CPU only
+ * are left out with a note. */
+static int selected_workloads(const bench_command *cmd, const bench_workload **out, FILE *table) {
+  bool device = cmd->options.device.type == LOOM_DEVICE_CUDA;
+  int all = cmd->nnames == 0 ? bench_workload_count() : cmd->nnames, n = 0;
+  for (int i = 0; i < all; i++) {
+    const bench_workload *w =
+        cmd->nnames == 0 ? bench_workload_at(i) : bench_workload_find(cmd->names[i]);
+    if (device && w->cpu_only)
+      fprintf(table, "%s: skipped, it runs on the CPU only\n", w->name);
+    else
+      out[n++] = w;
   }
-  for (int i = 0; i < cmd->nnames; i++) out[i] = bench_workload_find(cmd->names[i]);
-  return cmd->nnames;
+  return n;
 }
 
 static void run_peers_and_report(const bench_command *cmd, FILE *table, const bench_result *results,
@@ -207,9 +232,12 @@ static int run_benchmarks(const bench_command *cmd) {
     free(workloads), free(results);
     return -1;
   }
-  int n = selected_workloads(cmd, workloads), failed = 0;
+  int n = selected_workloads(cmd, workloads, table), failed = 0;
   bench_limits limits = {.threads = cmd->options.threads};
-  if (!cmd->skip_limits) limits = bench_measure_limits(cmd->options.threads);
+  if (cmd->options.device.type == LOOM_DEVICE_CUDA)
+    limits.device_gbs = loom_cuda_peak_bandwidth(cmd->options.device.index);
+  else if (!cmd->skip_limits)
+    limits = bench_measure_limits(cmd->options.threads);
   bench_print_table_header(table, &limits);
   if (cmd->options.json) bench_print_json_limits(stdout, &limits);
   for (int i = 0; i < n; i++) {
@@ -222,7 +250,10 @@ static int run_benchmarks(const bench_command *cmd) {
     }
   }
   bench_print_table_notes(table, results, n);
-  if (cmd->options.peers) run_peers_and_report(cmd, table, results, n);
+  if (cmd->options.peers && cmd->options.device.type == LOOM_DEVICE_CUDA)
+    fprintf(table, "\npeers: skipped on a CUDA device (they run on the CPU)\n");
+  else if (cmd->options.peers)
+    run_peers_and_report(cmd, table, results, n);
   free(workloads), free(results);
   return failed;
 }
@@ -234,8 +265,11 @@ static int command_bench(int argc, char **argv) {
     loom_status status =
         cmd.requested_threads ? loom_set_num_threads(cmd.requested_threads) : LOOM_OK;
     cmd.options.threads = loom_num_threads();
+    loom_status on_device = loom_set_default_device(cmd.options.device);
     if (status != LOOM_OK) {
       print_error("--threads", status);
+    } else if (on_device != LOOM_OK) {
+      print_error("--device", on_device);
     } else if (cmd.list_only) {
       list_workloads();
       exit_code = 0;

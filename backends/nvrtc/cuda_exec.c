@@ -38,6 +38,11 @@ bool lm_cuda_ready(char *why, size_t whylen) {
 
 int lm_cuda_count(void) { return lm_cu_device_count(); }
 
+double lm_cuda_peak_gbs(int dev) {
+  const lm_cu_device *d = lm_cu_device_at(dev);
+  return d ? d->peak_gbs : 0;
+}
+
 /* A loaded function and how to launch it. */
 typedef struct cuda_code {
   CUfunction fn;
