@@ -111,8 +111,9 @@ typedef enum lk_reduce {
                 -> +inf, any NaN -> NaN                                     */
 } lk_reduce;
 
-/* LK_RED_LSE: acc_dtype may be F64 with F32 values: the row's max and exp run
- * in float, the sum and the result in double, not rounded to float. */
+/* LK_RED_LSE: acc_dtype may be F64 with F32 values: the row's max, exps and
+ * sum run in float (the CUDA generator sums in double), max + log(sum) in
+ * double, not rounded to float. */
 /*
  * Row statistics: a kernel without a reduction (nouter == ndim >= 2) may compute,
  * once per row (a point of dims [0, ndim-1)), reductions over the last dim: stat
