@@ -134,6 +134,63 @@ lk_hash lk_kernel_hash(const lk_kernel *k) {
   return (lk_hash){h.low64, h.high64};
 }
 
+/* ------------------------------------------------------------------ dependencies */
+
+void lk_mark_needed(const lk_kernel *k, int target, unsigned char *needed) {
+  needed[target] = 1;
+  for (int i = target; i >= 0; i--) { /* operands always come earlier */
+    if (!needed[i]) continue;
+    const lk_inst *in = &k->inst[i];
+    if (in->a >= 0) needed[in->a] = 1;
+    if (in->b >= 0) needed[in->b] = 1;
+    if (in->c >= 0) needed[in->c] = 1;
+  }
+}
+
+/* ------------------------------------------------------------------ affine indices */
+
+void lk_affine_analyze(const lk_kernel *k, lk_affine *af) {
+  for (int i = 0; i < k->nbody; i++) {
+    const lk_inst *in = &k->inst[i];
+    lk_affine *r = &af[i];
+    memset(r, 0, sizeof *r);
+    if (in->dtype != LOOM_I64) continue;
+    const lk_affine *a = in->a >= 0 ? &af[in->a] : NULL, *b = in->b >= 0 ? &af[in->b] : NULL;
+    bool ok = true;
+    switch (in->op) {
+    case LK_DIM: r->c[in->imm_i] = 1; break;
+    case LK_CONST: r->k = in->imm_i; break;
+    case LK_ADD:
+    case LK_SUB: {
+      ok = a->ok && b->ok;
+      int64_t sign = in->op == LK_ADD ? 1 : -1;
+      for (int d = 0; d <= k->ndim && ok; d++) {
+        int64_t x = d < k->ndim ? a->c[d] : a->k, y = d < k->ndim ? b->c[d] : b->k;
+        int64_t *out = d < k->ndim ? &r->c[d] : &r->k;
+        ok = !__builtin_mul_overflow(y, sign, &y) && !__builtin_add_overflow(x, y, out);
+      }
+      break;
+    }
+    case LK_MUL: {
+      ok = a->ok && b->ok;
+      bool a_const = true, b_const = true;
+      for (int d = 0; d < k->ndim; d++) a_const &= a->c[d] == 0, b_const &= b->c[d] == 0;
+      if (!ok || !(a_const || b_const)) {
+        ok = false;
+        break;
+      }
+      const lk_affine *v = a_const ? b : a;
+      int64_t m = a_const ? a->k : b->k;
+      for (int d = 0; d < k->ndim && ok; d++) ok = !__builtin_mul_overflow(v->c[d], m, &r->c[d]);
+      ok = ok && !__builtin_mul_overflow(v->k, m, &r->k);
+      break;
+    }
+    default: ok = false;
+    }
+    r->ok = ok;
+  }
+}
+
 /* ------------------------------------------------------------------ listing */
 
 static const char *reduce_name(lk_reduce r) {

@@ -153,6 +153,20 @@ typedef struct lk_hash {
 } lk_hash;
 
 lk_hash lk_kernel_hash(const lk_kernel *k);
+/* Marks in needed[] (ninst bytes, zeroed by the caller) instruction `target`
+ * and every instruction it depends on: what a backend evaluates for it. */
+void lk_mark_needed(const lk_kernel *k, int target, unsigned char *needed);
+/* An I64 instruction as c[0] DIM 0 + ... + c[ndim-1] DIM ndim-1 + k, when it
+ * is one (ok): the index arithmetic of loads, for backends choosing loop and
+ * vector shapes. */
+typedef struct lk_affine {
+  bool ok;
+  int64_t c[LOOM_MAX_DIMS];
+  int64_t k;
+} lk_affine;
+/* af[i] for every body instruction i < nbody (af has nbody entries; not ok
+ * for non-I64 instructions and for ones that are not affine, or overflow). */
+void lk_affine_analyze(const lk_kernel *k, lk_affine *af);
 /* Readable listing, for LOOM_DEBUG and tests. */
 void lk_kernel_print(const lk_kernel *k, FILE *f);
 const char *lk_op_name(lk_op op);

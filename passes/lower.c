@@ -137,29 +137,46 @@ static int load(builder *b, const lm_node *n, const int *idx) {
 
 /* ------------------------------------------------------------ views */
 
-/* Reshape: match groups of non-1 dims whose products agree; within a group
- * map one to one, or linearize and unravel. */
-static void reshape_index(builder *b, const loom_shape *to, const loom_shape *from, const int *idx,
-                          int *out) {
-  int t[LOOM_MAX_DIMS], s[LOOM_MAX_DIMS], nt = 0, ns = 0;
+/* A reshape from `from` to `to` pairs groups of non-1 dims whose products
+ * agree: group g is to's dims t[tb[g]..tb[g+1]) and from's s[sb[g]..sb[g+1]). */
+typedef struct reshape_groups {
+  int t[LOOM_MAX_DIMS], s[LOOM_MAX_DIMS];
+  int tb[LOOM_MAX_DIMS + 1], sb[LOOM_MAX_DIMS + 1];
+  int n;
+} reshape_groups;
+
+static void match_groups(const loom_shape *to, const loom_shape *from, reshape_groups *g) {
+  int nt = 0, ns = 0, i = 0, j = 0;
   for (int d = 0; d < to->ndim; d++)
-    if (to->dim[d] != 1) t[nt++] = d;
-  for (int d = 0; d < from->ndim; d++) {
-    out[d] = iconst(b, 0);
-    if (from->dim[d] != 1) s[ns++] = d;
-  }
-  int i = 0, j = 0;
+    if (to->dim[d] != 1) g->t[nt++] = d;
+  for (int d = 0; d < from->ndim; d++)
+    if (from->dim[d] != 1) g->s[ns++] = d;
+  g->n = 0;
+  g->tb[0] = g->sb[0] = 0;
   while (i < nt && j < ns) {
-    int i0 = i, j0 = j;
-    int64_t pt = to->dim[t[i++]], ps = from->dim[s[j++]];
+    int64_t pt = to->dim[g->t[i++]], ps = from->dim[g->s[j++]];
     while (pt != ps) {
       if (pt < ps && i < nt)
-        pt *= to->dim[t[i++]];
+        pt *= to->dim[g->t[i++]];
       else if (j < ns)
-        ps *= from->dim[s[j++]];
+        ps *= from->dim[g->s[j++]];
       else
         break;
     }
+    g->n++;
+    g->tb[g->n] = i, g->sb[g->n] = j;
+  }
+}
+
+/* Reshape: within a group map one to one, or linearize and unravel. */
+static void reshape_index(builder *b, const loom_shape *to, const loom_shape *from, const int *idx,
+                          int *out) {
+  reshape_groups grp;
+  match_groups(to, from, &grp);
+  const int *t = grp.t, *s = grp.s;
+  for (int d = 0; d < from->ndim; d++) out[d] = iconst(b, 0);
+  for (int gi = 0; gi < grp.n; gi++) {
+    int i0 = grp.tb[gi], i = grp.tb[gi + 1], j0 = grp.sb[gi], j = grp.sb[gi + 1];
     if (i - i0 == 1 && j - j0 == 1) {
       out[s[j0]] = idx[t[i0]];
       continue;
@@ -438,25 +455,10 @@ static int stat_value(builder *b, const lm_node *red, const int *idx) {
 /* Whether reshaping `from` to `to` unravels: some group of `to`'s dims maps
  * to several of `from`'s, whose indices then take a division each. */
 static bool reshape_unravels(const loom_shape *to, const loom_shape *from) {
-  int t[LOOM_MAX_DIMS], s[LOOM_MAX_DIMS], nt = 0, ns = 0;
-  for (int d = 0; d < to->ndim; d++)
-    if (to->dim[d] != 1) t[nt++] = d;
-  for (int d = 0; d < from->ndim; d++)
-    if (from->dim[d] != 1) s[ns++] = d;
-  int i = 0, j = 0;
-  while (i < nt && j < ns) {
-    int j0 = j;
-    int64_t pt = to->dim[t[i++]], ps = from->dim[s[j++]];
-    while (pt != ps && (i < nt || j < ns)) {
-      if (pt < ps && i < nt)
-        pt *= to->dim[t[i++]];
-      else if (j < ns)
-        ps *= from->dim[s[j++]];
-      else
-        break;
-    }
-    if (j - j0 > 1) return true;
-  }
+  reshape_groups grp;
+  match_groups(to, from, &grp);
+  for (int gi = 0; gi < grp.n; gi++)
+    if (grp.sb[gi + 1] - grp.sb[gi] > 1) return true;
   return false;
 }
 

@@ -497,11 +497,11 @@ static void unfuse_rows(const lm_graph *g, const lm_node *e) {
     lm_node *n = g->nodes[i];
     if (lm_is_computed(n) || n->row_root != e) continue;
     n->row_root = NULL;
-    /* a stat, or a reduction that is its own stat; an epilogue's reduction stays inline */
-    bool fused_away = false;
-    for (int j = i + 1; j < g->n; j++)
-      fused_away |= !lm_is_computed(g->nodes[j]) && g->nodes[j]->fused_reduce == n;
-    n->materialize = !fused_away;
+    n->materialize = true; /* the root, a stat, or a reduction that is its own stat */
+  }
+  for (int i = 0; i < g->n; i++) { /* an epilogue's reduction stays inside its kernel */
+    lm_node *n = g->nodes[i];
+    if (!lm_is_computed(n) && n->fused_reduce) n->fused_reduce->materialize = false;
   }
 }
 

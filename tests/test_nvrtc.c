@@ -114,6 +114,23 @@ static void note_coverage(const lk_kernel *k, const lm_cuda_launch *launch) {
   mode_seen[launch->mode] = true;
 }
 
+/* A new job named `name`, or NULL (counted) when one of that name is queued. */
+static job *new_job(const char *name) {
+  for (int i = 0; i < njobs; i++)
+    if (strcmp(jobs[i].name, name) == 0) {
+      duplicates++;
+      return NULL;
+    }
+  if (njobs == jobs_cap) {
+    jobs_cap = jobs_cap ? 2 * jobs_cap : 256;
+    jobs = realloc(jobs, (size_t)jobs_cap * sizeof *jobs);
+    if (!jobs) abort();
+  }
+  job *j = &jobs[njobs++];
+  snprintf(j->name, sizeof j->name, "%s", name);
+  return j;
+}
+
 static void add_kernel(const char *label, const lk_kernel *k) {
   char *src = NULL, name[36], err[512];
   lm_cuda_launch launch;
@@ -124,19 +141,11 @@ static void add_kernel(const char *label, const lk_kernel *k) {
   CHECK_MSG(strncmp(src, prelude, strlen(prelude)) == 0, "%s: %s does not start with the prelude",
             label, name);
   note_coverage(k, &launch);
-  for (int i = 0; i < njobs; i++)
-    if (strcmp(jobs[i].name, name) == 0) {
-      duplicates++;
-      free(src);
-      return;
-    }
-  if (njobs == jobs_cap) {
-    jobs_cap = jobs_cap ? 2 * jobs_cap : 256;
-    jobs = realloc(jobs, (size_t)jobs_cap * sizeof *jobs);
-    if (!jobs) abort();
+  job *j = new_job(name);
+  if (!j) {
+    free(src);
+    return;
   }
-  job *j = &jobs[njobs++];
-  memcpy(j->name, name, sizeof name);
   j->source = src;
   j->listing = listing_of(k);
   j->label = label;
@@ -151,19 +160,11 @@ static void add_fused(const char *label, const lk_kernel *k, int slot, const lm_
                                                 name, err, sizeof err);
   CHECK_MSG(st == LOOM_OK, "%s: lm_cuda_gemm_epilogue_source: %s", label, err);
   if (st != LOOM_OK) return;
-  for (int i = 0; i < njobs; i++)
-    if (strcmp(jobs[i].name, name) == 0) {
-      duplicates++;
-      free(src);
-      return;
-    }
-  if (njobs == jobs_cap) {
-    jobs_cap = jobs_cap ? 2 * jobs_cap : 256;
-    jobs = realloc(jobs, (size_t)jobs_cap * sizeof *jobs);
-    if (!jobs) abort();
+  job *j = new_job(name);
+  if (!j) {
+    free(src);
+    return;
   }
-  job *j = &jobs[njobs++];
-  memcpy(j->name, name, sizeof name);
   j->source = src;
   j->listing = listing_of(k);
   j->label = "gemm epilogue";
@@ -183,16 +184,14 @@ static void add_gemm_kernels(void) {
       size_t pre = strlen(lm_cuda_prelude()), n = strlen(src);
       char *full = malloc(pre + n + 1);
       if (!full) abort();
-      if (njobs == jobs_cap) {
-        jobs_cap = jobs_cap ? 2 * jobs_cap : 256;
-        jobs = realloc(jobs, (size_t)jobs_cap * sizeof *jobs);
-        if (!jobs) abort();
-      }
       memcpy(full, lm_cuda_prelude(), pre);
       memcpy(full + pre, src, n + 1);
       free(src);
-      job *j = &jobs[njobs++];
-      snprintf(j->name, sizeof j->name, "%.35s", name); /* "lm_gemm_f64_tt" fits */
+      job *j = new_job(name); /* "lm_gemm_f64_tt" fits; each name comes once */
+      if (!j) {
+        free(full);
+        continue;
+      }
       j->source = full;
       j->listing = NULL;
       j->label = "gemm";

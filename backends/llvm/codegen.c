@@ -76,18 +76,6 @@ typedef struct plan {
   enum { POINT_STORE, POINT_ZERO, POINT_ADD, POINT_FINISH } point;
 } plan;
 
-/* Marks `target` and everything it depends on (operands always come earlier). */
-static void mark_needed(const lk_kernel *k, int target, unsigned char *needed) {
-  needed[target] = 1;
-  for (int i = target; i >= 0; i--) {
-    if (!needed[i]) continue;
-    const lk_inst *in = &k->inst[i];
-    if (in->a >= 0) needed[in->a] = 1;
-    if (in->b >= 0) needed[in->b] = 1;
-    if (in->c >= 0) needed[in->c] = 1;
-  }
-}
-
 static int64_t extent_product(const lk_kernel *k, int from, int to) {
   int64_t n = 1;
   for (int d = from; d < to; d++) n *= k->dom[d];
@@ -367,37 +355,6 @@ static void gen_outer_iteration(lm_cg *g, plan *p) {
 
 /* ------------------------------------------------------------------ columns */
 
-/* The coefficients of instruction i (an I64 index) as an affine function of
- * the domain dims, or false when it is not one. */
-typedef struct affine_index {
-  bool ok;
-  int64_t c[LOOM_MAX_DIMS];
-} affine_index;
-
-static void analyze_affine_all(const lk_kernel *k, affine_index *af) {
-  for (int i = 0; i < k->nbody; i++) {
-    const lk_inst *in = &k->inst[i];
-    affine_index *r = &af[i];
-    memset(r, 0, sizeof *r);
-    if (in->dtype != LOOM_I64) continue;
-    const affine_index *a = in->a >= 0 ? &af[in->a] : NULL, *b = in->b >= 0 ? &af[in->b] : NULL;
-    r->ok = true;
-    if (in->op == LK_DIM) {
-      r->c[in->imm_i] = 1;
-    } else if (in->op == LK_CONST) {
-      /* a constant term does not change a stride */
-    } else if (in->op == LK_ADD || in->op == LK_SUB) {
-      r->ok = a->ok && b->ok;
-      for (int d = 0; d < k->ndim; d++) r->c[d] = a->c[d] + (in->op == LK_ADD ? 1 : -1) * b->c[d];
-    } else if (in->op == LK_MUL && k->inst[in->b].op == LK_CONST) {
-      r->ok = a->ok;
-      for (int d = 0; d < k->ndim; d++) r->c[d] = a->c[d] * k->inst[in->b].imm_i;
-    } else {
-      r->ok = false;
-    }
-  }
-}
-
 /* A sum over few outputs whose loads run along the outputs and across the
  * reduced dims (a bias gradient: the column sums of a [rows, C] matrix): each
  * output's row loop would stride through memory. Such kernels loop over the
@@ -411,14 +368,14 @@ static bool column_shaped(const lk_kernel *k, const unsigned char *needed) {
       k->acc_dtype != k->out_dtype || extent_product(k, 0, k->nouter) > COLUMN_MAX_OUTPUTS ||
       k->dom[k->nouter - 1] < 4)
     return false;
-  affine_index *af = malloc(sizeof *af * (size_t)k->nbody);
+  lk_affine *af = malloc(sizeof *af * (size_t)k->nbody);
   if (!af) return false;
-  analyze_affine_all(k, af);
+  lk_affine_analyze(k, af);
   int across = 0, along = 0;
   for (int i = 0; i < k->nbody; i++) {
     const lk_inst *in = &k->inst[i];
     if (in->op != LK_LOAD || !needed[i]) continue;
-    const affine_index *o = &af[in->a];
+    const lk_affine *o = &af[in->a];
     if (!o->ok) continue;
     along += o->c[k->ndim - 1] == 1;
     across += o->c[k->nouter - 1] == 1 && o->c[k->ndim - 1] != 1;
@@ -606,9 +563,9 @@ static loom_status generate(lm_cg *g, plan *p) {
     lm_set_err(g->err, g->errlen, "kernel %s: out of memory in codegen", g->symbol);
     return LOOM_ERR_OOM;
   }
-  mark_needed(k, k->value, p->body_needed);
-  if (k->reduce != LK_RED_NONE) mark_needed(k, k->result, p->epi_needed);
-  for (int s = 0; s < k->nstats; s++) mark_needed(k, k->stat[s].value, p->stat[s].needed);
+  lk_mark_needed(k, k->value, p->body_needed);
+  if (k->reduce != LK_RED_NONE) lk_mark_needed(k, k->result, p->epi_needed);
+  for (int s = 0; s < k->nstats; s++) lk_mark_needed(k, k->stat[s].value, p->stat[s].needed);
   p->cached_stat = -1;
   g->cached_inst = -1;
   int s = k->nstats - 1; /* single-pass sums only: a second pass would store again */

@@ -83,13 +83,6 @@ static void sb_printf(sb *s, const char *fmt, ...) {
 
 /* ------------------------------------------------------------------ state */
 
-/* An I64 instruction as c[0] d0 + ... + c[nouter-1] d(nouter-1) + k, when it is one. */
-typedef struct affine {
-  bool ok;
-  int64_t c[LOOM_MAX_DIMS];
-  int64_t k;
-} affine;
-
 /* Elements of slot `slot` at the point's own index + shift, loaded as vectors. */
 typedef struct chunk {
   int slot;
@@ -418,52 +411,9 @@ static void emit_listing(cg *g, const char *name) {
 
 /* ------------------------------------------------------------------ elementwise */
 
-/* Which I64 instructions are affine in the outer dims (index arithmetic). */
-static void analyze_affine(const lk_kernel *k, affine *af) {
-  for (int i = 0; i < k->nbody; i++) {
-    const lk_inst *in = &k->inst[i];
-    affine *r = &af[i];
-    memset(r, 0, sizeof *r);
-    if (in->dtype != LOOM_I64) continue;
-    const affine *a = in->a >= 0 ? &af[in->a] : NULL, *b = in->b >= 0 ? &af[in->b] : NULL;
-    bool ok = true;
-    switch (in->op) {
-    case LK_DIM: r->c[in->imm_i] = 1; break;
-    case LK_CONST: r->k = in->imm_i; break;
-    case LK_ADD:
-    case LK_SUB: {
-      ok = a->ok && b->ok;
-      int64_t sign = in->op == LK_ADD ? 1 : -1;
-      for (int d = 0; d <= k->nouter && ok; d++) {
-        int64_t x = d < k->nouter ? a->c[d] : a->k, y = d < k->nouter ? b->c[d] : b->k;
-        int64_t *out = d < k->nouter ? &r->c[d] : &r->k;
-        ok = !__builtin_mul_overflow(y, sign, &y) && !__builtin_add_overflow(x, y, out);
-      }
-      break;
-    }
-    case LK_MUL: {
-      ok = a->ok && b->ok;
-      bool a_const = true, b_const = true;
-      for (int d = 0; d < k->nouter; d++) a_const &= a->c[d] == 0, b_const &= b->c[d] == 0;
-      if (!ok || !(a_const || b_const)) {
-        ok = false;
-        break;
-      }
-      const affine *v = a_const ? b : a;
-      int64_t m = a_const ? a->k : b->k;
-      for (int d = 0; d < k->nouter && ok; d++) ok = !__builtin_mul_overflow(v->c[d], m, &r->c[d]);
-      ok = ok && !__builtin_mul_overflow(v->k, m, &r->k);
-      break;
-    }
-    default: ok = false;
-    }
-    r->ok = ok && (in->op != LK_DIM || in->imm_i < k->nouter);
-  }
-}
-
 /* The load reads the point's own row-major index + shift (dims of extent 1
  * always have index 0, so their coefficient does not matter). */
-static bool contiguous(const lk_kernel *k, const affine *off, int64_t *shift) {
+static bool contiguous(const lk_kernel *k, const lk_affine *off, int64_t *shift) {
   if (!off->ok) return false;
   int64_t stride = 1;
   for (int d = k->nouter - 1; d >= 0; d--) {
@@ -476,13 +426,13 @@ static bool contiguous(const lk_kernel *k, const affine *off, int64_t *shift) {
 
 static bool find_chunks(cg *g) {
   const lk_kernel *k = g->k;
-  affine *af = calloc((size_t)k->ninst, sizeof *af);
+  lk_affine *af = calloc((size_t)k->ninst, sizeof *af);
   g->chunks = calloc((size_t)k->ninst, sizeof *g->chunks);
   if (!af || !g->chunks) {
     free(af);
     return false;
   }
-  analyze_affine(k, af);
+  lk_affine_analyze(k, af);
   for (int i = 0; i < k->nbody; i++) {
     const lk_inst *in = &k->inst[i];
     int64_t shift;
@@ -801,17 +751,6 @@ static void gen_rows(cg *g) {
 
 /* ------------------------------------------------------------------ plan */
 
-static void mark_needed(const lk_kernel *k, int target, unsigned char *needed) {
-  needed[target] = 1;
-  for (int i = target; i >= 0; i--) {
-    if (!needed[i]) continue;
-    const lk_inst *in = &k->inst[i];
-    if (in->a >= 0) needed[in->a] = 1;
-    if (in->b >= 0) needed[in->b] = 1;
-    if (in->c >= 0) needed[in->c] = 1;
-  }
-}
-
 static void choose_shape(cg *g) {
   const lk_kernel *k = g->k;
   g->outer = extent_product(k, 0, k->nouter);
@@ -864,9 +803,9 @@ static void free_state(cg *g) {
 
 static void generate(cg *g, const char *name) {
   const lk_kernel *k = g->k;
-  mark_needed(k, k->value, g->body_needed);
-  if (k->reduce != LK_RED_NONE) mark_needed(k, k->result, g->epi_needed);
-  for (int s = 0; s < k->nstats; s++) mark_needed(k, k->stat[s].value, g->stat_needed[s]);
+  lk_mark_needed(k, k->value, g->body_needed);
+  if (k->reduce != LK_RED_NONE) lk_mark_needed(k, k->result, g->epi_needed);
+  for (int s = 0; s < k->nstats; s++) lk_mark_needed(k, k->stat[s].value, g->stat_needed[s]);
   choose_shape(g);
   emit_listing(g, name);
   emit_signature(g, name);
@@ -973,7 +912,7 @@ loom_status lm_cuda_gemm_epilogue_source(const lk_kernel *k, int gemm_slot, loom
     snprintf(err, errlen, "CUDA GEMM epilogue %s: out of memory", name);
     return LOOM_ERR_OOM;
   }
-  mark_needed(k, k->value, g.body_needed);
+  lk_mark_needed(k, k->value, g.body_needed);
   sb_printf(&g.s, "%s", lm_cuda_prelude());
   emit_listing(&g, name);
   emit_epilogue_signature(&g, name, t);
