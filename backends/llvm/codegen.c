@@ -90,6 +90,10 @@ static LLVMValueRef evaluate(lm_cg *g, const unsigned char *needed, int target) 
     if (!needed[i]) continue;
     if (i == g->cached_inst) /* stored by the row's statistic pass: read it back */
       g->val[i] = lm_emit_load(g, g->k->out_dtype, 0, g->cached_at);
+    else if (g->guard[i].ncond > 0)
+      g->val[i] = lm_emit_guarded_load(g, i);
+    else if (g->pass_to[i] >= 0)
+      g->val[i] = g->val[g->pass_to[i]];
     else
       g->val[i] = lm_emit_inst(g, i);
     if (!g->val[i]) return NULL;
@@ -118,12 +122,20 @@ static void loop_begin(lm_cg *g, loop *l, LLVMValueRef lo, LLVMValueRef hi, cons
   LLVMPositionBuilderAtEnd(g->b, body);
 }
 
-/* `llvm.loop` metadata asking the unroller to leave a loop alone. */
-static LLVMValueRef no_unroll_metadata(lm_cg *g) {
+/* `llvm.loop` metadata asking the unroller to leave a loop alone and, with
+ * `fold_tail`, the vectorizer to run the last partial vector masked instead of
+ * a scalar remainder loop. */
+static LLVMValueRef loop_metadata(lm_cg *g, bool fold_tail) {
   LLVMMetadataRef self = LLVMTemporaryMDNode(g->ctx, NULL, 0);
   LLVMMetadataRef name = LLVMMDStringInContext2(g->ctx, "llvm.loop.unroll.disable", 24);
-  LLVMMetadataRef ops[2] = {self, LLVMMDNodeInContext2(g->ctx, &name, 1)};
-  LLVMMetadataRef node = LLVMMDNodeInContext2(g->ctx, ops, 2);
+  const char *pred = "llvm.loop.vectorize.predicate.enable";
+  LLVMMetadataRef pred_ops[2] = {
+      LLVMMDStringInContext2(g->ctx, pred, strlen(pred)),
+      LLVMValueAsMetadata(LLVMConstInt(g->t_i1, 1, 0)),
+  };
+  LLVMMetadataRef ops[3] = {self, LLVMMDNodeInContext2(g->ctx, &name, 1),
+                            LLVMMDNodeInContext2(g->ctx, pred_ops, 2)};
+  LLVMMetadataRef node = LLVMMDNodeInContext2(g->ctx, ops, fold_tail ? 3 : 2);
   LLVMMetadataReplaceAllUsesWith(self, node); /* a loop ID names itself first */
   return LLVMMetadataAsValue(g->ctx, node);
 }
@@ -131,13 +143,24 @@ static LLVMValueRef no_unroll_metadata(lm_cg *g) {
 /* Only reduction loops may be unrolled: unrolling gave a memory-bound sum more
  * loads in flight (sum_16M 1.8 -> 1.5 ms), while everywhere else it grew remainder
  * loops and short dims for nothing and made compiles 1.6x slower. */
-static void loop_end(lm_cg *g, loop *l, bool may_unroll) {
+static void loop_end_folding(lm_cg *g, loop *l, bool may_unroll, bool fold_tail) {
   LLVMBuildStore(g->b, LLVMBuildNSWAdd(g->b, l->iv, const_i64(g, 1), ""), l->iv_slot);
   LLVMValueRef back = LLVMBuildBr(g->b, l->header);
   if (!may_unroll)
-    LLVMSetMetadata(back, LLVMGetMDKindIDInContext(g->ctx, "llvm.loop", 9), no_unroll_metadata(g));
+    LLVMSetMetadata(back, LLVMGetMDKindIDInContext(g->ctx, "llvm.loop", 9),
+                    loop_metadata(g, fold_tail));
   LLVMPositionBuilderAtEnd(g->b, l->exit);
 }
+
+static void loop_end(lm_cg *g, loop *l, bool may_unroll) {
+  loop_end_folding(g, l, may_unroll, false);
+}
+
+/* Rows of these lengths run their last partial vector masked: an im2col row of
+ * 14 would otherwise never reach the 16-wide vector loop. Shorter rows stay
+ * scalar, where the mask's set-up would cost more than the few elements. */
+#define FOLD_TAIL_FROM 8
+#define FOLD_TAIL_BELOW 128
 
 /* ------------------------------------------------------------------ points */
 
@@ -241,7 +264,8 @@ static void gen_row_points(lm_cg *g, plan *p, LLVMValueRef start, LLVMValueRef n
   loop_begin(g, &l, const_i64(g, 0), n, "inner");
   g->dim[last] = LLVMBuildNSWAdd(g->b, start, l.iv, "");
   gen_point(g, p, LLVMBuildNSWAdd(g->b, at, l.iv, ""));
-  loop_end(g, &l, false);
+  int64_t row = g->k->dom[last];
+  loop_end_folding(g, &l, false, row >= FOLD_TAIL_FROM && row < FOLD_TAIL_BELOW);
 }
 
 /* A row kernel whose last stat sums a value the points need again (softmax's
@@ -543,7 +567,7 @@ static bool alloc_arrays(lm_cg *g, plan *p) {
   g->val = calloc(ni, sizeof *g->val);
   p->body_needed = calloc(ni, 1);
   p->epi_needed = calloc(ni, 1);
-  bool ok = g->slot && g->key && g->val && p->body_needed && p->epi_needed;
+  bool ok = g->slot && g->key && g->val && p->body_needed && p->epi_needed && lm_guards_analyze(g);
   for (int s = 0; s < g->k->nstats; s++) ok &= (p->stat[s].needed = calloc(ni, 1)) != NULL;
   return ok;
 }
@@ -552,6 +576,7 @@ static void free_arrays(lm_cg *g, plan *p) {
   free(g->slot);
   free(g->key);
   free(g->val);
+  lm_guards_free(g);
   free(p->body_needed);
   free(p->epi_needed);
   for (int s = 0; s < g->k->nstats; s++) free(p->stat[s].needed);

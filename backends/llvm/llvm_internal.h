@@ -30,6 +30,14 @@ LLVMTargetMachineRef lm_target_machine_create(char *err, size_t errlen);
 /* ------------------------------------------------------------------ codegen */
 
 /* The state of turning one kernel into one LLVM module. */
+/* A load needed only where its wrappers' conditions hold (guard.c). */
+#define LM_GUARD_MAX_CONDS 8
+typedef struct lm_guard {
+  int ncond;                    /* 0: not guarded */
+  int cond[LM_GUARD_MAX_CONDS]; /* BOOL instructions, all before the load */
+  int fill;                     /* the wrappers' constant, where a condition fails */
+} lm_guard;
+
 typedef struct lm_cg {
   const lk_kernel *k;
   const char *symbol;
@@ -47,6 +55,8 @@ typedef struct lm_cg {
   LLVMValueRef stat[LK_MAX_STATS]; /* the current row's statistics (NULL: none yet) */
   int cached_inst;                 /* an instruction read back from the output, or -1 */
   LLVMValueRef cached_at;          /* the output index it is read from */
+  lm_guard *guard;                 /* [ninst] (guard.c) */
+  int *pass_to;                    /* [ninst] a guarded load's wrapper: the load, else -1 */
   LLVMTypeRef t_void, t_i1, t_i8, t_i32, t_i64, t_f32, t_f64;
   char *err;
   size_t errlen;
@@ -66,6 +76,11 @@ LLVMValueRef lm_entry_alloca(lm_cg *g, LLVMTypeRef t, const char *name);
 static inline bool lm_dtype_is_float(loom_dtype dt) { return dt == LOOM_F32 || dt == LOOM_F64; }
 /* U8 and BOOL compare, extend and convert as unsigned. */
 static inline bool lm_dtype_is_unsigned(loom_dtype dt) { return dt == LOOM_U8 || dt == LOOM_BOOL; }
+
+/* guard.c: finds the guarded loads (false when out of memory) and emits one. */
+bool lm_guards_analyze(lm_cg *g);
+void lm_guards_free(lm_cg *g);
+LLVMValueRef lm_emit_guarded_load(lm_cg *g, int i);
 
 /* ops.c: types, memory access, one instruction. */
 LLVMTypeRef lm_type(const lm_cg *g, loom_dtype dt);     /* in registers (BOOL is i1) */
