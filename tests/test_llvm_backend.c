@@ -1063,6 +1063,88 @@ static void test_epilogue_dim(void) {
   CHECK(ok, "epilogue dim");
 }
 
+/* ------------------------------------------------------------------ merged dims */
+
+static void check_merged(const kb *b, int want_ndim, const int64_t *want_dom, int want_nouter,
+                         const char *what) {
+  lk_kernel m;
+  lk_inst inst[KB_MAX];
+  bool ok = lk_kernel_merge_dims(&b->k, &m, inst);
+  bool same = ok && m.ndim == want_ndim && m.nouter == want_nouter && !lk_kernel_check(&m);
+  for (int d = 0; same && d < want_ndim; d++) same = m.dom[d] == want_dom[d];
+  CHECK(same, "merge %s: ndim %d nouter %d dom [%lld, %lld, ...], want ndim %d", what, m.ndim,
+        m.nouter, (long long)m.dom[0], (long long)m.dom[1], want_ndim);
+}
+
+/* Adjacent dims merge exactly where every offset weighs them row-major, and the
+ * compiled kernels (which run merged) give the unmerged values. */
+static void test_merge_dims(void) {
+  kb b;
+  /* contiguous: [4, 6, 8] -> [192] */
+  int64_t d3[3] = {4, 6, 8};
+  kb_init(&b, 3, d3, 3, LK_RED_NONE, LOOM_F32, LOOM_F32, 2);
+  kb_end_body(&b, kb_load(&b, LOOM_F32, 1, kb_offset(&b, 0, 3)));
+  check_merged(&b, 1, (int64_t[]){192}, 1, "contiguous");
+  /* plus b[i] along dim 0: [4, 48]; its values */
+  kb_init(&b, 3, d3, 3, LK_RED_NONE, LOOM_F32, LOOM_F32, 3);
+  int x = kb_load(&b, LOOM_F32, 1, kb_offset(&b, 0, 3));
+  kb_end_body(&b, kb_op2(&b, LK_ADD, LOOM_F32, x, kb_load(&b, LOOM_F32, 2, kb_dim(&b, 0))));
+  check_merged(&b, 2, (int64_t[]){4, 48}, 2, "bias along dim 0");
+  lk_fn fn = compile(&b.k, "bias along dim 0");
+  if (fn) {
+    float in[192], bias[4], out[192];
+    for (int i = 0; i < 192; i++) in[i] = (float)i * 0.25f;
+    for (int i = 0; i < 4; i++) bias[i] = (float)(100 * i);
+    void *args[3] = {out, in, bias};
+    run_split(fn, args, 192);
+    bool ok = true;
+    for (int i = 0; i < 192; i++) ok = ok && out[i] == in[i] + bias[i / 48];
+    CHECK(ok, "merged bias kernel values");
+  }
+  /* a comparison on dim 2 keeps it apart: [24, 8] */
+  kb_init(&b, 3, d3, 3, LK_RED_NONE, LOOM_F32, LOOM_F32, 2);
+  x = kb_load(&b, LOOM_F32, 1, kb_offset(&b, 0, 3));
+  int lt = kb_op2(&b, LK_CMPLT, LOOM_BOOL, kb_dim(&b, 2), kb_ci(&b, LOOM_I64, 3));
+  kb_end_body(&b, kb_emit(&b, LK_WHERE, LOOM_F32, lt, x, kb_cf(&b, LOOM_F32, -1)));
+  check_merged(&b, 2, (int64_t[]){24, 8}, 2, "where on dim 2");
+  /* a transposed read keeps its dims: out[i, j] = x[j, i] */
+  int64_t d2[2] = {6, 8};
+  kb_init(&b, 2, d2, 2, LK_RED_NONE, LOOM_F32, LOOM_F32, 2);
+  int t =
+      kb_op2(&b, LK_ADD, LOOM_I64,
+             kb_op2(&b, LK_MUL, LOOM_I64, kb_dim(&b, 1), kb_ci(&b, LOOM_I64, 6)), kb_dim(&b, 0));
+  kb_end_body(&b, kb_load(&b, LOOM_F32, 1, t));
+  check_merged(&b, 2, d2, 2, "transpose");
+  /* a sum over [5 | 6, 7] -> [5 | 42], never an outer dim with a reduced one */
+  int64_t dr[3] = {5, 6, 7};
+  kb_init(&b, 3, dr, 1, LK_RED_SUM, LOOM_F64, LOOM_F64, 2);
+  kb_end_body(&b, kb_load(&b, LOOM_F64, 1, kb_offset(&b, 0, 3)));
+  kb_end_epilogue(&b, kb_emit(&b, LK_ACC, LOOM_F64, -1, -1, -1));
+  check_merged(&b, 2, (int64_t[]){5, 42}, 1, "sum over two dims");
+  fn = compile(&b.k, "sum over two dims");
+  if (fn) {
+    double in[210], out[5];
+    for (int i = 0; i < 210; i++) in[i] = (double)(i % 17);
+    void *args[2] = {out, in};
+    run_split(fn, args, 5);
+    bool ok = true;
+    for (int r = 0; r < 5; r++) {
+      double want = 0;
+      for (int j = 0; j < 42; j++) want += in[r * 42 + j];
+      ok = ok && out[r] == want;
+    }
+    CHECK(ok, "merged sum values");
+  }
+  /* a Philox counter merges like an offset: [4, 6, 8] -> [192] */
+  kb_init(&b, 3, d3, 3, LK_RED_NONE, LOOM_F32, LOOM_F32, 2);
+  kb_end_body(&b, kb_rand(&b, LOOM_F32, 1, 0, kb_offset(&b, 0, 3)));
+  check_merged(&b, 1, (int64_t[]){192}, 1, "rand");
+  /* an index stored as a value stays per dim */
+  kb_init(&b, 3, d3, 3, LK_RED_NONE, LOOM_I64, LOOM_I64, 1);
+  kb_end_body(&b, kb_offset(&b, 0, 3));
+  check_merged(&b, 3, d3, 3, "index as value");
+}
+
 /* ------------------------------------------------------------------ padded reads */
 
 static lk_fn compile_dumped(const lk_kernel *k, const char *what, const char *dir);
@@ -1604,6 +1686,7 @@ int main(void) {
   test_fill_and_in_place();
   test_epilogue_dim();
   test_padded_reads();
+  test_merge_dims();
   test_row_stats();
   test_errors();
   test_hash_and_listing();

@@ -610,7 +610,16 @@ static loom_status generate(lm_cg *g, plan *p) {
 
 loom_status lm_codegen_module(LLVMContextRef ctx, const lk_kernel *k, const char *symbol,
                               LLVMModuleRef *out, char *err, size_t errlen) {
-  lm_cg g = {.k = k, .symbol = symbol, .ctx = ctx, .err = err, .errlen = errlen};
+  /* longer rows: the loops below run over the merged domain */
+  lk_kernel merged;
+  lk_inst *inst = malloc(sizeof *inst * (size_t)k->ninst);
+  if (!inst || !lk_kernel_merge_dims(k, &merged, inst)) {
+    free(inst);
+    *out = NULL;
+    lm_set_err(err, errlen, "kernel %s: out of memory in codegen", symbol);
+    return LOOM_ERR_OOM;
+  }
+  lm_cg g = {.k = &merged, .symbol = symbol, .ctx = ctx, .err = err, .errlen = errlen};
   plan p = {0};
   init_types(&g);
   g.b = LLVMCreateBuilderInContext(ctx);
@@ -619,6 +628,7 @@ loom_status lm_codegen_module(LLVMContextRef ctx, const lk_kernel *k, const char
   LLVMDisposeBuilder(g.b);
   LLVMDisposeBuilder(g.entry);
   free_arrays(&g, &p);
+  free(inst);
   if (st != LOOM_OK && g.mod) {
     LLVMDisposeModule(g.mod);
     g.mod = NULL;
