@@ -60,4 +60,25 @@ static void build(model *m, bool is_cnn, loom_key key) {
   }
 }
 
+/* Bilinear resampling, zero outside the image: output pixel (i, j) of image
+ * k samples the source at scale_k * (i, j) + (dy_k, dx_k), in pixels about
+ * the image's centre. dy, dx, scale: [K, 1, 1]; the result, [K, 64, 64],
+ * multiplies an image flattened to [64, 1]. Built by broadcasting (a
+ * triangle kernel per axis). Called inside a scope. */
+static loom_tensor *digits_warp(const loom_tensor *dy, const loom_tensor *dx,
+                                const loom_tensor *scale) {
+  loom_device dev = loom_device_of(dy);
+  float row[64], col[64]; /* pixel centres about the image's centre */
+  for (int p = 0; p < 64; p++) row[p] = (float)(p / 8) - 3.5f, col[p] = (float)(p % 8) - 3.5f;
+  loom_tensor *rows = loom_from_data(row, LOOM_SHAPE(1, 64, 1), LOOM_F32, dev);
+  loom_tensor *cols = loom_from_data(col, LOOM_SHAPE(1, 64, 1), LOOM_F32, dev);
+  /* where output pixel p samples: [K, 64, 1]; against source pixel q: [.., 64] */
+  loom_tensor *u = loom_add(loom_mul(scale, rows), dy), *v = loom_add(loom_mul(scale, cols), dx);
+  loom_tensor *wy =
+      loom_relu(loom_rsub_s(1, loom_abs(loom_sub(u, loom_reshape(rows, LOOM_SHAPE(1, 1, 64))))));
+  loom_tensor *wx =
+      loom_relu(loom_rsub_s(1, loom_abs(loom_sub(v, loom_reshape(cols, LOOM_SHAPE(1, 1, 64))))));
+  return loom_mul(wy, wx);
+}
+
 #endif

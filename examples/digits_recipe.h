@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "digits_data.h"
+#include "digits_models.h"
 #include "loom.h"
 
 #define DIGITS_BATCH 32
@@ -63,17 +64,7 @@ static loom_tensor *digits_augment(const loom_tensor *x, loom_key key) {
   loom_tensor *dy = digits_uniform(k[0], n, DIGITS_SHIFT, dev);
   loom_tensor *dx = digits_uniform(k[1], n, DIGITS_SHIFT, dev);
   loom_tensor *scale = loom_add_s(digits_uniform(k[2], n, DIGITS_SCALE, dev), 1.0);
-  float row[64], col[64]; /* pixel centres about the image's centre */
-  for (int p = 0; p < 64; p++) row[p] = (float)(p / 8) - 3.5f, col[p] = (float)(p % 8) - 3.5f;
-  loom_tensor *rows = loom_from_data(row, LOOM_SHAPE(1, 64, 1), LOOM_F32, dev);
-  loom_tensor *cols = loom_from_data(col, LOOM_SHAPE(1, 64, 1), LOOM_F32, dev);
-  /* where output pixel p samples: [n, 64, 1]; against source pixel q: [.., 64] */
-  loom_tensor *u = loom_add(loom_mul(scale, rows), dy), *v = loom_add(loom_mul(scale, cols), dx);
-  loom_tensor *wy =
-      loom_relu(loom_rsub_s(1, loom_abs(loom_sub(u, loom_reshape(rows, LOOM_SHAPE(1, 1, 64))))));
-  loom_tensor *wx =
-      loom_relu(loom_rsub_s(1, loom_abs(loom_sub(v, loom_reshape(cols, LOOM_SHAPE(1, 1, 64))))));
-  loom_tensor *out = loom_matmul(loom_mul(wy, wx), loom_reshape(x, LOOM_SHAPE(n, 64, 1)));
+  loom_tensor *out = loom_matmul(digits_warp(dy, dx, scale), loom_reshape(x, LOOM_SHAPE(n, 64, 1)));
   return loom_reshape(out, LOOM_SHAPE(n, 1, 8, 8));
 }
 
