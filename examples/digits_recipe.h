@@ -3,7 +3,8 @@
  * cross-validation folds of the training rows only): inputs standardized
  * with the training pixels' mean and deviation, every training image warped
  * by a random small translation and scale, AdamW with a cosine schedule per
- * epoch, cross-entropy with label smoothing, batches of 32, 30 epochs. */
+ * epoch, cross-entropy with label smoothing, batches of 32, 30 epochs. The
+ * CNN is evaluated with test-time augmentation (predict, digits_models.h). */
 #ifndef LOOM_EXAMPLES_DIGITS_RECIPE_H
 #define LOOM_EXAMPLES_DIGITS_RECIPE_H
 
