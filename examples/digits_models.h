@@ -60,4 +60,59 @@ static void build(model *m, bool is_cnn, loom_key key) {
   }
 }
 
+/* Bilinear resampling, zero outside the image: output pixel (i, j) of image
+ * k samples the source at scale_k * (i, j) + (dy_k, dx_k), in pixels about
+ * the image's centre. dy, dx, scale: [K, 1, 1]; the result, [K, 64, 64],
+ * multiplies an image flattened to [64, 1]. Built by broadcasting (a
+ * triangle kernel per axis). Called inside a scope. */
+static loom_tensor *digits_warp(const loom_tensor *dy, const loom_tensor *dx,
+                                const loom_tensor *scale) {
+  loom_device dev = loom_device_of(dy);
+  float row[64], col[64]; /* pixel centres about the image's centre */
+  for (int p = 0; p < 64; p++) row[p] = (float)(p / 8) - 3.5f, col[p] = (float)(p % 8) - 3.5f;
+  loom_tensor *rows = loom_from_data(row, LOOM_SHAPE(1, 64, 1), LOOM_F32, dev);
+  loom_tensor *cols = loom_from_data(col, LOOM_SHAPE(1, 64, 1), LOOM_F32, dev);
+  /* where output pixel p samples: [K, 64, 1]; against source pixel q: [.., 64] */
+  loom_tensor *u = loom_add(loom_mul(scale, rows), dy), *v = loom_add(loom_mul(scale, cols), dx);
+  loom_tensor *wy =
+      loom_relu(loom_rsub_s(1, loom_abs(loom_sub(u, loom_reshape(rows, LOOM_SHAPE(1, 1, 64))))));
+  loom_tensor *wx =
+      loom_relu(loom_rsub_s(1, loom_abs(loom_sub(v, loom_reshape(cols, LOOM_SHAPE(1, 1, 64))))));
+  return loom_mul(wy, wx);
+}
+
+/* The CNN's test-time augmentation: each image is classified as 9 copies,
+ * shifted by {-s, 0, s} pixels in each direction (bilinear, s =
+ * DIGITS_TTA_SHIFT), and the copies' softmax probabilities are averaged
+ * (chosen on the training rows' validation folds; the MLP is evaluated on
+ * the image alone: docs/digits_recipe.md says why). */
+#define DIGITS_TTA_SHIFT 0.25
+
+/* The model's class probabilities [N, 10] (eval mode) for images x
+ * [N, 1, 8, 8] of pixels in [0, 1], standardized with the model's
+ * input_stats buffer; for the CNN with test-time augmentation, the 9 copies
+ * as one batch of 9N images. Called inside a scope. */
+static loom_tensor *predict(const model *m, const loom_tensor *x) {
+  loom_tensor *stats = loom_params_get(m->ps, "input_stats");
+  loom_tensor *mean = loom_slice(stats, 0, 0, 1, 1), *std = loom_slice(stats, 0, 1, 2, 1);
+  loom_free(stats);
+  if (!m->is_cnn)
+    return loom_softmax(forward(m, loom_div(loom_sub(x, mean), std), false, loom_key_new(0)), 1);
+  loom_device dev = loom_device_of(x);
+  int64_t n = loom_shape_of(x).dim[0];
+  float dy[9], dx[9], one[9];
+  for (int k = 0; k < 9; k++)
+    dy[k] = (float)((k / 3 - 1) * DIGITS_TTA_SHIFT),
+    dx[k] = (float)((k % 3 - 1) * DIGITS_TTA_SHIFT), one[k] = 1;
+  loom_tensor *w = digits_warp(loom_from_data(dy, LOOM_SHAPE(9, 1, 1), LOOM_F32, dev),
+                               loom_from_data(dx, LOOM_SHAPE(9, 1, 1), LOOM_F32, dev),
+                               loom_from_data(one, LOOM_SHAPE(9, 1, 1), LOOM_F32, dev));
+  loom_tensor *views = loom_matmul(loom_reshape(w, LOOM_SHAPE(9, 1, 64, 64)),
+                                   loom_reshape(x, LOOM_SHAPE(1, n, 64, 1))); /* [9, N, 64, 1] */
+  views = loom_reshape(loom_div(loom_sub(views, mean), std), LOOM_SHAPE(9 * n, 1, 8, 8));
+  loom_tensor *probs = loom_softmax(forward(m, views, false, loom_key_new(0)), 1);
+  int copies = 0;
+  return loom_mean(loom_reshape(probs, LOOM_SHAPE(9, n, 10)), &copies, 1, false);
+}
+
 #endif

@@ -3,13 +3,15 @@
  * cross-validation folds of the training rows only): inputs standardized
  * with the training pixels' mean and deviation, every training image warped
  * by a random small translation and scale, AdamW with a cosine schedule per
- * epoch, cross-entropy with label smoothing, batches of 32, 30 epochs. */
+ * epoch, cross-entropy with label smoothing, batches of 32, 30 epochs. The
+ * CNN is evaluated with test-time augmentation (predict, digits_models.h). */
 #ifndef LOOM_EXAMPLES_DIGITS_RECIPE_H
 #define LOOM_EXAMPLES_DIGITS_RECIPE_H
 
 #include <math.h>
 
 #include "digits_data.h"
+#include "digits_models.h"
 #include "loom.h"
 
 #define DIGITS_BATCH 32
@@ -63,17 +65,7 @@ static loom_tensor *digits_augment(const loom_tensor *x, loom_key key) {
   loom_tensor *dy = digits_uniform(k[0], n, DIGITS_SHIFT, dev);
   loom_tensor *dx = digits_uniform(k[1], n, DIGITS_SHIFT, dev);
   loom_tensor *scale = loom_add_s(digits_uniform(k[2], n, DIGITS_SCALE, dev), 1.0);
-  float row[64], col[64]; /* pixel centres about the image's centre */
-  for (int p = 0; p < 64; p++) row[p] = (float)(p / 8) - 3.5f, col[p] = (float)(p % 8) - 3.5f;
-  loom_tensor *rows = loom_from_data(row, LOOM_SHAPE(1, 64, 1), LOOM_F32, dev);
-  loom_tensor *cols = loom_from_data(col, LOOM_SHAPE(1, 64, 1), LOOM_F32, dev);
-  /* where output pixel p samples: [n, 64, 1]; against source pixel q: [.., 64] */
-  loom_tensor *u = loom_add(loom_mul(scale, rows), dy), *v = loom_add(loom_mul(scale, cols), dx);
-  loom_tensor *wy =
-      loom_relu(loom_rsub_s(1, loom_abs(loom_sub(u, loom_reshape(rows, LOOM_SHAPE(1, 1, 64))))));
-  loom_tensor *wx =
-      loom_relu(loom_rsub_s(1, loom_abs(loom_sub(v, loom_reshape(cols, LOOM_SHAPE(1, 1, 64))))));
-  loom_tensor *out = loom_matmul(loom_mul(wy, wx), loom_reshape(x, LOOM_SHAPE(n, 64, 1)));
+  loom_tensor *out = loom_matmul(digits_warp(dy, dx, scale), loom_reshape(x, LOOM_SHAPE(n, 64, 1)));
   return loom_reshape(out, LOOM_SHAPE(n, 1, 8, 8));
 }
 

@@ -5,9 +5,9 @@
  *                   [--name digits] [--data data/digits.csv.gz]
  *
  * Loads the weights into the same model, records inference on a placeholder
- * image (normalization, the CNN in eval mode, softmax and the predicted
- * class), compiles it once into a program, and exports the program as
- * <out>/lib<name>.so + <name>.h. It also writes the test split as
+ * image (normalization, the CNN in eval mode on 9 shifted copies of the
+ * image, their averaged softmax and the predicted class), compiles it once into a program, and
+ * exports the program as <out>/lib<name>.so + <name>.h. It also writes the test split as
  * <out>/digits_test.bin (raw floats and labels) for examples/standalone/
  * use_digits.c, which links only the library, and saves the program as
  * <out>/<name>.loom for `loom export`. */
@@ -35,20 +35,18 @@ static int write_test_split(const digits *d, const char *path) {
   return fclose(f) == 0 ? 0 : 1;
 }
 
-/* Inference on one [1, 1, 8, 8] image of pixels in [0, 1]: class
- * probabilities [1, 10] and the predicted class [1]. */
+/* Inference on one [1, 1, 8, 8] image of pixels in [0, 1], as train_digits
+ * evaluates (predict: normalization, the CNN in eval mode on 9 shifted
+ * copies, their softmax averaged): class probabilities [1, 10] and the
+ * predicted class [1]. */
 static loom_program *compile_inference(const model *m) {
   loom_program *p = NULL;
   LOOM_SCOPE {
     LOOM_NO_GRAD {
-      loom_tensor *stats = loom_params_get(m->ps, "input_stats");
-      loom_tensor *mean = loom_slice(stats, 0, 0, 1, 1), *std = loom_slice(stats, 0, 1, 2, 1);
       loom_tensor *image = loom_input("image", LOOM_SHAPE(1, 1, 8, 8), LOOM_F32, LOOM_CPU);
-      loom_tensor *logits =
-          forward(m, loom_div(loom_sub(image, mean), std), false, loom_key_new(0));
-      loom_tensor *outs[] = {loom_softmax(logits, 1), loom_argmax(logits, 1, false)};
+      loom_tensor *probs = predict(m, image);
+      loom_tensor *outs[] = {probs, loom_argmax(probs, 1, false)};
       p = loom_compile(outs, 2, &image, 1);
-      loom_free(stats);
     }
   }
   return p;
