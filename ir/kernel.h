@@ -167,10 +167,12 @@ typedef struct lk_affine {
 /* af[i] for every body instruction i < nbody (af has nbody entries; not ok
  * for non-I64 instructions and for ones that are not affine, or overflow). */
 void lk_affine_analyze(const lk_kernel *k, lk_affine *af);
-/* out = k with adjacent domain dims merged where every load offset and Philox
- * counter weighs them as one row-major dim (kernel_merge.c): the same values
- * over longer rows. inst has room for k->ninst; false when out of memory. */
-bool lk_kernel_merge_dims(const lk_kernel *k, lk_kernel *out, lk_inst *inst);
+/* out = k over regrouped domain dims (kernel_regroup.c): the last outer dim
+ * split where the index divides it by a constant, then adjacent dims merged
+ * where every load offset and Philox counter weighs them as one row-major dim.
+ * The same values, over longer rows and affine offsets. Returns out's
+ * instructions (the caller frees them), NULL when out of memory. */
+lk_inst *lk_kernel_regroup_dims(const lk_kernel *k, lk_kernel *out);
 /* Readable listing, for LOOM_DEBUG and tests. */
 void lk_kernel_print(const lk_kernel *k, FILE *f);
 const char *lk_op_name(lk_op op);

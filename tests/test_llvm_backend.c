@@ -1068,12 +1068,13 @@ static void test_epilogue_dim(void) {
 static void check_merged(const kb *b, int want_ndim, const int64_t *want_dom, int want_nouter,
                          const char *what) {
   lk_kernel m;
-  lk_inst inst[KB_MAX];
-  bool ok = lk_kernel_merge_dims(&b->k, &m, inst);
+  lk_inst *inst = lk_kernel_regroup_dims(&b->k, &m);
+  bool ok = inst != NULL;
   bool same = ok && m.ndim == want_ndim && m.nouter == want_nouter && !lk_kernel_check(&m);
   for (int d = 0; same && d < want_ndim; d++) same = m.dom[d] == want_dom[d];
   CHECK(same, "merge %s: ndim %d nouter %d dom [%lld, %lld, ...], want ndim %d", what, m.ndim,
         m.nouter, (long long)m.dom[0], (long long)m.dom[1], want_ndim);
+  free(inst);
 }
 
 /* Adjacent dims merge exactly where every offset weighs them row-major, and the
@@ -1143,6 +1144,85 @@ static void test_merge_dims(void) {
   kb_init(&b, 3, d3, 3, LK_RED_NONE, LOOM_I64, LOOM_I64, 1);
   kb_end_body(&b, kb_offset(&b, 0, 3));
   check_merged(&b, 3, d3, 3, "index as value");
+}
+
+/* out[i, w] = x[i, w] + p[i, w / q] * (w % q), over [R, W] (a pooling
+ * gradient's reads): the row splits into [W / q, q] and runs in blocks. */
+static void build_divided(kb *b, int64_t R, int64_t W, int64_t q) {
+  int64_t dom[2] = {R, W};
+  kb_init(b, 2, dom, 2, LK_RED_NONE, LOOM_F64, LOOM_F64, 3);
+  int x = kb_load(b, LOOM_F64, 1, kb_offset(b, 0, 2));
+  int w = kb_dim(b, 1), cq = kb_ci(b, LOOM_I64, q);
+  int at = kb_op2(b, LK_ADD, LOOM_I64,
+                  kb_op2(b, LK_MUL, LOOM_I64, kb_dim(b, 0), kb_ci(b, LOOM_I64, W / q)),
+                  kb_op2(b, LK_IDIV, LOOM_I64, w, cq));
+  int m = kb_op1(b, LK_CAST, LOOM_F64, kb_op2(b, LK_IMOD, LOOM_I64, w, cq));
+  int pm = kb_op2(b, LK_MUL, LOOM_F64, kb_load(b, LOOM_F64, 2, at), m);
+  kb_end_body(b, kb_op2(b, LK_ADD, LOOM_F64, x, pm));
+}
+
+/* The row's dim splits where the index divides it (and only then), and the
+ * kernels give the same values whatever the range's split (whole blocks of
+ * rows and single rows). */
+static void test_split_rows(void) {
+  static const int64_t cases[][3] = {{5, 28, 2}, {3, 36, 3}, {2, 16, 4}, {7, 8, 2}};
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    int64_t R = cases[c][0], W = cases[c][1], q = cases[c][2];
+    kb b;
+    build_divided(&b, R, W, q);
+    /* split to [R, W / q, q], then the first two merge */
+    check_merged(&b, 2, (int64_t[]){R * W / q, q}, 2, "row divided by q");
+    lk_fn fn = compile(&b.k, "row divided by q");
+    if (!fn) continue;
+    double *x = malloc(sizeof *x * (size_t)(R * W)), *p = malloc(sizeof *p * (size_t)(R * W / q));
+    double *out = malloc(sizeof *out * (size_t)(R * W));
+    for (int64_t i = 0; i < R * W; i++) x[i] = (double)(i % 101);
+    for (int64_t i = 0; i < R * W / q; i++) p[i] = 1000.0 * (double)(i + 1);
+    void *args[3] = {out, x, p};
+    for (int rep = 0; rep < 4; rep++) {
+      if (rep == 0)
+        fn(args, 0, R * W);
+      else
+        run_split(fn, args, R * W);
+      bool ok = true;
+      for (int64_t i = 0; i < R; i++)
+        for (int64_t w = 0; w < W; w++)
+          ok = ok && out[i * W + w] == x[i * W + w] + p[i * (W / q) + w / q] * (double)(w % q);
+      CHECK(ok, "row divided by %lld over [%lld, %lld]: values (split %d)", (long long)q,
+            (long long)R, (long long)W, rep);
+    }
+    free(x), free(p), free(out);
+  }
+  kb b; /* not divisible, too wide a q, two different q: left alone */
+  build_divided(&b, 4, 30, 4);
+  check_merged(&b, 2, (int64_t[]){4, 30}, 2, "extent not a multiple of q");
+  build_divided(&b, 4, 40, 5);
+  check_merged(&b, 2, (int64_t[]){4, 40}, 2, "q over 4");
+  build_divided(&b, 4, 12, 2);
+  int w = 0;
+  while (b.inst[w].op != LK_DIM || b.inst[w].imm_i != 1) w++;
+  int by3 = kb_op2(&b, LK_IDIV, LOOM_I64, w, kb_ci(&b, LOOM_I64, 3));
+  kb_end_body(&b, kb_op2(&b, LK_ADD, LOOM_F64, b.k.value, kb_op1(&b, LK_CAST, LOOM_F64, by3)));
+  check_merged(&b, 2, (int64_t[]){4, 12}, 2, "two divisors");
+  /* a sum per point over short rows of a block: [3, 10, 2 | 5] */
+  int64_t dom[4] = {3, 10, 2, 5};
+  kb_init(&b, 4, dom, 3, LK_RED_SUM, LOOM_F64, LOOM_F64, 2);
+  kb_end_body(&b, kb_load(&b, LOOM_F64, 1, kb_offset(&b, 0, 4)));
+  kb_end_epilogue(&b, kb_emit(&b, LK_ACC, LOOM_F64, -1, -1, -1));
+  lk_fn fn = compile(&b.k, "sums over blocks of short rows");
+  if (fn) {
+    double x[300], out[60];
+    for (int i = 0; i < 300; i++) x[i] = (double)(i * 7 % 13);
+    void *args[2] = {out, x};
+    run_split(fn, args, 60);
+    bool ok = true;
+    for (int o = 0; o < 60; o++) {
+      double want = 0;
+      for (int r = 0; r < 5; r++) want += x[o * 5 + r];
+      ok = ok && out[o] == want;
+    }
+    CHECK(ok, "sums over blocks of short rows");
+  }
 }
 
 /* ------------------------------------------------------------------ padded reads */
@@ -1687,6 +1767,7 @@ int main(void) {
   test_epilogue_dim();
   test_padded_reads();
   test_merge_dims();
+  test_split_rows();
   test_row_stats();
   test_errors();
   test_hash_and_listing();

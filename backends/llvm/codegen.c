@@ -73,6 +73,7 @@ typedef struct plan {
   reduction stat[LK_MAX_STATS];
   int cached_stat; /* a stat whose value the body needs too (softmax's exp), or -1 */
   bool fold_tail;  /* rows run their last partial vector masked */
+  bool block_rows; /* whole blocks of short rows run as one loop (gen_block_or_row) */
   /* what gen_point does: the usual, or a step of a column reduction */
   enum { POINT_STORE, POINT_ZERO, POINT_ADD, POINT_FINISH } point;
 } plan;
@@ -126,35 +127,45 @@ static void loop_begin(lm_cg *g, loop *l, LLVMValueRef lo, LLVMValueRef hi, cons
 /* `llvm.loop` metadata asking the unroller to leave a loop alone and, with
  * `fold_tail`, the vectorizer to run the last partial vector masked instead of
  * a scalar remainder loop. */
-static LLVMValueRef loop_metadata(lm_cg *g, bool fold_tail) {
+typedef enum tail { TAIL_DEFAULT, TAIL_MASKED, TAIL_SCALAR } tail;
+
+static LLVMValueRef loop_metadata(lm_cg *g, tail t, int width) {
   LLVMMetadataRef self = LLVMTemporaryMDNode(g->ctx, NULL, 0);
+  const char *vw = "llvm.loop.vectorize.width";
+  LLVMMetadataRef width_ops[2] = {
+      LLVMMDStringInContext2(g->ctx, vw, strlen(vw)),
+      LLVMValueAsMetadata(LLVMConstInt(g->t_i32, (unsigned long long)width, 0)),
+  };
   LLVMMetadataRef name = LLVMMDStringInContext2(g->ctx, "llvm.loop.unroll.disable", 24);
   const char *pred = "llvm.loop.vectorize.predicate.enable";
   LLVMMetadataRef pred_ops[2] = {
       LLVMMDStringInContext2(g->ctx, pred, strlen(pred)),
-      LLVMValueAsMetadata(LLVMConstInt(g->t_i1, 1, 0)),
+      LLVMValueAsMetadata(LLVMConstInt(g->t_i1, t == TAIL_MASKED, 0)),
   };
-  LLVMMetadataRef ops[3] = {self, LLVMMDNodeInContext2(g->ctx, &name, 1),
-                            LLVMMDNodeInContext2(g->ctx, pred_ops, 2)};
-  LLVMMetadataRef node = LLVMMDNodeInContext2(g->ctx, ops, fold_tail ? 3 : 2);
+  LLVMMetadataRef ops[4] = {self, LLVMMDNodeInContext2(g->ctx, &name, 1)};
+  size_t n = 2;
+  if (t != TAIL_DEFAULT) ops[n++] = LLVMMDNodeInContext2(g->ctx, pred_ops, 2);
+  if (width > 0) ops[n++] = LLVMMDNodeInContext2(g->ctx, width_ops, 2);
+  LLVMMetadataRef node = LLVMMDNodeInContext2(g->ctx, ops, n);
   LLVMMetadataReplaceAllUsesWith(self, node); /* a loop ID names itself first */
   return LLVMMetadataAsValue(g->ctx, node);
 }
 
 /* Only reduction loops may be unrolled: unrolling gave a memory-bound sum more
  * loads in flight (sum_16M 1.8 -> 1.5 ms), while everywhere else it grew remainder
- * loops and short dims for nothing and made compiles 1.6x slower. */
-static void loop_end_folding(lm_cg *g, loop *l, bool may_unroll, bool fold_tail) {
+ * loops and short dims for nothing and made compiles 1.6x slower. width > 0:
+ * the vector width the vectorizer is to use. */
+static void loop_end_tail(lm_cg *g, loop *l, bool may_unroll, tail t, int width) {
   LLVMBuildStore(g->b, LLVMBuildNSWAdd(g->b, l->iv, const_i64(g, 1), ""), l->iv_slot);
   LLVMValueRef back = LLVMBuildBr(g->b, l->header);
   if (!may_unroll)
     LLVMSetMetadata(back, LLVMGetMDKindIDInContext(g->ctx, "llvm.loop", 9),
-                    loop_metadata(g, fold_tail));
+                    loop_metadata(g, t, width));
   LLVMPositionBuilderAtEnd(g->b, l->exit);
 }
 
 static void loop_end(lm_cg *g, loop *l, bool may_unroll) {
-  loop_end_folding(g, l, may_unroll, false);
+  loop_end_tail(g, l, may_unroll, TAIL_DEFAULT, 0);
 }
 
 /* Rows of these lengths run their last partial vector masked: an im2col row of
@@ -292,7 +303,7 @@ static void gen_row_points(lm_cg *g, plan *p, LLVMValueRef start, LLVMValueRef n
   loop_begin(g, &l, const_i64(g, 0), n, "inner");
   g->dim[last] = LLVMBuildNSWAdd(g->b, start, l.iv, "");
   gen_point(g, p, LLVMBuildNSWAdd(g->b, at, l.iv, ""));
-  loop_end_folding(g, &l, false, p->fold_tail);
+  loop_end_tail(g, &l, false, p->fold_tail ? TAIL_MASKED : TAIL_DEFAULT, 0);
 }
 
 /* A row kernel whose last stat sums a value the points need again (softmax's
@@ -358,6 +369,86 @@ static void gen_carry(lm_cg *g, LLVMValueRef *idx, LLVMBasicBlockRef next) {
   LLVMBuildBr(g->b, next);
 }
 
+/* The points [start, start + n) of the current row, with its statistics. */
+static void gen_row(lm_cg *g, plan *p, LLVMValueRef start, LLVMValueRef n, LLVMValueRef at) {
+  if (p->cached_stat >= 0) {
+    gen_cached_row(g, p, start, n, at);
+  } else {
+    gen_row_stats(g, p, NULL); /* a row's points all follow: stats once per row */
+    gen_row_points(g, p, start, n, at);
+  }
+}
+
+/* Rows of at most this many points, of at least BLOCK_MIN_ROWS rows each, run
+ * a block of rows at a time: the loop over the rows is the vectorized one, the
+ * points of a row unrolled in its body (a pooling gradient over [.., 14, 2]
+ * after kernel_regroup.c split its row: its stores interleave). */
+#define BLOCK_MAX_ROW 4
+#define BLOCK_MIN_ROWS 4
+
+static bool block_rows_pay(const lk_kernel *k) {
+  int last = k->nouter - 1;
+  return last >= 1 && k->nstats == 0 && k->dom[last] <= BLOCK_MAX_ROW &&
+         k->dom[last - 1] >= BLOCK_MIN_ROWS;
+}
+
+/* At the start of a whole block in the range (both last dims at 0), the block
+ * runs as one loop over its rows, each row's points unrolled, and the index
+ * moves to the block's last row; elsewhere (a range starting or ending inside
+ * a block) one row runs as usual. Stores pos; the caller then carries. */
+static void gen_block_or_row(lm_cg *g, plan *p, LLVMValueRef *idx, LLVMValueRef pos,
+                             LLVMValueRef at, LLVMValueRef n) {
+  const lk_kernel *k = g->k;
+  int last = k->nouter - 1;
+  int64_t width = k->dom[last], rows = k->dom[last - 1];
+  LLVMValueRef start = LLVMBuildLoad2(g->b, g->t_i64, idx[last], "");
+  LLVMValueRef row = g->dim[last - 1];
+  LLVMValueRef left = LLVMBuildNSWSub(g->b, g->end, at, "");
+  LLVMValueRef whole = LLVMBuildAnd(
+      g->b,
+      LLVMBuildAnd(g->b, LLVMBuildICmp(g->b, LLVMIntEQ, start, const_i64(g, 0), ""),
+                   LLVMBuildICmp(g->b, LLVMIntEQ, row, const_i64(g, 0), ""), ""),
+      LLVMBuildICmp(g->b, LLVMIntSGE, left, const_i64(g, width * rows), ""), "whole.block");
+  LLVMBasicBlockRef block = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "block");
+  LLVMBasicBlockRef one_row = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "block.row");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "block.done");
+  LLVMBuildCondBr(g->b, whole, block, one_row);
+
+  LLVMPositionBuilderAtEnd(g->b, block);
+  /* The row count through an empty asm: LLVM vectorizes a loop with a known
+   * trip count under 16 only with a masked tail, where these interleaved
+   * accesses become gathers and scatters. Unknown, it runs whole vectors
+   * and a scalar remainder. */
+  LLVMTypeRef opaque_ty = LLVMFunctionType(g->t_i64, &g->t_i64, 1, 0);
+  LLVMValueRef opaque =
+      LLVMGetInlineAsm(opaque_ty, "", 0, "=r,0", 4, 0, 0, LLVMInlineAsmDialectATT, 0);
+  LLVMValueRef nrows = const_i64(g, rows);
+  nrows = LLVMBuildCall2(g->b, opaque_ty, opaque, &nrows, 1, "rows");
+  loop l;
+  loop_begin(g, &l, const_i64(g, 0), nrows, "block.rows");
+  g->dim[last - 1] = l.iv;
+  LLVMValueRef row_at =
+      LLVMBuildNSWAdd(g->b, at, LLVMBuildNSWMul(g->b, l.iv, const_i64(g, width), ""), "");
+  for (int64_t j = 0; j < width && !g->failed; j++) {
+    g->dim[last] = const_i64(g, j);
+    gen_point(g, p, LLVMBuildNSWAdd(g->b, row_at, const_i64(g, j), ""));
+  }
+  /* the widest vector that fits the block's rows, the rest scalar */
+  int vector = 1;
+  while (vector < 16 && 2 * vector <= rows) vector *= 2;
+  loop_end_tail(g, &l, false, TAIL_SCALAR, vector);
+  LLVMBuildStore(g->b, const_i64(g, rows - 1), idx[last - 1]);
+  LLVMBuildStore(g->b, LLVMBuildNSWAdd(g->b, at, const_i64(g, width * rows), ""), pos);
+  LLVMBuildBr(g->b, done);
+
+  LLVMPositionBuilderAtEnd(g->b, one_row);
+  g->dim[last - 1] = row;
+  gen_row(g, p, start, n, at);
+  LLVMBuildStore(g->b, LLVMBuildNSWAdd(g->b, at, n, ""), pos);
+  LLVMBuildBr(g->b, done);
+  LLVMPositionBuilderAtEnd(g->b, done);
+}
+
 static void gen_outer_iteration(lm_cg *g, plan *p) {
   const lk_kernel *k = g->k;
   int last = k->nouter - 1;
@@ -392,13 +483,12 @@ static void gen_outer_iteration(lm_cg *g, plan *p) {
   LLVMValueRef left = LLVMBuildNSWSub(g->b, g->end, at, "");
   LLVMValueRef n =
       LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, room, left, ""), room, left, "n");
-  if (p->cached_stat >= 0) {
-    gen_cached_row(g, p, start, n, at);
+  if (p->block_rows) {
+    gen_block_or_row(g, p, idx, pos, at, n);
   } else {
-    gen_row_stats(g, p, NULL); /* a row's points all follow: stats once per row */
-    gen_row_points(g, p, start, n, at);
+    gen_row(g, p, start, n, at);
+    LLVMBuildStore(g->b, LLVMBuildNSWAdd(g->b, at, n, ""), pos);
   }
-  LLVMBuildStore(g->b, LLVMBuildNSWAdd(g->b, at, n, ""), pos);
   gen_carry(g, idx, header);
 
   LLVMPositionBuilderAtEnd(g->b, exit);
@@ -620,6 +710,7 @@ static loom_status generate(lm_cg *g, plan *p) {
   for (int s = 0; s < k->nstats; s++) lk_mark_needed(k, k->stat[s].value, p->stat[s].needed);
   p->cached_stat = -1;
   p->fold_tail = fold_tail_pays(k);
+  p->block_rows = block_rows_pay(k);
   g->cached_inst = -1;
   int s = k->nstats - 1; /* single-pass sums only: a second pass would store again */
   if (s >= 0 && k->stat[s].reduce == LK_RED_SUM && p->body_needed[k->stat[s].value] &&
@@ -640,9 +731,8 @@ loom_status lm_codegen_module(LLVMContextRef ctx, const lk_kernel *k, const char
                               LLVMModuleRef *out, char *err, size_t errlen) {
   /* longer rows: the loops below run over the merged domain */
   lk_kernel merged;
-  lk_inst *inst = malloc(sizeof *inst * (size_t)k->ninst);
-  if (!inst || !lk_kernel_merge_dims(k, &merged, inst)) {
-    free(inst);
+  lk_inst *inst = lk_kernel_regroup_dims(k, &merged);
+  if (!inst) {
     *out = NULL;
     lm_set_err(err, errlen, "kernel %s: out of memory in codegen", symbol);
     return LOOM_ERR_OOM;
