@@ -6,6 +6,7 @@
  * starved loom's kernels in between: a CNN training step measured 408 ms that
  * way against 46 ms on one thread. */
 #include <cblas.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes/passes.h"
@@ -23,21 +24,26 @@ void lm_gemm_batch_offsets(const lm_gemm *g, int64_t index, int64_t *ao, int64_t
   }
 }
 
-/* Rows [r0, r1) and columns [c0, c1) of one batch's product into c, which
- * points at the block's first element (row stride N). */
-static void block(const lm_gemm *g, const char *a, const char *b, int64_t r0, int64_t r1,
-                  int64_t c0, int64_t c1, char *c) {
+/* The product's part [r0, r1) x [c0, c1) summed over [k0, k1) of one batch
+ * into c, which points at the part's first element (row stride ldc). */
+typedef struct part {
+  int64_t r0, r1, c0, c1, k0, k1;
+} part;
+
+static void block(const lm_gemm *g, const char *a, const char *b, part p, char *c, int64_t ldc_) {
   size_t es = loom_dtype_size(g->dtype);
-  /* A row r starts at r * lda (not transposed) or at column r (transposed);
-   * B's column j at j (not transposed) or at row j * ldb */
-  const char *ar = a + (g->a_trans ? r0 : r0 * g->lda) * (int64_t)es;
-  b += (g->b_trans ? c0 * g->ldb : c0) * (int64_t)es;
-  blasint m = (blasint)(r1 - r0), n = (blasint)(c1 - c0), k = (blasint)g->K;
-  blasint ldc = (blasint)(g->N > 1 ? g->N : 1);
+  int64_t r0 = p.r0, r1 = p.r1, c0 = p.c0, c1 = p.c1;
+  /* A row r starts at r * lda (not transposed) or at column r (transposed),
+   * its element k k further on (or k rows down); B's column j at j (not
+   * transposed) or at row j * ldb, its element k k rows down (or k further) */
+  const char *ar = a + (g->a_trans ? r0 + p.k0 * g->lda : r0 * g->lda + p.k0) * (int64_t)es;
+  b += (g->b_trans ? c0 * g->ldb + p.k0 : c0 + p.k0 * g->ldb) * (int64_t)es;
+  blasint m = (blasint)(r1 - r0), n = (blasint)(c1 - c0), k = (blasint)(p.k1 - p.k0);
+  blasint ldc = (blasint)(ldc_ > 1 ? ldc_ : 1);
   enum CBLAS_TRANSPOSE ta = g->a_trans ? CblasTrans : CblasNoTrans;
   enum CBLAS_TRANSPOSE tb = g->b_trans ? CblasTrans : CblasNoTrans;
-  if (g->K == 0) {
-    for (int64_t r = r0; r < r1; r++) memset(c + (r - r0) * g->N * (int64_t)es, 0, (size_t)n * es);
+  if (k == 0) {
+    for (int64_t r = r0; r < r1; r++) memset(c + (r - r0) * ldc_ * (int64_t)es, 0, (size_t)n * es);
   } else if (g->dtype == LOOM_F32) {
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, (const float *)ar, (blasint)g->lda,
                 (const float *)b, (blasint)g->ldb, 0.0f, (float *)c, ldc);
@@ -67,8 +73,8 @@ typedef struct row_task {
 static void row_part(void *ctx, int64_t begin, int64_t end) {
   const row_task *t = ctx;
   size_t es = loom_dtype_size(t->g->dtype);
-  block(t->g, t->a, t->b, t->r0 + begin, t->r0 + end, 0, t->g->N,
-        t->c + begin * t->g->N * (int64_t)es);
+  part p = {t->r0 + begin, t->r0 + end, 0, t->g->N, 0, t->g->K};
+  block(t->g, t->a, t->b, p, t->c + begin * t->g->N * (int64_t)es, t->g->N);
 }
 
 /* All the rows, a part of the columns. */
@@ -82,7 +88,46 @@ typedef struct col_task {
 static void col_part(void *ctx, int64_t begin, int64_t end) {
   const col_task *t = ctx;
   size_t es = loom_dtype_size(t->g->dtype);
-  block(t->g, t->a, t->b, t->r0, t->r1, begin, end, t->c + begin * (int64_t)es);
+  part p = {t->r0, t->r1, begin, end, 0, t->g->K};
+  block(t->g, t->a, t->b, p, t->c + begin * (int64_t)es, t->g->N);
+}
+
+/* All the outputs, a part of the sum, into the part's own block of sums. */
+typedef struct sum_task {
+  const lm_gemm *g;
+  const char *a, *b;
+  int64_t r0, r1;
+  int parts;
+  char *partials; /* [parts][r1 - r0][N] */
+} sum_task;
+
+static void sum_part(void *ctx, int64_t begin, int64_t end) {
+  const sum_task *t = ctx;
+  int64_t outputs = (t->r1 - t->r0) * t->g->N;
+  for (int64_t q = begin; q < end; q++) {
+    part p = {t->r0, t->r1, 0, t->g->N, t->g->K * q / t->parts, t->g->K * (q + 1) / t->parts};
+    block(t->g, t->a, t->b, p, t->partials + q * outputs * (int64_t)loom_dtype_size(t->g->dtype),
+          t->g->N);
+  }
+}
+
+/* c = the partial sums added in part order: the same bits for the same
+ * thread count, whichever thread computed which part. */
+static void add_partials(const lm_gemm *g, const char *partials, int parts, int64_t outputs,
+                         char *c) {
+  for (int64_t i = 0; i < outputs; i++) {
+    if (g->dtype == LOOM_F32) {
+      const float *s = (const float *)partials;
+      float v = s[i];
+      for (int q = 1; q < parts; q++) v += s[q * outputs + i];
+      ((float *)c)[i] = v;
+    } else {
+      const double *s = (const double *)partials;
+      double v = s[i];
+      for (int q = 1; q < parts; q++) v += s[q * outputs + i];
+      ((double *)c)[i] = v;
+    }
+  }
 }
 
 /* Below this many multiply-adds a GEMM runs on one thread. */
@@ -90,6 +135,9 @@ static void col_part(void *ctx, int64_t begin, int64_t end) {
 /* Fewer rows (columns) than this per thread pack B (A) for too little work. */
 #define GEMM_MIN_ROWS 32
 #define GEMM_MIN_COLS 64
+/* Few outputs (up to this many) and a long sum split the sum instead. */
+#define GEMM_SPLIT_SUM_OUTPUTS 4096
+#define GEMM_MIN_SUM_PART 1024
 
 void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t batch, int64_t r0,
                       int64_t r1, void *c) {
@@ -101,6 +149,21 @@ void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t ba
   openblas_set_num_threads(1); /* someone else may have raised it: loom's pool splits */
   int64_t n = r1 - r0, threads = loom_num_threads(), parts = threads;
   if (n * g->N * g->K < GEMM_PARALLEL_WORK) parts = 1;
+  if (parts > 1 && n / GEMM_MIN_ROWS < parts && g->N / GEMM_MIN_COLS < 2 &&
+      n * g->N <= GEMM_SPLIT_SUM_OUTPUTS && g->K / GEMM_MIN_SUM_PART >= 2) {
+    /* few outputs, a long sum (a convolution's weight gradient [O, C*KH*KW]
+     * over N*OH*OW) */
+    int kparts = (int)(g->K / GEMM_MIN_SUM_PART < parts ? g->K / GEMM_MIN_SUM_PART : parts);
+    size_t bytes = (size_t)kparts * (size_t)(n * g->N) * es;
+    char *partials = malloc(bytes);
+    if (partials) {
+      sum_task t = {g, ab, bb, r0, r1, kparts, partials};
+      lm_parallel_for(kparts, kparts, sum_part, &t);
+      add_partials(g, partials, kparts, n * g->N, c);
+      free(partials);
+      return;
+    }
+  }
   if (parts > 1 && n / GEMM_MIN_ROWS < parts && g->N / GEMM_MIN_COLS >= 2) {
     /* few rows, many columns (a convolution's [O, N*OH*OW]): split the columns */
     int64_t cparts = g->N / GEMM_MIN_COLS < parts ? g->N / GEMM_MIN_COLS : parts;

@@ -1,8 +1,15 @@
 /* See pool.h. Workers sleep on a condition variable between jobs. One job
  * runs at a time: a thread that finds the pool busy (another thread's
- * realization) runs its ranges itself, so callers never wait on each other. */
+ * realization) runs its ranges itself, so callers never wait on each other.
+ *
+ * A program runs its kernels back to back, tens of microseconds each, and
+ * waking a sleeping thread costs about as much (more in a VM): a worker that
+ * finished a job, and a caller waiting for its parts, first spin for up to
+ * SPIN_NS watching for the next job or the last part before they sleep. The
+ * spin is bounded, unlike OpenBLAS's busy-waiting threads (runtime/gemm.c). */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "runtime/pool.h"
 #include "runtime/runtime.h"
@@ -25,7 +32,7 @@ static struct {
   pthread_cond_t wake, finished;
   pthread_t threads[LM_MAX_THREADS];
   int nworkers;
-  uint64_t generation;
+  _Atomic uint64_t generation; /* written under lock; read without it to spin */
   job *current;
 } pool = {PTHREAD_MUTEX_INITIALIZER,
           PTHREAD_MUTEX_INITIALIZER,
@@ -35,6 +42,42 @@ static struct {
           0,
           0,
           NULL};
+
+#define SPIN_NS 200000
+
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Spins until *v != unlike (true) or SPIN_NS pass (false). */
+static bool spin_while_equal(_Atomic uint64_t *v, uint64_t unlike) {
+  int64_t until = now_ns() + SPIN_NS;
+  for (int i = 1;; i++) {
+    if (atomic_load_explicit(v, memory_order_acquire) != unlike) return true;
+    cpu_relax();
+    if (i % 64 == 0 && now_ns() > until) return false;
+  }
+}
+
+/* Spins until *v >= at_least (true) or SPIN_NS pass (false). */
+static bool spin_until_at_least(_Atomic int *v, int at_least) {
+  int64_t until = now_ns() + SPIN_NS;
+  for (int i = 1;; i++) {
+    if (atomic_load_explicit(v, memory_order_acquire) >= at_least) return true;
+    cpu_relax();
+    if (i % 64 == 0 && now_ns() > until) return false;
+  }
+}
 
 static void run_parts(job *j) {
   for (;;) {
@@ -55,8 +98,13 @@ static void *worker(void *arg) {
   uint64_t seen = 0;
   pthread_mutex_lock(&pool.lock);
   for (;;) {
-    while (pool.generation == seen) pthread_cond_wait(&pool.wake, &pool.lock);
-    seen = pool.generation;
+    if (atomic_load(&pool.generation) == seen) { /* the next job is likely close */
+      pthread_mutex_unlock(&pool.lock);
+      spin_while_equal(&pool.generation, seen);
+      pthread_mutex_lock(&pool.lock);
+    }
+    while (atomic_load(&pool.generation) == seen) pthread_cond_wait(&pool.wake, &pool.lock);
+    seen = atomic_load(&pool.generation);
     job *j = pool.current;
     if (!j) continue;
     j->holders++;
@@ -90,10 +138,11 @@ void lm_parallel_for(int64_t n, int parts, lm_range_fn fn, void *ctx) {
   ensure_workers(parts - 1);
   pthread_mutex_lock(&pool.lock);
   pool.current = &j;
-  pool.generation++;
+  atomic_fetch_add(&pool.generation, 1);
   pthread_cond_broadcast(&pool.wake);
   pthread_mutex_unlock(&pool.lock);
   run_parts(&j);
+  spin_until_at_least(&j.parts_done, parts);
   pthread_mutex_lock(&pool.lock);
   while (atomic_load(&j.parts_done) < parts || j.holders > 0)
     pthread_cond_wait(&pool.finished, &pool.lock);

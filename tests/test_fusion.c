@@ -290,6 +290,46 @@ static void test_wide_gemm(void) {
   }
 }
 
+/* Few outputs over a long sum (a convolution's weight gradient, [16, 9] over
+ * 50000): on two threads the GEMM splits the sum and adds the parts in order,
+ * so the values are right and the bits the same on every run; F32 and F64,
+ * each operand as is and transposed, with an epilogue. */
+static void test_long_sum_gemm(void) {
+  enum { M = 16, K = 50000, N = 9 };
+  static double av[M * K], bv[K * N];
+  for (int i = 0; i < M * K; i++) av[i] = sin(i * 0.013);
+  for (int i = 0; i < K * N; i++) bv[i] = cos(i * 0.007);
+  int threads = loom_num_threads();
+  loom_set_num_threads(2);
+  for (int dt = 0; dt < 2; dt++) LOOM_SCOPE {
+      loom_dtype dtype = dt == 0 ? LOOM_F32 : LOOM_F64;
+      loom_tensor *a = loom_cast(loom_from_data(av, LOOM_SHAPE(M, K), LOOM_F64, LOOM_CPU), dtype);
+      loom_tensor *b = loom_cast(loom_from_data(bv, LOOM_SHAPE(K, N), LOOM_F64, LOOM_CPU), dtype);
+      loom_tensor *at = loom_contiguous(loom_transpose(a, 0, 1)); /* [K, M] */
+      loom_tensor *bt = loom_contiguous(loom_transpose(b, 0, 1)); /* [N, K] */
+      for (int form = 0; form < 3; form++) {
+        double got[2][M * N];
+        for (int run = 0; run < 2; run++) {
+          loom_tensor *y = form == 0 ? loom_matmul(a, b)
+                           : form == 1
+                               ? loom_matmul(loom_transpose(at, 0, 1), loom_transpose(bt, 0, 1))
+                               : loom_tanh(loom_matmul(a, b));
+          CHECK_OK(loom_copy_to_host(loom_cast(y, LOOM_F64), got[run], sizeof got[run]));
+        }
+        CHECK_MSG(memcmp(got[0], got[1], sizeof got[0]) == 0, "long sum %s form %d: bits differ",
+                  dt ? "f64" : "f32", form);
+        for (int i = 0; i < M; i++)
+          for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) s += av[i * K + k] * bv[k * N + j];
+            if (form == 2) s = tanh(s);
+            CHECK_NEAR(got[0][i * N + j], s, dt == 0 ? 2e-2 : 1e-9);
+          }
+      }
+    }
+  loom_set_num_threads(threads);
+}
+
 /* Column sums (sum over the rows of a [rows, C] matrix: a bias gradient) loop
  * over the rows outside and the columns inside; with an epilogue (mean), for
  * integers, and the same bits for any number of threads. */
@@ -352,6 +392,7 @@ int main(void) {
   test_column_sums();
   test_shared_gemm_operand();
   test_wide_gemm();
+  test_long_sum_gemm();
   test_deterministic_reductions();
   CHECK_EQ_INT(loom_get_stats().bytes_live, 0);
   return check_report();
