@@ -182,6 +182,8 @@ static void loop_end(lm_cg *g, loop *l, bool may_unroll) {
 static bool fold_tail_pays(const lk_kernel *k) {
   int last = k->nouter - 1;
   if (last < 0 || k->dom[last] < FOLD_TAIL_FROM || k->dom[last] >= FOLD_TAIL_BELOW) return false;
+  if (k->dom[last] % 16 == 0) /* no tail for any vector width: masks would only cost */
+    return false;
   bool *along = calloc((size_t)k->ninst, sizeof *along); /* depends on the row's index */
   lk_affine *af = malloc(sizeof *af * (size_t)(k->nbody > 0 ? k->nbody : 1));
   bool pays = along && af;
