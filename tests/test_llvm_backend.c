@@ -3,6 +3,7 @@
  * Exits non-zero on any failure; prints "N passed, N failed" at the end.
  */
 #include <dirent.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -1225,6 +1226,52 @@ static void test_split_rows(void) {
   }
 }
 
+/* ------------------------------------------------------------------ absorbed exps */
+
+/* out = 1 / (1 + exp(-x)) (the exp absorbed: only added to 1) and the same with
+ * the exp also read elsewhere (times 0, so computed the usual way): the same
+ * bits wherever the result is a normal float, and sigmoid's limits at the
+ * ends and for infinities and NaN. */
+static void test_absorbed_exp(void) {
+  enum { N = 4096 };
+  int64_t dom[1] = {N};
+  lk_fn fn[2];
+  for (int form = 0; form < 2; form++) {
+    kb b;
+    kb_init(&b, 1, dom, 1, LK_RED_NONE, LOOM_F32, LOOM_F32, 2);
+    int x = kb_load(&b, LOOM_F32, 1, kb_dim(&b, 0));
+    int e = kb_op1(&b, LK_EXP, LOOM_F32, kb_op1(&b, LK_NEG, LOOM_F32, x));
+    int one = kb_cf(&b, LOOM_F32, 1.0);
+    int s = kb_op2(&b, LK_DIV, LOOM_F32, one, kb_op2(&b, LK_ADD, LOOM_F32, one, e));
+    if (form == 1)
+      s = kb_op2(&b, LK_ADD, LOOM_F32, s, kb_op2(&b, LK_MUL, LOOM_F32, e, kb_cf(&b, LOOM_F32, 0)));
+    kb_end_body(&b, s);
+    fn[form] = compile(&b.k, form ? "sigmoid, exp read twice" : "sigmoid, exp absorbed");
+  }
+  if (!fn[0] || !fn[1]) return;
+  static float x[N], out[2][N];
+  for (int i = 0; i < N - 8; i++) x[i] = -100.0f + 200.0f * (float)i / (float)(N - 8);
+  const float ends[8] = {-1e30f, 1e30f, INFINITY, -INFINITY, NAN, 86.4f, 87.0f, -89.0f};
+  for (int i = 0; i < 8; i++) x[N - 8 + i] = ends[i];
+  for (int form = 0; form < 2; form++) {
+    void *args[2] = {out[form], x};
+    fn[form](args, 0, N);
+  }
+  int differ = 0, far = 0;
+  for (int i = 0; i < N; i++) {
+    double want = 1.0 / (1.0 + exp(-(double)x[i]));
+    bool normal = fabs(want) >= FLT_MIN;
+    if (normal && memcmp(&out[0][i], &out[1][i], sizeof(float)) != 0) differ++;
+    if (isnan(x[i]) ? !isnan(out[0][i]) : normal && fabs(out[0][i] - want) > 3e-7 * want) far++;
+  }
+  CHECK(differ == 0 && far == 0,
+        "absorbed exp: %d results differ from the usual exp, %d far from sigmoid", differ, far);
+  CHECK(out[0][N - 8] == 0.0f && out[0][N - 7] == 1.0f && out[0][N - 6] == 1.0f &&
+            out[0][N - 5] == 0.0f,
+        "absorbed exp: sigmoid(-1e30, 1e30, inf, -inf) = %g %g %g %g", out[0][N - 8], out[0][N - 7],
+        out[0][N - 6], out[0][N - 5]);
+}
+
 /* ------------------------------------------------------------------ padded reads */
 
 static lk_fn compile_dumped(const lk_kernel *k, const char *what, const char *dir);
@@ -1768,6 +1815,7 @@ int main(void) {
   test_padded_reads();
   test_merge_dims();
   test_split_rows();
+  test_absorbed_exp();
   test_row_stats();
   test_errors();
   test_hash_and_listing();

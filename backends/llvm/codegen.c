@@ -686,7 +686,8 @@ static bool alloc_arrays(lm_cg *g, plan *p) {
   g->val = calloc(ni, sizeof *g->val);
   p->body_needed = calloc(ni, 1);
   p->epi_needed = calloc(ni, 1);
-  bool ok = g->slot && g->key && g->val && p->body_needed && p->epi_needed && lm_guards_analyze(g);
+  bool ok = g->slot && g->key && g->val && p->body_needed && p->epi_needed &&
+            lm_guards_analyze(g) && lm_absorbed_analyze(g);
   for (int s = 0; s < g->k->nstats; s++) ok &= (p->stat[s].needed = calloc(ni, 1)) != NULL;
   return ok;
 }
@@ -696,6 +697,7 @@ static void free_arrays(lm_cg *g, plan *p) {
   free(g->key);
   free(g->val);
   lm_guards_free(g);
+  free(g->absorbed);
   free(p->body_needed);
   free(p->epi_needed);
   for (int s = 0; s < g->k->nstats; s++) free(p->stat[s].needed);

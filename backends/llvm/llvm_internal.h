@@ -57,6 +57,7 @@ typedef struct lm_cg {
   LLVMValueRef cached_at;          /* the output index it is read from */
   lm_guard *guard;                 /* [ninst] (guard.c) */
   int *pass_to;                    /* [ninst] a guarded load's wrapper: the load, else -1 */
+  bool *absorbed;                  /* [ninst] an exp only added to big constants (absorb.c) */
   LLVMTypeRef t_void, t_i1, t_i8, t_i32, t_i64, t_f32, t_f64;
   char *err;
   size_t errlen;
@@ -158,6 +159,10 @@ LLVMValueRef lm_emit_math(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef x, LLV
  * includes a 1 is wanted (log-sum-exp): F32 results below e^-87 come out as
  * e^-87, which cannot change such a sum, and the exp skips its range checks. */
 LLVMValueRef lm_emit_exp_nonpositive(lm_cg *g, loom_dtype dt, LLVMValueRef x);
+/* F32 e^x for an exp marked in g->absorbed (absorb.c). */
+LLVMValueRef lm_emit_exp_absorbed(lm_cg *g, LLVMValueRef x);
+/* absorb.c: marks g->absorbed (false when out of memory). */
+bool lm_absorbed_analyze(lm_cg *g);
 
 /* ------------------------------------------------------------------ emit.c */
 

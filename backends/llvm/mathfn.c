@@ -77,6 +77,11 @@ LLVMValueRef lm_emit_math(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef x, LLV
   }
 }
 
+LLVMValueRef lm_emit_exp_absorbed(lm_cg *g, LLVMValueRef x) {
+  lm_vm v = float_vm(g);
+  return lm_vm_exp_f32_absorbed(&v, x);
+}
+
 LLVMValueRef lm_emit_exp_nonpositive(lm_cg *g, loom_dtype dt, LLVMValueRef x) {
   if (dt != LOOM_F32) return vector_math(g, LK_EXP, dt, x, NULL);
   lm_vm v = float_vm(g);

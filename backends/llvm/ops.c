@@ -198,8 +198,10 @@ LLVMValueRef lm_emit_inst(lm_cg *g, int i) {
   case LK_MIN: return emit_arith(g, in->op, dt, a, b);
   case LK_NEG:
   case LK_ABS: return emit_neg_abs(g, in->op, dt, a);
-  case LK_POW:
   case LK_EXP:
+    if (g->absorbed[i]) return lm_emit_exp_absorbed(g, a);
+    return lm_emit_math(g, in->op, dt, a, b);
+  case LK_POW:
   case LK_LOG:
   case LK_SQRT:
   case LK_SIN:

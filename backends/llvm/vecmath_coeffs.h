@@ -39,17 +39,6 @@ static const double EXP_P_F32_NATIVE[5] = {
     0x1.1239e20000000p-7,
     0x1.6a24340000000p-10,
 };
-/* tanh in float arithmetic: tanh x = x + x^3 P(x^2), |x| <= 1; error relative to tanh x, float coefficients
- * (max weighted error 1.42e-08 = 2^-26.1) */
-static const double TANH_P_F32_NATIVE[7] = {
-    -0x1.5555440000000p-2,
-    0x1.110cc20000000p-3,
-    -0x1.b96fb20000000p-5,
-    0x1.602fe20000000p-6,
-    -0x1.046e120000000p-7,
-    0x1.2cd5420000000p-9,
-    -0x1.741f4a0000000p-12,
-};
 /* log: log(1+f) = 2s + s z Q(z), s = f/(2+f), z = s^2 <= 0.0295; error relative to 2s
  * (max weighted error 2.24e-18 = 2^-58.6) */
 static const double LOG_Q_F64[7] = {

@@ -51,16 +51,20 @@ LLVMValueRef lm_vm_exp(lm_vm *v, LLVMValueRef x) {
  * k LN2_HI_F32 needs 32 bits and fma makes x - k LN2_HI_F32 exact; the
  * polynomial's 2^-28 and the roundings of r + r^2 P and 1 + (...) stay under
  * about 0.6 ulp (test_vecmath measures the maximum). */
-/* e^x = 2^k (1 + em1) in float; *k and the return value are k and e^r. */
-static LLVMValueRef exp_f32_reduced(lm_vm *v, LLVMValueRef x, LLVMValueRef *k_out) {
+/* e^x = 2^k e^r in float; *k is k, the return value e^r - 1. */
+static LLVMValueRef expm1_f32_reduced(lm_vm *v, LLVMValueRef x, LLVMValueRef *k_out) {
   LLVMValueRef k = lm_vm_rint(v, lm_vm_mul(v, x, lm_vm_const(v, LOG2E_F32)));
   LLVMValueRef nk = lm_vm_neg(v, k);
   LLVMValueRef r = lm_vm_fma(v, nk, lm_vm_const(v, LN2_HI_F32), x);
   r = lm_vm_fma(v, nk, lm_vm_const(v, LN2_LO_F32), r);
   LLVMValueRef p = lm_vm_poly(v, r, EXP_P_F32_NATIVE, COUNT(EXP_P_F32_NATIVE));
-  LLVMValueRef em1 = lm_vm_fma(v, lm_vm_mul(v, r, r), p, r);
   *k_out = k;
-  return lm_vm_add(v, lm_vm_const(v, 1.0), em1);
+  return lm_vm_fma(v, lm_vm_mul(v, r, r), p, r);
+}
+
+/* e^x = 2^k (1 + em1) in float; *k and the return value are k and e^r. */
+static LLVMValueRef exp_f32_reduced(lm_vm *v, LLVMValueRef x, LLVMValueRef *k_out) {
+  return lm_vm_add(v, lm_vm_const(v, 1.0), expm1_f32_reduced(v, x, k_out));
 }
 
 LLVMValueRef lm_vm_exp_f32(lm_vm *v, LLVMValueRef x) {
@@ -71,10 +75,30 @@ LLVMValueRef lm_vm_exp_f32(lm_vm *v, LLVMValueRef x) {
   return lm_vm_select(v, lm_vm_is_nan(v, x), x, e);
 }
 
+LLVMValueRef lm_vm_exp_f32_absorbed(lm_vm *v, LLVMValueRef x) {
+  /* k in [-125, 128]: 2^(k-1) is a normal float, and so is 2 e^r 2^(k-1)
+   * until it overflows, rounding once to inf */
+  LLVMValueRef xc = lm_vm_clamp(v, x, -86.5, 89.0);
+  LLVMValueRef k;
+  LLVMValueRef em1 = expm1_f32_reduced(v, xc, &k);
+  LLVMValueRef two = lm_vm_const(v, 2.0);
+  lm_vm half = *v;
+  half.bias--;
+  LLVMValueRef e = lm_vm_mul(v, lm_vm_fma(v, two, em1, two), lm_vm_pow2(&half, k));
+  return lm_vm_select(v, lm_vm_is_nan(v, x), x, e);
+}
+
 LLVMValueRef lm_vm_exp_f32_normal(lm_vm *v, LLVMValueRef x) {
   LLVMValueRef k;
   LLVMValueRef er = exp_f32_reduced(v, x, &k);
   return lm_vm_mul(v, er, lm_vm_pow2(v, k)); /* 2^k is a normal float */
+}
+
+LLVMValueRef lm_vm_expm1_f32(lm_vm *v, LLVMValueRef x) {
+  LLVMValueRef k;
+  LLVMValueRef em1 = expm1_f32_reduced(v, x, &k);
+  LLVMValueRef s = lm_vm_pow2(v, k);
+  return lm_vm_fma(v, s, em1, lm_vm_sub(v, s, lm_vm_const(v, 1.0)));
 }
 
 LLVMValueRef lm_vm_expm1(lm_vm *v, LLVMValueRef x) {

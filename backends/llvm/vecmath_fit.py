@@ -177,22 +177,6 @@ def cos_w(z):
 
 PIO4_SQ = (pi / 4) ** 2 * mpf("1.0001")
 
-TANH_SPLIT = mpf(1)  # F32 tanh: polynomial below, 1 - 2/(e^2|x| + 1) above
-
-
-def tanh_p(z):  # tanh x = x + x^3 P(z), z = x^2
-    if z < TINY:
-        return -mpf(1) / 3
-    x = sqrt(z)
-    return (tanh(x) - x) / (x * z)
-
-
-def tanh_w(z):  # relative to tanh x
-    if z < TINY:
-        return TINY
-    x = sqrt(z)
-    return x * z / tanh(x)
-
 
 ERF_SPLIT = mpf("0.875")
 
@@ -326,12 +310,6 @@ def main():
     c = remez(exp_p, exp_w, -LN2_HALF, LN2_HALF, 5)
     emit("EXP_P_F32_NATIVE", "exp in float arithmetic: e^r = 1 + r + r^2 P(r), float coefficients",
          c, exp_p, exp_w, -LN2_HALF, LN2_HALF, single=True)
-
-    # tanh computed in float, |x| < TANH_SPLIT: float coefficients
-    c = remez(tanh_p, tanh_w, 0, TANH_SPLIT ** 2, 7)
-    emit("TANH_P_F32_NATIVE", "tanh in float arithmetic: tanh x = x + x^3 P(x^2), |x| <= 1; error "
-         "relative to tanh x, float coefficients", c, tanh_p, tanh_w, 0, TANH_SPLIT ** 2,
-         single=True)
 
     # log: Q(z) on [0, zmax]
     for name, n in (("LOG_Q_F64", 7), ("LOG_Q_F32", 3)):
