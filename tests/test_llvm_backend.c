@@ -1078,6 +1078,25 @@ static void check_merged(const kb *b, int want_ndim, const int64_t *want_dom, in
   free(inst);
 }
 
+/* Compiles an F64 kernel summing `rows` rows of `len` contiguous values, runs
+ * it over random range splits and checks every sum. */
+static void check_row_sums(const lk_kernel *k, int64_t rows, int64_t len, const char *what) {
+  lk_fn fn = compile(k, what);
+  if (!fn) return;
+  double *in = malloc(sizeof *in * (size_t)(rows * len)), *out = malloc(sizeof *out * (size_t)rows);
+  for (int64_t i = 0; i < rows * len; i++) in[i] = (double)(i * 7 % 17);
+  void *args[2] = {out, in};
+  run_split(fn, args, rows);
+  bool ok = true;
+  for (int64_t r = 0; r < rows; r++) {
+    double want = 0;
+    for (int64_t j = 0; j < len; j++) want += in[r * len + j];
+    ok = ok && out[r] == want;
+  }
+  CHECK(ok, "%s: values", what);
+  free(in), free(out);
+}
+
 /* Adjacent dims merge exactly where every offset weighs them row-major, and the
  * compiled kernels (which run merged) give the unmerged values. */
 static void test_merge_dims(void) {
@@ -1123,20 +1142,7 @@ static void test_merge_dims(void) {
   kb_end_body(&b, kb_load(&b, LOOM_F64, 1, kb_offset(&b, 0, 3)));
   kb_end_epilogue(&b, kb_emit(&b, LK_ACC, LOOM_F64, -1, -1, -1));
   check_merged(&b, 2, (int64_t[]){5, 42}, 1, "sum over two dims");
-  fn = compile(&b.k, "sum over two dims");
-  if (fn) {
-    double in[210], out[5];
-    for (int i = 0; i < 210; i++) in[i] = (double)(i % 17);
-    void *args[2] = {out, in};
-    run_split(fn, args, 5);
-    bool ok = true;
-    for (int r = 0; r < 5; r++) {
-      double want = 0;
-      for (int j = 0; j < 42; j++) want += in[r * 42 + j];
-      ok = ok && out[r] == want;
-    }
-    CHECK(ok, "merged sum values");
-  }
+  check_row_sums(&b.k, 5, 42, "sum over two dims");
   /* a Philox counter merges like an offset: [4, 6, 8] -> [192] */
   kb_init(&b, 3, d3, 3, LK_RED_NONE, LOOM_F32, LOOM_F32, 2);
   kb_end_body(&b, kb_rand(&b, LOOM_F32, 1, 0, kb_offset(&b, 0, 3)));
@@ -1210,20 +1216,7 @@ static void test_split_rows(void) {
   kb_init(&b, 4, dom, 3, LK_RED_SUM, LOOM_F64, LOOM_F64, 2);
   kb_end_body(&b, kb_load(&b, LOOM_F64, 1, kb_offset(&b, 0, 4)));
   kb_end_epilogue(&b, kb_emit(&b, LK_ACC, LOOM_F64, -1, -1, -1));
-  lk_fn fn = compile(&b.k, "sums over blocks of short rows");
-  if (fn) {
-    double x[300], out[60];
-    for (int i = 0; i < 300; i++) x[i] = (double)(i * 7 % 13);
-    void *args[2] = {out, x};
-    run_split(fn, args, 60);
-    bool ok = true;
-    for (int o = 0; o < 60; o++) {
-      double want = 0;
-      for (int r = 0; r < 5; r++) want += x[o * 5 + r];
-      ok = ok && out[o] == want;
-    }
-    CHECK(ok, "sums over blocks of short rows");
-  }
+  check_row_sums(&b.k, 60, 5, "sums over blocks of short rows");
 }
 
 /* ------------------------------------------------------------------ absorbed exps */
