@@ -113,20 +113,19 @@ static void sum_part(void *ctx, int64_t begin, int64_t end) {
 
 /* c = the partial sums added in part order: the same bits for the same
  * thread count, whichever thread computed which part. */
+#define ADD_PARTIALS(T)                                                                            \
+  for (int64_t i = 0; i < outputs; i++) {                                                          \
+    T v = ((const T *)partials)[i];                                                                \
+    for (int q = 1; q < parts; q++) v += ((const T *)partials)[q * outputs + i];                   \
+    ((T *)c)[i] = v;                                                                               \
+  }
+
 static void add_partials(const lm_gemm *g, const char *partials, int parts, int64_t outputs,
                          char *c) {
-  for (int64_t i = 0; i < outputs; i++) {
-    if (g->dtype == LOOM_F32) {
-      const float *s = (const float *)partials;
-      float v = s[i];
-      for (int q = 1; q < parts; q++) v += s[q * outputs + i];
-      ((float *)c)[i] = v;
-    } else {
-      const double *s = (const double *)partials;
-      double v = s[i];
-      for (int q = 1; q < parts; q++) v += s[q * outputs + i];
-      ((double *)c)[i] = v;
-    }
+  if (g->dtype == LOOM_F32) {
+    ADD_PARTIALS(float)
+  } else {
+    ADD_PARTIALS(double)
   }
 }
 

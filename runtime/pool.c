@@ -59,24 +59,24 @@ static int64_t now_ns(void) {
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Spins until *v != unlike (true) or SPIN_NS pass (false). */
-static bool spin_while_equal(_Atomic uint64_t *v, uint64_t unlike) {
+/* Spins until done(arg) (true) or SPIN_NS pass (false). */
+static bool spin_until(bool (*done)(void *), void *arg) {
   int64_t until = now_ns() + SPIN_NS;
   for (int i = 1;; i++) {
-    if (atomic_load_explicit(v, memory_order_acquire) != unlike) return true;
+    if (done(arg)) return true;
     cpu_relax();
     if (i % 64 == 0 && now_ns() > until) return false;
   }
 }
 
-/* Spins until *v >= at_least (true) or SPIN_NS pass (false). */
-static bool spin_until_at_least(_Atomic int *v, int at_least) {
-  int64_t until = now_ns() + SPIN_NS;
-  for (int i = 1;; i++) {
-    if (atomic_load_explicit(v, memory_order_acquire) >= at_least) return true;
-    cpu_relax();
-    if (i % 64 == 0 && now_ns() > until) return false;
-  }
+/* What the two spins wait for: a job after generation *seen, all parts of a job. */
+static bool new_job_posted(void *seen) {
+  return atomic_load_explicit(&pool.generation, memory_order_acquire) != *(uint64_t *)seen;
+}
+
+static bool all_parts_done(void *arg) {
+  job *j = arg;
+  return atomic_load_explicit(&j->parts_done, memory_order_acquire) >= j->parts;
 }
 
 static void run_parts(job *j) {
@@ -100,7 +100,7 @@ static void *worker(void *arg) {
   for (;;) {
     if (atomic_load(&pool.generation) == seen) { /* the next job is likely close */
       pthread_mutex_unlock(&pool.lock);
-      spin_while_equal(&pool.generation, seen);
+      spin_until(new_job_posted, &seen);
       pthread_mutex_lock(&pool.lock);
     }
     while (atomic_load(&pool.generation) == seen) pthread_cond_wait(&pool.wake, &pool.lock);
@@ -142,7 +142,7 @@ void lm_parallel_for(int64_t n, int parts, lm_range_fn fn, void *ctx) {
   pthread_cond_broadcast(&pool.wake);
   pthread_mutex_unlock(&pool.lock);
   run_parts(&j);
-  spin_until_at_least(&j.parts_done, parts);
+  spin_until(all_parts_done, &j);
   pthread_mutex_lock(&pool.lock);
   while (atomic_load(&j.parts_done) < parts || j.holders > 0)
     pthread_cond_wait(&pool.finished, &pool.lock);

@@ -114,12 +114,16 @@ static void note_coverage(const lk_kernel *k, const lm_cuda_launch *launch) {
   mode_seen[launch->mode] = true;
 }
 
-/* A new job named `name`, or NULL (counted) when one of that name is queued. */
-static job *new_job(const char *name) {
+/* Queues the job named `name`, taking `source`; false (the source freed, the
+ * duplicate counted) when a job of that name is queued already. The listing
+ * is k's, when there is a kernel. */
+static bool queue_job(const char *name, char *source, const lk_kernel *k, const char *label,
+                      lm_cuda_launch launch) {
   for (int i = 0; i < njobs; i++)
     if (strcmp(jobs[i].name, name) == 0) {
       duplicates++;
-      return NULL;
+      free(source);
+      return false;
     }
   if (njobs == jobs_cap) {
     jobs_cap = jobs_cap ? 2 * jobs_cap : 256;
@@ -128,7 +132,11 @@ static job *new_job(const char *name) {
   }
   job *j = &jobs[njobs++];
   snprintf(j->name, sizeof j->name, "%s", name);
-  return j;
+  j->source = source;
+  j->listing = k ? listing_of(k) : NULL;
+  j->label = label;
+  j->launch = launch;
+  return true;
 }
 
 static void add_kernel(const char *label, const lk_kernel *k) {
@@ -141,15 +149,7 @@ static void add_kernel(const char *label, const lk_kernel *k) {
   CHECK_MSG(strncmp(src, prelude, strlen(prelude)) == 0, "%s: %s does not start with the prelude",
             label, name);
   note_coverage(k, &launch);
-  job *j = new_job(name);
-  if (!j) {
-    free(src);
-    return;
-  }
-  j->source = src;
-  j->listing = listing_of(k);
-  j->label = label;
-  j->launch = launch;
+  queue_job(name, src, k, label, launch);
 }
 
 /* A deferred GEMM with its epilogue kernel fused into the tiled kernel. */
@@ -160,16 +160,8 @@ static void add_fused(const char *label, const lk_kernel *k, int slot, const lm_
                                                 name, err, sizeof err);
   CHECK_MSG(st == LOOM_OK, "%s: lm_cuda_gemm_epilogue_source: %s", label, err);
   if (st != LOOM_OK) return;
-  job *j = new_job(name);
-  if (!j) {
-    free(src);
-    return;
-  }
-  j->source = src;
-  j->listing = listing_of(k);
-  j->label = "gemm epilogue";
-  j->launch = (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0};
-  fused_epilogues++;
+  lm_cuda_launch launch = {LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0};
+  if (queue_job(name, src, k, "gemm epilogue", launch)) fused_epilogues++;
 }
 
 /* The GEMM kernels of LM_STEP_GEMM (F32, F64, each transpose), behind the
@@ -187,15 +179,8 @@ static void add_gemm_kernels(void) {
       memcpy(full, lm_cuda_prelude(), pre);
       memcpy(full + pre, src, n + 1);
       free(src);
-      job *j = new_job(name); /* "lm_gemm_f64_tt" fits; each name comes once */
-      if (!j) {
-        free(full);
-        continue;
-      }
-      j->source = full;
-      j->listing = NULL;
-      j->label = "gemm";
-      j->launch = (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0};
+      /* "lm_gemm_f64_tt" fits; each name comes once */
+      queue_job(name, full, NULL, "gemm", (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0});
     }
 }
 

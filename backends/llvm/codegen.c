@@ -399,11 +399,10 @@ static bool block_rows_pay(const lk_kernel *k) {
  * moves to the block's last row; elsewhere (a range starting or ending inside
  * a block) one row runs as usual. Stores pos; the caller then carries. */
 static void gen_block_or_row(lm_cg *g, plan *p, LLVMValueRef *idx, LLVMValueRef pos,
-                             LLVMValueRef at, LLVMValueRef n) {
+                             LLVMValueRef start, LLVMValueRef at, LLVMValueRef n) {
   const lk_kernel *k = g->k;
   int last = k->nouter - 1;
   int64_t width = k->dom[last], rows = k->dom[last - 1];
-  LLVMValueRef start = LLVMBuildLoad2(g->b, g->t_i64, idx[last], "");
   LLVMValueRef row = g->dim[last - 1];
   LLVMValueRef left = LLVMBuildNSWSub(g->b, g->end, at, "");
   LLVMValueRef whole = LLVMBuildAnd(
@@ -486,7 +485,7 @@ static void gen_outer_iteration(lm_cg *g, plan *p) {
   LLVMValueRef n =
       LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, room, left, ""), room, left, "n");
   if (p->block_rows) {
-    gen_block_or_row(g, p, idx, pos, at, n);
+    gen_block_or_row(g, p, idx, pos, start, at, n);
   } else {
     gen_row(g, p, start, n, at);
     LLVMBuildStore(g->b, LLVMBuildNSWAdd(g->b, at, n, ""), pos);

@@ -125,20 +125,17 @@ static LLVMValueRef unclamped_index(lm_cg *g, const lm_guard *gd, int index) {
     if (in->b >= 0) in_dag[in->b] = 1;
     if (in->c >= 0) in_dag[in->c] = 1;
   }
-  /* in_dag becomes 2 where the value changes */
-  for (int j = 0; j <= index; j++) {
+  /* In order: a clamp the guard implies, or an instruction reading one that
+   * changed, changes (in_dag becomes 2) and gets its new value here. */
+  memcpy(saved, g->val, ((size_t)index + 1) * sizeof *saved);
+  for (int j = 0; j <= index && !g->failed; j++) {
     if (!in_dag[j]) continue;
     const lk_inst *in = &k->inst[j];
     bool clamp = in->op == LK_WHERE && implied(k, gd, in->a);
     bool changed = clamp || (in->a >= 0 && in_dag[in->a] == 2) ||
                    (in->b >= 0 && in_dag[in->b] == 2) || (in->c >= 0 && in_dag[in->c] == 2);
-    if (changed) in_dag[j] = 2;
-  }
-  for (int j = 0; j <= index && !g->failed; j++) {
-    saved[j] = g->val[j];
-    if (in_dag[j] != 2) continue;
-    const lk_inst *in = &k->inst[j];
-    bool clamp = in->op == LK_WHERE && implied(k, gd, in->a);
+    if (!changed) continue;
+    in_dag[j] = 2;
     g->val[j] = clamp ? g->val[in->b] : lm_emit_inst(g, j);
   }
   LLVMValueRef r = g->failed ? NULL : g->val[index];
