@@ -1,7 +1,9 @@
 /* Autograd: walks the recorded graph backwards from outputs, applying each
  * node's derivative rule (grad_rules.c). Gradients are lazy tensors like any
  * other: loom_backward only records; the next realization computes them,
- * fused with the forward pass and the optimizer's updates. */
+ * fused with the forward pass and the optimizer's updates. The exception is a
+ * copy between devices (LM_COPY): no graph spans two devices, so the
+ * gradient reaching a copy is computed during the walk and copied back. */
 #include <stdlib.h>
 
 #include "frontend/autograd.h"
@@ -147,6 +149,15 @@ static loom_status propagate(const char *name, lm_node *const *outs, lm_node *co
   for (int i = w->n - 1; i >= 0; i--) {
     lm_node *n = w->order[i];
     if (!n->grad_acc || !descends(n)) continue;
+    if (n->op == LM_COPY) {
+      /* the copy's gradient, complete now (consumers come first), goes back
+       * to the source's device: computed and copied here, as loom_to copies */
+      lm_node *g;
+      loom_status st = lm_copy_node(name, n->grad_acc, n->src[0]->device, &g);
+      if (st != LOOM_OK) return st;
+      if (!accumulate(n->src[0], g)) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+      continue;
+    }
     for (int s = 0; s < n->nsrc; s++) {
       bool oom;
       lm_node *g = lm_grad_rule(n, s, n->grad_acc, &oom);

@@ -207,9 +207,31 @@ loom_tensor *loom_cast(const loom_tensor *a, loom_dtype dtype) {
   return lm_result(nb_cast(a->node, dtype));
 }
 
+loom_status lm_copy_node(const char *op, lm_node *n, loom_device device, lm_node **out) {
+  *out = NULL;
+  loom_status st = lm_realize_nodes(&n, 1);
+  lm_node *copy = NULL;
+  if (st == LOOM_OK) st = lm_leaf_copy(op, n->shape, n->dtype, device, n->data, n->device, &copy);
+  if (st != LOOM_OK) return st;
+  if (n->requires_grad && lm_grad_enabled()) {
+    lm_node *tracked = lm_node_new(LM_COPY, 1, &n, n->shape, n->dtype, device);
+    if (!tracked) {
+      lm_node_release(copy);
+      return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+    }
+    tracked->data = copy->data, tracked->bytes = copy->bytes;
+    copy->data = NULL;
+    lm_node_release(copy);
+    copy = tracked;
+  }
+  *out = copy;
+  return LOOM_OK;
+}
+
 /* A copy between devices is made now, not recorded: the source is realized
  * and its data copied (queued on the device's stream; a copy to the host
- * waits). No graph spans two devices, so each realization runs on one. */
+ * waits). No graph spans two devices, so each realization runs on one;
+ * gradients cross through the copy's LM_COPY node (frontend/autograd.c). */
 loom_tensor *loom_to(const loom_tensor *a, loom_device device) {
   const char *op = "loom_to";
   loom_tensor *err;
@@ -219,16 +241,10 @@ loom_tensor *loom_to(const loom_tensor *a, loom_device device) {
     lm_node_retain(n);
     return lm_result(n);
   }
-  if (n->requires_grad && lm_grad_enabled())
-    return lm_error(LOOM_ERR_DEVICE,
-                    "%s: gradients do not flow across devices (the copy to %s would cut them): "
-                    "create the tensor on its device, or copy inside LOOM_NO_GRAD",
-                    op, device.type == LOOM_DEVICE_CPU ? "cpu" : "cuda");
   if (n->op == LM_INPUT)
     return lm_error(LOOM_ERR_DEVICE, "%s: input '%s' has no value to copy outside a program", op,
                     n->label ? n->label : "?");
-  loom_status st = lm_realize_nodes(&n, 1);
-  lm_node *copy = NULL;
-  if (st == LOOM_OK) st = lm_leaf_copy(op, n->shape, n->dtype, device, n->data, n->device, &copy);
+  lm_node *copy;
+  loom_status st = lm_copy_node(op, n, device, &copy);
   return st != LOOM_OK ? lm_error_recorded(st) : lm_result(copy);
 }

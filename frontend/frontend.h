@@ -59,4 +59,10 @@ lm_node *nb_transpose_last(lm_node *a);
 /* Releases up to four builder results (NULL ignored). */
 void nb_drop(lm_node *a, lm_node *b, lm_node *c, lm_node *d);
 
+/* ------------------------------------------------------------ devices */
+/* n's values on `device`, computed and copied now (n itself is realized
+ * first). While gradients flow through n, the copy is an LM_COPY keeping n as
+ * its source, so that autograd copies the copy's gradient back to n's device. */
+loom_status lm_copy_node(const char *op, lm_node *n, loom_device device, lm_node **out);
+
 #endif

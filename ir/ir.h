@@ -82,6 +82,10 @@ typedef enum lm_op {
   /* data-dependent indexing */
   LM_GATHER, /* src[0] [V, ..] rows picked by src[1] (integers, shape S): S + [..];
                 indices are clamped to [0, V) */
+  /* a copy from another device (loom_to), computed when recorded: it holds its
+     data from the start and keeps src[0], on the other device, only so that
+     autograd can copy its gradient back */
+  LM_COPY,
   LM_NUM_OPS
 } lm_op;
 

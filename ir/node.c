@@ -31,6 +31,7 @@ static const char *const op_names[LM_NUM_OPS] = {
     [LM_SLICE] = "slice",     [LM_PAD] = "pad",
     [LM_CAT] = "cat",         [LM_WINDOW] = "window",
     [LM_GATHER] = "gather",   [LM_MATMUL] = "matmul",
+    [LM_COPY] = "copy",
 };
 
 const char *lm_op_name(lm_op op) {

@@ -545,9 +545,12 @@ static loom_status parse_weight(parser *p, lm_node **out) {
                      : bind_weight(p, text, dtype, &shape, out);
 }
 
+/* An op a program's text may name: not the leaves with data of their own
+ * (BUFFER, COPY: weights are declared instead) nor INPUT (declared). */
 static lm_op op_named(token t) {
   for (int op = 0; op < LM_NUM_OPS; op++)
-    if (op != LM_BUFFER && op != LM_INPUT && is(t, lm_op_name((lm_op)op))) return (lm_op)op;
+    if (op != LM_BUFFER && op != LM_INPUT && op != LM_COPY && is(t, lm_op_name((lm_op)op)))
+      return (lm_op)op;
   return LM_NUM_OPS;
 }
 

@@ -269,6 +269,31 @@ static void check_training(void) {
   loom_free(w[0]), loom_free(w[1]);
 }
 
+/* A CPU leaf used on the GPU: tanh(x) @ w computed on the device, the loss
+ * back on the host; x's gradient crosses both copies and matches the CPU's. */
+static void check_grad_across_devices(void) {
+  LOOM_SCOPE {
+    double *vx = random_values(8 * 16, 70, -2, 2), *vw = random_values(16 * 4, 71, -1, 1);
+    loom_tensor *grads[2];
+    for (int d = 0; d < 2; d++) {
+      loom_tensor *x =
+          loom_cast(loom_from_data(vx, LOOM_SHAPE(8, 16), LOOM_F64, LOOM_CPU), LOOM_F32);
+      loom_realize(x);
+      CHECK_OK(loom_set_requires_grad(x, true));
+      loom_tensor *w =
+          loom_cast(loom_from_data(vw, LOOM_SHAPE(16, 4), LOOM_F64, LOOM_CPU), LOOM_F32);
+      loom_tensor *on = d ? loom_to(x, GPU) : x, *wd = d ? loom_to(w, GPU) : w;
+      loom_tensor *y = loom_matmul(loom_tanh(on), wd);
+      loom_tensor *loss = loom_mean_all(loom_square(d ? loom_to(y, LOOM_CPU) : y));
+      CHECK_OK(loom_backward(loss));
+      grads[d] = loom_grad(x);
+      CHECK(grads[d] && loom_device_of(grads[d]).type == LOOM_DEVICE_CPU);
+    }
+    LOOM_NO_GRAD { compare("gradient across devices", grads[0], loom_to(grads[1], GPU)); }
+    free(vx), free(vw);
+  }
+}
+
 /* Uniform and Bernoulli draws bit for bit; normal ones within the math's error. */
 static void check_random(void) {
   for (int dt = LOOM_F32; dt <= LOOM_F64; dt++) LOOM_SCOPE {
@@ -305,6 +330,7 @@ int main(void) {
   check_matmul();
   check_nn();
   check_training();
+  check_grad_across_devices();
   check_random();
   printf("worst relative difference: f32 %.3g, f64 %.3g\n", worst_f32, worst_f64);
   return check_report();
