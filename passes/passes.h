@@ -11,6 +11,10 @@
 
 typedef enum lm_step_kind { LM_STEP_KERNEL, LM_STEP_GEMM } lm_step_kind;
 
+/* A GEMM prologue's kernel has at most this many slots (the runtime keeps a
+ * copy of its arguments per block on the stack). */
+#define LM_PROLOGUE_MAX_SLOTS 16
+
 /* C[b] = A[b] @ B[b] for every batch index b, C contiguous [batch.., M, N]. */
 typedef struct lm_gemm {
   loom_dtype dtype;
@@ -42,9 +46,14 @@ typedef struct lm_step {
   /* GEMM epilogues: a GEMM whose only reader is an elementwise kernel runs
    * deferred, in row blocks, each followed by the kernel on those rows while
    * they are in cache; the kernel's slot gemm_slot reads the block. */
-  bool deferred;    /* GEMM step: run by its partner */
+  bool deferred;    /* GEMM step: run by its partner; kernel step: run by the
+                       GEMMs whose b_producer it is */
   int gemm_partner; /* kernel step: index of its GEMM step, or -1 */
   int gemm_slot;
+  /* GEMM prologues (CPU): a large B operand (an im2col matrix) that only GEMMs
+   * read is never stored; each GEMM reading it runs its producer kernel on a
+   * block of its columns at a time, into a scratch buffer that stays in cache. */
+  int b_producer; /* GEMM step: index of the kernel step making B, or -1 */
   /* memory planning: buffers no later step reads, freed after this one */
   int *free_after;
   int nfree;

@@ -662,6 +662,57 @@ static bool pair_gemm_epilogues(const lm_graph *g, lm_program *p) {
   return true;
 }
 
+/* ------------------------------------------------------------ GEMM prologues */
+
+/* Below this size an operand is stored: it stays in cache between its kernel
+ * and the GEMM anyway. */
+#define PROLOGUE_MIN_BYTES ((int64_t)1 << 20)
+
+/* Whether GEMM step s reads the whole buffer at pos, row-major, as its B
+ * operand and not as A (one batch). */
+static bool reads_whole_b(const lm_step *s, int pos) {
+  const lm_gemm *gm = &s->gemm;
+  if (s->kind != LM_STEP_GEMM || gm->b_pos != pos || gm->a_pos == pos || gm->b_offset != 0)
+    return false;
+  for (int d = 0; d < gm->nbatch; d++)
+    if (gm->batch[d] != 1) return false;
+  return gm->ldb == (gm->b_trans ? gm->K : gm->N);
+}
+
+/* Whether kernel step e's output can be made inside the GEMMs that read it:
+ * an elementwise kernel (any subset of its points can be computed alone) on
+ * the CPU whose large output only GEMMs read, each as its whole B operand. */
+static bool makes_gemm_operand(const lm_graph *g, const lm_program *p, const lm_step *e) {
+  if (e->kind != LM_STEP_KERNEL || e->out >= p->nnodes || p->published[e->out] ||
+      e->kernel.reduce != LK_RED_NONE || e->kernel.nstats > 0 || e->gemm_partner >= 0 ||
+      e->kernel.nslots > LM_PROLOGUE_MAX_SLOTS ||
+      e->outer * (int64_t)loom_dtype_size(e->dtype) < PROLOGUE_MIN_BYTES ||
+      g->nodes[e->out]->device.type != LOOM_DEVICE_CPU)
+    return false;
+  int readers = 0;
+  for (int i = 0; i < p->nsteps; i++) {
+    const lm_step *s = &p->steps[i];
+    if (s->kind == LM_STEP_GEMM && (s->gemm.a_pos == e->out || s->gemm.b_pos == e->out)) {
+      if (!reads_whole_b(s, e->out) || s->deferred) return false; /* (one with an epilogue) */
+      readers++;
+    }
+    for (int a = 1; s->kind == LM_STEP_KERNEL && a < s->kernel.nslots; a++)
+      if (!s->arg_key[a] && s->arg_pos[a] == e->out) return false;
+  }
+  return readers > 0;
+}
+
+static void pair_gemm_prologues(const lm_graph *g, lm_program *p) {
+  for (int j = 0; j < p->nsteps; j++) {
+    lm_step *e = &p->steps[j];
+    if (!makes_gemm_operand(g, p, e)) continue;
+    e->deferred = true;
+    for (int i = 0; i < p->nsteps; i++)
+      if (p->steps[i].kind == LM_STEP_GEMM && p->steps[i].gemm.b_pos == e->out)
+        p->steps[i].b_producer = j;
+  }
+}
+
 /* ------------------------------------------------------------ memory */
 
 static void note_read(int *last, int pos, int step) {
@@ -688,6 +739,11 @@ static bool plan_frees(lm_program *p) {
     if (s->kind == LM_STEP_KERNEL && s->gemm_partner >= 0) { /* its GEMM runs here */
       note_read(last, p->steps[s->gemm_partner].gemm.a_pos, i);
       note_read(last, p->steps[s->gemm_partner].gemm.b_pos, i);
+    }
+    if (s->kind == LM_STEP_GEMM && s->b_producer >= 0) { /* so does B's kernel */
+      const lm_step *e = &p->steps[s->b_producer];
+      for (int a = 1; a < e->kernel.nslots; a++)
+        if (!e->arg_key[a]) note_read(last, e->arg_pos[a], i);
     }
   }
   bool ok = true;
@@ -801,11 +857,12 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_program **out, char *err, s
     n->fused_reduce = NULL;
     for (int k = t.n - 1; k >= 0; k--) lm_node_release(t.nodes[k]);
   }
-  for (int i = 0; i < p->nsteps; i++) p->steps[i].gemm_partner = -1;
+  for (int i = 0; i < p->nsteps; i++) p->steps[i].gemm_partner = -1, p->steps[i].b_producer = -1;
   if (st == LOOM_OK && fuse && !pair_gemm_epilogues(g, p)) {
     snprintf(err, errlen, "planning: out of memory");
     st = LOOM_ERR_OOM;
   }
+  if (st == LOOM_OK && fuse) pair_gemm_prologues(g, p);
   if (st == LOOM_OK && !plan_frees(p)) {
     snprintf(err, errlen, "planning: out of memory");
     st = LOOM_ERR_OOM;

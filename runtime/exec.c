@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/compile.h"
 #include "runtime/cuda.h"
@@ -104,9 +105,39 @@ static loom_status cpu_kernel(const lm_exec *x, const lm_step *s) {
   return st;
 }
 
+/* A GEMM prologue: B's kernel, run on columns [c0, c1) of B's stored matrix
+ * (rows x cols) one row at a time, its output slot pointing so that point
+ * r * cols + c lands at dst[r * (c1 - c0) + c - c0]. */
+typedef struct prologue_call {
+  const lm_step *s;
+  void *const *args;
+  int64_t rows, cols;
+} prologue_call;
+
+static void fill_columns(void *ctx, int64_t c0, int64_t c1, void *dst) {
+  const prologue_call *p = ctx;
+  void *args[LM_PROLOGUE_MAX_SLOTS];
+  memcpy(args, p->args, sizeof(void *) * (size_t)p->s->kernel.nslots);
+  size_t es = loom_dtype_size(p->s->dtype);
+  for (int64_t r = 0; r < p->rows; r++) {
+    int64_t first = r * p->cols + c0, to = r * (c1 - c0);
+    args[0] = (void *)((uintptr_t)dst + (uintptr_t)to * es - (uintptr_t)first * es);
+    p->s->fn(args, first, first + (c1 - c0));
+  }
+}
+
 static loom_status cpu_gemm(const lm_exec *x, const lm_step *s) {
-  lm_run_gemm(&s->gemm, x->bufs[s->gemm.a_pos], x->bufs[s->gemm.b_pos], x->bufs[s->out]);
-  return LOOM_OK;
+  const lm_gemm *g = &s->gemm;
+  if (s->b_producer < 0) {
+    lm_run_gemm(g, x->bufs[g->a_pos], x->bufs[g->b_pos], x->bufs[s->out]);
+    return LOOM_OK;
+  }
+  const lm_step *e = &x->program->steps[s->b_producer];
+  void *args[LM_PROLOGUE_MAX_SLOTS] = {NULL};
+  for (int a = 1; a < e->kernel.nslots; a++)
+    args[a] = e->arg_key[a] ? x->keys[e->arg_pos[a]] : x->bufs[e->arg_pos[a]];
+  prologue_call call = {e, args, g->b_trans ? g->N : g->K, g->b_trans ? g->K : g->N};
+  return lm_run_gemm_filled(g, x->bufs[g->a_pos], fill_columns, &call, x->bufs[s->out]);
 }
 
 static const lm_step_runner cpu_runner = {cpu_kernel, cpu_gemm};

@@ -30,7 +30,8 @@ typedef struct part {
   int64_t r0, r1, c0, c1, k0, k1;
 } part;
 
-static void block(const lm_gemm *g, const char *a, const char *b, part p, char *c, int64_t ldc_) {
+static void block_beta(const lm_gemm *g, const char *a, const char *b, part p, char *c,
+                       int64_t ldc_, bool accumulate) {
   size_t es = loom_dtype_size(g->dtype);
   int64_t r0 = p.r0, r1 = p.r1, c0 = p.c0, c1 = p.c1;
   /* A row r starts at r * lda (not transposed) or at column r (transposed),
@@ -43,15 +44,20 @@ static void block(const lm_gemm *g, const char *a, const char *b, part p, char *
   enum CBLAS_TRANSPOSE ta = g->a_trans ? CblasTrans : CblasNoTrans;
   enum CBLAS_TRANSPOSE tb = g->b_trans ? CblasTrans : CblasNoTrans;
   if (k == 0) {
-    for (int64_t r = r0; r < r1; r++) memset(c + (r - r0) * ldc_ * (int64_t)es, 0, (size_t)n * es);
+    for (int64_t r = r0; r < r1 && !accumulate; r++)
+      memset(c + (r - r0) * ldc_ * (int64_t)es, 0, (size_t)n * es);
   } else if (g->dtype == LOOM_F32) {
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, (const float *)ar, (blasint)g->lda,
-                (const float *)b, (blasint)g->ldb, 0.0f, (float *)c, ldc);
+                (const float *)b, (blasint)g->ldb, accumulate ? 1.0f : 0.0f, (float *)c, ldc);
   } else {
     cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, (const double *)ar, (blasint)g->lda,
-                (const double *)b, (blasint)g->ldb, 0.0, (double *)c, ldc);
+                (const double *)b, (blasint)g->ldb, accumulate ? 1.0 : 0.0, (double *)c, ldc);
   }
   lm_stat_add(LM_STAT_GEMM_CALLS, 1);
+}
+
+static void block(const lm_gemm *g, const char *a, const char *b, part p, char *c, int64_t ldc) {
+  block_beta(g, a, b, p, c, ldc, false);
 }
 
 int64_t lm_gemm_batches(const lm_gemm *g) {
@@ -180,4 +186,81 @@ void lm_run_gemm(const lm_gemm *g, const void *a, const void *b, void *c) {
   int64_t batches = lm_gemm_batches(g), mn = g->M * g->N;
   for (int64_t i = 0; i < batches && mn > 0; i++)
     lm_run_gemm_rows(g, a, b, i, 0, g->M, (char *)c + i * mn * (int64_t)es);
+}
+
+/* ------------------------------------------------------------ B made in blocks */
+
+/* Columns of B's stored matrix per block: that block and the columns of C
+ * (or A) it meets take about this many bytes, which stay in L2 with
+ * OpenBLAS's packed copies. */
+#define FILL_BLOCK_BYTES (128 << 10)
+#define FILL_MIN_COLS 64
+#define FILL_BLOCK_BYTES_T (256 << 10)
+
+typedef struct fill_task {
+  const lm_gemm *g;
+  const char *a;
+  lm_gemm_fill fill;
+  void *ctx;
+  int64_t rows, cols, per; /* B's stored matrix, rows x cols; columns per block */
+  int parts;
+  char *scratch; /* [parts][rows * per] */
+  char *c;       /* the product (B as is), or the parts' partial sums (transposed) */
+} fill_task;
+
+static void fill_part(void *ctx, int64_t begin, int64_t end) {
+  const fill_task *t = ctx;
+  const lm_gemm *g = t->g;
+  size_t es = loom_dtype_size(g->dtype);
+  int64_t blocks = (t->cols + t->per - 1) / t->per;
+  for (int64_t q = begin; q < end; q++) {
+    char *scratch = t->scratch + q * t->rows * t->per * (int64_t)es;
+    char *partial = t->c + (g->b_trans && t->parts > 1 ? q * g->M * g->N * (int64_t)es : 0);
+    for (int64_t j = blocks * q / t->parts; j < blocks * (q + 1) / t->parts; j++) {
+      int64_t c0 = j * t->per, c1 = c0 + t->per < t->cols ? c0 + t->per : t->cols;
+      t->fill(t->ctx, c0, c1, scratch);
+      lm_gemm blk = *g;
+      blk.ldb = c1 - c0;
+      if (!g->b_trans) { /* columns [c0, c1) of the product */
+        block(&blk, t->a, scratch, (part){0, g->M, 0, c1 - c0, 0, g->K}, t->c + c0 * (int64_t)es,
+              g->N);
+      } else { /* terms [c0, c1) of every output's sum */
+        const char *a = t->a + (g->a_trans ? c0 * g->lda : c0) * (int64_t)es;
+        block_beta(&blk, a, scratch, (part){0, g->M, 0, g->N, 0, c1 - c0}, partial, g->N,
+                   j > blocks * q / t->parts);
+      }
+    }
+  }
+}
+
+loom_status lm_run_gemm_filled(const lm_gemm *g, const void *a, lm_gemm_fill fill, void *ctx,
+                               void *c) {
+  size_t es = loom_dtype_size(g->dtype);
+  int64_t rows = g->b_trans ? g->N : g->K, cols = g->b_trans ? g->K : g->N;
+  if (g->M == 0 || g->N == 0) return LOOM_OK;
+  if (rows == 0 || cols == 0) {
+    memset(c, 0, (size_t)(g->M * g->N) * es);
+    return LOOM_OK;
+  }
+  int64_t per = (g->b_trans ? FILL_BLOCK_BYTES_T : FILL_BLOCK_BYTES) /
+                ((rows + g->M) * (int64_t)es); /* B's block and A's or C's */
+  if (per < FILL_MIN_COLS) per = FILL_MIN_COLS;
+  int64_t blocks = (cols + per - 1) / per;
+  int parts = g->M * g->N * g->K < GEMM_PARALLEL_WORK ? 1 : loom_num_threads();
+  if (parts > blocks) parts = (int)blocks;
+  if (parts > 1 && blocks < 4 * parts) { /* smaller blocks, so that every thread has several */
+    per = (cols + 4 * parts - 1) / (4 * parts);
+    blocks = (cols + per - 1) / per;
+  }
+  size_t scratch_bytes = (size_t)parts * (size_t)(rows * per) * es;
+  size_t partial_bytes = g->b_trans && parts > 1 ? (size_t)parts * (size_t)(g->M * g->N) * es : 0;
+  char *scratch = lm_buffer_alloc(scratch_bytes + partial_bytes);
+  if (!scratch) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory for a GEMM's B blocks");
+  openblas_set_num_threads(1);
+  fill_task t = {g,    a,   fill,  ctx,     rows,
+                 cols, per, parts, scratch, partial_bytes ? scratch + scratch_bytes : c};
+  lm_parallel_for(parts, parts, fill_part, &t);
+  if (partial_bytes) add_partials(g, t.c, parts, g->M * g->N, c);
+  lm_buffer_free(scratch, scratch_bytes + partial_bytes);
+  return LOOM_OK;
 }

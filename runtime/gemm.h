@@ -10,6 +10,16 @@ void lm_run_gemm(const lm_gemm *g, const void *a, const void *b, void *c);
  * which holds (r1 - r0) rows of N. */
 void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t batch, int64_t r0,
                       int64_t r1, void *c);
+/* The product (one batch) when B is not in memory: fill(ctx, c0, c1, dst)
+ * writes columns [c0, c1) of B's stored matrix (K x N, or N x K when g reads
+ * it transposed) to dst, row-major with rows of c1 - c0. It is called from
+ * pool threads, a block small enough to stay in cache at a time, each block
+ * followed by its share of the product. Transposed, blocks are parts of the
+ * sums: each thread adds its blocks in order and the threads' partial sums
+ * are added in thread order, so the bits depend only on the thread count. */
+typedef void (*lm_gemm_fill)(void *ctx, int64_t c0, int64_t c1, void *dst);
+loom_status lm_run_gemm_filled(const lm_gemm *g, const void *a, lm_gemm_fill fill, void *ctx,
+                               void *c);
 int64_t lm_gemm_batches(const lm_gemm *g);
 /* Element offsets of batch `index`'s A and B matrices in their buffers. */
 void lm_gemm_batch_offsets(const lm_gemm *g, int64_t index, int64_t *ao, int64_t *bo);

@@ -31,9 +31,10 @@ static void print_step(const lm_step *s, int i, double ms) {
   fprintf(stderr, "  step %3d  %8.3f ms  ", i, ms);
   if (s->kind == LM_STEP_GEMM) {
     const lm_gemm *g = &s->gemm;
-    fprintf(stderr, "gemm M %lld N %lld K %lld batch %lld%s%s\n", (long long)g->M, (long long)g->N,
-            (long long)g->K, (long long)lm_gemm_batches(g), g->a_trans ? " A^T" : "",
-            g->b_trans ? " B^T" : "");
+    fprintf(stderr, "gemm M %lld N %lld K %lld batch %lld%s%s%s\n", (long long)g->M,
+            (long long)g->N, (long long)g->K, (long long)lm_gemm_batches(g),
+            g->a_trans ? " A^T" : "", g->b_trans ? " B^T" : "",
+            s->b_producer >= 0 ? ", B made in blocks inside" : "");
     return;
   }
   const lk_kernel *k = &s->kernel;

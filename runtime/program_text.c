@@ -435,6 +435,8 @@ static void dump_gemm(text *t, const loom_program *p, int i) {
   for (int k = 0; k < p->plan->nsteps; k++)
     if (s->deferred && p->plan->steps[k].gemm_partner == i)
       put(t, "; runs in row blocks inside step %d", k);
+  if (s->b_producer >= 0)
+    put(t, "; B is made by step %d's kernel, a block of its columns at a time", s->b_producer);
   put(t, "\n    M %lld N %lld K %lld: A %s%s lda %lld offset %lld, B %s%s ldb %lld offset %lld\n",
       (long long)g->M, (long long)g->N, (long long)g->K, pos_name(p, g->a_pos, a),
       g->a_trans ? " transposed" : "", (long long)g->lda, (long long)g->a_offset,
@@ -486,6 +488,12 @@ static void dump_kernel(text *t, const loom_program *p, int i, const unsigned ch
       if (computes[(size_t)i * p->n + pos]) put(t, " %%%d", pos);
   } else {
     put(t, "; partial results of a split reduction");
+  }
+  if (s->deferred) {
+    put(t, "; not stored: runs in blocks inside the gemm of step");
+    for (int k = 0; k < p->plan->nsteps; k++)
+      if (p->plan->steps[k].kind == LM_STEP_GEMM && p->plan->steps[k].b_producer == i)
+        put(t, " %d", k);
   }
   put(t, "\n    slots:");
   for (int k = 0; k < s->kernel.nslots; k++) {

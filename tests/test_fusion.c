@@ -330,6 +330,66 @@ static void test_long_sum_gemm(void) {
   loom_set_num_threads(threads);
 }
 
+/* A large B operand that only GEMMs read (an im2col matrix, here a padded
+ * and scaled matrix) is made inside each GEMM a block of columns at a time and
+ * never stored: read as is (a convolution) and transposed (its weight
+ * gradient, with A transposed too), with a remainder block, against C. */
+static void test_gemm_prologue(void) {
+  enum { M = 8, R = 96, C = 10007, XC = C - 2 };
+  static double xv[R * XC], av[M * R], gv[M * C];
+  for (int i = 0; i < R * XC; i++) xv[i] = sin(i * 0.011);
+  for (int i = 0; i < M * R; i++) av[i] = cos(i * 0.37);
+  for (int i = 0; i < M * C; i++) gv[i] = sin(i * 0.029 + 1);
+  int threads = loom_num_threads();
+  for (int t = 1; t <= 2; t++)
+    for (int dt = 0; dt < 2; dt++) LOOM_SCOPE {
+        CHECK_OK(loom_set_num_threads(t));
+        loom_dtype dtype = dt == 0 ? LOOM_F32 : LOOM_F64;
+        loom_tensor *x =
+            loom_cast(loom_from_data(xv, LOOM_SHAPE(R, XC), LOOM_F64, LOOM_CPU), dtype);
+        loom_tensor *a = loom_cast(loom_from_data(av, LOOM_SHAPE(M, R), LOOM_F64, LOOM_CPU), dtype);
+        loom_tensor *gt = loom_contiguous(loom_transpose(
+            loom_cast(loom_from_data(gv, LOOM_SHAPE(M, C), LOOM_F64, LOOM_CPU), dtype), 0, 1));
+        CHECK_OK(loom_realize(x));
+        CHECK_OK(loom_realize(a));
+        CHECK_OK(loom_realize(gt));
+        /* B = 2 * pad(x) [R, C]: columns 0 and C-1 are zero */
+        loom_tensor *b = loom_mul_s(loom_pad(x, (int64_t[]){1, 1}, 2, 0.0), 2.0);
+        loom_tensor *y = loom_matmul(a, b); /* [M, C] */
+        loom_tensor *w =
+            loom_matmul(loom_transpose(gt, 0, 1), loom_transpose(b, 0, 1)); /* [M, R] */
+        loom_reset_stats();
+        uint64_t before = loom_get_stats().bytes_live;
+        loom_tensor *outs[2] = {y, w};
+        CHECK_OK(loom_eval(outs, 2));
+        size_t es = loom_dtype_size(dtype);
+        uint64_t b_bytes = (uint64_t)R * C * es, extra = loom_get_stats().bytes_peak - before;
+        CHECK_MSG(extra < b_bytes / 2, "B [%d, %d] seems stored: the realization took %llu bytes",
+                  R, C, (unsigned long long)extra);
+        static double yv[M * C], wv[M * R];
+        CHECK_OK(loom_copy_to_host(loom_cast(y, LOOM_F64), yv, sizeof yv));
+        CHECK_OK(loom_copy_to_host(loom_cast(w, LOOM_F64), wv, sizeof wv));
+        double tol = dt == 0 ? 1e-4 : 1e-10, worst_y = 0, worst_w = 0;
+        for (int i = 0; i < M; i++) {
+          for (int j = 0; j < C; j++) {
+            double s = 0;
+            for (int k = 0; j > 0 && j < C - 1 && k < R; k++)
+              s += av[i * R + k] * 2 * xv[k * XC + j - 1];
+            worst_y = fmax(worst_y, fabs(yv[i * C + j] - s));
+          }
+          for (int k = 0; k < R; k++) {
+            double s = 0;
+            for (int j = 1; j < C - 1; j++) s += gv[i * C + j] * 2 * xv[k * XC + j - 1];
+            worst_w = fmax(worst_w, fabs(wv[i * R + k] - s) / (1 + fabs(s)));
+          }
+        }
+        CHECK_MSG(worst_y < tol && worst_w < tol,
+                  "%s, %d threads: off by %g (as is), %g (transposed)", dt ? "f64" : "f32", t,
+                  worst_y, worst_w);
+      }
+  CHECK_OK(loom_set_num_threads(threads));
+}
+
 /* Column sums (sum over the rows of a [rows, C] matrix: a bias gradient) loop
  * over the rows outside and the columns inside; with an epilogue (mean), for
  * integers, and the same bits for any number of threads. */
@@ -386,6 +446,7 @@ int main(void) {
   test_permuted_reduction();
   test_matmul_of_reduced_target();
   test_matmul_epilogue();
+  test_gemm_prologue();
   test_fused_matches_unfused();
   test_row_kernel_values();
   test_row_kernel_refusals();
