@@ -48,6 +48,8 @@ typedef struct bench_workload {
   /* Optional: median seconds of the same work done by calling a library (OpenBLAS)
    * directly, or a negative value when it could not be measured. */
   double (*direct_seconds)(int repeats);
+  /* Optional: the same on --device cuda, through cuBLAS on that device. */
+  double (*cuda_direct_seconds)(int repeats, int device);
   /* Optional: a note printed under the table (after the runs, before teardown). */
   void (*describe)(void *state, char *buf, size_t size);
   bool cpu_only; /* compiled programs, export, the CPU compiler: skipped on --device cuda */
@@ -205,5 +207,12 @@ int bench_run_process(const char *const *argv, const char *const *extra_env, cha
 
 /* The hidden `loom __bench-child` subcommand (compile_disk's child processes). */
 int bench_child_main(int argc, char **argv);
+
+/* Median seconds of C [m, n] = A [m, k] @ B ([k, n], or [n, k] with b_trans)
+ * in F32 through cuBLAS on CUDA device `device`, synchronized per call; a
+ * negative value (and the reason on stderr) when cuBLAS or the device is not
+ * there (bench/cublas.c). */
+double bench_cublas_gemm_seconds(int64_t m, int64_t n, int64_t k, bool b_trans, int repeats,
+                                 int device);
 
 #endif /* LOOM_BENCH_H */

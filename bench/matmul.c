@@ -1,5 +1,6 @@
 /* Matrix products: loom's matmul (OpenBLAS underneath) and a linear layer with
- * its bias and activation, each against calling OpenBLAS directly. */
+ * its bias and activation, each against calling OpenBLAS directly (on --device
+ * cuda: cuBLAS on the same GPU). */
 #include <cblas.h>
 #include <stdlib.h>
 
@@ -109,6 +110,17 @@ static double direct_linear_seconds(int repeats) {
   return median;
 }
 
+/* ------------------------------------------------------------------ cuBLAS (--device cuda) */
+
+static double cublas_matmul_seconds(int repeats, int device) {
+  return bench_cublas_gemm_seconds(MM_N, MM_N, MM_N, false, repeats, device);
+}
+
+/* The GEMM alone: cuBLAS has no bias and ReLU here, so loom's ratio includes them */
+static double cublas_linear_seconds(int repeats, int device) {
+  return bench_cublas_gemm_seconds(LIN_BATCH, LIN_OUT, LIN_IN, true, repeats, device);
+}
+
 const bench_workload bench_matmul_workloads[] = {
     {
         .name = "matmul_1024",
@@ -121,6 +133,7 @@ const bench_workload bench_matmul_workloads[] = {
         .run = matmul_run,
         .teardown = bench_inputs_free,
         .direct_seconds = direct_matmul_seconds,
+        .cuda_direct_seconds = cublas_matmul_seconds,
     },
     {
         .name = "linear_bias_relu_4096x1024x1024",
@@ -133,6 +146,7 @@ const bench_workload bench_matmul_workloads[] = {
         .run = linear_run,
         .teardown = bench_inputs_free,
         .direct_seconds = direct_linear_seconds,
+        .cuda_direct_seconds = cublas_linear_seconds,
     },
 };
 const int bench_matmul_count =

@@ -158,8 +158,10 @@ static loom_status measure_all(const bench_workload *w, void *state, const bench
                              &r->gemm_per_call);
   if (status == LOOM_OK && w->measure_peak) status = measure_peak(w, state, r);
   if (status == LOOM_OK && w->compare_unfused) status = measure_unfused(w, state, opts, r);
-  if (status == LOOM_OK && w->direct_seconds) {
-    double direct = w->direct_seconds(opts->repeats);
+  bool cuda = opts->device.type == LOOM_DEVICE_CUDA;
+  if (status == LOOM_OK && (cuda ? w->cuda_direct_seconds != NULL : w->direct_seconds != NULL)) {
+    double direct = cuda ? w->cuda_direct_seconds(opts->repeats, opts->device.index)
+                         : w->direct_seconds(opts->repeats);
     r->direct_s = direct > 0.0 ? direct : 0.0;
   }
   return status;

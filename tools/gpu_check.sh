@@ -2,7 +2,8 @@
 # The CUDA checks that need a real GPU, in one run (about 8 minutes on an
 # H200 machine with 16 cores): build, the driver-path suites, the op and
 # gradient suite on LOOM_CUDA(0) against the CPU (tests/test_cuda_gpu.c),
-# and the digits MLP with --device cuda (bench/ has no CUDA workloads yet).
+# the digits MLP with --device cuda, and the benchmarks on cuda:0 (GB/s against
+# the device's peak; the matmuls against cuBLAS where the toolkit has it).
 # Usage: tools/gpu_check.sh [build-dir]   (prints figures; exit status 0 = passed)
 set -eu
 cd "$(dirname "$0")/.."
@@ -29,6 +30,6 @@ step "digits MLP on cuda:0 (and on the CPU, for the same accuracy)"
 timeout 120 "$build/train_digits" --model mlp --epochs 10 --device cuda | tr '\r' '\n' | tail -1
 timeout 120 "$build/train_digits" --model mlp --epochs 10 --device cpu | tr '\r' '\n' | tail -1
 
-step "CUDA benchmarks"
-echo "bench/ has no CUDA workloads yet (issue 5): nothing to measure"
+step "CUDA benchmarks (loom bench --device cuda)"
+timeout 300 "$build/loom" bench --device cuda --repeats 20
 step "done"
