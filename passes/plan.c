@@ -231,12 +231,19 @@ static void plan_gemm(const lm_graph *graph, lm_node *n, lm_step *step) {
 }
 
 /* A reduction with few outputs and much input runs in two kernels so every
- * thread has work: SPLIT_PARTS partial results per output, then their
- * combination. SPLIT_PARTS is fixed (not the thread count), so the result
- * is the same whatever the number of threads. */
+ * thread has work: partial results over parts of its longest reduced axis,
+ * then their combination. On the CPU, SPLIT_PARTS parts for at most
+ * SPLIT_MAX_OUTER outputs; the count is fixed (not the thread count), so the
+ * result is the same whatever the number of threads. A GPU runs one block per
+ * output of a long reduction and wants thousands of blocks in flight: there a
+ * reduction to at most GPU_SPLIT_MAX_OUTER outputs splits into about
+ * GPU_SPLIT_BLOCKS / outputs parts of at least GPU_MIN_PART elements each. */
 #define SPLIT_PARTS 16
 #define SPLIT_MAX_OUTER 16
 #define SPLIT_MIN_REDUCED 65536
+#define GPU_SPLIT_BLOCKS 2048
+#define GPU_SPLIT_MAX_OUTER 512
+#define GPU_MIN_PART 4096
 
 /* ------------------------------------------------------------ epilogues */
 
@@ -544,25 +551,40 @@ static bool split_identity(const lm_node *r, double *identity) {
  * reduction r; returns final (shaped like r with the part axis kept as 1 ...
  * in the same output order), or NULL when r is not worth splitting (or
  * *oom, when memory ran out). */
+/* How many parts reduction r (outer outputs of total / outer inputs each, the
+ * longest reduced axis len long) splits into on its device; 0: none. */
+static int64_t split_parts(const lm_node *r, int64_t outer, int64_t total, int64_t len) {
+  if (outer <= 0 || total / outer < SPLIT_MIN_REDUCED) return 0;
+  if (r->device.type == LOOM_DEVICE_CPU)
+    return outer <= SPLIT_MAX_OUTER && len >= SPLIT_PARTS ? SPLIT_PARTS : 0;
+  if (outer > GPU_SPLIT_MAX_OUTER) return 0;
+  int64_t parts = GPU_SPLIT_BLOCKS / outer, most = total / outer / GPU_MIN_PART;
+  if (parts > most) parts = most;
+  if (parts > len) parts = len;
+  return parts >= 2 ? parts : 0;
+}
+
 static lm_node *split_reduction(const lm_node *r, temps *t, bool *oom) {
   const lm_node *src = r->src[0];
   int64_t outer = lm_shape_numel(&r->shape), total = lm_shape_numel(&src->shape);
-  if (outer <= 0 || outer > SPLIT_MAX_OUTER || total / outer < SPLIT_MIN_REDUCED) return NULL;
   if (src->shape.ndim >= LOOM_MAX_DIMS) return NULL;
   int axis = -1;
   for (int d = 0; d < src->shape.ndim; d++)
     if ((r->arg.axes & (1u << d)) && (axis < 0 || src->shape.dim[d] > src->shape.dim[axis]))
       axis = d;
-  int64_t len = src->shape.dim[axis], chunk = (len + SPLIT_PARTS - 1) / SPLIT_PARTS;
+  if (axis < 0) return NULL;
+  int64_t len = src->shape.dim[axis], parts = split_parts(r, outer, total, len);
+  if (parts == 0) return NULL;
+  int64_t chunk = (len + parts - 1) / parts;
+  if (r->device.type != LOOM_DEVICE_CPU) parts = (len + chunk - 1) / chunk; /* none all padding */
   double identity;
-  bool exact = len % SPLIT_PARTS == 0;
-  if (len < SPLIT_PARTS ||
-      (!split_identity(r, &identity) && !(exact && r->op != LM_ARGMAX && r->op != LM_ARGMIN)))
+  bool exact = len % parts == 0;
+  if (!split_identity(r, &identity) && !(exact && r->op != LM_ARGMAX && r->op != LM_ARGMIN))
     return NULL;
   lm_node *cur = (lm_node *)src;
   if (!exact) {
     loom_shape padded = src->shape;
-    padded.dim[axis] = chunk * SPLIT_PARTS;
+    padded.dim[axis] = chunk * parts;
     cur = temp(t, lm_node_new(LM_PAD, 1, &cur, padded, src->dtype, src->device), oom);
     if (!cur) return NULL;
     cur->arg.pad.value = identity;
@@ -571,7 +593,7 @@ static lm_node *split_reduction(const lm_node *r, temps *t, bool *oom) {
   uint32_t inner_axes = 0;
   for (int d = 0, o = 0; d < src->shape.ndim; d++) {
     if (d == axis) {
-      split.dim[o++] = SPLIT_PARTS;
+      split.dim[o++] = parts;
       split.dim[o] = chunk;
       inner_axes |= 1u << o++;
     } else {

@@ -192,6 +192,40 @@ static void fake_allocator(void) {
 }
 
 /* A realization on the device: one launch with the code generator's shape. */
+/* Long reductions to few values split into enough parts to fill a GPU (a
+ * block per partial result), not the CPU's 16: 2^22 values to one in 1024
+ * parts of 4096, then one block combining them; 64 rows of 2^16 in 16 parts
+ * each (parts of at least 4096 values). */
+static void fake_split_reductions(void) {
+  enum { N = 1 << 22 };
+  float *v = calloc(N, sizeof *v);
+  CHECK(v != NULL);
+  if (!v) return;
+  loom_tensor *x = loom_from_data(v, LOOM_SHAPE(N), LOOM_F32, LOOM_CUDA(0));
+  free(v);
+  struct {
+    loom_tensor *sum;
+    unsigned partial_blocks;
+    long final_outputs;
+  } cases[2] = {
+      {loom_sum(x, NULL, 0, false), 1024, 1},
+      {loom_sum(loom_reshape(x, LOOM_SHAPE(64, N / 64)), (int[]){1}, 1, false), 64 * 16, 64},
+  };
+  for (int c = 0; c < 2; c++) {
+    long before = fake.counts().launches;
+    CHECK_OK(loom_realize(cases[c].sum));
+    CHECK_EQ_INT(fake.counts().launches - before, 2);
+    launch_info partial = {.nparams = -1}, final = last_launch();
+    partial.nparams = fake.launch(before, partial.name, sizeof partial.name, partial.grid,
+                                  partial.block, partial.params, 64);
+    CHECK_EQ_INT(partial.grid[0], cases[c].partial_blocks);
+    CHECK_EQ_INT(partial.params[partial.nparams - 1], cases[c].partial_blocks); /* end */
+    CHECK_EQ_INT(final.params[final.nparams - 1], cases[c].final_outputs);
+    loom_free(cases[c].sum);
+  }
+  loom_free(x);
+}
+
 static void fake_launches(void) {
   float v[1000];
   check_fill_uniform(v, 1000, 3);
@@ -231,6 +265,7 @@ static void fake_launches(void) {
   CHECK_EQ_INT(l.params[3], 2);
   CHECK(l.grid[0] >= 1 && l.grid[0] <= 2);
   loom_free(a), loom_free(b), loom_free(b2), loom_free(r);
+  fake_split_reductions();
 }
 
 /* GEMM steps launch the tiled kernel, one launch per batch index. */

@@ -173,14 +173,20 @@ static void check_reductions(void) {
 #undef RED
         free(v);
       }
-  LOOM_SCOPE { /* a split reduction (16 partials) */
-    int64_t n = 1 << 20;
-    double *v = random_values(n, 99, -1, 1);
-    loom_tensor *c, *g;
+  LOOM_SCOPE { /* split reductions: 256 parts on a GPU (16 on the CPU), and 77 rows of
+                * 2^16 + 3 values (16 parts each, the last padded) */
+    int64_t n = 1 << 20, rows = 77, len = (1 << 16) + 3;
+    double *v = random_values(n, 99, -1, 1), *w = random_values(rows * len, 98, -1, 1);
+    loom_tensor *c, *g, *c2, *g2;
     pair(v, LOOM_SHAPE(n), LOOM_F32, &c, &g);
+    pair(w, LOOM_SHAPE(rows, len), LOOM_F32, &c2, &g2);
     compare("sum_all 1M", loom_sum_all(c), loom_sum_all(g));
     compare("mean_all 1M", loom_mean_all(loom_square(c)), loom_mean_all(loom_square(g)));
-    free(v);
+    compare("max over rows", loom_max(c2, (int[]){1}, 1, false),
+            loom_max(g2, (int[]){1}, 1, false));
+    compare("sum over rows", loom_sum(c2, (int[]){1}, 1, false),
+            loom_sum(g2, (int[]){1}, 1, false));
+    free(v), free(w);
   }
 }
 
