@@ -294,6 +294,11 @@ static void remove_work(job *j) {
 
 static loom_status check_args(const loom_program *p, const char *dir, const char *name) {
   if (!p || !dir || !name) return lm_fail(LOOM_ERR_NULL, OP ": program, dir or name is NULL");
+  if (p->device.type != LOOM_DEVICE_CPU)
+    return lm_fail(LOOM_ERR_DEVICE,
+                   OP ": the program runs on cuda:%d; an export is CPU code: compile the program "
+                      "from CPU tensors to export it",
+                   p->device.index);
   if (!lm_is_name(name, strlen(name)))
     return lm_fail(LOOM_ERR_VALUE,
                    OP ": name '%.80s' is not a C identifier of 1-64 letters, digits and '_'", name);

@@ -165,7 +165,7 @@ static loom_status plan_and_compile(const char *op, loom_program *p, const lm_gr
   loom_status st = lm_plan(g, loom_fusion_enabled(), &p->plan, err, sizeof err);
   if (st != LOOM_OK) return lm_fail(st, "%s: %s", op, err);
   assign_kernels(p);
-  return lm_exec_compile(p->plan, LOOM_CPU);
+  return lm_exec_compile(p->plan, p->device);
 }
 
 loom_status lm_program_build(const char *op, lm_node *const *outs, int nout, lm_node *const *ins,
@@ -182,7 +182,7 @@ loom_status lm_program_build(const char *op, lm_node *const *outs, int nout, lm_
   if (st == LOOM_OK && !p) st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
   lm_node **targets = NULL;
   if (p) {
-    p->n = user.n, p->nin = nin, p->nout = nout;
+    p->n = user.n, p->nin = nin, p->nout = nout, p->device = outs[0]->device;
     p->nodes = calloc((size_t)user.n + 1, sizeof *p->nodes);
     targets = malloc(sizeof *targets * (size_t)nout);
     if (!p->nodes || !targets || !alloc_tables(p, nin, nout) ||
@@ -211,6 +211,12 @@ loom_status lm_program_build(const char *op, lm_node *const *outs, int nout, lm_
   return LOOM_OK;
 }
 
+static const char *device_name(loom_device d, char buf[24]) {
+  if (d.type == LOOM_DEVICE_CPU) return "cpu";
+  snprintf(buf, 24, "cuda:%d", d.index);
+  return buf;
+}
+
 loom_program *loom_compile(loom_tensor *const *outs, int nout, loom_tensor *const *ins, int nin) {
   const char *op = "loom_compile";
   if (!outs || (nin > 0 && !ins)) {
@@ -227,6 +233,7 @@ loom_program *loom_compile(loom_tensor *const *outs, int nout, loom_tensor *cons
     return NULL;
   }
   loom_status st = LOOM_OK;
+  char a[24], b[24];
   for (int i = 0; i < nout + nin && st == LOOM_OK; i++) {
     const loom_tensor *t = i < nout ? outs[i] : ins[i - nout];
     const char *what = i < nout ? "outs" : "ins";
@@ -236,10 +243,10 @@ loom_program *loom_compile(loom_tensor *const *outs, int nout, loom_tensor *cons
     else if (!t->node)
       st = lm_fail(t->status, "%s: %s[%d] is an error tensor: %s", op, what, k,
                    t->message ? t->message : "");
-    else if (t->node->device.type != LOOM_DEVICE_CPU)
+    else if (i > 0 && !lm_device_eq(t->node->device, nodes[0]->device))
       st = lm_fail(LOOM_ERR_DEVICE,
-                   "%s: %s[%d] is on cuda:%d; compiled programs run on the CPU only", op, what, k,
-                   t->node->device.index);
+                   "%s: %s[%d] is on %s, outs[0] on %s: a program runs on one device", op, what, k,
+                   device_name(t->node->device, a), device_name(nodes[0]->device, b));
     else if (i >= nout && t->node->op != LM_INPUT)
       st = lm_fail(LOOM_ERR_VALUE, "%s: ins[%d] is not a placeholder made by loom_input", op, k);
     for (int j = nout; j < i && st == LOOM_OK && i >= nout; j++)
@@ -273,39 +280,40 @@ static loom_status check_run_inputs(const loom_program *p, loom_tensor *const *i
     if (t->node->dtype != want->dtype)
       return lm_fail(LOOM_ERR_DTYPE, "%s: input %d ('%s') is %s, the program takes %s", op, i,
                      want->label, loom_dtype_name(t->node->dtype), loom_dtype_name(want->dtype));
-    if (t->node->device.type != LOOM_DEVICE_CPU)
-      return lm_fail(LOOM_ERR_DEVICE,
-                     "%s: input %d ('%s') is on cuda:%d, the program runs on the CPU", op, i,
-                     want->label, t->node->device.index);
+    if (!lm_device_eq(t->node->device, p->device))
+      return lm_fail(LOOM_ERR_DEVICE, "%s: input %d ('%s') is on %s, the program runs on %s", op, i,
+                     want->label, device_name(t->node->device, a), device_name(p->device, b));
   }
   return LOOM_OK;
 }
 
 /* Output i: the buffer the run computed, or a copy (of a leaf, or of an
- * earlier output with the same value). */
-static lm_node *output_node(const loom_program *p, int i, void **bufs, size_t *sizes,
-                            lm_node *const *earlier) {
+ * earlier output with the same value), on the program's device. */
+static loom_status output_node(const loom_program *p, int i, void **bufs, size_t *sizes,
+                               lm_node *const *earlier, lm_node **result) {
+  const char *op = "loom_program_run";
   int pos = p->out_pos[i];
   const lm_node *n = p->nodes[pos];
-  lm_node *out = lm_node_new(LM_BUFFER, 0, NULL, n->shape, n->dtype, n->device);
-  if (!out) return NULL;
+  lm_node *out = lm_node_new(LM_BUFFER, 0, NULL, n->shape, n->dtype, p->device);
+  *result = out;
+  if (!out) return lm_fail(LOOM_ERR_OOM, "%s: out of memory for output %d", op, i);
   const void *from = p->kind[pos] == LM_SLOT_NODE ? NULL : bufs[pos];
   for (int j = 0; j < i && !from; j++)
     if (p->out_pos[j] == pos) from = earlier[j]->data;
   if (!from && bufs[pos]) { /* a target: its buffer is published */
     out->data = bufs[pos], out->bytes = sizes[pos];
     bufs[pos] = NULL, sizes[pos] = 0;
-    return out;
+    return LOOM_OK;
   }
   size_t bytes = (size_t)lm_shape_numel(&n->shape) * loom_dtype_size(n->dtype);
-  out->data = lm_buffer_alloc(bytes);
+  loom_status st = lm_data_alloc(op, p->device, bytes, &out->data);
   out->bytes = bytes;
-  if (!out->data) {
+  if (st == LOOM_OK && from) st = lm_data_copy(op, p->device, out->data, p->device, from, bytes);
+  if (st != LOOM_OK) {
     lm_node_release(out);
-    return NULL;
+    *result = NULL;
   }
-  if (from && bytes) memcpy(out->data, from, bytes);
-  return out;
+  return st;
 }
 
 static loom_status bind_inputs(const loom_program *p, loom_tensor *const *ins, void **bufs) {
@@ -334,21 +342,18 @@ loom_status loom_program_run(const loom_program *p, loom_tensor *const *ins, loo
   size_t *sizes = calloc((size_t)nbufs, sizeof *sizes);
   if (!bufs || !sizes) st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
   if (st == LOOM_OK) st = bind_inputs(p, ins, bufs);
-  if (st == LOOM_OK) st = lm_exec_run(&(lm_exec){p->plan, bufs, sizes, p->keys, LOOM_CPU});
+  if (st == LOOM_OK) st = lm_exec_run(&(lm_exec){p->plan, bufs, sizes, p->keys, p->device});
   lm_node *results[64], **res = results;
   if (st == LOOM_OK && p->nout > 64 && !(res = calloc((size_t)p->nout, sizeof *res)))
     st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
   for (int i = 0; i < p->nout && st == LOOM_OK; i++) {
-    res[i] = output_node(p, i, bufs, sizes, res);
-    if (!res[i]) {
-      st = lm_fail(LOOM_ERR_OOM, "%s: out of memory for output %d", op, i);
-      for (int j = 0; j < i; j++) lm_node_release(res[j]);
-    }
+    st = output_node(p, i, bufs, sizes, res, &res[i]);
+    for (int j = 0; j < i && st != LOOM_OK; j++) lm_node_release(res[j]);
   }
   for (int i = 0; i < p->nout && st == LOOM_OK; i++) outs[i] = lm_tensor_wrap(res[i]);
   if (res != results) free(res);
   for (int pos = 0; bufs && sizes && pos < nbufs; pos++)
-    if (pos >= p->n || p->kind[pos] == LM_SLOT_NODE) lm_buffer_free(bufs[pos], sizes[pos]);
+    if (pos >= p->n || p->kind[pos] == LM_SLOT_NODE) lm_data_free(p->device, bufs[pos], sizes[pos]);
   free(bufs);
   free(sizes);
   return st;

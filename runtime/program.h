@@ -33,6 +33,7 @@ struct loom_program {
   lm_node **in_nodes; /* [nin] the placeholders (one reference each) */
   int *out_pos;       /* [nout] */
   char **out_names;   /* [nout] "out0", ... */
+  loom_device device; /* where it runs: every node, input and output is there */
 };
 
 /* Compiles the graph between placeholders and targets (borrowed) into a new

@@ -393,17 +393,81 @@ static void fake_errors(void) {
   LOOM_NO_GRAD { moved2 = loom_to(p, LOOM_CPU); }
   CHECK_STATUS(moved2, LOOM_OK);
   CHECK(!loom_requires_grad(moved2));
-  /* programs run on the CPU only, for now */
+  /* a program runs on one device */
   loom_clear_error();
   loom_tensor *in = loom_input("x", LOOM_SHAPE(256), LOOM_F32, LOOM_CUDA(0));
-  loom_tensor *out = loom_exp(in);
-  loom_program *prog = loom_compile(&out, 1, &in, 1);
-  CHECK(prog == NULL);
-  CHECK_MSG(contains(loom_last_error(), "CPU only"), "compile: '%s'",
+  loom_tensor *host_in = loom_input("y", LOOM_SHAPE(256), LOOM_F32, LOOM_CPU);
+  loom_tensor *outs[2] = {loom_exp(in), loom_exp(host_in)};
+  CHECK(loom_compile(outs, 2, (loom_tensor *[]){in, host_in}, 2) == NULL);
+  CHECK_MSG(contains(loom_last_error(), "outs[1] is on cpu, outs[0] on cuda:0"), "compile: '%s'",
             loom_last_error() ? loom_last_error() : "(none)");
   loom_free(a), loom_free(h), loom_free(mixed), loom_free(none), loom_free(p), loom_free(moved),
-      loom_free(moved2), loom_free(in), loom_free(out);
+      loom_free(moved2), loom_free(in), loom_free(host_in), loom_free(outs[0]), loom_free(outs[1]);
   loom_clear_error();
+}
+
+/* A program compiled from device tensors runs there: its kernels are compiled
+ * for the device and launched on each run, inputs and outputs stay on it.
+ * Outputs that are a weight or an input are copies, exact even here. */
+static void fake_program(void) {
+  float wv[256], xv[256], got[256];
+  check_fill_uniform(wv, 256, 21);
+  check_fill_uniform(xv, 256, 22);
+  loom_tensor *w = loom_from_data(wv, LOOM_SHAPE(256), LOOM_F32, LOOM_CUDA(0));
+  loom_tensor *in = loom_input("x", LOOM_SHAPE(256), LOOM_F32, LOOM_CUDA(0));
+  loom_tensor *outs[3] = {loom_add(loom_exp(in), w), w, in};
+  loom_program *prog = loom_compile(outs, 3, &in, 1);
+  CHECK_MSG(prog != NULL, "compile: %s", loom_last_error() ? loom_last_error() : "?");
+  if (!prog) return;
+  loom_tensor *x = loom_from_data(xv, LOOM_SHAPE(256), LOOM_F32, LOOM_CUDA(0));
+  for (int run = 0; run < 2; run++) {
+    long launches = fake.counts().launches;
+    loom_tensor *res[3] = {NULL, NULL, NULL};
+    CHECK_OK(loom_program_run(prog, &x, res));
+    CHECK_EQ_INT(fake.counts().launches - launches, 1); /* exp + add: one fused kernel */
+    for (int i = 0; i < 3; i++) CHECK(res[i] && loom_device_of(res[i]).type == LOOM_DEVICE_CUDA);
+    CHECK_OK(loom_copy_to_host(res[1], got, sizeof got));
+    CHECK(memcmp(got, wv, sizeof got) == 0);
+    CHECK_OK(loom_copy_to_host(res[2], got, sizeof got));
+    CHECK(memcmp(got, xv, sizeof got) == 0);
+    CHECK(data_of(res[1]) != data_of(w) && data_of(res[2]) != data_of(x)); /* copies */
+    for (int i = 0; i < 3; i++) loom_free(res[i]);
+  }
+  /* inputs from elsewhere, and export (CPU code), are refused */
+  loom_tensor *host = loom_from_data(xv, LOOM_SHAPE(256), LOOM_F32, LOOM_CPU);
+  loom_tensor *res[3];
+  CHECK_RC(loom_program_run(prog, &host, res), LOOM_ERR_DEVICE);
+  CHECK_MSG(contains(loom_last_error(), "input 0 ('x') is on cpu, the program runs on cuda:0"),
+            "run: '%s'", loom_last_error() ? loom_last_error() : "(none)");
+  CHECK_RC(loom_program_export(prog, "/tmp", "prog"), LOOM_ERR_DEVICE);
+  CHECK_MSG(contains(loom_last_error(), "the program runs on cuda:0"), "export: '%s'",
+            loom_last_error() ? loom_last_error() : "(none)");
+  loom_clear_error();
+  /* saved, it loads on the CPU (the text names no device), with the weight */
+  char path[] = "/tmp/loom-cuda-program-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+  CHECK_OK(loom_program_save(prog, path));
+  loom_program *loaded = loom_program_load(path);
+  CHECK_MSG(loaded != NULL, "load: %s", loom_last_error() ? loom_last_error() : "?");
+  if (loaded) {
+    CHECK_OK(loom_program_run(loaded, &host, res));
+    CHECK(loom_device_of(res[0]).type == LOOM_DEVICE_CPU);
+    CHECK_OK(loom_copy_to_host(res[1], got, sizeof got));
+    CHECK(memcmp(got, wv, sizeof got) == 0);
+    float want[256], sum[256];
+    CHECK_OK(loom_copy_to_host(res[0], sum, sizeof sum));
+    for (int i = 0; i < 256; i++) want[i] = expf(xv[i]) + wv[i];
+    for (int i = 0; i < 256; i++) CHECK_NEAR(sum[i], want[i], 1e-5 * fabsf(want[i]) + 1e-6);
+    for (int i = 0; i < 3; i++) loom_free(res[i]);
+    loom_program_free(loaded);
+  }
+  char wpath[sizeof path + 16];
+  snprintf(wpath, sizeof wpath, "%s.safetensors", path);
+  unlink(path), unlink(wpath);
+  loom_program_free(prog);
+  loom_free(w), loom_free(in), loom_free(x), loom_free(host), loom_free(outs[0]);
 }
 
 /* x (CPU) -> cuda -> CPU: the gradient of sum(z * w) + sum(x * x) reaches x
@@ -586,6 +650,7 @@ static void run_fake(void) {
   LOOM_SCOPE { fake_random(); }
   LOOM_SCOPE { fake_errors(); }
   LOOM_SCOPE { fake_grad_across_devices(); }
+  LOOM_SCOPE { fake_program(); }
   LOOM_SCOPE { fake_default_device(); }
   LOOM_SCOPE { fake_synchronize(); }
   LOOM_SCOPE { fake_disk_cache(getenv("LOOM_CACHE_DIR")); }

@@ -300,6 +300,32 @@ static void check_grad_across_devices(void) {
   }
 }
 
+/* A compiled program (linear, tanh, softmax) on each device, run twice with
+ * new inputs: the same values. */
+static void check_program(void) {
+  LOOM_SCOPE {
+    double *vw = random_values(16 * 8, 80, -1, 1), *vx = random_values(2 * 32 * 16, 81, -2, 2);
+    loom_tensor *wc, *wg;
+    pair(vw, LOOM_SHAPE(16, 8), LOOM_F32, &wc, &wg);
+    loom_program *prog[2];
+    for (int d = 0; d < 2; d++) {
+      loom_tensor *in = loom_input("x", LOOM_SHAPE(32, 16), LOOM_F32, d ? GPU : LOOM_CPU);
+      loom_tensor *y = loom_softmax(loom_tanh(loom_matmul(in, d ? wg : wc)), -1);
+      prog[d] = loom_compile(&y, 1, &in, 1);
+      CHECK_MSG(prog[d] != NULL, "compile: %s", loom_last_error() ? loom_last_error() : "?");
+    }
+    for (int run = 0; run < 2 && prog[0] && prog[1]; run++) {
+      loom_tensor *xc, *xg, *yc = NULL, *yg = NULL;
+      pair(vx + run * 32 * 16, LOOM_SHAPE(32, 16), LOOM_F32, &xc, &xg);
+      CHECK_OK(loom_program_run(prog[0], &xc, &yc));
+      CHECK_OK(loom_program_run(prog[1], &xg, &yg));
+      compare("program softmax(tanh(x @ w))", yc, yg);
+    }
+    loom_program_free(prog[0]), loom_program_free(prog[1]);
+    free(vw), free(vx);
+  }
+}
+
 /* Uniform and Bernoulli draws bit for bit; normal ones within the math's error. */
 static void check_random(void) {
   for (int dt = LOOM_F32; dt <= LOOM_F64; dt++) LOOM_SCOPE {
@@ -337,6 +363,7 @@ int main(void) {
   check_nn();
   check_training();
   check_grad_across_devices();
+  check_program();
   check_random();
   printf("worst relative difference: f32 %.3g, f64 %.3g\n", worst_f32, worst_f64);
   return check_report();
