@@ -1445,6 +1445,50 @@ static void test_vectorization(void) {
     printf("vectorization: a*b+c 1M f32: %.3f ms per call (%.1f GB/s)\n", ms, 16.0 * N / ms / 1e6);
     free(x), free(y), free(z), free(out);
   }
+  /* 2x2 max pooling over rows of 7 windows (stride-2 loads): a 4-wide vector
+   * loop and 3 outputs scalar, where LLVM's own choice (16 lanes, then 8) left
+   * the whole row scalar: only 4-wide code now. Values against C over random
+   * range splits. */
+  {
+    enum { R = 5, OW = 7, W = 2 * OW };
+    int64_t pool_dom[4] = {R, OW, 2, 2};
+    kb_init(&b, 4, pool_dom, 2, LK_RED_MAX, LOOM_F32, LOOM_F32, 2);
+    int h =
+        kb_op2(&b, LK_ADD, LOOM_I64,
+               kb_op2(&b, LK_MUL, LOOM_I64, kb_dim(&b, 0), kb_ci(&b, LOOM_I64, 2)), kb_dim(&b, 2));
+    int w =
+        kb_op2(&b, LK_ADD, LOOM_I64,
+               kb_op2(&b, LK_MUL, LOOM_I64, kb_dim(&b, 1), kb_ci(&b, LOOM_I64, 2)), kb_dim(&b, 3));
+    int at =
+        kb_op2(&b, LK_ADD, LOOM_I64, kb_op2(&b, LK_MUL, LOOM_I64, h, kb_ci(&b, LOOM_I64, W)), w);
+    kb_end_body(&b, kb_load(&b, LOOM_F32, 1, at));
+    kb_end_epilogue(&b, kb_emit(&b, LK_ACC, LOOM_F32, -1, -1, -1));
+    lk_fn pool = compile_dumped(&b.k, "2x2 max over rows of 7", dir);
+    float in[2 * R * W], out[R * OW];
+    for (int i = 0; i < 2 * R * W; i++) in[i] = (float)((i * 37) % 101) - 50;
+    void *args[2] = {out, in};
+    if (pool) run_split(pool, args, R * OW);
+    int wrong = 0;
+    for (int i = 0; pool && i < R; i++)
+      for (int j = 0; j < OW; j++) {
+        float m = -INFINITY;
+        for (int a = 0; a < 2; a++)
+          for (int c = 0; c < 2; c++) m = fmaxf(m, in[(2 * i + a) * W + 2 * j + c]);
+        wrong += out[i * OW + j] != m;
+      }
+    CHECK(wrong == 0, "2x2 max over rows of 7: %d wrong outputs", wrong);
+#if defined(__x86_64__)
+    char sym[36], path[600];
+    lm_llvm_symbol_name(&b.k, sym);
+    snprintf(path, sizeof path, "%s/%s.s", dir, sym);
+    int zmm, ymm, xmm;
+    count_vector_registers(path, &zmm, &ymm, &xmm);
+    CHECK(xmm > 0 && zmm == 0 && ymm == 0,
+          "2x2 max over rows of 7: want 4-wide vectors only, got %d zmm, %d ymm, %d packed xmm "
+          "lines in %s",
+          zmm, ymm, xmm, path);
+#endif
+  }
   /* A float sum over the inner dim (reassoc on the accumulating fadd). */
   int64_t dom2[2] = {64, 4096};
   kb_init(&b, 2, dom2, 1, LK_RED_SUM, LOOM_F32, LOOM_F32, 2);

@@ -299,13 +299,20 @@ static void gen_row_stats(lm_cg *g, plan *p, LLVMValueRef row_at) {
 }
 
 /* The points [start, start + n) of the current row, output indices from at. */
+/* Rows shorter than this run a 4-wide vector loop: LLVM would pick 16 or 8
+ * lanes, which a row of 7 (a pooling window row of the CNN's second block)
+ * never reaches, leaving it all scalar. */
+#define SHORT_ROW 8
+
 static void gen_row_points(lm_cg *g, plan *p, LLVMValueRef start, LLVMValueRef n, LLVMValueRef at) {
   int last = g->k->nouter - 1;
+  int64_t len = g->k->dom[last];
   loop l;
   loop_begin(g, &l, const_i64(g, 0), n, "inner");
   g->dim[last] = LLVMBuildNSWAdd(g->b, start, l.iv, "");
   gen_point(g, p, LLVMBuildNSWAdd(g->b, at, l.iv, ""));
-  loop_end_tail(g, &l, false, p->fold_tail ? TAIL_MASKED : TAIL_DEFAULT, 0);
+  int width = !p->fold_tail && len >= 4 && len < SHORT_ROW ? 4 : 0;
+  loop_end_tail(g, &l, false, p->fold_tail ? TAIL_MASKED : TAIL_DEFAULT, width);
 }
 
 /* A row kernel whose last stat sums a value the points need again (softmax's
