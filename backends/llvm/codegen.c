@@ -299,10 +299,11 @@ static void gen_row_stats(lm_cg *g, plan *p, LLVMValueRef row_at) {
 }
 
 /* The points [start, start + n) of the current row, output indices from at. */
-/* Rows shorter than this run a 4-wide vector loop: LLVM would pick 16 or 8
- * lanes, which a row of 7 (a pooling window row of the CNN's second block)
- * never reaches, leaving it all scalar. */
-#define SHORT_ROW 8
+/* Rows shorter than this that are not masked (see fold_tail_pays) run a
+ * 4-wide vector loop. LLVM picks 16 lanes and an 8-lane epilogue: a row of 7
+ * pooling windows (the CNN's second block) reached neither and ran all
+ * scalar, a row of 14 ran 8 lanes and 6 scalar points (now 12 and 2). */
+#define SHORT_ROW 16
 
 static void gen_row_points(lm_cg *g, plan *p, LLVMValueRef start, LLVMValueRef n, LLVMValueRef at) {
   int last = g->k->nouter - 1;
