@@ -1,6 +1,7 @@
 #!/bin/sh
-# The CUDA checks that need a real GPU, in one run (about 8 minutes on an
-# H200 machine with 16 cores): build, the driver-path suites, the op and
+# The CUDA checks that need a real GPU, in one run (not yet run on one; budget
+# about 10 minutes on a 16-core machine, most of it the build): build, the
+# driver-path suites, the op and
 # gradient suite on LOOM_CUDA(0) against the CPU (tests/test_cuda_gpu.c),
 # the digits MLP with --device cuda, and the benchmarks on cuda:0 (GB/s against
 # the device's peak; the matmuls against cuBLAS where the toolkit has it).
