@@ -445,6 +445,7 @@ static void gen_block_or_row(lm_cg *g, plan *p, LLVMValueRef *idx, LLVMValueRef 
   /* the widest vector that fits the block's rows, the rest scalar */
   int vector = 1;
   while (vector < 16 && 2 * vector <= rows) vector *= 2;
+  if (rows < SHORT_ROW && vector > 4) vector = 4; /* 14 rows: 12 + 2, not 8 + 6 */
   loop_end_tail(g, &l, false, TAIL_SCALAR, vector);
   LLVMBuildStore(g->b, const_i64(g, rows - 1), idx[last - 1]);
   LLVMBuildStore(g->b, LLVMBuildNSWAdd(g->b, at, const_i64(g, width * rows), ""), pos);
