@@ -49,19 +49,11 @@ loom_tensor *lm_check_device(const char *op, loom_device device) {
   return NULL;
 }
 
-static const char *device_str(loom_device d, char *buf, size_t len) {
-  if (d.type == LOOM_DEVICE_CPU)
-    snprintf(buf, len, "cpu");
-  else
-    snprintf(buf, len, "cuda:%d", d.index);
-  return buf;
-}
-
 loom_tensor *lm_check_same_device(const char *op, const lm_node *a, const lm_node *b) {
   if (lm_device_eq(a->device, b->device)) return NULL;
   char da[32], db[32];
   return lm_error(LOOM_ERR_DEVICE, "%s: tensors on different devices (%s and %s)", op,
-                  device_str(a->device, da, sizeof da), device_str(b->device, db, sizeof db));
+                  lm_device_str(a->device, da, sizeof da), lm_device_str(b->device, db, sizeof db));
 }
 
 bool lm_axis(int *axis, int ndim) {

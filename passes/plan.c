@@ -547,10 +547,6 @@ static bool split_identity(const lm_node *r, double *identity) {
   return true;
 }
 
-/* Builds partial = reduce(reshape(pad(src))) and final = reduce(partial) for
- * reduction r; returns final (shaped like r with the part axis kept as 1 ...
- * in the same output order), or NULL when r is not worth splitting (or
- * *oom, when memory ran out). */
 /* How many parts reduction r (outer outputs of total / outer inputs each, the
  * longest reduced axis len long) splits into on its device; 0: none. */
 static int64_t split_parts(const lm_node *r, int64_t outer, int64_t total, int64_t len) {
@@ -564,6 +560,10 @@ static int64_t split_parts(const lm_node *r, int64_t outer, int64_t total, int64
   return parts >= 2 ? parts : 0;
 }
 
+/* Builds partial = reduce(reshape(pad(src))) and final = reduce(partial) for
+ * reduction r; returns final (shaped like r with the part axis kept as 1 ...
+ * in the same output order), or NULL when r is not worth splitting (or
+ * *oom, when memory ran out). */
 static lm_node *split_reduction(const lm_node *r, temps *t, bool *oom) {
   const lm_node *src = r->src[0];
   int64_t outer = lm_shape_numel(&r->shape), total = lm_shape_numel(&src->shape);

@@ -2,6 +2,7 @@
  * from runtime/buffer.c, a CUDA device's from the backend (runtime/cuda.h). */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "runtime/cuda.h"
@@ -57,6 +58,14 @@ loom_status loom_set_default_device(loom_device device) {
   atomic_store(&default_device_type, device.type);
   atomic_store(&default_device_index, device.index);
   return LOOM_OK;
+}
+
+const char *lm_device_str(loom_device d, char *buf, size_t len) {
+  if (d.type == LOOM_DEVICE_CPU)
+    snprintf(buf, len, "cpu");
+  else
+    snprintf(buf, len, "cuda:%d", d.index);
+  return buf;
 }
 
 loom_device loom_default_device(void) {

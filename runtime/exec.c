@@ -84,6 +84,14 @@ static loom_status run_gemm_epilogue(const lm_exec *x, const lm_step *s, void **
   return LOOM_OK;
 }
 
+/* Slots 1.. of kernel step s: the buffers (or Philox keys) they bind to. */
+static void bind_slots(const lm_exec *x, const lm_step *s, void **args) {
+  for (int a = 1; a < s->kernel.nslots; a++) {
+    int pos = s->arg_pos[a];
+    args[a] = s->arg_key[a] ? x->keys[pos] : x->bufs[pos];
+  }
+}
+
 static loom_status cpu_kernel(const lm_exec *x, const lm_step *s) {
   if (s->outer == 0) return LOOM_OK;
   void *args_small[16];
@@ -91,10 +99,7 @@ static loom_status cpu_kernel(const lm_exec *x, const lm_step *s) {
       s->kernel.nslots <= 16 ? args_small : malloc(sizeof(void *) * (size_t)s->kernel.nslots);
   if (!args) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
   args[0] = x->bufs[s->out];
-  for (int a = 1; a < s->kernel.nslots; a++) {
-    int pos = s->arg_pos[a];
-    args[a] = s->arg_key[a] ? x->keys[pos] : x->bufs[pos];
-  }
+  bind_slots(x, s, args);
   loom_status st = LOOM_OK;
   if (s->gemm_partner >= 0)
     st = run_gemm_epilogue(x, s, args);
@@ -134,8 +139,7 @@ static loom_status cpu_gemm(const lm_exec *x, const lm_step *s) {
   }
   const lm_step *e = &x->program->steps[s->b_producer];
   void *args[LM_PROLOGUE_MAX_SLOTS] = {NULL};
-  for (int a = 1; a < e->kernel.nslots; a++)
-    args[a] = e->arg_key[a] ? x->keys[e->arg_pos[a]] : x->bufs[e->arg_pos[a]];
+  bind_slots(x, e, args);
   prologue_call call = {e, args, g->b_trans ? g->N : g->K, g->b_trans ? g->K : g->N};
   return lm_run_gemm_filled(g, x->bufs[g->a_pos], fill_columns, &call, x->bufs[s->out]);
 }

@@ -68,6 +68,9 @@ int64_t lm_gemm_batches(const lm_gemm *g) {
 
 void openblas_set_num_threads(int num_threads);
 
+/* Someone else may have raised OpenBLAS's threads: loom's pool splits. */
+static void blas_single_threaded(void) { openblas_set_num_threads(1); }
+
 /* One part of a row range, on a pool thread. */
 typedef struct row_task {
   const lm_gemm *g;
@@ -151,7 +154,7 @@ void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t ba
   int64_t ao, bo;
   lm_gemm_batch_offsets(g, batch, &ao, &bo);
   const char *ab = (const char *)a + ao * (int64_t)es, *bb = (const char *)b + bo * (int64_t)es;
-  openblas_set_num_threads(1); /* someone else may have raised it: loom's pool splits */
+  blas_single_threaded();
   int64_t n = r1 - r0, threads = loom_num_threads(), parts = threads;
   if (n * g->N * g->K < GEMM_PARALLEL_WORK) parts = 1;
   if (parts > 1 && n / GEMM_MIN_ROWS < parts && g->N / GEMM_MIN_COLS < 2 &&
@@ -256,7 +259,7 @@ loom_status lm_run_gemm_filled(const lm_gemm *g, const void *a, lm_gemm_fill fil
   size_t partial_bytes = g->b_trans && parts > 1 ? (size_t)parts * (size_t)(g->M * g->N) * es : 0;
   char *scratch = lm_buffer_alloc(scratch_bytes + partial_bytes);
   if (!scratch) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory for a GEMM's B blocks");
-  openblas_set_num_threads(1);
+  blas_single_threaded();
   fill_task t = {g,    a,   fill,  ctx,     rows,
                  cols, per, parts, scratch, partial_bytes ? scratch + scratch_bytes : c};
   lm_parallel_for(parts, parts, fill_part, &t);

@@ -211,12 +211,6 @@ loom_status lm_program_build(const char *op, lm_node *const *outs, int nout, lm_
   return LOOM_OK;
 }
 
-static const char *device_name(loom_device d, char buf[24]) {
-  if (d.type == LOOM_DEVICE_CPU) return "cpu";
-  snprintf(buf, 24, "cuda:%d", d.index);
-  return buf;
-}
-
 loom_program *loom_compile(loom_tensor *const *outs, int nout, loom_tensor *const *ins, int nin) {
   const char *op = "loom_compile";
   if (!outs || (nin > 0 && !ins)) {
@@ -246,7 +240,8 @@ loom_program *loom_compile(loom_tensor *const *outs, int nout, loom_tensor *cons
     else if (i > 0 && !lm_device_eq(t->node->device, nodes[0]->device))
       st = lm_fail(LOOM_ERR_DEVICE,
                    "%s: %s[%d] is on %s, outs[0] on %s: a program runs on one device", op, what, k,
-                   device_name(t->node->device, a), device_name(nodes[0]->device, b));
+                   lm_device_str(t->node->device, a, sizeof a),
+                   lm_device_str(nodes[0]->device, b, sizeof b));
     else if (i >= nout && t->node->op != LM_INPUT)
       st = lm_fail(LOOM_ERR_VALUE, "%s: ins[%d] is not a placeholder made by loom_input", op, k);
     for (int j = nout; j < i && st == LOOM_OK && i >= nout; j++)
@@ -282,7 +277,8 @@ static loom_status check_run_inputs(const loom_program *p, loom_tensor *const *i
                      want->label, loom_dtype_name(t->node->dtype), loom_dtype_name(want->dtype));
     if (!lm_device_eq(t->node->device, p->device))
       return lm_fail(LOOM_ERR_DEVICE, "%s: input %d ('%s') is on %s, the program runs on %s", op, i,
-                     want->label, device_name(t->node->device, a), device_name(p->device, b));
+                     want->label, lm_device_str(t->node->device, a, sizeof a),
+                     lm_device_str(p->device, b, sizeof b));
   }
   return LOOM_OK;
 }

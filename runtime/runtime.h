@@ -118,6 +118,8 @@ loom_status lm_data_copy(const char *op, loom_device to, void *dst, loom_device 
  * device `from`), or zeros when src is NULL. Records an error naming op. */
 loom_status lm_leaf_copy(const char *op, loom_shape shape, loom_dtype dtype, loom_device to,
                          const void *src, loom_device from, lm_node **out);
+/* "cpu" or "cuda:<n>", written to buf, for messages. */
+const char *lm_device_str(loom_device d, char *buf, size_t len);
 /* The same device (the CPU's index does not matter). */
 static inline bool lm_device_eq(loom_device a, loom_device b) {
   return a.type == b.type && (a.type == LOOM_DEVICE_CPU || a.index == b.index);

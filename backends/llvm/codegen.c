@@ -298,13 +298,13 @@ static void gen_row_stats(lm_cg *g, plan *p, LLVMValueRef row_at) {
   g->dim[last] = point_index;
 }
 
-/* The points [start, start + n) of the current row, output indices from at. */
 /* Rows shorter than this that are not masked (see fold_tail_pays) run a
  * 4-wide vector loop. LLVM picks 16 lanes and an 8-lane epilogue: a row of 7
  * pooling windows (the CNN's second block) reached neither and ran all
  * scalar, a row of 14 ran 8 lanes and 6 scalar points (now 12 and 2). */
 #define SHORT_ROW 16
 
+/* The points [start, start + n) of the current row, output indices from at. */
 static void gen_row_points(lm_cg *g, plan *p, LLVMValueRef start, LLVMValueRef n, LLVMValueRef at) {
   int last = g->k->nouter - 1;
   int64_t len = g->k->dom[last];
@@ -442,10 +442,9 @@ static void gen_block_or_row(lm_cg *g, plan *p, LLVMValueRef *idx, LLVMValueRef 
     g->dim[last] = const_i64(g, j);
     gen_point(g, p, LLVMBuildNSWAdd(g->b, row_at, const_i64(g, j), ""));
   }
-  /* the widest vector that fits the block's rows, the rest scalar */
-  int vector = 1;
-  while (vector < 16 && 2 * vector <= rows) vector *= 2;
-  if (rows < SHORT_ROW && vector > 4) vector = 4; /* 14 rows: 12 + 2, not 8 + 6 */
+  /* whole vectors, the rest scalar: 16 wide, or 4 for fewer rows than
+   * SHORT_ROW (at least BLOCK_MIN_ROWS: 14 rows run 12 + 2, not 8 + 6) */
+  int vector = rows < SHORT_ROW ? 4 : 16;
   loop_end_tail(g, &l, false, TAIL_SCALAR, vector);
   LLVMBuildStore(g->b, const_i64(g, rows - 1), idx[last - 1]);
   LLVMBuildStore(g->b, LLVMBuildNSWAdd(g->b, at, const_i64(g, width * rows), ""), pos);
