@@ -249,9 +249,52 @@ static int cat_value(builder *b, const lm_node *n, const int *idx) {
   return result;
 }
 
+/* Whether reshaping `from` to `to` unravels: some group of `to`'s dims maps
+ * to several of `from`'s, whose indices then take a division each. */
+static bool reshape_unravels(const loom_shape *to, const loom_shape *from) {
+  reshape_groups grp;
+  match_groups(to, from, &grp);
+  for (int gi = 0; gi < grp.n; gi++)
+    if (grp.sb[gi + 1] - grp.sb[gi] > 1) return true;
+  return false;
+}
+
+/* Whether the views from n down to its first stored node unravel an index. */
+static bool chain_unravels(const lm_node *n) {
+  for (; lm_op_is_view(n->op) && !lm_is_computed(n) && !n->materialize; n = n->src[0])
+    if (n->op == LM_RESHAPE && reshape_unravels(&n->shape, &n->src[0]->shape)) return true;
+  return false;
+}
+
+/* A chain of views over memory that composes into strides is one load at an
+ * affine offset. Lowered view by view, a reshape that merges dims and then
+ * splits them again (a stored [N, C, H, W] summed over its flattened
+ * [N, C*H*W] rows) divides the index and multiplies it back, which LLVM does
+ * not undo, and the loop does not vectorize. Returns -1 if not so. */
+static int affine_load(builder *b, const lm_node *n, const int *idx) {
+  const lm_node *base;
+  lm_view v;
+  if (!chain_unravels(n) || !lm_view_affine(n, &base, &v)) return -1;
+  if (base == b->root || base == b->acc_node || !(lm_is_computed(base) || base->materialize) ||
+      (b->rows && base->row_root == b->root && lm_op_is_reduce(base->op)))
+    return -1;
+  int at = v.offset ? iconst(b, v.offset) : -1;
+  for (int d = 0; d < n->shape.ndim; d++) {
+    if (n->shape.dim[d] == 1 || v.strides[d] == 0) continue;
+    int term =
+        v.strides[d] == 1 ? idx[d] : op2(b, LK_MUL, LOOM_I64, idx[d], iconst(b, v.strides[d]));
+    at = at < 0 ? term : op2(b, LK_ADD, LOOM_I64, at, term);
+  }
+  lk_inst in = inst(LK_LOAD, base->dtype, at < 0 ? iconst(b, 0) : at, -1, -1);
+  in.slot = slot_for(b, base, false);
+  return emit(b, in);
+}
+
 static int view_value(builder *b, const lm_node *n, const int *idx) {
   const lm_node *src = n->src[0];
   int sidx[LOOM_MAX_DIMS] = {0};
+  int direct = affine_load(b, n, idx);
+  if (direct >= 0) return direct;
   switch (n->op) {
   case LM_RESHAPE: reshape_index(b, &n->shape, &src->shape, idx, sidx); break;
   case LM_PERMUTE:
@@ -451,16 +494,6 @@ static int stat_value(builder *b, const lm_node *red, const int *idx) {
 }
 
 /* ------------------------------------------------------------ roots */
-
-/* Whether reshaping `from` to `to` unravels: some group of `to`'s dims maps
- * to several of `from`'s, whose indices then take a division each. */
-static bool reshape_unravels(const loom_shape *to, const loom_shape *from) {
-  reshape_groups grp;
-  match_groups(to, from, &grp);
-  for (int gi = 0; gi < grp.n; gi++)
-    if (grp.sb[gi + 1] - grp.sb[gi] > 1) return true;
-  return false;
-}
 
 /* The node whose shape a map iterates: the root, or below a stored reshape
  * that would unravel its index (an im2col's [N*OH*OW, C*KH*KW] of a permuted

@@ -7,6 +7,8 @@
 
 #include "check.h"
 #include "loom.h"
+#include "passes/passes.h"
+#include "runtime/runtime.h"
 
 static loom_tensor *input(loom_shape shape, uint64_t seed) {
   return loom_randn_key(loom_key_new(seed), shape, LOOM_F32, LOOM_CPU);
@@ -106,6 +108,59 @@ static void test_permuted_reduction(void) {
   /* d/dw[i][j] = g[0][j][i] + g[1][j][i] */
   for (int i = 0; i < 5; i++)
     for (int j = 0; j < 4; j++) CHECK_NEAR(got[i * 4 + j], gv[j * 5 + i] + gv[20 + j * 5 + i], 0);
+}
+
+/* Instructions doing `op` in the kernels of t's fused plan (nothing runs). */
+static int plan_ops(const loom_tensor *t, lk_op op) {
+  lm_graph g;
+  lm_program *p = NULL;
+  char err[512];
+  int count = 0;
+  if (!t->node || lm_graph_build(&g, &t->node, 1) != LOOM_OK) {
+    CHECK_MSG(0, "cannot build the graph");
+    return -1;
+  }
+  CHECK_MSG(lm_plan(&g, true, &p, err, sizeof err) == LOOM_OK, "lm_plan: %s", err);
+  for (int s = 0; p && s < p->nsteps; s++)
+    for (int i = 0; p->steps[s].kind == LM_STEP_KERNEL && i < p->steps[s].kernel.ninst; i++)
+      count += p->steps[s].kernel.inst[i].op == op;
+  lm_program_free(p);
+  lm_graph_free(&g);
+  return count;
+}
+
+/* Views over memory that compose into strides are one affine load: the rows
+ * of [O, N*H*W] over memory shaped [O, N, H, W] (a flatten before a
+ * per-sample sum) read at o * NHW + j, where lowering view by view divided j
+ * into (n, h, w) and multiplied it back, and the sum did not vectorize.
+ * Permuted first, [N, O*H*W] is no such view: that index still divides. */
+static void test_affine_view_loads(void) {
+  enum { O = 4, N = 8, H = 6, W = 5 };
+  static float xv[O * N * H * W];
+  float rows[O], cols[N];
+  for (int i = 0; i < O * N * H * W; i++) xv[i] = (float)sin(i * 0.61);
+  LOOM_SCOPE {
+    loom_tensor *x = loom_from_data(xv, LOOM_SHAPE(O, N, H, W), LOOM_F32, LOOM_CPU);
+    int one[] = {1};
+    loom_tensor *r = loom_sum(loom_reshape(x, LOOM_SHAPE(O, N * H * W)), one, 1, false);
+    loom_tensor *xt = loom_permute(x, (int[]){1, 0, 2, 3}, 4);
+    loom_tensor *c = loom_sum(loom_reshape(xt, LOOM_SHAPE(N, O * H * W)), one, 1, false);
+    CHECK_EQ_INT(plan_ops(r, LK_IDIV) + plan_ops(r, LK_IMOD), 0);
+    CHECK_MSG(plan_ops(c, LK_IDIV) > 0, "a permuted reshape read without dividing its index");
+    CHECK_OK(loom_copy_to_host(r, rows, sizeof rows));
+    CHECK_OK(loom_copy_to_host(c, cols, sizeof cols));
+  }
+  for (int o = 0; o < O; o++) {
+    double want = 0;
+    for (int j = 0; j < N * H * W; j++) want += xv[o * N * H * W + j];
+    CHECK_NEAR(rows[o], want, 1e-4);
+  }
+  for (int n = 0; n < N; n++) {
+    double want = 0;
+    for (int o = 0; o < O; o++)
+      for (int j = 0; j < H * W; j++) want += xv[(o * N + n) * H * W + j];
+    CHECK_NEAR(cols[n], want, 1e-4);
+  }
 }
 
 /* Regression (found by test_random_graphs): a GEMM operand read through a
@@ -444,6 +499,7 @@ int main(void) {
   test_counts();
   test_unfused_counts();
   test_permuted_reduction();
+  test_affine_view_loads();
   test_matmul_of_reduced_target();
   test_matmul_epilogue();
   test_gemm_prologue();

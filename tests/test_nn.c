@@ -230,7 +230,7 @@ static loom_tensor *g_conv(loom_tensor *const *in) {
   return loom_conv2d_f(in[0], in[1], in[2], (loom_conv2d_opts){{2, 1}, {1, 0}, {1, 2}, 1});
 }
 static loom_tensor *g_conv_groups(loom_tensor *const *in) {
-  return loom_conv2d_f(in[0], in[1], NULL, (loom_conv2d_opts){.padding = {1, 1}, .groups = 2});
+  return loom_conv2d_f(in[0], in[1], in[2], (loom_conv2d_opts){.padding = {1, 1}, .groups = 2});
 }
 static loom_tensor *g_maxpool(loom_tensor *const *in) { return loom_max_pool2d(in[0], 2, 2, 0); }
 static loom_tensor *g_avgpool(loom_tensor *const *in) { return loom_avg_pool2d(in[0], 3, 1, 1); }
@@ -267,7 +267,11 @@ static const gcase grads[] = {
      3,
      {LOOM_SHAPE(2, 2, 5, 6), LOOM_SHAPE(3, 2, 2, 2), LOOM_SHAPE(3)},
      ANY},
-    {"conv2d (groups)", g_conv_groups, 2, {LOOM_SHAPE(1, 4, 4, 4), LOOM_SHAPE(2, 2, 3, 3)}, ANY},
+    {"conv2d (groups, bias)",
+     g_conv_groups,
+     3,
+     {LOOM_SHAPE(1, 4, 4, 4), LOOM_SHAPE(4, 2, 3, 3), LOOM_SHAPE(4)},
+     ANY},
     {"max_pool2d", g_maxpool, 1, {LOOM_SHAPE(1, 2, 4, 4)}, DISTINCT},
     {"avg_pool2d", g_avgpool, 1, {LOOM_SHAPE(1, 2, 4, 4)}, ANY},
     {"max_pool2d (odd, cropped)", g_maxpool_odd, 1, {LOOM_SHAPE(1, 2, 5, 7)}, DISTINCT},
