@@ -5,10 +5,17 @@
  * It reports one device (compute capability 9.0) and checks what a driver
  * would refuse: a context must be current on the calling thread, device
  * pointers must lie in live allocations, modules must be ELF images (NVRTC's
- * cubins) defining the function asked for. It CANNOT RUN KERNELS: a launch is
- * recorded (function name, grid, block, parameter values) and does nothing,
- * so tests check loom's host side (memory, copies, ordering, caches, launch
- * arguments, errors), never kernel results.
+ * cubins) defining the function asked for. It cannot run NVRTC's kernels: a
+ * launch is recorded (function name, grid, block, parameter values) and does
+ * nothing, so tests check loom's host side (memory, copies, ordering, caches,
+ * launch arguments, errors), never kernel results.
+ *
+ * Emulated (FAKE_CUDA_EMULATE=1, with LOOM_NVRTC at emu_nvrtc.c's library)
+ * it does run them: modules are then host shared objects that the emulator's
+ * NVRTC compiled from the same CUDA C (cuda_emu.h), and each launch runs the
+ * kernel's threads as fibers (cuda_emu_run.c) after the copies queued before
+ * it. The device is then "loom emulated CUDA device", which test_cuda_gpu
+ * takes for a GPU.
  *
  * Streams are modelled: copies from the device, device-to-device copies and
  * memsets are queued and happen at cuStreamSynchronize (or before a later
@@ -22,12 +29,16 @@
  *   FAKE_CUDA_FAIL_LAUNCH=n  the n-th cuLaunchKernel returns CUDA_ERROR_LAUNCH_FAILED
  *   FAKE_CUDA_DEVICES=n      how many devices (default 1; 0: none)
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "cuda_emu_run.h"
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -75,15 +86,25 @@ typedef struct launch_rec {
 
 typedef struct function {
   char name[80];
+  void *emulated;      /* the kernel in an emulated module */
+  lm_emu_runtime **rt; /* its object's runtime variable */
   struct function *next;
 } function;
 
+/* A cubin's kernel names, or an emulated module's loaded object. */
+typedef struct module {
+  function *functions;
+  void *object;
+  lm_emu_runtime **rt;
+  struct module *next;
+} module;
+
 static struct {
   pthread_mutex_t lock;
-  int initialized, devices;
+  int initialized, devices, emulate;
   alloc *allocs;
   op *queue, *queue_tail;
-  function *functions;
+  module *modules; /* every module loaded (loom never unloads one) */
   long nalloc, nfree, nsync, nlaunch, nmodules, nhtod, ndtoh, ndtod, nbad;
   long fail_alloc, fail_launch; /* 1-based call numbers from the last setting; 0: never */
   long alloc_calls, launch_calls;
@@ -154,6 +175,7 @@ EXPORT CUresult cuInit(unsigned flags) {
   fake.devices = (int)env_long("FAKE_CUDA_DEVICES", 1);
   fake.fail_alloc = env_long("FAKE_CUDA_FAIL_ALLOC", 0);
   fake.fail_launch = env_long("FAKE_CUDA_FAIL_LAUNCH", 0);
+  fake.emulate = (int)env_long("FAKE_CUDA_EMULATE", 0);
   pthread_mutex_unlock(&fake.lock);
   return flags == 0 ? OK : INVALID_VALUE;
 }
@@ -177,7 +199,7 @@ EXPORT CUresult cuDeviceGet(int *dev, int ordinal) {
 
 EXPORT CUresult cuDeviceGetName(char *name, int len, int dev) {
   if (dev < 0 || dev >= fake.devices) return INVALID_DEVICE;
-  snprintf(name, (size_t)len, "loom fake CUDA device %d", dev);
+  snprintf(name, (size_t)len, "loom %s CUDA device %d", fake.emulate ? "emulated" : "fake", dev);
   return OK;
 }
 
@@ -330,9 +352,35 @@ static size_t elf_size(const unsigned char *p) {
   return (size_t)(a > b ? a : b);
 }
 
-/* A module is the list of the image's symbol names that look like kernels
- * (lk_: a kernel, lm_: a GEMM, lf_: a GEMM with its epilogue). */
-static CUresult module_load(void **module, const void *image) {
+/* An emulated module: the image is a host shared object (x86-64, ET_DYN),
+ * loaded from a temporary file. */
+static CUresult load_object(module *m, const unsigned char *p) {
+  uint16_t type, machine;
+  memcpy(&type, p + 16, 2);
+  memcpy(&machine, p + 18, 2);
+  if (type != 3 || machine != 62) return INVALID_IMAGE;
+  const char *tmp = getenv("TMPDIR");
+  char path[512];
+  snprintf(path, sizeof path, "%s/loom_emu_module_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  int fd = mkstemp(path);
+  if (fd < 0) return OUT_OF_MEMORY;
+  size_t size = elf_size(p);
+  bool written = write(fd, p, size) == (ssize_t)size;
+  close(fd);
+  m->object = written ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+  unlink(path);
+  if (!m->object) {
+    fprintf(stderr, "fake CUDA: cannot load an emulated module: %s\n",
+            written ? dlerror() : "write failed");
+    return INVALID_IMAGE;
+  }
+  m->rt = dlsym(m->object, "lm_emu_rt");
+  return m->rt ? OK : INVALID_IMAGE;
+}
+
+/* A cubin's module is the list of the image's symbol names that look like
+ * kernels (lk_: a kernel, lm_: a GEMM, lf_: a GEMM with its epilogue). */
+static CUresult module_load(void **out, const void *image) {
   if (ready()) return ready();
   const unsigned char *p = image;
   if (!p ||
@@ -342,21 +390,32 @@ static CUresult module_load(void **module, const void *image) {
              4) != 0 ||
       p[4] != 2)
     return INVALID_IMAGE;
-  size_t size = elf_size(p);
-  function *head = NULL;
-  for (size_t i = 0; i + 3 < size; i++) {
-    bool start = (p[i] == 'l' && (p[i + 1] == 'k' || p[i + 1] == 'm' || p[i + 1] == 'f') &&
-                  p[i + 2] == '_') &&
-                 (i == 0 || p[i - 1] == 0 || p[i - 1] == '.');
-    if (!start) continue;
-    function *f = calloc(1, sizeof *f);
-    if (!f) return OUT_OF_MEMORY;
-    size_t n = strnlen((const char *)p + i, sizeof f->name - 1);
-    memcpy(f->name, p + i, n);
-    f->next = head;
-    head = f;
+  module *m = calloc(1, sizeof *m);
+  if (!m) return OUT_OF_MEMORY;
+  if (fake.emulate) {
+    CUresult r = load_object(m, p);
+    if (r != OK) {
+      free(m);
+      return r;
+    }
+  } else {
+    size_t size = elf_size(p);
+    for (size_t i = 0; i + 3 < size; i++) {
+      bool start = (p[i] == 'l' && (p[i + 1] == 'k' || p[i + 1] == 'm' || p[i + 1] == 'f') &&
+                    p[i + 2] == '_') &&
+                   (i == 0 || p[i - 1] == 0 || p[i - 1] == '.');
+      if (!start) continue;
+      function *f = calloc(1, sizeof *f);
+      if (!f) break; /* the module holds the names found so far */
+      size_t n = strnlen((const char *)p + i, sizeof f->name - 1);
+      memcpy(f->name, p + i, n);
+      f->next = m->functions;
+      m->functions = f;
+    }
   }
-  *module = head ? head : (void *)&the_ctx; /* a module without kernels is still one */
+  m->next = fake.modules;
+  fake.modules = m;
+  *out = m;
   fake.nmodules++;
   return OK;
 }
@@ -364,14 +423,26 @@ EXPORT CUresult cuModuleLoadData(void **module, const void *image) {
   LOCKED(module_load(module, image));
 }
 
-static CUresult get_function(void **fn, void *module, const char *name) {
+static CUresult get_function(void **fn, void *handle, const char *name) {
   if (ready()) return ready();
-  for (function *f = module == &the_ctx ? NULL : module; f; f = f->next)
+  module *m = handle;
+  if (!m) return INVALID_HANDLE;
+  for (function *f = m->functions; f; f = f->next)
     if (strcmp(f->name, name) == 0) {
       *fn = f;
       return OK;
     }
-  return NOT_FOUND;
+  void *code = m->object ? dlsym(m->object, name) : NULL;
+  if (!code) return NOT_FOUND;
+  function *f = calloc(1, sizeof *f);
+  if (!f) return OUT_OF_MEMORY;
+  snprintf(f->name, sizeof f->name, "%s", name);
+  f->emulated = code;
+  f->rt = m->rt;
+  f->next = m->functions;
+  m->functions = f;
+  *fn = f;
+  return OK;
 }
 EXPORT CUresult cuModuleGetFunction(void **fn, void *module, const char *name) {
   LOCKED(get_function(fn, module, name));
@@ -394,7 +465,14 @@ static CUresult launch(function *f, unsigned gx, unsigned gy, unsigned gz, unsig
     r->nparams++;
   }
   fake.nlaunch++;
-  return OK;
+  if (!f->emulated) return OK;
+  run_queue(); /* the stream's earlier copies and memsets come first */
+  char why[512];
+  if (emu_launch(f->emulated, f->rt, r->grid, r->block, r->nparams, (const uint64_t *)r->params,
+                 why, sizeof why))
+    return OK;
+  fprintf(stderr, "fake CUDA: launch of %s failed: %s\n", f->name, why);
+  return LAUNCH_FAILED;
 }
 EXPORT CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                unsigned by, unsigned bz, unsigned shared, void *stream,
