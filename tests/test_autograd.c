@@ -10,6 +10,7 @@
 #include "check.h"
 #include "gradcheck.h"
 #include "loom.h"
+#include "test_device.h"
 
 /* ------------------------------------------------------------ the ops */
 #define U(fn)                                                                                      \
@@ -120,7 +121,7 @@ static void test_all_ops(void) {
 static void test_accumulation_and_no_grad(void) {
   LOOM_SCOPE {
     double xv[3] = {1, 2, 3};
-    loom_tensor *x = loom_from_data(xv, LOOM_SHAPE(3), LOOM_F64, LOOM_CPU);
+    loom_tensor *x = loom_from_data(xv, LOOM_SHAPE(3), LOOM_F64, test_device());
     CHECK_OK(loom_set_requires_grad(x, true));
     loom_tensor *l1 = loom_sum_all(loom_square(x)); /* d/dx = 2x */
     CHECK_OK(loom_backward(l1));
@@ -135,7 +136,7 @@ static void test_accumulation_and_no_grad(void) {
     CHECK(!loom_requires_grad(y));
     CHECK_RC(loom_backward(loom_sum_all(y)), LOOM_ERR_VALUE);
     /* integer tensors never have gradients */
-    loom_tensor *i = loom_arange(0, 3, 1, LOOM_I64, LOOM_CPU);
+    loom_tensor *i = loom_arange(0, 3, 1, LOOM_I64, test_device());
     CHECK_RC(loom_set_requires_grad(i, true), LOOM_ERR_DTYPE);
     /* a loss realized before backward keeps what backward needs */
     loom_tensor *l2 = loom_sum_all(loom_mul(x, x));
@@ -151,7 +152,7 @@ static void test_accumulation_and_no_grad(void) {
 static void test_second_derivative_tanh(void) {
   LOOM_SCOPE {
     double xv[4] = {-1.5, -0.2, 0.3, 2.0}, d2[4];
-    loom_tensor *x = loom_from_data(xv, LOOM_SHAPE(4), LOOM_F64, LOOM_CPU);
+    loom_tensor *x = loom_from_data(xv, LOOM_SHAPE(4), LOOM_F64, test_device());
     CHECK_OK(loom_set_requires_grad(x, true));
     loom_tensor *y = loom_sum_all(loom_tanh(x)), *g1, *g2;
     CHECK_OK(loom_grad_of(&y, 1, &x, 1, &g1));
@@ -173,9 +174,9 @@ static loom_tensor *mlp_loss(loom_tensor *w1, loom_tensor *w2, loom_tensor *x) {
 
 static void grad_at(const double *w1v, const double *w2v, const double *xv, double *gw1) {
   LOOM_SCOPE {
-    loom_tensor *w1 = loom_from_data(w1v, LOOM_SHAPE(3, 4), LOOM_F64, LOOM_CPU);
-    loom_tensor *w2 = loom_from_data(w2v, LOOM_SHAPE(4, 2), LOOM_F64, LOOM_CPU);
-    loom_tensor *x = loom_from_data(xv, LOOM_SHAPE(5, 3), LOOM_F64, LOOM_CPU);
+    loom_tensor *w1 = loom_from_data(w1v, LOOM_SHAPE(3, 4), LOOM_F64, test_device());
+    loom_tensor *w2 = loom_from_data(w2v, LOOM_SHAPE(4, 2), LOOM_F64, test_device());
+    loom_tensor *x = loom_from_data(xv, LOOM_SHAPE(5, 3), LOOM_F64, test_device());
     loom_set_requires_grad(w1, true);
     loom_tensor *l = mlp_loss(w1, w2, x), *g;
     CHECK_OK(loom_grad_of(&l, 1, &w1, 1, &g));
@@ -189,10 +190,10 @@ static void test_hessian_vector_mlp(void) {
   for (int i = 0; i < 8; i++) w2v[i] = gradcheck_uniform() - 0.5;
   for (int i = 0; i < 15; i++) xv[i] = 2 * gradcheck_uniform() - 1;
   LOOM_SCOPE {
-    loom_tensor *w1 = loom_from_data(w1v, LOOM_SHAPE(3, 4), LOOM_F64, LOOM_CPU);
-    loom_tensor *w2 = loom_from_data(w2v, LOOM_SHAPE(4, 2), LOOM_F64, LOOM_CPU);
-    loom_tensor *x = loom_from_data(xv, LOOM_SHAPE(5, 3), LOOM_F64, LOOM_CPU);
-    loom_tensor *vt = loom_from_data(v, LOOM_SHAPE(3, 4), LOOM_F64, LOOM_CPU);
+    loom_tensor *w1 = loom_from_data(w1v, LOOM_SHAPE(3, 4), LOOM_F64, test_device());
+    loom_tensor *w2 = loom_from_data(w2v, LOOM_SHAPE(4, 2), LOOM_F64, test_device());
+    loom_tensor *x = loom_from_data(xv, LOOM_SHAPE(5, 3), LOOM_F64, test_device());
+    loom_tensor *vt = loom_from_data(v, LOOM_SHAPE(3, 4), LOOM_F64, test_device());
     loom_set_requires_grad(w1, true);
     loom_tensor *l = mlp_loss(w1, w2, x), *g, *h;
     CHECK_OK(loom_grad_of(&l, 1, &w1, 1, &g));

@@ -24,24 +24,24 @@ static void test_creation(void) {
     ref_t *e;
     snprintf(what, sizeof what, "zeros %s", ref_dtype_str(d));
     e = ref_full(s, 0, d);
-    REF_CHECK(what, e, TK(loom_zeros(s, d, LOOM_CPU)), 0, 0);
+    REF_CHECK(what, e, TK(loom_zeros(s, d, test_device())), 0, 0);
     ref_free(e);
     snprintf(what, sizeof what, "ones %s", ref_dtype_str(d));
     e = ref_full(s, 1, d);
-    REF_CHECK(what, e, TK(loom_ones(s, d, LOOM_CPU)), 0, 0);
+    REF_CHECK(what, e, TK(loom_ones(s, d, test_device())), 0, 0);
     ref_free(e);
     double fv = d == LOOM_BOOL ? 1 : (ref_is_float(d) ? 2.5 : 7);
     snprintf(what, sizeof what, "full %s", ref_dtype_str(d));
     e = ref_full(LOOM_SHAPE(4, 1, 2), fv, d);
-    REF_CHECK(what, e, TK(loom_full(LOOM_SHAPE(4, 1, 2), fv, d, LOOM_CPU)), 0, 0);
+    REF_CHECK(what, e, TK(loom_full(LOOM_SHAPE(4, 1, 2), fv, d, test_device())), 0, 0);
     ref_free(e);
     snprintf(what, sizeof what, "full empty %s", ref_dtype_str(d));
     e = ref_full(LOOM_SHAPE(0, 3), fv, d);
-    REF_CHECK(what, e, TK(loom_full(LOOM_SHAPE(0, 3), fv, d, LOOM_CPU)), 0, 0);
+    REF_CHECK(what, e, TK(loom_full(LOOM_SHAPE(0, 3), fv, d, test_device())), 0, 0);
     ref_free(e);
     snprintf(what, sizeof what, "scalar %s", ref_dtype_str(d));
     e = ref_full(LOOM_SHAPE0, fv, d);
-    loom_tensor *sc = TK(loom_scalar(fv, d, LOOM_CPU));
+    loom_tensor *sc = TK(loom_scalar(fv, d, test_device()));
     REF_CHECK(what, e, sc, 0, 0);
     CHECK_EQ_INT(loom_ndim(sc), 0);
     CHECK_EQ_INT(loom_numel(sc), 1);
@@ -67,37 +67,37 @@ static void test_creation(void) {
     if (d != LOOM_BOOL) {
       snprintf(what, sizeof what, "arange(0,10,1) %s", ref_dtype_str(d));
       e = ref_arange(0, 10, 1, d);
-      REF_CHECK(what, e, TK(loom_arange(0, 10, 1, d, LOOM_CPU)), 0, 0);
+      REF_CHECK(what, e, TK(loom_arange(0, 10, 1, d, test_device())), 0, 0);
       ref_free(e);
       if (d != LOOM_U8) {
         snprintf(what, sizeof what, "arange(5,-4,-3) %s", ref_dtype_str(d));
         e = ref_arange(5, -4, -3, d);
-        REF_CHECK(what, e, TK(loom_arange(5, -4, -3, d, LOOM_CPU)), 0, 0);
+        REF_CHECK(what, e, TK(loom_arange(5, -4, -3, d, test_device())), 0, 0);
         ref_free(e);
       }
       snprintf(what, sizeof what, "arange(3,3,1) %s", ref_dtype_str(d));
       e = ref_arange(3, 3, 1, d);
-      REF_CHECK(what, e, TK(loom_arange(3, 3, 1, d, LOOM_CPU)), 0, 0);
+      REF_CHECK(what, e, TK(loom_arange(3, 3, 1, d, test_device())), 0, 0);
       ref_free(e);
     }
     if (ref_is_float(d)) {
       snprintf(what, sizeof what, "arange(0,1,0.25) %s", ref_dtype_str(d));
       e = ref_arange(0, 1, 0.25, d);
-      REF_CHECK(what, e, TK(loom_arange(0, 1, 0.25, d, LOOM_CPU)), 1e-6, 1e-7);
+      REF_CHECK(what, e, TK(loom_arange(0, 1, 0.25, d, test_device())), 1e-6, 1e-7);
       ref_free(e);
       snprintf(what, sizeof what, "arange(-1,1.01,0.1) %s", ref_dtype_str(d));
       e = ref_arange(-1, 1.01, 0.1, d);
-      REF_CHECK(what, e, TK(loom_arange(-1, 1.01, 0.1, d, LOOM_CPU)), 1e-5, 1e-6);
+      REF_CHECK(what, e, TK(loom_arange(-1, 1.01, 0.1, d, test_device())), 1e-5, 1e-6);
       ref_free(e);
     }
     ref_release_all();
   }
   /* metadata */
-  loom_tensor *t = TK(loom_zeros(LOOM_SHAPE(2, 3, 4), LOOM_I32, LOOM_CPU));
+  loom_tensor *t = TK(loom_zeros(LOOM_SHAPE(2, 3, 4), LOOM_I32, test_device()));
   CHECK_EQ_INT(loom_numel(t), 24);
   CHECK_EQ_INT(loom_ndim(t), 3);
   CHECK_EQ_INT(loom_dtype_of(t), LOOM_I32);
-  CHECK_EQ_INT(loom_device_of(t).type, LOOM_DEVICE_CPU);
+  CHECK_EQ_INT(loom_device_of(t).type, test_device().type);
   CHECK(ref_shape_eq(loom_shape_of(t), LOOM_SHAPE(2, 3, 4)));
   for (int di = 0; di < NDT; di++) {
     CHECK_EQ_INT(loom_dtype_size(ref_all_dtypes[di]), ref_dtype_size(ref_all_dtypes[di]));
@@ -106,13 +106,13 @@ static void test_creation(void) {
   }
   /* from_data copies: changing the source afterwards changes nothing */
   float src[3] = {1, 2, 3};
-  loom_tensor *fd = TK(loom_from_data(src, LOOM_SHAPE(3), LOOM_F32, LOOM_CPU));
+  loom_tensor *fd = TK(loom_from_data(src, LOOM_SHAPE(3), LOOM_F32, test_device()));
   src[1] = 100;
   float back[3];
   CHECK_OK(loom_copy_to_host(fd, back, sizeof back));
   CHECK(back[0] == 1 && back[1] == 2 && back[2] == 3);
   /* item, eval, realize */
-  loom_tensor *a = TK(loom_arange(0, 6, 1, LOOM_F64, LOOM_CPU));
+  loom_tensor *a = TK(loom_arange(0, 6, 1, LOOM_F64, test_device()));
   loom_tensor *s1 = TK(loom_sum_all(a)), *s2 = TK(loom_mean_all(a));
   loom_tensor *both[2] = {s1, s2};
   CHECK_OK(loom_eval(both, 2));
@@ -441,7 +441,7 @@ static void test_reductions(void) {
     ref_release_all();
   }
   /* duplicate / bad axes */
-  loom_tensor *t = TK(loom_zeros(s3, LOOM_F32, LOOM_CPU));
+  loom_tensor *t = TK(loom_zeros(s3, LOOM_F32, test_device()));
   const int dup[] = {0, -3}, bad[] = {3}, bad2[] = {-4};
   CHECK_STATUS(TK(loom_sum(t, dup, 2, false)), LOOM_ERR_AXIS);
   CHECK_STATUS(TK(loom_sum(t, bad, 1, false)), LOOM_ERR_AXIS);
@@ -603,17 +603,18 @@ static void test_shape_ops(void) {
     if (i % 4 == 0) run_shape_case(&shape_cases[i], i % 8 ? LOOM_BOOL : LOOM_F64, V_CONTIG);
   }
   /* step must be > 0 */
-  loom_tensor *t = TK(loom_zeros(LOOM_SHAPE(5), LOOM_F32, LOOM_CPU));
+  loom_tensor *t = TK(loom_zeros(LOOM_SHAPE(5), LOOM_F32, test_device()));
   CHECK_STATUS(TK(loom_slice(t, 0, 0, 5, 0)), LOOM_ERR_VALUE);
   CHECK_STATUS(TK(loom_slice(t, 0, 5, 0, -1)), LOOM_ERR_VALUE);
   CHECK_STATUS(TK(loom_reshape(t, LOOM_SHAPE(2, 3))), LOOM_ERR_SHAPE);
   CHECK_STATUS(TK(loom_reshape(t, LOOM_SHAPE(-1, -1))), LOOM_ERR_SHAPE);
   CHECK_STATUS(
-      TK(loom_expand(TK(loom_zeros(LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU)), LOOM_SHAPE(4, 3))),
+      TK(loom_expand(TK(loom_zeros(LOOM_SHAPE(2, 3), LOOM_F32, test_device())), LOOM_SHAPE(4, 3))),
       LOOM_ERR_SHAPE);
   const int perm_bad[] = {0, 0};
-  CHECK_STATUS(TK(loom_permute(TK(loom_zeros(LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU)), perm_bad, 2)),
-               LOOM_ERR_AXIS);
+  CHECK_STATUS(
+      TK(loom_permute(TK(loom_zeros(LOOM_SHAPE(2, 3), LOOM_F32, test_device())), perm_bad, 2)),
+      LOOM_ERR_AXIS);
   CHECK_STATUS(TK(loom_unsqueeze(t, 3)), LOOM_ERR_AXIS);
   CHECK_STATUS(TK(loom_squeeze(t, 1)), LOOM_ERR_AXIS);
   ref_release_all();
@@ -672,8 +673,8 @@ static void test_cat_stack(void) {
       ref_release_all();
     }
   /* mismatches */
-  loom_tensor *a = TK(loom_zeros(LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU));
-  loom_tensor *b = TK(loom_zeros(LOOM_SHAPE(2, 4), LOOM_F32, LOOM_CPU));
+  loom_tensor *a = TK(loom_zeros(LOOM_SHAPE(2, 3), LOOM_F32, test_device()));
+  loom_tensor *b = TK(loom_zeros(LOOM_SHAPE(2, 4), LOOM_F32, test_device()));
   loom_tensor *ab[2] = {a, b};
   CHECK_STATUS(TK(loom_cat(ab, 2, 0)), LOOM_ERR_SHAPE);
   CHECK_STATUS(TK(loom_stack(ab, 2, 0)), LOOM_ERR_SHAPE);
@@ -713,8 +714,8 @@ static void test_matmul(void) {
   ref_free(a), ref_free(b), ref_free(at), ref_free(e);
   ref_release_all();
   /* errors */
-  loom_tensor *x = TK(loom_zeros(LOOM_SHAPE(4, 2), LOOM_F32, LOOM_CPU));
-  loom_tensor *y = TK(loom_zeros(LOOM_SHAPE(3, 1), LOOM_F32, LOOM_CPU));
+  loom_tensor *x = TK(loom_zeros(LOOM_SHAPE(4, 2), LOOM_F32, test_device()));
+  loom_tensor *y = TK(loom_zeros(LOOM_SHAPE(3, 1), LOOM_F32, test_device()));
   loom_tensor *z = TK(loom_matmul(x, y));
   CHECK_STATUS(z, LOOM_ERR_SHAPE);
   const char *msg = loom_error_message(z);
@@ -723,13 +724,13 @@ static void test_matmul(void) {
             "matmul message names [4,2]: %s", msg ? msg : "(null)");
   CHECK_MSG(msg && (strstr(msg, "[3,1]") || strstr(msg, "[3, 1]") || strstr(msg, "(3, 1)")),
             "matmul message names [3,1]: %s", msg ? msg : "(null)");
-  loom_tensor *xd = TK(loom_zeros(LOOM_SHAPE(2, 3), LOOM_F64, LOOM_CPU));
-  loom_tensor *yf = TK(loom_zeros(LOOM_SHAPE(3, 2), LOOM_F32, LOOM_CPU));
+  loom_tensor *xd = TK(loom_zeros(LOOM_SHAPE(2, 3), LOOM_F64, test_device()));
+  loom_tensor *yf = TK(loom_zeros(LOOM_SHAPE(3, 2), LOOM_F32, test_device()));
   CHECK_STATUS(TK(loom_matmul(xd, yf)), LOOM_ERR_DTYPE);
-  loom_tensor *xb = TK(loom_zeros(LOOM_SHAPE(2, 2), LOOM_BOOL, LOOM_CPU));
+  loom_tensor *xb = TK(loom_zeros(LOOM_SHAPE(2, 2), LOOM_BOOL, test_device()));
   CHECK_STATUS(TK(loom_matmul(xb, xb)), LOOM_ERR_DTYPE);
-  loom_tensor *b1 = TK(loom_zeros(LOOM_SHAPE(2, 2, 3), LOOM_F32, LOOM_CPU));
-  loom_tensor *b2 = TK(loom_zeros(LOOM_SHAPE(3, 3, 2), LOOM_F32, LOOM_CPU));
+  loom_tensor *b1 = TK(loom_zeros(LOOM_SHAPE(2, 2, 3), LOOM_F32, test_device()));
+  loom_tensor *b2 = TK(loom_zeros(LOOM_SHAPE(3, 3, 2), LOOM_F32, test_device()));
   CHECK_STATUS(TK(loom_matmul(b1, b2)), LOOM_ERR_SHAPE);
   ref_release_all();
 }
@@ -811,8 +812,8 @@ static void test_large_and_edges(void) {
   /* loom_to the same device is the same values */
   ref_t *x;
   loom_tensor *tx = ref_make_input(LOOM_SHAPE(3, 4), LOOM_I64, DOM_ANY, V_PERMUTE, &x);
-  loom_tensor *tt = TK(loom_to(tx, LOOM_CPU));
-  REF_CHECK("to(CPU)", x, tt, 0, 0);
+  loom_tensor *tt = TK(loom_to(tx, test_device()));
+  REF_CHECK("to(the same device)", x, tt, 0, 0);
   ref_free(x);
   ref_release_all();
 }
@@ -827,7 +828,7 @@ static void expect_vals(const char *what, loom_tensor *t, loom_dtype d, loom_sha
 
 /* 0-d inputs, weak scalars at float32 precision, clamping, infinities. */
 static void test_zero_d_and_edges(void) {
-  loom_tensor *sc = TK(loom_scalar(3, LOOM_F32, LOOM_CPU));
+  loom_tensor *sc = TK(loom_scalar(3, LOOM_F32, test_device()));
   const int ax0[] = {0}, axm1[] = {-1};
   expect_vals("sum(0-d, {0})", TK(loom_sum(sc, ax0, 1, false)), LOOM_F32, LOOM_SHAPE0,
               (double[]){3});
@@ -849,26 +850,26 @@ static void test_zero_d_and_edges(void) {
   CHECK_STATUS(TK(loom_matmul(sc, sc)), LOOM_ERR_SHAPE);
   /* a weak scalar is compared at the tensor's precision: torch.tensor([0.1]) == 0.1 */
   float f01 = 0.1f;
-  loom_tensor *x = TK(loom_from_data(&f01, LOOM_SHAPE(1), LOOM_F32, LOOM_CPU));
+  loom_tensor *x = TK(loom_from_data(&f01, LOOM_SHAPE(1), LOOM_F32, test_device()));
   expect_vals("F32 0.1 eq_s 0.1", TK(loom_eq_s(x, 0.1)), LOOM_BOOL, LOOM_SHAPE(1), (double[]){1});
   expect_vals("F32 0.1 gt_s 0.1", TK(loom_gt_s(x, 0.1)), LOOM_BOOL, LOOM_SHAPE(1), (double[]){0});
   expect_vals("F32 0.1 sub_s 0.1", TK(loom_sub_s(x, 0.1)), LOOM_F32, LOOM_SHAPE(1), (double[]){0});
   /* integer pow with negative bases */
   loom_tensor *xi =
-      TK(loom_from_data((int32_t[]){-2, -3, 2, 0}, LOOM_SHAPE(4), LOOM_I32, LOOM_CPU));
+      TK(loom_from_data((int32_t[]){-2, -3, 2, 0}, LOOM_SHAPE(4), LOOM_I32, test_device()));
   expect_vals("I32 pow_s 3", TK(loom_pow_s(xi, 3)), LOOM_I32, LOOM_SHAPE(4),
               (double[]){-8, -27, 8, 0});
   expect_vals("I32 pow_s 0", TK(loom_pow_s(xi, 0)), LOOM_I32, LOOM_SHAPE(4),
               (double[]){1, 1, 1, 1});
   /* argmax/argmin treat NaN as the extreme (first NaN), as torch */
   loom_tensor *xn =
-      TK(loom_from_data((float[]){1, NAN, 5, NAN}, LOOM_SHAPE(4), LOOM_F32, LOOM_CPU));
+      TK(loom_from_data((float[]){1, NAN, 5, NAN}, LOOM_SHAPE(4), LOOM_F32, test_device()));
   expect_vals("argmax with NaN", TK(loom_argmax(xn, 0, false)), LOOM_I64, LOOM_SHAPE0,
               (double[]){1});
   expect_vals("argmin with NaN", TK(loom_argmin(xn, 0, false)), LOOM_I64, LOOM_SHAPE0,
               (double[]){1});
   /* slice clamps extreme bounds; pad can crop to exactly zero */
-  loom_tensor *a = TK(loom_arange(0, 10, 1, LOOM_I64, LOOM_CPU));
+  loom_tensor *a = TK(loom_arange(0, 10, 1, LOOM_I64, test_device()));
   expect_vals("slice(MIN, MAX, 3)", TK(loom_slice(a, 0, INT64_MIN, INT64_MAX, 3)), LOOM_I64,
               LOOM_SHAPE(4), (double[]){0, 3, 6, 9});
   expect_vals("slice(-100, -50)", TK(loom_slice(a, 0, -100, -50, 1)), LOOM_I64, LOOM_SHAPE(0),
@@ -878,15 +879,18 @@ static void test_zero_d_and_edges(void) {
   CHECK_STATUS(TK(loom_pad(a, (int64_t[]){1, 1, 1, 1}, 4, 0)), LOOM_ERR_VALUE);
   CHECK_STATUS(TK(loom_pad(a, (int64_t[]){1, 1, 1}, 3, 0)), LOOM_ERR_VALUE);
   /* infinities through the softmax family */
-  loom_tensor *ninf = TK(loom_full(LOOM_SHAPE(2), -INFINITY, LOOM_F32, LOOM_CPU));
+  loom_tensor *ninf = TK(loom_full(LOOM_SHAPE(2), -INFINITY, LOOM_F32, test_device()));
   expect_vals("logsumexp(-inf, -inf)", TK(loom_logsumexp(ninf, 0)), LOOM_F32, LOOM_SHAPE0,
               (double[]){-INFINITY});
-  loom_tensor *mi = TK(loom_from_data((float[]){-INFINITY, 0}, LOOM_SHAPE(2), LOOM_F32, LOOM_CPU));
+  loom_tensor *mi =
+      TK(loom_from_data((float[]){-INFINITY, 0}, LOOM_SHAPE(2), LOOM_F32, test_device()));
   expect_vals("softmax(-inf, 0)", TK(loom_softmax(mi, 0)), LOOM_F32, LOOM_SHAPE(2),
               (double[]){0, 1});
   /* BOOL: + and * are logical (torch); subtraction is refused */
-  loom_tensor *bt = TK(loom_from_data((uint8_t[]){1, 1, 0}, LOOM_SHAPE(3), LOOM_BOOL, LOOM_CPU));
-  loom_tensor *bu = TK(loom_from_data((uint8_t[]){1, 0, 0}, LOOM_SHAPE(3), LOOM_BOOL, LOOM_CPU));
+  loom_tensor *bt =
+      TK(loom_from_data((uint8_t[]){1, 1, 0}, LOOM_SHAPE(3), LOOM_BOOL, test_device()));
+  loom_tensor *bu =
+      TK(loom_from_data((uint8_t[]){1, 0, 0}, LOOM_SHAPE(3), LOOM_BOOL, test_device()));
   expect_vals("bool + bool", TK(loom_add(bt, bu)), LOOM_BOOL, LOOM_SHAPE(3), (double[]){1, 1, 0});
   expect_vals("bool * bool", TK(loom_mul(bt, bu)), LOOM_BOOL, LOOM_SHAPE(3), (double[]){1, 0, 0});
   CHECK_STATUS(TK(loom_sub(bt, bu)), LOOM_ERR_DTYPE);

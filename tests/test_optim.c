@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "loom.h"
+#include "test_device.h"
 
 #define MAXP 4   /* parameters per problem */
 #define MAXEL 16 /* elements per parameter */
@@ -129,7 +130,7 @@ static loom_tensor *data(temps *a, const double *v, loom_shape shape, loom_dtype
   int64_t n = 1;
   for (int d = 0; d < shape.ndim; d++) n *= shape.dim[d];
   for (int64_t i = 0; i < n && dt == LOOM_F32; i++) f[i] = (float)v[i];
-  return T(a, loom_from_data(dt == LOOM_F32 ? (const void *)f : v, shape, dt, LOOM_CPU));
+  return T(a, loom_from_data(dt == LOOM_F32 ? (const void *)f : v, shape, dt, test_device()));
 }
 
 typedef struct problem {
@@ -403,7 +404,7 @@ static void check_rejected(loom_optim *o, loom_status st, const char *option, co
 
 static void test_validation(void) {
   loom_params *ps = loom_params_new();
-  loom_tensor *w = loom_zeros(LOOM_SHAPE(3), LOOM_F64, LOOM_CPU);
+  loom_tensor *w = loom_zeros(LOOM_SHAPE(3), LOOM_F64, test_device());
   CHECK_OK(loom_params_add(ps, "w", w));
   loom_clear_error();
   check_rejected(loom_sgd(ps, (loom_sgd_opts){.lr = -1}), LOOM_ERR_VALUE, "lr", "-1");
@@ -463,9 +464,9 @@ static void test_skips_params_without_grad(void) {
   double want_a[3], want_b[3], ga[3], gb[3], got[3];
   memcpy(want_a, a0, sizeof a0), memcpy(want_b, b0, sizeof b0);
   loom_params *ps = loom_params_new();
-  loom_tensor *a = loom_from_data(a0, LOOM_SHAPE(3), LOOM_F64, LOOM_CPU);
-  loom_tensor *b = loom_from_data(b0, LOOM_SHAPE(3), LOOM_F64, LOOM_CPU);
-  loom_tensor *ct = loom_from_data(c, LOOM_SHAPE(3), LOOM_F64, LOOM_CPU);
+  loom_tensor *a = loom_from_data(a0, LOOM_SHAPE(3), LOOM_F64, test_device());
+  loom_tensor *b = loom_from_data(b0, LOOM_SHAPE(3), LOOM_F64, test_device());
+  loom_tensor *ct = loom_from_data(c, LOOM_SHAPE(3), LOOM_F64, test_device());
   CHECK_OK(loom_params_add(ps, "a", a));
   CHECK_OK(loom_params_add(ps, "b", b));
   optcase oc = resolved(&(optcase)ADAM_CASE("adam", ADAM, .lr = 0.1));
@@ -504,7 +505,7 @@ static void test_skips_params_without_grad(void) {
   uint64_t before = loom_get_stats().realizations;
   CHECK_OK(loom_optim_step(o));
   CHECK(loom_is_realized(a) && loom_is_realized(b));
-  loom_tensor *one = loom_ones(LOOM_SHAPE0, LOOM_F64, LOOM_CPU);
+  loom_tensor *one = loom_ones(LOOM_SHAPE0, LOOM_F64, test_device());
   CHECK(loom_item(one) == 1);
   CHECK_EQ_INT(loom_get_stats().realizations, before + 1);
   loom_free(one);
@@ -517,8 +518,8 @@ static void test_skips_params_without_grad(void) {
 static void test_buffers_untouched(void) {
   double w0[4] = {1, 2, 3, 4}, r0[4] = {0.5, -1, 2, 0.25}, got[4];
   loom_params *ps = loom_params_new();
-  loom_tensor *w = loom_from_data(w0, LOOM_SHAPE(4), LOOM_F64, LOOM_CPU);
-  loom_tensor *r = loom_from_data(r0, LOOM_SHAPE(4), LOOM_F64, LOOM_CPU);
+  loom_tensor *w = loom_from_data(w0, LOOM_SHAPE(4), LOOM_F64, test_device());
+  loom_tensor *r = loom_from_data(r0, LOOM_SHAPE(4), LOOM_F64, test_device());
   CHECK_OK(loom_params_add(ps, "w", w));
   CHECK_OK(loom_params_add_buffer(ps, "running", r));
   CHECK_OK(loom_set_requires_grad(r, true));
@@ -583,6 +584,7 @@ static void test_steps_in_scopes(void) {
 }
 
 int main(void) {
+  CHECK_OK(loom_set_default_device(test_device())); /* layers and parameters */
   test_trajectories_f64();
   test_trajectories_f32();
   test_validation();

@@ -5,6 +5,7 @@
 #include "check.h"
 #include "loom.h"
 #include "ref.h"
+#include "test_device.h"
 
 static const loom_shape vshapes[] = {
     LOOM_SHAPE(3, 4), LOOM_SHAPE(2, 1, 5), LOOM_SHAPE(2, 0, 3), LOOM_SHAPE(1, 1),
@@ -182,7 +183,7 @@ static void test_matmul_on_views(void) {
 /* Explicit chains of views with known results (arange data). */
 static void test_view_chains(void) {
   ref_t *x = ref_arange(0, 120, 1, LOOM_F32);
-  loom_tensor *tx = TK(loom_arange(0, 120, 1, LOOM_F32, LOOM_CPU));
+  loom_tensor *tx = TK(loom_arange(0, 120, 1, LOOM_F32, test_device()));
   ref_t *r1 = ref_reshape(x, LOOM_SHAPE(2, 3, 4, 5));
   loom_tensor *t1 = TK(loom_reshape(tx, LOOM_SHAPE(2, 3, 4, 5)));
   const int p[] = {3, 1, 0, 2};
@@ -473,7 +474,7 @@ static void test_many_way_cat(void) {
     LOOM_SCOPE {
       loom_tensor **parts = malloc(sizeof *parts * (size_t)n);
       for (int i = 0; i < n; i++) /* piece i: [2, 1 + i % 3] filled with i */
-        parts[i] = loom_full(LOOM_SHAPE(2, 1 + i % 3), i, LOOM_F64, LOOM_CPU);
+        parts[i] = loom_full(LOOM_SHAPE(2, 1 + i % 3), i, LOOM_F64, test_device());
       loom_tensor *all = loom_cat(parts, n, 1);
       int64_t cols = loom_shape_of(all).dim[1];
       double *got = malloc(sizeof(double) * (size_t)(2 * cols));

@@ -8,7 +8,8 @@
  * compiler contracts nothing (loom compiles with --fmad=false). Its version
  * is 99.0, so disk cache entries never mix with a real NVRTC's.
  *
- * EMU_NVRTC_CXX (default c++) names the compiler; EMU_NVRTC_HEADER is the
+ * EMU_NVRTC_CXX (default c++) names the compiler and EMU_NVRTC_OPT its
+ * optimization (default -O1: -O0 compiled no faster); EMU_NVRTC_HEADER is the
  * header's path, compiled in by CMake.
  */
 #include <stdio.h>
@@ -85,11 +86,11 @@ EXPORT int nvrtcCompileProgram(void *prog, int nopts, const char *const *opts) {
   FILE *f = fopen(src, "w");
   int ok = f && fputs(p->source, f) >= 0;
   if (f) ok &= fclose(f) == 0;
-  const char *cxx = getenv("EMU_NVRTC_CXX");
+  const char *cxx = getenv("EMU_NVRTC_CXX"), *opt = getenv("EMU_NVRTC_OPT");
   snprintf(cmd, sizeof cmd,
-           "%s -std=c++17 -O1 -fPIC -shared -ffp-contract=off -w -x c++ -include '%s' '%s' -o "
+           "%s -std=c++17 %s -fPIC -shared -ffp-contract=off -w -x c++ -include '%s' '%s' -o "
            "'%s' >'%s' 2>&1",
-           cxx && *cxx ? cxx : "c++", EMU_NVRTC_HEADER, src, obj, log);
+           cxx && *cxx ? cxx : "c++", opt && *opt ? opt : "-O1", EMU_NVRTC_HEADER, src, obj, log);
   ok = ok && system(cmd) == 0;
   size_t loglen = 0;
   free(p->log);

@@ -5,6 +5,7 @@
 
 #include "check.h"
 #include "gradcheck.h"
+#include "test_device.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 double gradcheck_uniform(void) {
@@ -24,7 +25,7 @@ static double eval_loss(const gcase *c, double vals[MAXIN][MAXEL], const double 
   double v = NAN;
   loom_tensor *in[MAXIN];
   for (int i = 0; i < c->nin; i++) {
-    in[i] = loom_from_data(vals[i], c->shapes[i], LOOM_F64, LOOM_CPU);
+    in[i] = loom_from_data(vals[i], c->shapes[i], LOOM_F64, test_device());
     if (leaves) {
       loom_set_requires_grad(in[i], true);
       leaves[i] = loom_retain(in[i]);
@@ -32,7 +33,7 @@ static double eval_loss(const gcase *c, double vals[MAXIN][MAXEL], const double 
   }
   loom_tensor *out = c->build(in);
   if (loom_numel(out) <= MAXEL) {
-    loom_tensor *w = loom_from_data(weights, loom_shape_of(out), LOOM_F64, LOOM_CPU);
+    loom_tensor *w = loom_from_data(weights, loom_shape_of(out), LOOM_F64, test_device());
     loom_tensor *loss = loom_sum_all(loom_mul(out, w));
     if (loss_out)
       *loss_out = loom_retain(loss);

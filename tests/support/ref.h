@@ -18,9 +18,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "loom.h"
+#include "test_device.h"
 
 typedef struct ref_t {
   loom_shape shape;
@@ -218,7 +220,7 @@ ref_t *ref_ne_s(const ref_t *a, double s);
 static inline loom_tensor *ref_to_loom(const ref_t *a) {
   size_t bytes = 0;
   void *buf = ref_pack(a, &bytes);
-  loom_tensor *t = loom_from_data(buf, a->shape, a->dtype, LOOM_CPU);
+  loom_tensor *t = loom_from_data(buf, a->shape, a->dtype, test_device());
   free(buf);
   return t;
 }
