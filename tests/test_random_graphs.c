@@ -182,7 +182,7 @@ static loom_tensor *loom_build(const node *nd, loom_tensor *const *t) {
   const int *ax = nd->iv;
   switch (nd->op) {
   case OP_INPUT: return ref_to_loom(nd->ref);
-  case OP_RAND: return loom_rand_key(loom_key_new(nd->seed), nd->shape, nd->dt, LOOM_CPU);
+  case OP_RAND: return loom_rand_key(loom_key_new(nd->seed), nd->shape, nd->dt, test_device());
   case OP_UN:
     switch (nd->sub) {
     case U_NEG: return loom_neg(A);

@@ -3,7 +3,7 @@
 # about 10 minutes on a 16-core machine, most of it the build): build, the
 # driver-path suites, the op and
 # gradient suite on LOOM_CUDA(0) against the CPU (tests/test_cuda_gpu.c), the
-# op, view, gradient, layer and optimizer suites with LOOM_TEST_DEVICE=cuda
+# op, view, gradient, layer, optimizer and random-graph suites with LOOM_TEST_DEVICE=cuda
 # (all of which pass on the emulated device in every CI run),
 # the digits MLP with --device cuda, and the benchmarks on cuda:0 (GB/s against
 # the device's peak; the matmuls against cuBLAS where the toolkit has it).
@@ -29,8 +29,8 @@ ctest --test-dir "$build" -R '^cuda(_missing|_stub)?$' --output-on-failure
 step "ops, gradients, Adam, Philox on cuda:0 against the CPU"
 timeout 300 "$build/test_cuda_gpu"
 
-step "the op, view, gradient, layer and optimizer suites with their tensors on cuda:0"
-for t in ops views autograd nn optim; do
+step "the op, view, gradient, layer, optimizer and random-graph suites on cuda:0"
+for t in ops views autograd nn optim random_graphs; do
   LOOM_TEST_DEVICE=cuda timeout 300 "$build/test_$t" | tail -1
 done
 
