@@ -20,6 +20,7 @@
 
 #include "check.h"
 #include "loom.h"
+#include "test_device.h"
 #include "runtime/runtime.h"
 
 #define THREADS 4
@@ -64,7 +65,7 @@ static void same_shapes(int t, result *r) {
   fill(x, 16 * D, t, 1);
   LOOM_SCOPE {
     loom_tensor *w = loom_retain(shared_w); /* a reference of this thread's own */
-    loom_tensor *in = loom_from_data(x, LOOM_SHAPE(16, D), LOOM_F32, LOOM_CPU);
+    loom_tensor *in = loom_from_data(x, LOOM_SHAPE(16, D), LOOM_F32, test_device());
     loom_tensor *y = loom_relu(loom_add(loom_matmul(in, w), shared_b));
     OK(r, loom_copy_to_host(y, r->mlp, sizeof r->mlp));
     loom_free(w);
@@ -77,7 +78,7 @@ static void own_shapes(int t, int round, result *r) {
   float x[16 * 16];
   fill(x, rows * cols, t, 2 + round);
   LOOM_SCOPE {
-    loom_tensor *in = loom_from_data(x, LOOM_SHAPE(rows, cols), LOOM_F32, LOOM_CPU);
+    loom_tensor *in = loom_from_data(x, LOOM_SHAPE(rows, cols), LOOM_F32, test_device());
     loom_tensor *s = loom_softmax(loom_mul_s(loom_tanh(in), 1.0 + t), 1);
     loom_tensor *v = loom_sum_all(loom_mul(s, loom_sin(in)));
     r->own[round] = loom_item(v);
@@ -87,7 +88,7 @@ static void own_shapes(int t, int round, result *r) {
 static void draws(int t, result *r) {
   LOOM_SCOPE {
     loom_tensor *u = loom_randn_key(loom_key_fold(loom_key_new(99), (uint64_t)t), LOOM_SHAPE(64),
-                                    LOOM_F32, LOOM_CPU);
+                                    LOOM_F32, test_device());
     OK(r, loom_copy_to_host(loom_add_s(u, 1), r->draw, sizeof r->draw));
   }
 }
@@ -103,8 +104,8 @@ static void training(int t, result *r) {
   fill(x, 8 * D, t, 9);
   for (int i = 0; i < 8; i++) y[i] = (i + t) % 2;
   for (int step = 0; step < 4; step++) LOOM_SCOPE {
-      loom_tensor *in = loom_from_data(x, LOOM_SHAPE(8, D), LOOM_F32, LOOM_CPU);
-      loom_tensor *labels = loom_from_data(y, LOOM_SHAPE(8), LOOM_I64, LOOM_CPU);
+      loom_tensor *in = loom_from_data(x, LOOM_SHAPE(8, D), LOOM_F32, test_device());
+      loom_tensor *labels = loom_from_data(y, LOOM_SHAPE(8), LOOM_I64, test_device());
       /* the shared weight feeds the model, read only */
       loom_tensor *h = loom_tanh(loom_matmul(in, shared_w));
       loom_tensor *loss = loom_cross_entropy(loom_linear_forward(&l1, h), labels);
@@ -172,11 +173,12 @@ static void run_together(void) {
 }
 
 int main(void) {
+  CHECK_OK(loom_set_default_device(test_device())); /* the training step's layer */
   float w[D * D], b[D];
   fill(w, D * D, 100, 0);
   fill(b, D, 101, 0);
-  shared_w = loom_from_data(w, LOOM_SHAPE(D, D), LOOM_F32, LOOM_CPU);
-  shared_b = loom_from_data(b, LOOM_SHAPE(D), LOOM_F32, LOOM_CPU);
+  shared_w = loom_from_data(w, LOOM_SHAPE(D, D), LOOM_F32, test_device());
+  shared_b = loom_from_data(b, LOOM_SHAPE(D), LOOM_F32, test_device());
   /* Cold caches (ctest gives this suite no disk cache): the threads plan
    * and compile the same programs and kernels at once, and their own. */
   run_together();

@@ -1,12 +1,12 @@
 #!/bin/sh
 # The CUDA checks that need a real GPU, in one run (not yet run on one; budget
 # about 10 minutes on a 16-core machine, most of it the build): build, the
-# driver-path suites, the op and
-# gradient suite on LOOM_CUDA(0) against the CPU (tests/test_cuda_gpu.c), the
-# op, view, gradient, layer, optimizer and random-graph suites with LOOM_TEST_DEVICE=cuda
-# (all of which pass on the emulated device in every CI run),
-# the digits MLP with --device cuda, and the benchmarks on cuda:0 (GB/s against
-# the device's peak; the matmuls against cuBLAS where the toolkit has it).
+# driver-path suites, the GPU suite on LOOM_CUDA(0) against the CPU
+# (tests/test_cuda_gpu.c), the op, view, gradient, layer, optimizer,
+# random-graph and thread suites with LOOM_TEST_DEVICE=cuda (all of which pass
+# on the emulated device in every CI run), the digits MLP with --device cuda,
+# and the benchmarks on cuda:0 (GB/s against the device's peak; the matmuls
+# against cuBLAS where the toolkit has it).
 # Usage: tools/gpu_check.sh [build-dir]   (prints figures; exit status 0 = passed)
 set -eu
 cd "$(dirname "$0")/.."
@@ -29,8 +29,8 @@ ctest --test-dir "$build" -R '^cuda(_missing|_stub)?$' --output-on-failure
 step "ops, gradients, Adam, Philox on cuda:0 against the CPU"
 timeout 300 "$build/test_cuda_gpu"
 
-step "the op, view, gradient, layer, optimizer and random-graph suites on cuda:0"
-for t in ops views autograd nn optim random_graphs; do
+step "the op, view, gradient, layer, optimizer, random-graph and thread suites on cuda:0"
+for t in ops views autograd nn optim random_graphs threads; do
   LOOM_TEST_DEVICE=cuda timeout 300 "$build/test_$t" | tail -1
 done
 
