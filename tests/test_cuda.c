@@ -268,7 +268,7 @@ static void fake_launches(void) {
   fake_split_reductions();
 }
 
-/* GEMM steps launch the tiled kernel, one launch per batch index. */
+/* GEMM steps launch the tiled kernel once for all batch indices (grid z). */
 static void fake_gemm(void) {
   float x[2 * 64 * 32], w[2 * 32 * 48];
   check_fill_uniform(x, 2 * 64 * 32, 1);
@@ -281,15 +281,18 @@ static void fake_gemm(void) {
   CHECK_EQ_INT(fake.counts().launches - before, 1);
   launch_info l = last_launch();
   CHECK(strcmp(l.name, "lm_gemm_f32_nn") == 0);
-  CHECK_EQ_INT(l.nparams, 8);
+  CHECK_EQ_INT(l.nparams, 14); /* c, a, b, M, N, K, lda, ldb, the batch layout */
   CHECK(l.params[0] == (unsigned long long)(uintptr_t)data_of(c));
   CHECK(l.params[1] == (unsigned long long)(uintptr_t)data_of(a));
   CHECK(l.params[2] == (unsigned long long)(uintptr_t)data_of(b));
   CHECK_EQ_INT(l.params[3], 64);
   CHECK_EQ_INT(l.params[4], 48);
   CHECK_EQ_INT(l.params[5], 32);
+  CHECK_EQ_INT(l.params[8], 0); /* z0 */
+  CHECK_EQ_INT(l.params[9], 1); /* inner: no batch dims */
   CHECK_EQ_INT(l.grid[0], 1);
   CHECK_EQ_INT(l.grid[1], 1);
+  CHECK_EQ_INT(l.grid[2], 1);
   CHECK_EQ_INT(l.block[0], 256);
   /* transposed B, batched, with a bias + relu epilogue (F64) */
   double xd[2 * 64 * 32], wd[2 * 48 * 32], bias[48];
@@ -302,30 +305,47 @@ static void fake_gemm(void) {
   loom_tensor *y = loom_relu(loom_add(loom_matmul(ad, loom_transpose(wt, 1, 2)), bd));
   before = fake.counts().launches;
   CHECK_OK(loom_realize(y));
-  long launched = fake.counts().launches - before;
-  /* one launch per batch index: the tiled product with the epilogue fused in
-   * (slots..., a, b, M, N, K, lda, ldb, first); the product never goes to memory */
-  CHECK_MSG(launched == 2, "batched GEMM + epilogue: %ld launches", launched);
-  for (long i = before; i < before + launched; i++) {
-    launch_info li = {0};
-    int n = li.nparams = fake.launch(i, li.name, sizeof li.name, li.grid, li.block, li.params, 64);
-    CHECK_MSG(strncmp(li.name, "lf_", 3) == 0, "launched %s, not a fused GEMM", li.name);
-    CHECK(n >= 11);
-    if (strncmp(li.name, "lf_", 3) != 0 || n < 11) continue;
+  /* one launch, a batch index per grid z: the tiled product with the epilogue
+   * fused in (slots..., a, b, M, N, K, lda, ldb, z0, inner, sa0, sa1, sb0,
+   * sb1); the product never goes to memory */
+  CHECK_EQ_INT(fake.counts().launches - before, 1);
+  launch_info li = last_launch();
+  int n = li.nparams;
+  CHECK_MSG(strncmp(li.name, "lf_", 3) == 0, "launched %s, not a fused GEMM", li.name);
+  CHECK(n >= 16);
+  if (strncmp(li.name, "lf_", 3) == 0 && n >= 16) {
     CHECK(li.params[0] == (unsigned long long)(uintptr_t)data_of(y));
-    CHECK(li.params[n - 8] ==
-          (unsigned long long)(uintptr_t)data_of(ad) + (i - before) * 64 * 32 * 8);
-    CHECK_EQ_INT(li.params[n - 6], 64);                     /* M */
-    CHECK_EQ_INT(li.params[n - 5], 48);                     /* N */
-    CHECK_EQ_INT(li.params[n - 4], 32);                     /* K */
-    CHECK_EQ_INT(li.params[n - 3], 32);                     /* lda */
-    CHECK_EQ_INT(li.params[n - 2], 32);                     /* ldb of the transposed operand */
-    CHECK_EQ_INT(li.params[n - 1], (i - before) * 64 * 48); /* the batch's first point */
+    CHECK(li.params[n - 13] == (unsigned long long)(uintptr_t)data_of(ad));
+    CHECK(li.params[n - 12] == (unsigned long long)(uintptr_t)data_of(wt));
+    CHECK_EQ_INT(li.params[n - 11], 64);     /* M */
+    CHECK_EQ_INT(li.params[n - 10], 48);     /* N */
+    CHECK_EQ_INT(li.params[n - 9], 32);      /* K */
+    CHECK_EQ_INT(li.params[n - 8], 32);      /* lda */
+    CHECK_EQ_INT(li.params[n - 7], 32);      /* ldb of the transposed operand */
+    CHECK_EQ_INT(li.params[n - 6], 0);       /* z0 */
+    CHECK_EQ_INT(li.params[n - 5], 2);       /* inner: the one batch dim */
+    CHECK_EQ_INT(li.params[n - 3], 64 * 32); /* A's batch stride */
+    CHECK_EQ_INT(li.params[n - 1], 48 * 32); /* B's */
     CHECK_EQ_INT(li.grid[0], 1);
     CHECK_EQ_INT(li.grid[1], 1);
+    CHECK_EQ_INT(li.grid[2], 2);
   }
+  /* batch dims that do not collapse to two (A's permuted, read in place): a
+   * launch per batch index, each at its own z0 */
+  loom_tensor *a5 = loom_zeros(LOOM_SHAPE(4, 3, 2, 5, 6), LOOM_F32, LOOM_CUDA(0));
+  loom_tensor *b5 = loom_zeros(LOOM_SHAPE(2, 3, 4, 6, 7), LOOM_F32, LOOM_CUDA(0));
+  CHECK_OK(loom_realize(a5));
+  CHECK_OK(loom_realize(b5));
+  loom_tensor *p5 = loom_matmul(loom_permute(a5, (int[]){2, 1, 0, 3, 4}, 5), b5);
+  before = fake.counts().launches;
+  CHECK_OK(loom_realize(p5));
+  CHECK_EQ_INT(fake.counts().launches - before, 24);
+  launch_info l5 = last_launch();
+  CHECK_EQ_INT(l5.grid[2], 1);
+  CHECK_EQ_INT(l5.params[8], 23); /* z0 of the last batch index */
+  CHECK_EQ_INT(l5.params[9], 1);  /* inner: the pointers are offset on the host */
   loom_free(a), loom_free(b), loom_free(c), loom_free(ad), loom_free(wt), loom_free(bd),
-      loom_free(y);
+      loom_free(y), loom_free(a5), loom_free(b5), loom_free(p5);
 }
 
 /* Philox keys are copied to the device and passed as a device pointer. */

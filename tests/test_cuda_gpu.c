@@ -218,6 +218,27 @@ static void check_matmul(void) {
         }
 }
 
+/* Batch dims that collapse (one launch, grid z) and ones that do not (a
+ * launch per batch index): A's batch dims permuted, B's broadcast. */
+static void check_batched_matmul(void) {
+  LOOM_SCOPE {
+    double *va = random_values(4 * 3 * 2 * 5 * 6, 90, -1, 1),
+           *vb = random_values(3 * 6 * 7, 91, -1, 1);
+    loom_tensor *a, *ag, *b, *bg;
+    pair(va, LOOM_SHAPE(4, 3, 2, 5, 6), LOOM_F32, &a, &ag);
+    pair(vb, LOOM_SHAPE(1, 3, 1, 6, 7), LOOM_F32, &b, &bg);
+    int perm[5] = {2, 1, 0, 3, 4};
+    loom_shape bs = LOOM_SHAPE(2, 3, 4, 6, 7);
+    compare("matmul, permuted batch dims",
+            loom_matmul(loom_permute(a, perm, 5), loom_expand(b, bs)),
+            loom_matmul(loom_permute(ag, perm, 5), loom_expand(bg, bs)));
+    compare("matmul, broadcast batch dims",
+            loom_matmul(a, loom_expand(b, LOOM_SHAPE(4, 3, 2, 6, 7))),
+            loom_matmul(ag, loom_expand(bg, LOOM_SHAPE(4, 3, 2, 6, 7))));
+    free(va), free(vb);
+  }
+}
+
 static void check_nn(void) {
   LOOM_SCOPE {
     double *vx = random_values(4 * 3 * 12 * 12, 50, -1, 1),
@@ -360,6 +381,7 @@ int main(void) {
   check_elementwise();
   check_reductions();
   check_matmul();
+  check_batched_matmul();
   check_nn();
   check_training();
   check_grad_across_devices();

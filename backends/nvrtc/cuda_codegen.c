@@ -869,7 +869,7 @@ static void emit_epilogue_signature(cg *g, const char *name, const char *t) {
   for (int s = 1; s < g->k->nslots; s++) sb_printf(&g->s, ", const void *s%d", s);
   sb_printf(&g->s,
             ",\n    const %s *a, const %s *b, long long M, long long N, long long K, long long lda,"
-            " long long ldb, long long first) {\n",
+            " long long ldb,\n    " LM_CUDA_GEMM_BATCH_PARAMS ") {\n",
             t, t);
   g->ind = 2;
 }
@@ -881,7 +881,7 @@ static void emit_epilogue_stores(cg *g, const char *t) {
   open_block(g, "for (int lm_jj = 0; lm_jj < 4; lm_jj++)");
   line(g, "const long long lm_r = row0 + ty + 16 * lm_i, lm_c = col0 + tx + 16 * lm_jj;");
   line(g, "if (lm_r >= M || lm_c >= N) continue;");
-  line(g, "const long long lm_p = first + lm_r * N + lm_c;");
+  line(g, "const long long lm_p = lm_z * M * N + lm_r * N + lm_c;");
   line(g, "const %s lm_gemm_v = acc[lm_i][lm_jj];", t);
   emit_unravel(g, "lm_p", "lm_q", 0, k->nouter);
   emit_eval(g, g->body_needed, k->value, false);

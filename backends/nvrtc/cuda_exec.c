@@ -214,7 +214,7 @@ loom_status lm_cuda_exec_compile(lm_program *p, int dev) {
  * count them.
  */
 static loom_status launch(const lm_exec *x, const cuda_code *c, unsigned gx, unsigned gy,
-                          uint64_t *values, int nvalues) {
+                          unsigned gz, uint64_t *values, int nvalues) {
   int dev = x->device.index;
   CUstream stream;
   loom_status st = lm_cuda_enter("loom_realize", dev, &stream);
@@ -225,14 +225,14 @@ static loom_status launch(const lm_exec *x, const cuda_code *c, unsigned gx, uns
   for (int i = 0; i < nvalues; i++) params[i] = &values[i];
   params[nvalues] = NULL;
   CUresult r =
-      lm_cu()->launch_kernel(c->fn, gx, gy, 1, LM_CUDA_BLOCK, 1, 1, 0, stream, params, NULL);
+      lm_cu()->launch_kernel(c->fn, gx, gy, gz, LM_CUDA_BLOCK, 1, 1, 0, stream, params, NULL);
   if (params != params_small) free(params);
   if (r != 0) {
     char text[256];
     return lm_fail(lm_cu_status(r),
-                   "loom_realize: launching %s (grid %u x %u) on cuda:%d failed "
+                   "loom_realize: launching %s (grid %u x %u x %u) on cuda:%d failed "
                    "with %s",
-                   c->name, gx, gy, dev, lm_cu_error_text(r, text, sizeof text));
+                   c->name, gx, gy, gz, dev, lm_cu_error_text(r, text, sizeof text));
   }
   lm_stat_add(LM_STAT_KERNELS_LAUNCHED, 1);
   return LOOM_OK;
@@ -240,31 +240,77 @@ static loom_status launch(const lm_exec *x, const cuda_code *c, unsigned gx, uns
 
 static uint64_t ptr_value(const void *p) { return (uint64_t)(uintptr_t)p; }
 
-/* The product of GEMM g into c (contiguous [batch.., M, N]), one launch per
- * batch index. */
-static loom_status run_gemm(const lm_exec *x, const lm_gemm *g, const cuda_code *c, void *out) {
+/* A GEMM's batch dims as at most two, outer and inner, each with its stride
+ * in A and in B (elements): adjacent dims merge where both operands step
+ * through them as one. False when more than two remain. */
+typedef struct gemm_batches {
+  int64_t inner, sa[2], sb[2];
+} gemm_batches;
+
+static bool collapse_batches(const lm_gemm *g, gemm_batches *out) {
+  int64_t n[LOOM_MAX_DIMS], sa[LOOM_MAX_DIMS], sb[LOOM_MAX_DIMS];
+  int k = 0;
+  for (int d = 0; d < g->nbatch; d++) {
+    if (g->batch[d] == 1) continue;
+    if (k > 0 && sa[k - 1] == g->a_bstride[d] * g->batch[d] &&
+        sb[k - 1] == g->b_bstride[d] * g->batch[d]) {
+      n[k - 1] *= g->batch[d], sa[k - 1] = g->a_bstride[d], sb[k - 1] = g->b_bstride[d];
+      continue;
+    }
+    n[k] = g->batch[d], sa[k] = g->a_bstride[d], sb[k] = g->b_bstride[d];
+    k++;
+  }
+  if (k > 2) return false;
+  *out = (gemm_batches){1, {0, 0}, {0, 0}};
+  if (k >= 1) out->inner = n[k - 1], out->sa[1] = sa[k - 1], out->sb[1] = sb[k - 1];
+  if (k == 2) out->sa[0] = sa[0], out->sb[0] = sb[0];
+  return true;
+}
+
+/* GEMM g's tiled kernel c over every batch index. v holds the kernel's `lead`
+ * leading parameters (the output, or an epilogue's slots) and room for 13
+ * more: a, b, M, N, K, lda, ldb and the batch layout (LM_CUDA_GEMM_BATCH_PARAMS).
+ * One launch covers up to LM_CUDA_GEMM_MAX_GRID_Z batch indices (before: one
+ * launch each, 32 a step for the digits example's per-image augmentation);
+ * batch dims that do not collapse to two launch per index, offset here. */
+static loom_status launch_gemm(const lm_exec *x, const lm_gemm *g, const cuda_code *c, uint64_t *v,
+                               int lead) {
   size_t es = loom_dtype_size(g->dtype);
-  int64_t batches = lm_gemm_batches(g), mn = g->M * g->N;
-  if (mn == 0) return LOOM_OK;
+  int64_t batches = lm_gemm_batches(g);
+  if (g->M * g->N == 0 || batches == 0) return LOOM_OK;
   unsigned gx = (unsigned)((g->N + LM_CUDA_GEMM_TILE - 1) / LM_CUDA_GEMM_TILE);
   unsigned gy = (unsigned)((g->M + LM_CUDA_GEMM_TILE - 1) / LM_CUDA_GEMM_TILE);
   const char *a = x->bufs[g->a_pos], *b = x->bufs[g->b_pos];
+  uint64_t *t = v + lead;
+  t[2] = (uint64_t)g->M, t[3] = (uint64_t)g->N, t[4] = (uint64_t)g->K;
+  t[5] = (uint64_t)g->lda, t[6] = (uint64_t)g->ldb;
+  gemm_batches layout;
+  bool together = collapse_batches(g, &layout);
   loom_status st = LOOM_OK;
-  for (int64_t i = 0; i < batches && st == LOOM_OK; i++) {
-    int64_t ao, bo;
-    lm_gemm_batch_offsets(g, i, &ao, &bo);
-    uint64_t v[8] = {ptr_value((char *)out + i * mn * (int64_t)es),
-                     ptr_value(a + ao * (int64_t)es),
-                     ptr_value(b + bo * (int64_t)es),
-                     (uint64_t)g->M,
-                     (uint64_t)g->N,
-                     (uint64_t)g->K,
-                     (uint64_t)g->lda,
-                     (uint64_t)g->ldb};
-    st = launch(x, c, gx, gy, v, 8);
+  for (int64_t z0 = 0; z0 < batches && st == LOOM_OK;) {
+    int64_t ao = g->a_offset, bo = g->b_offset, count = 1;
+    if (together) {
+      count = batches - z0 < LM_CUDA_GEMM_MAX_GRID_Z ? batches - z0 : LM_CUDA_GEMM_MAX_GRID_Z;
+      t[8] = (uint64_t)layout.inner;
+      t[9] = (uint64_t)layout.sa[0], t[10] = (uint64_t)layout.sa[1];
+      t[11] = (uint64_t)layout.sb[0], t[12] = (uint64_t)layout.sb[1];
+    } else {
+      lm_gemm_batch_offsets(g, z0, &ao, &bo);
+      t[8] = 1, t[9] = t[10] = t[11] = t[12] = 0;
+    }
+    t[0] = ptr_value(a + ao * (int64_t)es), t[1] = ptr_value(b + bo * (int64_t)es);
+    t[7] = (uint64_t)z0;
+    st = launch(x, c, gx, gy, (unsigned)count, v, lead + 13);
     lm_stat_add(LM_STAT_GEMM_CALLS, 1);
+    z0 += count;
   }
   return st;
+}
+
+/* The product of GEMM g into out (contiguous [batch.., M, N]). */
+static loom_status run_gemm(const lm_exec *x, const lm_gemm *g, const cuda_code *c, void *out) {
+  uint64_t v[14] = {ptr_value(out)};
+  return launch_gemm(x, g, c, v, 1);
 }
 
 static loom_status gemm_step(const lm_exec *x, const lm_step *s) {
@@ -281,44 +327,22 @@ static loom_status launch_kernel(const lm_exec *x, const lm_step *s, uint64_t *v
   if (blocks > cap) blocks = cap;
   v[n] = 0;                      /* begin */
   v[n + 1] = (uint64_t)s->outer; /* end */
-  return launch(x, c, (unsigned)blocks, 1, v, n + 2);
+  return launch(x, c, (unsigned)blocks, 1, 1, v, n + 2);
 }
 
-/* A kernel step fused with its deferred GEMM: per batch index the tiled
- * product, and the kernel's value at each of its points (cuda_codegen.c);
- * v holds the slots' pointers and has room for 8 more values. */
+/* A kernel step fused with its deferred GEMM: the tiled product and the
+ * kernel's value at each of its points (cuda_codegen.c); v holds the slots'
+ * pointers and has room for 13 more values. */
 static loom_status run_fused(const lm_exec *x, const lm_step *s, uint64_t *v) {
-  const lm_gemm *g = &x->program->steps[s->gemm_partner].gemm;
-  size_t es = loom_dtype_size(g->dtype);
-  int n = s->kernel.nslots;
-  int64_t batches = lm_gemm_batches(g), mn = g->M * g->N;
-  unsigned gx = (unsigned)((g->N + LM_CUDA_GEMM_TILE - 1) / LM_CUDA_GEMM_TILE);
-  unsigned gy = (unsigned)((g->M + LM_CUDA_GEMM_TILE - 1) / LM_CUDA_GEMM_TILE);
-  const char *a = x->bufs[g->a_pos], *b = x->bufs[g->b_pos];
-  loom_status st = LOOM_OK;
-  for (int64_t i = 0; i < batches && mn > 0 && st == LOOM_OK; i++) {
-    int64_t ao, bo;
-    lm_gemm_batch_offsets(g, i, &ao, &bo);
-    uint64_t tail[8] = {ptr_value(a + ao * (int64_t)es),
-                        ptr_value(b + bo * (int64_t)es),
-                        (uint64_t)g->M,
-                        (uint64_t)g->N,
-                        (uint64_t)g->K,
-                        (uint64_t)g->lda,
-                        (uint64_t)g->ldb,
-                        (uint64_t)(i * mn)};
-    memcpy(v + n, tail, sizeof tail);
-    st = launch(x, s->device_code, gx, gy, v, n + 8);
-    lm_stat_add(LM_STAT_GEMM_CALLS, 1);
-  }
-  return st;
+  return launch_gemm(x, &x->program->steps[s->gemm_partner].gemm, s->device_code, v,
+                     s->kernel.nslots);
 }
 
 /* A kernel step: its slots' device pointers, then begin and end. */
 static loom_status kernel_step(const lm_exec *x, const lm_step *s) {
   if (s->outer == 0) return LOOM_OK;
   int n = s->kernel.nslots;
-  uint64_t small[32], *v = n + 8 <= 32 ? small : malloc(sizeof(uint64_t) * (size_t)(n + 8));
+  uint64_t small[32], *v = n + 13 <= 32 ? small : malloc(sizeof(uint64_t) * (size_t)(n + 13));
   if (!v) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
   v[0] = ptr_value(x->bufs[s->out]);
   for (int a = 1; a < n; a++) {

@@ -1,8 +1,9 @@
 /*
- * The GEMM kernel of LM_STEP_GEMM on CUDA: C = A @ B for one batch index,
- * C contiguous [M, N], A [M, K] (or its transpose, stored [K, M]) with
- * leading dimension lda, B [K, N] (or [N, K]) with ldb: the layouts
- * passes/plan.c gives BLAS.
+ * The GEMM kernel of LM_STEP_GEMM on CUDA: C = A @ B for every batch index
+ * (the grid's z; the batch dims collapsed to at most two, each with its
+ * strides), C contiguous [M, N] per batch, A [M, K] (or its transpose, stored
+ * [K, M]) with leading dimension lda, B [K, N] (or [N, K]) with ldb: the
+ * layouts passes/plan.c gives BLAS.
  *
  * Tiled through shared memory: a block of LM_CUDA_BLOCK threads computes a
  * 64 x 64 tile of C, stepping over K 16 at a time; thread (ty, tx) of the
@@ -24,6 +25,9 @@ static const char body_template[] =
     "  typedef %s T;\n"
     "  __shared__ T As[16][64 + 1];\n"
     "  __shared__ T Bs[16][64 + 1];\n"
+    "  const long long lm_z = z0 + blockIdx.z, lm_zo = lm_z / inner, lm_zi = lm_z %% inner;\n"
+    "  a += lm_zo * sa0 + lm_zi * sa1;\n"
+    "  b += lm_zo * sb0 + lm_zi * sb1;\n"
     "  const int tid = threadIdx.x, tx = tid %% 16, ty = tid / 16;\n"
     "  const long long row0 = (long long)blockIdx.y * 64, col0 = (long long)blockIdx.x * 64;\n"
     "  T acc[4][4];\n"
@@ -66,8 +70,9 @@ char *lm_cuda_gemm_body(loom_dtype dtype, bool a_trans, bool b_trans) {
 static const char gemm_template[] =
     "extern \"C\" __global__ void __launch_bounds__(256)\n"
     "%s(%s *c, const %s *a, const %s *b, long long M, long long N, long long K,\n"
-    "   long long lda, long long ldb) {\n"
+    "   long long lda, long long ldb, " LM_CUDA_GEMM_BATCH_PARAMS ") {\n"
     "%s"
+    "  c += lm_z * M * N;\n"
     "  for (int i = 0; i < 4; i++)\n"
     "    for (int j = 0; j < 4; j++) {\n"
     "      const long long r = row0 + ty + 16 * i, cl = col0 + tx + 16 * j;\n"

@@ -22,7 +22,7 @@
 
 /* Bumped whenever the generated CUDA C changes for the same kernel: part of
  * the cubin cache keys. */
-#define LM_CUDA_CODEGEN_VERSION 2
+#define LM_CUDA_CODEGEN_VERSION 3
 
 /* Threads per block of every generated kernel (its __launch_bounds__). */
 #define LM_CUDA_BLOCK 256
@@ -69,13 +69,19 @@ loom_status lm_cuda_source(const lk_kernel *k, char **source, char name[36], lm_
  * CUDA C of the GEMM kernel for LM_STEP_GEMM (F32 or F64; A and/or B read
  * transposed): one
  *   extern "C" __global__ void <name>(T *c, const T *a, const T *b,
- *       long long M, long long N, long long K, long long lda, long long ldb)
- * computing C[M, N] = A @ B for one batch index (the caller offsets the
- * pointers per batch; C contiguous). Launch: LM_CUDA_BLOCK threads, a grid
- * of (ceil(N / LM_CUDA_GEMM_TILE), ceil(M / LM_CUDA_GEMM_TILE)) blocks.
- * name: "lm_gemm_<dtype>_<n|t><n|t>". *source is malloc'd.
+ *       long long M, long long N, long long K, long long lda, long long ldb,
+ *       LM_CUDA_GEMM_BATCH_PARAMS)
+ * computing C[M, N] = A @ B for batch index z = z0 + blockIdx.z: A and B of
+ * batch z start at a + (z / inner) * sa0 + (z % inner) * sa1 and likewise b
+ * (elements), C at c + z * M * N (contiguous). Launch: LM_CUDA_BLOCK threads,
+ * a grid of (ceil(N / LM_CUDA_GEMM_TILE), ceil(M / LM_CUDA_GEMM_TILE), batch
+ * indices) blocks. name: "lm_gemm_<dtype>_<n|t><n|t>". *source is malloc'd.
  */
 #define LM_CUDA_GEMM_TILE 64
+#define LM_CUDA_GEMM_BATCH_PARAMS                                                                  \
+  "long long z0, long long inner, long long sa0, long long sa1, long long sb0, long long sb1"
+/* Batch indices one launch covers (the grid's z extent). */
+#define LM_CUDA_GEMM_MAX_GRID_Z 65535
 loom_status lm_cuda_gemm_source(loom_dtype dtype, bool a_trans, bool b_trans, char **source,
                                 char name[40], char *err, size_t errlen);
 /* The GEMM kernel's body after its signature, up to the finished tile in
@@ -87,11 +93,11 @@ char *lm_cuda_gemm_body(loom_dtype dtype, bool a_trans, bool b_trans);
  * k's slot gemm_slot reads the product at the point's own index. One
  *   extern "C" __global__ void <name>(void *s0, const void *s1, ..., const T *a,
  *       const T *b, long long M, long long N, long long K, long long lda,
- *       long long ldb, long long first)
- * computes the product of one batch index as lm_cuda_gemm_source's kernel does
- * and, instead of storing it, k's value at output point first + r * N + c
- * (first = batch * M * N); slot gemm_slot's pointer is not read. Launched like
- * the GEMM. name ("lf_" + 32 hex digits) needs 36 bytes.
+ *       long long ldb, LM_CUDA_GEMM_BATCH_PARAMS)
+ * computes the product of batch index z as lm_cuda_gemm_source's kernel does
+ * and, instead of storing it, k's value at output point z * M * N + r * N + c;
+ * slot gemm_slot's pointer is not read. Launched like the GEMM. name ("lf_" +
+ * 32 hex digits) needs 36 bytes.
  */
 loom_status lm_cuda_gemm_epilogue_source(const lk_kernel *k, int gemm_slot, loom_dtype gemm_dtype,
                                          bool a_trans, bool b_trans, char **source, char name[36],
