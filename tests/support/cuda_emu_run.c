@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "cuda_emu_abi.h"
 #include "cuda_emu_run.h"
@@ -50,6 +51,7 @@ __asm__(".text\n"
         ".size emu_switch, .-emu_switch\n");
 
 #define STACK_BYTES (128 << 10)
+#define GUARD_BYTES 4096 /* below each stack, unmapped: an overflow faults */
 #define MAX_THREADS 1024
 
 typedef enum state { READY, AT_BARRIER, AT_SHUFFLE, DONE } state;
@@ -63,7 +65,7 @@ typedef struct fiber {
 /* One launch at a time: the driver double holds its lock around launches. */
 static struct {
   fiber fibers[MAX_THREADS];
-  char *stacks; /* MAX_THREADS stacks, allocated at the first launch */
+  char *stacks; /* MAX_THREADS guarded stacks, mapped at the first launch */
   unsigned long long slots[MAX_THREADS];
   int nthreads;
   fiber *current;
@@ -114,11 +116,26 @@ static void fiber_main(void) {
 /* A fresh stack whose first switch "returns" into fiber_main with the
  * alignment of a function entry (rsp = 8 mod 16). */
 static void *fresh_stack(int i) {
-  uintptr_t top = (uintptr_t)(emu.stacks + (size_t)(i + 1) * STACK_BYTES) & ~(uintptr_t)15;
+  uintptr_t top =
+      (uintptr_t)(emu.stacks + (size_t)(i + 1) * (GUARD_BYTES + STACK_BYTES)) & ~(uintptr_t)15;
   void **sp = (void **)(top - 64);
   memset(sp, 0, 64);
   sp[6] = (void *)fiber_main; /* after the six saved registers */
   return sp;
+}
+
+/* Every fiber's stack, with an inaccessible page below it. */
+static bool map_stacks(void) {
+  size_t each = GUARD_BYTES + STACK_BYTES, bytes = (size_t)MAX_THREADS * each;
+  char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return false;
+  for (int i = 0; i < MAX_THREADS; i++)
+    if (mprotect(p + (size_t)i * each, GUARD_BYTES, PROT_NONE) != 0) {
+      munmap(p, bytes);
+      return false;
+    }
+  emu.stacks = p;
+  return true;
 }
 
 /* Releases what can go on; false when nothing can (the reason in err). */
@@ -180,8 +197,8 @@ bool emu_launch(void *fn, lm_emu_runtime **rt, const unsigned grid[3], const uns
              nparams, MAX_THREADS, EMU_MAX_PARAMS);
     return false;
   }
-  if (!emu.stacks && !(emu.stacks = malloc((size_t)MAX_THREADS * STACK_BYTES))) {
-    snprintf(err, errlen, "out of memory for the fibers' stacks");
+  if (!emu.stacks && !map_stacks()) {
+    snprintf(err, errlen, "cannot map the fibers' stacks");
     return false;
   }
   emu.fn = fn;
