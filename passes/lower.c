@@ -114,25 +114,45 @@ static int slot_for(builder *b, const lm_node *n, bool key) {
   return b->nslots++;
 }
 
-/* Row-major linear index of idx in shape s (size-1 dims contribute nothing). */
-static int linear(builder *b, const loom_shape *s, const int *idx) {
-  int64_t strides[LOOM_MAX_DIMS];
-  lm_shape_strides(s, strides);
-  int acc = -1;
+/* offset + sum of idx[d] * strides[d] over shape s (size-1 and stride-0 dims
+ * contribute nothing). */
+static int strided(builder *b, const loom_shape *s, const int64_t *strides, int64_t offset,
+                   const int *idx) {
+  int acc = offset ? iconst(b, offset) : -1;
   for (int d = 0; d < s->ndim; d++) {
-    if (s->dim[d] == 1) continue;
+    if (s->dim[d] == 1 || strides[d] == 0) continue;
     int term = strides[d] == 1 ? idx[d] : op2(b, LK_MUL, LOOM_I64, idx[d], iconst(b, strides[d]));
     acc = acc < 0 ? term : op2(b, LK_ADD, LOOM_I64, acc, term);
   }
   return acc < 0 ? iconst(b, 0) : acc;
 }
 
+/* Row-major linear index of idx in shape s. */
+static int linear(builder *b, const loom_shape *s, const int *idx) {
+  int64_t strides[LOOM_MAX_DIMS];
+  lm_shape_strides(s, strides);
+  return strided(b, s, strides, 0, idx);
+}
+
 static int value(builder *b, const lm_node *n, const int *idx);
 
-static int load(builder *b, const lm_node *n, const int *idx) {
-  lk_inst in = inst(LK_LOAD, n->dtype, linear(b, &n->shape, idx), -1, -1);
+/* Whether value() reads n from its buffer: not the accumulator or a row
+ * statistic this kernel computes, nor the root it is computing. */
+static bool reads_buffer(const builder *b, const lm_node *n) {
+  if (n == b->acc_node || (b->rows && n->row_root == b->root && lm_op_is_reduce(n->op)))
+    return false;
+  return n != b->root && (lm_is_computed(n) || n->materialize);
+}
+
+/* n's buffer at element `at` (an instruction). */
+static int load_at(builder *b, const lm_node *n, int at) {
+  lk_inst in = inst(LK_LOAD, n->dtype, at, -1, -1);
   in.slot = slot_for(b, n, false);
   return emit(b, in);
+}
+
+static int load(builder *b, const lm_node *n, const int *idx) {
+  return load_at(b, n, linear(b, &n->shape, idx));
 }
 
 /* ------------------------------------------------------------ views */
@@ -274,20 +294,8 @@ static bool chain_unravels(const lm_node *n) {
 static int affine_load(builder *b, const lm_node *n, const int *idx) {
   const lm_node *base;
   lm_view v;
-  if (!chain_unravels(n) || !lm_view_affine(n, &base, &v)) return -1;
-  if (base == b->root || base == b->acc_node || !(lm_is_computed(base) || base->materialize) ||
-      (b->rows && base->row_root == b->root && lm_op_is_reduce(base->op)))
-    return -1;
-  int at = v.offset ? iconst(b, v.offset) : -1;
-  for (int d = 0; d < n->shape.ndim; d++) {
-    if (n->shape.dim[d] == 1 || v.strides[d] == 0) continue;
-    int term =
-        v.strides[d] == 1 ? idx[d] : op2(b, LK_MUL, LOOM_I64, idx[d], iconst(b, v.strides[d]));
-    at = at < 0 ? term : op2(b, LK_ADD, LOOM_I64, at, term);
-  }
-  lk_inst in = inst(LK_LOAD, base->dtype, at < 0 ? iconst(b, 0) : at, -1, -1);
-  in.slot = slot_for(b, base, false);
-  return emit(b, in);
+  if (!chain_unravels(n) || !lm_view_affine(n, &base, &v) || !reads_buffer(b, base)) return -1;
+  return load_at(b, base, strided(b, &n->shape, v.strides, v.offset, idx));
 }
 
 static int view_value(builder *b, const lm_node *n, const int *idx) {
@@ -427,7 +435,7 @@ static int value(builder *b, const lm_node *n, const int *idx) {
   if (b->fail) return 0;
   if (n == b->acc_node) return b->acc_inst;
   if (b->rows && n->row_root == b->root && lm_op_is_reduce(n->op)) return stat_value(b, n, idx);
-  if (n != b->root && (lm_is_computed(n) || n->materialize)) return load(b, n, idx);
+  if (reads_buffer(b, n)) return load(b, n, idx);
   if (lm_op_is_view(n->op)) return view_value(b, n, idx);
   switch (n->op) {
   case LM_CONST: return cnst(b, n->dtype, n->arg.f);

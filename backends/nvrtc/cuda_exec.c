@@ -267,9 +267,13 @@ static bool collapse_batches(const lm_gemm *g, gemm_batches *out) {
   return true;
 }
 
+/* The GEMM kernels' parameters after their leading ones: a, b, M, N, K, lda,
+ * ldb and the batch layout (LM_CUDA_GEMM_BATCH_PARAMS). */
+#define GEMM_PARAMS 13
+
 /* GEMM g's tiled kernel c over every batch index. v holds the kernel's `lead`
- * leading parameters (the output, or an epilogue's slots) and room for 13
- * more: a, b, M, N, K, lda, ldb and the batch layout (LM_CUDA_GEMM_BATCH_PARAMS).
+ * leading parameters (the output, or an epilogue's slots) and room for
+ * GEMM_PARAMS more.
  * One launch covers up to LM_CUDA_GEMM_MAX_GRID_Z batch indices (before: one
  * launch each, 32 a step for the digits example's per-image augmentation);
  * batch dims that do not collapse to two launch per index, offset here. */
@@ -300,21 +304,17 @@ static loom_status launch_gemm(const lm_exec *x, const lm_gemm *g, const cuda_co
     }
     t[0] = ptr_value(a + ao * (int64_t)es), t[1] = ptr_value(b + bo * (int64_t)es);
     t[7] = (uint64_t)z0;
-    st = launch(x, c, gx, gy, (unsigned)count, v, lead + 13);
+    st = launch(x, c, gx, gy, (unsigned)count, v, lead + GEMM_PARAMS);
     lm_stat_add(LM_STAT_GEMM_CALLS, 1);
     z0 += count;
   }
   return st;
 }
 
-/* The product of GEMM g into out (contiguous [batch.., M, N]). */
-static loom_status run_gemm(const lm_exec *x, const lm_gemm *g, const cuda_code *c, void *out) {
-  uint64_t v[14] = {ptr_value(out)};
-  return launch_gemm(x, g, c, v, 1);
-}
-
+/* The product into the step's output (contiguous [batch.., M, N]). */
 static loom_status gemm_step(const lm_exec *x, const lm_step *s) {
-  return run_gemm(x, &s->gemm, s->device_code, x->bufs[s->out]);
+  uint64_t v[1 + GEMM_PARAMS] = {ptr_value(x->bufs[s->out])};
+  return launch_gemm(x, &s->gemm, s->device_code, v, 1);
 }
 
 static loom_status launch_kernel(const lm_exec *x, const lm_step *s, uint64_t *v) {
@@ -330,19 +330,14 @@ static loom_status launch_kernel(const lm_exec *x, const lm_step *s, uint64_t *v
   return launch(x, c, (unsigned)blocks, 1, 1, v, n + 2);
 }
 
-/* A kernel step fused with its deferred GEMM: the tiled product and the
- * kernel's value at each of its points (cuda_codegen.c); v holds the slots'
- * pointers and has room for 13 more values. */
-static loom_status run_fused(const lm_exec *x, const lm_step *s, uint64_t *v) {
-  return launch_gemm(x, &x->program->steps[s->gemm_partner].gemm, s->device_code, v,
-                     s->kernel.nslots);
-}
-
-/* A kernel step: its slots' device pointers, then begin and end. */
+/* A kernel step: its slots' device pointers, then begin and end; fused with
+ * its deferred GEMM, the tiled product and the kernel's value at each of its
+ * points (cuda_codegen.c), the product never in memory. */
 static loom_status kernel_step(const lm_exec *x, const lm_step *s) {
   if (s->outer == 0) return LOOM_OK;
   int n = s->kernel.nslots;
-  uint64_t small[32], *v = n + 13 <= 32 ? small : malloc(sizeof(uint64_t) * (size_t)(n + 13));
+  int room = n + GEMM_PARAMS; /* the slots, then begin and end or the GEMM's parameters */
+  uint64_t small[32], *v = room <= 32 ? small : malloc(sizeof(uint64_t) * (size_t)room);
   if (!v) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
   v[0] = ptr_value(x->bufs[s->out]);
   for (int a = 1; a < n; a++) {
@@ -352,7 +347,7 @@ static loom_status kernel_step(const lm_exec *x, const lm_step *s) {
   loom_status st;
   if (s->gemm_partner >= 0) { /* the product never goes to memory */
     v[s->gemm_slot] = 0;
-    st = run_fused(x, s, v);
+    st = launch_gemm(x, &x->program->steps[s->gemm_partner].gemm, s->device_code, v, n);
   } else {
     st = launch_kernel(x, s, v);
   }

@@ -57,7 +57,7 @@ __asm__(".text\n"
 typedef enum state { READY, AT_BARRIER, AT_SHUFFLE, DONE } state;
 
 typedef struct fiber {
-  lm_emu_thread t; /* what threadIdx reads */
+  lm_emu_thread t; /* what threadIdx reads; first, so that a thread is its fiber */
   void *sp;
   state st;
 } fiber;
@@ -68,15 +68,17 @@ static struct {
   char *stacks; /* MAX_THREADS guarded stacks, mapped at the first launch */
   unsigned long long slots[MAX_THREADS];
   int nthreads;
-  fiber *current;
   void *scheduler_sp;
   lm_emu_runtime rt;
   void *fn;
   uint64_t params[EMU_MAX_PARAMS];
 } emu;
 
+/* The fiber running now: the runtime's current thread is its first member. */
+static fiber *current(void) { return (fiber *)emu.rt.current; }
+
 static void wait_as(state st) {
-  fiber *f = emu.current;
+  fiber *f = current();
   f->st = st;
   emu_switch(&f->sp, emu.scheduler_sp);
 }
@@ -84,7 +86,7 @@ static void wait_as(state st) {
 static void sync_block(void) { wait_as(AT_BARRIER); }
 
 static unsigned long long shfl_xor(unsigned long long bits, int lane_mask) {
-  int i = (int)(emu.current - emu.fibers);
+  int i = (int)(current() - emu.fibers);
   emu.slots[i] = bits;
   wait_as(AT_SHUFFLE);
   int partner = (i & ~31) | ((i ^ lane_mask) & 31);
@@ -108,8 +110,8 @@ static void fiber_main(void) {
   ((kernel_fn)emu.fn)(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11],
                       p[12], p[13], p[14], p[15], p[16], p[17], p[18], p[19], p[20], p[21], p[22],
                       p[23], p[24], p[25], p[26], p[27], p[28], p[29], p[30], p[31]);
-  emu.current->st = DONE;
-  emu_switch(&emu.current->sp, emu.scheduler_sp);
+  current()->st = DONE;
+  emu_switch(&current()->sp, emu.scheduler_sp);
   abort(); /* a finished fiber is never resumed */
 }
 
@@ -180,7 +182,6 @@ static bool run_block(char *err, size_t errlen) {
     for (int i = 0; i < emu.nthreads; i++) {
       fiber *f = &emu.fibers[i];
       if (f->st != READY) continue;
-      emu.current = f;
       emu.rt.current = &f->t;
       emu_switch(&emu.scheduler_sp, f->sp);
     }
