@@ -3,9 +3,11 @@
  * the CPU. Needs a real GPU: it skips (with the reason) without one, and
  * under the driver double (which cannot run kernels). tools/gpu_check.sh runs
  * it. Tolerances per dtype: F32 |d| <= 1e-5 + 2e-5 |cpu| (CUDA's float math is
- * within 2-4 ulp where the CPU's is within 1, and sums add in another order),
- * F64 1e-12 + 1e-11 |cpu|, integers and bools exact; Philox uniform and
- * Bernoulli draws bit for bit.
+ * within 2-4 ulp where the CPU's is within 1), F64 1e-12 + 1e-11 |cpu|,
+ * integers and bools exact; Philox uniform and Bernoulli draws bit for bit.
+ * Sums add in another order on each device, and a sum can cancel to far below
+ * its terms, so each sum's tolerance also grows with what it sums (sum_bounds,
+ * check_sum_tolerance).
  */
 #include <math.h>
 #include <stdio.h>
@@ -45,7 +47,9 @@ static double *values(loom_tensor *t, int64_t *n) {
   return v;
 }
 
-static void compare(const char *what, loom_tensor *cpu, loom_tensor *gpu) {
+/* As compare, with extra[i] (when not NULL) added to element i's tolerance. */
+static void compare_within(const char *what, loom_tensor *cpu, loom_tensor *gpu,
+                           const double *extra) {
   check_set_ctx("%s", what);
   CHECK_STATUS(cpu, LOOM_OK);
   CHECK_STATUS(gpu, LOOM_OK);
@@ -60,11 +64,11 @@ static void compare(const char *what, loom_tensor *cpu, loom_tensor *gpu) {
     double d = fabs(a[i] - b[i]);
     if (isnan(a[i]) && isnan(b[i])) continue;
     if (a[i] == b[i]) continue; /* infinities */
-    double tol = dt == LOOM_F32   ? 1e-5 + 2e-5 * fabs(a[i])
-                 : dt == LOOM_F64 ? 1e-12 + 1e-11 * fabs(a[i])
-                                  : 0;
-    double rel = d / (fabs(a[i]) + 1e-30);
-    if (rel > worst && d > 0) worst = rel;
+    double tol = (dt == LOOM_F32   ? 1e-5 + 2e-5 * fabs(a[i])
+                  : dt == LOOM_F64 ? 1e-12 + 1e-11 * fabs(a[i])
+                                   : 0) +
+                 (extra ? extra[i] : 0);
+    if (tol > 0 && d / tol > worst) worst = d / tol;
     if (!(d <= tol) && bad++ < 3)
       check_fail_at(__FILE__, __LINE__, "%s: element %lld: cpu %.17g, cuda %.17g", what,
                     (long long)i, a[i], b[i]);
@@ -73,6 +77,36 @@ static void compare(const char *what, loom_tensor *cpu, loom_tensor *gpu) {
   if (dt == LOOM_F32 && worst > worst_f32) worst_f32 = worst;
   if (dt == LOOM_F64 && worst > worst_f64) worst_f64 = worst;
   free(a), free(b);
+}
+
+static void compare(const char *what, loom_tensor *cpu, loom_tensor *gpu) {
+  compare_within(what, cpu, gpu, NULL);
+}
+
+/* For each output of a sum over the middle axis of v [outer, n, inner], the
+ * tolerance of each device's sum (check_sum_tolerance) twice, times scale (a
+ * mean's 1/n). */
+static double *sum_bounds(const double *v, int64_t outer, int64_t n, int64_t inner, double scale,
+                          loom_dtype dt) {
+  double *bound = malloc(sizeof(double) * (size_t)(outer * inner > 0 ? outer * inner : 1));
+  for (int64_t o = 0; bound && o < outer; o++)
+    for (int64_t i = 0; i < inner; i++) {
+      double sq = 0, sum = 0;
+      for (int64_t j = 0; j < n; j++) {
+        double x = v[(o * n + j) * inner + i];
+        sq += x * x, sum += x;
+      }
+      bound[o * inner + i] = 2 * check_sum_tolerance(dt == LOOM_F32, (double)n, sq, sum) * scale;
+    }
+  return bound;
+}
+
+/* A sum (or a mean: scale 1/n) over the middle axis of v [outer, n, inner]. */
+static void compare_sum(const char *what, loom_tensor *cpu, loom_tensor *gpu, const double *v,
+                        int64_t outer, int64_t n, int64_t inner, double scale) {
+  double *bound = sum_bounds(v, outer, n, inner, scale, loom_dtype_of(cpu));
+  compare_within(what, cpu, gpu, bound);
+  free(bound);
 }
 
 /* The same host values on both devices. */
@@ -159,11 +193,15 @@ static void check_reductions(void) {
 #define RED(label, expr_c, expr_g)                                                                 \
   snprintf(what, sizeof what, "%s rows %lld %s", label, (long long)n, loom_dtype_name(dt));        \
   compare(what, expr_c, expr_g)
-        RED("sum", loom_sum(c, last, 1, false), loom_sum(g, last, 1, false));
-        RED("sum0", loom_sum(c, first, 1, true), loom_sum(g, first, 1, true));
+#define RED_SUM(label, expr_c, expr_g, outer, len, inner, scale)                                   \
+  snprintf(what, sizeof what, "%s rows %lld %s", label, (long long)n, loom_dtype_name(dt));        \
+  compare_sum(what, expr_c, expr_g, v, outer, len, inner, scale)
+        RED_SUM("sum", loom_sum(c, last, 1, false), loom_sum(g, last, 1, false), m, n, 1, 1);
+        RED_SUM("sum0", loom_sum(c, first, 1, true), loom_sum(g, first, 1, true), 1, m, n, 1);
         RED("max", loom_max(c, last, 1, false), loom_max(g, last, 1, false));
         RED("min", loom_min(c, first, 1, false), loom_min(g, first, 1, false));
-        RED("mean", loom_mean(c, last, 1, false), loom_mean(g, last, 1, false));
+        RED_SUM("mean", loom_mean(c, last, 1, false), loom_mean(g, last, 1, false), m, n, 1,
+                1.0 / (double)n);
         RED("argmax", loom_argmax(c, 1, false), loom_argmax(g, 1, false));
         RED("logsumexp", loom_logsumexp(c, 1), loom_logsumexp(g, 1));
         RED("softmax", loom_softmax(c, 1), loom_softmax(g, 1));
@@ -171,22 +209,31 @@ static void check_reductions(void) {
         RED("layer_norm", loom_layer_norm(c, 1, NULL, NULL, 1e-5),
             loom_layer_norm(g, 1, NULL, NULL, 1e-5));
 #undef RED
+#undef RED_SUM
         free(v);
       }
   LOOM_SCOPE { /* split reductions: 256 parts on a GPU (16 on the CPU), and 77 rows of
-                * 2^16 + 3 values (16 parts each, the last padded) */
+                * 2^16 + 3 values (16 parts each, the last padded), around 0 and around 1 */
     int64_t n = 1 << 20, rows = 77, len = (1 << 16) + 3;
     double *v = random_values(n, 99, -1, 1), *w = random_values(rows * len, 98, -1, 1);
-    loom_tensor *c, *g, *c2, *g2;
+    double *sq = malloc(sizeof(double) * (size_t)n),
+           *w1 = malloc(sizeof(double) * (size_t)(rows * len));
+    for (int64_t i = 0; i < n; i++) sq[i] = v[i] * v[i];
+    for (int64_t i = 0; i < rows * len; i++) w1[i] = w[i] / 2 + 1;
+    loom_tensor *c, *g, *c2, *g2, *c3, *g3;
     pair(v, LOOM_SHAPE(n), LOOM_F32, &c, &g);
     pair(w, LOOM_SHAPE(rows, len), LOOM_F32, &c2, &g2);
-    compare("sum_all 1M", loom_sum_all(c), loom_sum_all(g));
-    compare("mean_all 1M", loom_mean_all(loom_square(c)), loom_mean_all(loom_square(g)));
+    pair(w1, LOOM_SHAPE(rows, len), LOOM_F32, &c3, &g3);
+    compare_sum("sum_all 1M", loom_sum_all(c), loom_sum_all(g), v, 1, n, 1, 1);
+    compare_sum("mean_all 1M", loom_mean_all(loom_square(c)), loom_mean_all(loom_square(g)), sq, 1,
+                n, 1, 1.0 / (double)n);
     compare("max over rows", loom_max(c2, (int[]){1}, 1, false),
             loom_max(g2, (int[]){1}, 1, false));
-    compare("sum over rows", loom_sum(c2, (int[]){1}, 1, false),
-            loom_sum(g2, (int[]){1}, 1, false));
-    free(v), free(w);
+    compare_sum("sum over rows", loom_sum(c2, (int[]){1}, 1, false),
+                loom_sum(g2, (int[]){1}, 1, false), w, rows, len, 1, 1);
+    compare_sum("sum over rows around 1", loom_sum(c3, (int[]){1}, 1, false),
+                loom_sum(g3, (int[]){1}, 1, false), w1, rows, len, 1, 1);
+    free(v), free(w), free(sq), free(w1);
   }
 }
 
@@ -216,6 +263,24 @@ static void check_matmul(void) {
                   loom_relu(loom_add(loom_matmul(ag, bg), biasg)));
           free(va), free(vb);
         }
+  /* A long sum of positive products (K = 5000: 19 blocks of 256 terms and a
+   * part-block on the device), within the sums' tolerance of the products. */
+  for (int dt = LOOM_F32; dt <= LOOM_F64; dt++) LOOM_SCOPE {
+      int64_t M = 40, K = 5000, N = 30;
+      double *va = random_values(M * K, 60, 0, 1), *vb = random_values(K * N, 61, 0, 1);
+      double *terms = malloc(sizeof(double) * (size_t)(M * N * K));
+      for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++)
+          for (int64_t k = 0; k < K; k++)
+            terms[(i * N + j) * K + k] = va[i * K + k] * vb[k * N + j];
+      loom_tensor *a, *ag, *b, *bg;
+      pair(va, LOOM_SHAPE(M, K), dt, &a, &ag);
+      pair(vb, LOOM_SHAPE(K, N), dt, &b, &bg);
+      char what[64];
+      snprintf(what, sizeof what, "matmul [40,5000]@[5000,30] %s", loom_dtype_name(dt));
+      compare_sum(what, loom_matmul(a, b), loom_matmul(ag, bg), terms, M * N, K, 1, 1);
+      free(va), free(vb), free(terms);
+    }
 }
 
 /* Batch dims that collapse (one launch, grid z) and ones that do not (a
@@ -387,6 +452,7 @@ int main(void) {
   check_grad_across_devices();
   check_program();
   check_random();
-  printf("worst relative difference: f32 %.3g, f64 %.3g\n", worst_f32, worst_f64);
+  printf("worst difference as a share of its tolerance: f32 %.3g, f64 %.3g\n", worst_f32,
+         worst_f64);
   return check_report();
 }

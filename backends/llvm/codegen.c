@@ -62,6 +62,9 @@ typedef struct reduction {
   bool reports_index;    /* ARGMAX/ARGMIN: steps see the reduced linear index */
   LLVMValueRef store_at; /* a row stat whose values the row's points reuse: each
                             is stored at output index store_at + j as it is summed */
+  int chunk_dim;         /* a chunked sum (lm_acc_chunked): the reduced dim whose loop
+                            runs in steps of chunk_step, flushing after each; else -1 */
+  int64_t chunk_step;
   lm_acc acc;
 } reduction;
 
@@ -75,7 +78,10 @@ typedef struct plan {
   bool fold_tail;  /* rows run their last partial vector masked */
   bool block_rows; /* whole blocks of short rows run as one loop (gen_block_or_row) */
   /* what gen_point does: the usual, or a step of a column reduction */
-  enum { POINT_STORE, POINT_ZERO, POINT_ADD, POINT_FINISH } point;
+  enum { POINT_STORE, POINT_ZERO, POINT_ADD, POINT_FLUSH, POINT_ROUND, POINT_FINISH } point;
+  LLVMValueRef col_total, col_comp; /* chunked column sums: doubles per output of the range */
+  int col_chunk_dim;                /* as reduction.chunk_dim, or -1 */
+  int64_t col_chunk_step;
 } plan;
 
 static int64_t extent_product(const lk_kernel *k, int from, int to) {
@@ -155,8 +161,8 @@ static LLVMValueRef loop_metadata(lm_cg *g, tail t, int width) {
  * loads in flight (sum_16M 1.8 -> 1.5 ms), while everywhere else it grew remainder
  * loops and short dims for nothing and made compiles 1.6x slower. width > 0:
  * the vector width the vectorizer is to use. */
-static void loop_end_tail(lm_cg *g, loop *l, bool may_unroll, tail t, int width) {
-  LLVMBuildStore(g->b, LLVMBuildNSWAdd(g->b, l->iv, const_i64(g, 1), ""), l->iv_slot);
+static void loop_end_step(lm_cg *g, loop *l, bool may_unroll, tail t, int width, int64_t step) {
+  LLVMBuildStore(g->b, LLVMBuildNSWAdd(g->b, l->iv, const_i64(g, step), ""), l->iv_slot);
   LLVMValueRef back = LLVMBuildBr(g->b, l->header);
   if (!may_unroll)
     LLVMSetMetadata(back, LLVMGetMDKindIDInContext(g->ctx, "llvm.loop", 9),
@@ -164,8 +170,41 @@ static void loop_end_tail(lm_cg *g, loop *l, bool may_unroll, tail t, int width)
   LLVMPositionBuilderAtEnd(g->b, l->exit);
 }
 
+static void loop_end_tail(lm_cg *g, loop *l, bool may_unroll, tail t, int width) {
+  loop_end_step(g, l, may_unroll, t, width, 1);
+}
+
 static void loop_end(lm_cg *g, loop *l, bool may_unroll) {
   loop_end_tail(g, l, may_unroll, TAIL_DEFAULT, 0);
+}
+
+/*
+ * Where a sum over dims [first, ndim) of more than `chunk` points is cut into
+ * chunks of at most `chunk` points: the deepest dim d whose loop holds more,
+ * taken `*step` iterations at a time (the dims inside it whole). Returns -1
+ * when the whole sum fits one chunk.
+ */
+static int chunk_split(const lk_kernel *k, int first, int64_t chunk, int64_t *step) {
+  int64_t inner = 1;
+  for (int d = k->ndim - 1; d >= first; d--) {
+    if (inner * k->dom[d] > chunk) {
+      *step = chunk / inner > 1 ? chunk / inner : 1;
+      return d;
+    }
+    inner *= k->dom[d];
+  }
+  return -1;
+}
+
+/* for (c = 0; c < n; c += step) for (iv = c; iv < min(c + step, n); iv++): leaves the
+ * builder in the inner body; close with loop_end(inner) then loop_end_step(chunks). */
+static void chunk_loops_begin(lm_cg *g, loop *chunks, loop *inner, int64_t n, int64_t step,
+                              const char *name) {
+  LLVMValueRef end = const_i64(g, n);
+  loop_begin(g, chunks, const_i64(g, 0), end, "chunk");
+  LLVMValueRef hi = LLVMBuildNSWAdd(g->b, chunks->iv, const_i64(g, step), "");
+  hi = LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, hi, end, ""), hi, end, "");
+  loop_begin(g, inner, chunks->iv, hi, name);
 }
 
 /* Rows of these lengths run their last partial vector masked: an im2col row of
@@ -227,6 +266,17 @@ static void gen_reduced_dims(lm_cg *g, reduction *r, int d) {
     return;
   }
   loop l;
+  if (d == r->chunk_dim && lm_acc_chunked(&r->acc)) { /* each chunk, then a flush */
+    loop chunks;
+    chunk_loops_begin(g, &chunks, &l, k->dom[d], r->chunk_step, "red");
+    g->dim[d] = l.iv;
+    gen_reduced_dims(g, r, d + 1);
+    loop_end(g, &l, true);
+    lm_acc_flush(g, &r->acc);
+    loop_end_step(g, &chunks, false, TAIL_DEFAULT, 0, r->chunk_step);
+    g->dim[d] = NULL;
+    return;
+  }
   loop_begin(g, &l, const_i64(g, 0), const_i64(g, k->dom[d]), "red");
   g->dim[d] = l.iv;
   gen_reduced_dims(g, r, d + 1);
@@ -265,12 +315,32 @@ static void gen_point(lm_cg *g, plan *p, LLVMValueRef out_index) {
   LLVMValueRef v;
   if (p->point == POINT_ZERO) {
     v = LLVMConstNull(lm_type(g, k->out_dtype));
+    if (p->col_total) {
+      LLVMValueRef local = LLVMBuildNSWSub(g->b, out_index, g->begin, "");
+      LLVMValueRef zero = LLVMConstNull(g->t_f64);
+      LLVMBuildStore(g->b, zero, LLVMBuildGEP2(g->b, g->t_f64, p->col_total, &local, 1, ""));
+      LLVMBuildStore(g->b, zero, LLVMBuildGEP2(g->b, g->t_f64, p->col_comp, &local, 1, ""));
+    }
   } else if (p->point == POINT_ADD) { /* out[i] += value, at the reduced index set in g */
     v = evaluate(g, p->body_needed, k->value);
     if (!v) return;
     LLVMValueRef old = lm_emit_load(g, k->out_dtype, 0, out_index);
     v = lm_dtype_is_float(k->out_dtype) ? LLVMBuildFAdd(g->b, old, v, "")
                                         : LLVMBuildAdd(g->b, old, v, "");
+  } else if (p->point == POINT_FLUSH || p->point == POINT_ROUND) { /* chunked column sums */
+    LLVMValueRef local = LLVMBuildNSWSub(g->b, out_index, g->begin, "");
+    LLVMValueRef total = LLVMBuildGEP2(g->b, g->t_f64, p->col_total, &local, 1, "");
+    LLVMValueRef comp = LLVMBuildGEP2(g->b, g->t_f64, p->col_comp, &local, 1, "");
+    if (p->point == POINT_FLUSH) { /* total += out[i]; out[i] = 0 */
+      LLVMValueRef x = lm_emit_load(g, k->out_dtype, 0, out_index);
+      if (k->out_dtype == LOOM_F32) x = LLVMBuildFPExt(g->b, x, g->t_f64, "");
+      lm_neumaier_add(g, total, comp, x);
+      v = LLVMConstNull(lm_type(g, k->out_dtype));
+    } else { /* out[i] = total + comp, rounded once */
+      v = LLVMBuildFAdd(g->b, LLVMBuildLoad2(g->b, g->t_f64, total, ""),
+                        LLVMBuildLoad2(g->b, g->t_f64, comp, ""), "");
+      if (k->out_dtype == LOOM_F32) v = LLVMBuildFPTrunc(g->b, v, g->t_f32, "");
+    }
   } else if (p->point == POINT_FINISH) { /* the epilogue on the finished sum */
     g->acc = lm_emit_load(g, k->acc_dtype, 0, out_index);
     v = evaluate(g, p->epi_needed, k->result);
@@ -536,32 +606,63 @@ static bool column_shaped(const lk_kernel *k, const unsigned char *needed) {
 
 static void gen_outer_iteration(lm_cg *g, plan *p);
 
-/* Loops over reduced dims d.. and, innermost, over the outputs, adding. */
+/* Loops over reduced dims d.. and, innermost, over the outputs, adding; a
+ * chunked float sum flushes the outputs into their totals after each chunk. */
 static void gen_column_dims(lm_cg *g, plan *p, int d) {
   if (d == g->k->ndim) {
     gen_outer_iteration(g, p);
     return;
   }
-  loop l;
-  loop_begin(g, &l, const_i64(g, 0), const_i64(g, g->k->dom[d]), "col.red");
+  loop chunks, l;
+  bool chunked = d == p->col_chunk_dim;
+  if (chunked)
+    chunk_loops_begin(g, &chunks, &l, g->k->dom[d], p->col_chunk_step, "col.red");
+  else
+    loop_begin(g, &l, const_i64(g, 0), const_i64(g, g->k->dom[d]), "col.red");
   g->dim[d] = l.iv;
   gen_column_dims(g, p, d + 1);
   loop_end(g, &l, false);
   g->dim[d] = NULL;
+  if (chunked) {
+    p->point = POINT_FLUSH;
+    gen_outer_iteration(g, p);
+    p->point = POINT_ADD;
+    loop_end_step(g, &chunks, false, TAIL_DEFAULT, 0, p->col_chunk_step);
+  }
 }
 
+/* Column sums add this many terms per output in the output's dtype before a
+ * flush into its double total: a pass over the outputs per chunk. */
+#define COLUMN_CHUNK 128
+
 /* Each output is summed in reduced-index order by the thread owning it, so the
- * result is the same for any split of the range. */
+ * result is the same for any split of the range. A float sum of more than
+ * COLUMN_CHUNK terms per output keeps a double total per output of the range
+ * (at most COLUMN_MAX_OUTPUTS, on the stack). */
 static void gen_column_reduction(lm_cg *g, plan *p) {
+  const lk_kernel *k = g->k;
+  p->col_chunk_dim = lm_dtype_is_float(k->out_dtype)
+                         ? chunk_split(k, k->nouter, COLUMN_CHUNK, &p->col_chunk_step)
+                         : -1;
+  if (p->col_chunk_dim >= 0) {
+    LLVMValueRef count = const_i64(g, COLUMN_MAX_OUTPUTS);
+    p->col_total = LLVMBuildArrayAlloca(g->entry, g->t_f64, count, "col.total");
+    p->col_comp = LLVMBuildArrayAlloca(g->entry, g->t_f64, count, "col.comp");
+  }
   p->point = POINT_ZERO;
   gen_outer_iteration(g, p);
   p->point = POINT_ADD;
-  gen_column_dims(g, p, g->k->nouter);
-  if (g->k->inst[g->k->result].op != LK_ACC) { /* an epilogue: over the sums, in place */
+  gen_column_dims(g, p, k->nouter);
+  if (p->col_total) {
+    p->point = POINT_ROUND;
+    gen_outer_iteration(g, p);
+  }
+  if (k->inst[k->result].op != LK_ACC) { /* an epilogue: over the sums, in place */
     p->point = POINT_FINISH;
     gen_outer_iteration(g, p);
   }
   p->point = POINT_STORE;
+  p->col_total = p->col_comp = NULL;
 }
 
 /* ------------------------------------------------------------------ functions */
@@ -638,6 +739,8 @@ static void gen_body(lm_cg *g, plan *p) {
     p->main.reports_index = k->reduce == LK_RED_ARGMAX || k->reduce == LK_RED_ARGMIN;
     lm_acc_create(g, &p->main.acc, k->reduce, k->inst[k->value].dtype, k->acc_dtype,
                   extent_product(k, k->nouter, k->ndim));
+    p->main.chunk_dim =
+        p->main.acc.total ? chunk_split(k, k->nouter, LM_SUM_CHUNK, &p->main.chunk_step) : -1;
   }
   for (int s = 0; s < k->nstats; s++) {
     reduction *r = &p->stat[s];
@@ -645,6 +748,7 @@ static void gen_body(lm_cg *g, plan *p) {
     r->first_dim = k->ndim - 1;
     lm_acc_create(g, &r->acc, k->stat[s].reduce, k->inst[r->value].dtype, k->stat[s].acc_dtype,
                   k->dom[k->ndim - 1]);
+    r->chunk_dim = r->acc.total ? chunk_split(k, k->ndim - 1, LM_SUM_CHUNK, &r->chunk_step) : -1;
   }
   /* Outer numel 0 is never launched; emit nothing that would divide by it. */
   if (extent_product(k, 0, k->nouter) > 0) {

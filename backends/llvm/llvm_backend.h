@@ -21,7 +21,7 @@
 /* Bumped whenever the generated code changes for the same kernel; part of
  * lm_llvm_target_id() so cached objects from an older code generator are not
  * reused. */
-#define LM_LLVM_CODEGEN_VERSION 19
+#define LM_LLVM_CODEGEN_VERSION 20
 
 /* Compiles a kernel to a callable function named lk_<32 hex digits of its
  * hash>. Thread-safe; the LLJIT is created on first use. Compiling a kernel

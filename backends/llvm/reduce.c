@@ -105,7 +105,52 @@ void lm_acc_create(lm_cg *g, lm_acc *acc, lk_reduce reduce, loom_dtype dt, loom_
   acc->key = keys ? lm_entry_alloca(g, key_type(g, acc->dt), "acc.key") : NULL;
   acc->nan = keys ? lm_entry_alloca(g, g->t_i1, "acc.nan") : NULL;
   acc->sum = acc->reduce == LK_RED_LSE ? lm_entry_alloca(g, lm_type(g, dt), "acc.sum") : NULL;
+  bool chunks = lm_dtype_is_float(dt) && (reduce == LK_RED_SUM || reduce == LK_RED_LSE) &&
+                extent > LM_SUM_CHUNK;
+  acc->total = chunks ? lm_entry_alloca(g, g->t_f64, "acc.total") : NULL;
+  acc->comp = chunks ? lm_entry_alloca(g, g->t_f64, "acc.comp") : NULL;
   acc->pass = LM_ACC_MAIN;
+}
+
+bool lm_acc_chunked(const lm_acc *acc) {
+  return acc->total && ((acc->reduce == LK_RED_SUM && acc->pass == LM_ACC_MAIN) ||
+                        (acc->reduce == LK_RED_LSE && acc->pass == LM_ACC_EXP_SUM));
+}
+
+/* The running chunk: SUM's best, LSE's sum. */
+static LLVMValueRef chunk_slot(const lm_acc *acc) {
+  return acc->reduce == LK_RED_LSE ? acc->sum : acc->best;
+}
+
+void lm_neumaier_add(lm_cg *g, LLVMValueRef total, LLVMValueRef comp, LLVMValueRef x) {
+  LLVMValueRef s = LLVMBuildLoad2(g->b, g->t_f64, total, "");
+  LLVMValueRef t = LLVMBuildFAdd(g->b, s, x, "");
+  LLVMValueRef abs_s = lm_emit_math(g, LK_ABS, LOOM_F64, s, NULL);
+  LLVMValueRef abs_x = lm_emit_math(g, LK_ABS, LOOM_F64, x, NULL);
+  if (!abs_s || !abs_x) return;
+  LLVMValueRef s_larger = LLVMBuildFCmp(g->b, LLVMRealOGE, abs_s, abs_x, "");
+  LLVMValueRef lost_x = LLVMBuildFAdd(g->b, LLVMBuildFSub(g->b, s, t, ""), x, "");
+  LLVMValueRef lost_s = LLVMBuildFAdd(g->b, LLVMBuildFSub(g->b, x, t, ""), s, "");
+  LLVMValueRef lost = LLVMBuildSelect(g->b, s_larger, lost_x, lost_s, "");
+  LLVMValueRef c = LLVMBuildLoad2(g->b, g->t_f64, comp, "");
+  LLVMBuildStore(g->b, LLVMBuildFAdd(g->b, c, lost, ""), comp);
+  LLVMBuildStore(g->b, t, total);
+}
+
+void lm_acc_flush(lm_cg *g, const lm_acc *acc) {
+  LLVMTypeRef t = lm_type(g, acc->dt);
+  LLVMValueRef slot = chunk_slot(acc);
+  LLVMValueRef x = LLVMBuildLoad2(g->b, t, slot, "chunk");
+  if (acc->dt == LOOM_F32) x = LLVMBuildFPExt(g->b, x, g->t_f64, "");
+  lm_neumaier_add(g, acc->total, acc->comp, x);
+  LLVMBuildStore(g->b, LLVMConstNull(t), slot);
+}
+
+/* A chunked sum's value in double: the total, the last chunk and the compensation. */
+static LLVMValueRef chunked_value(lm_cg *g, const lm_acc *acc) {
+  lm_acc_flush(g, acc);
+  LLVMValueRef s = LLVMBuildLoad2(g->b, g->t_f64, acc->total, "");
+  return LLVMBuildFAdd(g->b, s, LLVMBuildLoad2(g->b, g->t_f64, acc->comp, ""), "");
 }
 
 void lm_acc_reset(lm_cg *g, lm_acc *acc) {
@@ -118,6 +163,10 @@ void lm_acc_reset(lm_cg *g, lm_acc *acc) {
   }
   /* LSE: best = -inf and sum = 0 make an empty reduction -inf + log(0) = -inf. */
   if (acc->sum) LLVMBuildStore(g->b, LLVMConstNull(lm_type(g, acc->dt)), acc->sum);
+  if (acc->total) {
+    LLVMBuildStore(g->b, LLVMConstNull(g->t_f64), acc->total);
+    LLVMBuildStore(g->b, LLVMConstNull(g->t_f64), acc->comp);
+  }
   acc->pass = LM_ACC_MAIN;
 }
 
@@ -251,13 +300,22 @@ LLVMValueRef lm_acc_result(lm_cg *g, const lm_acc *acc) {
   if (acc->sum) { /* LSE: shift + log(sum), rounded once */
     LLVMValueRef shift = LLVMBuildLoad2(g->b, lm_type(g, acc->dt), acc->best, "");
     if (acc->dt == LOOM_F32) shift = LLVMBuildFPExt(g->b, shift, g->t_f64, "");
-    LLVMValueRef sum = LLVMBuildLoad2(g->b, lm_type(g, acc->dt), acc->sum, "");
-    if (acc->dt == LOOM_F32) sum = LLVMBuildFPExt(g->b, sum, g->t_f64, "");
+    LLVMValueRef sum;
+    if (acc->total) { /* the skipped second pass left 0 or 1 in sum: the flush adds it */
+      sum = chunked_value(g, acc);
+    } else {
+      sum = LLVMBuildLoad2(g->b, lm_type(g, acc->dt), acc->sum, "");
+      if (acc->dt == LOOM_F32) sum = LLVMBuildFPExt(g->b, sum, g->t_f64, "");
+    }
     LLVMValueRef lg = lm_emit_math(g, LK_LOG, LOOM_F64, sum, NULL);
     if (!lg) return NULL;
     LLVMValueRef r = LLVMBuildFAdd(g->b, shift, lg, "");
     return acc->out_dt == LOOM_F32 ? LLVMBuildFPTrunc(g->b, r, g->t_f32, "") : r;
   }
   if (acc->index) return LLVMBuildLoad2(g->b, g->t_i64, acc->index, "");
+  if (acc->total) {
+    LLVMValueRef v = chunked_value(g, acc);
+    return acc->dt == LOOM_F32 ? LLVMBuildFPTrunc(g->b, v, g->t_f32, "") : v;
+  }
   return LLVMBuildLoad2(g->b, lm_type(g, acc->dt), acc->best, "");
 }

@@ -22,10 +22,11 @@
  *                row's points.
  *
  * Reduction semantics (ir/kernel.h): SUM accumulates in acc_dtype (integers
- * wrap); integer MAX/MIN are plain; float MAX/MIN and every ARGMAX/ARGMIN
- * carry (value, index) pairs so that NaNs, the first maximum and the sign of
- * a zero maximum come out as the CPU's sequential loop has them; LSE takes
- * the max, then sums exp(v - shift) in double (the CPU in the values' dtype).
+ * wrap), float sums in double (F64 compensated) and rounded once; integer MAX/MIN are plain; float
+ * MAX/MIN and every ARGMAX/ARGMIN carry (value, index) pairs so that NaNs, the first maximum and
+ * the sign of a zero maximum come out as the CPU's sequential loop has them; LSE takes the max,
+ * then sums exp(v - shift) in double (the CPU in chunks of the values' dtype added to a compensated
+ * double total).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -510,12 +511,24 @@ static loom_dtype value_dtype(const cg *g) { return g->k->inst[g->value].dtype; 
 
 static const char *max_min(const cg *g) { return g->want_max ? "max" : "min"; }
 
+/* Float sums accumulate in double, each thread's share of an F64 sum with a
+ * compensation (lm_ac, lm_two_sum), so the error does not grow with the
+ * length; they are combined across threads in double and rounded once. */
+static bool float_sum(const cg *g) { return g->acc == ACC_SUM && is_float(g->acc_dtype); }
+
+/* The type of lm_a (and of the block's shared slots). */
+static const char *acc_ctype(const cg *g) {
+  if (float_sum(g)) return "double";
+  return ctype(g->acc == ACC_SUM ? g->acc_dtype : value_dtype(g));
+}
+
 /* The accumulator's variables at their identities (lm_a, and lm_ai for pairs). */
 static void emit_acc_init(cg *g) {
   loom_dtype vt = value_dtype(g);
   sb *s = &g->s;
   if (g->acc == ACC_SUM) {
-    line(g, "%s lm_a = (%s)0;", ctype(g->acc_dtype), ctype(g->acc_dtype));
+    line(g, "%s lm_a = (%s)0;", acc_ctype(g), acc_ctype(g));
+    if (float_sum(g) && g->acc_dtype == LOOM_F64) line(g, "double lm_ac = 0.0;");
     return;
   }
   /* MAX, ARGMAX, LSE's max start at the lowest value; MIN, ARGMIN at the highest */
@@ -529,7 +542,14 @@ static void emit_acc_init(cg *g) {
 static void emit_acc_step(cg *g, int pass) {
   int x = g->value;
   switch (g->acc) {
-  case ACC_SUM: line(g, "lm_a = lm_add(lm_a, v%d);", x); break;
+  case ACC_SUM:
+    if (float_sum(g) && g->acc_dtype == LOOM_F64)
+      line(g, "lm_two_sum(lm_a, lm_ac, v%d);", x);
+    else if (float_sum(g))
+      line(g, "lm_a += (double)v%d;", x);
+    else
+      line(g, "lm_a = lm_add(lm_a, v%d);", x);
+    break;
   case ACC_MINMAX: line(g, "lm_a = lm_%s(v%d, lm_a);", max_min(g), x); break;
   case ACC_PAIR:
     line(g, "lm_arg_take<%s>(lm_a, lm_ai, v%d, lm_r);", g->want_max ? "true" : "false", x);
@@ -537,6 +557,8 @@ static void emit_acc_step(cg *g, int pass) {
   case ACC_LSE:
     if (pass == 1)
       line(g, "lm_a = lm_max(lm_a, v%d);", x);
+    else if (value_dtype(g) == LOOM_F64)
+      line(g, "lm_two_sum(lm_s, lm_sc, lm_exp(v%d - lm_shift));", x);
     else
       line(g, "lm_s += (double)lm_exp(v%d - lm_shift);", x);
     break;
@@ -561,6 +583,8 @@ static void emit_combine(cg *g, int pass, const char *other, const char *other_i
 /* Warp butterfly, then (blocks) one shared slot per warp combined in warp order
  * by every thread, so every thread of the point holds the result. */
 static void emit_acc_combine(cg *g, int pass) {
+  if (float_sum(g) && g->acc_dtype == LOOM_F64) line(g, "lm_a += lm_ac;");
+  if (g->acc == ACC_LSE && pass == 2 && value_dtype(g) == LOOM_F64) line(g, "lm_s += lm_sc;");
   if (g->mode == LM_CUDA_RED_THREAD) return;
   const char *var = g->acc == ACC_LSE && pass == 2 ? "lm_s" : "lm_a";
   open_block(g, "for (int lm_o = 16; lm_o > 0; lm_o >>= 1)");
@@ -617,6 +641,7 @@ static void emit_lse_second_pass(cg *g) {
   line(g, "const %s lm_shift = lm_a != lm_a ? lm_a : (lm_fabs(lm_a) == (%s)%s ? (%s)0 : lm_a);", t,
        t, value_dtype(g) == LOOM_F32 ? "LM_INF_F" : "LM_INF_D", t);
   line(g, "double lm_s = 0.0;");
+  if (value_dtype(g) == LOOM_F64) line(g, "double lm_sc = 0.0;");
   open_block(g, "if (lm_a == lm_a)");
   emit_pass(g, 2);
   close_block(g);
@@ -634,6 +659,8 @@ static void emit_result_as(cg *g, const char *var, bool assign) {
     line(g, "%s = (%s)((double)lm_shift + lm_log(lm_s));", lhs, at);
   else if (g->reduce == LK_RED_ARGMAX || g->reduce == LK_RED_ARGMIN)
     line(g, "%s = lm_ai == LM_NO_INDEX ? 0 : lm_ai; // empty row: 0", lhs);
+  else if (float_sum(g))
+    line(g, "%s = (%s)lm_a;", lhs, at);
   else
     line(g, "%s = lm_a;", lhs);
 }
@@ -643,8 +670,7 @@ static void emit_result(cg *g) { emit_result_as(g, "lm_acc", false); }
 static void emit_shared(cg *g) {
   if (g->mode != LM_CUDA_RED_BLOCK) return;
   int warps = LM_CUDA_BLOCK / 32;
-  const char *a = g->acc == ACC_SUM ? ctype(g->acc_dtype) : ctype(value_dtype(g));
-  line(g, "__shared__ %s lm_sh_a[%d];", a, warps);
+  line(g, "__shared__ %s lm_sh_a[%d];", acc_ctype(g), warps);
   if (g->acc == ACC_PAIR) line(g, "__shared__ long long lm_sh_i[%d];", warps);
   if (g->acc == ACC_LSE) line(g, "__shared__ double lm_sh_s[%d];", warps);
 }

@@ -12,7 +12,11 @@
  * A tile as a broadcast. Tiles load so that neighbouring threads read
  * neighbouring addresses of A and B whichever way they are stored. Products
  * accumulate with fma (explicit: NVRTC runs with --fmad=false), in K order,
- * as OpenBLAS does not promise either; results match the CPU's to rounding.
+ * in blocks of 256 terms whose sums are added into a second accumulator: a
+ * product passes through at most 256 + K / 256 additions rather than K, so
+ * the error of a long sum does not grow with K the way one accumulator's does
+ * (16 more registers; one add per output per 256 fmas). OpenBLAS promises no
+ * order either; results match the CPU's to rounding.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,9 +34,9 @@ static const char body_template[] =
     "  b += lm_zo * sb0 + lm_zi * sb1;\n"
     "  const int tid = threadIdx.x, tx = tid %% 16, ty = tid / 16;\n"
     "  const long long row0 = (long long)blockIdx.y * 64, col0 = (long long)blockIdx.x * 64;\n"
-    "  T acc[4][4];\n"
+    "  T acc[4][4], blocks[4][4];\n"
     "  for (int i = 0; i < 4; i++)\n"
-    "    for (int j = 0; j < 4; j++) acc[i][j] = 0;\n"
+    "    for (int j = 0; j < 4; j++) acc[i][j] = blocks[i][j] = 0;\n"
     "  for (long long k0 = 0; k0 < K; k0 += 16) {\n"
     "    for (int e = tid; e < 1024; e += 256) {\n"
     "      const int r = %s, kk = %s;\n"
@@ -52,7 +56,13 @@ static const char body_template[] =
     "        for (int j = 0; j < 4; j++) acc[i][j] = fma(av[i], bv[j], acc[i][j]);\n"
     "    }\n"
     "    __syncthreads();\n"
-    "  }\n";
+    "    if ((k0 & 255) == 240) { // the end of a block of 256 terms\n"
+    "      for (int i = 0; i < 4; i++)\n"
+    "        for (int j = 0; j < 4; j++) blocks[i][j] += acc[i][j], acc[i][j] = 0;\n"
+    "    }\n"
+    "  }\n"
+    "  for (int i = 0; i < 4; i++)\n"
+    "    for (int j = 0; j < 4; j++) acc[i][j] += blocks[i][j];\n";
 
 char *lm_cuda_gemm_body(loom_dtype dtype, bool a_trans, bool b_trans) {
   const char *t = dtype == LOOM_F32 ? "float" : "double";

@@ -1,5 +1,6 @@
 #include "check.h"
 
+#include <math.h>
 #include <stdarg.h>
 
 int check_passes = 0;
@@ -38,6 +39,16 @@ int check_report(void) {
   printf("%d passed, %d failed\n", check_passes, check_failures);
   fflush(stdout);
   return check_failures ? 1 : 0;
+}
+
+double check_sum_tolerance(bool f32, double n, double sumsq, double sum) {
+  double u = f32 ? ldexp(1, -24) : ldexp(1, -53), m = n < 2048 ? n : 2048;
+  return 8 * u * sqrt(m) * sqrt(sumsq) + 2 * u * fabs(sum);
+}
+
+double check_sum_bound(bool f32, double n, double sumabs) {
+  double u = f32 ? ldexp(1, -24) : ldexp(1, -53), m = n < 1024 ? n : 1024;
+  return u * (m + 32) * sumabs;
 }
 
 void check_fill_uniform(float *x, int64_t n, unsigned seed) {

@@ -19,6 +19,29 @@ void check_fail_at(const char *file, int line, const char *fmt, ...)
 bool check_record(bool ok, const char *file, int line, const char *what);
 /* n floats in [-1, 1] from a seed (a small LCG: the same values everywhere). */
 void check_fill_uniform(float *x, int64_t n, unsigned seed);
+/*
+ * How far loom's float sum of n terms may be from the exact sum of the same
+ * terms, with u the unit roundoff (2^-24 for F32, else 2^-53). No accumulator
+ * adds more than m = min(n, 2048) terms in the dtype: the CPU sums chunks of at
+ * most 2048 terms over the vector lanes and adds the chunks' sums to a
+ * compensated double; CUDA sums in double. Split reductions and the result
+ * round once more each.
+ *
+ * check_sum_tolerance, for random terms (whose roundings are independent):
+ * each addition rounds by at most u/2 of a partial sum of at most m terms,
+ * about sqrt(m / n) ||x||_2 or less, and n such roundings total about
+ * u sqrt(m) ||x||_2 / 2: 8 u sqrt(m) ||x||_2, and 2 u |sum| for the partial
+ * results and the result. One accumulator over all n terms fails it by far
+ * when the terms have a nonzero mean (before chunks, the mean of 2^24 values
+ * near 1000 was off by 0.24).
+ *
+ * check_sum_bound, for any terms (a constant's roundings all agree): a term
+ * passes through at most min(n, 1024) additions in its accumulator (a chunk of
+ * 2048 over at least 2 lanes) and 32 more (lanes, parts, the result), each
+ * rounding by at most u times the sum of |x|: u (min(n, 1024) + 32) sum|x|.
+ */
+double check_sum_tolerance(bool f32, double n, double sumsq, double sum);
+double check_sum_bound(bool f32, double n, double sumabs);
 /* Prints "N passed, M failed" and returns the exit code of the suite. */
 int check_report(void);
 
