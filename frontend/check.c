@@ -90,8 +90,6 @@ loom_dtype lm_result_dtype(const lm_node *a, const lm_node *b) {
   return dim->dtype;
 }
 
-bool lm_dtype_is_int(loom_dtype d) { return d == LOOM_U8 || d == LOOM_I32 || d == LOOM_I64; }
-
 loom_dtype lm_scalar_promote(loom_dtype t, double s) {
   if (loom_dtype_is_float(t)) return t;
   bool integral = isfinite(s) && s == floor(s);

@@ -30,7 +30,6 @@ loom_tensor *lm_result(lm_node *n);
 loom_dtype lm_promote(loom_dtype a, loom_dtype b);
 /* torch.result_type of two tensors (0-d tensors weigh less). */
 loom_dtype lm_result_dtype(const lm_node *a, const lm_node *b);
-bool lm_dtype_is_int(loom_dtype d); /* U8 I32 I64 (not BOOL) */
 /* The dtype an op with a tensor of `t` and a scalar `s` computes in. */
 loom_dtype lm_scalar_promote(loom_dtype t, double s);
 bool lm_broadcast_shape(const loom_shape *a, const loom_shape *b, loom_shape *out);

@@ -68,10 +68,7 @@ static const st_dtype *dtype_by_name(const char *name) {
   return NULL;
 }
 
-/* The table starts with loom's dtypes, in loom_dtype order. */
-static const char *dtype_name_of(loom_dtype d) {
-  return d >= 0 && d < LOOM_NUM_DTYPES ? st_dtypes[d].name : "?";
-}
+static const char *dtype_name_of(loom_dtype d) { return lm_dtype_info_of(d)->safetensors; }
 
 /* ------------------------------------------------------------ messages */
 

@@ -16,6 +16,7 @@
 #ifndef LOOM_IR_H
 #define LOOM_IR_H
 
+#include "ir/dtype.h"
 #include "loom.h"
 
 typedef enum lm_op {

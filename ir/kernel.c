@@ -38,14 +38,9 @@ static bool op_valid(lk_op op) { return (int)op >= 0 && op < LK_NUM_OPS; }
 
 const char *lk_op_name(lk_op op) { return op_valid(op) ? OPS[op].name : "?"; }
 
-static bool dtype_valid(loom_dtype dt) { return (int)dt >= 0 && dt < LOOM_NUM_DTYPES; }
-static bool dtype_float(loom_dtype dt) { return dt == LOOM_F32 || dt == LOOM_F64; }
 /* Arithmetic dtypes: everything but BOOL. */
-static bool dtype_numeric(loom_dtype dt) { return dtype_valid(dt) && dt != LOOM_BOOL; }
-
-static const char *dtype_short_name(loom_dtype dt) {
-  static const char *const names[LOOM_NUM_DTYPES] = {"f32", "f64", "i32", "i64", "u8", "bool"};
-  return dtype_valid(dt) ? names[dt] : "?";
+static bool dtype_numeric(loom_dtype dt) {
+  return lm_dtype_valid(dt) && lm_dtype_info_of(dt)->cls != LM_DTYPE_BOOL;
 }
 
 static int operand(const lk_inst *in, int which) {
@@ -57,10 +52,10 @@ static int operand(const lk_inst *in, int which) {
 static bool op_uses_slot(lk_op op) { return op == LK_LOAD || op == LK_RAND; }
 static bool op_uses_imm_i(const lk_inst *in) {
   return in->op == LK_DIM || in->op == LK_RAND || in->op == LK_STAT ||
-         (in->op == LK_CONST && !dtype_float(in->dtype));
+         (in->op == LK_CONST && !lm_dtype_is_float(in->dtype));
 }
 static bool op_uses_imm_f(const lk_inst *in) {
-  return in->op == LK_CONST && dtype_float(in->dtype);
+  return in->op == LK_CONST && lm_dtype_is_float(in->dtype);
 }
 
 /* ------------------------------------------------------------------ hash */
@@ -208,12 +203,12 @@ static const char *reduce_name(lk_reduce r) {
 
 static void print_inst(const lk_kernel *k, int i, FILE *f) {
   const lk_inst *in = &k->inst[i];
-  fprintf(f, "  %%%d = %s %s", i, dtype_short_name(in->dtype), lk_op_name(in->op));
+  fprintf(f, "  %%%d = %s %s", i, loom_dtype_name(in->dtype), lk_op_name(in->op));
   switch (in->op) {
   case LK_DIM:
   case LK_STAT: fprintf(f, " %" PRId64, in->imm_i); break;
   case LK_CONST:
-    if (dtype_float(in->dtype))
+    if (lm_dtype_is_float(in->dtype))
       fprintf(f, " %.17g", in->imm_f);
     else
       fprintf(f, " %" PRId64, in->imm_i);
@@ -242,11 +237,11 @@ void lk_kernel_print(const lk_kernel *k, FILE *f) {
   for (int d = 0; d < k->ndim && d < LOOM_MAX_DIMS; d++)
     fprintf(f, "%s%" PRId64, d ? ", " : "", k->dom[d]);
   fprintf(f, "] nouter %d reduce %s", k->nouter, reduce_name(k->reduce));
-  if (k->reduce != LK_RED_NONE) fprintf(f, " acc %s", dtype_short_name(k->acc_dtype));
-  fprintf(f, " out %s slots %d", dtype_short_name(k->out_dtype), k->nslots);
+  if (k->reduce != LK_RED_NONE) fprintf(f, " acc %s", loom_dtype_name(k->acc_dtype));
+  fprintf(f, " out %s slots %d", loom_dtype_name(k->out_dtype), k->nslots);
   for (int s = 0; s < k->nstats && s < LK_MAX_STATS; s++)
     fprintf(f, "%s%s %s", s ? ", " : " stats ", reduce_name(k->stat[s].reduce),
-            dtype_short_name(k->stat[s].acc_dtype));
+            loom_dtype_name(k->stat[s].acc_dtype));
   fputc('\n', f);
   for (int i = 0; i < k->ninst; i++) {
     if (i == k->nbody) fputs("  -- epilogue --\n", f);
@@ -281,7 +276,7 @@ static const char *check_inst_dtypes(const lk_kernel *k, const lk_inst *in) {
     if (in->slot == 0 && dt != k->out_dtype) return "load from slot 0 must use the output dtype";
     return NULL;
   case LK_RAND:
-    if (!dtype_float(dt)) return "rand must be f32 or f64";
+    if (!lm_dtype_is_float(dt)) return "rand must be f32 or f64";
     if (da != LOOM_I64) return "rand counter must be i64";
     if (in->slot < 1 || in->slot >= k->nslots) return "rand key slot out of range";
     if (in->imm_i < 0 || in->imm_i > (int64_t)UINT32_MAX) return "rand stream out of range";
@@ -303,7 +298,7 @@ static const char *check_inst_dtypes(const lk_kernel *k, const lk_inst *in) {
     return NULL;
   case LK_DIV:
   case LK_POW:
-    if (!dtype_float(dt) || da != dt || db != dt)
+    if (!lm_dtype_is_float(dt) || da != dt || db != dt)
       return "div/pow operands must match a float dtype";
     return NULL;
   case LK_NEG:
@@ -318,7 +313,7 @@ static const char *check_inst_dtypes(const lk_kernel *k, const lk_inst *in) {
   case LK_TANH:
   case LK_ERF:
   case LK_FLOOR:
-    if (!dtype_float(dt) || da != dt) return "math operand must match a float dtype";
+    if (!lm_dtype_is_float(dt) || da != dt) return "math operand must match a float dtype";
     return NULL;
   case LK_CMPLT:
   case LK_CMPLE:
@@ -344,7 +339,7 @@ static const char *check_inst_dtypes(const lk_kernel *k, const lk_inst *in) {
 
 /* The reduction rules a kernel's accumulator and a row statistic share. */
 static const char *check_reduce_dtype(lk_reduce r, loom_dtype acc) {
-  if (!dtype_valid(acc)) return "invalid acc_dtype";
+  if (!lm_dtype_valid(acc)) return "invalid acc_dtype";
   if ((r == LK_RED_ARGMAX || r == LK_RED_ARGMIN) && acc != LOOM_I64)
     return "argmax/argmin accumulate i64";
   if (r == LK_RED_SUM && acc == LOOM_BOOL) return "sum of bool is not allowed";
@@ -379,7 +374,7 @@ static const char *check_header(const lk_kernel *k) {
   if (k->nouter < 0 || k->nouter > k->ndim) return "nouter out of range";
   if (k->reduce == LK_RED_NONE && k->nouter != k->ndim)
     return "nouter must equal ndim without a reduction";
-  if (!dtype_valid(k->out_dtype)) return "invalid out_dtype";
+  if (!lm_dtype_valid(k->out_dtype)) return "invalid out_dtype";
   if (k->reduce != LK_RED_NONE) {
     const char *bad = check_reduce_dtype(k->reduce, k->acc_dtype);
     if (bad) return bad;
@@ -442,7 +437,7 @@ static const char *check_inst(const lk_kernel *k, int i, unsigned char *reduced_
   const lk_inst *in = &k->inst[i];
   bool epilogue = i >= k->nbody;
   if (!op_valid(in->op)) return "unknown op";
-  if (!dtype_valid(in->dtype)) return "invalid dtype";
+  if (!lm_dtype_valid(in->dtype)) return "invalid dtype";
   for (int j = 0; j < 3; j++) {
     int o = operand(in, j);
     if (j >= OPS[in->op].arity) {

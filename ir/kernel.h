@@ -31,6 +31,7 @@
 #ifndef LOOM_IR_KERNEL_H
 #define LOOM_IR_KERNEL_H
 
+#include "ir/dtype.h"
 #include "loom.h"
 
 typedef void (*lk_fn)(void *const *args, int64_t begin, int64_t end);

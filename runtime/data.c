@@ -30,18 +30,6 @@ loom_status loom_eval(loom_tensor *const *ts, int n) {
   return st;
 }
 
-static double element_as_double(const void *p, loom_dtype dt) {
-  switch (dt) {
-  case LOOM_F32: return *(const float *)p;
-  case LOOM_F64: return *(const double *)p;
-  case LOOM_I32: return *(const int32_t *)p;
-  case LOOM_I64: return (double)*(const int64_t *)p;
-  case LOOM_U8: return *(const uint8_t *)p;
-  case LOOM_BOOL: return *(const uint8_t *)p ? 1.0 : 0.0;
-  default: return NAN;
-  }
-}
-
 double loom_item(loom_tensor *t) {
   if (check_tensor("loom_item", t) != LOOM_OK) return NAN;
   int64_t numel = lm_shape_numel(&t->node->shape);
@@ -56,7 +44,7 @@ double loom_item(loom_tensor *t) {
   if (lm_data_copy("loom_item", LOOM_CPU, value, t->node->device, t->node->data,
                    loom_dtype_size(t->node->dtype)) != LOOM_OK)
     return NAN;
-  return element_as_double(value, t->node->dtype);
+  return lm_dtype_load_double(t->node->dtype, value);
 }
 
 loom_status loom_copy_to_host(loom_tensor *t, void *dst, size_t bytes) {

@@ -145,7 +145,6 @@ static void write_kernel_step(const lm_export_layout *l, int i, FILE *f) {
 static void write_gemm_step(const lm_export_layout *l, int i, FILE *f) {
   const lm_step *s = &l->p->plan->steps[i];
   const lm_gemm *g = &s->gemm;
-  bool f32 = g->dtype == LOOM_F32;
   char a[96], b[96], c[96];
   int64_t batches = lm_gemm_batches(g);
   fprintf(f,
@@ -159,14 +158,15 @@ static void write_gemm_step(const lm_export_layout *l, int i, FILE *f) {
   }
   if (batches == 0) fprintf(f, "{0, 0}");
   fprintf(f, "};\n");
-  fprintf(f, "    const %s *a = %s, *b = %s;\n    %s *c = %s;\n", f32 ? "float" : "double",
-          buffer(l, g->a_pos, a, sizeof a), buffer(l, g->b_pos, b, sizeof b),
-          f32 ? "float" : "double", buffer(l, s->out, c, sizeof c));
+  const char *t = lm_dtype_info_of(g->dtype)->c_type;
+  fprintf(f, "    const %s *a = %s, *b = %s;\n    %s *c = %s;\n", t,
+          buffer(l, g->a_pos, a, sizeof a), buffer(l, g->b_pos, b, sizeof b), t,
+          buffer(l, s->out, c, sizeof c));
   fprintf(f, "    for (int64_t i = 0; i < %" PRId64 "; i++)\n", batches);
   fprintf(f,
           "      gemm_%s(%d, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", a + offsets[i][0], %" PRId64
           ", b + offsets[i][1], %" PRId64 ", c + i * %" PRId64 ");\n  }\n",
-          f32 ? "f32" : "f64", g->a_trans, g->b_trans, g->M, g->N, g->K, g->lda, g->ldb,
+          loom_dtype_name(g->dtype), g->a_trans, g->b_trans, g->M, g->N, g->K, g->lda, g->ldb,
           g->M * g->N);
 }
 
@@ -325,14 +325,7 @@ void lm_export_write_source(const lm_export_layout *l, FILE *f) {
 /* ------------------------------------------------------------ header */
 
 static const char *c_type(loom_dtype dt) {
-  switch (dt) {
-  case LOOM_F32: return "float";
-  case LOOM_F64: return "double";
-  case LOOM_I32: return "int32_t";
-  case LOOM_I64: return "int64_t";
-  case LOOM_U8: return "uint8_t";
-  default: return "uint8_t (bool: 0 or 1)";
-  }
+  return dt == LOOM_BOOL ? "uint8_t (bool: 0 or 1)" : lm_dtype_info_of(dt)->c_type;
 }
 
 static void write_tensor_macros(const lm_export_layout *l, FILE *f, const char *kind, int i,

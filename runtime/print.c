@@ -15,14 +15,8 @@ typedef struct fmt {
 } fmt;
 
 static double at(const lm_node *n, int64_t i) {
-  const void *p = (const char *)n->data + (size_t)i * loom_dtype_size(n->dtype);
-  switch (n->dtype) {
-  case LOOM_F32: return *(const float *)p;
-  case LOOM_F64: return *(const double *)p;
-  case LOOM_I32: return *(const int32_t *)p;
-  case LOOM_I64: return (double)*(const int64_t *)p;
-  default: return *(const uint8_t *)p;
-  }
+  return lm_dtype_load_double(n->dtype,
+                              (const char *)n->data + (size_t)i * loom_dtype_size(n->dtype));
 }
 
 static int format_one(const fmt *f, double v, char *buf, size_t len) {
@@ -130,15 +124,10 @@ static void tensor_str(FILE *out, const lm_node *n, const fmt *f, int d, int64_t
 
 /* torch names the dtype when it is not what the values imply: always for an
  * empty tensor (except the default float), and for non-default dtypes. */
-static const char *torch_dtype_suffix(loom_dtype dt, bool empty) {
-  if (empty && dt == LOOM_I64) return ", dtype=torch.int64";
-  if (empty && dt == LOOM_BOOL) return ", dtype=torch.bool";
-  switch (dt) {
-  case LOOM_F64: return ", dtype=torch.float64";
-  case LOOM_I32: return ", dtype=torch.int32";
-  case LOOM_U8: return ", dtype=torch.uint8";
-  default: return "";
-  }
+static void put_torch_dtype(FILE *out, loom_dtype dt, bool empty) {
+  /* implied: float32 always, int64 and bool by values */
+  bool implied = dt == LOOM_F32 || (!empty && (dt == LOOM_I64 || dt == LOOM_BOOL));
+  if (!implied) fprintf(out, ", dtype=%s", lm_dtype_info_of(dt)->torch);
 }
 
 loom_status loom_fprint(FILE *out, loom_tensor *t) {
@@ -178,7 +167,8 @@ loom_status loom_fprint(FILE *out, loom_tensor *t) {
     tensor_str(out, n, &f, 0, 0, strides, 7);
   }
   if (host) fprintf(out, ", device='cuda:%d'", t->node->device.index);
-  fprintf(out, "%s)\n", torch_dtype_suffix(n->dtype, numel == 0));
+  put_torch_dtype(out, n->dtype, numel == 0);
+  fprintf(out, ")\n");
   lm_node_release(host);
   return LOOM_OK;
 }

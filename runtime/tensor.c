@@ -88,12 +88,3 @@ int64_t loom_numel(const loom_tensor *t) {
 }
 int loom_ndim(const loom_tensor *t) { return t && t->node ? t->node->shape.ndim : 0; }
 bool loom_is_realized(const loom_tensor *t) { return t && t->node && lm_is_computed(t->node); }
-
-static const size_t dtype_sizes[LOOM_NUM_DTYPES] = {4, 8, 4, 8, 1, 1};
-static const char *const dtype_names[LOOM_NUM_DTYPES] = {"f32", "f64", "i32", "i64", "u8", "bool"};
-
-size_t loom_dtype_size(loom_dtype d) { return d >= 0 && d < LOOM_NUM_DTYPES ? dtype_sizes[d] : 0; }
-const char *loom_dtype_name(loom_dtype d) {
-  return d >= 0 && d < LOOM_NUM_DTYPES ? dtype_names[d] : "?";
-}
-bool loom_dtype_is_float(loom_dtype d) { return d == LOOM_F32 || d == LOOM_F64; }

@@ -74,10 +74,6 @@ loom_status lm_codegen_module(LLVMContextRef ctx, const lk_kernel *k, const char
 /* A new alloca of type t in the entry block (so mem2reg promotes it). */
 LLVMValueRef lm_entry_alloca(lm_cg *g, LLVMTypeRef t, const char *name);
 
-static inline bool lm_dtype_is_float(loom_dtype dt) { return dt == LOOM_F32 || dt == LOOM_F64; }
-/* U8 and BOOL compare, extend and convert as unsigned. */
-static inline bool lm_dtype_is_unsigned(loom_dtype dt) { return dt == LOOM_U8 || dt == LOOM_BOOL; }
-
 /* guard.c: finds the guarded loads (false when out of memory) and emits one. */
 bool lm_guards_analyze(lm_cg *g);
 void lm_guards_free(lm_cg *g);

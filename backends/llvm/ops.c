@@ -4,31 +4,16 @@
  */
 #include "backends/llvm/llvm_internal.h"
 
+/* The register type of the dtype's row: float or double by significand, else iN
+ * (BOOL i1; outside the enum i64, unreachable for a checked kernel). */
 LLVMTypeRef lm_type(const lm_cg *g, loom_dtype dt) {
-  switch (dt) {
-  case LOOM_F32: return g->t_f32;
-  case LOOM_F64: return g->t_f64;
-  case LOOM_I32: return g->t_i32;
-  case LOOM_I64: return g->t_i64;
-  case LOOM_U8: return g->t_i8;
-  case LOOM_BOOL: return g->t_i1;
-  case LOOM_NUM_DTYPES: break;
-  }
-  return g->t_i64; /* unreachable for a checked kernel */
+  const lm_dtype_info *d = lm_dtype_info_of(dt);
+  if (d->cls == LM_DTYPE_FLOAT) return d->mantissa == 24 ? g->t_f32 : g->t_f64;
+  return LLVMIntTypeInContext(g->ctx, (unsigned)d->bits);
 }
 
 LLVMTypeRef lm_mem_type(const lm_cg *g, loom_dtype dt) {
   return dt == LOOM_BOOL ? g->t_i8 : lm_type(g, dt);
-}
-
-static unsigned dtype_bytes(loom_dtype dt) {
-  switch (dt) {
-  case LOOM_F64:
-  case LOOM_I64: return 8;
-  case LOOM_F32:
-  case LOOM_I32: return 4;
-  default: return 1;
-  }
 }
 
 /* &((T *)slot)[offset] for the memory type of dt. */
@@ -41,7 +26,7 @@ static LLVMValueRef element_address(lm_cg *g, loom_dtype dt, int slot, LLVMValue
 LLVMValueRef lm_emit_load(lm_cg *g, loom_dtype dt, int slot, LLVMValueRef offset) {
   LLVMValueRef v =
       LLVMBuildLoad2(g->b, lm_mem_type(g, dt), element_address(g, dt, slot, offset), "");
-  LLVMSetAlignment(v, dtype_bytes(dt));
+  LLVMSetAlignment(v, (unsigned)loom_dtype_size(dt));
   if (dt == LOOM_BOOL) v = LLVMBuildICmp(g->b, LLVMIntNE, v, LLVMConstNull(g->t_i8), "");
   return v;
 }
@@ -50,7 +35,7 @@ void lm_emit_store_output(lm_cg *g, LLVMValueRef offset, LLVMValueRef v) {
   loom_dtype dt = g->k->out_dtype;
   if (dt == LOOM_BOOL) v = LLVMBuildZExt(g->b, v, g->t_i8, "");
   LLVMValueRef st = LLVMBuildStore(g->b, v, element_address(g, dt, 0, offset));
-  LLVMSetAlignment(st, dtype_bytes(dt));
+  LLVMSetAlignment(st, (unsigned)loom_dtype_size(dt));
 }
 
 /* Floats: NaN if either operand is NaN (a select, not maxnum/minnum, which drop

@@ -120,23 +120,10 @@ typedef struct cg {
   int gemm_slot; /* a fused GEMM epilogue: the slot whose loads are the product, else 0 */
 } cg;
 
-static const char *ctype(loom_dtype dt) {
-  switch (dt) {
-  case LOOM_F32: return "float";
-  case LOOM_F64: return "double";
-  case LOOM_I32: return "int";
-  case LOOM_I64: return "long long";
-  case LOOM_U8: return "unsigned char";
-  case LOOM_BOOL: return "bool";
-  case LOOM_NUM_DTYPES: break;
-  }
-  return "?";
-}
+static const char *ctype(loom_dtype dt) { return lm_dtype_info_of(dt)->cuda_type; }
 
 /* In memory BOOL is one byte, 0 or 1. */
 static const char *mtype(loom_dtype dt) { return dt == LOOM_BOOL ? "unsigned char" : ctype(dt); }
-
-static bool is_float(loom_dtype dt) { return dt == LOOM_F32 || dt == LOOM_F64; }
 
 static void line(cg *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void line(cg *g, const char *fmt, ...) {
@@ -200,7 +187,7 @@ static void put_int(sb *s, loom_dtype dt, int64_t v) {
 }
 
 static void put_const(sb *s, const lk_inst *in) {
-  if (is_float(in->dtype))
+  if (lm_dtype_is_float(in->dtype))
     put_float(s, in->dtype, in->imm_f);
   else
     put_int(s, in->dtype, in->imm_i);
@@ -237,7 +224,7 @@ static const char *math_name(lk_op op) {
 static void put_arith(sb *s, const lk_inst *in) {
   static const char *const sym[] = {[LK_ADD] = "+", [LK_SUB] = "-", [LK_MUL] = "*"};
   static const char *const fn[] = {[LK_ADD] = "lm_add", [LK_SUB] = "lm_sub", [LK_MUL] = "lm_mul"};
-  if (is_float(in->dtype))
+  if (lm_dtype_is_float(in->dtype))
     sb_printf(s, "v%d %s v%d", in->a, sym[in->op], in->b);
   else
     sb_printf(s, "%s(v%d, v%d)", fn[in->op], in->a, in->b);
@@ -245,8 +232,8 @@ static void put_arith(sb *s, const lk_inst *in) {
 
 static void put_neg_abs(sb *s, const lk_inst *in) {
   if (in->op == LK_NEG)
-    sb_printf(s, is_float(in->dtype) ? "-v%d" : "lm_neg(v%d)", in->a);
-  else if (is_float(in->dtype))
+    sb_printf(s, lm_dtype_is_float(in->dtype) ? "-v%d" : "lm_neg(v%d)", in->a);
+  else if (lm_dtype_is_float(in->dtype))
     sb_printf(s, "lm_fabs(v%d)", in->a);
   else if (in->dtype == LOOM_U8)
     sb_printf(s, "v%d", in->a);
@@ -514,7 +501,7 @@ static const char *max_min(const cg *g) { return g->want_max ? "max" : "min"; }
 /* Float sums accumulate in double, each thread's share of an F64 sum with a
  * compensation (lm_ac, lm_two_sum), so the error does not grow with the
  * length; they are combined across threads in double and rounded once. */
-static bool float_sum(const cg *g) { return g->acc == ACC_SUM && is_float(g->acc_dtype); }
+static bool float_sum(const cg *g) { return g->acc == ACC_SUM && lm_dtype_is_float(g->acc_dtype); }
 
 /* The type of lm_a (and of the block's shared slots). */
 static const char *acc_ctype(const cg *g) {
@@ -728,7 +715,7 @@ static void select_reduction(cg *g, lk_reduce reduce, loom_dtype acc_dtype, int 
     g->acc = ACC_SUM;
   else if (reduce == LK_RED_LSE)
     g->acc = ACC_LSE;
-  else if (reduce == LK_RED_ARGMAX || reduce == LK_RED_ARGMIN || is_float(value_dtype(g)))
+  else if (reduce == LK_RED_ARGMAX || reduce == LK_RED_ARGMIN || lm_dtype_is_float(value_dtype(g)))
     g->acc = ACC_PAIR;
   else
     g->acc = ACC_MINMAX;
@@ -929,7 +916,7 @@ loom_status lm_cuda_gemm_epilogue_source(const lk_kernel *k, int gemm_slot, loom
     return LOOM_ERR_COMPILE;
   }
   lm_cuda_gemm_epilogue_name(k, gemm_slot, gemm_dtype, a_trans, b_trans, name);
-  const char *t = gemm_dtype == LOOM_F32 ? "float" : "double";
+  const char *t = lm_dtype_info_of(gemm_dtype)->cuda_type;
   cg g = {.k = k, .gemm_slot = gemm_slot};
   char *body = lm_cuda_gemm_body(gemm_dtype, a_trans, b_trans);
   if (!body || !alloc_state(&g)) {

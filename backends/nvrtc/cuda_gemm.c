@@ -65,7 +65,7 @@ static const char body_template[] =
     "    for (int j = 0; j < 4; j++) acc[i][j] += blocks[i][j];\n";
 
 char *lm_cuda_gemm_body(loom_dtype dtype, bool a_trans, bool b_trans) {
-  const char *t = dtype == LOOM_F32 ? "float" : "double";
+  const char *t = lm_dtype_info_of(dtype)->cuda_type;
   /* Which tile coordinate varies fastest with e: the one contiguous in memory. */
   const char *ar = a_trans ? "e % 64" : "e / 16", *ak = a_trans ? "e / 64" : "e % 16";
   const char *aat = a_trans ? "gk * lda + gr" : "gr * lda + gk";
@@ -97,7 +97,7 @@ loom_status lm_cuda_gemm_source(loom_dtype dtype, bool a_trans, bool b_trans, ch
     snprintf(err, errlen, "CUDA GEMM: dtype %s is not F32 or F64", loom_dtype_name(dtype));
     return LOOM_ERR_DTYPE;
   }
-  const char *t = dtype == LOOM_F32 ? "float" : "double";
+  const char *t = lm_dtype_info_of(dtype)->cuda_type;
   snprintf(name, 40, "lm_gemm_%s_%c%c", loom_dtype_name(dtype), a_trans ? 't' : 'n',
            b_trans ? 't' : 'n');
   char *body = lm_cuda_gemm_body(dtype, a_trans, b_trans);

@@ -1,0 +1,59 @@
+/*
+ * Every dtype described once: what each folder needs to store, name, print,
+ * generate code for, export and save a dtype reads this table (ir/dtype.c).
+ * A new dtype (BF16, F16) is one row here, plus the code that computes with it
+ * (casts and arithmetic in the code generators).
+ */
+#ifndef LOOM_IR_DTYPE_H
+#define LOOM_IR_DTYPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "loom.h"
+
+typedef enum lm_dtype_class {
+  LM_DTYPE_FLOAT,
+  LM_DTYPE_SIGNED,
+  LM_DTYPE_UNSIGNED,
+  LM_DTYPE_BOOL /* one byte 0 or 1 in memory, one bit in registers */
+} lm_dtype_class;
+
+typedef struct lm_dtype_info {
+  const char *name; /* loom_dtype_name and the program text: "f32" */
+  size_t size;      /* bytes per element in memory */
+  lm_dtype_class cls;
+  int bits;                /* width in registers: LLVM's iN or the float's width */
+  int mantissa;            /* floats: significand bits (unit roundoff 2^-mantissa); else 0 */
+  const char *c_type;      /* exported C headers: "float", "int32_t" */
+  const char *cuda_type;   /* generated CUDA C */
+  const char *safetensors; /* the format's name: "F32" */
+  const char *torch;       /* PyTorch's name, for loom_print: "torch.float32" */
+} lm_dtype_info;
+
+/* Rows in loom_dtype order, then one for anything outside the enum ("?", size 0). */
+extern const lm_dtype_info lm_dtype_table[LOOM_NUM_DTYPES + 1];
+
+static inline const lm_dtype_info *lm_dtype_info_of(loom_dtype d) {
+  return &lm_dtype_table[(unsigned)d < (unsigned)LOOM_NUM_DTYPES ? (int)d : LOOM_NUM_DTYPES];
+}
+static inline bool lm_dtype_valid(loom_dtype d) { return (unsigned)d < (unsigned)LOOM_NUM_DTYPES; }
+static inline bool lm_dtype_is_float(loom_dtype d) {
+  return lm_dtype_info_of(d)->cls == LM_DTYPE_FLOAT;
+}
+/* Integers that take arithmetic: U8 I32 I64 (not BOOL). */
+static inline bool lm_dtype_is_int(loom_dtype d) {
+  lm_dtype_class c = lm_dtype_info_of(d)->cls;
+  return lm_dtype_valid(d) && (c == LM_DTYPE_SIGNED || c == LM_DTYPE_UNSIGNED);
+}
+/* Compared and extended without a sign: U8 and BOOL. */
+static inline bool lm_dtype_is_unsigned(loom_dtype d) {
+  lm_dtype_class c = lm_dtype_info_of(d)->cls;
+  return lm_dtype_valid(d) && (c == LM_DTYPE_UNSIGNED || c == LM_DTYPE_BOOL);
+}
+
+/* The element of dtype d at p as a double (BOOL 0 or 1; I64 beyond 2^53 rounds;
+ * NaN outside the enum). */
+double lm_dtype_load_double(loom_dtype d, const void *p);
+
+#endif
