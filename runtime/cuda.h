@@ -1,7 +1,8 @@
 /*
- * What the runtime asks of the CUDA backend (backends/nvrtc/cuda_*.c, or
- * backends/cuda_off.c in a -DLOOM_CUDA=OFF build): whether it is usable,
- * device memory, copies, and running a planned program on a device.
+ * The CUDA half of the runtime (runtime/cuda/cuda_*.c, or runtime/cuda/cuda_off.c
+ * in a -DLOOM_CUDA=OFF build), as the rest of the runtime sees it: whether a
+ * device is usable, device memory, copies, and running a planned program on a
+ * device. It compiles kernels through backends/nvrtc.
  *
  * Device pointers travel as void * (a CUdeviceptr's value): node->data of a
  * tensor on LOOM_CUDA(n) is one, never dereferenced on the host.

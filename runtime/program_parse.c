@@ -21,7 +21,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "frontend/params.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"
 
@@ -484,12 +483,21 @@ static loom_status parse_input_use(parser *p, lm_node **out) {
   return LOOM_OK;
 }
 
+/* The index of the weight named name in ps, or -1 (through the collection's
+ * public accessors: its layout is the frontend's). */
+static int weight_index(const loom_params *ps, const char *name) {
+  int count = ps ? loom_params_count(ps) : 0;
+  for (int i = 0; i < count; i++)
+    if (strcmp(loom_params_name(ps, i), name) == 0) return i;
+  return -1;
+}
+
 /* First pass of a load: a placeholder of the declared type joins the
  * collection loom_params_load fills from the safetensors file. */
 static loom_status declare_weight(parser *p, const char *name, loom_dtype dtype,
                                   const loom_shape *shape, lm_node **out) {
   char why[512];
-  if (lm_params_find(p->declared, name) >= 0) return bad(p, "weight '%s' appears twice", name);
+  if (weight_index(p->declared, name) >= 0) return bad(p, "weight '%s' appears twice", name);
   lm_node *ph = lm_node_new(LM_CONST, 0, NULL, *shape, dtype, LOOM_CPU);
   if (!ph) return out_of_memory(p);
   if (!lm_node_verify(ph, why, sizeof why)) {
@@ -513,11 +521,13 @@ static loom_status declare_weight(parser *p, const char *name, loom_dtype dtype,
 static loom_status bind_weight(parser *p, const char *name, loom_dtype dtype,
                                const loom_shape *shape, lm_node **out) {
   char want[256], got[256], why[512];
-  int i = p->weights ? lm_params_find(p->weights, name) : -1;
+  int i = weight_index(p->weights, name);
   lm_type_str(dtype, shape, want, sizeof want);
   if (i < 0) return bad(p, "weight '%s' (%s) is not among the weights given", name, want);
   if (p->weight_used[i]) return bad(p, "weight '%s' appears twice", name);
-  const lm_node *w = p->weights->items[i].tensor->node;
+  loom_tensor *held = loom_params_at(p->weights, i);
+  const lm_node *w = held->node; /* the collection keeps it alive */
+  loom_free(held);
   if (!w || !lm_is_computed(w) || w->op == LM_INPUT || w->device.type != LOOM_DEVICE_CPU)
     return bad(p, "weight '%s' has no data on the CPU (realize it first)", name);
   if (w->dtype != dtype || !lm_shape_eq(&w->shape, shape))
@@ -734,7 +744,7 @@ static loom_status check_weights_used(parser *p) {
   for (int i = 0; i < count; i++)
     if (!p->weight_used[i])
       return lm_fail(LOOM_ERR_CORRUPT, "%s: %s: the weights given hold '%s', which it does not use",
-                     p->op, p->name, p->weights->items[i].name);
+                     p->op, p->name, loom_params_name(p->weights, i));
   return LOOM_OK;
 }
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/nvrtc/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 #include "backends/nvrtc/nvrtc_backend.h"
 #include "check.h"
 #include "loom.h"

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/nvrtc/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 #include "check.h"
 #include "loom.h"
 

@@ -1,6 +1,7 @@
 /*
- * The CUDA backend's first half: kernel descriptions (ir/kernel.h) printed as
- * CUDA C, and NVRTC to compile them. The same lk_kernel the LLVM backend
+ * The CUDA backend: kernel descriptions (ir/kernel.h) printed as CUDA C, and
+ * NVRTC to compile them (kernel description -> source -> binary, as
+ * backends/llvm does for the CPU). The same lk_kernel the LLVM backend
  * compiles for the CPU; one description, two code generators.
  *
  * Nothing here links against CUDA: NVRTC is opened with dlopen on first use
@@ -8,8 +9,8 @@
  * /usr/local/cuda/lib64; LOOM_NVRTC=path overrides), so libloom builds, links
  * and runs on machines without a GPU, a driver or the toolkit.
  *
- * The runtime half (the driver, device memory, running programs) is in
- * cuda_driver.c, cuda_memory.c and cuda_exec.c, behind runtime/cuda.h.
+ * Running them (the driver, device memory, launches, programs) is the
+ * runtime's: runtime/cuda/, behind runtime/cuda.h.
  */
 #ifndef LOOM_BACKENDS_NVRTC_BACKEND_H
 #define LOOM_BACKENDS_NVRTC_BACKEND_H

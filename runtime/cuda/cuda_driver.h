@@ -8,8 +8,8 @@
  * cuInit is called once per process (pthread_once); lm_cu_ready says whether
  * that gave a usable driver with at least one device, and if not, why.
  */
-#ifndef LOOM_BACKENDS_NVRTC_CUDA_DRIVER_H
-#define LOOM_BACKENDS_NVRTC_CUDA_DRIVER_H
+#ifndef LOOM_RUNTIME_CUDA_CUDA_DRIVER_H
+#define LOOM_RUNTIME_CUDA_CUDA_DRIVER_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/nvrtc/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 #include "backends/nvrtc/dl.h"
 
 static lm_cu_api api;

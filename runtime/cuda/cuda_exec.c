@@ -23,8 +23,8 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "backends/nvrtc/cuda_driver.h"
-#include "backends/nvrtc/cuda_internal.h"
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/cuda_internal.h"
 #include "backends/nvrtc/nvrtc_backend.h"
 #include "runtime/cache.h"
 #include "runtime/cuda.h"

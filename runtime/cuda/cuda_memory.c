@@ -15,8 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "backends/nvrtc/cuda_driver.h"
-#include "backends/nvrtc/cuda_internal.h"
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/cuda_internal.h"
 #include "runtime/cuda.h"
 #include "runtime/runtime.h"
 
