@@ -1,44 +1,98 @@
-/* Compiled kernels: the in-memory cache (kernel hash -> function), then the
- * disk cache (object files), then the backend. Compiled code lives as long as
- * the JIT, so in-memory entries are never evicted. */
+/* Compiled code through one pipeline for both devices (compile.h): the
+ * in-memory cache (never evicted: code lives as long as the JIT, or the
+ * process for CUDA modules), then the disk cache, then the backend. The CPU's
+ * kernels are the first user; runtime/cuda/cuda_exec.c the second. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "backends/llvm/llvm_backend.h"
-#include "runtime/cache.h"
 #include "runtime/compile.h"
 #include "runtime/disk_cache.h"
 #include "runtime/runtime.h"
 
-static lm_cache kernels = LM_CACHE_INIT(0, NULL);
-
-static bool load_from_disk(lm_hash128 disk_key, const char *symbol, lk_fn *fn) {
+/* The binary on disk, loaded; a binary that does not load is removed. */
+static bool load_from_disk(lm_hash128 disk_key, const lm_code_backend *b, void *ctx, void **code) {
   size_t len = 0;
-  void *obj = lm_disk_load(disk_key, &len);
-  if (!obj) return false;
+  void *bin = lm_disk_load(disk_key, &len);
+  if (!bin) return false;
   char err[512];
-  loom_status st = lm_llvm_load_object(obj, len, symbol, fn, err, sizeof err);
-  free(obj);
+  loom_status st = b->load(ctx, bin, len, code, err, sizeof err);
+  free(bin);
   if (st != LOOM_OK) lm_disk_remove(disk_key); /* valid bytes, unusable code: rebuild */
   return st == LOOM_OK;
 }
 
-static loom_status compile(const lk_kernel *k, const char *symbol, lm_hash128 disk_key, lk_fn *fn) {
-  char err[1024];
-  void *obj = NULL;
+static loom_status build_and_store(const char *op, lm_hash128 disk_key, const lm_code_backend *b,
+                                   void *ctx, void **code) {
+  char err[4096];
+  void *bin = NULL;
   size_t len = 0;
   uint64_t start = lm_now_ns();
-  loom_status st = lm_llvm_emit_object(k, symbol, &obj, &len, err, sizeof err);
+  loom_status st = b->build(ctx, &bin, &len, err, sizeof err);
   if (st == LOOM_OK) {
-    lm_disk_store(disk_key, obj, len);
-    st = lm_llvm_load_object(obj, len, symbol, fn, err, sizeof err);
+    lm_disk_store(disk_key, bin, len);
+    st = b->load(ctx, bin, len, code, err, sizeof err);
   }
-  free(obj);
+  free(bin);
   lm_stat_add(LM_STAT_COMPILE_NS, lm_now_ns() - start);
-  if (st != LOOM_OK) return lm_fail(st, "compiling kernel %s: %s", symbol, err);
+  if (st != LOOM_OK) return lm_fail(st, "%s: %s", op, err);
   lm_stat_add(LM_STAT_KERNELS_COMPILED, 1);
   return LOOM_OK;
 }
+
+loom_status lm_code_get(const char *op, lm_cache *cache, lm_hash128 memory_key, lm_hash128 disk_key,
+                        const lm_code_backend *b, void *ctx, const void **code) {
+  *code = lm_cache_get(cache, memory_key, NULL);
+  if (*code) {
+    lm_stat_add(LM_STAT_KERNEL_CACHE_HITS, 1);
+    return LOOM_OK;
+  }
+  char err[1024];
+  loom_status prepared = b->prepare ? b->prepare(ctx, err, sizeof err) : LOOM_OK;
+  if (prepared != LOOM_OK) return lm_fail(prepared, "%s: %s", op, err);
+  void *made = NULL;
+  if (load_from_disk(disk_key, b, ctx, &made)) {
+    lm_stat_add(LM_STAT_DISK_CACHE_HITS, 1);
+  } else {
+    loom_status st = build_and_store(op, disk_key, b, ctx, &made);
+    if (st != LOOM_OK) return st;
+  }
+  const void *stored = lm_cache_put(cache, memory_key, made, NULL);
+  if (stored != made && b->discard) b->discard(made); /* kept another thread's, or no memory */
+  if (!stored) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  *code = stored;
+  return LOOM_OK;
+}
+
+/* ------------------------------------------------------------ CPU kernels */
+
+static lm_cache kernels = LM_CACHE_INIT(0, NULL);
+
+typedef struct cpu_kernel {
+  const lk_kernel *k;
+  char symbol[36];
+} cpu_kernel;
+
+static loom_status cpu_build(void *ctx, void **bin, size_t *len, char *err, size_t errlen) {
+  const cpu_kernel *c = ctx;
+  char why[1024];
+  loom_status st = lm_llvm_emit_object(c->k, c->symbol, bin, len, why, sizeof why);
+  if (st != LOOM_OK) snprintf(err, errlen, "compiling kernel %s: %s", c->symbol, why);
+  return st;
+}
+
+static loom_status cpu_load(void *ctx, const void *bin, size_t len, void **code, char *err,
+                            size_t errlen) {
+  const cpu_kernel *c = ctx;
+  char why[512];
+  lk_fn fn = NULL;
+  loom_status st = lm_llvm_load_object(bin, len, c->symbol, &fn, why, sizeof why);
+  if (st != LOOM_OK) snprintf(err, errlen, "compiling kernel %s: %s", c->symbol, why);
+  *code = (void *)fn;
+  return st;
+}
+
+static const lm_code_backend cpu_backend = {NULL, cpu_build, cpu_load, NULL};
 
 loom_status lm_kernel_object(const lk_kernel *k, char symbol[36], void **obj, size_t *len) {
   lk_hash h = lk_kernel_hash(k);
@@ -52,23 +106,11 @@ loom_status lm_kernel_object(const lk_kernel *k, char symbol[36], void **obj, si
 
 loom_status lm_kernel_function(const lk_kernel *k, lk_fn *fn) {
   lk_hash h = lk_kernel_hash(k);
-  lm_hash128 key = {h.lo, h.hi};
-  lk_fn found = (lk_fn)lm_cache_get(&kernels, key, NULL);
-  if (found) {
-    lm_stat_add(LM_STAT_KERNEL_CACHE_HITS, 1);
-    *fn = found;
-    return LOOM_OK;
-  }
-  char symbol[36];
-  lm_llvm_symbol_name(k, symbol);
-  lm_hash128 disk_key = lm_disk_key(h.lo, h.hi);
-  if (load_from_disk(disk_key, symbol, &found)) {
-    lm_stat_add(LM_STAT_DISK_CACHE_HITS, 1);
-  } else {
-    loom_status st = compile(k, symbol, disk_key, &found);
-    if (st != LOOM_OK) return st;
-  }
-  lm_cache_put(&kernels, key, (void *)found, NULL);
-  *fn = found;
-  return LOOM_OK;
+  cpu_kernel c = {k, {0}};
+  lm_llvm_symbol_name(k, c.symbol);
+  const void *code = NULL;
+  loom_status st = lm_code_get("loom_realize", &kernels, (lm_hash128){h.lo, h.hi},
+                               lm_disk_key(h.lo, h.hi), &cpu_backend, &c, &code);
+  *fn = (lk_fn)code;
+  return st;
 }

@@ -3,9 +3,10 @@
  *
  * Compiling: each kernel step's CUDA C (cuda_codegen.c) and each GEMM
  * step's tiled kernel (cuda_gemm.c) is compiled by NVRTC for the device's
- * compute capability into a cubin, loaded with cuModuleLoadData. Loaded
- * functions are cached in memory per device (never evicted: modules live as
- * long as the process) and cubins on disk (runtime/disk_cache.c) under
+ * compute capability into a cubin, loaded with cuModuleLoadData, through the
+ * pipeline the CPU's kernels take too (runtime/compile.h). Loaded functions
+ * are cached in memory per device (never evicted: modules live as long as the
+ * process) and cubins on disk (runtime/disk_cache.c) under
  *   cuda | <kernel name> | codegen version | NVRTC version | sm | loom version
  * An entry the driver refuses is removed and compiled again.
  *
@@ -23,11 +24,12 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "runtime/cuda/cuda_driver.h"
-#include "runtime/cuda/cuda_internal.h"
 #include "backends/nvrtc/nvrtc_backend.h"
 #include "runtime/cache.h"
+#include "runtime/compile.h"
 #include "runtime/cuda.h"
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/cuda_internal.h"
 #include "runtime/disk_cache.h"
 #include "runtime/gemm.h"
 #include "runtime/runtime.h"
@@ -78,62 +80,68 @@ static CUresult load(const void *cubin, const char *name, CUfunction *fn) {
   return r; /* a module whose function is missing stays loaded: it is never reused */
 }
 
-/* The cubin from the disk cache (a usable one), else from NVRTC. */
-static loom_status build(const char *op, int dev, const char *source, cuda_code *c) {
-  const lm_cu_device *d = lm_cu_device_at(dev);
-  lm_hash128 key = disk_key(c->name, d->sm);
-  size_t len = 0;
-  void *cubin = lm_disk_load(key, &len);
-  if (cubin && load(cubin, c->name, &c->fn) == 0) {
-    free(cubin);
-    lm_stat_add(LM_STAT_DISK_CACHE_HITS, 1);
-    return LOOM_OK;
-  }
-  if (cubin) lm_disk_remove(key); /* valid bytes the driver refuses: rebuild */
-  free(cubin);
-  char log[4096];
-  uint64_t start = lm_now_ns();
-  loom_status st = lm_nvrtc_compile(source, c->name, d->sm, (char **)&cubin, &len, log, sizeof log);
-  lm_stat_add(LM_STAT_COMPILE_NS, lm_now_ns() - start);
-  if (st != LOOM_OK)
-    return lm_fail(st, "%s: compiling %s for sm_%d failed: %s", op, c->name, d->sm, log);
-  lm_disk_store(key, cubin, len);
-  CUresult r = load(cubin, c->name, &c->fn);
-  free(cubin);
-  if (r != 0) {
-    char text[256];
-    return lm_fail(lm_cu_status(r), "%s: loading %s on cuda:%d failed with %s", op, c->name, dev,
-                   lm_cu_error_text(r, text, sizeof text));
-  }
-  lm_stat_add(LM_STAT_KERNELS_COMPILED, 1);
-  return LOOM_OK;
-}
-
-/* The cached code for name on dev, or compiled from source(ctx). */
+/* The code for a name on one device, through the shared pipeline (runtime/compile.h):
+ * its source (and launch shape) made on a miss, compiled by NVRTC for the
+ * device, loaded as a module. */
 typedef loom_status (*source_fn)(const void *ctx, char **source, cuda_code *c, char *err,
                                  size_t errlen);
 
+typedef struct cuda_build {
+  int dev, sm;
+  source_fn make;
+  const void *make_ctx;
+  char *source;
+  cuda_code made; /* name and launch shape, then the function */
+} cuda_build;
+
+static loom_status cuda_prepare(void *ctx, char *err, size_t errlen) {
+  cuda_build *b = ctx;
+  return b->make(b->make_ctx, &b->source, &b->made, err, errlen);
+}
+
+static loom_status cuda_compile(void *ctx, void **bin, size_t *len, char *err, size_t errlen) {
+  cuda_build *b = ctx;
+  char log[4096];
+  loom_status st =
+      lm_nvrtc_compile(b->source, b->made.name, b->sm, (char **)bin, len, log, sizeof log);
+  if (st != LOOM_OK)
+    snprintf(err, errlen, "compiling %s for sm_%d failed: %s", b->made.name, b->sm, log);
+  return st;
+}
+
+static loom_status cuda_load(void *ctx, const void *bin, size_t len, void **code, char *err,
+                             size_t errlen) {
+  (void)len;
+  cuda_build *b = ctx;
+  CUresult r = load(bin, b->made.name, &b->made.fn);
+  if (r != 0) {
+    char text[256];
+    snprintf(err, errlen, "loading %s on cuda:%d failed with %s", b->made.name, b->dev,
+             lm_cu_error_text(r, text, sizeof text));
+    return lm_cu_status(r);
+  }
+  cuda_code *c = malloc(sizeof *c);
+  if (!c) {
+    snprintf(err, errlen, "out of memory");
+    return LOOM_ERR_OOM;
+  }
+  *c = b->made;
+  *code = c;
+  return LOOM_OK;
+}
+
+static const lm_code_backend cuda_backend = {cuda_prepare, cuda_compile, cuda_load, free};
+
+/* The cached code for name on dev, or compiled from make(ctx)'s source. */
 static loom_status find_code(int dev, const char *name, source_fn make, const void *ctx,
                              const cuda_code **out) {
-  const char *op = "loom_realize";
-  lm_hash128 key = memory_key(name, dev);
-  const cuda_code *found = lm_cache_get(&codes, key, NULL);
-  if (found) {
-    lm_stat_add(LM_STAT_KERNEL_CACHE_HITS, 1);
-    *out = found;
-    return LOOM_OK;
-  }
-  cuda_code *c = calloc(1, sizeof *c);
-  if (!c) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
-  char *source = NULL, err[1024];
-  loom_status st = make(ctx, &source, c, err, sizeof err);
-  if (st != LOOM_OK) st = lm_fail(st, "%s: %s", op, err);
-  if (st == LOOM_OK) st = build(op, dev, source, c);
-  free(source);
-  const cuda_code *stored = st == LOOM_OK ? lm_cache_put(&codes, key, c, NULL) : NULL;
-  if (st == LOOM_OK && !stored) st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
-  if (stored != c) free(c); /* failed, or another thread stored the same code first */
-  *out = stored;
+  const lm_cu_device *d = lm_cu_device_at(dev);
+  cuda_build b = {dev, d->sm, make, ctx, NULL, {0}};
+  const void *code = NULL;
+  loom_status st = lm_code_get("loom_realize", &codes, memory_key(name, dev), disk_key(name, d->sm),
+                               &cuda_backend, &b, &code);
+  free(b.source);
+  *out = code;
   return st;
 }
 
