@@ -49,6 +49,8 @@ def run(peer, workloads, args):
                                      args.repeats)
             if "hugetlb" in os.environ.get("GLIBC_TUNABLES", ""):
                 variant += " hugetlb"
+            if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
+                variant += " passive"
             print(json.dumps({"peer": peer, "workload": name, "variant": variant,
                               "seconds": seconds, "repeats": args.repeats,
                               "threads": args.threads}), flush=True)

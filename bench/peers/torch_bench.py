@@ -1,7 +1,7 @@
 """loom's workloads in PyTorch eager mode (same sizes, F32, CPU; autograd only
 in the training steps). Run by `loom bench --peers`; with
-GLIBC_TUNABLES=glibc.malloc.hugetlb=1 in the environment it is the "tuned"
-PyTorch the issue measures."""
+GLIBC_TUNABLES=glibc.malloc.hugetlb=1 and OMP_WAIT_POLICY=PASSIVE in the
+environment it is the "tuned" PyTorch."""
 import os
 import sys
 
