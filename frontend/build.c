@@ -72,14 +72,13 @@ lm_node *nb_permute(lm_node *a, const int *perm) {
 
 lm_node *nb_unary(lm_op op, lm_node *a) {
   if (!a) return NULL;
-  return make(op, 1, &a, a->shape, op == LM_NOT ? LOOM_BOOL : a->dtype);
+  return make(op, 1, &a, a->shape, lm_op_table[op].result == LM_RES_BOOL ? LOOM_BOOL : a->dtype);
 }
 
 lm_node *nb_binary(lm_op op, lm_node *a, lm_node *b) {
   lm_node *src[2] = {a, b};
   if (!a || !b) return NULL;
-  bool to_bool =
-      op == LM_LT || op == LM_LE || op == LM_EQ || op == LM_NE || op == LM_AND || op == LM_OR;
+  bool to_bool = lm_op_table[op].result == LM_RES_BOOL;
   return make(op, 2, src, a->shape, to_bool ? LOOM_BOOL : a->dtype);
 }
 
@@ -94,7 +93,7 @@ lm_node *nb_reduce(lm_op op, lm_node *a, uint32_t axes) {
   loom_shape shape = a->shape;
   for (int d = 0; d < shape.ndim; d++)
     if (axes & (1u << d)) shape.dim[d] = 1;
-  bool arg = op == LM_ARGMAX || op == LM_ARGMIN;
+  bool arg = lm_op_table[op].result == LM_RES_I64;
   lm_node *n = make(op, 1, &a, shape, arg ? LOOM_I64 : a->dtype);
   if (n) n->arg.axes = axes;
   return n;

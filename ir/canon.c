@@ -93,36 +93,31 @@ static bool put_f64(lm_graph *g, double v) { return put(g, &v, sizeof v); }
 static bool put_args(lm_graph *g, const lm_node *n) {
   bool ok = true;
   int nd = n->shape.ndim;
-  switch (n->op) {
-  case LM_CONST: ok = put_f64(g, n->arg.f); break;
-  case LM_IOTA: ok = put_f64(g, n->arg.iota.start) && put_f64(g, n->arg.iota.step); break;
-  case LM_RAND: /* the key is data: it is passed to the kernel, not compiled in */
+  switch (lm_op_table[n->op].arg) {
+  case LM_ARG_NONE: break;
+  case LM_ARG_VALUE: ok = put_f64(g, n->arg.f); break;
+  case LM_ARG_IOTA: ok = put_f64(g, n->arg.iota.start) && put_f64(g, n->arg.iota.step); break;
+  case LM_ARG_RAND: /* the key is data: it is passed to the kernel, not compiled in */
     ok = put_i64(g, n->arg.rand.kind) && put_f64(g, n->arg.rand.p);
     break;
-  case LM_RSUM:
-  case LM_RMAX:
-  case LM_RMIN:
-  case LM_RLSE:
-  case LM_ARGMAX:
-  case LM_ARGMIN: ok = put_i64(g, n->arg.axes); break;
-  case LM_PERMUTE:
+  case LM_ARG_AXES: ok = put_i64(g, n->arg.axes); break;
+  case LM_ARG_PERM:
     for (int d = 0; d < nd && ok; d++) ok = put_i64(g, n->arg.perm[d]);
     break;
-  case LM_SLICE:
+  case LM_ARG_SLICE:
     for (int d = 0; d < nd && ok; d++)
       ok = put_i64(g, n->arg.slice.start[d]) && put_i64(g, n->arg.slice.step[d]);
     break;
-  case LM_PAD:
+  case LM_ARG_PAD:
     for (int d = 0; d < nd && ok; d++) ok = put_i64(g, n->arg.pad.lo[d]);
     ok = ok && put_f64(g, n->arg.pad.value);
     break;
-  case LM_CAT: ok = put_i64(g, n->arg.axis); break;
-  case LM_WINDOW:
+  case LM_ARG_AXIS: ok = put_i64(g, n->arg.axis); break;
+  case LM_ARG_WINDOW:
     for (int i = 0; i < 2 && ok; i++)
       ok = put_i64(g, n->arg.window.kernel[i]) && put_i64(g, n->arg.window.stride[i]) &&
            put_i64(g, n->arg.window.dilation[i]);
     break;
-  default: break;
   }
   return ok;
 }

@@ -172,6 +172,59 @@ void lm_node_set_buffer(lm_node *n, void *data, size_t bytes);
  * autograd), or an LM_INPUT whose data a program run supplies. Every walk over
  * unrealized graphs stops at computed nodes: they are a graph's leaves. */
 static inline bool lm_is_computed(const lm_node *n) { return n->data != NULL || n->op == LM_INPUT; }
+/*
+ * Every graph op described once (ir/op.c): what hashing, the program text's
+ * writer and parser, verification, planning's cost rule, the node builders and
+ * printing read instead of a switch of their own. An op's shape rule, lowering
+ * and gradient rule are code (ir/verify.c, passes/lower.c, frontend/grad_rules.c);
+ * docs/ARCHITECTURE.md, "How to add an op", lists every place.
+ */
+typedef enum lm_op_class {
+  LM_OPC_LEAF,        /* no sources: BUFFER CONST IOTA RAND INPUT */
+  LM_OPC_ELEMENTWISE, /* sources of the node's shape, one value per point */
+  LM_OPC_REDUCE,      /* over arg.axes, reduced dims kept as 1 */
+  LM_OPC_VIEW,        /* indexing only: kernels read through it */
+  LM_OPC_LIBRARY,     /* computed by a library call (BLAS) */
+  LM_OPC_GATHER,      /* data-dependent rows */
+  LM_OPC_COPY         /* from another device, computed when recorded */
+} lm_op_class;
+
+/* Which member of lm_node.arg an op uses, and so how it is hashed and written. */
+typedef enum lm_arg_kind {
+  LM_ARG_NONE,
+  LM_ARG_VALUE, /* arg.f: value=<f64> */
+  LM_ARG_IOTA,  /* arg.iota: start=<f64> step=<f64> */
+  LM_ARG_RAND,  /* arg.rand: kind= p= key= (the key is data, not hashed) */
+  LM_ARG_AXES,  /* arg.axes: axes=[...] */
+  LM_ARG_AXIS,  /* arg.axis: axis=<int> */
+  LM_ARG_PERM,  /* arg.perm: perm=[one per dim] */
+  LM_ARG_SLICE, /* arg.slice: start=[...] step=[...] */
+  LM_ARG_PAD,   /* arg.pad: lo=[...] value=<f64> */
+  LM_ARG_WINDOW /* arg.window: kernel=[2] stride=[2] dilation=[2] */
+} lm_arg_kind;
+
+/* The dtype an op gives, from its (first value) source's. */
+typedef enum lm_op_result {
+  LM_RES_SOURCE, /* the source's (or, for CAST and leaves, the node's own) */
+  LM_RES_BOOL,   /* comparisons and logic */
+  LM_RES_I64     /* ARGMAX ARGMIN */
+} lm_op_result;
+
+typedef struct lm_op_info {
+  const char *name; /* lm_op_name, the program text, listings */
+  lm_op_class cls;
+  int arity; /* sources; -1: 1 to LM_CAT_MAX_SOURCES (CAT) */
+  lm_arg_kind arg;
+  lm_op_result result;
+  bool float_only; /* computes in f32/f64 only (the frontend casts others) */
+  bool differentiable;
+  int cost; /* inline cost per element in simple instructions (planning) */
+} lm_op_info;
+
+extern const lm_op_info lm_op_table[LM_NUM_OPS];
+
+/* The op's row; NULL outside the enum. */
+const lm_op_info *lm_op_info_of(lm_op op);
 bool lm_op_is_elementwise(lm_op op);
 bool lm_op_is_view(lm_op op);
 bool lm_op_is_reduce(lm_op op);

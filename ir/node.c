@@ -4,44 +4,6 @@
 
 #include "ir/ir.h"
 
-static const char *const op_names[LM_NUM_OPS] = {
-    [LM_BUFFER] = "buffer",   [LM_CONST] = "const",
-    [LM_IOTA] = "iota",       [LM_RAND] = "rand",
-    [LM_INPUT] = "input",     [LM_NEG] = "neg",
-    [LM_ABS] = "abs",         [LM_EXP] = "exp",
-    [LM_LOG] = "log",         [LM_SQRT] = "sqrt",
-    [LM_RSQRT] = "rsqrt",     [LM_SIN] = "sin",
-    [LM_COS] = "cos",         [LM_TANH] = "tanh",
-    [LM_SIGMOID] = "sigmoid", [LM_RELU] = "relu",
-    [LM_GELU] = "gelu",       [LM_SILU] = "silu",
-    [LM_SQUARE] = "square",   [LM_RECIPROCAL] = "reciprocal",
-    [LM_NOT] = "not",         [LM_CAST] = "cast",
-    [LM_ERF] = "erf",         [LM_ADD] = "add",
-    [LM_SUB] = "sub",         [LM_MUL] = "mul",
-    [LM_DIV] = "div",         [LM_POW] = "pow",
-    [LM_MAX] = "maximum",     [LM_MIN] = "minimum",
-    [LM_LT] = "lt",           [LM_LE] = "le",
-    [LM_EQ] = "eq",           [LM_NE] = "ne",
-    [LM_AND] = "and",         [LM_OR] = "or",
-    [LM_WHERE] = "where",     [LM_RSUM] = "sum",
-    [LM_RMAX] = "max",        [LM_RMIN] = "min",
-    [LM_RLSE] = "logsumexp",  [LM_ARGMAX] = "argmax",
-    [LM_ARGMIN] = "argmin",   [LM_RESHAPE] = "reshape",
-    [LM_PERMUTE] = "permute", [LM_EXPAND] = "expand",
-    [LM_SLICE] = "slice",     [LM_PAD] = "pad",
-    [LM_CAT] = "cat",         [LM_WINDOW] = "window",
-    [LM_GATHER] = "gather",   [LM_MATMUL] = "matmul",
-    [LM_COPY] = "copy",
-};
-
-const char *lm_op_name(lm_op op) {
-  return op >= 0 && op < LM_NUM_OPS && op_names[op] ? op_names[op] : "?";
-}
-
-bool lm_op_is_elementwise(lm_op op) { return op >= LM_NEG && op <= LM_WHERE; }
-bool lm_op_is_view(lm_op op) { return op >= LM_RESHAPE && op <= LM_WINDOW; }
-bool lm_op_is_reduce(lm_op op) { return op >= LM_RSUM && op <= LM_ARGMIN; }
-
 /* Depth of open no-grad regions on this thread (LOOM_NO_GRAD). */
 static _Thread_local int grad_mode_depth;
 

@@ -49,15 +49,12 @@ static bool refuse(const verdict *v, const char *fmt, ...) {
   return false;
 }
 
-static bool dtype_valid(loom_dtype d) { return (int)d >= 0 && d < LOOM_NUM_DTYPES; }
-static bool is_float(loom_dtype d) { return loom_dtype_is_float(d); }
-static bool is_int(loom_dtype d) { return d == LOOM_U8 || d == LOOM_I32 || d == LOOM_I64; }
-static bool is_numeric(loom_dtype d) { return dtype_valid(d) && d != LOOM_BOOL; }
+static bool is_numeric(loom_dtype d) { return lm_dtype_is_float(d) || lm_dtype_is_int(d); }
 
 /* Lowering turns an integer constant into an int64 with a C cast, which is
  * defined only for values in int64's range (not NaN, not infinite). */
 static bool fits_int64(loom_dtype d, double v) {
-  return is_float(d) || d == LOOM_BOOL || (v >= -0x1p63 && v < 0x1p63);
+  return lm_dtype_is_float(d) || d == LOOM_BOOL || (v >= -0x1p63 && v < 0x1p63);
 }
 
 static const char *type_of(const lm_node *n, char *buf, size_t len) {
@@ -84,15 +81,7 @@ static bool check_shape(const verdict *v) {
 }
 
 /* How many sources an op takes; -1 for CAT (1 to LM_CAT_MAX_SOURCES). */
-static int arity(lm_op op) {
-  if (op <= LM_INPUT) return 0; /* BUFFER CONST IOTA RAND INPUT */
-  if (op >= LM_NEG && op <= LM_ERF) return 1;
-  if (op >= LM_ADD && op <= LM_OR) return 2;
-  if (op == LM_WHERE) return 3;
-  if (op == LM_CAT) return -1;
-  if (op == LM_MATMUL || op == LM_GATHER) return 2;
-  return 1; /* reductions and the other views */
-}
+static int arity(lm_op op) { return lm_op_table[op].arity; }
 
 static bool check_sources(const verdict *v) {
   const lm_node *n = v->n;
@@ -106,7 +95,7 @@ static bool check_sources(const verdict *v) {
   for (int s = 0; s < n->nsrc; s++) {
     const lm_node *x = n->src[s];
     if (!x) return refuse(v, "source %d is NULL", s);
-    if (x->shape.ndim < 0 || x->shape.ndim > LOOM_MAX_DIMS || !dtype_valid(x->dtype))
+    if (x->shape.ndim < 0 || x->shape.ndim > LOOM_MAX_DIMS || !lm_dtype_valid(x->dtype))
       return refuse(v, "source %d is %s, not a valid type", s, type_of(x, t, sizeof t));
     if (x->device.type != n->device.type || x->device.index != n->device.index)
       return refuse(v, "source %d is on device %d:%d, the node on %d:%d", s, (int)x->device.type,
@@ -135,24 +124,6 @@ static bool keeps_dtype(const verdict *v) {
 
 /* ------------------------------------------------------------ elementwise */
 
-static bool is_float_unary(lm_op op) {
-  switch (op) {
-  case LM_EXP:
-  case LM_LOG:
-  case LM_SQRT:
-  case LM_RSQRT:
-  case LM_SIN:
-  case LM_COS:
-  case LM_TANH:
-  case LM_SIGMOID:
-  case LM_GELU:
-  case LM_SILU:
-  case LM_RECIPROCAL:
-  case LM_ERF: return true;
-  default: return false;
-  }
-}
-
 static bool check_unary(const verdict *v) {
   const lm_node *n = v->n;
   lm_op op = n->op;
@@ -160,7 +131,7 @@ static bool check_unary(const verdict *v) {
   if (op == LM_NOT)
     return n->dtype == LOOM_BOOL ? source_dtype_is(v, 0, LOOM_BOOL, "not takes bools")
                                  : refuse(v, "not gives bool");
-  if (is_float_unary(op) && !is_float(n->dtype))
+  if (lm_op_table[op].float_only && !lm_dtype_is_float(n->dtype))
     return refuse(v, "%s computes in f32 or f64 (the frontend casts other dtypes)", lm_op_name(op));
   if ((op == LM_NEG || op == LM_SQUARE) && !is_numeric(n->dtype))
     return refuse(v, "%s does not take bool", lm_op_name(op));
@@ -181,13 +152,11 @@ static bool check_binary(const verdict *v) {
     if (n->dtype != LOOM_BOOL) return refuse(v, "logic gives bool");
     return source_dtype_is(v, 0, LOOM_BOOL, "logic takes bools") &&
            source_dtype_is(v, 1, LOOM_BOOL, "logic takes bools");
-  case LM_DIV:
-  case LM_POW:
-    if (!is_float(n->dtype))
+  default:
+    if (lm_op_table[n->op].float_only && !lm_dtype_is_float(n->dtype)) /* DIV POW */
       return refuse(v, "%s computes in f32 or f64 (the frontend casts integers)",
                     lm_op_name(n->op));
-    break;
-  default: /* ADD SUB MUL MAX MIN: the frontend makes bool add/max an or, mul/min an and */
+    /* ADD SUB MUL MAX MIN: the frontend makes bool add/max an or, mul/min an and */
     if (!is_numeric(n->dtype)) return refuse(v, "arithmetic does not take bool");
     break;
   }
@@ -218,7 +187,7 @@ static bool check_reduce_dtype(const verdict *v) {
     if (x->dtype == LOOM_BOOL) return refuse(v, "sum does not take bool (the frontend casts it)");
     return keeps_dtype(v);
   case LM_RLSE:
-    if (!is_float(x->dtype)) return refuse(v, "logsumexp takes f32 or f64");
+    if (!lm_dtype_is_float(x->dtype)) return refuse(v, "logsumexp takes f32 or f64");
     if (n->dtype == x->dtype || (x->dtype == LOOM_F32 && n->dtype == LOOM_F64)) return true;
     return refuse(v, "logsumexp of %s gives %s%s", loom_dtype_name(x->dtype),
                   loom_dtype_name(x->dtype), x->dtype == LOOM_F32 ? " or f64" : "");
@@ -410,7 +379,7 @@ static bool check_matmul(const verdict *v) {
   const lm_node *n = v->n, *a = n->src[0], *b = n->src[1];
   int nd = n->shape.ndim;
   char sa[200], sb[200];
-  if (!is_float(n->dtype))
+  if (!lm_dtype_is_float(n->dtype))
     return refuse(v, "matmul is f32 or f64 (the frontend reduces integer products)");
   if (nd < 2 || a->shape.ndim != nd || b->shape.ndim != nd)
     return refuse(v,
@@ -432,7 +401,7 @@ static bool check_matmul(const verdict *v) {
 static bool check_gather(const verdict *v) {
   const lm_node *n = v->n, *table = n->src[0], *ix = n->src[1];
   char a[200], b[200];
-  if (!is_int(ix->dtype))
+  if (!lm_dtype_is_int(ix->dtype))
     return refuse(v, "indices are %s; they must be u8, i32 or i64", loom_dtype_name(ix->dtype));
   if (table->shape.ndim < 1 || ix->shape.ndim + table->shape.ndim - 1 > LOOM_MAX_DIMS)
     return refuse(v, "a table %s and indices %s do not give 0 to %d dims",
@@ -467,7 +436,7 @@ static bool check_leaf(const verdict *v) {
     if (!(p >= 0 && p <= 1)) return refuse(v, "p %g is outside [0, 1]", p);
     if (kind == LM_RAND_BERNOULLI && n->dtype != LOOM_BOOL)
       return refuse(v, "a bernoulli draw is bool");
-    if (kind != LM_RAND_BERNOULLI && !is_float(n->dtype))
+    if (kind != LM_RAND_BERNOULLI && !lm_dtype_is_float(n->dtype))
       return refuse(v, "a uniform or normal draw is f32 or f64");
     return true;
   }
@@ -500,7 +469,7 @@ bool lm_node_verify(const lm_node *n, char *why, size_t len) {
   }
   verdict v = {n, why, len};
   if ((int)n->op < 0 || n->op >= LM_NUM_OPS) return refuse(&v, "unknown op %d", (int)n->op);
-  if (!dtype_valid(n->dtype)) return refuse(&v, "unknown dtype %d", (int)n->dtype);
+  if (!lm_dtype_valid(n->dtype)) return refuse(&v, "unknown dtype %d", (int)n->dtype);
   if (n->device.type != LOOM_DEVICE_CPU && n->device.type != LOOM_DEVICE_CUDA)
     return refuse(&v, "unknown device type %d", (int)n->device.type);
   if (!check_shape(&v)) return false;

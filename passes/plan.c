@@ -54,28 +54,9 @@ static bool is_compute(const lm_node *n) {
   return !lm_is_computed(n) && n->op != LM_CONST && n->op != LM_IOTA && !lm_op_is_view(n->op);
 }
 
-/* Rough cost of computing one element of an op, in simple-instruction units. */
-static int op_cost(const lm_node *n) {
-  switch (n->op) {
-  case LM_EXP:
-  case LM_LOG:
-  case LM_SIN:
-  case LM_COS:
-  case LM_TANH:
-  case LM_POW:
-  case LM_SIGMOID:
-  case LM_GELU:
-  case LM_SILU:
-  case LM_ERF: return 4;
-  case LM_SQRT:
-  case LM_RSQRT:
-  case LM_DIV:
-  case LM_RECIPROCAL: return 2;
-  case LM_RAND: return 8;
-  case LM_GATHER: return 2;
-  default: return lm_op_is_elementwise(n->op) ? 1 : 0;
-  }
-}
+/* Rough cost of computing one element of an op, in simple-instruction units
+ * (the op table's cost column). */
+static int op_cost(const lm_node *n) { return lm_op_table[n->op].cost; }
 
 /* A view that repeats elements: its source would be computed once per copy. */
 static bool broadcasts(const lm_node *n) {

@@ -365,34 +365,30 @@ static loom_status arg_rand(parser *p, lm_node *n) {
 static loom_status parse_args(parser *p, lm_node *n) {
   int nd = n->shape.ndim;
   loom_status st = LOOM_OK;
-  switch (n->op) {
-  case LM_CONST: return arg_f64(p, "value", &n->arg.f);
-  case LM_IOTA:
+  switch (lm_op_table[n->op].arg) {
+  case LM_ARG_NONE: return LOOM_OK;
+  case LM_ARG_VALUE: return arg_f64(p, "value", &n->arg.f);
+  case LM_ARG_IOTA:
     st = arg_f64(p, "start", &n->arg.iota.start);
     return st != LOOM_OK ? st : arg_f64(p, "step", &n->arg.iota.step);
-  case LM_RAND: return arg_rand(p, n);
-  case LM_RSUM:
-  case LM_RMAX:
-  case LM_RMIN:
-  case LM_RLSE:
-  case LM_ARGMAX:
-  case LM_ARGMIN: return arg_axes(p, &n->arg.axes);
-  case LM_PERMUTE: return arg_ints(p, "perm", nd, n->arg.perm);
-  case LM_SLICE:
+  case LM_ARG_RAND: return arg_rand(p, n);
+  case LM_ARG_AXES: return arg_axes(p, &n->arg.axes);
+  case LM_ARG_PERM: return arg_ints(p, "perm", nd, n->arg.perm);
+  case LM_ARG_SLICE:
     st = arg_list(p, "start", nd, INT64_MIN, INT64_MAX, n->arg.slice.start);
     return st != LOOM_OK ? st : arg_list(p, "step", nd, INT64_MIN, INT64_MAX, n->arg.slice.step);
-  case LM_PAD:
+  case LM_ARG_PAD:
     st = arg_list(p, "lo", nd, INT64_MIN, INT64_MAX, n->arg.pad.lo);
     return st != LOOM_OK ? st : arg_f64(p, "value", &n->arg.pad.value);
-  case LM_CAT: return arg_int(p, "axis", &n->arg.axis);
-  case LM_WINDOW:
+  case LM_ARG_AXIS: return arg_int(p, "axis", &n->arg.axis);
+  case LM_ARG_WINDOW:
     st = arg_list(p, "kernel", 2, INT64_MIN, INT64_MAX, n->arg.window.kernel);
     if (st == LOOM_OK) st = arg_list(p, "stride", 2, INT64_MIN, INT64_MAX, n->arg.window.stride);
     if (st == LOOM_OK)
       st = arg_list(p, "dilation", 2, INT64_MIN, INT64_MAX, n->arg.window.dilation);
     return st;
-  default: return LOOM_OK;
   }
+  return LOOM_OK;
 }
 
 /* ------------------------------------------------------------ growing the tables */

@@ -116,48 +116,43 @@ static const char *rand_kind_name(lm_rand_kind kind) {
 static void put_args(text *t, const lm_node *n) {
   int nd = n->shape.ndim;
   int64_t v[LOOM_MAX_DIMS];
-  switch (n->op) {
-  case LM_CONST: put_f64(t, "value", n->arg.f); break;
-  case LM_IOTA:
+  switch (lm_op_table[n->op].arg) {
+  case LM_ARG_NONE: break;
+  case LM_ARG_VALUE: put_f64(t, "value", n->arg.f); break;
+  case LM_ARG_IOTA:
     put_f64(t, "start", n->arg.iota.start);
     put_f64(t, "step", n->arg.iota.step);
     break;
-  case LM_RAND:
+  case LM_ARG_RAND:
     put(t, " kind=%s", rand_kind_name(n->arg.rand.kind));
     put_f64(t, "p", n->arg.rand.p);
     put(t, " key=0x%08x,0x%08x", (unsigned)n->arg.rand.key.k[0], (unsigned)n->arg.rand.key.k[1]);
     break;
-  case LM_RSUM:
-  case LM_RMAX:
-  case LM_RMIN:
-  case LM_RLSE:
-  case LM_ARGMAX:
-  case LM_ARGMIN: {
+  case LM_ARG_AXES: {
     int count = 0;
     for (int a = 0; a < LOOM_MAX_DIMS; a++)
       if (n->arg.axes & (1u << a)) v[count++] = a;
     put_list(t, "axes", v, count);
     break;
   }
-  case LM_PERMUTE:
+  case LM_ARG_PERM:
     for (int d = 0; d < nd; d++) v[d] = n->arg.perm[d];
     put_list(t, "perm", v, nd);
     break;
-  case LM_SLICE:
+  case LM_ARG_SLICE:
     put_list(t, "start", n->arg.slice.start, nd);
     put_list(t, "step", n->arg.slice.step, nd);
     break;
-  case LM_PAD:
+  case LM_ARG_PAD:
     put_list(t, "lo", n->arg.pad.lo, nd);
     put_f64(t, "value", n->arg.pad.value);
     break;
-  case LM_CAT: put(t, " axis=%d", n->arg.axis); break;
-  case LM_WINDOW:
+  case LM_ARG_AXIS: put(t, " axis=%d", n->arg.axis); break;
+  case LM_ARG_WINDOW:
     put_list(t, "kernel", n->arg.window.kernel, 2);
     put_list(t, "stride", n->arg.window.stride, 2);
     put_list(t, "dilation", n->arg.window.dilation, 2);
     break;
-  default: break;
   }
 }
 

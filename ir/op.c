@@ -1,0 +1,89 @@
+/* The graph ops' table (ir/ir.h, lm_op_info): one row per op. */
+#include "ir/ir.h"
+
+#define LEAF(name, arg)                                                                            \
+  { name, LM_OPC_LEAF, 0, arg, LM_RES_SOURCE, false, false, 0 }
+/* elementwise: arity, result, float only, differentiable, cost */
+#define EW(name, n, res, fl, diff, cost)                                                           \
+  { name, LM_OPC_ELEMENTWISE, n, LM_ARG_NONE, res, fl, diff, cost }
+#define REDUCE(name, res, diff)                                                                    \
+  { name, LM_OPC_REDUCE, 1, LM_ARG_AXES, res, false, diff, 0 }
+#define VIEW(name, n, arg)                                                                         \
+  { name, LM_OPC_VIEW, n, arg, LM_RES_SOURCE, false, true, 0 }
+
+const lm_op_info lm_op_table[LM_NUM_OPS] = {
+    [LM_BUFFER] = LEAF("buffer", LM_ARG_NONE),
+    [LM_CONST] = LEAF("const", LM_ARG_VALUE),
+    [LM_IOTA] = LEAF("iota", LM_ARG_IOTA),
+    /* a Philox draw costs about 8 arithmetic instructions a value */
+    [LM_RAND] = {"rand", LM_OPC_LEAF, 0, LM_ARG_RAND, LM_RES_SOURCE, false, false, 8},
+    [LM_INPUT] = LEAF("input", LM_ARG_NONE),
+    /* transcendental functions cost about 4, square roots and divisions 2 */
+    [LM_NEG] = EW("neg", 1, LM_RES_SOURCE, false, true, 1),
+    [LM_ABS] = EW("abs", 1, LM_RES_SOURCE, false, true, 1),
+    [LM_EXP] = EW("exp", 1, LM_RES_SOURCE, true, true, 4),
+    [LM_LOG] = EW("log", 1, LM_RES_SOURCE, true, true, 4),
+    [LM_SQRT] = EW("sqrt", 1, LM_RES_SOURCE, true, true, 2),
+    [LM_RSQRT] = EW("rsqrt", 1, LM_RES_SOURCE, true, true, 2),
+    [LM_SIN] = EW("sin", 1, LM_RES_SOURCE, true, true, 4),
+    [LM_COS] = EW("cos", 1, LM_RES_SOURCE, true, true, 4),
+    [LM_TANH] = EW("tanh", 1, LM_RES_SOURCE, true, true, 4),
+    [LM_SIGMOID] = EW("sigmoid", 1, LM_RES_SOURCE, true, true, 4),
+    [LM_RELU] = EW("relu", 1, LM_RES_SOURCE, false, true, 1),
+    [LM_GELU] = EW("gelu", 1, LM_RES_SOURCE, true, true, 4),
+    [LM_SILU] = EW("silu", 1, LM_RES_SOURCE, true, true, 4),
+    [LM_SQUARE] = EW("square", 1, LM_RES_SOURCE, false, true, 1),
+    [LM_RECIPROCAL] = EW("reciprocal", 1, LM_RES_SOURCE, true, true, 2),
+    [LM_NOT] = EW("not", 1, LM_RES_BOOL, false, false, 1),
+    [LM_CAST] = EW("cast", 1, LM_RES_SOURCE, false, true, 1),
+    [LM_ERF] = EW("erf", 1, LM_RES_SOURCE, true, true, 4),
+    [LM_ADD] = EW("add", 2, LM_RES_SOURCE, false, true, 1),
+    [LM_SUB] = EW("sub", 2, LM_RES_SOURCE, false, true, 1),
+    [LM_MUL] = EW("mul", 2, LM_RES_SOURCE, false, true, 1),
+    [LM_DIV] = EW("div", 2, LM_RES_SOURCE, true, true, 2),
+    [LM_POW] = EW("pow", 2, LM_RES_SOURCE, true, true, 4),
+    [LM_MAX] = EW("maximum", 2, LM_RES_SOURCE, false, true, 1),
+    [LM_MIN] = EW("minimum", 2, LM_RES_SOURCE, false, true, 1),
+    [LM_LT] = EW("lt", 2, LM_RES_BOOL, false, false, 1),
+    [LM_LE] = EW("le", 2, LM_RES_BOOL, false, false, 1),
+    [LM_EQ] = EW("eq", 2, LM_RES_BOOL, false, false, 1),
+    [LM_NE] = EW("ne", 2, LM_RES_BOOL, false, false, 1),
+    [LM_AND] = EW("and", 2, LM_RES_BOOL, false, false, 1),
+    [LM_OR] = EW("or", 2, LM_RES_BOOL, false, false, 1),
+    [LM_WHERE] = EW("where", 3, LM_RES_SOURCE, false, true, 1),
+    [LM_RSUM] = REDUCE("sum", LM_RES_SOURCE, true),
+    [LM_RMAX] = REDUCE("max", LM_RES_SOURCE, true),
+    [LM_RMIN] = REDUCE("min", LM_RES_SOURCE, true),
+    [LM_RLSE] = REDUCE("logsumexp", LM_RES_SOURCE, true),
+    [LM_ARGMAX] = REDUCE("argmax", LM_RES_I64, false),
+    [LM_ARGMIN] = REDUCE("argmin", LM_RES_I64, false),
+    [LM_RESHAPE] = VIEW("reshape", 1, LM_ARG_NONE),
+    [LM_PERMUTE] = VIEW("permute", 1, LM_ARG_PERM),
+    [LM_EXPAND] = VIEW("expand", 1, LM_ARG_NONE),
+    [LM_SLICE] = VIEW("slice", 1, LM_ARG_SLICE),
+    [LM_PAD] = VIEW("pad", 1, LM_ARG_PAD),
+    [LM_CAT] = VIEW("cat", -1, LM_ARG_AXIS),
+    [LM_WINDOW] = VIEW("window", 1, LM_ARG_WINDOW),
+    [LM_MATMUL] = {"matmul", LM_OPC_LIBRARY, 2, LM_ARG_NONE, LM_RES_SOURCE, false, true, 0},
+    /* a clamped index and a load */
+    [LM_GATHER] = {"gather", LM_OPC_GATHER, 2, LM_ARG_NONE, LM_RES_SOURCE, false, true, 2},
+    [LM_COPY] = {"copy", LM_OPC_COPY, 1, LM_ARG_NONE, LM_RES_SOURCE, false, true, 0},
+};
+
+const lm_op_info *lm_op_info_of(lm_op op) {
+  return (unsigned)op < (unsigned)LM_NUM_OPS ? &lm_op_table[op] : NULL;
+}
+
+const char *lm_op_name(lm_op op) {
+  const lm_op_info *i = lm_op_info_of(op);
+  return i ? i->name : "?";
+}
+
+static bool is_class(lm_op op, lm_op_class cls) {
+  const lm_op_info *i = lm_op_info_of(op);
+  return i && i->cls == cls;
+}
+
+bool lm_op_is_elementwise(lm_op op) { return is_class(op, LM_OPC_ELEMENTWISE); }
+bool lm_op_is_view(lm_op op) { return is_class(op, LM_OPC_VIEW); }
+bool lm_op_is_reduce(lm_op op) { return is_class(op, LM_OPC_REDUCE); }
