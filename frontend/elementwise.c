@@ -192,6 +192,25 @@ UNARY(square, LM_SQUARE, BOOL_TO_I64)
 UNARY(reciprocal, LM_RECIPROCAL, FLOAT_ONLY)
 UNARY(erf, LM_ERF, FLOAT_ONLY)
 
+loom_tensor *loom_clamp(const loom_tensor *a, double lo, double hi) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_clamp", a))) return err;
+  loom_dtype dt = a->node->dtype;
+  if (dt == LOOM_BOOL)
+    return lm_error(LOOM_ERR_DTYPE, "loom_clamp: not supported for bool tensors");
+  dt = lm_scalar_promote(lm_scalar_promote(dt, lo), hi); /* a non-integral bound: F32 */
+  double bound[2] = {lo, hi};
+  for (int i = 0; i < 2; i++)
+    if (!lm_dtype_holds(dt, bound[i]))
+      return lm_error(LOOM_ERR_VALUE, "loom_clamp: the %s bound %.17g does not fit %s",
+                      i ? "upper" : "lower", bound[i], loom_dtype_name(dt));
+  lm_node *c = nb_cast(a->node, dt);
+  lm_node *r = nb_unary(LM_CLAMP, c);
+  if (r) r->arg.clamp.lo = lo, r->arg.clamp.hi = hi;
+  nb_drop(c, NULL, NULL, NULL);
+  return lm_result(r);
+}
+
 loom_tensor *loom_logical_not(const loom_tensor *a) {
   loom_tensor *err;
   if ((err = lm_check("loom_logical_not", a))) return err;

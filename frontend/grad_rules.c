@@ -90,6 +90,11 @@ static lm_node *unary_grad(ctx *c, lm_node *g) {
     return mul(c, g, mul(c, s, bin(c, LM_ADD, one, mul(c, x, bin(c, LM_SUB, one, s)))));
   }
   case LM_CAST: return loom_dtype_is_float(x->dtype) ? keep(c->a, nb_cast(g, x->dtype)) : NULL;
+  case LM_CLAMP: { /* where lo <= x <= hi, as torch: the bounds themselves pass it */
+    lm_node *inside = bin(c, LM_AND, bin(c, LM_LE, cst(c, x, n->arg.clamp.lo), x),
+                          bin(c, LM_LE, x, cst(c, x, n->arg.clamp.hi)));
+    return where(c, inside, g, cst(c, g, 0));
+  }
   default: return NULL;
   }
 }

@@ -292,6 +292,11 @@ loom_tensor *loom_silu(const loom_tensor *a);
 loom_tensor *loom_square(const loom_tensor *a);
 loom_tensor *loom_reciprocal(const loom_tensor *a);
 loom_tensor *loom_erf(const loom_tensor *a);
+/* min(max(a, lo), hi), as torch.clamp: an infinite bound leaves that side open, a NaN
+ * bound or value gives NaN, lo > hi gives hi everywhere. The gradient flows where
+ * lo <= a <= hi. Bounds promote like scalars (a non-integral bound makes an integer
+ * tensor F32); an integral bound must fit an integer tensor's dtype; bools are refused. */
+loom_tensor *loom_clamp(const loom_tensor *a, double lo, double hi);
 loom_tensor *loom_cast(const loom_tensor *a, loom_dtype dtype);
 loom_tensor *loom_to(const loom_tensor *a, loom_device device);
 

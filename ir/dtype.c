@@ -18,6 +18,19 @@ size_t loom_dtype_size(loom_dtype d) { return lm_dtype_info_of(d)->size; }
 const char *loom_dtype_name(loom_dtype d) { return lm_dtype_info_of(d)->name; }
 bool loom_dtype_is_float(loom_dtype d) { return lm_dtype_is_float(d); }
 
+bool lm_dtype_holds(loom_dtype d, double v) {
+  switch (d) {
+  case LOOM_F32:
+  case LOOM_F64: return true;
+  case LOOM_I32: return v == floor(v) && v >= -2147483648.0 && v <= 2147483647.0;
+  case LOOM_I64: return v == floor(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+  case LOOM_U8: return v == floor(v) && v >= 0 && v <= 255;
+  case LOOM_BOOL: return v == 0 || v == 1;
+  case LOOM_NUM_DTYPES: break;
+  }
+  return false;
+}
+
 double lm_dtype_load_double(loom_dtype d, const void *p) {
   switch (d) {
   case LOOM_F32: return *(const float *)p;

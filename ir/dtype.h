@@ -52,6 +52,10 @@ static inline bool lm_dtype_is_unsigned(loom_dtype d) {
   return lm_dtype_valid(d) && (c == LM_DTYPE_UNSIGNED || c == LM_DTYPE_BOOL);
 }
 
+/* Whether v is a value of dtype d: any v for floats; an integer in range for
+ * the integer dtypes (0 or 1 for BOOL). */
+bool lm_dtype_holds(loom_dtype d, double v);
+
 /* The element of dtype d at p as a double (BOOL 0 or 1; I64 beyond 2^53 rounds;
  * NaN outside the enum). */
 double lm_dtype_load_double(loom_dtype d, const void *p);

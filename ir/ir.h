@@ -46,6 +46,7 @@ typedef enum lm_op {
   LM_NOT,
   LM_CAST,
   LM_ERF,
+  LM_CLAMP, /* min(max(x, arg.clamp.lo), arg.clamp.hi); an infinite bound is no bound */
   /* elementwise binary (sources share the node's shape and, except
      comparisons and logic, its dtype) */
   LM_ADD,
@@ -125,6 +126,9 @@ struct lm_node {
     struct {
       int64_t kernel[2], stride[2], dilation[2];
     } window;
+    struct {
+      double lo, hi;
+    } clamp;
   } arg;
   bool requires_grad;            /* gradients flow through it (set when recorded) */
   struct loom_tensor *grad_leaf; /* the handle its gradients accumulate into (weak) */
@@ -192,15 +196,16 @@ typedef enum lm_op_class {
 /* Which member of lm_node.arg an op uses, and so how it is hashed and written. */
 typedef enum lm_arg_kind {
   LM_ARG_NONE,
-  LM_ARG_VALUE, /* arg.f: value=<f64> */
-  LM_ARG_IOTA,  /* arg.iota: start=<f64> step=<f64> */
-  LM_ARG_RAND,  /* arg.rand: kind= p= key= (the key is data, not hashed) */
-  LM_ARG_AXES,  /* arg.axes: axes=[...] */
-  LM_ARG_AXIS,  /* arg.axis: axis=<int> */
-  LM_ARG_PERM,  /* arg.perm: perm=[one per dim] */
-  LM_ARG_SLICE, /* arg.slice: start=[...] step=[...] */
-  LM_ARG_PAD,   /* arg.pad: lo=[...] value=<f64> */
-  LM_ARG_WINDOW /* arg.window: kernel=[2] stride=[2] dilation=[2] */
+  LM_ARG_VALUE,  /* arg.f: value=<f64> */
+  LM_ARG_IOTA,   /* arg.iota: start=<f64> step=<f64> */
+  LM_ARG_RAND,   /* arg.rand: kind= p= key= (the key is data, not hashed) */
+  LM_ARG_AXES,   /* arg.axes: axes=[...] */
+  LM_ARG_AXIS,   /* arg.axis: axis=<int> */
+  LM_ARG_PERM,   /* arg.perm: perm=[one per dim] */
+  LM_ARG_SLICE,  /* arg.slice: start=[...] step=[...] */
+  LM_ARG_PAD,    /* arg.pad: lo=[...] value=<f64> */
+  LM_ARG_WINDOW, /* arg.window: kernel=[2] stride=[2] dilation=[2] */
+  LM_ARG_CLAMP   /* arg.clamp: lo=<f64> hi=<f64> */
 } lm_arg_kind;
 
 /* The dtype an op gives, from its (first value) source's. */

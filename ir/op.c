@@ -37,6 +37,7 @@ const lm_op_info lm_op_table[LM_NUM_OPS] = {
     [LM_NOT] = EW("not", 1, LM_RES_BOOL, false, false, 1),
     [LM_CAST] = EW("cast", 1, LM_RES_SOURCE, false, true, 1),
     [LM_ERF] = EW("erf", 1, LM_RES_SOURCE, true, true, 4),
+    [LM_CLAMP] = {"clamp", LM_OPC_ELEMENTWISE, 1, LM_ARG_CLAMP, LM_RES_SOURCE, false, true, 2},
     [LM_ADD] = EW("add", 2, LM_RES_SOURCE, false, true, 1),
     [LM_SUB] = EW("sub", 2, LM_RES_SOURCE, false, true, 1),
     [LM_MUL] = EW("mul", 2, LM_RES_SOURCE, false, true, 1),

@@ -131,6 +131,14 @@ static bool check_unary(const verdict *v) {
   if (op == LM_NOT)
     return n->dtype == LOOM_BOOL ? source_dtype_is(v, 0, LOOM_BOOL, "not takes bools")
                                  : refuse(v, "not gives bool");
+  if (op == LM_CLAMP) {
+    if (!is_numeric(n->dtype)) return refuse(v, "clamp does not take bool");
+    double bound[2] = {n->arg.clamp.lo, n->arg.clamp.hi};
+    for (int i = 0; i < 2; i++) /* lowering makes finite bounds constants of the dtype */
+      if (!isinf(bound[i]) && !lm_dtype_holds(n->dtype, bound[i]))
+        return refuse(v, "clamp's bound %g is not a value of %s", bound[i],
+                      loom_dtype_name(n->dtype));
+  }
   if (lm_op_table[op].float_only && !lm_dtype_is_float(n->dtype))
     return refuse(v, "%s computes in f32 or f64 (the frontend casts other dtypes)", lm_op_name(op));
   if ((op == LM_NEG || op == LM_SQUARE) && !is_numeric(n->dtype))

@@ -402,6 +402,12 @@ static int unary_value(builder *b, const lm_node *n, int x) {
   case LM_NOT: return op1(b, LK_NOT, LOOM_BOOL, x);
   case LM_CAST: return op1(b, LK_CAST, dt, x);
   case LM_ERF: return op1(b, LK_ERF, dt, x);
+  case LM_CLAMP: { /* max(x, lo) keeps a NaN x and takes a NaN lo; so does min */
+    int r = x;
+    if (n->arg.clamp.lo != -INFINITY) r = op2(b, LK_MAX, dt, r, cnst(b, dt, n->arg.clamp.lo));
+    if (n->arg.clamp.hi != INFINITY) r = op2(b, LK_MIN, dt, r, cnst(b, dt, n->arg.clamp.hi));
+    return r;
+  }
   case LM_SIGMOID:
   case LM_SILU: {
     int e = op1(b, LK_EXP, dt, op1(b, LK_NEG, dt, x));

@@ -381,6 +381,9 @@ static loom_status parse_args(parser *p, lm_node *n) {
     st = arg_list(p, "lo", nd, INT64_MIN, INT64_MAX, n->arg.pad.lo);
     return st != LOOM_OK ? st : arg_f64(p, "value", &n->arg.pad.value);
   case LM_ARG_AXIS: return arg_int(p, "axis", &n->arg.axis);
+  case LM_ARG_CLAMP:
+    st = arg_f64(p, "lo", &n->arg.clamp.lo);
+    return st != LOOM_OK ? st : arg_f64(p, "hi", &n->arg.clamp.hi);
   case LM_ARG_WINDOW:
     st = arg_list(p, "kernel", 2, INT64_MIN, INT64_MAX, n->arg.window.kernel);
     if (st == LOOM_OK) st = arg_list(p, "stride", 2, INT64_MIN, INT64_MAX, n->arg.window.stride);

@@ -148,6 +148,10 @@ static void put_args(text *t, const lm_node *n) {
     put_f64(t, "value", n->arg.pad.value);
     break;
   case LM_ARG_AXIS: put(t, " axis=%d", n->arg.axis); break;
+  case LM_ARG_CLAMP:
+    put_f64(t, "lo", n->arg.clamp.lo);
+    put_f64(t, "hi", n->arg.clamp.hi);
+    break;
   case LM_ARG_WINDOW:
     put_list(t, "kernel", n->arg.window.kernel, 2);
     put_list(t, "stride", n->arg.window.stride, 2);

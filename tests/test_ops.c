@@ -311,6 +311,56 @@ static void test_where(void) {
   ref_release_all();
 }
 
+/* torch.clamp on every dtype: both bounds, one side open, lo > hi (hi everywhere), a
+ * non-integral bound promoting an integer tensor, NaN values and bounds; through a
+ * permuted view; bools and bounds an integer dtype cannot hold refused. */
+static void test_clamp(void) {
+  static const double bounds[][2] = {{-0.5, 0.75}, {-INFINITY, 0.25}, {0, INFINITY},
+                                     {1, -1},      {-2, 3},           {-1.5, 2.5}};
+  const loom_dtype dts[] = {LOOM_F32, LOOM_F64, LOOM_I32, LOOM_I64, LOOM_U8};
+  for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+    for (size_t b = 0; b < sizeof bounds / sizeof bounds[0]; b++)
+      for (int view = 0; view < 2; view++) {
+        double lo = bounds[b][0], hi = bounds[b][1];
+        char what[128];
+        snprintf(what, sizeof what, "clamp %s [%g, %g]%s", ref_dtype_str(dts[d]), lo, hi,
+                 view ? " permuted" : "");
+        ref_t *a;
+        loom_tensor *ta =
+            ref_make_input(LOOM_SHAPE(4, 7), dts[d], DOM_ANY, view ? V_PERMUTE : V_CONTIG, &a);
+        loom_dtype od = ref_promote_scalar(ref_promote_scalar(dts[d], lo), hi);
+        if (od == LOOM_U8 && (lo < 0 || hi < 0)) { /* torch refuses these too */
+          CHECK_STATUS(TK(loom_clamp(ta, lo, hi)), LOOM_ERR_VALUE);
+          ref_free(a);
+          ref_release_all();
+          continue;
+        }
+        ref_t *e = ref_clamp(a, lo, hi);
+        REF_CHECK(what, e, TK(loom_clamp(ta, lo, hi)), 0, 0);
+        ref_free(a), ref_free(e);
+        ref_release_all();
+      }
+  LOOM_SCOPE {
+    double v[5] = {-3, NAN, 0.5, 7, -0.0}, got[5];
+    loom_tensor *x = loom_from_data(v, LOOM_SHAPE(5), LOOM_F64, test_device());
+    CHECK_OK(loom_copy_to_host(loom_clamp(x, -1, 1), got, sizeof got));
+    CHECK(got[0] == -1 && isnan(got[1]) && got[2] == 0.5 && got[3] == 1 && got[4] == 0);
+    CHECK_OK(loom_copy_to_host(loom_clamp(x, NAN, 1), got, sizeof got));
+    for (int i = 0; i < 5; i++) CHECK_MSG(isnan(got[i]), "clamp with a NaN bound: %g", got[i]);
+    loom_tensor *flags = loom_from_data(v, LOOM_SHAPE(5), LOOM_F64, LOOM_CPU);
+    loom_tensor *bad = loom_clamp(loom_cast(flags, LOOM_BOOL), 0, 1);
+    CHECK_STATUS(bad, LOOM_ERR_DTYPE);
+    CHECK_STR_CONTAINS(loom_error_message(bad), "loom_clamp");
+    loom_tensor *i32 = loom_cast(loom_from_data(v, LOOM_SHAPE(5), LOOM_F64, LOOM_CPU), LOOM_I32);
+    bad = loom_clamp(i32, 0, 1e10);
+    CHECK_STATUS(bad, LOOM_ERR_VALUE);
+    CHECK_STR_CONTAINS(loom_error_message(bad),
+                       "loom_clamp: the upper bound 10000000000 does not fit i32");
+    CHECK(loom_dtype_of(loom_clamp(i32, 0, 2.5)) == LOOM_F32);
+    CHECK(loom_dtype_of(loom_clamp(i32, -1, 2)) == LOOM_I32);
+  }
+}
+
 static void test_cast(void) {
   for (int i = 0; i < NDT; i++)
     for (int j = 0; j < NDT; j++) {
@@ -907,6 +957,7 @@ int main(void) {
   test_binary();
   test_scalar_forms();
   test_where();
+  test_clamp();
   test_cast();
   test_reductions();
   test_shape_ops();

@@ -130,6 +130,12 @@ static void chain(loom_tensor *const *in, loom_tensor **out) {
   out[0] = loom_tanh(loom_add_s(loom_mul_s(in[0], 2.0), 1.0));
 }
 
+/* clamp's two bounds (one infinite) are the op's arguments in the text */
+static void clamps(loom_tensor *const *in, loom_tensor **out) {
+  out[0] = loom_clamp(in[0], -0.25, 0.5);
+  out[1] = loom_clamp(loom_mul_s(in[0], 3), -INFINITY, 1.0);
+}
+
 static void softmaxes(loom_tensor *const *in, loom_tensor **out) {
   out[0] = loom_softmax(in[0], -1);
   out[1] = loom_log_softmax(in[0], 0);
@@ -213,6 +219,7 @@ static void normalized(loom_tensor *const *in, loom_tensor **out) {
 
 static const model models[] = {
     {"chain", 1, 1, {LOOM_SHAPE(37, 19)}, {LOOM_F32}, chain},
+    {"clamp", 1, 2, {LOOM_SHAPE(6, 7)}, {LOOM_F32}, clamps},
     {"softmax", 1, 2, {LOOM_SHAPE(16, 100)}, {LOOM_F32}, softmaxes},
     {"mlp", 1, 1, {LOOM_SHAPE(8, 64)}, {LOOM_F32}, mlp},
     {"several",

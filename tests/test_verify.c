@@ -81,6 +81,10 @@ static void test_elementwise(void) {
     }
     V(loom_logical_not(x));
     V(loom_logical_not(xb));
+    V(loom_clamp(x, -1, 1));
+    V(loom_clamp(xi, -3, 4));
+    V(loom_clamp(xi, -INFINITY, 0.5));
+    V(loom_clamp(xd, NAN, 1));
     for (int d = 0; d < LOOM_NUM_DTYPES; d++) {
       V(loom_cast(x, (loom_dtype)d));
       V(loom_cast(xb, (loom_dtype)d));
@@ -358,6 +362,17 @@ static void test_broken_elementwise(void) {
   refused("and of floats",
           node(LM_AND, S(2), LOOM_BOOL, leaf(LOOM_BOOL, S(2)), leaf(F32, S(2)), NULL),
           "logic takes bools");
+  lm_node *c = node(LM_CLAMP, S(2), LOOM_I32, leaf(LOOM_I32, S(2)), NULL, NULL);
+  c->arg.clamp.lo = -INFINITY, c->arg.clamp.hi = 7;
+  accepted("clamp i32", c);
+  c = node(LM_CLAMP, S(2), LOOM_I32, leaf(LOOM_I32, S(2)), NULL, NULL);
+  c->arg.clamp.lo = 0.5, c->arg.clamp.hi = 7;
+  refused("clamp i32 to 0.5", c, "clamp's bound 0.5 is not a value of i32");
+  c = node(LM_CLAMP, S(2), LOOM_U8, leaf(LOOM_U8, S(2)), NULL, NULL);
+  c->arg.clamp.lo = 0, c->arg.clamp.hi = 300;
+  refused("clamp u8 to 300", c, "clamp's bound 300 is not a value of u8");
+  refused("clamp bool", node(LM_CLAMP, S(2), LOOM_BOOL, leaf(LOOM_BOOL, S(2)), NULL, NULL),
+          "clamp does not take bool");
   refused("where cond",
           node(LM_WHERE, S(2), F32, leaf(F32, S(2)), leaf(F32, S(2)), leaf(F32, S(2))),
           "where's condition");

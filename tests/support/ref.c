@@ -515,19 +515,19 @@ ref_t *ref_unary(ref_unop op, const ref_t *a) {
   ref_t *ref_##name(const ref_t *a, const ref_t *b) { return ref_binary(op, a, b); }
 BIN(add, REF_ADD)
 BIN(sub, REF_SUB)
-BIN(mul, REF_MUL) BIN(div, REF_DIV) BIN(pow, REF_POW) BIN(maximum, REF_MAXIMUM)
-    BIN(minimum, REF_MINIMUM) BIN(lt, REF_LT) BIN(le, REF_LE) BIN(gt, REF_GT) BIN(ge, REF_GE)
-        BIN(eq, REF_EQ) BIN(ne, REF_NE) BIN(logical_and, REF_LOGICAL_AND)
-            BIN(logical_or, REF_LOGICAL_OR)
+BIN(mul, REF_MUL)
+BIN(div, REF_DIV) BIN(pow, REF_POW) BIN(maximum, REF_MAXIMUM) BIN(minimum, REF_MINIMUM)
+    BIN(lt, REF_LT) BIN(le, REF_LE) BIN(gt, REF_GT) BIN(ge, REF_GE) BIN(eq, REF_EQ) BIN(ne, REF_NE)
+        BIN(logical_and, REF_LOGICAL_AND) BIN(logical_or, REF_LOGICAL_OR)
 #undef BIN
 #define BINS(name, op)                                                                             \
   ref_t *ref_##name##_s(const ref_t *a, double s) { return ref_binary_s(op, a, s, false); }
-                BINS(add, REF_ADD) BINS(sub, REF_SUB) BINS(mul, REF_MUL) BINS(div, REF_DIV)
-                    BINS(pow, REF_POW) BINS(maximum, REF_MAXIMUM) BINS(minimum, REF_MINIMUM)
-                        BINS(lt, REF_LT) BINS(le, REF_LE) BINS(gt, REF_GT) BINS(ge, REF_GE)
-                            BINS(eq, REF_EQ) BINS(ne, REF_NE)
+            BINS(add, REF_ADD) BINS(sub, REF_SUB) BINS(mul, REF_MUL) BINS(div, REF_DIV)
+                BINS(pow, REF_POW) BINS(maximum, REF_MAXIMUM) BINS(minimum, REF_MINIMUM)
+                    BINS(lt, REF_LT) BINS(le, REF_LE) BINS(gt, REF_GT) BINS(ge, REF_GE)
+                        BINS(eq, REF_EQ) BINS(ne, REF_NE)
 #undef BINS
-                                ref_t *ref_rsub_s(double s, const ref_t *a) {
+                            ref_t *ref_rsub_s(double s, const ref_t *a) {
   return ref_binary_s(REF_SUB, a, s, true);
 }
 ref_t *ref_rdiv_s(double s, const ref_t *a) { return ref_binary_s(REF_DIV, a, s, true); }
@@ -535,9 +535,10 @@ ref_t *ref_rdiv_s(double s, const ref_t *a) { return ref_binary_s(REF_DIV, a, s,
   ref_t *ref_##name(const ref_t *a) { return ref_unary(op, a); }
 UN(neg, REF_NEG)
 UN(abs, REF_ABS)
-UN(exp, REF_EXP) UN(log, REF_LOG) UN(sqrt, REF_SQRT) UN(rsqrt, REF_RSQRT) UN(sin, REF_SIN)
-    UN(cos, REF_COS) UN(tanh, REF_TANH) UN(sigmoid, REF_SIGMOID) UN(relu, REF_RELU)
-        UN(gelu, REF_GELU) UN(silu, REF_SILU) UN(square, REF_SQUARE) UN(reciprocal, REF_RECIPROCAL)
+UN(exp, REF_EXP)
+UN(log, REF_LOG) UN(sqrt, REF_SQRT) UN(rsqrt, REF_RSQRT) UN(sin, REF_SIN) UN(cos, REF_COS)
+    UN(tanh, REF_TANH) UN(sigmoid, REF_SIGMOID) UN(relu, REF_RELU) UN(gelu, REF_GELU)
+        UN(silu, REF_SILU) UN(square, REF_SQUARE) UN(reciprocal, REF_RECIPROCAL)
             UN(logical_not, REF_LOGICAL_NOT)
 #undef UN
 
@@ -554,6 +555,19 @@ UN(exp, REF_EXP) UN(log, REF_LOG) UN(sqrt, REF_SQRT) UN(rsqrt, REF_RSQRT) UN(sin
         cv != 0 ? a->data[bcast_offset(os, oi, a->shape)] : b->data[bcast_offset(os, oi, b->shape)];
     r->data[ref_offset(os, oi)] = ref_cvt(v, od);
   });
+  return r;
+}
+
+ref_t *ref_clamp(const ref_t *a, double lo, double hi) {
+  if (!a || a->dtype == LOOM_BOOL) return NULL;
+  loom_dtype od = ref_promote_scalar(ref_promote_scalar(a->dtype, lo), hi);
+  ref_t *r = ref_new(a->shape, od);
+  for (int64_t i = 0; i < a->numel; i++) {
+    double x = a->data[i];
+    if (x == x) x = lo != lo ? lo : x < lo ? lo : x; /* max(x, lo) */
+    if (x == x) x = hi != hi ? hi : x > hi ? hi : x; /* min(x, hi) */
+    r->data[i] = ref_cvt(x, od);
+  }
   return r;
 }
 

@@ -173,6 +173,8 @@ ref_t *ref_square(const ref_t *a);
 ref_t *ref_reciprocal(const ref_t *a);
 ref_t *ref_logical_not(const ref_t *a);
 ref_t *ref_where(const ref_t *cond, const ref_t *a, const ref_t *b);
+/* torch.clamp: min(max(a, lo), hi), NaN from the value or a bound; NULL for bools. */
+ref_t *ref_clamp(const ref_t *a, double lo, double hi);
 ref_t *ref_cast(const ref_t *a, loom_dtype d);
 
 /* ---------------------------------------------------------------- reductions */
