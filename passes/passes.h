@@ -59,19 +59,19 @@ typedef struct lm_step {
   int nfree;
 } lm_step;
 
-typedef struct lm_program {
+typedef struct lm_schedule {
   int nnodes; /* size of the canonical graph it was planned for */
   int ntemps; /* temporaries at positions nnodes.. (partial reductions) */
   int nsteps;
   lm_step *steps;
   bool *published; /* per graph position: a target, whose buffer its node keeps */
-} lm_program;
+} lm_schedule;
 
 /* Plans the graph: marks what is materialized (node->materialize), lowers
  * every step. Kernels are left for the runtime to compile. Without `fuse`
  * every op that computes gets its own kernel (views and constants stay inline). */
-loom_status lm_plan(const lm_graph *g, bool fuse, lm_program **out, char *err, size_t errlen);
-void lm_program_free(lm_program *p);
+loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, size_t errlen);
+void lm_schedule_free(lm_schedule *p);
 
 /* Lowers one materialized node into a kernel (used by lm_plan). */
 loom_status lm_lower(const lm_graph *g, lm_node *root, lm_step *step, char *err, size_t errlen);

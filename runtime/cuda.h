@@ -42,7 +42,7 @@ double lm_cuda_peak_gbs(int dev);
 
 /* Compiles (or finds in the caches) the device code of every step of p for
  * device dev; sets each step's device_code. */
-loom_status lm_cuda_exec_compile(lm_program *p, int dev);
+loom_status lm_cuda_exec_compile(lm_schedule *p, int dev);
 /* lm_exec_run for a program compiled by lm_cuda_exec_compile. */
 loom_status lm_cuda_exec_run(const lm_exec *x);
 

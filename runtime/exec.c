@@ -164,7 +164,7 @@ static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i) {
 }
 
 loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r) {
-  const lm_program *p = x->program;
+  const lm_schedule *p = x->program;
   /* device steps are asynchronous: only the CPU's wall times mean anything */
   double *ms = x->device.type == LOOM_DEVICE_CPU && lm_profile_enabled()
                    ? calloc((size_t)p->nsteps + 1, sizeof(double))
@@ -188,7 +188,7 @@ loom_status lm_exec_run(const lm_exec *x) {
 /* Compiles the kernels of steps [begin, end) (a pool part). A failure leaves
  * fn NULL; the caller reports it on its own thread. */
 static void compile_steps(void *ctx, int64_t begin, int64_t end) {
-  lm_program *p = ctx;
+  lm_schedule *p = ctx;
   for (int64_t i = begin; i < end; i++) {
     lm_step *s = &p->steps[i];
     if (s->kind == LM_STEP_KERNEL && lm_kernel_function(&s->kernel, &s->fn) != LOOM_OK)
@@ -198,7 +198,7 @@ static void compile_steps(void *ctx, int64_t begin, int64_t end) {
 
 /* A new program's kernels compile in parallel (LLVM work dominates a cold
  * start); cached ones come back at once. */
-loom_status lm_exec_compile(lm_program *p, loom_device device) {
+loom_status lm_exec_compile(lm_schedule *p, loom_device device) {
   if (device.type == LOOM_DEVICE_CUDA) return lm_cuda_exec_compile(p, device.index);
   int kernels = 0;
   for (int i = 0; i < p->nsteps; i++) {

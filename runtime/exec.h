@@ -11,7 +11,7 @@
  * loom_key); the run allocates every step's output, frees what no later step
  * reads, and leaves the published (target) buffers in bufs with their sizes. */
 typedef struct lm_exec {
-  const lm_program *program;
+  const lm_schedule *program;
   void **bufs;
   size_t *sizes;
   void *const *keys;
@@ -23,7 +23,7 @@ loom_status lm_exec_run(const lm_exec *x);
 /* Compiles (or finds in the caches) every kernel of p for device: on the
  * CPU in parallel, setting each kernel step's fn; on CUDA each step's
  * device_code. */
-loom_status lm_exec_compile(lm_program *p, loom_device device);
+loom_status lm_exec_compile(lm_schedule *p, loom_device device);
 
 /* How one device runs the two kinds of step: lm_exec_steps walks a program
  * with them (allocating outputs, freeing intermediates after their last
@@ -39,6 +39,6 @@ loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r);
  * them after each run (ms[i]: step i's wall time). */
 bool lm_profile_enabled(void);
 double lm_profile_now_ms(void);
-void lm_profile_report(const lm_program *p, const double *ms);
+void lm_profile_report(const lm_schedule *p, const double *ms);
 
 #endif

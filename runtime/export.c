@@ -80,7 +80,7 @@ static bool add_file(job *j, const char *path) {
 /* ------------------------------------------------------------ pieces */
 
 static loom_status write_kernels(job *j) {
-  const lm_program *plan = j->l->p->plan;
+  const lm_schedule *plan = j->l->p->plan;
   for (int i = 0; i < plan->nsteps; i++) {
     if (plan->steps[i].kind != LM_STEP_KERNEL) continue;
     void *obj = NULL;

@@ -40,7 +40,7 @@ static int64_t place(const block *live, int nlive, int64_t size) {
 }
 
 /* The step after which the plan frees pos (its last reader), or `def`. */
-static int freed_after(const lm_program *plan, int pos, int def) {
+static int freed_after(const lm_schedule *plan, int pos, int def) {
   for (int i = 0; i < plan->nsteps; i++)
     for (int f = 0; f < plan->steps[i].nfree; f++)
       if (plan->steps[i].free_after[f] == pos) return i;
@@ -48,7 +48,7 @@ static int freed_after(const lm_program *plan, int pos, int def) {
 }
 
 static bool plan_arena(lm_export_layout *l) {
-  const lm_program *plan = l->p->plan;
+  const lm_schedule *plan = l->p->plan;
   block *live = malloc(sizeof(block) * (size_t)(plan->nsteps + 1));
   if (!live) return false;
   int nlive = 0;

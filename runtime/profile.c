@@ -44,7 +44,7 @@ static void print_step(const lm_step *s, int i, double ms) {
           k->nstats ? ", row statistics" : "", s->gemm_partner >= 0 ? ", with its GEMM" : "");
 }
 
-void lm_profile_report(const lm_program *p, const double *ms) {
+void lm_profile_report(const lm_schedule *p, const double *ms) {
   double total = 0;
   for (int i = 0; i < p->nsteps; i++) total += ms[i];
   fprintf(stderr, "loom: profile: %d steps, %.3f ms\n", p->nsteps, total);

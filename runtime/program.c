@@ -18,7 +18,7 @@ static void program_free(loom_program *p) {
   if (!p) return;
   for (int i = 0; p->nodes && i < p->n; i++) lm_node_release(p->nodes[i]);
   for (int i = 0; p->in_nodes && i < p->nin; i++) lm_node_release(p->in_nodes[i]);
-  if (p->plan) lm_program_free(p->plan);
+  if (p->plan) lm_schedule_free(p->plan);
   free(p->nodes);
   free(p->kind);
   free(p->input_of);

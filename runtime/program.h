@@ -27,7 +27,7 @@ struct loom_program {
   int *src_pos;
   int *kernel_of;   /* [n] the step whose kernel computes (or inlines) it, or -1 */
   void **keys;      /* [n] an LM_RAND position's key words, else NULL */
-  lm_program *plan; /* steps (compiled), memory plan */
+  lm_schedule *plan; /* steps (compiled), memory plan */
   int nin, nout;
   int *in_pos;        /* [nin] graph position of each input, or -1 when unused */
   lm_node **in_nodes; /* [nin] the placeholders (one reference each) */

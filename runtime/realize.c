@@ -17,7 +17,7 @@
 /* A program shared by the cache and the realizations running it. */
 typedef struct shared_program {
   _Atomic int refs;
-  lm_program *program;
+  lm_schedule *program;
 } shared_program;
 
 static void program_acquire(void *v) { atomic_fetch_add(&((shared_program *)v)->refs, 1); }
@@ -25,7 +25,7 @@ static void program_acquire(void *v) { atomic_fetch_add(&((shared_program *)v)->
 static void program_release(void *v) {
   shared_program *sp = v;
   if (atomic_fetch_sub(&sp->refs, 1) == 1) {
-    lm_program_free(sp->program);
+    lm_schedule_free(sp->program);
     free(sp);
   }
 }
@@ -43,16 +43,16 @@ static lm_hash128 program_key(const lm_graph *g, bool fuse) {
 static loom_status compile_program(const lm_graph *g, bool fuse, loom_device device,
                                    shared_program **out) {
   char err[1024];
-  lm_program *p;
+  lm_schedule *p;
   loom_status st = lm_plan(g, fuse, &p, err, sizeof err);
   if (st != LOOM_OK) return lm_fail(st, "loom_realize: %s", err);
   if ((st = lm_exec_compile(p, device)) != LOOM_OK) {
-    lm_program_free(p);
+    lm_schedule_free(p);
     return st;
   }
   shared_program *sp = malloc(sizeof *sp);
   if (!sp) {
-    lm_program_free(p);
+    lm_schedule_free(p);
     return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
   }
   atomic_init(&sp->refs, 1); /* the caller's */
@@ -83,7 +83,7 @@ static loom_status find_program(const lm_graph *g, loom_device device, shared_pr
 
 /* Hands every computed buffer to its node. Nodes are retained first: turning
  * one into a leaf releases its sources, which may be other computed nodes. */
-static void publish(const lm_graph *g, const lm_program *p, void **bufs, size_t *sizes) {
+static void publish(const lm_graph *g, const lm_schedule *p, void **bufs, size_t *sizes) {
   for (int pos = 0; pos < g->n; pos++)
     if (p->published[pos]) lm_node_retain(g->nodes[pos]);
   for (int pos = 0; pos < g->n; pos++) {
@@ -112,7 +112,7 @@ static loom_status bind_leaves(const lm_graph *g, void **bufs, void **keys) {
   return LOOM_OK;
 }
 
-static loom_status run_graph(const lm_graph *g, const lm_program *p, loom_device device) {
+static loom_status run_graph(const lm_graph *g, const lm_schedule *p, loom_device device) {
   int nbufs = g->n + p->ntemps;
   void **bufs = calloc((size_t)(nbufs + g->n), sizeof *bufs);
   size_t *sizes = calloc((size_t)nbufs, sizeof *sizes);

@@ -113,7 +113,7 @@ static void test_permuted_reduction(void) {
 /* Instructions doing `op` in the kernels of t's fused plan (nothing runs). */
 static int plan_ops(const loom_tensor *t, lk_op op) {
   lm_graph g;
-  lm_program *p = NULL;
+  lm_schedule *p = NULL;
   char err[512];
   int count = 0;
   if (!t->node || lm_graph_build(&g, &t->node, 1) != LOOM_OK) {
@@ -124,7 +124,7 @@ static int plan_ops(const loom_tensor *t, lk_op op) {
   for (int s = 0; p && s < p->nsteps; s++)
     for (int i = 0; p->steps[s].kind == LM_STEP_KERNEL && i < p->steps[s].kernel.ninst; i++)
       count += p->steps[s].kernel.inst[i].op == op;
-  lm_program_free(p);
+  lm_schedule_free(p);
   lm_graph_free(&g);
   return count;
 }

@@ -199,7 +199,7 @@ static void collect(const char *label, loom_tensor *const *ts, int n, bool unfus
   lm_graph g;
   if (count > 0 && lm_graph_build(&g, nodes, count) == LOOM_OK) {
     for (int fuse = 1; fuse >= (unfused ? 0 : 1); fuse--) {
-      lm_program *p = NULL;
+      lm_schedule *p = NULL;
       char err[1024];
       loom_status st = lm_plan(&g, fuse, &p, err, sizeof err);
       CHECK_MSG(st == LOOM_OK, "%s: lm_plan: %s", label, err);
@@ -210,7 +210,7 @@ static void collect(const char *label, loom_tensor *const *ts, int n, bool unfus
         if (step->gemm_partner >= 0)
           add_fused(label, &step->kernel, step->gemm_slot, &p->steps[step->gemm_partner].gemm);
       }
-      lm_program_free(p);
+      lm_schedule_free(p);
     }
     lm_graph_free(&g);
   }

@@ -177,7 +177,7 @@ static loom_status fused_source(const void *ctx, char **source, cuda_code *c, ch
   return st;
 }
 
-static loom_status step_code(const lm_program *p, lm_step *s, int dev) {
+static loom_status step_code(const lm_schedule *p, lm_step *s, int dev) {
   const cuda_code *code = NULL;
   char name[40];
   loom_status st;
@@ -199,7 +199,7 @@ static loom_status step_code(const lm_program *p, lm_step *s, int dev) {
   return st;
 }
 
-loom_status lm_cuda_exec_compile(lm_program *p, int dev) {
+loom_status lm_cuda_exec_compile(lm_schedule *p, int dev) {
   loom_status st = lm_cuda_enter("loom_realize", dev, NULL); /* modules load into its context */
   for (int i = 0; i < p->nsteps && st == LOOM_OK; i++) {
     if (lm_env_flag("LOOM_DEBUG") && p->steps[i].kind == LM_STEP_KERNEL)
@@ -368,7 +368,7 @@ static const lm_step_runner cuda_runner = {kernel_step, gemm_step};
 /* The Philox keys the kernels read, copied to the device: keys[pos] becomes
  * a device pointer to the two words. */
 static loom_status upload_keys(const lm_exec *x, void **dkeys, void **buf, size_t *bytes) {
-  const lm_program *p = x->program;
+  const lm_schedule *p = x->program;
   int n = p->nnodes;
   bool any = false;
   for (int i = 0; i < p->nsteps && !any; i++)

@@ -1,0 +1,242 @@
+/* Fusion: which nodes get their own memory.
+ *
+ * A node is materialized (ends a kernel) when it is a target, a reduction, a
+ * matmul, a matmul operand that cannot be read in place, or a computed value
+ * the cost rule says to store: read by several kernels and costlier to
+ * recompute in each than RECOMPUTE_BUDGET, or read through a broadcast and
+ * costlier than BROADCAST_BUDGET. Without fusion (LOOM_NO_FUSE=1) every
+ * computed value is. Everything else is computed inline by its consumer's
+ * kernel: elementwise chains, views, constants, ranges and random draws. An
+ * elementwise consumer of a reduction then becomes the reduction's epilogue
+ * (fuse_epilogues) when the reduction is read only inside its kernel. */
+#include <stdlib.h>
+
+#include "passes/plan_internal.h"
+
+static bool is_compute(const lm_node *n) {
+  return !lm_is_computed(n) && n->op != LM_CONST && n->op != LM_IOTA && !lm_op_is_view(n->op);
+}
+
+/* Rough cost of computing one element of an op, in simple-instruction units
+ * (the op table's cost column). */
+static int op_cost(const lm_node *n) { return lm_op_table[n->op].cost; }
+
+/* A view that repeats elements: its source would be computed once per copy. */
+static bool broadcasts(const lm_node *n) {
+  return n->op == LM_EXPAND && lm_shape_numel(&n->shape) > lm_shape_numel(&n->src[0]->shape);
+}
+
+/* Recomputing a value in each reader beats a round trip through memory
+ * while it costs at most this much per element for all extra readers. */
+#define RECOMPUTE_BUDGET 8
+/* A value read through a broadcast is stored once it costs more than this:
+ * recomputing it would repeat it for every copy. */
+#define BROADCAST_BUDGET 2
+
+/* Planning writes the scratch fields of unrealized nodes only: computed ones
+ * (leaves) may be in graphs other threads plan at the same time. */
+static void reset(const lm_graph *g) {
+  for (int i = 0; i < g->n; i++) {
+    lm_node *n = g->nodes[i];
+    if (lm_is_computed(n)) continue;
+    n->uses = 0;
+    n->materialize = n->target = n->broadcast_use = n->reaches_stat = false;
+    n->fused_reduce = n->row_root = NULL;
+    n->group_uses = 0;
+  }
+  for (int t = 0; t < g->ntargets; t++) {
+    lm_node *n = g->nodes[g->targets[t]];
+    if (lm_is_computed(n)) continue; /* nothing to compute */
+    n->uses++;
+    n->materialize = n->target = true;
+  }
+}
+
+/* Consumers before sources: what must have memory (reductions, matmuls and
+ * their operands), and how many kernels read each node (views pass their
+ * readers on) and whether any reads it through a broadcast. */
+/* Each GEMM operand either read in place (through views down to a node with
+ * memory) or given memory itself. Sources first, and again until nothing
+ * changes: a forward GEMM stores its im2col matrix, and then the backward
+ * GEMM reads that matrix transposed in place instead of copying the
+ * transpose out of the window again (consumers first, the backward GEMM was
+ * decided before it knew). Marks only grow, so this ends. */
+/* The node to give memory so that GEMM operand o reads in place: o itself,
+ * or, below reshapes and permutes (which only reorder), the highest node
+ * whose memory makes o an affine view BLAS reads (a transposed im2col matrix
+ * stored in the order its kernel writes fastest). */
+static lm_node *operand_memory(lm_node *o) {
+  const lm_node *base;
+  lm_view view;
+  for (lm_node *x = o->src[0]; o->op == LM_PERMUTE || o->op == LM_RESHAPE;) {
+    if (lm_is_computed(x) || x->materialize) break;
+    x->materialize = true; /* try it */
+    bool reads = lm_gemm_operand(o, &base, &view);
+    x->materialize = false;
+    if (reads) return x;
+    if ((x->op != LM_PERMUTE && x->op != LM_RESHAPE) || lm_is_computed(x->src[0])) break;
+    x = x->src[0];
+  }
+  return o;
+}
+
+static void mark_gemm_operands(const lm_graph *g) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int i = 0; i < g->n; i++) {
+      lm_node *n = g->nodes[i];
+      if (lm_is_computed(n) || n->op != LM_MATMUL) continue;
+      n->materialize = true;
+      for (int s = 0; s < 2; s++) {
+        const lm_node *base;
+        lm_view view;
+        lm_node *o = n->src[s];
+        lm_node *needs = !lm_gemm_operand(o, &base, &view) ? operand_memory(o)
+                         : lm_is_computed(base)            ? NULL
+                                                           : (lm_node *)base;
+        if (needs && !needs->materialize) needs->materialize = changed = true;
+      }
+    }
+  }
+}
+
+static void count_uses(const lm_graph *g) {
+  mark_gemm_operands(g);
+  for (int i = g->n - 1; i >= 0; i--) {
+    lm_node *n = g->nodes[i];
+    if (lm_is_computed(n)) continue;
+    if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL) n->materialize = true;
+    bool inline_view = lm_op_is_view(n->op) && !n->materialize;
+    bool repeats = inline_view && (broadcasts(n) || n->broadcast_use || n->op == LM_WINDOW);
+    if (n->op == LM_GATHER && !lm_is_computed(n->src[0]))
+      n->src[0]->broadcast_use = true; /* rows read many times */
+    for (int s = 0; s < n->nsrc; s++) {
+      bool repeated = false;
+      for (int r = 0; r < s; r++) repeated |= n->src[r] == n->src[s];
+      if (repeated || lm_is_computed(n->src[s])) continue;
+      n->src[s]->uses += inline_view ? (n->uses > 0 ? n->uses : 1) : 1;
+      n->src[s]->broadcast_use |= repeats;
+    }
+  }
+}
+
+/* Sources before consumers: the inline cost of each node, and the cost rule
+ * deciding which computed values with several readers, or read through a
+ * broadcast, get memory. */
+static void apply_cost_rule(const lm_graph *g, bool fuse) {
+  for (int i = 0; i < g->n; i++) {
+    lm_node *n = g->nodes[i];
+    if (lm_is_computed(n)) continue;
+    int cost = op_cost(n);
+    for (int s = 0; s < n->nsrc; s++)
+      if (!n->src[s]->materialize && !lm_is_computed(n->src[s])) cost += n->src[s]->cost;
+    n->cost = cost > 1000000 ? 1000000 : cost;
+    if (!is_compute(n) || n->materialize) continue;
+    bool shared = n->uses > 1 && (n->broadcast_use || n->cost * (n->uses - 1) > RECOMPUTE_BUDGET);
+    bool repeated = n->broadcast_use && n->cost > BROADCAST_BUDGET;
+    if (!fuse || shared || repeated) n->materialize = true;
+  }
+}
+
+void lm_mark(const lm_graph *g, bool fuse) {
+  reset(g);
+  count_uses(g);
+  apply_cost_rule(g, fuse);
+}
+
+/* ------------------------------------------------------------ epilogues */
+
+/* Looks through root's inline expression for the one reduction it reads,
+ * reached only through elementwise ops and reshapes (which keep the output
+ * order). Anything else (two reductions, a reduction behind an expand or a
+ * permute) disqualifies. */
+static void scan_for_reduce(lm_node *n, const lm_node *root, bool path_ok, lm_node **found,
+                            bool *bad) {
+  if (*bad || lm_is_computed(n)) return;
+  if (n != root && n->materialize) {
+    if (!lm_op_is_reduce(n->op)) return;
+    if (!path_ok || (*found && *found != n)) *bad = true;
+    *found = n;
+    return;
+  }
+  /* the root too: a permute or expand at the top reorders the output */
+  bool ok = path_ok && (lm_op_is_elementwise(n->op) || n->op == LM_RESHAPE);
+  for (int s = 0; s < n->nsrc; s++) scan_for_reduce(n->src[s], root, ok, found, bad);
+}
+
+/* The nodes root computes inline (root included), each once. */
+void lm_collect_inline(lm_node *n, const lm_node *root, uint64_t epoch, node_list *l) {
+  if (n->visit == epoch || lm_is_computed(n) || (n != root && n->materialize)) return;
+  n->visit = epoch;
+  if (l->len == l->cap) {
+    int ncap = l->cap ? 2 * l->cap : 32;
+    lm_node **grown = realloc(l->items, sizeof(lm_node *) * (size_t)ncap);
+    if (!grown) {
+      l->oom = true;
+      return;
+    }
+    l->items = grown, l->cap = ncap;
+  }
+  l->items[l->len++] = n;
+  for (int s = 0; s < n->nsrc; s++) lm_collect_inline(n->src[s], root, epoch, l);
+}
+
+static int later_first(const void *a, const void *b) {
+  return (*(lm_node *const *)b)->pos - (*(lm_node *const *)a)->pos;
+}
+
+/* Whether every use of r comes from inside root's kernel (1, else 0; -1 when
+ * out of memory): the uses counted the way lm_mark() counts them, but only over
+ * root's inline nodes. */
+int lm_used_only_inside(lm_node *r, lm_node *root) {
+  node_list l = {0};
+  lm_collect_inline(root, root, lm_walk_epoch(), &l);
+  bool ok = !l.oom;
+  if (ok) {
+    qsort(l.items, (size_t)l.len, sizeof(lm_node *), later_first);
+    for (int i = 0; i < l.len; i++) l.items[i]->inner_uses = 0;
+    r->inner_uses = 0;
+    for (int i = 0; i < l.len; i++) { /* consumers before their sources */
+      lm_node *n = l.items[i];
+      bool passes = lm_op_is_view(n->op) && n != root;
+      for (int s = 0; s < n->nsrc; s++) {
+        bool repeated = false;
+        for (int q = 0; q < s; q++) repeated |= n->src[q] == n->src[s];
+        if (!repeated && !lm_is_computed(n->src[s]))
+          n->src[s]->inner_uses += passes ? n->inner_uses : 1;
+      }
+    }
+    /* every node between root and r must be read only inside root's kernel
+     * too: a shared value recomputed elsewhere would read r from memory */
+    ok = r->inner_uses == r->uses;
+    for (int i = 0; i < l.len && ok; i++)
+      ok = l.items[i] == root || l.items[i]->inner_uses == l.items[i]->uses;
+  }
+  free(l.items);
+  return l.oom ? -1 : ok;
+}
+
+/* An elementwise consumer of a reduction (mean's division, softmax's max
+ * fix-up, logsumexp's log + max) runs as that reduction's epilogue: one
+ * kernel instead of two, and the reduced values never go to memory. The
+ * reduction must be read only by that consumer's kernel. False when out of
+ * memory (planning fails rather than cache a plan that lacks the fusion). */
+bool lm_fuse_epilogues(const lm_graph *g) {
+  for (int i = 0; i < g->n; i++) {
+    lm_node *e = g->nodes[i];
+    if (!e->materialize || lm_is_computed(e) || lm_op_is_reduce(e->op) || e->op == LM_MATMUL)
+      continue;
+    lm_node *r = NULL;
+    bool bad = false;
+    scan_for_reduce(e, e, true, &r, &bad);
+    if (!r || bad || r->target || r->fused_reduce ||
+        lm_shape_numel(&r->shape) != lm_shape_numel(&e->shape))
+      continue;
+    int inside = lm_used_only_inside(r, e);
+    if (inside < 0) return false;
+    if (!inside) continue;
+    e->fused_reduce = r;
+    r->materialize = false;
+  }
+  return true;
+}

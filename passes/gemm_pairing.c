@@ -1,0 +1,176 @@
+/* GEMM steps and their pairings: each matmul's BLAS layout (operands read in
+ * place through views where one unit stride allows), then, among the planned
+ * steps, a GEMM whose only reader is an elementwise kernel of its shape runs
+ * deferred in row blocks with that kernel (an epilogue), and a large B operand
+ * that only GEMMs read is made inside each of them a block at a time (a
+ * prologue, CPU only). */
+#include <string.h>
+
+#include "passes/plan_internal.h"
+
+/* BLAS needs each matrix with one unit stride and a leading dimension no
+ * smaller than the other extent. */
+static bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool *trans,
+                        int64_t *ld) {
+  int64_t ncols = cols > 1 ? cols : 1, nrows = rows > 1 ? rows : 1;
+  if ((cols == 1 || sc == 1) && (rows == 1 || sr >= ncols)) {
+    *trans = false;
+    *ld = rows == 1 ? ncols : sr;
+    return true;
+  }
+  if ((rows == 1 || sr == 1) && (cols == 1 || sc >= nrows)) {
+    *trans = true;
+    *ld = cols == 1 ? nrows : sc;
+    return true;
+  }
+  return false;
+}
+
+bool lm_gemm_operand(const lm_node *operand, const lm_node **base, lm_view *view) {
+  if (operand->materialize || lm_is_computed(operand)) {
+    *base = operand;
+    view->shape = operand->shape;
+    view->offset = 0;
+    lm_shape_strides(&operand->shape, view->strides);
+    return true;
+  }
+  if (!lm_op_is_view(operand->op) || !lm_view_affine(operand, base, view)) return false;
+  int nd = view->shape.ndim;
+  bool trans;
+  int64_t ld;
+  return blas_layout(view->shape.dim[nd - 2], view->shape.dim[nd - 1], view->strides[nd - 2],
+                     view->strides[nd - 1], &trans, &ld);
+}
+
+void lm_plan_gemm(const lm_graph *graph, lm_node *n, lm_step *step) {
+  lm_gemm *g = &step->gemm;
+  memset(g, 0, sizeof *g);
+  const lm_node *a = n->src[0], *b = n->src[1], *abase, *bbase;
+  lm_view av, bv;
+  lm_gemm_operand(a, &abase, &av);
+  lm_gemm_operand(b, &bbase, &bv);
+  int nd = n->shape.ndim;
+  g->dtype = n->dtype;
+  g->nbatch = nd - 2;
+  for (int d = 0; d < nd - 2; d++) {
+    g->batch[d] = n->shape.dim[d];
+    g->a_bstride[d] = av.strides[d];
+    g->b_bstride[d] = bv.strides[d];
+  }
+  g->M = n->shape.dim[nd - 2];
+  g->N = n->shape.dim[nd - 1];
+  g->K = a->shape.dim[nd - 1];
+  g->a_offset = av.offset;
+  g->b_offset = bv.offset;
+  blas_layout(g->M, g->K, av.strides[nd - 2], av.strides[nd - 1], &g->a_trans, &g->lda);
+  blas_layout(g->K, g->N, bv.strides[nd - 2], bv.strides[nd - 1], &g->b_trans, &g->ldb);
+  g->a_pos = lm_graph_pos(graph, abase);
+  g->b_pos = lm_graph_pos(graph, bbase);
+  step->kind = LM_STEP_GEMM;
+  step->out = n->pos;
+  step->dtype = n->dtype;
+  step->outer = lm_shape_numel(&n->shape);
+}
+
+/* ------------------------------------------------------------ matmul epilogues */
+
+/* 1 when n's inline expression reads m only through elementwise ops (so at
+ * n's own output index), 0 when it does not read m, -1 otherwise. */
+static int elementwise_path(const lm_node *n, const lm_node *m) {
+  int found = 0;
+  for (int s = 0; s < n->nsrc; s++) {
+    const lm_node *src = n->src[s];
+    int r = src == m ? 1 : (src->materialize || lm_is_computed(src)) ? 0 : elementwise_path(src, m);
+    if (r < 0 || (r > 0 && !lm_op_is_elementwise(n->op))) return -1;
+    found |= r;
+  }
+  return found;
+}
+
+static int step_computing(const lm_schedule *p, int pos) {
+  for (int i = 0; i < p->nsteps; i++)
+    if (p->steps[i].out == pos) return i;
+  return -1;
+}
+
+/* Pairs each GEMM whose output only an elementwise kernel of the same shape
+ * reads (bias, activation, residual) with that kernel. False when out of
+ * memory. */
+bool lm_pair_gemm_epilogues(const lm_graph *g, lm_schedule *p) {
+  for (int i = 0; i < p->nsteps; i++) {
+    lm_step *e = &p->steps[i];
+    e->gemm_partner = -1;
+    if (e->kind != LM_STEP_KERNEL || e->out >= p->nnodes || e->kernel.reduce != LK_RED_NONE ||
+        e->kernel.nstats > 0)
+      continue;
+    lm_node *root = g->nodes[e->out];
+    for (int a = 1; a < e->kernel.nslots && e->gemm_partner < 0; a++) {
+      int pos = e->arg_pos[a];
+      if (e->arg_key[a] || pos >= p->nnodes) continue;
+      lm_node *m = g->nodes[pos];
+      if (lm_is_computed(m) || m->op != LM_MATMUL || m->target ||
+          !lm_shape_eq(&m->shape, &root->shape) || elementwise_path(root, m) != 1)
+        continue;
+      int inside = lm_used_only_inside(m, root);
+      if (inside < 0) return false;
+      if (!inside) continue;
+      int j = step_computing(p, pos);
+      if (j < 0 || p->steps[j].kind != LM_STEP_GEMM) continue;
+      p->steps[j].deferred = true;
+      e->gemm_partner = j;
+      e->gemm_slot = a;
+    }
+  }
+  return true;
+}
+
+/* ------------------------------------------------------------ GEMM prologues */
+
+/* Below this size an operand is stored: it stays in cache between its kernel
+ * and the GEMM anyway. */
+#define PROLOGUE_MIN_BYTES ((int64_t)1 << 20)
+
+/* Whether GEMM step s reads the whole buffer at pos, row-major, as its B
+ * operand and not as A (one batch). */
+static bool reads_whole_b(const lm_step *s, int pos) {
+  const lm_gemm *gm = &s->gemm;
+  if (s->kind != LM_STEP_GEMM || gm->b_pos != pos || gm->a_pos == pos || gm->b_offset != 0)
+    return false;
+  for (int d = 0; d < gm->nbatch; d++)
+    if (gm->batch[d] != 1) return false;
+  return gm->ldb == (gm->b_trans ? gm->K : gm->N);
+}
+
+/* Whether kernel step e's output can be made inside the GEMMs that read it:
+ * an elementwise kernel (any subset of its points can be computed alone) on
+ * the CPU whose large output only GEMMs read, each as its whole B operand. */
+static bool makes_gemm_operand(const lm_graph *g, const lm_schedule *p, const lm_step *e) {
+  if (e->kind != LM_STEP_KERNEL || e->out >= p->nnodes || p->published[e->out] ||
+      e->kernel.reduce != LK_RED_NONE || e->kernel.nstats > 0 || e->gemm_partner >= 0 ||
+      e->kernel.nslots > LM_PROLOGUE_MAX_SLOTS ||
+      e->outer * (int64_t)loom_dtype_size(e->dtype) < PROLOGUE_MIN_BYTES ||
+      g->nodes[e->out]->device.type != LOOM_DEVICE_CPU)
+    return false;
+  int readers = 0;
+  for (int i = 0; i < p->nsteps; i++) {
+    const lm_step *s = &p->steps[i];
+    if (s->kind == LM_STEP_GEMM && (s->gemm.a_pos == e->out || s->gemm.b_pos == e->out)) {
+      if (!reads_whole_b(s, e->out) || s->deferred) return false; /* (one with an epilogue) */
+      readers++;
+    }
+    for (int a = 1; s->kind == LM_STEP_KERNEL && a < s->kernel.nslots; a++)
+      if (!s->arg_key[a] && s->arg_pos[a] == e->out) return false;
+  }
+  return readers > 0;
+}
+
+void lm_pair_gemm_prologues(const lm_graph *g, lm_schedule *p) {
+  for (int j = 0; j < p->nsteps; j++) {
+    lm_step *e = &p->steps[j];
+    if (!makes_gemm_operand(g, p, e)) continue;
+    e->deferred = true;
+    for (int i = 0; i < p->nsteps; i++)
+      if (p->steps[i].kind == LM_STEP_GEMM && p->steps[i].gemm.b_pos == e->out)
+        p->steps[i].b_producer = j;
+  }
+}
