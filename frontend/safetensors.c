@@ -33,6 +33,7 @@
 
 #include "frontend/frontend.h"
 #include "frontend/params.h"
+#include "runtime/atomic_file.h"
 
 #define ST_MAX_HEADER 100000000ull /* the reference implementation's limit */
 #define ST_ALIGN 8
@@ -552,14 +553,8 @@ static loom_status realize_all(const loom_params *ps) {
 }
 
 static loom_status write_all(int fd, const void *data, uint64_t len, const char *path) {
-  const unsigned char *p = data;
-  while (len > 0) {
-    size_t chunk = len > (1u << 30) ? (1u << 30) : (size_t)len;
-    ssize_t put = write(fd, p, chunk);
-    if (put < 0 && errno == EINTR) continue;
-    if (put < 0) return save_fail(LOOM_ERR_IO, path, "cannot write: %s", strerror(errno));
-    p += put, len -= (uint64_t)put;
-  }
+  if (!lm_write_all(fd, data, (size_t)len))
+    return save_fail(LOOM_ERR_IO, path, "cannot write: %s", strerror(errno));
   return LOOM_OK;
 }
 
@@ -594,38 +589,22 @@ static loom_status write_contents(int fd, const loom_params *ps, const char *hea
   return st;
 }
 
-/* A new file beside path (so the rename stays in one file system), made with
- * O_EXCL: two savers never share one. */
-static int create_temp(const char *path, char *tmp, size_t len) {
-  static atomic_uint counter;
-  for (int tries = 0; tries < 100; tries++) {
-    snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0 || errno != EEXIST) return fd;
-  }
-  return -1;
-}
-
-/* Writes a temporary file and renames it over path: a reader sees the old
- * file or the new one, never half of one. */
+/* The file whole or not at all (runtime/atomic_file.h). */
 static loom_status write_atomically(const loom_params *ps, const char *header, const char *path) {
-  size_t len = strlen(path) + 64;
-  char *tmp = malloc(len);
-  if (!tmp) return save_fail(LOOM_ERR_OOM, path, "out of memory");
-  int fd = create_temp(path, tmp, len);
-  loom_status st = LOOM_OK;
-  if (fd < 0) {
-    st = save_fail(LOOM_ERR_IO, path, "cannot create a file beside it: %s", strerror(errno));
-    free(tmp);
+  lm_atomic_file f;
+  if (!lm_atomic_file_open(&f, path, 0666))
+    return errno == ENOMEM ? save_fail(LOOM_ERR_OOM, path, "out of memory")
+                           : save_fail(LOOM_ERR_IO, path, "cannot create a file beside it: %s",
+                                       strerror(errno));
+  loom_status st = write_contents(f.fd, ps, header, path);
+  if (st) {
+    lm_atomic_file_abandon(&f);
     return st;
   }
-  st = write_contents(fd, ps, header, path);
-  if (close(fd) != 0 && !st) st = save_fail(LOOM_ERR_IO, path, "cannot close: %s", strerror(errno));
-  if (!st && rename(tmp, path) != 0)
-    st = save_fail(LOOM_ERR_IO, path, "cannot replace it: %s", strerror(errno));
-  if (st) unlink(tmp);
-  free(tmp);
-  return st;
+  const char *what = NULL;
+  if (!lm_atomic_file_commit(&f, false, &what)) /* write_contents synced */
+    return save_fail(LOOM_ERR_IO, path, "cannot %s it: %s", what, strerror(errno));
+  return LOOM_OK;
 }
 
 loom_status loom_params_save(const loom_params *ps, const char *path) {

@@ -16,6 +16,7 @@
 #include <xxhash.h>
 
 #include "backends/llvm/llvm_backend.h"
+#include "runtime/atomic_file.h"
 #include "runtime/disk_cache.h"
 #include "runtime/runtime.h"
 
@@ -26,7 +27,6 @@
 
 static pthread_once_t dir_once = PTHREAD_ONCE_INIT;
 static char dir_path[4096]; /* set once; empty when the disk cache is off */
-static _Atomic uint64_t temp_counter;
 
 static void warn_off(const char *path, const char *why) {
   fprintf(stderr,
@@ -175,30 +175,18 @@ void *lm_disk_load(lm_hash128 key, size_t *len) {
   return data;
 }
 
-static bool write_all(int fd, const void *p, size_t len) {
-  const char *c = p;
-  while (len > 0) {
-    ssize_t w = write(fd, c, len);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    c += w, len -= (size_t)w;
-  }
-  return true;
-}
-
 void lm_disk_store(lm_hash128 key, const void *payload, size_t len) {
   if (!loom_cache_dir()) return;
-  char path[4200], temp[4300];
+  char path[4200];
   entry_path(key, path, sizeof path);
-  snprintf(temp, sizeof temp, "%s.tmp.%ld.%llu", path, (long)getpid(),
-           (unsigned long long)atomic_fetch_add(&temp_counter, 1));
-  int fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return;
+  lm_atomic_file f;
+  if (!lm_atomic_file_open(&f, path, 0600)) return;
   unsigned char header[HEADER];
   make_header(header, key, payload, len);
-  bool ok = write_all(fd, header, HEADER) && write_all(fd, payload, len);
-  ok = close(fd) == 0 && ok;
-  if (!ok || rename(temp, path) != 0) unlink(temp);
+  if (lm_write_all(f.fd, header, HEADER) && lm_write_all(f.fd, payload, len))
+    lm_atomic_file_commit(&f, false, NULL); /* unsynced: a lost entry is rebuilt */
+  else
+    lm_atomic_file_abandon(&f);
 }
 
 void lm_disk_remove(lm_hash128 key) {

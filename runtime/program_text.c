@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/atomic_file.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"
 
@@ -211,52 +212,23 @@ static void put_program(text *t, const loom_program *p, const int *wnum) {
   put(t, "end\n");
 }
 
-/* A new file beside path (the rename stays in one file system), made with
- * O_EXCL so two writers never share one. */
-static int create_temp(const char *path, char *tmp, size_t len) {
-  static atomic_uint counter;
-  for (int tries = 0; tries < 100; tries++) {
-    snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0 || errno != EEXIST) return fd;
-  }
-  return -1;
-}
-
-static bool write_all(int fd, const char *data, size_t len) {
-  while (len > 0) {
-    ssize_t put_n = write(fd, data, len);
-    if (put_n < 0 && errno == EINTR) continue;
-    if (put_n < 0) return false;
-    data += put_n, len -= (size_t)put_n;
-  }
-  return true;
-}
-
-/* Writes data to path through a temporary file beside it, renamed over path:
- * a reader sees the old file or the new one, never half of one. */
+/* Writes data to path whole or not at all (runtime/atomic_file.h). */
 static loom_status write_file_atomically(const char *op, const char *path, const void *data,
                                          size_t len) {
-  size_t tmp_len = strlen(path) + 64;
-  char *tmp = malloc(tmp_len);
-  if (!tmp) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
-  int fd = create_temp(path, tmp, tmp_len);
-  if (fd < 0) {
-    loom_status st = lm_fail(LOOM_ERR_IO, "%s: '%s': cannot create a file beside it: %s", op, path,
-                             strerror(errno));
-    free(tmp);
+  lm_atomic_file f;
+  if (!lm_atomic_file_open(&f, path, 0666))
+    return errno == ENOMEM ? lm_fail(LOOM_ERR_OOM, "%s: out of memory", op)
+                           : lm_fail(LOOM_ERR_IO, "%s: '%s': cannot create a file beside it: %s",
+                                     op, path, strerror(errno));
+  if (!lm_write_all(f.fd, data, len)) {
+    loom_status st = lm_fail(LOOM_ERR_IO, "%s: '%s': cannot write: %s", op, path, strerror(errno));
+    lm_atomic_file_abandon(&f);
     return st;
   }
-  loom_status st = LOOM_OK;
-  if (!write_all(fd, data, len) || fsync(fd) != 0)
-    st = lm_fail(LOOM_ERR_IO, "%s: '%s': cannot write: %s", op, path, strerror(errno));
-  if (close(fd) != 0 && st == LOOM_OK)
-    st = lm_fail(LOOM_ERR_IO, "%s: '%s': cannot close: %s", op, path, strerror(errno));
-  if (st == LOOM_OK && rename(tmp, path) != 0)
-    st = lm_fail(LOOM_ERR_IO, "%s: '%s': cannot replace it: %s", op, path, strerror(errno));
-  if (st != LOOM_OK) unlink(tmp);
-  free(tmp);
-  return st;
+  const char *what = NULL;
+  if (!lm_atomic_file_commit(&f, true, &what))
+    return lm_fail(LOOM_ERR_IO, "%s: '%s': cannot %s it: %s", op, path, what, strerror(errno));
+  return LOOM_OK;
 }
 
 /* The weights, named as in the text, through the public safetensors writer.

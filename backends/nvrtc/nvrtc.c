@@ -57,22 +57,11 @@ static void *open_library(void) {
       "/usr/local/cuda/lib64/libnvrtc.so.12",
       "/usr/local/cuda/lib64/libnvrtc.so",
   };
-  const char *forced = getenv("LOOM_NVRTC");
-  if (forced && *forced) {
-    void *lib = dlopen(forced, RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-      lm_dl_msg(load_error, sizeof load_error, "cannot load NVRTC from LOOM_NVRTC=%s: %s", forced,
-                dlerror());
-    return lib;
-  }
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (lib) return lib;
-  }
-  lm_dl_msg(load_error, sizeof load_error,
-            "NVRTC not found (tried libnvrtc.so.13, .so.12, libnvrtc.so and /usr/local/cuda/lib64; "
-            "install the CUDA toolkit or set LOOM_NVRTC to the library's path)");
-  return NULL;
+  return lm_dl_open("NVRTC", "LOOM_NVRTC", names, sizeof names / sizeof names[0],
+                    "NVRTC not found: tried libnvrtc.so.13, .so.12, libnvrtc.so and "
+                    "/usr/local/cuda/lib64; install the CUDA toolkit or set LOOM_NVRTC to the "
+                    "library's path",
+                    load_error, sizeof load_error);
 }
 
 static void load(void) {

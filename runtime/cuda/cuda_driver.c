@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cuda/cuda_driver.h"
 #include "backends/nvrtc/dl.h"
+#include "runtime/cuda/cuda_driver.h"
 
 static lm_cu_api api;
 static bool ready;
@@ -45,18 +45,11 @@ static bool bind_all(void *lib) {
 }
 
 static void *open_library(void) {
-  const char *forced = getenv("LOOM_LIBCUDA");
-  const char *path = forced && *forced ? forced : "libcuda.so.1";
-  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!lib && forced && *forced)
-    lm_dl_msg(reason, sizeof reason, "cannot load the CUDA driver from LOOM_LIBCUDA=%s: %s", path,
-              dlerror());
-  else if (!lib)
-    lm_dl_msg(reason, sizeof reason,
-              "no CUDA driver (libcuda.so.1 not found: %s; install the NVIDIA driver or set "
-              "LOOM_LIBCUDA to its path)",
-              dlerror());
-  return lib;
+  static const char *const names[] = {"libcuda.so.1"};
+  return lm_dl_open("the CUDA driver", "LOOM_LIBCUDA", names, 1,
+                    "no CUDA driver: libcuda.so.1 not found; install the NVIDIA driver or set "
+                    "LOOM_LIBCUDA to its path",
+                    reason, sizeof reason);
 }
 
 /* Names for the results loom may see before the driver can name them itself

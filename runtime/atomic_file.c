@@ -1,0 +1,77 @@
+/* See atomic_file.h. */
+#include "runtime/atomic_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static _Atomic unsigned long long temp_counter;
+
+bool lm_atomic_file_open(lm_atomic_file *f, const char *path, mode_t mode) {
+  size_t len = strlen(path) + 64;
+  f->path = path;
+  f->fd = -1;
+  f->tmp = malloc(len);
+  if (!f->tmp) {
+    errno = ENOMEM;
+    return false;
+  }
+  for (int tries = 0; tries < 100; tries++) {
+    snprintf(f->tmp, len, "%s.tmp.%ld.%llu", path, (long)getpid(),
+             (unsigned long long)atomic_fetch_add(&temp_counter, 1));
+    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (f->fd >= 0) return true;
+    if (errno != EEXIST) break;
+  }
+  int saved = errno;
+  free(f->tmp);
+  f->tmp = NULL;
+  errno = saved;
+  return false;
+}
+
+bool lm_write_all(int fd, const void *data, size_t len) {
+  const char *p = data;
+  while (len > 0) {
+    size_t chunk = len > ((size_t)1 << 30) ? ((size_t)1 << 30) : len;
+    ssize_t put = write(fd, p, chunk);
+    if (put < 0 && errno == EINTR) continue;
+    if (put < 0) return false;
+    if (put == 0) {
+      errno = EIO;
+      return false;
+    }
+    p += put, len -= (size_t)put;
+  }
+  return true;
+}
+
+static void finish(lm_atomic_file *f, bool remove) {
+  if (remove) unlink(f->tmp);
+  free(f->tmp);
+  f->tmp = NULL;
+  f->fd = -1;
+}
+
+bool lm_atomic_file_commit(lm_atomic_file *f, bool sync, const char **what) {
+  const char *failed = NULL;
+  if (sync && fsync(f->fd) != 0) failed = "sync";
+  int saved = errno;
+  if (close(f->fd) != 0 && !failed) failed = "close", saved = errno;
+  if (!failed && rename(f->tmp, f->path) != 0) failed = "replace", saved = errno;
+  finish(f, failed != NULL);
+  if (what) *what = failed;
+  errno = saved;
+  return failed == NULL;
+}
+
+void lm_atomic_file_abandon(lm_atomic_file *f) {
+  int saved = errno;
+  if (f->fd >= 0) close(f->fd);
+  finish(f, true);
+  errno = saved;
+}

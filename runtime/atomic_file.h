@@ -1,0 +1,30 @@
+/* Files written whole or not at all (saved weights and programs, disk cache
+ * entries): a temporary beside the path, renamed over it once complete, so a
+ * reader sees the old file or the new one, never half of one. */
+#ifndef LOOM_RUNTIME_ATOMIC_FILE_H
+#define LOOM_RUNTIME_ATOMIC_FILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct lm_atomic_file {
+  int fd;           /* the temporary, open for writing */
+  char *tmp;        /* its path (malloc'd) */
+  const char *path; /* where it goes */
+} lm_atomic_file;
+
+/* Creates the temporary beside path (the rename stays in one file system), with
+ * O_EXCL so two writers never share one. False with errno set (ENOMEM when out
+ * of memory). */
+bool lm_atomic_file_open(lm_atomic_file *f, const char *path, mode_t mode);
+/* Writes all of data (retrying short writes and EINTR); false with errno set. */
+bool lm_write_all(int fd, const void *data, size_t len);
+/* Syncs (when sync), closes and renames the temporary over path. False with
+ * errno set, the temporary removed; *what then says which step failed ("sync",
+ * "close", "replace"). Either way f is finished. */
+bool lm_atomic_file_commit(lm_atomic_file *f, bool sync, const char **what);
+/* Closes and removes the temporary (after a failed write). */
+void lm_atomic_file_abandon(lm_atomic_file *f);
+
+#endif
