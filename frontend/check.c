@@ -1,5 +1,7 @@
 /* Validation and type promotion shared by every op. */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 
 #include "frontend/frontend.h"
 
@@ -107,4 +109,15 @@ bool lm_broadcast_shape(const loom_shape *a, const loom_shape *b, loom_shape *ou
     out->dim[i] = da == 1 ? db : da;
   }
   return true;
+}
+
+loom_tensor *lm_pair_error(loom_status st, const char *op, const loom_shape *a, const char *sep,
+                           const loom_shape *b, const char *fmt, ...) {
+  char what[512], sa[128], sb[128];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  return lm_error(st, "%s: %s %s %s: %s", op, lm_shape_str(a, sa, sizeof sa), sep,
+                  lm_shape_str(b, sb, sizeof sb), what);
 }

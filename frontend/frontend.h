@@ -16,6 +16,11 @@
 /* NULL when t is a good tensor; else a new error tensor to return (t NULL ->
  * LOOM_ERR_NULL naming the op, t an error tensor -> the same error). */
 loom_tensor *lm_check(const char *op, const loom_tensor *t);
+/* An error about two operands, "<op>: <a> <sep> <b>: <what>" (the shapes as
+ * [2,3]): loom_matmul's "[4,2] @ [3,1]: inner dimensions 2 and 3 differ". */
+loom_tensor *lm_pair_error(loom_status st, const char *op, const loom_shape *a, const char *sep,
+                           const loom_shape *b, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
 /* Validates a shape given by the user (ndim, negative dims, overflowing size). */
 loom_tensor *lm_check_shape(const char *op, const loom_shape *s, loom_dtype dtype);
 loom_tensor *lm_check_dtype(const char *op, loom_dtype dtype);

@@ -28,39 +28,33 @@ static lm_node *int_matmul(lm_node *a, lm_node *b, int nb) {
 loom_tensor *loom_matmul(const loom_tensor *a, const loom_tensor *b) {
   const char *name = "loom_matmul";
   loom_tensor *err;
-  char sa[128], sb[128];
   if ((err = lm_check(name, a)) || (err = lm_check(name, b))) return err;
   if ((err = lm_check_same_device(name, a->node, b->node))) return err;
   const loom_shape *A = &a->node->shape, *B = &b->node->shape;
   if (a->node->dtype != b->node->dtype)
-    return lm_error(LOOM_ERR_DTYPE, "%s: %s @ %s: dtypes %s and %s differ (cast one)", name,
-                    lm_shape_str(A, sa, sizeof sa), lm_shape_str(B, sb, sizeof sb),
-                    loom_dtype_name(a->node->dtype), loom_dtype_name(b->node->dtype));
+    return lm_pair_error(LOOM_ERR_DTYPE, name, A, "@", B, "dtypes %s and %s differ (cast one)",
+                         loom_dtype_name(a->node->dtype), loom_dtype_name(b->node->dtype));
   if (a->node->dtype == LOOM_BOOL)
     return lm_error(LOOM_ERR_DTYPE, "%s: bool tensors cannot be multiplied", name);
   if (A->ndim == 0 || B->ndim == 0)
-    return lm_error(LOOM_ERR_SHAPE, "%s: %s @ %s: both arguments need at least 1 dim", name,
-                    lm_shape_str(A, sa, sizeof sa), lm_shape_str(B, sb, sizeof sb));
+    return lm_pair_error(LOOM_ERR_SHAPE, name, A, "@", B, "both arguments need at least 1 dim");
   /* 1-D operands become matrices; their dim is removed from the result. */
   loom_shape a2 = *A, b2 = *B;
   if (A->ndim == 1) a2 = LOOM_SHAPE(1, A->dim[0]);
   if (B->ndim == 1) b2 = LOOM_SHAPE(B->dim[0], 1);
   int64_t K = a2.dim[a2.ndim - 1];
   if (K != b2.dim[b2.ndim - 2])
-    return lm_error(LOOM_ERR_SHAPE, "%s: %s @ %s: inner dimensions %lld and %lld differ", name,
-                    lm_shape_str(A, sa, sizeof sa), lm_shape_str(B, sb, sizeof sb), (long long)K,
-                    (long long)b2.dim[b2.ndim - 2]);
+    return lm_pair_error(LOOM_ERR_SHAPE, name, A, "@", B, "inner dimensions %lld and %lld differ",
+                         (long long)K, (long long)b2.dim[b2.ndim - 2]);
   loom_shape ba = {a2.ndim - 2, {0}}, bb = {b2.ndim - 2, {0}}, batch;
   for (int d = 0; d < ba.ndim; d++) ba.dim[d] = a2.dim[d];
   for (int d = 0; d < bb.ndim; d++) bb.dim[d] = b2.dim[d];
   if (!lm_broadcast_shape(&ba, &bb, &batch))
-    return lm_error(LOOM_ERR_SHAPE, "%s: %s @ %s: batch dimensions cannot be broadcast", name,
-                    lm_shape_str(A, sa, sizeof sa), lm_shape_str(B, sb, sizeof sb));
+    return lm_pair_error(LOOM_ERR_SHAPE, name, A, "@", B, "batch dimensions cannot be broadcast");
   bool integer = !loom_dtype_is_float(a->node->dtype);
   int nb = batch.ndim;
   if (nb + 2 + integer > LOOM_MAX_DIMS)
-    return lm_error(LOOM_ERR_SHAPE, "%s: %s @ %s: too many batch dims", name,
-                    lm_shape_str(A, sa, sizeof sa), lm_shape_str(B, sb, sizeof sb));
+    return lm_pair_error(LOOM_ERR_SHAPE, name, A, "@", B, "too many batch dims");
   int64_t M = a2.dim[a2.ndim - 2], N = b2.dim[b2.ndim - 1];
   loom_shape fa = batch, fb = batch, out = batch;
   fa.ndim = fb.ndim = out.ndim = nb + 2;
