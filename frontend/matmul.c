@@ -25,6 +25,36 @@ static lm_node *int_matmul(lm_node *a, lm_node *b, int nb) {
   return r;
 }
 
+/* Whether a [batch.., M, K] @ b [1.., K, N] (a weight shared by every batch
+ * index: a linear layer on [b, t, C]) is one GEMM of batch * M rows: a has
+ * every batch dim, b none, and a is not a view that reorders or repeats
+ * (its rows would then need copying out, where a batched GEMM reads them in
+ * place). Its gradients are then one GEMM each too (the weight's over
+ * K = batch * M). */
+static bool folds_into_rows(const lm_node *a, const loom_shape *ba, const loom_shape *bb) {
+  if (ba->ndim == 0) return false;
+  for (int d = 0; d < bb->ndim; d++)
+    if (bb->dim[d] != 1) return false;
+  return !lm_op_is_view(a->op) || a->op == LM_RESHAPE;
+}
+
+/* reshape(reshape(a, [rows, K]) @ reshape(b, [K, N]), batch + [M, N]), dropping
+ * N when b was 1-D. */
+static loom_tensor *folded_matmul(lm_node *a, lm_node *b, int64_t M, int64_t K, int64_t N,
+                                  const loom_shape *batch, int b_ndim) {
+  int64_t rows = M * lm_shape_numel(batch);
+  lm_node *ra = nb_reshape(a, LOOM_SHAPE(rows, K)), *rb = nb_reshape(b, LOOM_SHAPE(K, N));
+  lm_node *src[2] = {ra, rb};
+  lm_node *r =
+      ra && rb ? lm_node_new(LM_MATMUL, 2, src, LOOM_SHAPE(rows, N), a->dtype, a->device) : NULL;
+  loom_shape final = *batch;
+  final.dim[final.ndim++] = M;
+  if (b_ndim > 1) final.dim[final.ndim++] = N;
+  lm_node *f = nb_reshape(r, final);
+  nb_drop(ra, rb, r, NULL);
+  return lm_result(f);
+}
+
 loom_tensor *loom_matmul(const loom_tensor *a, const loom_tensor *b) {
   const char *name = "loom_matmul";
   loom_tensor *err;
@@ -62,6 +92,8 @@ loom_tensor *loom_matmul(const loom_tensor *a, const loom_tensor *b) {
   fb.dim[nb] = K, fb.dim[nb + 1] = N;
   out.dim[nb] = M, out.dim[nb + 1] = N;
   if ((err = lm_check_shape(name, &out, a->node->dtype))) return err;
+  if (!integer && folds_into_rows(a->node, &ba, &bb))
+    return folded_matmul(a->node, b->node, M, K, N, &batch, B->ndim);
   lm_node *ra = nb_reshape(a->node, a2), *rb = nb_reshape(b->node, b2);
   lm_node *ea = nb_broadcast(ra, fa), *eb = nb_broadcast(rb, fb);
   lm_node *r = NULL;

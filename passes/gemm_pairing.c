@@ -74,14 +74,16 @@ void lm_plan_gemm(const lm_graph *graph, lm_node *n, lm_step *step) {
 
 /* ------------------------------------------------------------ matmul epilogues */
 
-/* 1 when n's inline expression reads m only through elementwise ops (so at
- * n's own output index), 0 when it does not read m, -1 otherwise. */
+/* 1 when n's inline expression reads m only through elementwise ops and
+ * reshapes (so at n's own row-major output index: a reshape keeps it; a
+ * [b, t, N] bias add reads a folded [b*t, N] product so), 0 when it does not
+ * read m, -1 otherwise. */
 static int elementwise_path(const lm_node *n, const lm_node *m) {
   int found = 0;
   for (int s = 0; s < n->nsrc; s++) {
     const lm_node *src = n->src[s];
     int r = src == m ? 1 : (src->materialize || lm_is_computed(src)) ? 0 : elementwise_path(src, m);
-    if (r < 0 || (r > 0 && !lm_op_is_elementwise(n->op))) return -1;
+    if (r < 0 || (r > 0 && !lm_op_is_elementwise(n->op) && n->op != LM_RESHAPE)) return -1;
     found |= r;
   }
   return found;
@@ -109,7 +111,8 @@ bool lm_pair_gemm_epilogues(const lm_graph *g, lm_schedule *p) {
       if (e->arg_key[a] || pos >= p->nnodes) continue;
       lm_node *m = g->nodes[pos];
       if (lm_is_computed(m) || m->op != LM_MATMUL || m->target ||
-          !lm_shape_eq(&m->shape, &root->shape) || elementwise_path(root, m) != 1)
+          lm_shape_numel(&m->shape) != lm_shape_numel(&root->shape) ||
+          elementwise_path(root, m) != 1)
         continue;
       int inside = lm_used_only_inside(m, root);
       if (inside < 0) return false;

@@ -508,8 +508,50 @@ static void test_deterministic_reductions(void) {
   CHECK_OK(loom_set_num_threads(2));
 }
 
+/* A linear layer on [b, t, C] folds its batch into rows: the forward product, the
+ * input's gradient and the weight's (K = b*t) are one GEMM each, as for the same
+ * layer on [b*t, C] (and the bias + relu still run as the forward GEMM's epilogue):
+ * the same BLAS calls and the same bits. Unfolded, each was b GEMMs (and the
+ * weight's gradient a sum of b of them). */
+static void test_folded_linear(void) {
+  enum { B = 8, T = 64, C = 128, N = 96 };
+  int threads = loom_num_threads();
+  CHECK_OK(loom_set_num_threads(1)); /* a call count per GEMM, not per thread */
+  uint64_t calls[2];
+  float grads[2][N * C], outs[2][B * T * N];
+  for (int form = 0; form < 2; form++) LOOM_SCOPE {
+      loom_key key = loom_key_new(7);
+      loom_tensor *x =
+          loom_rand_key(loom_key_fold(key, 1), LOOM_SHAPE(B, T, C), LOOM_F32, LOOM_CPU);
+      loom_tensor *w = loom_rand_key(loom_key_fold(key, 2), LOOM_SHAPE(N, C), LOOM_F32, LOOM_CPU);
+      loom_tensor *bias = loom_rand_key(loom_key_fold(key, 3), LOOM_SHAPE(N), LOOM_F32, LOOM_CPU);
+      CHECK_OK(loom_realize(x));
+      CHECK_OK(loom_realize(w));
+      CHECK_OK(loom_set_requires_grad(w, true));
+      loom_tensor *in = form == 0 ? x : loom_reshape(x, LOOM_SHAPE(B * T, C));
+      loom_tensor *y = loom_relu(loom_linear_f(in, w, bias));
+      loom_tensor *loss = loom_sum_all(loom_square(y));
+      CHECK_OK(loom_backward(loss));
+      loom_tensor *dw = loom_grad(w);
+      loom_reset_stats();
+      loom_tensor *targets[2] = {dw, y};
+      CHECK_OK(loom_eval(targets, 2));
+      calls[form] = loom_get_stats().gemm_calls;
+      CHECK_OK(loom_copy_to_host(dw, grads[form], sizeof grads[form]));
+      CHECK_OK(loom_copy_to_host(y, outs[form], sizeof outs[form]));
+    }
+  CHECK_MSG(calls[0] == calls[1] && calls[0] < B,
+            "a [%d, %d, %d] linear made %llu BLAS calls, "
+            "its [%d, %d] form %llu",
+            B, T, C, (unsigned long long)calls[0], B * T, C, (unsigned long long)calls[1]);
+  CHECK_MSG(memcmp(grads[0], grads[1], sizeof grads[0]) == 0, "the weight's gradients differ");
+  CHECK_MSG(memcmp(outs[0], outs[1], sizeof outs[0]) == 0, "the outputs differ");
+  CHECK_OK(loom_set_num_threads(threads));
+}
+
 int main(void) {
   test_counts();
+  test_folded_linear();
   test_unfused_counts();
   test_permuted_reduction();
   test_affine_view_loads();
