@@ -642,6 +642,12 @@ loom_status loom_cache_clear(void);
 /* A description of the code generator's target (LLVM version, triple, CPU,
  * features), as it enters the kernel cache keys. */
 const char *loom_target_id(void);
+/* The BLAS loom calls: the library's path, its version and build ("OpenBLAS 0.3.21
+ * DYNAMIC_ARCH ..."), the kernels it runs ("SkylakeX") and why those ("OpenBLAS's own
+ * detection", "OPENBLAS_CORETYPE=... (yours)", or that loom asked for them because
+ * OpenBLAS fell back to older kernels than the CPU has). Any pointer may be NULL. */
+void loom_blas_info(const char **library, const char **version, const char **core,
+                    const char **reason);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "passes/passes.h"
+#include "runtime/blas.h"
 #include "runtime/gemm.h"
 #include "runtime/pool.h"
 #include "runtime/runtime.h"
@@ -65,11 +66,6 @@ int64_t lm_gemm_batches(const lm_gemm *g) {
   for (int d = 0; d < g->nbatch; d++) batches *= g->batch[d];
   return batches;
 }
-
-void openblas_set_num_threads(int num_threads);
-
-/* Someone else may have raised OpenBLAS's threads: loom's pool splits. */
-static void blas_single_threaded(void) { openblas_set_num_threads(1); }
 
 /* One part of a row range, on a pool thread. */
 typedef struct row_task {
@@ -154,7 +150,7 @@ void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t ba
   int64_t ao, bo;
   lm_gemm_batch_offsets(g, batch, &ao, &bo);
   const char *ab = (const char *)a + ao * (int64_t)es, *bb = (const char *)b + bo * (int64_t)es;
-  blas_single_threaded();
+  lm_blas_single_threaded();
   int64_t n = r1 - r0, threads = loom_num_threads(), parts = threads;
   if (n * g->N * g->K < GEMM_PARALLEL_WORK) parts = 1;
   if (parts > 1 && n / GEMM_MIN_ROWS < parts && g->N / GEMM_MIN_COLS < 2 &&
@@ -259,7 +255,7 @@ loom_status lm_run_gemm_filled(const lm_gemm *g, const void *a, lm_gemm_fill fil
   size_t partial_bytes = g->b_trans && parts > 1 ? (size_t)parts * (size_t)(g->M * g->N) * es : 0;
   char *scratch = lm_buffer_alloc(scratch_bytes + partial_bytes);
   if (!scratch) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory for a GEMM's B blocks");
-  blas_single_threaded();
+  lm_blas_single_threaded();
   fill_task t = {g,    a,   fill,  ctx,     rows,
                  cols, per, parts, scratch, partial_bytes ? scratch + scratch_bytes : c};
   lm_parallel_for(parts, parts, fill_part, &t);

@@ -5,9 +5,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "runtime/blas.h"
 #include "runtime/runtime.h"
-
-void openblas_set_num_threads(int num_threads);
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static _Atomic int num_threads = 1;
@@ -21,7 +20,7 @@ static void read_environment(void) {
   if (n > LM_MAX_THREADS) n = LM_MAX_THREADS;
   atomic_store(&num_threads, n);
   atomic_store(&fusion, !lm_env_flag("LOOM_NO_FUSE"));
-  openblas_set_num_threads(1); /* loom splits GEMMs over its own pool (runtime/gemm.c) */
+  lm_blas_single_threaded(); /* loom splits GEMMs over its own pool (runtime/gemm.c) */
 }
 
 int loom_num_threads(void) {

@@ -56,6 +56,10 @@ static int command_info(void) {
   printf("threads:   %d\n", loom_num_threads());
   printf("fusion:    %s\n", loom_fusion_enabled() ? "on" : "off");
   printf("cache dir: %s\n", dir ? dir : "(none: kernels are cached in memory only)");
+  const char *library, *version, *core, *reason;
+  loom_blas_info(&library, &version, &core, &reason);
+  printf("blas:      %s, core %s (%s)\n", library, core, reason);
+  printf("           %s\n", version);
   if (loom_cuda_available())
     printf("cuda:      available, %d device(s)\n", loom_cuda_device_count());
   else {
