@@ -128,25 +128,34 @@ loom_tensor *loom_argmin(const loom_tensor *a, int axis, bool keepdim) {
 
 typedef enum rowwise { SOFTMAX, LOG_SOFTMAX, LOGSUMEXP } rowwise;
 
-/* logsumexp and log_softmax from one log-sum-exp reduction (LM_RLSE: max,
- * then the sum of exp(x - max), in one kernel): logsumexp is it, log_softmax
- * is x - it. The log-sum-exp is F64 even for F32 x (its max and exps stay in
- * float), and x - lse is taken in F64 and rounded once: an F32 lse of rows near
- * 1000 is off by half an ulp of 1000 (3e-5), which x - lse would keep.
- * softmax over the last dim is e / sum(e) with e = exp(x - max), as PyTorch
- * computes it: one row kernel that stores e while summing it and divides in
- * place, one exp per element. Over another dim it is exp(x - lse): two
- * kernels, where e / sum(e) would take three. */
-static lm_node *softmax_of(lm_node *x, uint32_t mask) {
+/* softmax and log_softmax from the max m (not differentiated: it cancels) and
+ * s = sum(exp(x - m)): softmax = exp(x - m) / s, log_softmax = (x - m) -
+ * log(s), as PyTorch computes them. x - m keeps the row's differences exact
+ * whatever the logits' size (x - (m + log s) lost log s past |x| ~ 1e15: 0
+ * instead of -0.693 at 1e16). Over the last dim each is one row kernel (m and
+ * s its statistics; softmax stores exp(x - m) while summing it and divides in
+ * place, one exp per element); over another dim three kernels (m, s, the
+ * result). logsumexp is one LM_RLSE reduction (max, then the sum of exp(x -
+ * max), in one kernel), in F64 for F32 x (its max and exps stay in float),
+ * rounded once. */
+static lm_node *row_max(lm_node *x, uint32_t mask) {
+  lm_no_grad_push();
   lm_node *m = nb_reduce(LM_RMAX, x, mask);
+  lm_no_grad_pop();
+  return m;
+}
+
+static lm_node *softmax_of(lm_node *x, uint32_t mask, bool log_form) {
+  lm_node *m = row_max(x, mask);
   lm_node *mx = x ? nb_expand(m, x->shape) : NULL;
   lm_node *d = nb_binary(LM_SUB, x, mx);
   lm_node *e = nb_unary(LM_EXP, d);
   lm_node *s = nb_reduce(LM_RSUM, e, mask);
-  lm_node *sx = x ? nb_expand(s, x->shape) : NULL;
-  lm_node *r = nb_binary(LM_DIV, e, sx);
+  lm_node *ls = log_form ? nb_unary(LM_LOG, s) : (lm_node_retain(s), s);
+  lm_node *sx = x ? nb_expand(ls, x->shape) : NULL;
+  lm_node *r = log_form ? nb_binary(LM_SUB, d, sx) : nb_binary(LM_DIV, e, sx);
   nb_drop(m, mx, d, e);
-  nb_drop(s, sx, NULL, NULL);
+  nb_drop(s, ls, sx, NULL);
   return r;
 }
 
@@ -158,29 +167,19 @@ static loom_tensor *row(const char *name, rowwise kind, const loom_tensor *a, in
   loom_dtype dt = loom_dtype_is_float(a->node->dtype) ? a->node->dtype : LOOM_F32;
   lm_node *one_d = as_at_least_1d(a->node);
   lm_node *x = nb_cast(one_d, dt);
-  if (kind == SOFTMAX && mask == 1u << (x ? x->shape.ndim - 1 : 0)) { /* a row kernel */
-    lm_node *y = softmax_of(x, mask);
-    lm_node *r = scalar_in ? nb_reshape(y, LOOM_SHAPE0) : (lm_node_retain(y), y);
-    nb_drop(one_d, x, y, NULL);
-    return lm_result(r);
-  }
-  lm_node *lse = nb_reduce(LM_RLSE, x, mask);
-  if (lse) lse->dtype = LOOM_F64; /* an F32 x still takes its max and exps in float */
-  lm_node *x64 = nb_cast(x, LOOM_F64);
   lm_node *r = NULL;
-  if (kind == LOGSUMEXP) {
+  if (kind != LOGSUMEXP) {
+    lm_node *y = softmax_of(x, mask, kind == LOG_SOFTMAX);
+    r = scalar_in ? nb_reshape(y, LOOM_SHAPE0) : (lm_node_retain(y), y);
+    nb_drop(y, NULL, NULL, NULL);
+  } else {
+    lm_node *lse = nb_reduce(LM_RLSE, x, mask);
+    if (lse) lse->dtype = LOOM_F64; /* an F32 x still takes its max and exps in float */
     lm_node *l = scalar_in ? nb_reshape(lse, LOOM_SHAPE0) : nb_squeeze_axes(lse, mask);
     r = nb_cast(l, dt);
-    nb_drop(l, NULL, NULL, NULL);
-  } else {
-    lm_node *wide = x ? nb_expand(lse, x->shape) : NULL;
-    lm_node *diff = nb_binary(LM_SUB, x64, wide);
-    lm_node *z = nb_cast(diff, dt); /* log_softmax, rounded once */
-    lm_node *y = kind == SOFTMAX ? nb_unary(LM_EXP, z) : (lm_node_retain(z), z);
-    r = scalar_in ? nb_reshape(y, LOOM_SHAPE0) : (lm_node_retain(y), y);
-    nb_drop(wide, diff, z, y);
+    nb_drop(lse, l, NULL, NULL);
   }
-  nb_drop(one_d, x, lse, x64);
+  nb_drop(one_d, x, NULL, NULL);
   return lm_result(r);
 }
 

@@ -40,7 +40,9 @@ static void test_counts(void) {
     CHECK_EQ_INT(kernels_for(loom_logsumexp(x, -1)), 1);
     CHECK_EQ_INT(kernels_for(loom_softmax(x, -1)), 1); /* the row's log-sum-exp inside */
     CHECK_EQ_INT(kernels_for(loom_log_softmax(x, -1)), 1);
-    CHECK_EQ_INT(kernels_for(loom_softmax(x, 0)), 2); /* not the last dim: no row kernel */
+    /* not the last dim: no row kernel; the max, the sum of exp(x - max), the result */
+    CHECK_EQ_INT(kernels_for(loom_softmax(x, 0)), 3);
+    CHECK_EQ_INT(kernels_for(loom_log_softmax(x, 0)), 3);
     /* a big reduction to one value: partial sums in parallel, then their sum */
     CHECK_EQ_INT(kernels_for(loom_mean_all(big)), 2);
 

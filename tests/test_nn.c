@@ -288,8 +288,40 @@ static const gcase grads[] = {
     {"dropout", g_dropout, 1, {LOOM_SHAPE(4, 5)}, ANY},
 };
 
+/* log_softmax, softmax and cross_entropy of logits too large for x - (max + log(sum)):
+ * 1e16 + log(2) is 1e16 in F64 (that form gave 0 for -0.693); (x - max) - log(sum)
+ * keeps the difference, over the last dim (a row kernel) and another. */
+static void test_huge_logits(void) {
+  for (int dt = LOOM_F32; dt <= LOOM_F64; dt++) LOOM_SCOPE {
+      double v[4] = {1e16, 1e16, -3e15, -3e15}, got[4];
+      loom_tensor *x = loom_cast(loom_from_data(v, LOOM_SHAPE(2, 2), LOOM_F64, test_device()),
+                                 (loom_dtype)dt);
+      double tol = dt == LOOM_F32 ? 1e-6 : 1e-14;
+      CHECK_OK(loom_copy_to_host(loom_cast(loom_log_softmax(x, 1), LOOM_F64), got, sizeof got));
+      for (int i = 0; i < 4; i++) CHECK_NEAR(got[i], -M_LN2, tol);
+      CHECK_OK(loom_copy_to_host(loom_cast(loom_log_softmax(loom_transpose(x, 0, 1), 0), LOOM_F64),
+                                 got, sizeof got));
+      for (int i = 0; i < 4; i++) CHECK_NEAR(got[i], -M_LN2, tol);
+      CHECK_OK(loom_copy_to_host(loom_cast(loom_softmax(loom_transpose(x, 0, 1), 0), LOOM_F64),
+                                 got, sizeof got));
+      for (int i = 0; i < 4; i++) CHECK_NEAR(got[i], 0.5, tol);
+      int64_t lv[2] = {0, 1};
+      loom_tensor *labels = loom_from_data(lv, LOOM_SHAPE(2), LOOM_I64, test_device());
+      CHECK_NEAR(loom_item(loom_cross_entropy(x, labels)), M_LN2, tol);
+      /* logits 1e12 apart from 1e12 + 1: F64 keeps the 1 */
+      if (dt == LOOM_F64) {
+        double w[2] = {1e12, 1e12 + 1};
+        loom_tensor *y = loom_from_data(w, LOOM_SHAPE(1, 2), LOOM_F64, test_device());
+        CHECK_OK(loom_copy_to_host(loom_log_softmax(y, 1), got, 2 * sizeof(double)));
+        CHECK_NEAR(got[0], -log1p(exp(1.0)), 1e-12);
+        CHECK_NEAR(got[1], -log1p(exp(-1.0)), 1e-12);
+      }
+    }
+}
+
 int main(void) {
   CHECK_OK(loom_set_default_device(test_device())); /* layers and parameters */
+  test_huge_logits();
   test_conv_forward();
   test_pool_forward();
   test_pool_blocks();
