@@ -182,8 +182,10 @@ loom_tensor *loom_pad(const loom_tensor *a, const int64_t *pads, int npads, doub
     int d = nd - 1 - i;
     lo[d] = pads[2 * i], hi[d] = pads[2 * i + 1];
     int64_t len = cur->shape.dim[d];
-    int64_t start = lo[d] < 0 ? -lo[d] : 0, end = hi[d] < 0 ? len + hi[d] : len;
-    if (end < start) {
+    /* a crop past the dim (INT64_MIN among them: its negation overflows) */
+    bool past = (lo[d] < 0 && lo[d] < -len) || (hi[d] < 0 && hi[d] < -len);
+    int64_t start = !past && lo[d] < 0 ? -lo[d] : 0, end = !past && hi[d] < 0 ? len + hi[d] : len;
+    if (past || end < start) {
       lm_node_release(cur);
       return lm_error(LOOM_ERR_SHAPE, "%s: pads (%lld, %lld) leave a negative size on dim %d", name,
                       (long long)lo[d], (long long)hi[d], d);
@@ -199,7 +201,12 @@ loom_tensor *loom_pad(const loom_tensor *a, const int64_t *pads, int npads, doub
   bool any = false;
   for (int d = 0; d < nd; d++) {
     lo[d] = lo[d] > 0 ? lo[d] : 0, hi[d] = hi[d] > 0 ? hi[d] : 0;
-    s.dim[d] += lo[d] + hi[d];
+    if (__builtin_add_overflow(s.dim[d], lo[d], &s.dim[d]) ||
+        __builtin_add_overflow(s.dim[d], hi[d], &s.dim[d])) {
+      lm_node_release(cur);
+      return lm_error(LOOM_ERR_SIZE, "%s: pads (%lld, %lld) make dim %d too large", name,
+                      (long long)lo[d], (long long)hi[d], d);
+    }
     any |= lo[d] || hi[d];
   }
   if (!any) return lm_result(cur);

@@ -80,6 +80,15 @@ loom_tensor *loom_conv2d_f(const loom_tensor *x, const loom_tensor *w, const loo
   char sx[128], sw[128];
   if ((err = check_4d(name, x)) || (err = lm_check(name, w))) return err;
   const loom_shape *X = &x->node->shape, *W = &w->node->shape;
+  for (int i = 0; i < 2; i++) /* 0 (an unset field) takes the default; below it is refused */
+    if (o.stride[i] < 0 || o.dilation[i] < 0)
+      return lm_error(LOOM_ERR_VALUE,
+                      "%s: stride %d and dilation %d (dim %d): each must be at least 1 (0 takes "
+                      "the default 1)",
+                      name, o.stride[i], o.dilation[i], i);
+  if (o.groups < 0)
+    return lm_error(LOOM_ERR_VALUE, "%s: groups %d must be at least 1 (0 takes the default 1)",
+                    name, o.groups);
   int64_t groups = or_default(o.groups, 1);
   if (W->ndim != 4 || W->dim[0] % groups || X->dim[1] != W->dim[1] * groups)
     return lm_error(LOOM_ERR_SHAPE, "%s: input %s and weight %s (groups %lld) do not fit", name,

@@ -348,7 +348,8 @@ typedef struct loom_conv2d_opts {
   int stride[2], padding[2], dilation[2], groups;
 } loom_conv2d_opts;
 /* x [N, C, H, W], w [O, C/groups, KH, KW], b [O] or NULL -> [N, O, OH, OW].
- * Lowered to im2col + GEMM (OpenBLAS on the CPU). */
+ * Lowered to im2col + GEMM (OpenBLAS on the CPU). A zero field of opts takes its
+ * default (stride 1, padding 0, dilation 1, groups 1); negative ones are refused. */
 loom_tensor *loom_conv2d_f(const loom_tensor *x, const loom_tensor *w, const loom_tensor *b,
                            loom_conv2d_opts opts);
 /* stride 0 means stride = kernel. avg_pool2d counts padding (torch's default). */

@@ -170,6 +170,13 @@ ROW_T(shape_expand, loom_expand(f23, LOOM_SHAPE(2, 4)))
 ROW_T(shape_cat, loom_cat((loom_tensor *[]){f23, a234}, 2, 0))
 ROW_T(shape_loss, loom_cross_entropy(f23, labels4))
 ROW_T(shape_conv, loom_conv2d_f(a234, a234, NULL, (loom_conv2d_opts){.groups = 1}))
+static loom_tensor *conv_x(void) { return loom_ones(LOOM_SHAPE(1, 2, 5, 5), LOOM_F32, LOOM_CPU); }
+static loom_tensor *conv_w(void) { return loom_ones(LOOM_SHAPE(3, 2, 3, 3), LOOM_F32, LOOM_CPU); }
+ROW_T(value_conv_stride,
+      loom_conv2d_f(conv_x(), conv_w(), NULL, (loom_conv2d_opts){.stride = {1, -2}}))
+ROW_T(value_conv_dilation,
+      loom_conv2d_f(conv_x(), conv_w(), NULL, (loom_conv2d_opts){.dilation = {-1, 1}}))
+ROW_T(value_conv_groups, loom_conv2d_f(conv_x(), conv_w(), NULL, (loom_conv2d_opts){.groups = -1}))
 ROW_S(shape_copy, loom_copy_to_host(f23, buf6, 5 * sizeof(float)))
 ROW_S(shape_assign, loom_assign(f23, f4))
 ROW_S(shape_backward, loom_backward(f23))
@@ -231,6 +238,9 @@ ROW_T(size_overflow, loom_zeros(LOOM_SHAPE(1LL << 40, 1LL << 40), LOOM_F32, LOOM
 ROW_T(size_expand_overflow,
       loom_expand(loom_reshape(f4, LOOM_SHAPE(4, 1, 1)), LOOM_SHAPE(4, 1LL << 40, 1LL << 40)))
 ROW_T(size_reshape_overflow, loom_reshape(f23, LOOM_SHAPE(1LL << 62, 4)))
+ROW_T(size_pad_max, loom_pad(f4, (int64_t[]){INT64_MAX, INT64_MAX}, 2, 0))
+ROW_T(size_pad_2_62, loom_pad(f4, (int64_t[]){INT64_C(1) << 62, INT64_C(1) << 62}, 2, 0))
+ROW_T(shape_pad_min, loom_pad(f4, (int64_t[]){INT64_MIN, 0}, 2, 0))
 ROW_T(size_arange, loom_arange(0, 1e300, 1, LOOM_F32, LOOM_CPU))
 ROW_T(size_arange_step, loom_arange(0, 5, 0, LOOM_F32, LOOM_CPU))
 ROW_T(size_arange_nan, loom_arange(0, NAN, 1, LOOM_F32, LOOM_CPU))
@@ -446,6 +456,12 @@ static const row table[] = {
         "loom_cross_entropy: needs [N, C] scores and [N] labels, got [2,3] and [4]"),
     ROW("wrong shape", "loom_conv2d_f(x [2,3,4], w [2,3,4])", shape_conv, LOOM_ERR_SHAPE,
         "input must be [N, C, H, W], got [2,3,4]"),
+    ROW("bad value", "loom_conv2d_f(x, w, stride {1, -2})", value_conv_stride, LOOM_ERR_VALUE,
+        "loom_conv2d_f: stride -2 and dilation 0 (dim 1): each must be at least 1"),
+    ROW("bad value", "loom_conv2d_f(x, w, dilation {-1, 1})", value_conv_dilation, LOOM_ERR_VALUE,
+        "loom_conv2d_f: stride 0 and dilation -1 (dim 0): each must be at least 1"),
+    ROW("bad value", "loom_conv2d_f(x, w, groups -1)", value_conv_groups, LOOM_ERR_VALUE,
+        "loom_conv2d_f: groups -1 must be at least 1"),
     ROW("wrong shape", "loom_copy_to_host([2,3], buf, 20)", shape_copy, LOOM_ERR_BUFFER,
         "20 bytes given, f32 [2,3] needs 24"),
     ROW("wrong shape", "loom_assign([2,3], [4])", shape_assign, LOOM_ERR_SHAPE,
@@ -521,6 +537,12 @@ static const row table[] = {
         "shape [1099511627776,1099511627776] is too large"),
     ROW("bad size", "loom_expand([4,1,1], [4, 2^40, 2^40])", size_expand_overflow, LOOM_ERR_SIZE,
         "is too large"),
+    ROW("bad size", "loom_pad([4], {INT64_MAX, INT64_MAX})", size_pad_max, LOOM_ERR_SIZE,
+        "loom_pad: pads (9223372036854775807, 9223372036854775807) make dim 0 too large"),
+    ROW("bad size", "loom_pad([4], {2^62, 2^62})", size_pad_2_62, LOOM_ERR_SIZE,
+        "loom_pad: pads (4611686018427387904, 4611686018427387904) make dim 0 too large"),
+    ROW("bad size", "loom_pad([4], {INT64_MIN, 0})", shape_pad_min, LOOM_ERR_SHAPE,
+        "loom_pad: pads (-9223372036854775808, 0) leave a negative size on dim 0"),
     ROW("bad size", "loom_reshape([2,3], [2^62, 4])", size_reshape_overflow, LOOM_ERR_SIZE,
         "loom_reshape: target shape [4611686018427387904,4] is too large"),
     ROW("bad size", "loom_arange(0, 1e300, 1)", size_arange, LOOM_ERR_SIZE,
