@@ -329,9 +329,10 @@ loom_tensor *loom_batch_norm(const loom_tensor *x, loom_tensor *running_mean,
     loom_tensor *mean, *var;
     y = affine(normalize(x, axes, naxes, eps, &mean, &var), weight, bias, cshape);
     /* The running statistics change only with a result: a failed forward
-     * pass leaves them as they were. */
-    if (train && running_mean && running_var && !loom_status_of(y)) {
-      int64_t n = lm_shape_numel(&x->node->shape) / (C > 0 ? C : 1);
+     * pass leaves them as they were, and so does an empty batch (its mean and
+     * variance are 0/0; PyTorch keeps the statistics too). */
+    int64_t n = lm_shape_numel(&x->node->shape) / (C > 0 ? C : 1);
+    if (train && running_mean && running_var && !loom_status_of(y) && n > 0) {
       double unbias = n > 1 ? (double)n / (double)(n - 1) : 1.0;
       loom_tensor *err = update_running(running_mean, running_var, mean, var, C, momentum, unbias);
       if (err) y = err;

@@ -190,6 +190,19 @@ static void test_batchnorm_running_stats(void) {
     float e[8];
     CHECK_OK(loom_copy_to_host(loom_batchnorm2d_forward(&bn, tx, false), e, sizeof e));
     CHECK_NEAR(e[0], (1 - rm[0]) / sqrt(rv[0] + 1e-5), 1e-5);
+    /* an empty batch in train mode: an empty result, the statistics untouched (as
+     * PyTorch); they became NaN for good before */
+    loom_tensor *empty = loom_zeros(LOOM_SHAPE(0, 2, 1, 2), LOOM_F32, test_device());
+    loom_tensor *ye = loom_batchnorm2d_forward(&bn, empty, true);
+    CHECK_STATUS(ye, LOOM_OK);
+    CHECK_EQ_INT(loom_numel(ye), 0);
+    CHECK_OK(loom_realize(ye));
+    float rm2[2], rv2[2], e2[8];
+    CHECK_OK(loom_copy_to_host(bn.running_mean, rm2, sizeof rm2));
+    CHECK_OK(loom_copy_to_host(bn.running_var, rv2, sizeof rv2));
+    CHECK(memcmp(rm, rm2, sizeof rm) == 0 && memcmp(rv, rv2, sizeof rv) == 0);
+    CHECK_OK(loom_copy_to_host(loom_batchnorm2d_forward(&bn, tx, false), e2, sizeof e2));
+    CHECK(memcmp(e, e2, sizeof e) == 0);
   }
   loom_params_free(ps);
 }
