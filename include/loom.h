@@ -152,8 +152,12 @@ loom_tensor *loom_full_like(const loom_tensor *t, double value);
 loom_status loom_realize(loom_tensor *t);
 /* Realizes several tensors in one program. */
 loom_status loom_eval(loom_tensor *const *ts, int n);
-/* The value of a one-element tensor (realizing it); NaN on error. */
+/* The value of a one-element tensor (realizing it); NaN on error. An I64 beyond
+ * 2^53 rounds to the nearest double: loom_item_i64 gives integers exactly. */
 double loom_item(loom_tensor *t);
+/* The value of a one-element integer or bool tensor, exactly, into *value;
+ * LOOM_ERR_DTYPE for a float tensor (loom_item reads those). */
+loom_status loom_item_i64(loom_tensor *t, int64_t *value);
 /* Copies the realized, contiguous, row-major data into dst (bytes must equal
  * numel * element size). */
 loom_status loom_copy_to_host(loom_tensor *t, void *dst, size_t bytes);

@@ -30,21 +30,46 @@ loom_status loom_eval(loom_tensor *const *ts, int n) {
   return st;
 }
 
-double loom_item(loom_tensor *t) {
-  if (check_tensor("loom_item", t) != LOOM_OK) return NAN;
+/* The one element of t, realized, copied to *element (room for any dtype). */
+static loom_status one_element(const char *op, loom_tensor *t, double element[1]) {
+  loom_status st = check_tensor(op, t);
+  if (st != LOOM_OK) return st;
   int64_t numel = lm_shape_numel(&t->node->shape);
   if (numel != 1) {
     char sb[128];
-    lm_fail(LOOM_ERR_SHAPE, "loom_item: needs exactly one element, shape %s has %lld",
-            lm_shape_str(&t->node->shape, sb, sizeof sb), (long long)numel);
-    return NAN;
+    return lm_fail(LOOM_ERR_SHAPE, "%s: needs exactly one element, shape %s has %lld", op,
+                   lm_shape_str(&t->node->shape, sb, sizeof sb), (long long)numel);
   }
-  if (lm_realize_nodes(&t->node, 1) != LOOM_OK) return NAN;
-  double value[1]; /* room for any dtype's element, aligned */
-  if (lm_data_copy("loom_item", LOOM_CPU, value, t->node->device, t->node->data,
-                   loom_dtype_size(t->node->dtype)) != LOOM_OK)
-    return NAN;
-  return lm_dtype_load_double(t->node->dtype, value);
+  if ((st = lm_realize_nodes(&t->node, 1)) != LOOM_OK) return st;
+  return lm_data_copy(op, LOOM_CPU, element, t->node->device, t->node->data,
+                      loom_dtype_size(t->node->dtype));
+}
+
+double loom_item(loom_tensor *t) {
+  double element[1];
+  if (one_element("loom_item", t, element) != LOOM_OK) return NAN;
+  return lm_dtype_load_double(t->node->dtype, element);
+}
+
+loom_status loom_item_i64(loom_tensor *t, int64_t *value) {
+  if (!value) return lm_fail(LOOM_ERR_NULL, "loom_item_i64: value is NULL");
+  if (t && t->node && !lm_is_freed(t) && lm_dtype_is_float(t->node->dtype))
+    return lm_fail(LOOM_ERR_DTYPE, "loom_item_i64: the tensor is %s (loom_item reads floats)",
+                   loom_dtype_name(t->node->dtype));
+  double element[1];
+  loom_status st = one_element("loom_item_i64", t, element);
+  if (st != LOOM_OK) return st;
+  switch (t->node->dtype) {
+  case LOOM_I64: memcpy(value, element, sizeof *value); break;
+  case LOOM_I32: {
+    int32_t v;
+    memcpy(&v, element, sizeof v);
+    *value = v;
+    break;
+  }
+  default: *value = *(const uint8_t *)element; break; /* U8, BOOL */
+  }
+  return LOOM_OK;
 }
 
 loom_status loom_copy_to_host(loom_tensor *t, void *dst, size_t bytes) {

@@ -29,6 +29,13 @@ static int format_one(const fmt *f, double v, char *buf, size_t len) {
   return snprintf(buf, len, "%.4f", v);
 }
 
+/* Element i as text: integers exactly (an I64 through a double lost its low digits). */
+static int format_at(const fmt *f, const lm_node *n, int64_t i, char *buf, size_t len) {
+  if (n->dtype == LOOM_I64)
+    return snprintf(buf, len, "%lld", (long long)((const int64_t *)n->data)[i]);
+  return format_one(f, at(n, i), buf, len);
+}
+
 /* torch's _Formatter: integral floats print as "3.", others with 4 decimals,
  * scientific when the nonzero finite magnitudes span more than 1000x or
  * reach 1e8 (or go below 1e-4); the width is the widest such value. */
@@ -41,7 +48,7 @@ static void choose_format(const lm_node *n, fmt *f) {
   char buf[64];
   if (!loom_dtype_is_float(n->dtype)) {
     for (int64_t i = 0; i < numel; i++) {
-      int w = format_one(f, at(n, i), buf, sizeof buf);
+      int w = format_at(f, n, i, buf, sizeof buf);
       if (w > f->width) f->width = w;
     }
     return;
@@ -69,7 +76,7 @@ static void choose_format(const lm_node *n, fmt *f) {
 
 static void element(FILE *out, const lm_node *n, const fmt *f, int64_t offset) {
   char buf[64];
-  format_one(f, at(n, offset), buf, sizeof buf);
+  format_at(f, n, offset, buf, sizeof buf);
   fprintf(out, "%*s", f->width, buf);
 }
 

@@ -58,6 +58,23 @@ int main(void) {
   EXPECT(mk(LOOM_SHAPE0, LOOM_F32, V(3)), "tensor(3.)");
   EXPECT(mk(LOOM_SHAPE0, LOOM_F32, V(0.5)), "tensor(0.5000)");
   EXPECT(mk(LOOM_SHAPE0, LOOM_I64, V(7)), "tensor(7)");
+  LOOM_SCOPE { /* I64 beyond 2^53, exactly (through a double: ...808 and ...000) */
+    int64_t big[2] = {INT64_MAX, INT64_C(9007199254740993)}, got = 0;
+    loom_tensor *t = loom_from_data(big, LOOM_SHAPE(2), LOOM_I64, LOOM_CPU);
+    char *text = print_str(t);
+    CHECK_STR_EQ(text, "tensor([9223372036854775807,    9007199254740993])");
+    free(text);
+    CHECK_OK(loom_item_i64(loom_slice(t, 0, 0, 1, 1), &got));
+    CHECK_EQ_INT(got, INT64_MAX);
+    CHECK_OK(loom_item_i64(loom_reshape(loom_slice(t, 0, 1, 2, 1), LOOM_SHAPE0), &got));
+    CHECK_EQ_INT(got, INT64_C(9007199254740993));
+    int32_t small = -7;
+    CHECK_OK(loom_item_i64(loom_from_data(&small, LOOM_SHAPE(1), LOOM_I32, LOOM_CPU), &got));
+    CHECK_EQ_INT(got, -7);
+    CHECK_RC(loom_item_i64(loom_ones(LOOM_SHAPE(1), LOOM_F32, LOOM_CPU), &got), LOOM_ERR_DTYPE);
+    CHECK_RC(loom_item_i64(t, &got), LOOM_ERR_SHAPE);
+    CHECK_RC(loom_item_i64(t, NULL), LOOM_ERR_NULL);
+  }
   EXPECT(mk(LOOM_SHAPE0, LOOM_I32, V(-7)), "tensor(-7, dtype=torch.int32)");
   EXPECT(mk(LOOM_SHAPE0, LOOM_BOOL, V(1)), "tensor(True)");
   /* ints (int64 is the default), aligned */
