@@ -74,16 +74,25 @@ void lm_plan_gemm(const lm_graph *graph, lm_node *n, lm_step *step) {
 
 /* ------------------------------------------------------------ matmul epilogues */
 
+/* A reshape that only splits rows (the last dim kept): [b*t, N] -> [b, t, N]. */
+static bool splits_rows(const lm_node *n) {
+  const loom_shape *out = &n->shape, *in = &n->src[0]->shape;
+  return n->op == LM_RESHAPE && out->ndim > 0 && in->ndim > 0 &&
+         out->dim[out->ndim - 1] == in->dim[in->ndim - 1];
+}
+
 /* 1 when n's inline expression reads m only through elementwise ops and
- * reshapes (so at n's own row-major output index: a reshape keeps it; a
- * [b, t, N] bias add reads a folded [b*t, N] product so), 0 when it does not
- * read m, -1 otherwise. */
+ * reshapes that split rows (so at n's own row-major output index, whole rows
+ * of m per row block: a [b, t, N] bias add reads a folded [b*t, N] product so),
+ * 0 when it does not read m, -1 otherwise. (A reshape that regroups the last
+ * dim, a weight gradient [O, C*KH*KW] read as [O, C, KH, KW], stays out: pairing
+ * it would cost the convolution's GEMM prologue.) */
 static int elementwise_path(const lm_node *n, const lm_node *m) {
   int found = 0;
   for (int s = 0; s < n->nsrc; s++) {
     const lm_node *src = n->src[s];
     int r = src == m ? 1 : (src->materialize || lm_is_computed(src)) ? 0 : elementwise_path(src, m);
-    if (r < 0 || (r > 0 && !lm_op_is_elementwise(n->op) && n->op != LM_RESHAPE)) return -1;
+    if (r < 0 || (r > 0 && !lm_op_is_elementwise(n->op) && !splits_rows(n))) return -1;
     found |= r;
   }
   return found;
