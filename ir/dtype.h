@@ -46,6 +46,10 @@ static inline bool lm_dtype_is_int(loom_dtype d) {
   lm_dtype_class c = lm_dtype_info_of(d)->cls;
   return lm_dtype_valid(d) && (c == LM_DTYPE_SIGNED || c == LM_DTYPE_UNSIGNED);
 }
+/* Takes arithmetic: the floats and the integers, not BOOL. */
+static inline bool lm_dtype_is_numeric(loom_dtype d) {
+  return lm_dtype_is_float(d) || lm_dtype_is_int(d);
+}
 /* Compared and extended without a sign: U8 and BOOL. */
 static inline bool lm_dtype_is_unsigned(loom_dtype d) {
   lm_dtype_class c = lm_dtype_info_of(d)->cls;

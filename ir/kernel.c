@@ -38,11 +38,6 @@ static bool op_valid(lk_op op) { return (int)op >= 0 && op < LK_NUM_OPS; }
 
 const char *lk_op_name(lk_op op) { return op_valid(op) ? OPS[op].name : "?"; }
 
-/* Arithmetic dtypes: everything but BOOL. */
-static bool dtype_numeric(loom_dtype dt) {
-  return lm_dtype_valid(dt) && lm_dtype_info_of(dt)->cls != LM_DTYPE_BOOL;
-}
-
 static int operand(const lk_inst *in, int which) {
   return which == 0 ? in->a : which == 1 ? in->b : in->c;
 }
@@ -293,7 +288,7 @@ static const char *check_inst_dtypes(const lk_kernel *k, const lk_inst *in) {
   case LK_MUL:
   case LK_MAX:
   case LK_MIN:
-    if (!dtype_numeric(dt) || da != dt || db != dt)
+    if (!lm_dtype_is_numeric(dt) || da != dt || db != dt)
       return "arithmetic operands must match a numeric dtype";
     return NULL;
   case LK_DIV:
@@ -303,7 +298,7 @@ static const char *check_inst_dtypes(const lk_kernel *k, const lk_inst *in) {
     return NULL;
   case LK_NEG:
   case LK_ABS:
-    if (!dtype_numeric(dt) || da != dt) return "neg/abs operand must match a numeric dtype";
+    if (!lm_dtype_is_numeric(dt) || da != dt) return "neg/abs operand must match a numeric dtype";
     return NULL;
   case LK_EXP:
   case LK_LOG:

@@ -49,8 +49,6 @@ static bool refuse(const verdict *v, const char *fmt, ...) {
   return false;
 }
 
-static bool is_numeric(loom_dtype d) { return lm_dtype_is_float(d) || lm_dtype_is_int(d); }
-
 /* Lowering turns an integer constant into an int64 with a C cast, which is
  * defined only for values in int64's range (not NaN, not infinite). */
 static bool fits_int64(loom_dtype d, double v) {
@@ -80,12 +78,9 @@ static bool check_shape(const verdict *v) {
   return true;
 }
 
-/* How many sources an op takes; -1 for CAT (1 to LM_CAT_MAX_SOURCES). */
-static int arity(lm_op op) { return lm_op_table[op].arity; }
-
 static bool check_sources(const verdict *v) {
   const lm_node *n = v->n;
-  int want = arity(n->op);
+  int want = lm_op_table[n->op].arity; /* -1: CAT, 1 to LM_CAT_MAX_SOURCES */
   char t[256];
   if (want >= 0 && n->nsrc != want)
     return refuse(v, "%d sources, %s takes %d", n->nsrc, lm_op_name(n->op), want);
@@ -132,7 +127,7 @@ static bool check_unary(const verdict *v) {
     return n->dtype == LOOM_BOOL ? source_dtype_is(v, 0, LOOM_BOOL, "not takes bools")
                                  : refuse(v, "not gives bool");
   if (op == LM_CLAMP) {
-    if (!is_numeric(n->dtype)) return refuse(v, "clamp does not take bool");
+    if (!lm_dtype_is_numeric(n->dtype)) return refuse(v, "clamp does not take bool");
     double bound[2] = {n->arg.clamp.lo, n->arg.clamp.hi};
     for (int i = 0; i < 2; i++) /* lowering makes finite bounds constants of the dtype */
       if (!isinf(bound[i]) && !lm_dtype_holds(n->dtype, bound[i]))
@@ -141,7 +136,7 @@ static bool check_unary(const verdict *v) {
   }
   if (lm_op_table[op].float_only && !lm_dtype_is_float(n->dtype))
     return refuse(v, "%s computes in f32 or f64 (the frontend casts other dtypes)", lm_op_name(op));
-  if ((op == LM_NEG || op == LM_SQUARE) && !is_numeric(n->dtype))
+  if ((op == LM_NEG || op == LM_SQUARE) && !lm_dtype_is_numeric(n->dtype))
     return refuse(v, "%s does not take bool", lm_op_name(op));
   return source_dtype_is(v, 0, n->dtype, "the node's dtype");
 }
@@ -165,7 +160,7 @@ static bool check_binary(const verdict *v) {
       return refuse(v, "%s computes in f32 or f64 (the frontend casts integers)",
                     lm_op_name(n->op));
     /* ADD SUB MUL MAX MIN: the frontend makes bool add/max an or, mul/min an and */
-    if (!is_numeric(n->dtype)) return refuse(v, "arithmetic does not take bool");
+    if (!lm_dtype_is_numeric(n->dtype)) return refuse(v, "arithmetic does not take bool");
     break;
   }
   return source_dtype_is(v, 0, n->dtype, "the node's dtype") &&
@@ -483,7 +478,7 @@ bool lm_node_verify(const lm_node *n, char *why, size_t len) {
   if (!check_shape(&v)) return false;
   if (lm_is_computed(n) && n->op != LM_INPUT) return check_data(&v);
   if (!check_sources(&v)) return false;
-  if (arity(n->op) == 0) return check_leaf(&v);
+  if (lm_op_table[n->op].arity == 0) return check_leaf(&v);
   if (lm_op_is_elementwise(n->op)) return check_elementwise(&v);
   if (lm_op_is_reduce(n->op)) return check_reduce(&v);
   switch (n->op) {

@@ -53,22 +53,17 @@ double loom_item(loom_tensor *t) {
 
 loom_status loom_item_i64(loom_tensor *t, int64_t *value) {
   if (!value) return lm_fail(LOOM_ERR_NULL, "loom_item_i64: value is NULL");
-  if (t && t->node && !lm_is_freed(t) && lm_dtype_is_float(t->node->dtype))
+  loom_status st = check_tensor("loom_item_i64", t);
+  if (st != LOOM_OK) return st;
+  if (lm_dtype_is_float(t->node->dtype))
     return lm_fail(LOOM_ERR_DTYPE, "loom_item_i64: the tensor is %s (loom_item reads floats)",
                    loom_dtype_name(t->node->dtype));
   double element[1];
-  loom_status st = one_element("loom_item_i64", t, element);
-  if (st != LOOM_OK) return st;
-  switch (t->node->dtype) {
-  case LOOM_I64: memcpy(value, element, sizeof *value); break;
-  case LOOM_I32: {
-    int32_t v;
-    memcpy(&v, element, sizeof v);
-    *value = v;
-    break;
-  }
-  default: *value = *(const uint8_t *)element; break; /* U8, BOOL */
-  }
+  if ((st = one_element("loom_item_i64", t, element)) != LOOM_OK) return st;
+  if (t->node->dtype == LOOM_I64) /* the one integer dtype a double does not hold exactly */
+    memcpy(value, element, sizeof *value);
+  else
+    *value = (int64_t)lm_dtype_load_double(t->node->dtype, element);
   return LOOM_OK;
 }
 
