@@ -110,6 +110,66 @@ static double direct_linear_seconds(int repeats) {
   return median;
 }
 
+/* ------------------------------------------------------------------ GEMM shape classes */
+
+/* x [M, K] @ W^T (W [N, K], a layer's weight) or x @ W (W [K, N]), with an
+ * optional bias and activation: the shapes loom's own GEMM is measured on. */
+typedef struct gemm_shape {
+  int64_t m, n, k;
+  bool weight_t; /* W stored [N, K] */
+  int epilogue;  /* 0 none, 1 bias + GELU */
+} gemm_shape;
+
+static const gemm_shape GPT2_UP = {256, 3072, 768, true, 1};
+static const gemm_shape BATCH1 = {1, 3072, 768, true, 0};
+static const gemm_shape CONV2 = {32, 1568, 144, false, 0};
+
+static loom_status shape_setup(void **state, const gemm_shape *g) {
+  loom_shape shapes[3] = {LOOM_SHAPE(g->m, g->k),
+                          g->weight_t ? LOOM_SHAPE(g->n, g->k) : LOOM_SHAPE(g->k, g->n),
+                          LOOM_SHAPE(g->n)};
+  return bench_inputs_new(state, 3, shapes);
+}
+
+static loom_tensor *shape_build(const gemm_shape *g, loom_tensor *const *in) {
+  loom_tensor *w = g->weight_t ? loom_transpose(in[1], 0, 1) : in[1];
+  loom_tensor *y = loom_matmul(in[0], w);
+  return g->epilogue ? loom_gelu(loom_add(y, in[2])) : y;
+}
+
+static double shape_direct_seconds(const gemm_shape *g, int repeats) {
+  blas_threads_like_loom();
+  float *x = host_matrix((size_t)(g->m * g->k)), *w = host_matrix((size_t)(g->n * g->k));
+  float *y = host_matrix((size_t)(g->m * g->n));
+  double *samples = malloc((size_t)(repeats + 1) * sizeof *samples);
+  double median = -1.0;
+  if (x && w && y && samples) {
+    for (int i = 0; i <= repeats; i++) { /* the first is a warm-up */
+      double t0 = bench_now();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, g->weight_t ? CblasTrans : CblasNoTrans, (int)g->m,
+                  (int)g->n, (int)g->k, 1.0f, x, (int)g->k, w, g->weight_t ? (int)g->k : (int)g->n,
+                  0.0f, y, (int)g->n);
+      samples[i] = bench_now() - t0;
+    }
+    median = bench_median(samples + 1, repeats);
+  }
+  free(x), free(w), free(y), free(samples);
+  return median;
+}
+
+#define GEMM_SHAPE_FUNCTIONS(id, shape)                                                            \
+  static loom_status id##_setup(void **state) { return shape_setup(state, &shape); }               \
+  static loom_tensor *id##_build(loom_tensor *const *in) { return shape_build(&shape, in); }       \
+  static loom_status id##_run(void *state, bench_call_report *report) {                            \
+    (void)report;                                                                                  \
+    return bench_realize_in_scope(id##_build, state);                                              \
+  }                                                                                                \
+  static double id##_direct(int repeats) { return shape_direct_seconds(&shape, repeats); }
+
+GEMM_SHAPE_FUNCTIONS(gpt2_up, GPT2_UP)
+GEMM_SHAPE_FUNCTIONS(batch1, BATCH1)
+GEMM_SHAPE_FUNCTIONS(conv2, CONV2)
+
 /* ------------------------------------------------------------------ cuBLAS (--device cuda) */
 
 static double cublas_matmul_seconds(int repeats, int device) {
@@ -147,6 +207,37 @@ const bench_workload bench_matmul_workloads[] = {
         .teardown = bench_inputs_free,
         .direct_seconds = direct_linear_seconds,
         .cuda_direct_seconds = cublas_linear_seconds,
+    },
+    {
+        .name = "gemm_gpt2_mlp_up",
+        .what = "gelu(x @ W^T + b), x [256,768], W [3072,768] (GPT-2's MLP up-projection)",
+        .metric = BENCH_FLOPS,
+        .work = 2.0 * 256 * 3072 * 768,
+        .compare_unfused = true,
+        .setup = gpt2_up_setup,
+        .run = gpt2_up_run,
+        .teardown = bench_inputs_free,
+        .direct_seconds = gpt2_up_direct,
+    },
+    {
+        .name = "gemm_batch1_768x3072",
+        .what = "x @ W^T, x [1,768], W [3072,768] (one token through a linear layer)",
+        .metric = BENCH_FLOPS,
+        .work = 2.0 * 1 * 3072 * 768,
+        .setup = batch1_setup,
+        .run = batch1_run,
+        .teardown = bench_inputs_free,
+        .direct_seconds = batch1_direct,
+    },
+    {
+        .name = "gemm_conv2_32x1568x144",
+        .what = "W @ cols, W [32,144], cols [144,1568] (the digits CNN's second convolution)",
+        .metric = BENCH_FLOPS,
+        .work = 2.0 * 32 * 1568 * 144,
+        .setup = conv2_setup,
+        .run = conv2_run,
+        .teardown = bench_inputs_free,
+        .direct_seconds = conv2_direct,
     },
 };
 const int bench_matmul_count =

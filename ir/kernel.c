@@ -85,12 +85,22 @@ static void hw_f64(hash_writer *w, double v) {
 /* Bumped whenever the serialization (or the meaning of a kernel) changes. */
 #define LK_HASH_FORMAT 2
 
+static void hw_begin(hash_writer *w, uint64_t tag) {
+  XXH3_128bits_reset(&w->state);
+  w->len = 0;
+  hw_u64(w, tag);
+  hw_u64(w, LK_HASH_FORMAT);
+}
+
+static lk_hash hw_digest(hash_writer *w) {
+  hw_flush(w);
+  XXH128_hash_t h = XXH3_128bits_digest(&w->state);
+  return (lk_hash){h.low64, h.high64};
+}
+
 lk_hash lk_kernel_hash(const lk_kernel *k) {
   hash_writer w;
-  XXH3_128bits_reset(&w.state);
-  w.len = 0;
-  hw_u64(&w, 0x6c6b65726e656cULL); /* "lkernel" */
-  hw_u64(&w, LK_HASH_FORMAT);
+  hw_begin(&w, 0x6c6b65726e656cULL); /* "lkernel" */
   hw_i64(&w, k->ndim);
   for (int d = 0; d < k->ndim && d < LOOM_MAX_DIMS; d++) hw_i64(&w, k->dom[d]);
   hw_i64(&w, k->nouter);
@@ -119,9 +129,34 @@ lk_hash lk_kernel_hash(const lk_kernel *k) {
     hw_i64(&w, op_uses_imm_i(in) ? in->imm_i : 0);
     hw_f64(&w, op_uses_imm_f(in) ? in->imm_f : 0.0);
   }
-  hw_flush(&w);
-  XXH128_hash_t h = XXH3_128bits_digest(&w.state);
-  return (lk_hash){h.low64, h.high64};
+  return hw_digest(&w);
+}
+
+/* ------------------------------------------------------------------ GEMM blocks */
+
+lk_hash lk_gemm_hash(const lk_gemm *g) {
+  hash_writer w;
+  hw_begin(&w, 0x6c6b67656d6dULL); /* "lkgemm" */
+  hw_i64(&w, g->dtype);
+  hw_i64(&w, g->mr);
+  hw_i64(&w, g->nr);
+  return hw_digest(&w);
+}
+
+const char *lk_gemm_check(const lk_gemm *g) {
+  if (!g) return "no GEMM description";
+  if (g->dtype != LOOM_F32 && g->dtype != LOOM_F64) return "GEMM dtype is not F32 or F64";
+  if (g->mr < 1 || g->mr > 32 || g->nr < 1 || g->nr > 256) return "GEMM tile out of range";
+  return NULL;
+}
+
+static int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+size_t lk_gemm_pack_bytes(const lk_gemm *g, int64_t mc, int64_t kc, int64_t nc) {
+  /* B's panel first, A's block after it, each a whole number of slivers;
+   * packing A may write up to 64 elements past it (backends/llvm/gemm.c) */
+  int64_t elems = (round_up(nc, g->nr) + round_up(mc, g->mr)) * kc + 64;
+  return (size_t)elems * loom_dtype_size(g->dtype);
 }
 
 /* ------------------------------------------------------------------ dependencies */

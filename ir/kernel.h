@@ -181,4 +181,40 @@ const char *lk_op_name(lk_op op);
  * valid, else a static description of the first problem. */
 const char *lk_kernel_check(const lk_kernel *k);
 
+/*
+ * A block matrix product a backend generates whole (the CPU's own GEMM, in
+ * place of BLAS): C = A @ B, or C += A @ B, for one m x n x k block, in BLIS's
+ * design: panels of B and blocks of A packed into scratch, a register-blocked
+ * microkernel of mr x nr sums over each packed sliver pair. Operands are
+ * strided both ways (a transposed operand is only other strides), so one
+ * function per dtype and tile serves every layout.
+ */
+typedef struct lk_gemm {
+  loom_dtype dtype; /* F32 or F64: operands, sums and C */
+  int mr, nr;       /* the microkernel's tile: rows x columns of sums in
+                       registers (nr a multiple of the vector width) */
+} lk_gemm;
+
+/* What the generated function reads (every field 8 bytes, in this order). */
+typedef struct lk_gemm_args {
+  int64_t m, n, k;
+  const void *a;
+  int64_t a_row, a_col; /* A(i, p) is a[i * a_row + p * a_col] */
+  const void *b;
+  int64_t b_row, b_col; /* B(p, j) is b[p * b_row + j * b_col] */
+  void *c;
+  int64_t ldc;        /* C(i, j) is c[i * ldc + j] */
+  int64_t accumulate; /* nonzero: C += A @ B; zero: C = A @ B (C not read) */
+  int64_t mc, kc, nc; /* blocking: A blocks mc x kc, B panels kc x nc (>= 1) */
+  void *pack;         /* lk_gemm_pack_bytes(g, mc, kc, nc) bytes, 64-aligned */
+} lk_gemm_args;
+
+typedef void (*lk_gemm_fn)(const lk_gemm_args *args);
+
+/* Scratch the generated function needs for its packed panels. */
+size_t lk_gemm_pack_bytes(const lk_gemm *g, int64_t mc, int64_t kc, int64_t nc);
+lk_hash lk_gemm_hash(const lk_gemm *g);
+/* NULL when g is one a backend can generate, else what is wrong. */
+const char *lk_gemm_check(const lk_gemm *g);
+
 #endif

@@ -26,6 +26,10 @@ typedef struct lm_gemm {
   bool a_trans, b_trans;
   int64_t lda, ldb;
   int a_pos, b_pos; /* canonical positions of the operands' buffers */
+  /* filled in by the runtime: loom's own block function for `tile`, or NULL
+   * where the product goes to BLAS */
+  lk_gemm_fn fn;
+  lk_gemm tile;
 } lm_gemm;
 
 typedef struct lm_step {

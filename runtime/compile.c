@@ -68,15 +68,18 @@ loom_status lm_code_get(const char *op, lm_cache *cache, lm_hash128 memory_key, 
 
 static lm_cache kernels = LM_CACHE_INIT(0, NULL);
 
+/* A kernel, or (k NULL) a GEMM block function. */
 typedef struct cpu_kernel {
   const lk_kernel *k;
+  const lk_gemm *gemm;
   char symbol[36];
 } cpu_kernel;
 
 static loom_status cpu_build(void *ctx, void **bin, size_t *len, char *err, size_t errlen) {
   const cpu_kernel *c = ctx;
   char why[1024];
-  loom_status st = lm_llvm_emit_object(c->k, c->symbol, bin, len, why, sizeof why);
+  loom_status st = c->k ? lm_llvm_emit_object(c->k, c->symbol, bin, len, why, sizeof why)
+                        : lm_llvm_emit_gemm_object(c->gemm, c->symbol, bin, len, why, sizeof why);
   if (st != LOOM_OK) snprintf(err, errlen, "compiling kernel %s: %s", c->symbol, why);
   return st;
 }
@@ -106,11 +109,49 @@ loom_status lm_kernel_object(const lk_kernel *k, char symbol[36], void **obj, si
 
 loom_status lm_kernel_function(const lk_kernel *k, lk_fn *fn) {
   lk_hash h = lk_kernel_hash(k);
-  cpu_kernel c = {k, {0}};
+  cpu_kernel c = {k, NULL, {0}};
   lm_llvm_symbol_name(k, c.symbol);
   const void *code = NULL;
   loom_status st = lm_code_get("loom_realize", &kernels, (lm_hash128){h.lo, h.hi},
                                lm_disk_key(h.lo, h.hi), &cpu_backend, &c, &code);
   *fn = (lk_fn)code;
   return st;
+}
+
+/* ------------------------------------------------------------ CPU GEMM blocks */
+
+static lm_cache gemms = LM_CACHE_INIT(0, NULL);
+
+static lm_hash128 gemm_disk_key(const lk_gemm *d) {
+  lk_hash h = lk_gemm_hash(d);
+  char ident[1536];
+  snprintf(ident, sizeof ident, "gemm%d|%016llx%016llx|%s", LM_LLVM_GEMM_VERSION,
+           (unsigned long long)h.hi, (unsigned long long)h.lo, lm_llvm_target_id());
+  return lm_disk_key_text(ident);
+}
+
+loom_status lm_gemm_function(loom_dtype dtype, lk_gemm *d, lk_gemm_fn *fn) {
+  lm_llvm_gemm_tile(dtype, d);
+  lk_hash h = lk_gemm_hash(d);
+  cpu_kernel c = {NULL, d, {0}};
+  lm_llvm_gemm_symbol_name(d, c.symbol);
+  const void *code = NULL;
+  loom_status st = lm_code_get("loom_realize", &gemms, (lm_hash128){h.lo, h.hi}, gemm_disk_key(d),
+                               &cpu_backend, &c, &code);
+  *fn = (lk_gemm_fn)code;
+  return st;
+}
+
+void lm_gemm_tile_name(loom_dtype dtype, lk_gemm *d, char symbol[36]) {
+  lm_llvm_gemm_tile(dtype, d);
+  lm_llvm_gemm_symbol_name(d, symbol);
+}
+
+loom_status lm_gemm_object(const lk_gemm *d, char symbol[36], void **obj, size_t *len) {
+  lm_llvm_gemm_symbol_name(d, symbol);
+  if ((*obj = lm_disk_load(gemm_disk_key(d), len))) return LOOM_OK;
+  char err[1024];
+  loom_status st = lm_llvm_emit_gemm_object(d, symbol, obj, len, err, sizeof err);
+  if (st != LOOM_OK) return lm_fail(st, "compiling GEMM %s: %s", symbol, err);
+  return LOOM_OK;
 }

@@ -43,4 +43,10 @@ loom_status lm_kernel_function(const lk_kernel *k, lk_fn *fn);
  * symbol gets the function's name ("lk_" + 32 hex digits). */
 loom_status lm_kernel_object(const lk_kernel *k, char symbol[36], void **obj, size_t *len);
 
+/* The same for GEMM block functions (backends/llvm/gemm.c): of dtype, with
+ * the tile that fits the host (*d); that tile and its symbol; the object of d. */
+loom_status lm_gemm_function(loom_dtype dtype, lk_gemm *d, lk_gemm_fn *fn);
+void lm_gemm_tile_name(loom_dtype dtype, lk_gemm *d, char symbol[36]);
+loom_status lm_gemm_object(const lk_gemm *d, char symbol[36], void **obj, size_t *len);
+
 #endif

@@ -214,5 +214,10 @@ loom_status lm_exec_compile(lm_schedule *p, loom_device device) {
     loom_status st = lm_kernel_function(&s->kernel, &s->fn); /* again, to report here */
     if (st != LOOM_OK) return st;
   }
+  for (int i = 0; i < p->nsteps; i++) {
+    if (p->steps[i].kind != LM_STEP_GEMM) continue;
+    loom_status st = lm_gemm_prepare(&p->steps[i].gemm);
+    if (st != LOOM_OK) return st;
+  }
   return LOOM_OK;
 }

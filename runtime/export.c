@@ -82,10 +82,12 @@ static bool add_file(job *j, const char *path) {
 static loom_status write_kernels(job *j) {
   const lm_schedule *plan = j->l->p->plan;
   for (int i = 0; i < plan->nsteps; i++) {
-    if (plan->steps[i].kind != LM_STEP_KERNEL) continue;
     void *obj = NULL;
     size_t len = 0;
-    loom_status st = lm_kernel_object(&plan->steps[i].kernel, j->l->symbol[i], &obj, &len);
+    const lm_step *s = &plan->steps[i];
+    loom_status st = s->kind == LM_STEP_KERNEL
+                         ? lm_kernel_object(&s->kernel, j->l->symbol[i], &obj, &len)
+                         : lm_gemm_object(&j->l->tile[i], j->l->symbol[i], &obj, &len);
     if (st != LOOM_OK) return st;
     char file[48];
     snprintf(file, sizeof file, "%s.o", j->l->symbol[i]);
@@ -245,8 +247,7 @@ static loom_status link_library(job *j) {
             add_arg(j, "-o") && add_path(j, lib) && add_path(j, src);
   int head = j->argc;
   ok = ok && add_arg(j, script) && add_arg(j, soname) && add_arg(j, "-Wl,-z,noexecstack") &&
-       (!l->uses_gemm || add_arg(j, "-lopenblas")) && add_arg(j, "-lm") &&
-       add_arg(j, "-lpthread") && (l->embed || add_arg(j, "-ldl"));
+       add_arg(j, "-lm") && add_arg(j, "-lpthread") && (l->embed || add_arg(j, "-ldl"));
   char **argv = ok ? malloc(sizeof(char *) * (size_t)(j->argc + j->nfiles + 1)) : NULL;
   if (!argv) return lm_fail(LOOM_ERR_OOM, OP ": out of memory");
   int n = 0; /* compiler and flags, the wrapper, the objects, the libraries */

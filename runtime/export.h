@@ -24,12 +24,15 @@ typedef struct lm_export_layout {
   int64_t *weight_off; /* [n] offset of a weight in the weights blob, or -1 */
   int64_t weight_bytes;
   int *output_of;     /* [n] first output a published position is, or -1 */
-  char (*symbol)[36]; /* [nsteps] kernel function names */
+  char (*symbol)[36]; /* [nsteps] kernel and GEMM block function names */
+  lk_gemm *tile;      /* [nsteps] a GEMM step's block function */
+  int64_t pack_bytes; /* the largest GEMM step's packed panels */
   bool embed;         /* weights inside the .so (else <name>.weights) */
   bool uses_gemm;
 } lm_export_layout;
 
-/* Scratch offsets by liveness (the plan's frees), weight offsets, outputs. */
+/* Scratch offsets by liveness (the plan's frees), weight offsets, outputs,
+ * the GEMM steps' block functions (named, not compiled: export.c writes them). */
 loom_status lm_export_layout_make(lm_export_layout *l, const loom_program *p, const char *name,
                                   int64_t embed_limit);
 void lm_export_layout_free(lm_export_layout *l);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/compile.h"
 #include "runtime/export.h"
 #include "runtime/gemm.h"
 #include "runtime/runtime.h"
@@ -83,7 +84,8 @@ loom_status lm_export_layout_make(lm_export_layout *l, const loom_program *p, co
   l->weight_off = malloc(sizeof(int64_t) * (size_t)(p->n + 1));
   l->output_of = malloc(sizeof(int) * (size_t)(p->n + 1));
   l->symbol = calloc((size_t)p->plan->nsteps + 1, sizeof *l->symbol);
-  if (!l->arena_off || !l->weight_off || !l->output_of || !l->symbol)
+  l->tile = calloc((size_t)p->plan->nsteps + 1, sizeof *l->tile);
+  if (!l->arena_off || !l->weight_off || !l->output_of || !l->symbol || !l->tile)
     return lm_fail(LOOM_ERR_OOM, "loom_program_export: out of memory");
   for (int pos = 0; pos < npos; pos++) l->arena_off[pos] = -1;
   for (int pos = 0; pos < p->n; pos++) {
@@ -98,7 +100,16 @@ loom_status lm_export_layout_make(lm_export_layout *l, const loom_program *p, co
     if (p->kind[pos] == LM_SLOT_NODE && p->plan->published[pos] && l->output_of[pos] < 0)
       l->output_of[pos] = i;
   }
-  for (int i = 0; i < p->plan->nsteps; i++) l->uses_gemm |= p->plan->steps[i].kind == LM_STEP_GEMM;
+  for (int i = 0; i < p->plan->nsteps; i++) {
+    const lm_step *s = &p->plan->steps[i];
+    if (s->kind != LM_STEP_GEMM) continue;
+    l->uses_gemm = true;
+    lm_gemm_tile_name(s->gemm.dtype, &l->tile[i], l->symbol[i]);
+    int64_t mc, kc, nc;
+    lm_gemm_blocking(&l->tile[i], s->gemm.M, s->gemm.N, s->gemm.K, &mc, &kc, &nc);
+    int64_t bytes = (int64_t)lk_gemm_pack_bytes(&l->tile[i], mc, kc, nc);
+    if (bytes > l->pack_bytes) l->pack_bytes = bytes;
+  }
   l->embed = l->weight_bytes <= embed_limit;
   if (!plan_arena(l)) return lm_fail(LOOM_ERR_OOM, "loom_program_export: out of memory");
   return LOOM_OK;
@@ -109,6 +120,7 @@ void lm_export_layout_free(lm_export_layout *l) {
   free(l->weight_off);
   free(l->output_of);
   free(l->symbol);
+  free(l->tile);
   memset(l, 0, sizeof *l);
 }
 
@@ -162,32 +174,37 @@ static void write_gemm_step(const lm_export_layout *l, int i, FILE *f) {
   fprintf(f, "    const %s *a = %s, *b = %s;\n    %s *c = %s;\n", t,
           buffer(l, g->a_pos, a, sizeof a), buffer(l, g->b_pos, b, sizeof b), t,
           buffer(l, s->out, c, sizeof c));
-  fprintf(f, "    for (int64_t i = 0; i < %" PRId64 "; i++)\n", batches);
+  int64_t a_row, a_col, b_row, b_col, mc, kc, nc;
+  lm_gemm_strides(g, &a_row, &a_col, &b_row, &b_col);
+  lm_gemm_blocking(&l->tile[i], g->M, g->N, g->K, &mc, &kc, &nc);
+  fprintf(f, "    for (int64_t i = 0; i < %" PRId64 "; i++) {\n", batches);
   fprintf(f,
-          "      gemm_%s(%d, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", a + offsets[i][0], %" PRId64
-          ", b + offsets[i][1], %" PRId64 ", c + i * %" PRId64 ");\n  }\n",
-          loom_dtype_name(g->dtype), g->a_trans, g->b_trans, g->M, g->N, g->K, g->lda, g->ldb,
-          g->M * g->N);
+          "      const struct gemm_args args = {%" PRId64 ", %" PRId64 ", %" PRId64
+          ", a + offsets[i][0], %" PRId64 ", %" PRId64 ",\n"
+          "        b + offsets[i][1], %" PRId64 ", %" PRId64 ", c + i * %" PRId64 ", %" PRId64
+          ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", pack};\n",
+          g->M, g->N, g->K, a_row, a_col, b_row, b_col, g->M * g->N, g->N, mc, kc, nc);
+  fprintf(f, "      %s(&args);\n    }\n  }\n", l->symbol[i]);
 }
 
-static void write_gemm_helpers(FILE *f) {
-  fputs("/* OpenBLAS's CBLAS (row major 101, no transpose 111, transpose 112). */\n"
-        "void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const float *,\n"
-        "                 int, float, float *, int);\n"
-        "void cblas_dgemm(int, int, int, int, int, int, double, const double *, int,\n"
-        "                 const double *, int, double, double *, int);\n\n",
+/* The block functions' argument (ir/kernel.h's lk_gemm_args) and their
+ * declarations. */
+static void write_gemm_declarations(const lm_export_layout *l, FILE *f) {
+  fputs("/* loom's GEMM block functions (object code from its LLVM backend): C = A @ B. */\n"
+        "struct gemm_args {\n"
+        "  int64_t m, n, k;\n  const void *a;\n  int64_t a_row, a_col;\n  const void *b;\n"
+        "  int64_t b_row, b_col;\n  void *c;\n  int64_t ldc, accumulate, mc, kc, nc;\n"
+        "  void *pack;\n};\n",
         f);
-  for (int d = 0; d < 2; d++) {
-    const char *t = d ? "double" : "float", *fn = d ? "cblas_dgemm" : "cblas_sgemm";
-    fprintf(f,
-            "static void gemm_%s(int ta, int tb, int64_t m, int64_t n, int64_t k, const %s *a,\n"
-            "                     int64_t lda, const %s *b, int64_t ldb, %s *c) {\n"
-            "  if (m == 0 || n == 0) return;\n"
-            "  if (k == 0) {\n    memset(c, 0, sizeof *c * (size_t)(m * n));\n    return;\n  }\n"
-            "  %s(101, ta ? 112 : 111, tb ? 112 : 111, (int)m, (int)n, (int)k, 1, a, (int)lda, b,\n"
-            "     (int)ldb, 0, c, (int)n);\n}\n\n",
-            d ? "f64" : "f32", t, t, t, fn);
+  const lm_schedule *plan = l->p->plan;
+  for (int i = 0; i < plan->nsteps; i++) {
+    if (plan->steps[i].kind != LM_STEP_GEMM) continue;
+    bool seen = false;
+    for (int j = 0; j < i && !seen; j++)
+      seen = plan->steps[j].kind == LM_STEP_GEMM && !strcmp(l->symbol[j], l->symbol[i]);
+    if (!seen) fprintf(f, "void %s(const struct gemm_args *args);\n", l->symbol[i]);
   }
+  fputs("\n", f);
 }
 
 /* The weights file is found beside the library and mapped once; its header
@@ -251,7 +268,7 @@ static void write_prelude(const lm_export_layout *l, FILE *f) {
       fprintf(f, "static const uint32_t key_%d[2] = {%" PRIu32 "u, %" PRIu32 "u};\n", pos, k[0],
               k[1]);
     }
-  if (l->uses_gemm) write_gemm_helpers(f);
+  if (l->uses_gemm) write_gemm_declarations(l, f);
   if (l->embed)
     fprintf(f, "extern const unsigned char %s_weights_blob[]; /* weights.S */\n\n", l->name);
   else
@@ -304,6 +321,12 @@ void lm_export_write_source(const lm_export_layout *l, FILE *f) {
   } else {
     fputs("  unsigned char *scratch = NULL; /* the memory plan: nothing between steps */\n", f);
   }
+  if (l->pack_bytes > 0) {
+    fprintf(f,
+            "  void *pack = aligned_alloc(64, %" PRId64 "); /* GEMM panels */\n"
+            "  if (!pack) {\n    free(scratch);\n    return %s_ERR_OOM;\n  }\n",
+            (l->pack_bytes + 63) / 64 * 64, l->upper);
+  }
   for (int i = 0; i < p->plan->nsteps; i++) {
     const lm_step *s = &p->plan->steps[i];
     if (s->kind == LM_STEP_GEMM)
@@ -319,7 +342,7 @@ void lm_export_write_source(const lm_export_layout *l, FILE *f) {
       fprintf(f, "  memcpy(outputs[%d], %s, %" PRId64 ");\n", i, buffer(l, pos, b, sizeof b),
               bytes);
   }
-  fputs("  free(scratch);\n  return 0;\n}\n", f);
+  fprintf(f, "%s  free(scratch);\n  return 0;\n}\n", l->pack_bytes > 0 ? "  free(pack);\n" : "");
 }
 
 /* ------------------------------------------------------------ header */
@@ -363,7 +386,7 @@ void lm_export_write_header(const lm_export_layout *l, FILE *f) {
           l->embed ? "embedded in the library (read-only data)"
                    : "in the file named by WEIGHTS_FILE below, beside the library, mapped at the\n"
                      " * first call and checked (length and checksum)",
-          loom_target_id(), l->uses_gemm ? " and OpenBLAS (for its matrix products)" : "");
+          loom_target_id(), "");
   fprintf(f, "#ifndef %s_H\n#define %s_H\n\n#include <stdint.h>\n\n", u, u);
   fprintf(f, "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n");
   fprintf(

@@ -6,11 +6,14 @@
  * starved loom's kernels in between: a CNN training step measured 408 ms that
  * way against 46 ms on one thread. */
 #include <cblas.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "passes/passes.h"
 #include "runtime/blas.h"
+#include "runtime/compile.h"
 #include "runtime/gemm.h"
 #include "runtime/pool.h"
 #include "runtime/runtime.h"
@@ -25,12 +28,78 @@ void lm_gemm_batch_offsets(const lm_gemm *g, int64_t index, int64_t *ao, int64_t
   }
 }
 
-/* The product's part [r0, r1) x [c0, c1) summed over [k0, k1) of one batch
- * into c, which points at the part's first element (row stride ldc). */
 typedef struct part {
   int64_t r0, r1, c0, c1, k0, k1;
 } part;
 
+static void block_beta(const lm_gemm *g, const char *a, const char *b, part p, char *c,
+                       int64_t ldc_, bool accumulate);
+
+/* ------------------------------------------------------------ loom's own GEMM */
+
+/* Blocking from the caches the machine reports (BLIS's analytical rule): a
+ * sliver of B, kc x NR, takes half of L1; a block of A, mc x kc, half of L2;
+ * B's panel, kc x nc, stays in the (large, shared) L3. Written once. */
+static struct blocking { int64_t l1, l2; } caches;
+static pthread_once_t caches_once = PTHREAD_ONCE_INIT;
+
+static int64_t cache_size(int name, int64_t fallback) {
+  long v = sysconf(name);
+  return v > 4096 ? (int64_t)v : fallback;
+}
+
+static void read_caches(void) {
+  caches.l1 = cache_size(_SC_LEVEL1_DCACHE_SIZE, 32 << 10);
+  caches.l2 = cache_size(_SC_LEVEL2_CACHE_SIZE, 1 << 20);
+}
+
+#define GEMM_NC 4096
+
+static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+void lm_gemm_blocking(const lk_gemm *t, int64_t m, int64_t n, int64_t k, int64_t *mc, int64_t *kc,
+                      int64_t *nc) {
+  pthread_once(&caches_once, read_caches);
+  int64_t es = (int64_t)loom_dtype_size(t->dtype);
+  int64_t kb = clamp64(caches.l1 / 2 / (t->nr * es) / 8 * 8, 32, 1024);
+  int64_t mb = clamp64(caches.l2 / 2 / (kb * es) / t->mr * t->mr, t->mr, 4096);
+  *mc = clamp64(m, 1, mb);
+  *kc = clamp64(k, 1, kb);
+  *nc = clamp64(n, 1, GEMM_NC);
+}
+
+void lm_gemm_strides(const lm_gemm *g, int64_t *a_row, int64_t *a_col, int64_t *b_row,
+                     int64_t *b_col) {
+  *a_row = g->a_trans ? 1 : g->lda;
+  *a_col = g->a_trans ? g->lda : 1;
+  *b_row = g->b_trans ? 1 : g->ldb;
+  *b_col = g->b_trans ? g->ldb : 1;
+}
+
+/* C (m x n, row stride ldc) = or += A @ B, A at a and B at b as g lays them
+ * out, through g->fn with scratch of its own. */
+static void loom_block(const lm_gemm *g, const char *a, const char *b, int64_t m, int64_t n,
+                       int64_t k, char *c, int64_t ldc, bool accumulate) {
+  lk_gemm_args args = {
+      .m = m, .n = n, .k = k, .a = a, .b = b, .c = c, .ldc = ldc, .accumulate = accumulate};
+  lm_gemm_strides(g, &args.a_row, &args.a_col, &args.b_row, &args.b_col);
+  lm_gemm_blocking(&g->tile, m, n, k, &args.mc, &args.kc, &args.nc);
+  size_t bytes = lk_gemm_pack_bytes(&g->tile, args.mc, args.kc, args.nc);
+  void *pack = lm_buffer_alloc(bytes);
+  if (!pack) { /* the product must still be made: BLAS needs no scratch of ours */
+    lm_gemm plain = *g;
+    plain.fn = NULL;
+    block_beta(&plain, a, b, (part){0, m, 0, n, 0, k}, c, ldc, accumulate);
+    return;
+  }
+  args.pack = pack;
+  g->fn(&args);
+  lm_buffer_free(pack, bytes);
+  lm_stat_add(LM_STAT_GEMM_CALLS, 1);
+}
+
+/* The product's part [r0, r1) x [c0, c1) summed over [k0, k1) of one batch
+ * into c, which points at the part's first element (row stride ldc). */
 static void block_beta(const lm_gemm *g, const char *a, const char *b, part p, char *c,
                        int64_t ldc_, bool accumulate) {
   size_t es = loom_dtype_size(g->dtype);
@@ -44,6 +113,10 @@ static void block_beta(const lm_gemm *g, const char *a, const char *b, part p, c
   blasint ldc = (blasint)(ldc_ > 1 ? ldc_ : 1);
   enum CBLAS_TRANSPOSE ta = g->a_trans ? CblasTrans : CblasNoTrans;
   enum CBLAS_TRANSPOSE tb = g->b_trans ? CblasTrans : CblasNoTrans;
+  if (g->fn) {
+    loom_block(g, ar, b, r1 - r0, c1 - c0, p.k1 - p.k0, c, ldc_, accumulate);
+    return;
+  }
   if (k == 0) {
     for (int64_t r = r0; r < r1 && !accumulate; r++)
       memset(c + (r - r0) * ldc_ * (int64_t)es, 0, (size_t)n * es);
@@ -262,4 +335,16 @@ loom_status lm_run_gemm_filled(const lm_gemm *g, const void *a, lm_gemm_fill fil
   if (partial_bytes) add_partials(g, t.c, parts, g->M * g->N, c);
   lm_buffer_free(scratch, scratch_bytes + partial_bytes);
   return LOOM_OK;
+}
+
+/* ------------------------------------------------------------ choosing */
+
+loom_status lm_gemm_prepare(lm_gemm *g) {
+  g->fn = NULL;
+  const char *force = getenv("LOOM_GEMM");
+  bool loom = force && strcmp(force, "loom") == 0;
+  if (force && *force && strcmp(force, "loom") != 0 && strcmp(force, "blas") != 0)
+    return lm_fail(LOOM_ERR_VALUE, "loom_realize: LOOM_GEMM=%s: expected loom or blas", force);
+  if (!loom) return LOOM_OK;
+  return lm_gemm_function(g->dtype, &g->tile, &g->fn);
 }

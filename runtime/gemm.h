@@ -21,6 +21,15 @@ typedef void (*lm_gemm_fill)(void *ctx, int64_t c0, int64_t c1, void *dst);
 loom_status lm_run_gemm_filled(const lm_gemm *g, const void *a, lm_gemm_fill fill, void *ctx,
                                void *c);
 int64_t lm_gemm_batches(const lm_gemm *g);
+/* Chooses loom's own GEMM or BLAS for g (LOOM_GEMM=loom|blas forces one) and
+ * fills in g->fn and g->tile for loom's, compiling it if need be. */
+loom_status lm_gemm_prepare(lm_gemm *g);
+/* The blocking loom's GEMM uses for an m x n x k product with tile t (from
+ * the caches this machine reports), and the element strides of g's A and B. */
+void lm_gemm_blocking(const lk_gemm *t, int64_t m, int64_t n, int64_t k, int64_t *mc, int64_t *kc,
+                      int64_t *nc);
+void lm_gemm_strides(const lm_gemm *g, int64_t *a_row, int64_t *a_col, int64_t *b_row,
+                     int64_t *b_col);
 /* Element offsets of batch `index`'s A and B matrices in their buffers. */
 void lm_gemm_batch_offsets(const lm_gemm *g, int64_t index, int64_t *ao, int64_t *bo);
 

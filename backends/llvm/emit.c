@@ -106,15 +106,30 @@ static void dump_text(const char *dir, const char *symbol, const char *ext, cons
   if (f) fclose(f);
 }
 
-static void dump_listing(const char *dir, const char *symbol, const lk_kernel *k) {
+/* What one compile makes: a kernel or a GEMM block function. */
+typedef struct unit {
+  const lk_kernel *kernel; /* NULL for a GEMM */
+  const lk_gemm *gemm;
+  const char *symbol;
+} unit;
+
+static void print_unit(const unit *u, FILE *f) {
+  if (u->kernel)
+    lk_kernel_print(u->kernel, f);
+  else
+    fprintf(f, "gemm %s, tile %d x %d\n", loom_dtype_name(u->gemm->dtype), u->gemm->mr,
+            u->gemm->nr);
+}
+
+static void dump_listing(const char *dir, const unit *u) {
   char path[4096];
-  snprintf(path, sizeof path, "%s/%s.txt", dir, symbol);
+  snprintf(path, sizeof path, "%s/%s.txt", dir, u->symbol);
   FILE *f = fopen(path, "w");
   if (!f) {
     fprintf(stderr, "loom: LOOM_DUMP: cannot write %s: %s\n", path, strerror(errno));
     return;
   }
-  lk_kernel_print(k, f);
+  print_unit(u, f);
   fclose(f);
 }
 
@@ -134,8 +149,8 @@ static void dump_assembly(const char *dir, const char *symbol, LLVMModuleRef mod
   LLVMDisposeModule(clone);
 }
 
-static void debug_output(const lk_kernel *k, const char *symbol, LLVMModuleRef mod,
-                         LLVMTargetMachineRef tm) {
+static void debug_output(const unit *u, LLVMModuleRef mod, LLVMTargetMachineRef tm) {
+  const char *symbol = u->symbol;
   bool debug = env_flag("LOOM_DEBUG");
   const char *dir = getenv("LOOM_DUMP");
   bool dump = dir && *dir;
@@ -143,13 +158,13 @@ static void debug_output(const lk_kernel *k, const char *symbol, LLVMModuleRef m
   char *ir = LLVMPrintModuleToString(mod);
   if (debug) {
     fprintf(stderr, "loom: kernel %s\n", symbol);
-    lk_kernel_print(k, stderr);
+    print_unit(u, stderr);
     fputs(ir, stderr);
   }
   if (dump) {
     if (mkdir(dir, 0700) != 0 && errno != EEXIST)
       fprintf(stderr, "loom: LOOM_DUMP: cannot create %s: %s\n", dir, strerror(errno));
-    dump_listing(dir, symbol, k);
+    dump_listing(dir, u);
     dump_text(dir, symbol, ".ll", ir, strlen(ir));
     dump_assembly(dir, symbol, mod, tm);
   }
@@ -158,18 +173,39 @@ static void debug_output(const lk_kernel *k, const char *symbol, LLVMModuleRef m
 
 /* ------------------------------------------------------------------ all together */
 
-static loom_status build_and_emit(LLVMContextRef ctx, LLVMTargetMachineRef tm, const lk_kernel *k,
-                                  const char *symbol, LLVMMemoryBufferRef *out, char *err,
-                                  size_t errlen) {
+static loom_status build_and_emit(LLVMContextRef ctx, LLVMTargetMachineRef tm, const unit *u,
+                                  LLVMMemoryBufferRef *out, char *err, size_t errlen) {
   LLVMModuleRef mod = NULL;
-  loom_status st = lm_codegen_module(ctx, k, symbol, &mod, err, errlen);
+  const char *symbol = u->symbol;
+  loom_status st = u->kernel ? lm_codegen_module(ctx, u->kernel, symbol, &mod, err, errlen)
+                             : lm_gemm_module(ctx, u->gemm, symbol, &mod, err, errlen);
   if (st != LOOM_OK) return st;
   set_target(mod, tm);
   st = verify(mod, symbol, err, errlen);
   if (st == LOOM_OK) st = optimize(mod, tm, symbol, err, errlen);
-  if (st == LOOM_OK) debug_output(k, symbol, mod, tm);
+  if (st == LOOM_OK) debug_output(u, mod, tm);
   if (st == LOOM_OK) st = emit_file(mod, tm, LLVMObjectFile, symbol, out, err, errlen);
   LLVMDisposeModule(mod);
+  return st;
+}
+
+static loom_status emit_unit(const unit *u, LLVMMemoryBufferRef *out, char *err, size_t errlen) {
+  const char *symbol = u->symbol;
+  /* A target machine per compile: emission is not documented as thread-safe. */
+  LLVMTargetMachineRef tm = lm_target_machine_create(err, errlen);
+  if (!tm) return LOOM_ERR_COMPILE;
+  diagnostics diag = {.debug = env_flag("LOOM_DEBUG")};
+  LLVMContextRef ctx = LLVMContextCreate();
+  LLVMContextSetDiagnosticHandler(ctx, on_diagnostic, &diag);
+  loom_status st = build_and_emit(ctx, tm, u, out, err, errlen);
+  if (st == LOOM_OK && diag.error) {
+    lm_set_err(err, errlen, "kernel %s: LLVM error: %s", symbol, diag.first_error);
+    LLVMDisposeMemoryBuffer(*out);
+    *out = NULL;
+    st = LOOM_ERR_COMPILE;
+  }
+  LLVMContextDispose(ctx);
+  LLVMDisposeTargetMachine(tm);
   return st;
 }
 
@@ -181,20 +217,18 @@ loom_status lm_emit_object_buffer(const lk_kernel *k, const char *symbol, LLVMMe
     lm_set_err(err, errlen, "kernel %s is invalid: %s", symbol, bad);
     return LOOM_ERR_COMPILE;
   }
-  /* A target machine per compile: emission is not documented as thread-safe. */
-  LLVMTargetMachineRef tm = lm_target_machine_create(err, errlen);
-  if (!tm) return LOOM_ERR_COMPILE;
-  diagnostics diag = {.debug = env_flag("LOOM_DEBUG")};
-  LLVMContextRef ctx = LLVMContextCreate();
-  LLVMContextSetDiagnosticHandler(ctx, on_diagnostic, &diag);
-  loom_status st = build_and_emit(ctx, tm, k, symbol, out, err, errlen);
-  if (st == LOOM_OK && diag.error) {
-    lm_set_err(err, errlen, "kernel %s: LLVM error: %s", symbol, diag.first_error);
-    LLVMDisposeMemoryBuffer(*out);
-    *out = NULL;
-    st = LOOM_ERR_COMPILE;
+  unit u = {.kernel = k, .symbol = symbol};
+  return emit_unit(&u, out, err, errlen);
+}
+
+loom_status lm_emit_gemm_object_buffer(const lk_gemm *d, const char *symbol,
+                                       LLVMMemoryBufferRef *out, char *err, size_t errlen) {
+  *out = NULL;
+  const char *bad = lk_gemm_check(d);
+  if (bad) {
+    lm_set_err(err, errlen, "GEMM %s is invalid: %s", symbol, bad);
+    return LOOM_ERR_COMPILE;
   }
-  LLVMContextDispose(ctx);
-  LLVMDisposeTargetMachine(tm);
-  return st;
+  unit u = {.gemm = d, .symbol = symbol};
+  return emit_unit(&u, out, err, errlen);
 }

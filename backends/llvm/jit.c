@@ -193,13 +193,9 @@ loom_status lm_llvm_load_object(const void *obj, size_t objlen, const char *symb
   return load_buffer(buf, symbol, out_fn, err, errlen);
 }
 
-loom_status lm_llvm_emit_object(const lk_kernel *k, const char *symbol, void **obj, size_t *objlen,
-                                char *err, size_t errlen) {
-  *obj = NULL;
-  *objlen = 0;
-  LLVMMemoryBufferRef buf = NULL;
-  loom_status st = lm_emit_object_buffer(k, symbol, &buf, err, errlen);
-  if (st != LOOM_OK) return st;
+/* *obj = a malloc'd copy of buf (consumed). */
+static loom_status copy_object(LLVMMemoryBufferRef buf, const char *symbol, void **obj,
+                               size_t *objlen, char *err, size_t errlen) {
   size_t n = LLVMGetBufferSize(buf);
   void *copy = malloc(n ? n : 1);
   if (!copy) {
@@ -212,6 +208,29 @@ loom_status lm_llvm_emit_object(const lk_kernel *k, const char *symbol, void **o
   *obj = copy;
   *objlen = n;
   return LOOM_OK;
+}
+
+loom_status lm_llvm_emit_object(const lk_kernel *k, const char *symbol, void **obj, size_t *objlen,
+                                char *err, size_t errlen) {
+  *obj = NULL;
+  *objlen = 0;
+  LLVMMemoryBufferRef buf = NULL;
+  loom_status st = lm_emit_object_buffer(k, symbol, &buf, err, errlen);
+  return st == LOOM_OK ? copy_object(buf, symbol, obj, objlen, err, errlen) : st;
+}
+
+void lm_llvm_gemm_symbol_name(const lk_gemm *d, char buf[36]) {
+  lk_hash h = lk_gemm_hash(d);
+  snprintf(buf, 36, "lg_%016" PRIx64 "%016" PRIx64, h.hi, h.lo);
+}
+
+loom_status lm_llvm_emit_gemm_object(const lk_gemm *d, const char *symbol, void **obj,
+                                     size_t *objlen, char *err, size_t errlen) {
+  *obj = NULL;
+  *objlen = 0;
+  LLVMMemoryBufferRef buf = NULL;
+  loom_status st = lm_emit_gemm_object_buffer(d, symbol, &buf, err, errlen);
+  return st == LOOM_OK ? copy_object(buf, symbol, obj, objlen, err, errlen) : st;
 }
 
 loom_status lm_llvm_compile(const lk_kernel *k, lk_fn *out_fn, char *err, size_t errlen) {

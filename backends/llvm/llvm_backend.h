@@ -22,6 +22,8 @@
  * lm_llvm_target_id() so cached objects from an older code generator are not
  * reused. */
 #define LM_LLVM_CODEGEN_VERSION 20
+/* The same for GEMM block functions (backends/llvm/gemm.c). */
+#define LM_LLVM_GEMM_VERSION 2
 
 /* Compiles a kernel to a callable function named lk_<32 hex digits of its
  * hash>. Thread-safe; the LLJIT is created on first use. Compiling a kernel
@@ -41,6 +43,15 @@ loom_status lm_llvm_emit_object(const lk_kernel *k, const char *symbol, void **o
  * `symbol` is already loaded, returns that function without loading obj. */
 loom_status lm_llvm_load_object(const void *obj, size_t objlen, const char *symbol, lk_fn *out_fn,
                                 char *err, size_t errlen);
+
+/* GEMM block functions (ir/kernel.h's lk_gemm): the tile that fits the
+ * host's registers for dtype (F32 or F64); the symbol ("lg_" + 32 hex
+ * digits); the object defining it (*obj malloc'd). Load it with
+ * lm_llvm_load_object and call it as an lk_gemm_fn. */
+void lm_llvm_gemm_tile(loom_dtype dtype, lk_gemm *out);
+void lm_llvm_gemm_symbol_name(const lk_gemm *d, char buf[36]);
+loom_status lm_llvm_emit_gemm_object(const lk_gemm *d, const char *symbol, void **obj,
+                                     size_t *objlen, char *err, size_t errlen);
 
 /* "llvm-14.0.6/<triple>/<cpu>/<features>/cg<LM_LLVM_CODEGEN_VERSION>": everything
  * that changes the generated code, for cache keys. */

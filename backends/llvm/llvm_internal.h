@@ -26,6 +26,14 @@ void lm_set_err(char *err, size_t errlen, const char *fmt, ...)
 bool lm_target_init(char *err, size_t errlen);
 /* A new target machine for the host (the caller disposes it); NULL on failure. */
 LLVMTargetMachineRef lm_target_machine_create(char *err, size_t errlen);
+/* The widest vector registers the host has, in bytes (64 AVX-512, 32 AVX, 16 else). */
+int lm_target_vector_bytes(void);
+
+/* ------------------------------------------------------------------ gemm.c */
+
+/* The module defining GEMM block function `symbol` (an lk_gemm_fn) for d. */
+loom_status lm_gemm_module(LLVMContextRef ctx, const lk_gemm *d, const char *symbol,
+                           LLVMModuleRef *out, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ codegen */
 
@@ -186,5 +194,8 @@ bool lm_absorbed_analyze(lm_cg *g);
  * writes the LOOM_DEBUG / LOOM_DUMP output. */
 loom_status lm_emit_object_buffer(const lk_kernel *k, const char *symbol, LLVMMemoryBufferRef *out,
                                   char *err, size_t errlen);
+/* The same for a GEMM block function. */
+loom_status lm_emit_gemm_object_buffer(const lk_gemm *d, const char *symbol,
+                                       LLVMMemoryBufferRef *out, char *err, size_t errlen);
 
 #endif

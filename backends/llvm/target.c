@@ -75,3 +75,11 @@ LLVMTargetMachineRef lm_target_machine_create(char *err, size_t errlen) {
   if (!tm) lm_set_err(err, errlen, "could not create an LLVM target machine for %s", host.triple);
   return tm;
 }
+
+int lm_target_vector_bytes(void) {
+  pthread_once(&host_once, host_init);
+  if (!host.ok) return 16;
+  if (strstr(host.features, "+avx512f")) return 64;
+  if (strstr(host.features, "+avx")) return 32;
+  return 16;
+}

@@ -1,0 +1,655 @@
+/*
+ * GEMM blocks (ir/kernel.h's lk_gemm) as LLVM IR, in BLIS's design: the five
+ * loops around a register-blocked microkernel, with the operands packed so
+ * that the microkernel reads both contiguously.
+ *
+ *   for jc over n by nc               a panel of B, kc x nc (L3)
+ *     for pc over k by kc
+ *       pack B[pc.., jc..]            slivers of NR columns, kc x NR each
+ *       for ic over m by mc           a block of A, mc x kc (L2)
+ *         pack A[ic.., pc..]          slivers of MR rows, kc x MR each
+ *         for jr over nc by NR        one B sliver (L1) ...
+ *           for ir over mc by MR      ... meets every A sliver of the block
+ *             microkernel             MR x NR sums in vector registers
+ *
+ * C is row-major, so the vectors run along its rows: the microkernel keeps
+ * MR x (NR / W) vectors of sums, and for each of the kc terms loads NR / W
+ * vectors of B and broadcasts MR values of A (one FMA per vector and row).
+ * Slivers at the edges are padded with zeros when packed; only the tile's
+ * stores are masked. Nothing here names an instruction set: LLVM selects
+ * the FMAs, broadcasts and masked stores for the target.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/llvm/llvm_internal.h"
+
+typedef struct gemm_cg {
+  const lk_gemm *d;
+  LLVMContextRef ctx;
+  LLVMModuleRef mod;
+  LLVMBuilderRef b;     /* where code goes */
+  LLVMBuilderRef entry; /* the current function's entry block (allocas) */
+  LLVMValueRef fn;      /* the current function */
+  LLVMTypeRef t_void, t_i1, t_i32, t_i64, t, vec, tp, i64p;
+  int w, nv; /* vector width (elements); vectors per tile row */
+} gemm_cg;
+
+/* ------------------------------------------------------------------ helpers */
+
+static LLVMValueRef i64c(const gemm_cg *g, int64_t v) {
+  return LLVMConstInt(g->t_i64, (unsigned long long)v, 1);
+}
+
+static void add_attr(gemm_cg *g, LLVMValueRef fn, LLVMAttributeIndex where, const char *name) {
+  unsigned kind = LLVMGetEnumAttributeKindForName(name, strlen(name));
+  LLVMAddAttributeAtIndex(fn, where, LLVMCreateEnumAttribute(g->ctx, kind, 0));
+}
+
+static LLVMValueRef min_i64(gemm_cg *g, LLVMValueRef a, LLVMValueRef b) {
+  return LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, a, b, ""), a, b, "");
+}
+
+/* &p[i] for a T* p */
+static LLVMValueRef at(gemm_cg *g, LLVMValueRef p, LLVMValueRef i) {
+  return LLVMBuildInBoundsGEP2(g->b, g->t, p, &i, 1, "");
+}
+
+/* &p[i * si + j * sj] */
+static LLVMValueRef at2(gemm_cg *g, LLVMValueRef p, LLVMValueRef i, LLVMValueRef si, LLVMValueRef j,
+                        LLVMValueRef sj) {
+  return at(g, p,
+            LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, i, si, ""),
+                            LLVMBuildNSWMul(g->b, j, sj, ""), ""));
+}
+
+static LLVMValueRef vec_ptr(gemm_cg *g, LLVMValueRef p) {
+  return LLVMBuildBitCast(g->b, p, LLVMPointerType(g->vec, 0), "");
+}
+
+static LLVMValueRef load_aligned(gemm_cg *g, LLVMTypeRef t, LLVMValueRef p, unsigned align) {
+  LLVMValueRef v = LLVMBuildLoad2(g->b, t, p, "");
+  LLVMSetAlignment(v, align);
+  return v;
+}
+
+static void store_aligned(gemm_cg *g, LLVMValueRef v, LLVMValueRef p, unsigned align) {
+  LLVMSetAlignment(LLVMBuildStore(g->b, v, p), align);
+}
+
+static unsigned elem_align(const gemm_cg *g) { return (unsigned)loom_dtype_size(g->d->dtype); }
+
+static LLVMValueRef intrinsic(gemm_cg *g, const char *name, LLVMTypeRef *types, size_t ntypes,
+                              LLVMValueRef *args, unsigned nargs) {
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+  LLVMValueRef fn = LLVMGetIntrinsicDeclaration(g->mod, id, types, ntypes);
+  return LLVMBuildCall2(g->b, LLVMIntrinsicGetType(g->ctx, id, types, ntypes), fn, args, nargs, "");
+}
+
+/* A new internal function; the builder at its first block, after the
+ * entry block that holds its allocas. */
+static LLVMValueRef begin_function(gemm_cg *g, const char *name, LLVMTypeRef *params,
+                                   unsigned nparams, bool internal) {
+  LLVMValueRef fn = LLVMAddFunction(g->mod, name, LLVMFunctionType(g->t_void, params, nparams, 0));
+  if (internal) LLVMSetLinkage(fn, LLVMInternalLinkage);
+  add_attr(g, fn, LLVMAttributeFunctionIndex, "nounwind");
+  /* the tile's vectors are as wide as the CPU's: a target that prefers
+   * narrower ones (AVX-512 CPUs tuned for 256 bits) must not split them */
+  char width[16];
+  snprintf(width, sizeof width, "%d", lm_target_vector_bytes() * 8);
+  const char *key = "min-legal-vector-width";
+  LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
+                          LLVMCreateStringAttribute(g->ctx, key, (unsigned)strlen(key), width,
+                                                    (unsigned)strlen(width)));
+  g->fn = fn;
+  LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(g->ctx, fn, "entry");
+  LLVMBasicBlockRef start = LLVMAppendBasicBlockInContext(g->ctx, fn, "start");
+  LLVMPositionBuilderAtEnd(g->b, entry);
+  LLVMValueRef br = LLVMBuildBr(g->b, start);
+  LLVMPositionBuilderBefore(g->entry, br);
+  LLVMPositionBuilderAtEnd(g->b, start);
+  return fn;
+}
+
+static LLVMValueRef new_var(gemm_cg *g, LLVMTypeRef t, LLVMValueRef init) {
+  LLVMValueRef v = LLVMBuildAlloca(g->entry, t, "");
+  LLVMBuildStore(g->b, init, v);
+  return v;
+}
+
+/* for (iv = lo; iv < hi; iv += step): the builder in the body; gloop_end closes it. */
+typedef struct gloop {
+  LLVMValueRef var, iv;
+  LLVMBasicBlockRef header, exit;
+} gloop;
+
+static void gloop_begin(gemm_cg *g, gloop *l, LLVMValueRef lo, LLVMValueRef hi) {
+  l->var = new_var(g, g->t_i64, lo);
+  l->header = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "loop");
+  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "body");
+  l->exit = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "done");
+  LLVMBuildBr(g->b, l->header);
+  LLVMPositionBuilderAtEnd(g->b, l->header);
+  l->iv = LLVMBuildLoad2(g->b, g->t_i64, l->var, "");
+  LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, l->iv, hi, ""), body, l->exit);
+  LLVMPositionBuilderAtEnd(g->b, body);
+}
+
+static void gloop_end(gemm_cg *g, gloop *l, LLVMValueRef step) {
+  LLVMBuildStore(g->b, LLVMBuildNSWAdd(g->b, l->iv, step, ""), l->var);
+  LLVMBuildBr(g->b, l->header);
+  LLVMPositionBuilderAtEnd(g->b, l->exit);
+}
+
+/* if (cond) { ... }: the builder in the then block; if_end joins. */
+static LLVMBasicBlockRef if_begin(gemm_cg *g, LLVMValueRef cond) {
+  LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "then");
+  LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "join");
+  LLVMBuildCondBr(g->b, cond, then, join);
+  LLVMPositionBuilderAtEnd(g->b, then);
+  return join;
+}
+
+static void if_end(gemm_cg *g, LLVMBasicBlockRef join) {
+  LLVMBuildBr(g->b, join);
+  LLVMPositionBuilderAtEnd(g->b, join);
+}
+
+/* ------------------------------------------------------------------ packing */
+
+/* v[0..w): the w rows of a w x w block, transposed in registers by log2(w)
+ * rounds of two-input shuffles; round s swaps bit s of every element's row
+ * and lane index. */
+static void transpose_square(gemm_cg *g, LLVMValueRef *v) {
+  int w = g->w;
+  LLVMValueRef lo[64], hi[64];
+  for (int s = 1; s < w; s *= 2) {
+    for (int l = 0; l < w; l++) {
+      lo[l] = LLVMConstInt(g->t_i32, (unsigned long long)((l & s) ? w + l - s : l), 0);
+      hi[l] = LLVMConstInt(g->t_i32, (unsigned long long)((l & s) ? w + l : l + s), 0);
+    }
+    LLVMValueRef lo_mask = LLVMConstVector(lo, (unsigned)w),
+                 hi_mask = LLVMConstVector(hi, (unsigned)w);
+    for (int i = 0; i < w; i++) {
+      if (i & s) continue;
+      LLVMValueRef a = v[i], b = v[i + s];
+      v[i] = LLVMBuildShuffleVector(g->b, a, b, lo_mask, "");
+      v[i + s] = LLVMBuildShuffleVector(g->b, a, b, hi_mask, "");
+    }
+  }
+}
+
+/*
+ * Lines row[0 .. nblk * W), each contiguous, become columns: for q < W,
+ * dst[(p0 + q) * stride + r] = row[r][p0 + q] for r < nblk * W, a W x W
+ * block at a time through registers. Stores go in order of q, so where a
+ * row of dst is shorter than nblk * W (stride < nblk * W) the extra lanes
+ * land on the next row's start, which the next store overwrites.
+ */
+static void transpose_lines(gemm_cg *g, const LLVMValueRef *row, int nblk, LLVMValueRef p0,
+                            LLVMValueRef dst, int64_t stride) {
+  int w = g->w;
+  LLVMValueRef v[8][64];
+  for (int blk = 0; blk < nblk; blk++) {
+    for (int r = 0; r < w; r++)
+      v[blk][r] = load_aligned(g, g->vec, vec_ptr(g, at(g, row[blk * w + r], p0)), elem_align(g));
+    transpose_square(g, v[blk]);
+  }
+  for (int q = 0; q < w; q++) {
+    LLVMValueRef line =
+        at(g, dst,
+           LLVMBuildNSWMul(g->b, LLVMBuildNSWAdd(g->b, p0, i64c(g, q), ""), i64c(g, stride), ""));
+    for (int blk = 0; blk < nblk; blk++)
+      store_aligned(g, v[blk][q], vec_ptr(g, at(g, line, i64c(g, blk * w))), elem_align(g));
+  }
+}
+
+/* for p0 = 0, W, ... while p0 + W <= n: the builder in the body; returns the
+ * loop, which the caller ends; the first p it left is n - n % W. */
+static void chunk_loop_begin(gemm_cg *g, gloop *l, LLVMValueRef n) {
+  gloop_begin(g, l, i64c(g, 0), LLVMBuildNSWSub(g->b, n, i64c(g, g->w - 1), ""));
+}
+
+static LLVMValueRef chunked_part(gemm_cg *g, LLVMValueRef n) {
+  return LLVMBuildNSWSub(g->b, n, LLVMBuildSRem(g->b, n, i64c(g, g->w), ""), "");
+}
+
+/* dst[p * stride] = line[p * step] for p in [from, n), or zeros when !inside. */
+static void copy_line(gemm_cg *g, LLVMValueRef inside, LLVMValueRef line, LLVMValueRef step,
+                      LLVMValueRef from, LLVMValueRef n, LLVMValueRef dst, int64_t stride) {
+  gloop p;
+  gloop_begin(g, &p, from, n);
+  LLVMValueRef to = at(g, dst, LLVMBuildNSWMul(g->b, p.iv, i64c(g, stride), ""));
+  LLVMBasicBlockRef join = if_begin(g, inside);
+  store_aligned(
+      g, load_aligned(g, g->t, at(g, line, LLVMBuildNSWMul(g->b, p.iv, step, "")), elem_align(g)),
+      to, elem_align(g));
+  if_end(g, join);
+  join = if_begin(g, LLVMBuildNot(g->b, inside, ""));
+  store_aligned(g, LLVMConstNull(g->t), to, elem_align(g));
+  if_end(g, join);
+  gloop_end(g, &p, i64c(g, 1));
+}
+
+/*
+ * pack_b(kc, nc, b, row, col, dst): B's kc x nc panel as slivers of NR
+ * columns, sliver s at dst + s * NR * kc holding row p's NR values at p * NR;
+ * columns past nc are zeros. Whole slivers of the two common layouts run
+ * vectors: rows of B contiguous (col == 1) copy NR / W vectors per row;
+ * columns contiguous (row == 1, a layer's weight [N, K] read as W^T) go
+ * through transpose_lines. The rest, one column at a time.
+ */
+static LLVMValueRef gen_pack_b(gemm_cg *g, const char *symbol) {
+  char name[64];
+  snprintf(name, sizeof name, "%s.pack_b", symbol);
+  LLVMTypeRef params[6] = {g->t_i64, g->t_i64, g->tp, g->t_i64, g->t_i64, g->tp};
+  LLVMValueRef fn = begin_function(g, name, params, 6, true);
+  for (unsigned i = 2; i < 6; i += 3) add_attr(g, fn, i + 1, "noalias");
+  LLVMValueRef kc = LLVMGetParam(fn, 0), nc = LLVMGetParam(fn, 1), b = LLVMGetParam(fn, 2),
+               row = LLVMGetParam(fn, 3), col = LLVMGetParam(fn, 4), dst = LLVMGetParam(fn, 5);
+  int nr = g->d->nr;
+  gloop js;
+  gloop_begin(g, &js, i64c(g, 0), nc);
+  LLVMValueRef width = min_i64(g, i64c(g, nr), LLVMBuildNSWSub(g->b, nc, js.iv, ""));
+  LLVMValueRef sliver = at(g, dst, LLVMBuildNSWMul(g->b, js.iv, kc, ""));
+  LLVMValueRef src = at(g, b, LLVMBuildNSWMul(g->b, js.iv, col, ""));
+  LLVMValueRef whole = LLVMBuildICmp(g->b, LLVMIntEQ, width, i64c(g, nr), "");
+  LLVMValueRef rows_contiguous =
+      LLVMBuildAnd(g->b, whole, LLVMBuildICmp(g->b, LLVMIntEQ, col, i64c(g, 1), ""), "");
+  LLVMValueRef cols_contiguous =
+      LLVMBuildAnd(g->b, whole, LLVMBuildICmp(g->b, LLVMIntEQ, row, i64c(g, 1), ""), "");
+  LLVMBasicBlockRef rows_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "rows");
+  LLVMBasicBlockRef not_rows_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "not_rows");
+  LLVMBasicBlockRef cols_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "columns");
+  LLVMBasicBlockRef other_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "other");
+  LLVMBasicBlockRef next_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "next");
+  LLVMBuildCondBr(g->b, rows_contiguous, rows_bb, not_rows_bb);
+  LLVMPositionBuilderAtEnd(g->b, not_rows_bb);
+  LLVMBuildCondBr(g->b, cols_contiguous, cols_bb, other_bb);
+
+  LLVMPositionBuilderAtEnd(g->b, rows_bb);
+  {
+    gloop p;
+    gloop_begin(g, &p, i64c(g, 0), kc);
+    LLVMValueRef from = at(g, src, LLVMBuildNSWMul(g->b, p.iv, row, ""));
+    LLVMValueRef to = at(g, sliver, LLVMBuildNSWMul(g->b, p.iv, i64c(g, nr), ""));
+    for (int v = 0; v < g->nv; v++) {
+      LLVMValueRef x =
+          load_aligned(g, g->vec, vec_ptr(g, at(g, from, i64c(g, v * g->w))), elem_align(g));
+      store_aligned(g, x, vec_ptr(g, at(g, to, i64c(g, v * g->w))), elem_align(g));
+    }
+    gloop_end(g, &p, i64c(g, 1));
+    LLVMBuildBr(g->b, next_bb);
+  }
+
+  LLVMPositionBuilderAtEnd(g->b, cols_bb);
+  {
+    LLVMValueRef lines[8 * 64] = {0};
+    for (int j = 0; j < nr; j++) lines[j] = at(g, src, LLVMBuildNSWMul(g->b, i64c(g, j), col, ""));
+    gloop p0;
+    chunk_loop_begin(g, &p0, kc);
+    transpose_lines(g, lines, g->nv, p0.iv, sliver, nr);
+    gloop_end(g, &p0, i64c(g, g->w));
+    LLVMValueRef rest = chunked_part(g, kc);
+    for (int j = 0; j < nr; j++)
+      copy_line(g, LLVMConstInt(g->t_i1, 1, 0), lines[j], i64c(g, 1), rest, kc,
+                at(g, sliver, i64c(g, j)), nr);
+    LLVMBuildBr(g->b, next_bb);
+  }
+
+  LLVMPositionBuilderAtEnd(g->b, other_bb);
+  {
+    gloop j;
+    gloop_begin(g, &j, i64c(g, 0), i64c(g, nr));
+    LLVMValueRef inside = LLVMBuildICmp(g->b, LLVMIntSLT, j.iv, width, "");
+    copy_line(g, inside, at(g, src, LLVMBuildNSWMul(g->b, j.iv, col, "")), row, i64c(g, 0), kc,
+              at(g, sliver, j.iv), nr);
+    gloop_end(g, &j, i64c(g, 1));
+    LLVMBuildBr(g->b, next_bb);
+  }
+
+  LLVMPositionBuilderAtEnd(g->b, next_bb);
+  gloop_end(g, &js, i64c(g, nr));
+  LLVMBuildRetVoid(g->b);
+  return fn;
+}
+
+/*
+ * pack_a(mc, kc, a, row, col, dst): A's mc x kc block as slivers of MR rows,
+ * sliver s at dst + s * MR * kc holding column p's MR values at p * MR; rows
+ * past mc are zeros, or (in the vector path) copies of the last row, whose
+ * sums the microkernel never stores. With rows contiguous (col == 1) W terms
+ * of every row go through transpose_lines at a time (its extra lanes spill
+ * past the block by less than W elements: lk_gemm_pack_bytes's slack); the
+ * rest, one row at a time.
+ */
+static LLVMValueRef gen_pack_a(gemm_cg *g, const char *symbol) {
+  char name[64];
+  snprintf(name, sizeof name, "%s.pack_a", symbol);
+  LLVMTypeRef params[6] = {g->t_i64, g->t_i64, g->tp, g->t_i64, g->t_i64, g->tp};
+  LLVMValueRef fn = begin_function(g, name, params, 6, true);
+  for (unsigned i = 2; i < 6; i += 3) add_attr(g, fn, i + 1, "noalias");
+  LLVMValueRef mc = LLVMGetParam(fn, 0), kc = LLVMGetParam(fn, 1), a = LLVMGetParam(fn, 2),
+               row = LLVMGetParam(fn, 3), col = LLVMGetParam(fn, 4), dst = LLVMGetParam(fn, 5);
+  int mr = g->d->mr, nblk = (mr + g->w - 1) / g->w;
+  gloop is;
+  gloop_begin(g, &is, i64c(g, 0), mc);
+  LLVMValueRef sliver = at(g, dst, LLVMBuildNSWMul(g->b, is.iv, kc, ""));
+  LLVMValueRef last = LLVMBuildNSWSub(g->b, mc, i64c(g, 1), "");
+  LLVMValueRef vector_path = LLVMBuildICmp(g->b, LLVMIntEQ, col, i64c(g, 1), "");
+  LLVMBasicBlockRef vec_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "rows");
+  LLVMBasicBlockRef other_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "other");
+  LLVMBasicBlockRef next_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "next");
+  LLVMBuildCondBr(g->b, vector_path, vec_bb, other_bb);
+
+  LLVMPositionBuilderAtEnd(g->b, vec_bb);
+  {
+    LLVMValueRef lines[8 * 64] = {0};
+    for (int r = 0; r < nblk * g->w; r++) {
+      LLVMValueRef i = min_i64(g, LLVMBuildNSWAdd(g->b, is.iv, i64c(g, r), ""), last);
+      lines[r] = at(g, a, LLVMBuildNSWMul(g->b, i, row, ""));
+    }
+    gloop p0;
+    chunk_loop_begin(g, &p0, kc);
+    transpose_lines(g, lines, nblk, p0.iv, sliver, mr);
+    gloop_end(g, &p0, i64c(g, g->w));
+    LLVMValueRef rest = chunked_part(g, kc);
+    for (int r = 0; r < mr; r++) {
+      LLVMValueRef inside =
+          LLVMBuildICmp(g->b, LLVMIntSLT, LLVMBuildNSWAdd(g->b, is.iv, i64c(g, r), ""), mc, "");
+      copy_line(g, inside, lines[r], i64c(g, 1), rest, kc, at(g, sliver, i64c(g, r)), mr);
+    }
+    LLVMBuildBr(g->b, next_bb);
+  }
+
+  LLVMPositionBuilderAtEnd(g->b, other_bb);
+  {
+    gloop r;
+    gloop_begin(g, &r, i64c(g, 0), i64c(g, mr));
+    LLVMValueRef i = LLVMBuildNSWAdd(g->b, is.iv, r.iv, "");
+    LLVMValueRef inside = LLVMBuildICmp(g->b, LLVMIntSLT, i, mc, "");
+    LLVMValueRef line = at(g, a, LLVMBuildNSWMul(g->b, min_i64(g, i, last), row, ""));
+    copy_line(g, inside, line, col, i64c(g, 0), kc, at(g, sliver, r.iv), mr);
+    gloop_end(g, &r, i64c(g, 1));
+    LLVMBuildBr(g->b, next_bb);
+  }
+
+  LLVMPositionBuilderAtEnd(g->b, next_bb);
+  gloop_end(g, &is, i64c(g, mr));
+  LLVMBuildRetVoid(g->b);
+  return fn;
+}
+
+/* ------------------------------------------------------------------ microkernel */
+
+/* The tile's row r, vector v: sums, plus C's old values when load_c, stored
+ * under mask (NULL: every lane). */
+static void store_tile_vector(gemm_cg *g, LLVMValueRef sum, LLVMValueRef dst, LLVMValueRef mask,
+                              LLVMValueRef load_c) {
+  LLVMValueRef p = vec_ptr(g, dst);
+  LLVMTypeRef types[2] = {g->vec, LLVMPointerType(g->vec, 0)};
+  LLVMValueRef align = LLVMConstInt(g->t_i32, elem_align(g), 0);
+  LLVMValueRef old;
+  if (mask) {
+    LLVMValueRef args[4] = {p, align, mask, LLVMConstNull(g->vec)};
+    old = intrinsic(g, "llvm.masked.load", types, 2, args, 4);
+  } else {
+    old = load_aligned(g, g->vec, p, elem_align(g));
+  }
+  LLVMValueRef v = LLVMBuildSelect(g->b, load_c, LLVMBuildFAdd(g->b, sum, old, ""), sum, "");
+  if (mask) {
+    LLVMValueRef args[4] = {v, p, align, mask};
+    intrinsic(g, "llvm.masked.store", types, 2, args, 4);
+  } else {
+    store_aligned(g, v, p, elem_align(g));
+  }
+}
+
+/*
+ * micro(kc, pa, pb, c, ldc, mr, nr, load_c): C's mr x nr tile (mr <= MR,
+ * nr <= NR) = A sliver @ B sliver, plus the tile's old values when load_c.
+ * C is read only where it is written, so a tile past the matrix's edge never
+ * touches memory outside it.
+ */
+static LLVMValueRef gen_micro(gemm_cg *g, const char *symbol) {
+  char name[64];
+  snprintf(name, sizeof name, "%s.micro", symbol);
+  LLVMTypeRef params[8] = {g->t_i64, g->tp, g->tp, g->tp, g->t_i64, g->t_i64, g->t_i64, g->t_i1};
+  LLVMValueRef fn = begin_function(g, name, params, 8, true);
+  for (unsigned i = 1; i <= 3; i++) add_attr(g, fn, i + 1, "noalias");
+  add_attr(g, fn, LLVMAttributeFunctionIndex, "alwaysinline");
+  LLVMValueRef kc = LLVMGetParam(fn, 0), pa = LLVMGetParam(fn, 1), pb = LLVMGetParam(fn, 2),
+               c = LLVMGetParam(fn, 3), ldc = LLVMGetParam(fn, 4), mr = LLVMGetParam(fn, 5),
+               nr = LLVMGetParam(fn, 6), load_c = LLVMGetParam(fn, 7);
+  int MR = g->d->mr, NR = g->d->nr, nv = g->nv, w = g->w;
+  LLVMValueRef sums[32 * 8]; /* lk_gemm_check: MR <= 32; nr / w <= 8 */
+  _Static_assert(32 <= 8 * 64, "transpose_lines: MR rows in at most 8 blocks");
+  for (int s = 0; s < MR * nv; s++) sums[s] = new_var(g, g->vec, LLVMConstNull(g->vec));
+
+  gloop p;
+  gloop_begin(g, &p, i64c(g, 0), kc);
+  {
+    LLVMValueRef brow = at(g, pb, LLVMBuildNSWMul(g->b, p.iv, i64c(g, NR), ""));
+    LLVMValueRef acol = at(g, pa, LLVMBuildNSWMul(g->b, p.iv, i64c(g, MR), ""));
+    LLVMValueRef bv[8];
+    for (int v = 0; v < nv; v++)
+      bv[v] = load_aligned(g, g->vec, vec_ptr(g, at(g, brow, i64c(g, v * w))), elem_align(g));
+    LLVMTypeRef i32v = LLVMVectorType(g->t_i32, (unsigned)w);
+    for (int r = 0; r < MR; r++) {
+      LLVMValueRef x = load_aligned(g, g->t, at(g, acol, i64c(g, r)), elem_align(g));
+      LLVMValueRef one =
+          LLVMBuildInsertElement(g->b, LLVMGetUndef(g->vec), x, LLVMConstInt(g->t_i32, 0, 0), "");
+      LLVMValueRef splat =
+          LLVMBuildShuffleVector(g->b, one, LLVMGetUndef(g->vec), LLVMConstNull(i32v), "");
+      for (int v = 0; v < nv; v++) {
+        LLVMValueRef acc = LLVMBuildLoad2(g->b, g->vec, sums[r * nv + v], "");
+        LLVMValueRef args[3] = {splat, bv[v], acc};
+        LLVMBuildStore(g->b, intrinsic(g, "llvm.fma", &g->vec, 1, args, 3), sums[r * nv + v]);
+      }
+    }
+  }
+  gloop_end(g, &p, i64c(g, 1));
+
+  LLVMValueRef whole = LLVMBuildAnd(g->b, LLVMBuildICmp(g->b, LLVMIntEQ, mr, i64c(g, MR), ""),
+                                    LLVMBuildICmp(g->b, LLVMIntEQ, nr, i64c(g, NR), ""), "");
+  LLVMBasicBlockRef whole_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "whole");
+  LLVMBasicBlockRef edge_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "edge");
+  LLVMBuildCondBr(g->b, whole, whole_bb, edge_bb);
+
+  LLVMPositionBuilderAtEnd(g->b, whole_bb);
+  for (int r = 0; r < MR; r++) {
+    LLVMValueRef crow = at(g, c, LLVMBuildNSWMul(g->b, i64c(g, r), ldc, ""));
+    for (int v = 0; v < nv; v++)
+      store_tile_vector(g, LLVMBuildLoad2(g->b, g->vec, sums[r * nv + v], ""),
+                        at(g, crow, i64c(g, v * w)), NULL, load_c);
+  }
+  LLVMBuildRetVoid(g->b);
+
+  LLVMPositionBuilderAtEnd(g->b, edge_bb);
+  LLVMTypeRef i64v = LLVMVectorType(g->t_i64, (unsigned)w);
+  LLVMValueRef nr_v =
+      LLVMBuildInsertElement(g->b, LLVMGetUndef(i64v), nr, LLVMConstInt(g->t_i32, 0, 0), "");
+  nr_v = LLVMBuildShuffleVector(g->b, nr_v, LLVMGetUndef(i64v),
+                                LLVMConstNull(LLVMVectorType(g->t_i32, (unsigned)w)), "");
+  LLVMValueRef mask[8];
+  for (int v = 0; v < nv; v++) {
+    LLVMValueRef offs[64];
+    for (int l = 0; l < w; l++) offs[l] = i64c(g, v * w + l);
+    mask[v] = LLVMBuildICmp(g->b, LLVMIntSLT, LLVMConstVector(offs, (unsigned)w), nr_v, "");
+  }
+  for (int r = 0; r < MR; r++) {
+    LLVMBasicBlockRef join = if_begin(g, LLVMBuildICmp(g->b, LLVMIntSLT, i64c(g, r), mr, ""));
+    LLVMValueRef crow = at(g, c, LLVMBuildNSWMul(g->b, i64c(g, r), ldc, ""));
+    for (int v = 0; v < nv; v++)
+      store_tile_vector(g, LLVMBuildLoad2(g->b, g->vec, sums[r * nv + v], ""),
+                        at(g, crow, i64c(g, v * w)), mask[v], load_c);
+    if_end(g, join);
+  }
+  LLVMBuildRetVoid(g->b);
+  return fn;
+}
+
+/* ------------------------------------------------------------------ the loops */
+
+enum {
+  ARG_M,
+  ARG_N,
+  ARG_K,
+  ARG_A,
+  ARG_A_ROW,
+  ARG_A_COL,
+  ARG_B,
+  ARG_B_ROW,
+  ARG_B_COL,
+  ARG_C,
+  ARG_LDC,
+  ARG_ACCUMULATE,
+  ARG_MC,
+  ARG_KC,
+  ARG_NC,
+  ARG_PACK,
+  ARG_COUNT
+};
+
+_Static_assert(sizeof(lk_gemm_args) == ARG_COUNT * 8, "lk_gemm_args: every field 8 bytes");
+
+static LLVMValueRef arg_i64(gemm_cg *g, LLVMValueRef args, int field) {
+  LLVMValueRef i = i64c(g, field);
+  return load_aligned(g, g->t_i64, LLVMBuildInBoundsGEP2(g->b, g->t_i64, args, &i, 1, ""), 8);
+}
+
+static LLVMValueRef arg_ptr(gemm_cg *g, LLVMValueRef args, int field) {
+  return LLVMBuildIntToPtr(g->b, arg_i64(g, args, field), g->tp, "");
+}
+
+static LLVMValueRef call(gemm_cg *g, LLVMValueRef fn, LLVMValueRef *args, unsigned n) {
+  return LLVMBuildCall2(g->b, LLVMGlobalGetValueType(fn), fn, args, n, "");
+}
+
+static void gen_entry(gemm_cg *g, const char *symbol, LLVMValueRef pack_a, LLVMValueRef pack_b,
+                      LLVMValueRef micro) {
+  LLVMValueRef fn = begin_function(g, symbol, &g->i64p, 1, false);
+  add_attr(g, fn, 1, "nocapture");
+  add_attr(g, fn, 1, "readonly");
+  LLVMValueRef args = LLVMGetParam(fn, 0);
+  LLVMValueRef m = arg_i64(g, args, ARG_M), n = arg_i64(g, args, ARG_N),
+               k = arg_i64(g, args, ARG_K), a = arg_ptr(g, args, ARG_A),
+               a_row = arg_i64(g, args, ARG_A_ROW), a_col = arg_i64(g, args, ARG_A_COL),
+               b = arg_ptr(g, args, ARG_B), b_row = arg_i64(g, args, ARG_B_ROW),
+               b_col = arg_i64(g, args, ARG_B_COL), c = arg_ptr(g, args, ARG_C),
+               ldc = arg_i64(g, args, ARG_LDC), mc = arg_i64(g, args, ARG_MC),
+               kc = arg_i64(g, args, ARG_KC), nc = arg_i64(g, args, ARG_NC),
+               pack = arg_ptr(g, args, ARG_PACK);
+  LLVMValueRef accumulate =
+      LLVMBuildICmp(g->b, LLVMIntNE, arg_i64(g, args, ARG_ACCUMULATE), i64c(g, 0), "");
+  int MR = g->d->mr, NR = g->d->nr;
+
+  /* an empty sum: C = 0 (or left as it is) */
+  LLVMValueRef no_terms = LLVMBuildICmp(g->b, LLVMIntSLE, k, i64c(g, 0), "");
+  LLVMBasicBlockRef join =
+      if_begin(g, LLVMBuildAnd(g->b, no_terms, LLVMBuildNot(g->b, accumulate, ""), ""));
+  {
+    gloop i;
+    gloop_begin(g, &i, i64c(g, 0), m);
+    LLVMValueRef crow = at(g, c, LLVMBuildNSWMul(g->b, i.iv, ldc, ""));
+    gloop j;
+    gloop_begin(g, &j, i64c(g, 0), n);
+    store_aligned(g, LLVMConstNull(g->t), at(g, crow, j.iv), elem_align(g));
+    gloop_end(g, &j, i64c(g, 1));
+    gloop_end(g, &i, i64c(g, 1));
+  }
+  if_end(g, join);
+
+  /* B's panel, then A's block (pack_bytes's layout) */
+  LLVMValueRef nc_whole = LLVMBuildMul(
+      g->b, LLVMBuildSDiv(g->b, LLVMBuildNSWAdd(g->b, nc, i64c(g, NR - 1), ""), i64c(g, NR), ""),
+      i64c(g, NR), "");
+  LLVMValueRef pb = pack, pa = at(g, pack, LLVMBuildNSWMul(g->b, nc_whole, kc, ""));
+
+  gloop jc;
+  gloop_begin(g, &jc, i64c(g, 0), n);
+  LLVMValueRef ncur = min_i64(g, nc, LLVMBuildNSWSub(g->b, n, jc.iv, ""));
+  {
+    gloop pc;
+    gloop_begin(g, &pc, i64c(g, 0), k);
+    LLVMValueRef kcur = min_i64(g, kc, LLVMBuildNSWSub(g->b, k, pc.iv, ""));
+    LLVMValueRef bsrc = at2(g, b, pc.iv, b_row, jc.iv, b_col);
+    LLVMValueRef pb_args[6] = {kcur, ncur, bsrc, b_row, b_col, pb};
+    call(g, pack_b, pb_args, 6);
+    LLVMValueRef load_c =
+        LLVMBuildOr(g->b, accumulate, LLVMBuildICmp(g->b, LLVMIntSGT, pc.iv, i64c(g, 0), ""), "");
+    gloop ic;
+    gloop_begin(g, &ic, i64c(g, 0), m);
+    {
+      LLVMValueRef mcur = min_i64(g, mc, LLVMBuildNSWSub(g->b, m, ic.iv, ""));
+      LLVMValueRef asrc = at2(g, a, ic.iv, a_row, pc.iv, a_col);
+      LLVMValueRef pa_args[6] = {mcur, kcur, asrc, a_row, a_col, pa};
+      call(g, pack_a, pa_args, 6);
+      LLVMValueRef cblock =
+          at(g, c, LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, ic.iv, ldc, ""), jc.iv, ""));
+      gloop jr;
+      gloop_begin(g, &jr, i64c(g, 0), ncur);
+      {
+        LLVMValueRef nr = min_i64(g, i64c(g, NR), LLVMBuildNSWSub(g->b, ncur, jr.iv, ""));
+        LLVMValueRef bsliver = at(g, pb, LLVMBuildNSWMul(g->b, jr.iv, kcur, ""));
+        gloop ir;
+        gloop_begin(g, &ir, i64c(g, 0), mcur);
+        LLVMValueRef mr = min_i64(g, i64c(g, MR), LLVMBuildNSWSub(g->b, mcur, ir.iv, ""));
+        LLVMValueRef asliver = at(g, pa, LLVMBuildNSWMul(g->b, ir.iv, kcur, ""));
+        LLVMValueRef ctile =
+            at(g, cblock, LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, ir.iv, ldc, ""), jr.iv, ""));
+        LLVMValueRef m_args[8] = {kcur, asliver, bsliver, ctile, ldc, mr, nr, load_c};
+        call(g, micro, m_args, 8);
+        gloop_end(g, &ir, i64c(g, MR));
+      }
+      gloop_end(g, &jr, i64c(g, NR));
+    }
+    gloop_end(g, &ic, mc);
+    gloop_end(g, &pc, kc);
+  }
+  gloop_end(g, &jc, nc);
+  LLVMBuildRetVoid(g->b);
+}
+
+/* ------------------------------------------------------------------ API */
+
+loom_status lm_gemm_module(LLVMContextRef ctx, const lk_gemm *d, const char *symbol,
+                           LLVMModuleRef *out, char *err, size_t errlen) {
+  *out = NULL;
+  const char *bad = lk_gemm_check(d);
+  int w = lm_target_vector_bytes() / (int)loom_dtype_size(d->dtype);
+  if (!bad && (w < 1 || w > 64 || d->nr % w != 0 || d->nr / w > 8))
+    bad = "its tile is not whole vectors for this CPU";
+  if (bad) {
+    lm_set_err(err, errlen, "GEMM %s is invalid: %s", symbol, bad);
+    return LOOM_ERR_COMPILE;
+  }
+  gemm_cg g = {.d = d, .ctx = ctx, .w = w, .nv = d->nr / w};
+  g.t_void = LLVMVoidTypeInContext(ctx);
+  g.t_i1 = LLVMInt1TypeInContext(ctx);
+  g.t_i32 = LLVMInt32TypeInContext(ctx);
+  g.t_i64 = LLVMInt64TypeInContext(ctx);
+  g.t = d->dtype == LOOM_F32 ? LLVMFloatTypeInContext(ctx) : LLVMDoubleTypeInContext(ctx);
+  g.vec = LLVMVectorType(g.t, (unsigned)w);
+  g.tp = LLVMPointerType(g.t, 0);
+  g.i64p = LLVMPointerType(g.t_i64, 0);
+  g.mod = LLVMModuleCreateWithNameInContext(symbol, ctx);
+  g.b = LLVMCreateBuilderInContext(ctx);
+  g.entry = LLVMCreateBuilderInContext(ctx);
+  LLVMValueRef pack_a = gen_pack_a(&g, symbol), pack_b = gen_pack_b(&g, symbol),
+               micro = gen_micro(&g, symbol);
+  gen_entry(&g, symbol, pack_a, pack_b, micro);
+  LLVMDisposeBuilder(g.b);
+  LLVMDisposeBuilder(g.entry);
+  *out = g.mod;
+  return LOOM_OK;
+}
+
+void lm_llvm_gemm_tile(loom_dtype dtype, lk_gemm *out) {
+  int bytes = lm_target_vector_bytes();
+  /* two vectors per row; as many rows as the registers hold with the two
+   * vectors of B beside them (32 registers with AVX-512, whose FMAs take
+   * A's broadcast from memory; 16 otherwise, one more for the broadcast) */
+  int rows = bytes >= 64 ? 14 : 6;
+  *out = (lk_gemm){.dtype = dtype, .mr = rows, .nr = 2 * bytes / (int)loom_dtype_size(dtype)};
+}
