@@ -286,44 +286,86 @@ static const char *pos_name(const loom_program *p, int pos, char buf[24]) {
   return buf;
 }
 
-/* The step whose output is pos, or -1 (positions not stored have none). */
-static int step_storing(const loom_program *p, int pos) {
-  for (int i = 0; i < p->plan->nsteps; i++)
-    if (p->plan->steps[i].out == pos) return i;
-  return -1;
+/* Which steps compute which nodes (each step's kernel its output, and inline
+ * every node it reaches without passing a stored one; a node several kernels
+ * recompute is in each), as two lists: step i's nodes ascending,
+ * node[step_start[i] .. step_start[i + 1]), and node pos's steps ascending,
+ * step[node_start[pos] .. node_start[pos + 1]). Memory and time grow with the
+ * pairs, not with steps x nodes (a 60,000-op unfused program once took 3.6 GB). */
+typedef struct computing {
+  int *step_start, *node; /* [nsteps + 1], [pairs] */
+  int *node_start, *step; /* [n + 1], [pairs] */
+  int *stored_by;         /* [n]: the step storing pos, or -1 */
+} computing;
+
+static void computing_free(computing *c) {
+  free(c->step_start), free(c->node), free(c->node_start), free(c->step), free(c->stored_by);
 }
 
-/* Which steps compute which nodes: computes[i * n + pos] when step i's kernel
- * computes node pos (its output, and inline every node it reaches without
- * passing a stored one). A node several kernels recompute is in each. */
-static unsigned char *steps_computing(const loom_program *p) {
-  size_t n = (size_t)p->n, nsteps = (size_t)p->plan->nsteps;
-  unsigned char *computes = calloc(nsteps * n + 1, 1);
-  bool *stored = calloc(n + 1, sizeof *stored);
-  int *stack = malloc(sizeof(int) * (n + 1));
-  for (size_t i = 0; computes && stored && stack && i < nsteps; i++)
-    if (p->plan->steps[i].out < p->n) stored[p->plan->steps[i].out] = true;
-  for (size_t i = 0; computes && stored && stack && i < nsteps; i++) {
+static int ascending(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+static bool grow(int **v, size_t *cap, size_t need) {
+  if (need <= *cap) return true;
+  size_t ncap = *cap ? *cap * 2 : 1024;
+  while (ncap < need) ncap *= 2;
+  int *g = realloc(*v, ncap * sizeof **v);
+  if (!g) return false;
+  *v = g, *cap = ncap;
+  return true;
+}
+
+static bool steps_computing(const loom_program *p, computing *c) {
+  int n = p->n, nsteps = p->plan->nsteps;
+  memset(c, 0, sizeof *c);
+  c->step_start = calloc((size_t)nsteps + 1, sizeof(int));
+  c->node_start = calloc((size_t)n + 2, sizeof(int));
+  c->stored_by = malloc(sizeof(int) * ((size_t)n + 1));
+  int *seen = malloc(sizeof(int) * ((size_t)n + 1)); /* the step + 1 that last reached pos */
+  int *stack = malloc(sizeof(int) * ((size_t)n + 1));
+  size_t cap = 0, pairs = 0;
+  bool ok = c->step_start && c->node_start && c->stored_by && seen && stack;
+  for (int pos = 0; ok && pos < n; pos++) c->stored_by[pos] = -1, seen[pos] = 0;
+  for (int i = 0; ok && i < nsteps; i++)
+    if (p->plan->steps[i].out < n) c->stored_by[p->plan->steps[i].out] = i;
+  for (int i = 0; ok && i < nsteps; i++) {
+    c->step_start[i] = (int)pairs;
     int root = p->plan->steps[i].out, len = 0;
-    unsigned char *mine = computes + i * n;
-    if (root >= p->n) continue; /* a temporary: partial results of a split reduction */
-    mine[root] = 1;
+    if (root >= n) continue; /* a temporary: partial results of a split reduction */
+    seen[root] = i + 1;
     stack[len++] = root;
-    while (len > 0) {
+    while (ok && len > 0) {
       int pos = stack[--len];
+      ok = grow(&c->node, &cap, pairs + 1);
+      if (!ok) break;
+      c->node[pairs++] = pos;
       for (int s = p->src_start[pos]; s < p->src_start[pos + 1]; s++) {
         int src = p->src_pos[s];
-        if (p->kind[src] != LM_SLOT_NODE || stored[src] || mine[src]) continue;
-        mine[src] = 1;
+        if (p->kind[src] != LM_SLOT_NODE || c->stored_by[src] >= 0 || seen[src] == i + 1) continue;
+        seen[src] = i + 1;
         stack[len++] = src;
       }
     }
+    qsort(c->node + c->step_start[i], pairs - (size_t)c->step_start[i], sizeof(int), ascending);
   }
-  bool ok = computes && stored && stack;
-  free(stored);
+  if (ok) c->step_start[nsteps] = (int)pairs;
+  /* the inverse, by counting: steps come out ascending since i runs so */
+  c->step = ok ? malloc(sizeof(int) * (pairs + 1)) : NULL;
+  ok = ok && c->step;
+  for (size_t q = 0; ok && q < pairs; q++) c->node_start[c->node[q] + 1]++;
+  for (int pos = 0; ok && pos < n; pos++)
+    c->node_start[pos + 1] += c->node_start[pos], seen[pos] = 0;
+  for (int i = 0; ok && i < nsteps; i++)
+    for (int q = c->step_start[i]; q < c->step_start[i + 1]; q++) {
+      int pos = c->node[q];
+      c->step[c->node_start[pos] + seen[pos]++] = i;
+    }
+  free(seen);
   free(stack);
-  if (!ok) free(computes);
-  return ok ? computes : NULL;
+  if (!ok) computing_free(c);
+  return ok;
 }
 
 static void dump_header(text *t, const loom_program *p) {
@@ -359,8 +401,7 @@ static void dump_inputs(text *t, const loom_program *p) {
 /* A node's line, then where it is computed: "# step 3" when a kernel inlines
  * it ("# steps 2, 3" when two recompute it), "stored" when a step writes it
  * to memory. */
-static void dump_nodes(text *t, const loom_program *p, const int *wnum,
-                       const unsigned char *computes) {
+static void dump_nodes(text *t, const loom_program *p, const int *wnum, const computing *c) {
   put(t, "nodes\n");
   for (int pos = 0; pos < p->n; pos++) {
     size_t start = t->len;
@@ -370,13 +411,11 @@ static void dump_nodes(text *t, const loom_program *p, const int *wnum,
     if (p->kind[pos] == LM_SLOT_INPUT) put(t, "# %s", p->nodes[pos]->label);
     if (p->kind[pos] == LM_SLOT_WEIGHT) put(t, "# captured");
     if (p->kind[pos] == LM_SLOT_NODE) {
-      int count = 0;
-      for (int i = 0; i < p->plan->nsteps; i++) count += computes[(size_t)i * p->n + pos];
+      int first = c->node_start[pos], count = c->node_start[pos + 1] - first;
       put(t, "# step%s", count == 1 ? "" : "s");
-      for (int i = 0, k = 0; i < p->plan->nsteps; i++)
-        if (computes[(size_t)i * p->n + pos]) put(t, k++ ? ", %d" : " %d", i);
+      for (int k = 0; k < count; k++) put(t, k ? ", %d" : " %d", c->step[first + k]);
       if (count == 0) put(t, " (none)");
-      if (step_storing(p, pos) >= 0) put(t, ", stored");
+      if (c->stored_by[pos] >= 0) put(t, ", stored");
     }
     for (int i = 0; i < p->nout; i++)
       if (p->out_pos[i] == pos) put(t, ", %s", p->out_names[i]);
@@ -448,15 +487,14 @@ static void dump_listing(text *t, const lk_kernel *k) {
   free(listing);
 }
 
-static void dump_kernel(text *t, const loom_program *p, int i, const unsigned char *computes) {
+static void dump_kernel(text *t, const loom_program *p, int i, const computing *c) {
   const lm_step *s = &p->plan->steps[i];
   char a[24];
   put(t, "  step %d: kernel -> %s %s, %lld output%s", i, pos_name(p, s->out, a),
       loom_dtype_name(s->dtype), (long long)s->outer, s->outer == 1 ? "" : "s");
   if (s->out < p->n) {
     put(t, "; computes");
-    for (int pos = 0; pos < p->n; pos++)
-      if (computes[(size_t)i * p->n + pos]) put(t, " %%%d", pos);
+    for (int q = c->step_start[i]; q < c->step_start[i + 1]; q++) put(t, " %%%d", c->node[q]);
   } else {
     put(t, "; partial results of a split reduction");
   }
@@ -478,13 +516,13 @@ static void dump_kernel(text *t, const loom_program *p, int i, const unsigned ch
   dump_listing(t, &s->kernel);
 }
 
-static void dump_schedule(text *t, const loom_program *p, const unsigned char *computes) {
+static void dump_schedule(text *t, const loom_program *p, const computing *c) {
   put(t, "schedule\n");
   for (int i = 0; i < p->plan->nsteps; i++) {
     if (p->plan->steps[i].kind == LM_STEP_GEMM)
       dump_gemm(t, p, i);
     else
-      dump_kernel(t, p, i, computes);
+      dump_kernel(t, p, i, c);
   }
 }
 
@@ -493,18 +531,19 @@ loom_status loom_program_dump(const loom_program *p, FILE *out) {
   if (!p || !out) return lm_fail(LOOM_ERR_NULL, "%s: %s is NULL", op, p ? "out" : "program");
   int nweights;
   int *wnum = weight_numbers(p, &nweights);
-  unsigned char *computes = steps_computing(p);
+  computing c;
+  bool computed = steps_computing(p, &c);
   text t = {0};
-  if (wnum && computes) {
+  if (wnum && computed) {
     dump_header(&t, p);
     dump_inputs(&t, p);
-    dump_nodes(&t, p, wnum, computes);
+    dump_nodes(&t, p, wnum, &c);
     dump_outputs(&t, p);
-    dump_schedule(&t, p, computes);
+    dump_schedule(&t, p, &c);
   }
-  bool oom = !wnum || !computes || t.oom;
+  bool oom = !wnum || !computed || t.oom;
   free(wnum);
-  free(computes);
+  if (computed) computing_free(&c);
   if (oom) {
     free(t.s);
     return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
@@ -527,28 +566,39 @@ static void dot_node_label(text *t, const loom_program *p, int pos, const int *w
   put_type(t, n->dtype, &n->shape);
 }
 
-static void dot_node(text *t, const loom_program *p, int pos, const int *wnum, const char *indent) {
+/* What the picture needs besides the program, each a pass over it (a
+ * program of many steps and nodes is drawn in time that grows with them, not
+ * with their product): which nodes are stored, and each step's nodes
+ * (kernel_of) as buckets, members[first[i] .. first[i + 1]). */
+typedef struct picture {
+  const int *wnum;
+  bool *stored;
+  int *first, *members;
+} picture;
+
+static void dot_node(text *t, const loom_program *p, int pos, const picture *pic,
+                     const char *indent) {
   static const char *const style[] = {
       [LM_SLOT_NODE] = "shape=box",
       [LM_SLOT_INPUT] = "shape=invhouse, style=filled, fillcolor=\"#cfe2ff\"",
       [LM_SLOT_WEIGHT] = "shape=cylinder, style=filled, fillcolor=\"#fff3cd\"",
   };
-  bool stored = p->kind[pos] == LM_SLOT_NODE && step_storing(p, pos) >= 0;
+  bool stored = p->kind[pos] == LM_SLOT_NODE && pic->stored[pos];
   put(t, "%sn%d [%s%s, label=\"", indent, pos, style[p->kind[pos]], stored ? ", style=bold" : "");
-  dot_node_label(t, p, pos, wnum);
+  dot_node_label(t, p, pos, pic->wnum);
   put(t, "\"];\n");
 }
 
 /* One cluster per step with the nodes kernel_of gives it; a step storing a
  * temporary gets a point for it, so the cluster is never empty. */
-static void dot_step(text *t, const loom_program *p, int i, const int *wnum) {
+static void dot_step(text *t, const loom_program *p, int i, const picture *pic) {
   const lm_step *s = &p->plan->steps[i];
   put(t, "  subgraph cluster_%d {\n    label=\"step %d: %s\";\n    style=rounded;\n", i, i,
       s->kind == LM_STEP_GEMM ? "gemm" : "kernel");
   if (s->out >= p->n)
     put(t, "    t%d [shape=point, xlabel=\"%%t%d\"];\n", s->out - p->n, s->out - p->n);
-  for (int pos = 0; pos < p->n; pos++)
-    if (p->kind[pos] == LM_SLOT_NODE && p->kernel_of[pos] == i) dot_node(t, p, pos, wnum, "    ");
+  for (int q = pic->first[i]; q < pic->first[i + 1]; q++)
+    dot_node(t, p, pic->members[q], pic, "    ");
   put(t, "  }\n");
 }
 
@@ -574,12 +624,33 @@ static void dot_edges(text *t, const loom_program *p) {
   }
 }
 
-static void put_dot(text *t, const loom_program *p, const int *wnum) {
+static bool picture_make(const loom_program *p, picture *pic) {
+  int n = p->n, nsteps = p->plan->nsteps;
+  pic->stored = calloc((size_t)n + 1, sizeof *pic->stored);
+  pic->first = calloc((size_t)nsteps + 2, sizeof *pic->first);
+  pic->members = malloc(sizeof(int) * ((size_t)n + 1));
+  if (!pic->stored || !pic->first || !pic->members) return false;
+  for (int i = 0; i < nsteps; i++)
+    if (p->plan->steps[i].out < n) pic->stored[p->plan->steps[i].out] = true;
+  for (int pos = 0; pos < n; pos++)
+    if (p->kind[pos] == LM_SLOT_NODE && p->kernel_of[pos] >= 0) pic->first[p->kernel_of[pos] + 1]++;
+  for (int i = 0; i < nsteps; i++) pic->first[i + 1] += pic->first[i];
+  int *cursor = malloc(sizeof(int) * ((size_t)nsteps + 1));
+  if (!cursor) return false;
+  memcpy(cursor, pic->first, sizeof(int) * (size_t)nsteps);
+  for (int pos = 0; pos < n; pos++) /* ascending within each step, as before */
+    if (p->kind[pos] == LM_SLOT_NODE && p->kernel_of[pos] >= 0)
+      pic->members[cursor[p->kernel_of[pos]]++] = pos;
+  free(cursor);
+  return true;
+}
+
+static void put_dot(text *t, const loom_program *p, const picture *pic) {
   put(t, "digraph loom_program {\n  node [fontname=\"monospace\", fontsize=10];\n"
          "  graph [fontname=\"monospace\", fontsize=10];\n");
-  for (int i = 0; i < p->plan->nsteps; i++) dot_step(t, p, i, wnum);
+  for (int i = 0; i < p->plan->nsteps; i++) dot_step(t, p, i, pic);
   for (int pos = 0; pos < p->n; pos++)
-    if (p->kind[pos] != LM_SLOT_NODE || p->kernel_of[pos] < 0) dot_node(t, p, pos, wnum, "  ");
+    if (p->kind[pos] != LM_SLOT_NODE || p->kernel_of[pos] < 0) dot_node(t, p, pos, pic, "  ");
   dot_edges(t, p);
   put(t, "}\n");
 }
@@ -588,12 +659,13 @@ loom_status loom_program_dot(const loom_program *p, const char *path) {
   const char *op = "loom_program_dot";
   if (!p || !path) return lm_fail(LOOM_ERR_NULL, "%s: %s is NULL", op, p ? "path" : "program");
   int nweights;
-  int *wnum = weight_numbers(p, &nweights);
+  picture pic = {weight_numbers(p, &nweights), NULL, NULL, NULL};
   text t = {0};
-  if (wnum) put_dot(&t, p, wnum);
-  loom_status st = wnum && !t.oom ? write_file_atomically(op, path, t.s, t.len)
+  bool made = pic.wnum && picture_make(p, &pic);
+  if (made) put_dot(&t, p, &pic);
+  loom_status st = made && !t.oom ? write_file_atomically(op, path, t.s, t.len)
                                   : lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
   free(t.s);
-  free(wnum);
+  free((void *)pic.wnum), free(pic.stored), free(pic.first), free(pic.members);
   return st;
 }

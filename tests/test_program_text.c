@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1102,6 +1103,52 @@ static void test_weights_files(void) {
   loom_clear_error();
 }
 
+/* A 60,000-step program (an unfused chain) dumps and draws with memory that
+ * grows with its size: the dump once allocated steps x nodes bytes (3.6 GB
+ * here). The address space is capped at 1 GiB more than in use while it
+ * runs, so a quadratic table fails as LOOM_ERR_OOM. (Not under ASan, whose
+ * shadow memory takes address space of its own.) */
+static size_t address_space_in_use(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  unsigned long pages = 0;
+  if (f && fscanf(f, "%lu", &pages) != 1) pages = 0;
+  if (f) fclose(f);
+  return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static void test_dump_large(void) {
+#if defined(__SANITIZE_ADDRESS__)
+  return;
+#endif
+  enum { STEPS = 60000 };
+  bool fused = loom_fusion_enabled();
+  loom_set_fusion(false);
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(4), LOOM_F32, LOOM_CPU), *y = x;
+    for (int i = 0; i < STEPS; i++) y = i % 2 ? loom_cos(y) : loom_sin(y);
+    loom_program *p = loom_compile(&y, 1, &x, 1);
+    CHECK_MSG(p != NULL, "compiling a %d-step chain: %s", STEPS, loom_last_error());
+    struct rlimit old;
+    getrlimit(RLIMIT_AS, &old);
+    struct rlimit cap = {address_space_in_use() + ((size_t)1 << 30), old.rlim_max};
+    bool capped = p && setrlimit(RLIMIT_AS, &cap) == 0;
+    FILE *out = fopen("/dev/null", "w");
+    char path[600];
+    snprintf(path, sizeof path, "%s/large.dot", scratch);
+    if (p && out) {
+      CHECK_MSG(loom_program_dump(p, out) == LOOM_OK, "dump of %d steps: %s", STEPS,
+                loom_last_error());
+      CHECK_MSG(loom_program_dot(p, path) == LOOM_OK, "dot of %d steps: %s", STEPS,
+                loom_last_error());
+    }
+    if (capped) setrlimit(RLIMIT_AS, &old);
+    if (out) fclose(out);
+    remove(path);
+    loom_program_free(p);
+  }
+  loom_set_fusion(fused);
+}
+
 int main(void) {
   snprintf(scratch, sizeof scratch, "/tmp/loom-program-text-XXXXXX");
   if (!mkdtemp(scratch)) {
@@ -1122,6 +1169,7 @@ int main(void) {
   test_broken_files("integers", false);
   test_broken_files("several", false);
   test_weights_files();
+  test_dump_large();
   CHECK_EQ_INT(loom_get_stats().bytes_live, before);
   check_remove_dir(scratch);
   return check_report();
