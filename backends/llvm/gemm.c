@@ -86,6 +86,10 @@ static LLVMValueRef intrinsic(gemm_cg *g, const char *name, LLVMTypeRef *types, 
   return LLVMBuildCall2(g->b, LLVMIntrinsicGetType(g->ctx, id, types, ntypes), fn, args, nargs, "");
 }
 
+static LLVMValueRef call(gemm_cg *g, LLVMValueRef fn, LLVMValueRef *args, unsigned n) {
+  return LLVMBuildCall2(g->b, LLVMGlobalGetValueType(fn), fn, args, n, "");
+}
+
 /* A new internal function; the builder at its first block, after the
  * entry block that holds its allocas. */
 static LLVMValueRef begin_function(gemm_cg *g, const char *name, LLVMTypeRef *params,
@@ -489,6 +493,146 @@ static LLVMValueRef gen_micro(gemm_cg *g, const char *symbol) {
   return fn;
 }
 
+/* ------------------------------------------------------------------ few rows */
+
+/* The sum of v's lanes, halves added pairwise (the same order everywhere). */
+static LLVMValueRef lanes_sum(gemm_cg *g, LLVMValueRef v) {
+  for (int width = g->w; width > 1; width /= 2) {
+    LLVMValueRef idx[64];
+    for (int l = 0; l < g->w; l++)
+      idx[l] = LLVMConstInt(g->t_i32, (unsigned long long)(l + width / 2) % (unsigned)g->w, 0);
+    v = LLVMBuildFAdd(g->b, v,
+                      LLVMBuildShuffleVector(g->b, v, LLVMGetUndef(g->vec),
+                                             LLVMConstVector(idx, (unsigned)g->w), ""),
+                      "");
+  }
+  return LLVMBuildExtractElement(g->b, v, LLVMConstInt(g->t_i32, 0, 0), "");
+}
+
+static LLVMValueRef masked_load(gemm_cg *g, LLVMValueRef p, LLVMValueRef mask) {
+  LLVMTypeRef types[2] = {g->vec, LLVMPointerType(g->vec, 0)};
+  LLVMValueRef args[4] = {vec_ptr(g, p), LLVMConstInt(g->t_i32, elem_align(g), 0), mask,
+                          LLVMConstNull(g->vec)};
+  return intrinsic(g, "llvm.masked.load", types, 2, args, 4);
+}
+
+#define DOT_MAX_ROWS 4
+
+/*
+ * dot_RxJ(k, a, a_row, b, b_col, c, ldc, load_c): C's R x J outputs from
+ * unpacked operands whose terms are contiguous, A's rows and B's columns (a
+ * layer's weight [N, K] read as W^T): each output a vector of partial sums
+ * along k, W terms a step (the last step masked), its lanes added at the end.
+ * Packing B would copy every weight for R <= DOT_MAX_ROWS rows of use, so a
+ * batch of one token reads the weight once, straight from memory.
+ */
+static LLVMValueRef gen_dot(gemm_cg *g, const char *symbol, int R, int J) {
+  char name[80];
+  snprintf(name, sizeof name, "%s.dot%dx%d", symbol, R, J);
+  LLVMTypeRef params[8] = {g->t_i64, g->tp, g->t_i64, g->tp, g->t_i64, g->tp, g->t_i64, g->t_i1};
+  LLVMValueRef fn = begin_function(g, name, params, 8, true);
+  add_attr(g, fn, LLVMAttributeFunctionIndex, "alwaysinline");
+  LLVMValueRef k = LLVMGetParam(fn, 0), a = LLVMGetParam(fn, 1), a_row = LLVMGetParam(fn, 2),
+               b = LLVMGetParam(fn, 3), b_col = LLVMGetParam(fn, 4), c = LLVMGetParam(fn, 5),
+               ldc = LLVMGetParam(fn, 6), load_c = LLVMGetParam(fn, 7);
+  LLVMValueRef arow[DOT_MAX_ROWS], bcol[4], sums[DOT_MAX_ROWS][4];
+  for (int r = 0; r < R; r++) arow[r] = at(g, a, LLVMBuildNSWMul(g->b, i64c(g, r), a_row, ""));
+  for (int j = 0; j < J; j++) bcol[j] = at(g, b, LLVMBuildNSWMul(g->b, i64c(g, j), b_col, ""));
+  for (int r = 0; r < R; r++)
+    for (int j = 0; j < J; j++) sums[r][j] = new_var(g, g->vec, LLVMConstNull(g->vec));
+  /* whole vectors, then the masked rest */
+  for (int tail = 0; tail < 2; tail++) {
+    gloop p;
+    LLVMValueRef mask = NULL;
+    if (!tail) {
+      chunk_loop_begin(g, &p, k);
+    } else {
+      LLVMValueRef from = chunked_part(g, k);
+      gloop_begin(g, &p, from, k); /* runs once when k % W != 0 */
+      LLVMValueRef offs[64], left = LLVMBuildNSWSub(g->b, k, p.iv, "");
+      for (int l = 0; l < g->w; l++) offs[l] = i64c(g, l);
+      LLVMTypeRef i64v = LLVMVectorType(g->t_i64, (unsigned)g->w);
+      LLVMValueRef splat =
+          LLVMBuildInsertElement(g->b, LLVMGetUndef(i64v), left, LLVMConstInt(g->t_i32, 0, 0), "");
+      splat = LLVMBuildShuffleVector(g->b, splat, LLVMGetUndef(i64v),
+                                     LLVMConstNull(LLVMVectorType(g->t_i32, (unsigned)g->w)), "");
+      mask = LLVMBuildICmp(g->b, LLVMIntSLT, LLVMConstVector(offs, (unsigned)g->w), splat, "");
+    }
+    LLVMValueRef av[DOT_MAX_ROWS], bv[4];
+    for (int r = 0; r < R; r++)
+      av[r] = mask ? masked_load(g, at(g, arow[r], p.iv), mask)
+                   : load_aligned(g, g->vec, vec_ptr(g, at(g, arow[r], p.iv)), elem_align(g));
+    for (int j = 0; j < J; j++)
+      bv[j] = mask ? masked_load(g, at(g, bcol[j], p.iv), mask)
+                   : load_aligned(g, g->vec, vec_ptr(g, at(g, bcol[j], p.iv)), elem_align(g));
+    for (int r = 0; r < R; r++)
+      for (int j = 0; j < J; j++) {
+        LLVMValueRef args[3] = {av[r], bv[j], LLVMBuildLoad2(g->b, g->vec, sums[r][j], "")};
+        LLVMBuildStore(g->b, intrinsic(g, "llvm.fma", &g->vec, 1, args, 3), sums[r][j]);
+      }
+    gloop_end(g, &p, tail ? k : i64c(g, g->w));
+  }
+  for (int r = 0; r < R; r++)
+    for (int j = 0; j < J; j++) {
+      LLVMValueRef dst = at2(g, c, i64c(g, r), ldc, i64c(g, j), i64c(g, 1));
+      LLVMValueRef sum = lanes_sum(g, LLVMBuildLoad2(g->b, g->vec, sums[r][j], ""));
+      LLVMValueRef old = load_aligned(g, g->t, dst, elem_align(g));
+      store_aligned(g, LLVMBuildSelect(g->b, load_c, LLVMBuildFAdd(g->b, old, sum, ""), sum, ""),
+                    dst, elem_align(g));
+    }
+  LLVMBuildRetVoid(g->b);
+  return fn;
+}
+
+/* C = (or +=) A @ B through gen_dot's functions: rows DOT_MAX_ROWS at a time
+ * (the last group of rows fewer), columns four at a time, then one. */
+static void gen_few_rows(gemm_cg *g, const char *symbol, LLVMValueRef m, LLVMValueRef n,
+                         LLVMValueRef k, LLVMValueRef a, LLVMValueRef a_row, LLVMValueRef b,
+                         LLVMValueRef b_col, LLVMValueRef c, LLVMValueRef ldc,
+                         LLVMValueRef load_c) {
+  LLVMValueRef dots[DOT_MAX_ROWS + 1][2];
+  LLVMValueRef caller = g->fn;
+  LLVMBasicBlockRef where = LLVMGetInsertBlock(g->b);
+  LLVMBuilderRef entry = g->entry;
+  g->entry = LLVMCreateBuilderInContext(g->ctx);
+  for (int r = 1; r <= DOT_MAX_ROWS; r++)
+    for (int q = 0; q < 2; q++) dots[r][q] = gen_dot(g, symbol, r, q ? 1 : 4);
+  LLVMDisposeBuilder(g->entry);
+  g->entry = entry;
+  g->fn = caller;
+  LLVMPositionBuilderAtEnd(g->b, where);
+  gloop i;
+  gloop_begin(g, &i, i64c(g, 0), m);
+  LLVMValueRef rows = min_i64(g, i64c(g, DOT_MAX_ROWS), LLVMBuildNSWSub(g->b, m, i.iv, ""));
+  LLVMValueRef arow = at(g, a, LLVMBuildNSWMul(g->b, i.iv, a_row, ""));
+  LLVMValueRef crow = at(g, c, LLVMBuildNSWMul(g->b, i.iv, ldc, ""));
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "rows_done");
+  LLVMValueRef sw = LLVMBuildSwitch(g->b, rows, done, DOT_MAX_ROWS);
+  for (int r = 1; r <= DOT_MAX_ROWS; r++) {
+    LLVMBasicBlockRef bb = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "rows");
+    LLVMAddCase(sw, i64c(g, r), bb);
+    LLVMPositionBuilderAtEnd(g->b, bb);
+    gloop j4, j1;
+    gloop_begin(g, &j4, i64c(g, 0), LLVMBuildNSWSub(g->b, n, i64c(g, 3), ""));
+    LLVMValueRef args4[8] = {k,     arow,
+                             a_row, at(g, b, LLVMBuildNSWMul(g->b, j4.iv, b_col, "")),
+                             b_col, at(g, crow, j4.iv),
+                             ldc,   load_c};
+    call(g, dots[r][0], args4, 8);
+    gloop_end(g, &j4, i64c(g, 4));
+    gloop_begin(g, &j1, LLVMBuildNSWSub(g->b, n, LLVMBuildSRem(g->b, n, i64c(g, 4), ""), ""), n);
+    LLVMValueRef args1[8] = {k,     arow,
+                             a_row, at(g, b, LLVMBuildNSWMul(g->b, j1.iv, b_col, "")),
+                             b_col, at(g, crow, j1.iv),
+                             ldc,   load_c};
+    call(g, dots[r][1], args1, 8);
+    gloop_end(g, &j1, i64c(g, 1));
+    LLVMBuildBr(g->b, done);
+  }
+  LLVMPositionBuilderAtEnd(g->b, done);
+  gloop_end(g, &i, i64c(g, DOT_MAX_ROWS));
+}
+
 /* ------------------------------------------------------------------ the loops */
 
 enum {
@@ -520,10 +664,6 @@ static LLVMValueRef arg_i64(gemm_cg *g, LLVMValueRef args, int field) {
 
 static LLVMValueRef arg_ptr(gemm_cg *g, LLVMValueRef args, int field) {
   return LLVMBuildIntToPtr(g->b, arg_i64(g, args, field), g->tp, "");
-}
-
-static LLVMValueRef call(gemm_cg *g, LLVMValueRef fn, LLVMValueRef *args, unsigned n) {
-  return LLVMBuildCall2(g->b, LLVMGlobalGetValueType(fn), fn, args, n, "");
 }
 
 static void gen_entry(gemm_cg *g, const char *symbol, LLVMValueRef pack_a, LLVMValueRef pack_b,
@@ -559,6 +699,19 @@ static void gen_entry(gemm_cg *g, const char *symbol, LLVMValueRef pack_a, LLVMV
     gloop_end(g, &i, i64c(g, 1));
   }
   if_end(g, join);
+
+  /* a few rows against a weight: no packing */
+  LLVMValueRef few = LLVMBuildICmp(g->b, LLVMIntSLE, m, i64c(g, DOT_MAX_ROWS), "");
+  few = LLVMBuildAnd(g->b, few, LLVMBuildICmp(g->b, LLVMIntEQ, a_col, i64c(g, 1), ""), "");
+  few = LLVMBuildAnd(g->b, few, LLVMBuildICmp(g->b, LLVMIntEQ, b_row, i64c(g, 1), ""), "");
+  few = LLVMBuildAnd(g->b, few, LLVMBuildICmp(g->b, LLVMIntSGT, k, i64c(g, 0), ""), "");
+  LLVMBasicBlockRef few_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "few_rows");
+  LLVMBasicBlockRef blocked_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "blocked");
+  LLVMBuildCondBr(g->b, few, few_bb, blocked_bb);
+  LLVMPositionBuilderAtEnd(g->b, few_bb);
+  gen_few_rows(g, symbol, m, n, k, a, a_row, b, b_col, c, ldc, accumulate);
+  LLVMBuildRetVoid(g->b);
+  LLVMPositionBuilderAtEnd(g->b, blocked_bb);
 
   /* B's panel, then A's block (pack_bytes's layout) */
   LLVMValueRef nc_whole = LLVMBuildMul(
