@@ -149,8 +149,7 @@ static loom_status read_at(const st_file *sf, uint64_t offset, void *dst, uint64
 }
 
 static loom_status open_file(st_file *sf) {
-  do sf->fd = open(sf->path, O_RDONLY | O_CLOEXEC);
-  while (sf->fd < 0 && errno == EINTR);
+  sf->fd = lm_open_for_reading(sf->path);
   if (sf->fd < 0) return load_fail(sf, LOOM_ERR_IO, "cannot open: %s", strerror(errno));
   struct stat info;
   if (fstat(sf->fd, &info) != 0)

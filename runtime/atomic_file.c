@@ -4,9 +4,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static _Atomic unsigned long long temp_counter;
@@ -34,7 +37,21 @@ bool lm_atomic_file_open(lm_atomic_file *f, const char *path, mode_t mode) {
   return false;
 }
 
+/* Whether writing len more bytes at fd's end stays under RLIMIT_FSIZE. */
+static bool within_size_limit(int fd, size_t len) {
+  struct rlimit lim;
+  struct stat st;
+  if (getrlimit(RLIMIT_FSIZE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return true;
+  off_t at = lseek(fd, 0, SEEK_CUR);
+  if (at < 0 && fstat(fd, &st) == 0) at = st.st_size;
+  return at >= 0 && (uint64_t)at + len <= (uint64_t)lim.rlim_cur;
+}
+
 bool lm_write_all(int fd, const void *data, size_t len) {
+  if (!within_size_limit(fd, len)) {
+    errno = EFBIG;
+    return false;
+  }
   const char *p = data;
   while (len > 0) {
     size_t chunk = len > ((size_t)1 << 30) ? ((size_t)1 << 30) : len;
@@ -74,4 +91,14 @@ void lm_atomic_file_abandon(lm_atomic_file *f) {
   if (f->fd >= 0) close(f->fd);
   finish(f, true);
   errno = saved;
+}
+
+int lm_open_for_reading(const char *path) {
+  int fd;
+  do fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  while (fd < 0 && errno == EINTR);
+  if (fd < 0) return -1;
+  int flags = fcntl(fd, F_GETFL); /* blocking reads again, for what is a file */
+  if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
 }

@@ -1,6 +1,7 @@
 /* Files written whole or not at all (saved weights and programs, disk cache
  * entries): a temporary beside the path, renamed over it once complete, so a
- * reader sees the old file or the new one, never half of one. */
+ * reader sees the old file or the new one, never half of one. And files
+ * opened for reading without blocking. */
 #ifndef LOOM_RUNTIME_ATOMIC_FILE_H
 #define LOOM_RUNTIME_ATOMIC_FILE_H
 
@@ -18,7 +19,9 @@ typedef struct lm_atomic_file {
  * O_EXCL so two writers never share one. False with errno set (ENOMEM when out
  * of memory). */
 bool lm_atomic_file_open(lm_atomic_file *f, const char *path, mode_t mode);
-/* Writes all of data (retrying short writes and EINTR); false with errno set. */
+/* Writes all of data (retrying short writes and EINTR); false with errno set.
+ * A write that would pass the process's file size limit (ulimit -f) is not
+ * made (EFBIG): the kernel would end the process with SIGXFSZ instead. */
 bool lm_write_all(int fd, const void *data, size_t len);
 /* Syncs (when sync), closes and renames the temporary over path. False with
  * errno set, the temporary removed; *what then says which step failed ("sync",
@@ -26,5 +29,10 @@ bool lm_write_all(int fd, const void *data, size_t len);
 bool lm_atomic_file_commit(lm_atomic_file *f, bool sync, const char **what);
 /* Closes and removes the temporary (after a failed write). */
 void lm_atomic_file_abandon(lm_atomic_file *f);
+
+/* open(path, O_RDONLY) that never waits: a FIFO or a device where a file
+ * belongs opens at once (the caller refuses what fstat says is not a regular
+ * file) instead of blocking until a writer comes. -1 with errno set. */
+int lm_open_for_reading(const char *path);
 
 #endif

@@ -35,6 +35,19 @@ static void warn_off(const char *path, const char *why) {
           path, why);
 }
 
+/* A store that failed (disk full, ulimit -f, permissions): the kernel is in
+ * memory all the same; said once per process. */
+static atomic_flag store_warned = ATOMIC_FLAG_INIT;
+
+static void warn_store(const char *path) {
+  int saved = errno;
+  if (!atomic_flag_test_and_set(&store_warned))
+    fprintf(stderr,
+            "loom: cannot write the kernel cache entry %s (%s); kernels not stored stay in memory "
+            "only\n",
+            path, strerror(saved));
+}
+
 static bool make_dirs(char *path) {
   for (char *p = path + 1; *p; p++) {
     if (*p != '/') continue;
@@ -136,7 +149,7 @@ static bool valid(const unsigned char *data, size_t size, lm_hash128 key) {
 }
 
 static unsigned char *read_file(const char *path, size_t *size) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = lm_open_for_reading(path);
   if (fd < 0) return NULL;
   struct stat st;
   unsigned char *data = NULL;
@@ -180,13 +193,19 @@ void lm_disk_store(lm_hash128 key, const void *payload, size_t len) {
   char path[4200];
   entry_path(key, path, sizeof path);
   lm_atomic_file f;
-  if (!lm_atomic_file_open(&f, path, 0600)) return;
+  if (!lm_atomic_file_open(&f, path, 0600)) {
+    warn_store(path);
+    return;
+  }
   unsigned char header[HEADER];
   make_header(header, key, payload, len);
-  if (lm_write_all(f.fd, header, HEADER) && lm_write_all(f.fd, payload, len))
-    lm_atomic_file_commit(&f, false, NULL); /* unsynced: a lost entry is rebuilt */
-  else
+  if (lm_write_all(f.fd, header, HEADER) && lm_write_all(f.fd, payload, len)) {
+    if (!lm_atomic_file_commit(&f, false, NULL))
+      warn_store(path); /* unsynced: a lost entry is rebuilt */
+  } else {
     lm_atomic_file_abandon(&f);
+    warn_store(path);
+  }
 }
 
 void lm_disk_remove(lm_hash128 key) {

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/atomic_file.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"
 
@@ -800,7 +801,7 @@ loom_status lm_program_parse(const char *text, size_t len, const loom_params *we
  * program text may be. */
 static loom_status read_text(const char *op, const char *path, char **text, size_t *len) {
   *text = NULL, *len = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = lm_open_for_reading(path);
   if (fd < 0) return lm_fail(LOOM_ERR_IO, "%s: '%s': cannot open: %s", op, path, strerror(errno));
   struct stat sb;
   loom_status st = LOOM_OK;

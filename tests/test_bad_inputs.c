@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -97,6 +98,8 @@ static void make_fixtures(void) {
            w6, 24);
   write_file("plain_file", "x", 1);
   mkdir(path_in("a_dir.st"), 0700);
+  mkfifo(path_in("fifo.st"), 0600);
+  mkfifo(path_in("fifo.loom"), 0600);
 }
 
 /* ------------------------------------------------------------ row helpers */
@@ -338,7 +341,23 @@ LOAD(file_dtype, "f64.st")
 LOAD(file_shape, "wrong_shape.st")
 LOAD(file_name, "other_name.st")
 LOAD(file_huge, "huge_dim.st")
+LOAD(file_fifo, "fifo.st")
+ROW_P(file_fifo_program, loom_program_load(path_in("fifo.loom")))
 ROW_S(file_save_under_file, loom_params_save(params, path_in("plain_file/w.st")))
+/* Past the process's file size limit (ulimit -f): refused, where the write
+ * would have ended the process with SIGXFSZ. */
+static loom_status file_size_limit(char *msg, size_t len) {
+  loom_params *big = loom_params_new();
+  loom_params_add(big, "w", loom_zeros(LOOM_SHAPE(4096), LOOM_F32, LOOM_CPU));
+  struct rlimit old, cap;
+  getrlimit(RLIMIT_FSIZE, &old);
+  cap = (struct rlimit){4096, old.rlim_max};
+  setrlimit(RLIMIT_FSIZE, &cap);
+  loom_status st = loom_params_save(big, path_in("big.st"));
+  setrlimit(RLIMIT_FSIZE, &old);
+  loom_params_free(big);
+  return from_status(st, msg, len);
+}
 /* Every truncation of a good file: each refused as corrupt. */
 static loom_status file_truncated(char *msg, size_t len) {
   FILE *f = fopen(path_in("good.st"), "rb");
@@ -628,6 +647,11 @@ static const row table[] = {
         "missing 'w' (F32 [2,3]); unexpected 'v' (F32 [2,3])"),
     ROW("bad file", "loom_params_load(ps, 2^64 elements)", file_huge, LOOM_ERR_CORRUPT,
         "shape has more elements than fit in 64 bits"),
+    ROW("bad file", "loom_params_load(ps, a FIFO)", file_fifo, LOOM_ERR_IO, "not a regular file"),
+    ROW("bad file", "loom_program_load(a FIFO)", file_fifo_program, LOOM_ERR_IO,
+        "not a regular file"),
+    ROW("bad file", "loom_params_save(ps, 16 KiB past ulimit -f 4 KiB)", file_size_limit,
+        LOOM_ERR_IO, "File too large"),
     ROW("bad file", "loom_params_save(ps, under a file)", file_save_under_file, LOOM_ERR_IO,
         "cannot create a file beside it: Not a directory"),
 

@@ -41,7 +41,7 @@ static char self[4096];
 static result run_child(const char *dir) {
   result r = {0, 0, 0};
   char cmd[8400];
-  snprintf(cmd, sizeof cmd, "LOOM_CACHE_DIR='%s' '%s' --child 2>/dev/null", dir, self);
+  snprintf(cmd, sizeof cmd, "LOOM_CACHE_DIR='%s' timeout 60 '%s' --child 2>/dev/null", dir, self);
   FILE *p = popen(cmd, "r");
   if (!p) return r;
   if (fscanf(p, "%llu %llu %d", &r.compiled, &r.disk_hits, &r.ok) != 3) r.ok = 0;
@@ -107,6 +107,56 @@ static void test_cold_warm_and_damage(const char *dir) {
   CHECK(f.ok && f.compiled == 1 && f.disk_hits == 0);
 }
 
+/* A FIFO where an entry belongs is refused at once and the entry rebuilt over
+ * it, never waited on: the child runs under `timeout`, which a blocking open
+ * would reach. */
+static void test_fifo_entry(const char *base) {
+  char dir[4200], path[8192];
+  snprintf(dir, sizeof dir, "%s/fifo", base);
+  result cold = run_child(dir);
+  CHECK(cold.ok && cold.compiled == 1);
+  CHECK_EQ_INT(entry(dir, path, sizeof path), 1);
+  unlink(path);
+  CHECK_EQ_INT(mkfifo(path, 0600), 0);
+  result r = run_child(dir);
+  CHECK_MSG(r.ok && r.compiled == 1 && r.disk_hits == 0, "a FIFO entry: ok %d compiled %llu", r.ok,
+            r.compiled);
+}
+
+/* Under `ulimit -f 1` (1 KiB, less than an entry) the cache write is not made
+ * and the process goes on (SIGXFSZ used to end it), with no temporary left. */
+static void test_file_size_limit(const char *base) {
+  char dir[4200], cmd[9000];
+  snprintf(dir, sizeof dir, "%s/ulimit", base);
+  mkdir(dir, 0700);
+  snprintf(cmd, sizeof cmd,
+           "ulimit -f 1; LOOM_CACHE_DIR='%s' timeout 60 '%s' --child 2>'%s/stderr.txt'", dir, self,
+           base);
+  FILE *p = popen(cmd, "r");
+  result r = {0, 0, 0};
+  if (p && fscanf(p, "%llu %llu %d", &r.compiled, &r.disk_hits, &r.ok) != 3) r.ok = 0;
+  int status = p ? pclose(p) : -1;
+  CHECK_MSG(r.ok && r.compiled == 1 && status == 0, "under ulimit -f 1: ok %d status %d", r.ok,
+            status);
+  char path[8192];
+  CHECK_EQ_INT(entry(dir, path, sizeof path), 0);
+  DIR *d = opendir(dir);
+  int leftovers = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d))) leftovers += e->d_name[0] != '.';
+  if (d) closedir(d);
+  CHECK_EQ_INT(leftovers, 0);
+  char log[9000], line[1024] = "";
+  snprintf(log, sizeof log, "%s/stderr.txt", base);
+  FILE *f = fopen(log, "r");
+  int warnings = 0;
+  while (f && fgets(line, sizeof line, f))
+    warnings += strstr(line, "cannot write the kernel cache") != NULL;
+  if (f) fclose(f);
+  CHECK_EQ_INT(warnings, 1);
+  remove(log);
+}
+
 static void test_unusable_dir(const char *base) {
   char file[4200];
   snprintf(file, sizeof file, "%s/not-a-dir", base);
@@ -152,6 +202,8 @@ int main(int argc, char **argv) {
   CHECK(stat(dir, &st) == 0 && (st.st_mode & 0777) == 0700);
   test_unusable_dir(base);
   test_concurrent_fill(base);
+  test_fifo_entry(base);
+  test_file_size_limit(base);
   char cmd[4300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
   CHECK_EQ_INT(system(cmd), 0);
