@@ -433,6 +433,36 @@ static void test_command_line(void) {
   loom_params_free(ps);
 }
 
+/* Directories whose names a compiler or an assembler would misread: one
+ * starting with '-' (given relative, as `--out -models` would), one with a
+ * ',' (which -Wl splits at) and one with '\\' and '"' (string escapes in the
+ * assembler's .incbin); each library loads and has its <name>_run. */
+static void test_awkward_paths(void) {
+  static const char *const subdirs[] = {"-models", "a,b", "back\\slash \"quoted\""};
+  loom_program *p = chain_program();
+  char cwd[4096];
+  CHECK(getcwd(cwd, sizeof cwd) != NULL);
+  CHECK_EQ_INT(chdir(dir), 0);
+  for (int i = 0; i < 3; i++) {
+    mkdir(subdirs[i], 0700);
+    check_set_ctx("export into '%s'", subdirs[i]);
+    CHECK_OK(loom_program_export(p, subdirs[i], "awkward"));
+    char lib[8192];
+    snprintf(lib, sizeof lib, "%s/%s/libawkward.so", dir, subdirs[i]);
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    CHECK_MSG(h != NULL, "dlopen %s: %s", lib, dlerror());
+    if (h) {
+      run_fn run = (run_fn)(uintptr_t)dlsym(h, "awkward_run");
+      CHECK(run != NULL);
+      if (run) check_same(p, run, 5);
+      dlclose(h);
+    }
+  }
+  check_set_ctx("%s", "");
+  CHECK_EQ_INT(chdir(cwd), 0);
+  loom_program_free(p);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/loom-test-export-%d", (int)getpid());
   mkdir(dir, 0700);
@@ -440,6 +470,7 @@ int main(void) {
   test_weights_file();
   test_errors();
   test_command_line();
+  test_awkward_paths();
   if (!check_failures) check_remove_dir(dir);
   return check_report();
 }
