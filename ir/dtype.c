@@ -43,3 +43,17 @@ double lm_dtype_load_double(loom_dtype d, const void *p) {
   }
   return NAN;
 }
+
+int64_t lm_dtype_saturate(double v, loom_dtype d) {
+  if (d == LOOM_BOOL) return v != 0;
+  if (v != v) return 0;
+  double lo, hi; /* the dtype's limits, exact in a double but for int64's top */
+  switch (d) {
+  case LOOM_I32: lo = -0x1p31, hi = 0x1p31 - 1; break;
+  case LOOM_U8: lo = 0, hi = 255; break;
+  default: lo = -0x1p63, hi = 0x1p63; break;
+  }
+  if (v <= lo) return (int64_t)lo;
+  if (v >= hi) return hi == 0x1p63 ? INT64_MAX : (int64_t)hi;
+  return (int64_t)v;
+}

@@ -63,5 +63,9 @@ bool lm_dtype_holds(loom_dtype d, double v);
 /* The element of dtype d at p as a double (BOOL 0 or 1; I64 beyond 2^53 rounds;
  * NaN outside the enum). */
 double lm_dtype_load_double(loom_dtype d, const void *p);
+/* v as integer dtype d: truncated toward zero, saturated at d's limits, NaN 0
+ * (what a float -> integer cast computes, and integer constants from doubles:
+ * converting an out-of-range double in C is undefined). BOOL is v != 0. */
+int64_t lm_dtype_saturate(double v, loom_dtype d);
 
 #endif

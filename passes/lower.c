@@ -67,25 +67,12 @@ static int op2(builder *b, lk_op op, loom_dtype dt, int a, int c) {
   return emit(b, inst(op, dt, a, c, -1));
 }
 
-/* A constant of an integer dtype from a double (loom_full(i32, 1e30), a pad
- * value): truncated toward zero and saturated to int64's range, NaN as 0;
- * a narrower dtype then wraps, as a cast does. Converting an out-of-range
- * double directly would be undefined behaviour (found by fuzz_ops). */
-static int64_t int_constant(double v) {
-  if (v != v) return 0;
-  if (v >= 0x1p63) return INT64_MAX;
-  if (v <= -0x1p63) return INT64_MIN;
-  return (int64_t)v;
-}
-
 static int cnst(builder *b, loom_dtype dt, double v) {
   lk_inst in = inst(LK_CONST, dt, -1, -1, -1);
   if (loom_dtype_is_float(dt))
     in.imm_f = v;
-  else if (dt == LOOM_BOOL)
-    in.imm_i = v != 0;
-  else
-    in.imm_i = int_constant(v);
+  else /* loom_full(i32, 1e30), a pad value: as a cast gives it */
+    in.imm_i = lm_dtype_saturate(v, dt);
   return emit(b, in);
 }
 

@@ -134,6 +134,17 @@ static loom_status from_value(loom_tensor *t, char *msg, size_t len) {
   return LOOM_OK;
 }
 
+/* An integer result, exactly. */
+static loom_status from_int(loom_tensor *t, char *msg, size_t len) {
+  int64_t v = 0;
+  loom_status st = loom_item_i64(t, &v);
+  if (st) return from_status(st, msg, len);
+  snprintf(msg, len, "value %lld", (long long)v);
+  return LOOM_OK;
+}
+
+#define ROW_I(fn, expr)                                                                            \
+  static loom_status fn(char *msg, size_t len) { return from_int((expr), msg, len); }
 #define ROW_T(fn, expr)                                                                            \
   static loom_status fn(char *msg, size_t len) { return from_tensor((expr), msg, len); }
 #define ROW_S(fn, expr)                                                                            \
@@ -311,7 +322,7 @@ ROW_V(nonfinite_bce_huge, loom_bce_with_logits(with_value(1e30), loom_ones_like(
 ROW_V(nonfinite_log_zero, loom_sum_all(loom_log(loom_zeros(LOOM_SHAPE(2), LOOM_F32, LOOM_CPU))))
 ROW_V(nonfinite_int_nan, loom_full(LOOM_SHAPE0, NAN, LOOM_I32, LOOM_CPU))
 ROW_V(nonfinite_int_huge, loom_full(LOOM_SHAPE(1), 1e30, LOOM_I64, LOOM_CPU))
-ROW_V(nonfinite_int_pad, loom_sum_all(loom_pad(i3, (int64_t[]){1, 0}, 2, -INFINITY)))
+ROW_I(nonfinite_int_pad, loom_sum_all(loom_pad(i3, (int64_t[]){1, 0}, 2, -INFINITY)))
 /* Casts computed by a kernel (a realized input: nothing is folded). */
 static loom_tensor *cast_of(double v, loom_dtype to) {
   loom_tensor *x = loom_full(LOOM_SHAPE(1), v, LOOM_F32, LOOM_CPU);
@@ -321,6 +332,9 @@ static loom_tensor *cast_of(double v, loom_dtype to) {
 ROW_V(nonfinite_cast_huge, cast_of(-1e30, LOOM_I64))
 ROW_V(nonfinite_cast_nan, cast_of(NAN, LOOM_I32))
 ROW_V(nonfinite_cast_u8, cast_of(-1, LOOM_U8))
+ROW_I(nonfinite_cast_inf_i32, cast_of(INFINITY, LOOM_I32))
+ROW_I(nonfinite_cast_big_i32, cast_of(3e9, LOOM_I32))
+ROW_I(nonfinite_cast_big_u8, cast_of(300, LOOM_U8))
 static loom_status nonfinite_backward(char *msg, size_t len) {
   loom_tensor *w = loom_ones(LOOM_SHAPE(4), LOOM_F32, LOOM_CPU);
   loom_set_requires_grad(w, true);
@@ -620,13 +634,19 @@ static const row table[] = {
     ROW("non-finite", "loom_full([], NaN, i32)", nonfinite_int_nan, LOOM_OK, "value 0"),
     ROW("non-finite", "loom_full([1], 1e30, i64) (saturates)", nonfinite_int_huge, LOOM_OK,
         "value 9.22337e+18"),
-    ROW("non-finite", "loom_pad(i32 ones, {1, 0}, -inf) summed (-inf is 0)", nonfinite_int_pad,
-        LOOM_OK, "value 3"),
+    ROW("non-finite", "loom_pad(i32 ones, {1, 0}, -inf) summed (-inf is INT32_MIN)",
+        nonfinite_int_pad, LOOM_OK, "value -2147483645"),
 
     ROW("non-finite", "loom_cast(-1e30 f32, i64) (saturates)", nonfinite_cast_huge, LOOM_OK,
         "value -9.22337e+18"),
     ROW("non-finite", "loom_cast(NaN f32, i32)", nonfinite_cast_nan, LOOM_OK, "value 0"),
-    ROW("non-finite", "loom_cast(-1 f32, u8) (wraps)", nonfinite_cast_u8, LOOM_OK, "value 255"),
+    ROW("non-finite", "loom_cast(-1 f32, u8) (saturates)", nonfinite_cast_u8, LOOM_OK, "value 0"),
+    ROW("non-finite", "loom_cast(+inf f32, i32) (saturates)", nonfinite_cast_inf_i32, LOOM_OK,
+        "value 2147483647"),
+    ROW("non-finite", "loom_cast(3e9 f32, i32) (saturates)", nonfinite_cast_big_i32, LOOM_OK,
+        "value 2147483647"),
+    ROW("non-finite", "loom_cast(300 f32, u8) (saturates)", nonfinite_cast_big_u8, LOOM_OK,
+        "value 255"),
 
     ROW("bad file", "loom_params_load(ps, missing)", file_missing, LOOM_ERR_IO,
         "cannot open: No such file or directory"),

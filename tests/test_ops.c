@@ -859,6 +859,22 @@ static void test_large_and_edges(void) {
   ref_t *cb = ref_cast(c, LOOM_BOOL);
   REF_CHECK("cast F32 -> BOOL specials", cb, TK(loom_cast(TK(ref_to_loom(c)), LOOM_BOOL)), 0, 0);
   ref_free(c), ref_free(cb);
+  /* float -> integer out of range: saturated at the target's limits, NaN 0 */
+  const double wild[] = {INFINITY, -INFINITY, NAN, 3e9, -3e9, 300.7, -1.5, 1e30, -1e30, 255.9};
+  for (int f = 0; f < 2; f++) {
+    loom_dtype from = f ? LOOM_F64 : LOOM_F32;
+    ref_t *w = ref_from_values(LOOM_SHAPE(10), from, wild);
+    const loom_dtype tos[] = {LOOM_I32, LOOM_I64, LOOM_U8};
+    for (int t = 0; t < 3; t++) {
+      char what[64];
+      snprintf(what, sizeof what, "cast %s -> %s out of range", loom_dtype_name(from),
+               loom_dtype_name(tos[t]));
+      ref_t *e = ref_cast(w, tos[t]);
+      REF_CHECK(what, e, TK(loom_cast(TK(ref_to_loom(w)), tos[t])), 0, 0);
+      ref_free(e);
+    }
+    ref_free(w);
+  }
   /* loom_to the same device is the same values */
   ref_t *x;
   loom_tensor *tx = ref_make_input(LOOM_SHAPE(3, 4), LOOM_I64, DOM_ANY, V_PERMUTE, &x);

@@ -2,6 +2,8 @@
  * One kernel instruction -> LLVM IR: types, loads and stores, arithmetic,
  * comparisons, casts. Math functions are in mathfn.c, Philox in philox.c.
  */
+#include <string.h>
+
 #include "backends/llvm/llvm_internal.h"
 
 /* The register type of the dtype's row: float or double by significand, else iN
@@ -103,21 +105,22 @@ static LLVMValueRef emit_compare(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef
   return LLVMBuildICmp(g->b, pred, a, b, "");
 }
 
-/* Float -> int64, truncated toward zero, saturated at int64's limits, NaN 0
- * (llvm.fptosi.sat). A plain fptosi is poison out of range: a cast of -1e30
- * then made any bits, a bool of 192 for instance (found by fuzz_ops). */
-static LLVMValueRef float_to_i64(lm_cg *g, LLVMValueRef v) {
-  static const char name[] = "llvm.fptosi.sat";
-  unsigned id = LLVMLookupIntrinsicID(name, sizeof name - 1);
+/* Float -> an integer dtype, truncated toward zero, saturated at that dtype's
+ * limits, NaN 0 (llvm.fptosi.sat / fptoui.sat): +inf as I32 is INT32_MAX, -1
+ * as U8 is 0. A plain fptosi is poison out of range: a cast of -1e30 then
+ * made any bits, a bool of 192 for instance (found by fuzz_ops). */
+static LLVMValueRef float_to_int(lm_cg *g, LLVMValueRef v, loom_dtype to) {
+  const char *name = lm_dtype_is_unsigned(to) ? "llvm.fptoui.sat" : "llvm.fptosi.sat";
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
   if (!id) return lm_cg_fail(g, "LLVM has no intrinsic %s", name);
-  LLVMTypeRef types[2] = {g->t_i64, LLVMTypeOf(v)};
+  LLVMTypeRef types[2] = {lm_type(g, to), LLVMTypeOf(v)};
   LLVMValueRef fn = LLVMGetIntrinsicDeclaration(g->mod, id, types, 2);
   return LLVMBuildCall2(g->b, LLVMIntrinsicGetType(g->ctx, id, types, 2), fn, &v, 1, "");
 }
 
 /* As C converts, but defined everywhere: float -> int truncates toward zero
- * (saturated to int64, NaN 0, then wrapped like any narrowing), to BOOL is
- * != 0, U8 and BOOL widen and convert as unsigned, narrowing wraps. */
+ * (saturated to the target's range, NaN 0), to BOOL is != 0, U8 and BOOL widen
+ * and convert as unsigned, integer narrowing wraps. */
 static LLVMValueRef emit_cast(lm_cg *g, loom_dtype from, loom_dtype to, LLVMValueRef v) {
   if (from == to) return v;
   LLVMTypeRef t = lm_type(g, to);
@@ -128,10 +131,7 @@ static LLVMValueRef emit_cast(lm_cg *g, loom_dtype from, loom_dtype to, LLVMValu
   }
   if (lm_dtype_is_float(from) && lm_dtype_is_float(to))
     return from == LOOM_F32 ? LLVMBuildFPExt(g->b, v, t, "") : LLVMBuildFPTrunc(g->b, v, t, "");
-  if (lm_dtype_is_float(from)) {
-    LLVMValueRef wide = float_to_i64(g, v);
-    return !wide || to == LOOM_I64 ? wide : LLVMBuildTrunc(g->b, wide, t, "");
-  }
+  if (lm_dtype_is_float(from)) return float_to_int(g, v, to);
   if (lm_dtype_is_float(to))
     return lm_dtype_is_unsigned(from) ? LLVMBuildUIToFP(g->b, v, t, "")
                                       : LLVMBuildSIToFP(g->b, v, t, "");

@@ -252,11 +252,14 @@ static void put_compare(sb *s, const lk_inst *in) {
 /* C++ conversions are the CPU's: float -> int truncates, ints wrap, U8 and
  * BOOL widen as unsigned; to BOOL is != 0 (NaN: true). Out-of-range float ->
  * int conversions are undefined in the description (C's rule); CUDA saturates. */
-static void put_cast(sb *s, const lk_inst *in) {
-  if (in->dtype == LOOM_BOOL)
+static void put_cast(sb *s, const lk_kernel *k, const lk_inst *in) {
+  loom_dtype from = k->inst[in->a].dtype, to = in->dtype;
+  if (to == LOOM_BOOL)
     sb_printf(s, "(v%d != 0)", in->a);
+  else if (lm_dtype_is_float(from) && !lm_dtype_is_float(to))
+    sb_printf(s, "lm_to_%s((double)v%d)", loom_dtype_name(to), in->a);
   else
-    sb_printf(s, "(%s)v%d", ctype(in->dtype), in->a);
+    sb_printf(s, "(%s)v%d", ctype(to), in->a);
 }
 
 static void put_load(cg *g, const lk_inst *in, int i, bool vector) {
@@ -307,7 +310,7 @@ static void put_expr(cg *g, int i, bool vector) {
   case LK_OR: sb_printf(s, "(v%d || v%d)", in->a, in->b); return;
   case LK_NOT: sb_printf(s, "(!v%d)", in->a); return;
   case LK_WHERE: sb_printf(s, "(v%d ? v%d : v%d)", in->a, in->b, in->c); return;
-  case LK_CAST: put_cast(s, in); return;
+  case LK_CAST: put_cast(s, g->k, in); return;
   default: break;
   }
   const char *fn = math_name(in->op);

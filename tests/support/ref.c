@@ -516,8 +516,9 @@ ref_t *ref_unary(ref_unop op, const ref_t *a) {
 BIN(add, REF_ADD)
 BIN(sub, REF_SUB)
 BIN(mul, REF_MUL)
-BIN(div, REF_DIV) BIN(pow, REF_POW) BIN(maximum, REF_MAXIMUM) BIN(minimum, REF_MINIMUM)
-    BIN(lt, REF_LT) BIN(le, REF_LE) BIN(gt, REF_GT) BIN(ge, REF_GE) BIN(eq, REF_EQ) BIN(ne, REF_NE)
+BIN(div, REF_DIV)
+BIN(pow, REF_POW) BIN(maximum, REF_MAXIMUM) BIN(minimum, REF_MINIMUM) BIN(lt, REF_LT)
+    BIN(le, REF_LE) BIN(gt, REF_GT) BIN(ge, REF_GE) BIN(eq, REF_EQ) BIN(ne, REF_NE)
         BIN(logical_and, REF_LOGICAL_AND) BIN(logical_or, REF_LOGICAL_OR)
 #undef BIN
 #define BINS(name, op)                                                                             \
@@ -536,13 +537,13 @@ ref_t *ref_rdiv_s(double s, const ref_t *a) { return ref_binary_s(REF_DIV, a, s,
 UN(neg, REF_NEG)
 UN(abs, REF_ABS)
 UN(exp, REF_EXP)
-UN(log, REF_LOG) UN(sqrt, REF_SQRT) UN(rsqrt, REF_RSQRT) UN(sin, REF_SIN) UN(cos, REF_COS)
-    UN(tanh, REF_TANH) UN(sigmoid, REF_SIGMOID) UN(relu, REF_RELU) UN(gelu, REF_GELU)
-        UN(silu, REF_SILU) UN(square, REF_SQUARE) UN(reciprocal, REF_RECIPROCAL)
-            UN(logical_not, REF_LOGICAL_NOT)
+UN(log, REF_LOG)
+UN(sqrt, REF_SQRT) UN(rsqrt, REF_RSQRT) UN(sin, REF_SIN) UN(cos, REF_COS) UN(tanh, REF_TANH)
+    UN(sigmoid, REF_SIGMOID) UN(relu, REF_RELU) UN(gelu, REF_GELU) UN(silu, REF_SILU)
+        UN(square, REF_SQUARE) UN(reciprocal, REF_RECIPROCAL) UN(logical_not, REF_LOGICAL_NOT)
 #undef UN
 
-                ref_t *ref_where(const ref_t *c, const ref_t *a, const ref_t *b) {
+            ref_t *ref_where(const ref_t *c, const ref_t *a, const ref_t *b) {
   loom_shape s1, os;
   if (!c || !a || !b || c->dtype != LOOM_BOOL) return NULL;
   if (!ref_broadcast_shape(c->shape, a->shape, &s1) || !ref_broadcast_shape(s1, b->shape, &os))
@@ -571,10 +572,23 @@ ref_t *ref_clamp(const ref_t *a, double lo, double hi) {
   return r;
 }
 
+/* Float -> integer: truncated, saturated at the target's limits, NaN 0. */
+static double saturated(double v, loom_dtype d) {
+  if (v != v) return 0;
+  double t = trunc(v);
+  double lo = d == LOOM_I32 ? -0x1p31 : d == LOOM_I64 ? -0x1p63 : 0;
+  double hi = d == LOOM_I32 ? 0x1p31 - 1 : d == LOOM_I64 ? 0x1p63 : 255;
+  if (d == LOOM_I64 && t >= hi) return (double)INT64_MAX;
+  return t < lo ? lo : t > hi ? hi : t;
+}
+
 ref_t *ref_cast(const ref_t *a, loom_dtype d) {
   if (!a) return NULL;
   ref_t *r = ref_new(a->shape, d);
-  for (int64_t i = 0; i < a->numel; i++) r->data[i] = ref_cvt(a->data[i], d);
+  bool from_float = a->dtype == LOOM_F32 || a->dtype == LOOM_F64;
+  bool to_int = d == LOOM_I32 || d == LOOM_I64 || d == LOOM_U8;
+  for (int64_t i = 0; i < a->numel; i++)
+    r->data[i] = from_float && to_int ? saturated(a->data[i], d) : ref_cvt(a->data[i], d);
   return r;
 }
 
