@@ -53,8 +53,14 @@ void loom_clear_grad(loom_tensor *t) {
 
 /* ------------------------------------------------------------ the walk */
 
+/* The nodes gradients flow through and the gradient reaching each so far:
+ * autograd's own storage, indexed by the position the walk gives each node in
+ * its `pos` (post-order). A graph realized during the walk (a copy's gradient,
+ * below) renumbers the nodes it reaches, so the walk numbers its nodes again
+ * after one. */
 typedef struct walk {
   lm_node **order; /* post-order: sources before consumers */
+  lm_node **grad;  /* per walk position: the gradient so far (owned), or NULL */
   int n, cap;
 } walk;
 
@@ -70,8 +76,22 @@ static bool push(walk *w, lm_node *n) {
     if (!grown) return false;
     w->order = grown, w->cap = ncap;
   }
+  n->pos = w->n;
   w->order[w->n++] = n;
   return true;
+}
+
+/* n's position in the walk, or -1 when the walk did not reach it: its `pos`
+ * says, unless something renumbered it since (then a search does). */
+static int walk_pos(const walk *w, const lm_node *n) {
+  if (n->pos >= 0 && n->pos < w->n && w->order[n->pos] == n) return n->pos;
+  for (int i = 0; i < w->n; i++)
+    if (w->order[i] == n) return i;
+  return -1;
+}
+
+static void renumber(walk *w) {
+  for (int i = 0; i < w->n; i++) w->order[i]->pos = i;
 }
 
 /* Gradients stop at leaves (handles marked with requires_grad). */
@@ -112,57 +132,66 @@ static bool collect(walk *w, lm_node *root, uint64_t epoch) {
   return ok;
 }
 
-/* dst->grad_acc += g (g consumed). */
-static bool accumulate(lm_node *dst, lm_node *g) {
-  if (!dst->grad_acc) {
-    dst->grad_acc = g;
+/* dst's gradient += g (g consumed). Gradients flow only through the walk's
+ * nodes: one reaching another (a copy whose source stopped requiring
+ * gradients) goes nowhere. */
+static bool accumulate(walk *w, const lm_node *dst, lm_node *g) {
+  int at = walk_pos(w, dst);
+  if (at < 0) {
+    lm_node_release(g);
     return true;
   }
-  lm_node *sum = nb_binary(LM_ADD, dst->grad_acc, g);
+  if (!w->grad[at]) {
+    w->grad[at] = g;
+    return true;
+  }
+  lm_node *sum = nb_binary(LM_ADD, w->grad[at], g);
   lm_node_release(g);
   if (!sum) return false;
-  lm_node_release(dst->grad_acc);
-  dst->grad_acc = sum;
+  lm_node_release(w->grad[at]);
+  w->grad[at] = sum;
   return true;
 }
 
-static void clear_acc(walk *w) {
-  for (int i = 0; i < w->n; i++) {
-    lm_node_release(w->order[i]->grad_acc);
-    w->order[i]->grad_acc = NULL;
-  }
+static void walk_free(walk *w) {
+  for (int i = 0; w->grad && i < w->n; i++) lm_node_release(w->grad[i]);
+  free(w->grad);
   free(w->order);
 }
 
 /* Seeds the outputs and applies the rules consumers-first; every node's
- * grad_acc then holds its full gradient. */
+ * w->grad then holds its full gradient. */
 static loom_status propagate(const char *name, lm_node *const *outs, lm_node *const *seeds,
                              int nout, walk *w) {
   uint64_t epoch = lm_walk_epoch();
   for (int i = 0; i < nout; i++)
     if (!collect(w, outs[i], epoch)) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+  w->grad = calloc((size_t)w->n + 1, sizeof *w->grad);
+  if (!w->grad) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
   for (int i = 0; i < nout; i++) {
     if (!outs[i]->requires_grad) continue;
     lm_node_retain(seeds[i]);
-    if (!accumulate(outs[i], seeds[i])) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+    if (!accumulate(w, outs[i], seeds[i])) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
   }
   for (int i = w->n - 1; i >= 0; i--) {
     lm_node *n = w->order[i];
-    if (!n->grad_acc || !descends(n)) continue;
+    if (!w->grad[i] || !descends(n)) continue;
     if (n->op == LM_COPY) {
       /* the copy's gradient, complete now (consumers come first), goes back
        * to the source's device: computed and copied here, as loom_to copies */
       lm_node *g;
-      loom_status st = lm_copy_node(name, n->grad_acc, n->src[0]->device, &g);
+      loom_status st = lm_copy_node(name, w->grad[i], n->src[0]->device, &g);
+      renumber(w); /* the realization gave the nodes it reached their graph's positions */
       if (st != LOOM_OK) return st;
-      if (!accumulate(n->src[0], g)) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+      if (!accumulate(w, n->src[0], g)) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
       continue;
     }
     for (int s = 0; s < n->nsrc; s++) {
       bool oom;
-      lm_node *g = lm_grad_rule(n, s, n->grad_acc, &oom);
+      lm_node *g = lm_grad_rule(n, s, w->grad[i], &oom);
       if (oom) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
-      if (g && !accumulate(n->src[s], g)) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+      if (g && !accumulate(w, n->src[s], g))
+        return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
     }
   }
   return LOOM_OK;
@@ -177,9 +206,9 @@ static loom_status accumulate_leaves(const char *name, walk *w) {
   for (int i = 0; i < w->n && ok; i++) {
     lm_node *n = w->order[i];
     loom_tensor *leaf = n->grad_leaf;
-    if (!leaf || !n->grad_acc) continue;
-    totals[i] = leaf->grad ? nb_binary(LM_ADD, leaf->grad, n->grad_acc)
-                           : (lm_node_retain(n->grad_acc), n->grad_acc);
+    lm_node *grad = w->grad[i];
+    if (!leaf || !grad) continue;
+    totals[i] = leaf->grad ? nb_binary(LM_ADD, leaf->grad, grad) : (lm_node_retain(grad), grad);
     ok = totals[i] != NULL;
   }
   for (int i = 0; i < w->n && totals; i++) {
@@ -220,7 +249,7 @@ loom_status loom_backward(const loom_tensor *loss) {
   st =
       seed ? propagate(name, &out, &seed, 1, &w) : lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
   if (st == LOOM_OK) st = accumulate_leaves(name, &w);
-  clear_acc(&w);
+  walk_free(&w);
   lm_node_release(seed);
   lm_no_grad_pop();
   return st;
@@ -260,7 +289,8 @@ loom_status loom_grad_of_seeded(loom_tensor *const *outs, loom_tensor *const *se
     leaves[j] = ins[j]->node->grad_leaf, ins[j]->node->grad_leaf = NULL;
   if (!st) st = propagate(name, on, sn, nout, &w);
   for (int j = 0; j < nin && !st; j++) {
-    lm_node *in = ins[j]->node, *g = in->grad_acc;
+    int at = walk_pos(&w, ins[j]->node);
+    lm_node *in = ins[j]->node, *g = at >= 0 ? w.grad[at] : NULL;
     if (g)
       lm_node_retain(g);
     else
@@ -270,7 +300,7 @@ loom_status loom_grad_of_seeded(loom_tensor *const *outs, loom_tensor *const *se
   }
   for (int j = 0; leaves && j < nin; j++)
     if (leaves[j]) ins[j]->node->grad_leaf = leaves[j];
-  clear_acc(&w);
+  walk_free(&w);
   free(leaves);
   for (int i = 0; i < nout; i++) lm_node_release(sn[i]);
   free(on);

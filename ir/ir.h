@@ -135,26 +135,16 @@ struct lm_node {
   char *label;                   /* LM_INPUT: its name (owned) */
   void *data;                    /* LM_BUFFER: contiguous row-major elements */
   size_t bytes;                  /* LM_BUFFER: allocation size */
-  /* scratch for the pass that walks a graph; meaningful only inside it */
-  uint64_t visit;
-  int pos;
-  int uses;
-  int inner_uses; /* uses from inside one kernel's expression (epilogue fusion) */
-  int cost;       /* per-element cost of computing it inline */
-  bool materialize;
-  bool broadcast_use; /* read through a broadcasting expand */
-  bool target;
-  lm_node *fused_reduce;   /* a reduction computed by this node's kernel, this
-                              node being its epilogue */
-  const lm_node *replaces; /* planning temporaries: the node whose values this
-                              one computes */
-  lm_node *row_root;       /* a row statistic (or its reduction) computed inside
-                              this root's kernel */
-  int group_uses;          /* uses from inside a row kernel's group of kernels */
-  bool reaches_stat;       /* an inline path from it reaches a row statistic */
-  lm_node *grad_acc;       /* autograd: the gradient flowing into it, during a walk */
-  lm_node *dead_next;      /* lm_node_release: the next node to free (a list
-                              through the dying nodes, so freeing never allocates) */
+  /* Scratch for graph walks, owned by ir/: only what any walk needs. What a
+   * pass decides about a node lives in the pass's own storage, indexed by the
+   * node's pos (planning's records, autograd's gradients). */
+  uint64_t visit;     /* the lm_walk_epoch of the walk that last saw it (any walk) */
+  int pos;            /* its position in the latest walk that numbers nodes, valid
+                         during that walk: lm_graph_build's canonical position
+                         (unrealized nodes; planning numbers its stored temporaries
+                         after the graph's), autograd's walk order (-1 when made) */
+  lm_node *dead_next; /* lm_node_release: the next node to free (a list
+                         through the dying nodes, so freeing never allocates) */
 };
 
 /* ------------------------------------------------------------ nodes */
@@ -261,11 +251,16 @@ typedef struct lm_view {
   int64_t offset;
 } lm_view;
 
+/* Whether an unrealized node has memory of its own in the plan being made: a
+ * planning decision, which ir/ does not know, so the planner passes it in. */
+typedef bool lm_stored_fn(const void *planner, const lm_node *n);
+
 /* Follows movement ops from n down to the first node that is not one, or that
- * has memory of its own (computed, or materialized by the plan being made):
- * *base. Composes them into one affine view when they compose (no PAD/CAT,
- * reshapes that split or merge only compatible strides). */
-bool lm_view_affine(const lm_node *n, const lm_node **base, lm_view *view);
+ * has memory of its own (computed, or `stored` by the plan being made): *base.
+ * Composes them into one affine view when they compose (no PAD/CAT, reshapes
+ * that split or merge only compatible strides). */
+bool lm_view_affine(const lm_node *n, lm_stored_fn *stored, const void *planner,
+                    const lm_node **base, lm_view *view);
 
 /* ------------------------------------------------------------ verification */
 /* True when n is exactly what its op makes of its sources, by the rules the

@@ -78,10 +78,11 @@ static bool apply(lm_view *v, const lm_node *n) {
   return true;
 }
 
-bool lm_view_affine(const lm_node *n, const lm_node **base, lm_view *view) {
+bool lm_view_affine(const lm_node *n, lm_stored_fn *stored, const void *planner,
+                    const lm_node **base, lm_view *view) {
   const lm_node *chain[64];
   int len = 0;
-  while (lm_op_is_view(n->op) && !lm_is_computed(n) && !n->materialize) {
+  while (lm_op_is_view(n->op) && !lm_is_computed(n) && !stored(planner, n)) {
     if (n->op == LM_PAD || n->op == LM_CAT || len == 64) return false;
     chain[len++] = n;
     n = n->src[0];

@@ -33,22 +33,16 @@ static bool broadcasts(const lm_node *n) {
  * recomputing it would repeat it for every copy. */
 #define BROADCAST_BUDGET 2
 
-/* Planning writes the scratch fields of unrealized nodes only: computed ones
- * (leaves) may be in graphs other threads plan at the same time. */
-static void reset(const lm_graph *g) {
-  for (int i = 0; i < g->n; i++) {
-    lm_node *n = g->nodes[i];
-    if (lm_is_computed(n)) continue;
-    n->uses = 0;
-    n->materialize = n->target = n->broadcast_use = n->reaches_stat = false;
-    n->fused_reduce = n->row_root = NULL;
-    n->group_uses = 0;
-  }
+/* The records start zero (lm_plan allocates them so); the targets are read
+ * once and stored. Computed targets have nothing to compute. */
+static void mark_targets(lm_planner *pl) {
+  const lm_graph *g = pl->g;
   for (int t = 0; t < g->ntargets; t++) {
     lm_node *n = g->nodes[g->targets[t]];
-    if (lm_is_computed(n)) continue; /* nothing to compute */
-    n->uses++;
-    n->materialize = n->target = true;
+    if (lm_is_computed(n)) continue;
+    lm_plan_node *pn = lm_plan_of(pl, n);
+    pn->uses++;
+    pn->materialize = pn->target = true;
   }
 }
 
@@ -65,14 +59,14 @@ static void reset(const lm_graph *g) {
  * or, below reshapes and permutes (which only reorder), the highest node
  * whose memory makes o an affine view BLAS reads (a transposed im2col matrix
  * stored in the order its kernel writes fastest). */
-static lm_node *operand_memory(lm_node *o) {
+static lm_node *operand_memory(lm_planner *pl, lm_node *o) {
   const lm_node *base;
   lm_view view;
   for (lm_node *x = o->src[0]; o->op == LM_PERMUTE || o->op == LM_RESHAPE;) {
-    if (lm_is_computed(x) || x->materialize) break;
-    x->materialize = true; /* try it */
-    bool reads = lm_gemm_operand(o, &base, &view);
-    x->materialize = false;
+    if (lm_has_memory(pl, x)) break;
+    lm_plan_of(pl, x)->materialize = true; /* try it */
+    bool reads = lm_gemm_operand(pl, o, &base, &view);
+    lm_plan_of(pl, x)->materialize = false;
     if (reads) return x;
     if ((x->op != LM_PERMUTE && x->op != LM_RESHAPE) || lm_is_computed(x->src[0])) break;
     x = x->src[0];
@@ -80,42 +74,47 @@ static lm_node *operand_memory(lm_node *o) {
   return o;
 }
 
-static void mark_gemm_operands(const lm_graph *g) {
+static void mark_gemm_operands(lm_planner *pl) {
+  const lm_graph *g = pl->g;
   for (bool changed = true; changed;) {
     changed = false;
     for (int i = 0; i < g->n; i++) {
       lm_node *n = g->nodes[i];
       if (lm_is_computed(n) || n->op != LM_MATMUL) continue;
-      n->materialize = true;
+      lm_plan_of(pl, n)->materialize = true;
       for (int s = 0; s < 2; s++) {
         const lm_node *base;
         lm_view view;
         lm_node *o = n->src[s];
-        lm_node *needs = !lm_gemm_operand(o, &base, &view) ? operand_memory(o)
-                         : lm_is_computed(base)            ? NULL
-                                                           : (lm_node *)base;
-        if (needs && !needs->materialize) needs->materialize = changed = true;
+        lm_node *needs = !lm_gemm_operand(pl, o, &base, &view) ? operand_memory(pl, o)
+                         : lm_is_computed(base)                ? NULL
+                                                               : (lm_node *)base;
+        if (needs && !lm_plan_of(pl, needs)->materialize)
+          lm_plan_of(pl, needs)->materialize = changed = true;
       }
     }
   }
 }
 
-static void count_uses(const lm_graph *g) {
-  mark_gemm_operands(g);
+static void count_uses(lm_planner *pl) {
+  const lm_graph *g = pl->g;
+  mark_gemm_operands(pl);
   for (int i = g->n - 1; i >= 0; i--) {
     lm_node *n = g->nodes[i];
     if (lm_is_computed(n)) continue;
-    if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL) n->materialize = true;
-    bool inline_view = lm_op_is_view(n->op) && !n->materialize;
-    bool repeats = inline_view && (broadcasts(n) || n->broadcast_use || n->op == LM_WINDOW);
+    lm_plan_node *pn = lm_plan_of(pl, n);
+    if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL) pn->materialize = true;
+    bool inline_view = lm_op_is_view(n->op) && !pn->materialize;
+    bool repeats = inline_view && (broadcasts(n) || pn->broadcast_use || n->op == LM_WINDOW);
     if (n->op == LM_GATHER && !lm_is_computed(n->src[0]))
-      n->src[0]->broadcast_use = true; /* rows read many times */
+      lm_plan_of(pl, n->src[0])->broadcast_use = true; /* rows read many times */
     for (int s = 0; s < n->nsrc; s++) {
       bool repeated = false;
       for (int r = 0; r < s; r++) repeated |= n->src[r] == n->src[s];
       if (repeated || lm_is_computed(n->src[s])) continue;
-      n->src[s]->uses += inline_view ? (n->uses > 0 ? n->uses : 1) : 1;
-      n->src[s]->broadcast_use |= repeats;
+      lm_plan_node *src = lm_plan_of(pl, n->src[s]);
+      src->uses += inline_view ? (pn->uses > 0 ? pn->uses : 1) : 1;
+      src->broadcast_use |= repeats;
     }
   }
 }
@@ -123,25 +122,28 @@ static void count_uses(const lm_graph *g) {
 /* Sources before consumers: the inline cost of each node, and the cost rule
  * deciding which computed values with several readers, or read through a
  * broadcast, get memory. */
-static void apply_cost_rule(const lm_graph *g, bool fuse) {
+static void apply_cost_rule(lm_planner *pl, bool fuse) {
+  const lm_graph *g = pl->g;
   for (int i = 0; i < g->n; i++) {
     lm_node *n = g->nodes[i];
     if (lm_is_computed(n)) continue;
+    lm_plan_node *pn = lm_plan_of(pl, n);
     int cost = op_cost(n);
     for (int s = 0; s < n->nsrc; s++)
-      if (!n->src[s]->materialize && !lm_is_computed(n->src[s])) cost += n->src[s]->cost;
-    n->cost = cost > 1000000 ? 1000000 : cost;
-    if (!is_compute(n) || n->materialize) continue;
-    bool shared = n->uses > 1 && (n->broadcast_use || n->cost * (n->uses - 1) > RECOMPUTE_BUDGET);
-    bool repeated = n->broadcast_use && n->cost > BROADCAST_BUDGET;
-    if (!fuse || shared || repeated) n->materialize = true;
+      if (!lm_has_memory(pl, n->src[s])) cost += lm_plan_of(pl, n->src[s])->cost;
+    pn->cost = cost > 1000000 ? 1000000 : cost;
+    if (!is_compute(n) || pn->materialize) continue;
+    bool shared =
+        pn->uses > 1 && (pn->broadcast_use || pn->cost * (pn->uses - 1) > RECOMPUTE_BUDGET);
+    bool repeated = pn->broadcast_use && pn->cost > BROADCAST_BUDGET;
+    if (!fuse || shared || repeated) pn->materialize = true;
   }
 }
 
-void lm_mark(const lm_graph *g, bool fuse) {
-  reset(g);
-  count_uses(g);
-  apply_cost_rule(g, fuse);
+void lm_mark(lm_planner *pl, bool fuse) {
+  mark_targets(pl);
+  count_uses(pl);
+  apply_cost_rule(pl, fuse);
 }
 
 /* ------------------------------------------------------------ epilogues */
@@ -150,10 +152,10 @@ void lm_mark(const lm_graph *g, bool fuse) {
  * reached only through elementwise ops and reshapes (which keep the output
  * order). Anything else (two reductions, a reduction behind an expand or a
  * permute) disqualifies. */
-static void scan_for_reduce(lm_node *n, const lm_node *root, bool path_ok, lm_node **found,
-                            bool *bad) {
+static void scan_for_reduce(const lm_planner *pl, lm_node *n, const lm_node *root, bool path_ok,
+                            lm_node **found, bool *bad) {
   if (*bad || lm_is_computed(n)) return;
-  if (n != root && n->materialize) {
+  if (n != root && lm_materialized(pl, n)) {
     if (!lm_op_is_reduce(n->op)) return;
     if (!path_ok || (*found && *found != n)) *bad = true;
     *found = n;
@@ -161,12 +163,13 @@ static void scan_for_reduce(lm_node *n, const lm_node *root, bool path_ok, lm_no
   }
   /* the root too: a permute or expand at the top reorders the output */
   bool ok = path_ok && (lm_op_is_elementwise(n->op) || n->op == LM_RESHAPE);
-  for (int s = 0; s < n->nsrc; s++) scan_for_reduce(n->src[s], root, ok, found, bad);
+  for (int s = 0; s < n->nsrc; s++) scan_for_reduce(pl, n->src[s], root, ok, found, bad);
 }
 
 /* The nodes root computes inline (root included), each once. */
-void lm_collect_inline(lm_node *n, const lm_node *root, uint64_t epoch, node_list *l) {
-  if (n->visit == epoch || lm_is_computed(n) || (n != root && n->materialize)) return;
+void lm_collect_inline(const lm_planner *pl, lm_node *n, const lm_node *root, uint64_t epoch,
+                       node_list *l) {
+  if (lm_is_computed(n) || n->visit == epoch || (n != root && lm_materialized(pl, n))) return;
   n->visit = epoch;
   if (l->len == l->cap) {
     int ncap = l->cap ? 2 * l->cap : 32;
@@ -178,7 +181,7 @@ void lm_collect_inline(lm_node *n, const lm_node *root, uint64_t epoch, node_lis
     l->items = grown, l->cap = ncap;
   }
   l->items[l->len++] = n;
-  for (int s = 0; s < n->nsrc; s++) lm_collect_inline(n->src[s], root, epoch, l);
+  for (int s = 0; s < n->nsrc; s++) lm_collect_inline(pl, n->src[s], root, epoch, l);
 }
 
 static int later_first(const void *a, const void *b) {
@@ -188,14 +191,14 @@ static int later_first(const void *a, const void *b) {
 /* Whether every use of r comes from inside root's kernel (1, else 0; -1 when
  * out of memory): the uses counted the way lm_mark() counts them, but only over
  * root's inline nodes. */
-int lm_used_only_inside(lm_node *r, lm_node *root) {
+int lm_used_only_inside(lm_planner *pl, lm_node *r, lm_node *root) {
   node_list l = {0};
-  lm_collect_inline(root, root, lm_walk_epoch(), &l);
+  lm_collect_inline(pl, root, root, lm_walk_epoch(), &l);
   bool ok = !l.oom;
   if (ok) {
     qsort(l.items, (size_t)l.len, sizeof(lm_node *), later_first);
-    for (int i = 0; i < l.len; i++) l.items[i]->inner_uses = 0;
-    r->inner_uses = 0;
+    for (int i = 0; i < l.len; i++) lm_plan_of(pl, l.items[i])->inner_uses = 0;
+    lm_plan_of(pl, r)->inner_uses = 0;
     for (int i = 0; i < l.len; i++) { /* consumers before their sources */
       lm_node *n = l.items[i];
       bool passes = lm_op_is_view(n->op) && n != root;
@@ -203,14 +206,16 @@ int lm_used_only_inside(lm_node *r, lm_node *root) {
         bool repeated = false;
         for (int q = 0; q < s; q++) repeated |= n->src[q] == n->src[s];
         if (!repeated && !lm_is_computed(n->src[s]))
-          n->src[s]->inner_uses += passes ? n->inner_uses : 1;
+          lm_plan_of(pl, n->src[s])->inner_uses += passes ? lm_plan_of(pl, n)->inner_uses : 1;
       }
     }
     /* every node between root and r must be read only inside root's kernel
      * too: a shared value recomputed elsewhere would read r from memory */
-    ok = r->inner_uses == r->uses;
-    for (int i = 0; i < l.len && ok; i++)
-      ok = l.items[i] == root || l.items[i]->inner_uses == l.items[i]->uses;
+    ok = lm_plan_of(pl, r)->inner_uses == lm_plan_of(pl, r)->uses;
+    for (int i = 0; i < l.len && ok; i++) {
+      const lm_plan_node *pn = lm_plan_of(pl, l.items[i]);
+      ok = l.items[i] == root || pn->inner_uses == pn->uses;
+    }
   }
   free(l.items);
   return l.oom ? -1 : ok;
@@ -221,22 +226,22 @@ int lm_used_only_inside(lm_node *r, lm_node *root) {
  * kernel instead of two, and the reduced values never go to memory. The
  * reduction must be read only by that consumer's kernel. False when out of
  * memory (planning fails rather than cache a plan that lacks the fusion). */
-bool lm_fuse_epilogues(const lm_graph *g) {
+bool lm_fuse_epilogues(lm_planner *pl) {
+  const lm_graph *g = pl->g;
   for (int i = 0; i < g->n; i++) {
     lm_node *e = g->nodes[i];
-    if (!e->materialize || lm_is_computed(e) || lm_op_is_reduce(e->op) || e->op == LM_MATMUL)
-      continue;
+    if (!lm_materialized(pl, e) || lm_op_is_reduce(e->op) || e->op == LM_MATMUL) continue;
     lm_node *r = NULL;
     bool bad = false;
-    scan_for_reduce(e, e, true, &r, &bad);
-    if (!r || bad || r->target || r->fused_reduce ||
+    scan_for_reduce(pl, e, e, true, &r, &bad);
+    if (!r || bad || lm_plan_of(pl, r)->target || lm_plan_of(pl, r)->fused_reduce ||
         lm_shape_numel(&r->shape) != lm_shape_numel(&e->shape))
       continue;
-    int inside = lm_used_only_inside(r, e);
+    int inside = lm_used_only_inside(pl, r, e);
     if (inside < 0) return false;
     if (!inside) continue;
-    e->fused_reduce = r;
-    r->materialize = false;
+    lm_plan_of(pl, e)->fused_reduce = r;
+    lm_plan_of(pl, r)->materialize = false;
   }
   return true;
 }

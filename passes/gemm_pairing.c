@@ -26,15 +26,17 @@ static bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool
   return false;
 }
 
-bool lm_gemm_operand(const lm_node *operand, const lm_node **base, lm_view *view) {
-  if (operand->materialize || lm_is_computed(operand)) {
+bool lm_gemm_operand(const lm_planner *pl, const lm_node *operand, const lm_node **base,
+                     lm_view *view) {
+  if (lm_has_memory(pl, operand)) {
     *base = operand;
     view->shape = operand->shape;
     view->offset = 0;
     lm_shape_strides(&operand->shape, view->strides);
     return true;
   }
-  if (!lm_op_is_view(operand->op) || !lm_view_affine(operand, base, view)) return false;
+  if (!lm_op_is_view(operand->op) || !lm_view_affine(operand, lm_planner_stores, pl, base, view))
+    return false;
   int nd = view->shape.ndim;
   bool trans;
   int64_t ld;
@@ -42,13 +44,14 @@ bool lm_gemm_operand(const lm_node *operand, const lm_node **base, lm_view *view
                      view->strides[nd - 1], &trans, &ld);
 }
 
-void lm_plan_gemm(const lm_graph *graph, lm_node *n, lm_step *step) {
+void lm_plan_gemm(const lm_planner *pl, lm_node *n, lm_step *step) {
+  const lm_graph *graph = pl->g;
   lm_gemm *g = &step->gemm;
   memset(g, 0, sizeof *g);
   const lm_node *a = n->src[0], *b = n->src[1], *abase, *bbase;
   lm_view av, bv;
-  lm_gemm_operand(a, &abase, &av);
-  lm_gemm_operand(b, &bbase, &bv);
+  lm_gemm_operand(pl, a, &abase, &av);
+  lm_gemm_operand(pl, b, &bbase, &bv);
   int nd = n->shape.ndim;
   g->dtype = n->dtype;
   g->nbatch = nd - 2;
@@ -87,11 +90,11 @@ static bool splits_rows(const lm_node *n) {
  * 0 when it does not read m, -1 otherwise. (A reshape that regroups the last
  * dim, a weight gradient [O, C*KH*KW] read as [O, C, KH, KW], stays out: pairing
  * it would cost the convolution's GEMM prologue.) */
-static int elementwise_path(const lm_node *n, const lm_node *m) {
+static int elementwise_path(const lm_planner *pl, const lm_node *n, const lm_node *m) {
   int found = 0;
   for (int s = 0; s < n->nsrc; s++) {
     const lm_node *src = n->src[s];
-    int r = src == m ? 1 : (src->materialize || lm_is_computed(src)) ? 0 : elementwise_path(src, m);
+    int r = src == m ? 1 : lm_has_memory(pl, src) ? 0 : elementwise_path(pl, src, m);
     if (r < 0 || (r > 0 && !lm_op_is_elementwise(n->op) && !splits_rows(n))) return -1;
     found |= r;
   }
@@ -107,7 +110,8 @@ static int step_computing(const lm_schedule *p, int pos) {
 /* Pairs each GEMM whose output only an elementwise kernel of the same shape
  * reads (bias, activation, residual) with that kernel. False when out of
  * memory. */
-bool lm_pair_gemm_epilogues(const lm_graph *g, lm_schedule *p) {
+bool lm_pair_gemm_epilogues(lm_planner *pl, lm_schedule *p) {
+  const lm_graph *g = pl->g;
   for (int i = 0; i < p->nsteps; i++) {
     lm_step *e = &p->steps[i];
     e->gemm_partner = -1;
@@ -119,11 +123,11 @@ bool lm_pair_gemm_epilogues(const lm_graph *g, lm_schedule *p) {
       int pos = e->arg_pos[a];
       if (e->arg_key[a] || pos >= p->nnodes) continue;
       lm_node *m = g->nodes[pos];
-      if (lm_is_computed(m) || m->op != LM_MATMUL || m->target ||
+      if (lm_is_computed(m) || m->op != LM_MATMUL || lm_plan_of(pl, m)->target ||
           lm_shape_numel(&m->shape) != lm_shape_numel(&root->shape) ||
-          elementwise_path(root, m) != 1)
+          elementwise_path(pl, root, m) != 1)
         continue;
-      int inside = lm_used_only_inside(m, root);
+      int inside = lm_used_only_inside(pl, m, root);
       if (inside < 0) return false;
       if (!inside) continue;
       int j = step_computing(p, pos);

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "passes/passes.h"
+#include "passes/plan_internal.h"
 
 #define MAX_SLOTS 256
 
@@ -17,6 +17,7 @@ typedef struct builder {
   int slot_pos[MAX_SLOTS];
   bool slot_key[MAX_SLOTS];
   int nslots;
+  const lm_planner *pl;
   const lm_graph *g;
   const lm_node *root;
   const lm_node *acc_node; /* the reduction whose value is ACC in the epilogue */
@@ -123,12 +124,16 @@ static int linear(builder *b, const loom_shape *s, const int *idx) {
 
 static int value(builder *b, const lm_node *n, const int *idx);
 
+/* Whether n is a row statistic this (row) kernel computes. */
+static bool own_stat(const builder *b, const lm_node *n) {
+  return b->rows && lm_op_is_reduce(n->op) && lm_plan_marks(b->pl, n)->row_root == b->root;
+}
+
 /* Whether value() reads n from its buffer: not the accumulator or a row
  * statistic this kernel computes, nor the root it is computing. */
 static bool reads_buffer(const builder *b, const lm_node *n) {
-  if (n == b->acc_node || (b->rows && n->row_root == b->root && lm_op_is_reduce(n->op)))
-    return false;
-  return n != b->root && (lm_is_computed(n) || n->materialize);
+  if (n == b->acc_node || own_stat(b, n)) return false;
+  return n != b->root && lm_has_memory(b->pl, n);
 }
 
 /* n's buffer at element `at` (an instruction). */
@@ -267,8 +272,8 @@ static bool reshape_unravels(const loom_shape *to, const loom_shape *from) {
 }
 
 /* Whether the views from n down to its first stored node unravel an index. */
-static bool chain_unravels(const lm_node *n) {
-  for (; lm_op_is_view(n->op) && !lm_is_computed(n) && !n->materialize; n = n->src[0])
+static bool chain_unravels(const lm_planner *pl, const lm_node *n) {
+  for (; lm_op_is_view(n->op) && !lm_has_memory(pl, n); n = n->src[0])
     if (n->op == LM_RESHAPE && reshape_unravels(&n->shape, &n->src[0]->shape)) return true;
   return false;
 }
@@ -281,7 +286,9 @@ static bool chain_unravels(const lm_node *n) {
 static int affine_load(builder *b, const lm_node *n, const int *idx) {
   const lm_node *base;
   lm_view v;
-  if (!chain_unravels(n) || !lm_view_affine(n, &base, &v) || !reads_buffer(b, base)) return -1;
+  if (!chain_unravels(b->pl, n) || !lm_view_affine(n, lm_planner_stores, b->pl, &base, &v) ||
+      !reads_buffer(b, base))
+    return -1;
   return load_at(b, base, strided(b, &n->shape, v.strides, v.offset, idx));
 }
 
@@ -427,7 +434,7 @@ static int stat_value(builder *b, const lm_node *red, const int *idx);
 static int value(builder *b, const lm_node *n, const int *idx) {
   if (b->fail) return 0;
   if (n == b->acc_node) return b->acc_inst;
-  if (b->rows && n->row_root == b->root && lm_op_is_reduce(n->op)) return stat_value(b, n, idx);
+  if (own_stat(b, n)) return stat_value(b, n, idx);
   if (reads_buffer(b, n)) return load(b, n, idx);
   if (lm_op_is_view(n->op)) return view_value(b, n, idx);
   switch (n->op) {
@@ -502,8 +509,8 @@ static int stat_value(builder *b, const lm_node *red, const int *idx) {
  * the same, so the output is too. */
 static const lm_node *domain_node(const builder *b, const lm_node *root) {
   const lm_node *n = root;
-  while (n->op == LM_RESHAPE && !b->rows && (n == root || !n->materialize) &&
-         !lm_is_computed(n->src[0]) && !n->src[0]->materialize && n->src[0]->shape.ndim > 0 &&
+  while (n->op == LM_RESHAPE && !b->rows && (n == root || !lm_materialized(b->pl, n)) &&
+         !lm_has_memory(b->pl, n->src[0]) && n->src[0]->shape.ndim > 0 &&
          reshape_unravels(&n->shape, &n->src[0]->shape))
     n = n->src[0];
   return n;
@@ -551,7 +558,10 @@ static int lower_reduction(builder *b, const lm_node *red, lk_kernel *k) {
 /* A reduction with its consumer as epilogue: the consumer's index follows the
  * reduction's output order (the plan only fuses through reshapes). */
 static void lower_reduce(builder *b, const lm_node *root, lk_kernel *k) {
-  const lm_node *red = root->fused_reduce ? root->fused_reduce : root;
+  const lm_plan_node *marks = lm_plan_marks(b->pl, root);
+  const lm_node *red = marks->split_reduce   ? marks->split_reduce
+                       : marks->fused_reduce ? marks->fused_reduce
+                                             : root;
   int acc = lower_reduction(b, red, k);
   k->out_dtype = root->dtype;
   if (red == root) {
@@ -566,19 +576,19 @@ static void lower_reduce(builder *b, const lm_node *root, lk_kernel *k) {
       outer.dim[outer.ndim++] = red->shape.dim[d];
     }
   reshape_index(b, &outer, &root->shape, idx_outer, idx);
-  b->acc_node = red->replaces ? red->replaces : red;
+  b->acc_node = marks->fused_reduce; /* what the epilogue reads, split or not */
   b->acc_inst = acc;
   k->result = value(b, root, idx);
 }
 
-static loom_status lower(const lm_graph *g, lm_node *root, bool rows, bool *misaligned,
+static loom_status lower(const lm_planner *pl, lm_node *root, bool rows, bool *misaligned,
                          lm_step *step, char *err, size_t errlen) {
-  builder b = {.g = g, .root = root, .nslots = 1, .rows = rows};
+  builder b = {.pl = pl, .g = pl->g, .root = root, .nslots = 1, .rows = rows};
   b.slot_pos[0] = root->pos;
   lk_kernel *k = &step->kernel;
   memset(k, 0, sizeof *k);
   k->nouter = 0;
-  if (lm_op_is_reduce(root->op) || root->fused_reduce)
+  if (lm_op_is_reduce(root->op) || lm_plan_marks(pl, root)->fused_reduce)
     lower_reduce(&b, root, k);
   else
     lower_elementwise(&b, root, k);
@@ -610,12 +620,12 @@ static loom_status lower(const lm_graph *g, lm_node *root, bool rows, bool *misa
   return LOOM_OK;
 }
 
-loom_status lm_lower(const lm_graph *g, lm_node *root, lm_step *step, char *err, size_t errlen) {
-  return lower(g, root, false, NULL, step, err, errlen);
+loom_status lm_lower(const lm_planner *pl, lm_node *root, lm_step *step, char *err, size_t errlen) {
+  return lower(pl, root, false, NULL, step, err, errlen);
 }
 
-loom_status lm_lower_rows(const lm_graph *g, lm_node *root, lm_step *step, bool *misaligned,
+loom_status lm_lower_rows(const lm_planner *pl, lm_node *root, lm_step *step, bool *misaligned,
                           char *err, size_t errlen) {
   *misaligned = false;
-  return lower(g, root, true, misaligned, step, err, errlen);
+  return lower(pl, root, true, misaligned, step, err, errlen);
 }

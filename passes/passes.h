@@ -68,25 +68,18 @@ typedef struct lm_schedule {
   int ntemps; /* temporaries at positions nnodes.. (partial reductions) */
   int nsteps;
   lm_step *steps;
-  bool *published; /* per graph position: a target, whose buffer its node keeps */
+  bool *published;    /* per graph position: a target, whose buffer its node keeps */
+  bool *materialized; /* per graph position: an unrealized node a step computes
+                         into memory of its own (a kernel's root, a GEMM); every
+                         other unrealized node is inlined by the kernels reading it */
 } lm_schedule;
 
-/* Plans the graph: marks what is materialized (node->materialize), lowers
- * every step. Kernels are left for the runtime to compile. Without `fuse`
- * every op that computes gets its own kernel (views and constants stay inline). */
+/* Plans the graph: decides what is materialized (schedule->materialized),
+ * lowers every step. Kernels are left for the runtime to compile. Without
+ * `fuse` every op that computes gets its own kernel (views and constants stay
+ * inline). Its decisions stay in its own records: of the graph's nodes it
+ * writes only the unrealized ones' `visit`. */
 loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, size_t errlen);
 void lm_schedule_free(lm_schedule *p);
-
-/* Lowers one materialized node into a kernel (used by lm_plan). */
-loom_status lm_lower(const lm_graph *g, lm_node *root, lm_step *step, char *err, size_t errlen);
-/* The same for the root of a row group: the reductions marked row_root == root
- * become the kernel's row statistics. *misaligned (with a failure) when one of
- * them is read other than at the kernel's own row: the plan then gives them
- * kernels of their own. */
-loom_status lm_lower_rows(const lm_graph *g, lm_node *root, lm_step *step, bool *misaligned,
-                          char *err, size_t errlen);
-/* A GEMM operand's layout when it can be read in place: its buffer's node
- * (*base) and BLAS parameters. */
-bool lm_gemm_operand(const lm_node *operand, const lm_node **base, lm_view *view);
 
 #endif

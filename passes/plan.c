@@ -17,84 +17,123 @@ void lm_schedule_free(lm_schedule *p) {
   }
   free(p->steps);
   free(p->published);
+  free(p->materialized);
   free(p);
 }
 
-static loom_status lower_step(const lm_graph *g, lm_schedule *p, lm_node *n, char *err,
+bool lm_planner_stores(const void *pl, const lm_node *n) { return lm_materialized(pl, n); }
+
+/* A record for the temporary at position pos (from the graph's size on),
+ * zeroed; false when out of memory. */
+static bool planner_reserve(lm_planner *pl, int pos) {
+  if (pos < pl->cap) return true;
+  int ncap = 2 * pl->cap > pos ? 2 * pl->cap : pos + 1;
+  lm_plan_node *grown = realloc(pl->node, sizeof *grown * (size_t)ncap);
+  if (!grown) return false;
+  memset(grown + pl->cap, 0, sizeof *grown * (size_t)(ncap - pl->cap));
+  pl->node = grown, pl->cap = ncap;
+  return true;
+}
+
+static loom_status lower_step(const lm_planner *pl, lm_schedule *p, lm_node *n, char *err,
                               size_t errlen) {
   lm_step *step = &p->steps[p->nsteps++];
   if (n->op == LM_MATMUL) {
-    lm_plan_gemm(g, n, step);
+    lm_plan_gemm(pl, n, step);
     return LOOM_OK;
   }
-  return lm_lower(g, n, step, err, errlen);
+  return lm_lower(pl, n, step, err, errlen);
 }
 
 /* A row group's root: one kernel with its statistics, or, when one of them
  * is read off its row, the statistics' own kernels and then the root's. */
-static loom_status plan_node(const lm_graph *g, lm_schedule *p, lm_node *n, temps *t, char *err,
+static loom_status plan_node(lm_planner *pl, lm_schedule *p, lm_node *n, temps *t, char *err,
                              size_t errlen);
 
-static loom_status plan_row_root(const lm_graph *g, lm_schedule *p, lm_node *e, temps *t, char *err,
+static loom_status plan_row_root(lm_planner *pl, lm_schedule *p, lm_node *e, temps *t, char *err,
                                  size_t errlen) {
+  const lm_graph *g = pl->g;
   bool misaligned;
   lm_step *step = &p->steps[p->nsteps++];
-  loom_status st = lm_lower_rows(g, e, step, &misaligned, err, errlen);
+  loom_status st = lm_lower_rows(pl, e, step, &misaligned, err, errlen);
   if (st == LOOM_OK || !misaligned) return st;
   memset(step, 0, sizeof *step);
   p->nsteps--;
   int first = p->nsteps;
-  lm_unfuse_rows(g, e);
+  lm_unfuse_rows(pl, e);
   st = LOOM_OK;
   for (int i = 0; i < g->n && st == LOOM_OK && g->nodes[i] != e; i++) {
     lm_node *n = g->nodes[i];
-    bool stat = !lm_is_computed(n) && n->materialize && n->pos >= 0;
+    bool stat = lm_materialized(pl, n) && n->pos >= 0;
     for (int s = 0; stat && s < first; s++) stat = p->steps[s].out != n->pos;
-    if (stat) st = plan_node(g, p, n, t, err, errlen);
+    if (stat) st = plan_node(pl, p, n, t, err, errlen);
   }
-  return st == LOOM_OK ? lower_step(g, p, e, err, errlen) : st;
+  return st == LOOM_OK ? lower_step(pl, p, e, err, errlen) : st;
 }
 
 /* Steps for node n, splitting its reduction first when that pays. */
-static loom_status plan_node(const lm_graph *g, lm_schedule *p, lm_node *n, temps *t, char *err,
+static loom_status plan_node(lm_planner *pl, lm_schedule *p, lm_node *n, temps *t, char *err,
                              size_t errlen) {
-  lm_node *red = n->fused_reduce ? n->fused_reduce : lm_op_is_reduce(n->op) ? n : NULL;
+  lm_node *fused = lm_plan_of(pl, n)->fused_reduce;
+  lm_node *red = fused ? fused : lm_op_is_reduce(n->op) ? n : NULL;
   bool oom = false;
   lm_node *final = red ? lm_split_reduction(red, t, &oom) : NULL;
+  lm_node *partial = final ? final->src[0] : NULL;
+  /* the partial results get memory: the schedule's next temporary position */
+  if (partial && planner_reserve(pl, p->nnodes + p->ntemps)) {
+    partial->pos = p->nnodes + p->ntemps++;
+    lm_plan_of(pl, partial)->materialize = true;
+  } else if (partial) {
+    oom = true;
+  }
   if (oom) {
     snprintf(err, errlen, "planning: out of memory");
     return LOOM_ERR_OOM;
   }
-  if (!final) return lower_step(g, p, n, err, errlen);
-  lm_node *partial = final->src[0];
-  partial->pos = p->nnodes + p->ntemps++;
-  loom_status st = lower_step(g, p, partial, err, errlen);
+  if (!final) return lower_step(pl, p, n, err, errlen);
+  loom_status st = lower_step(pl, p, partial, err, errlen);
   if (st != LOOM_OK) return st;
   if (red == n) {
-    final->pos = n->pos; /* same output order: it writes n's buffer */
-    return lower_step(g, p, final, err, errlen);
+    /* same output order: it writes n's buffer, and has n's position (and
+     * record: a materialized reduction that fuses nothing) */
+    final->pos = n->pos;
+    return lower_step(pl, p, final, err, errlen);
   }
-  n->fused_reduce = final;
-  return lower_step(g, p, n, err, errlen);
+  lm_plan_of(pl, n)->split_reduce = final;
+  st = lower_step(pl, p, n, err, errlen);
+  lm_plan_of(pl, n)->split_reduce = NULL; /* final goes with the other temporaries */
+  return st;
 }
 
 loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, size_t errlen) {
   *out = NULL;
-  lm_mark(g, fuse);
-  if (fuse && (!lm_fuse_epilogues(g) || !lm_fuse_rows(g))) {
+  /* a record per graph position; split reductions' partial results add theirs */
+  lm_planner pl = {
+      .g = g, .node = calloc(g->n > 0 ? (size_t)g->n : 1, sizeof(lm_plan_node)), .cap = g->n};
+  if (!pl.node) {
+    snprintf(err, errlen, "planning: out of memory");
+    return LOOM_ERR_OOM;
+  }
+  lm_mark(&pl, fuse);
+  if (fuse && (!lm_fuse_epilogues(&pl) || !lm_fuse_rows(&pl))) {
+    free(pl.node);
     snprintf(err, errlen, "planning: out of memory");
     return LOOM_ERR_OOM;
   }
   lm_schedule *p = calloc(1, sizeof *p);
   int count = 0;
-  for (int i = 0; i < g->n; i++)
-    count += (g->nodes[i]->materialize || g->nodes[i]->row_root) && !lm_is_computed(g->nodes[i]);
+  for (int i = 0; i < g->n; i++) {
+    const lm_plan_node *marks = lm_plan_marks(&pl, g->nodes[i]);
+    count += marks->materialize || marks->row_root;
+  }
   if (p) {
     p->steps = calloc((size_t)(2 * count + 1), sizeof(lm_step));
     p->published = calloc(g->n > 0 ? (size_t)g->n : 1, sizeof(bool));
+    p->materialized = calloc(g->n > 0 ? (size_t)g->n : 1, sizeof(bool));
   }
-  if (!p || !p->steps || !p->published) {
+  if (!p || !p->steps || !p->published || !p->materialized) {
     lm_schedule_free(p);
+    free(pl.node);
     snprintf(err, errlen, "planning: out of memory");
     return LOOM_ERR_OOM;
   }
@@ -102,20 +141,20 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, 
   loom_status st = LOOM_OK;
   for (int i = 0; i < g->n && st == LOOM_OK; i++) {
     lm_node *n = g->nodes[i];
-    if (!n->materialize || lm_is_computed(n)) continue;
-    p->published[i] = n->target;
+    if (!lm_materialized(&pl, n)) continue;
+    p->published[i] = lm_plan_of(&pl, n)->target;
     temps t = {.n = 0};
     if (!fuse)
-      st = lower_step(g, p, n, err, errlen);
-    else if (n->row_root == n)
-      st = plan_row_root(g, p, n, &t, err, errlen);
+      st = lower_step(&pl, p, n, err, errlen);
+    else if (lm_plan_of(&pl, n)->row_root == n)
+      st = plan_row_root(&pl, p, n, &t, err, errlen);
     else
-      st = plan_node(g, p, n, &t, err, errlen);
-    n->fused_reduce = NULL;
+      st = plan_node(&pl, p, n, &t, err, errlen);
+    lm_plan_of(&pl, n)->fused_reduce = NULL; /* planned: what it fused is done with */
     for (int k = t.n - 1; k >= 0; k--) lm_node_release(t.nodes[k]);
   }
   for (int i = 0; i < p->nsteps; i++) p->steps[i].gemm_partner = -1, p->steps[i].b_producer = -1;
-  if (st == LOOM_OK && fuse && !lm_pair_gemm_epilogues(g, p)) {
+  if (st == LOOM_OK && fuse && !lm_pair_gemm_epilogues(&pl, p)) {
     snprintf(err, errlen, "planning: out of memory");
     st = LOOM_ERR_OOM;
   }
@@ -124,6 +163,8 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, 
     snprintf(err, errlen, "planning: out of memory");
     st = LOOM_ERR_OOM;
   }
+  for (int i = 0; i < g->n; i++) p->materialized[i] = lm_materialized(&pl, g->nodes[i]);
+  free(pl.node);
   if (st != LOOM_OK) {
     lm_schedule_free(p);
     return st;

@@ -6,6 +6,65 @@
 
 #include "passes/passes.h"
 
+/* ------------------------------------------------------------ the planner's records */
+
+/* What planning decides about one node, kept per position by the planner (not
+ * in lm_node: no other walk needs it, and computed nodes shared with other
+ * threads' plans then never see a write). Zero (inline, unread) until marked. */
+typedef struct lm_plan_node {
+  int uses;              /* kernels reading it (an inline view passes its readers on) */
+  int inner_uses;        /* uses from inside one kernel's expression (epilogue fusion) */
+  int group_uses;        /* uses from inside a row kernel's group of kernels */
+  int cost;              /* per-element cost of computing it inline */
+  bool materialize;      /* it gets memory: a kernel (or GEMM) computes it, whose root it is */
+  bool target;           /* one of the graph's targets */
+  bool broadcast_use;    /* read through a broadcasting expand */
+  bool reaches_stat;     /* an inline path from it reaches a row statistic */
+  lm_node *fused_reduce; /* a reduction computed by this node's kernel, this node
+                            being its epilogue */
+  lm_node *split_reduce; /* while this epilogue's step is lowered: the final
+                            reduction of fused_reduce split in two, which its
+                            kernel computes instead (split.c's temporary) */
+  lm_node *row_root;     /* a row statistic (or its reduction) computed inside
+                            this root's kernel; the root itself for the root */
+} lm_plan_node;
+
+/* One planning run: the graph and a record per position, for the graph's
+ * nodes and then for the temporaries that get memory (partial reductions, at
+ * the schedule's temporary positions). */
+typedef struct lm_planner {
+  const lm_graph *g;
+  lm_plan_node *node;
+  int cap; /* records allocated */
+} lm_planner;
+
+/* The record of an unrealized node with a position (any node of the graph). */
+static inline lm_plan_node *lm_plan_of(const lm_planner *pl, const lm_node *n) {
+  return &pl->node[n->pos];
+}
+
+/* The record of any node planning meets, for reading: leaves (computed, their
+ * positions in the graph's table, maybe in other plans at once) and
+ * temporaries without a position (a split's views and a fused split's final
+ * reduction) have no marks: never materialized, in no group. */
+static inline const lm_plan_node *lm_plan_marks(const lm_planner *pl, const lm_node *n) {
+  static const lm_plan_node unmarked;
+  return lm_is_computed(n) || n->pos < 0 ? &unmarked : &pl->node[n->pos];
+}
+
+/* Whether n is an unrealized node the plan gives memory. */
+static inline bool lm_materialized(const lm_planner *pl, const lm_node *n) {
+  return lm_plan_marks(pl, n)->materialize;
+}
+
+/* Whether n has memory: computed, or materialized (lm_view_affine's question). */
+static inline bool lm_has_memory(const lm_planner *pl, const lm_node *n) {
+  return lm_is_computed(n) || lm_materialized(pl, n);
+}
+
+/* lm_view_affine's callback: materialized in planner pl. */
+bool lm_planner_stores(const void *pl, const lm_node *n);
+
 /* Nodes collected by a walk (growing array; oom when it could not grow). */
 typedef struct node_list {
   lm_node **items;
@@ -15,16 +74,17 @@ typedef struct node_list {
 
 /* ------------------------------------------------------------ fusion.c */
 
-/* Marks what gets memory (node->materialize), counts each node's readers
- * (uses) and applies the cost rule; without fuse every computed value. */
-void lm_mark(const lm_graph *g, bool fuse);
+/* Marks what gets memory (materialize), counts each node's readers (uses) and
+ * applies the cost rule; without fuse every computed value. */
+void lm_mark(lm_planner *pl, bool fuse);
 /* The nodes root computes inline (root included), each once. */
-void lm_collect_inline(lm_node *n, const lm_node *root, uint64_t epoch, node_list *l);
+void lm_collect_inline(const lm_planner *pl, lm_node *n, const lm_node *root, uint64_t epoch,
+                       node_list *l);
 /* Whether every use of r comes from inside root's kernel: 1, 0, or -1 when
  * out of memory. */
-int lm_used_only_inside(lm_node *r, lm_node *root);
+int lm_used_only_inside(lm_planner *pl, lm_node *r, lm_node *root);
 /* Reductions become their elementwise consumer's epilogue; false when out of memory. */
-bool lm_fuse_epilogues(const lm_graph *g);
+bool lm_fuse_epilogues(lm_planner *pl);
 
 /* ------------------------------------------------------------ rows.c */
 
@@ -34,10 +94,10 @@ bool lm_fuse_epilogues(const lm_graph *g);
 #define SPLIT_MIN_REDUCED 65536
 
 /* Groups row kernels' roots with their statistics; false when out of memory. */
-bool lm_fuse_rows(const lm_graph *g);
+bool lm_fuse_rows(lm_planner *pl);
 /* When lowering found a statistic of e's group read off its row: they get
  * kernels again. */
-void lm_unfuse_rows(const lm_graph *g, const lm_node *e);
+void lm_unfuse_rows(lm_planner *pl, const lm_node *e);
 
 /* ------------------------------------------------------------ split.c */
 
@@ -50,17 +110,33 @@ typedef struct temps {
 /* Keeps n among t; NULL and *oom when n could not be made. */
 lm_node *lm_temp(temps *t, lm_node *n, bool *oom);
 /* partial = reduce(reshape(pad(src))) and final = reduce(partial) for r; final,
- * or NULL when r is not worth splitting (*oom when memory ran out). */
+ * or NULL when r is not worth splitting (*oom when memory ran out). None of
+ * them has a position yet: the caller gives partial one, and memory. */
 lm_node *lm_split_reduction(const lm_node *r, temps *t, bool *oom);
 
 /* ------------------------------------------------------------ gemm_pairing.c */
 
+/* A GEMM operand's layout when it can be read in place: its buffer's node
+ * (*base) and BLAS parameters. */
+bool lm_gemm_operand(const lm_planner *pl, const lm_node *operand, const lm_node **base,
+                     lm_view *view);
 /* A GEMM step for matmul n (its operands' layouts). */
-void lm_plan_gemm(const lm_graph *graph, lm_node *n, lm_step *step);
+void lm_plan_gemm(const lm_planner *pl, lm_node *n, lm_step *step);
 /* GEMM epilogues; false when out of memory. */
-bool lm_pair_gemm_epilogues(const lm_graph *g, lm_schedule *p);
+bool lm_pair_gemm_epilogues(lm_planner *pl, lm_schedule *p);
 /* GEMM prologues (CPU). */
 void lm_pair_gemm_prologues(const lm_graph *g, lm_schedule *p);
+
+/* ------------------------------------------------------------ lower.c */
+
+/* Lowers one materialized node into a kernel. */
+loom_status lm_lower(const lm_planner *pl, lm_node *root, lm_step *step, char *err, size_t errlen);
+/* The same for the root of a row group: the reductions marked row_root == root
+ * become the kernel's row statistics. *misaligned (with a failure) when one of
+ * them is read other than at the kernel's own row: the plan then gives them
+ * kernels of their own. */
+loom_status lm_lower_rows(const lm_planner *pl, lm_node *root, lm_step *step, bool *misaligned,
+                          char *err, size_t errlen);
 
 /* ------------------------------------------------------------ memory.c */
 

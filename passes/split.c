@@ -67,7 +67,8 @@ static int64_t split_parts(const lm_node *r, int64_t outer, int64_t total, int64
 /* Builds partial = reduce(reshape(pad(src))) and final = reduce(partial) for
  * reduction r; returns final (shaped like r with the part axis kept as 1 ...
  * in the same output order), or NULL when r is not worth splitting (or
- * *oom, when memory ran out). */
+ * *oom, when memory ran out). The caller gives partial its position and
+ * memory. */
 lm_node *lm_split_reduction(const lm_node *r, temps *t, bool *oom) {
   const lm_node *src = r->src[0];
   int64_t outer = lm_shape_numel(&r->shape), total = lm_shape_numel(&src->shape);
@@ -115,10 +116,8 @@ lm_node *lm_split_reduction(const lm_node *r, temps *t, bool *oom) {
   lm_node *partial = lm_temp(t, lm_node_new(r->op, 1, &reshaped, pshape, r->dtype, r->device), oom);
   if (!partial) return NULL;
   partial->arg.axes = inner_axes;
-  partial->materialize = true;
   lm_node *final = lm_temp(t, lm_node_new(r->op, 1, &partial, fshape, r->dtype, r->device), oom);
   if (!final) return NULL;
   final->arg.axes = 1u << axis;
-  final->replaces = r;
   return final;
 }

@@ -121,8 +121,7 @@ static loom_status fill_tables(loom_program *p, const lm_graph *g, lm_node *cons
 }
 
 /* Which kernel draws each node: a step's root and what its kernel inlines
- * (sources up to materialized nodes and leaves). Read while the plan's
- * materialize marks are fresh. */
+ * (sources up to materialized nodes and leaves). */
 static void assign_kernels(loom_program *p) {
   int *stack = malloc(sizeof(int) * (size_t)(p->n + 1));
   if (!stack) return; /* only the picture loses its clusters */
@@ -136,8 +135,8 @@ static void assign_kernels(loom_program *p) {
       int pos = stack[--len];
       for (int s = p->src_start[pos]; s < p->src_start[pos + 1]; s++) {
         int src = p->src_pos[s];
-        const lm_node *n = p->nodes[src];
-        if (p->kind[src] != LM_SLOT_NODE || n->materialize || p->kernel_of[src] >= 0) continue;
+        if (p->kind[src] != LM_SLOT_NODE || p->plan->materialized[src] || p->kernel_of[src] >= 0)
+          continue;
         p->kernel_of[src] = i;
         stack[len++] = src;
       }
