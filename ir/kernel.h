@@ -211,6 +211,17 @@ typedef struct lk_gemm_args {
 
 typedef void (*lk_gemm_fn)(const lk_gemm_args *args);
 
+/* Products whose A rows and B columns are contiguous along k (a_col == 1,
+ * b_row == 1: activations against a layer's weight read as W^T) with few rows
+ * or few outputs for their sum are computed unpacked, each output a vector
+ * dot product: packing would copy more than it saves. */
+#define LK_GEMM_DOT_MAX_ROWS 4
+#define LK_GEMM_DOT_TERMS_PER_OUTPUT 64
+static inline bool lk_gemm_unpacked(int64_t m, int64_t n, int64_t k, int64_t a_col, int64_t b_row) {
+  return a_col == 1 && b_row == 1 && k > 0 &&
+         (m <= LK_GEMM_DOT_MAX_ROWS || m * n * LK_GEMM_DOT_TERMS_PER_OUTPUT <= k);
+}
+
 /* Scratch the generated function needs for its packed panels. */
 size_t lk_gemm_pack_bytes(const lk_gemm *g, int64_t mc, int64_t kc, int64_t nc);
 lk_hash lk_gemm_hash(const lk_gemm *g);

@@ -26,10 +26,12 @@ typedef struct lm_gemm {
   bool a_trans, b_trans;
   int64_t lda, ldb;
   int a_pos, b_pos; /* canonical positions of the operands' buffers */
-  /* filled in by the runtime: loom's own block function for `tile`, or NULL
-   * where the product goes to BLAS */
+  /* filled in by the runtime: loom's own block function for `tile` (NULL:
+   * BLAS only), and whether it computes every block or only those it takes
+   * unpacked (lk_gemm_unpacked), BLAS the rest */
   lk_gemm_fn fn;
   lk_gemm tile;
+  bool fn_for_all;
 } lm_gemm;
 
 typedef struct lm_step {

@@ -113,7 +113,9 @@ static void block_beta(const lm_gemm *g, const char *a, const char *b, part p, c
   blasint ldc = (blasint)(ldc_ > 1 ? ldc_ : 1);
   enum CBLAS_TRANSPOSE ta = g->a_trans ? CblasTrans : CblasNoTrans;
   enum CBLAS_TRANSPOSE tb = g->b_trans ? CblasTrans : CblasNoTrans;
-  if (g->fn) {
+  if (g->fn &&
+      (g->fn_for_all || lk_gemm_unpacked(r1 - r0, c1 - c0, p.k1 - p.k0, g->a_trans ? g->lda : 1,
+                                         g->b_trans ? 1 : g->ldb))) {
     loom_block(g, ar, b, r1 - r0, c1 - c0, p.k1 - p.k0, c, ldc_, accumulate);
     return;
   }
@@ -341,10 +343,13 @@ loom_status lm_run_gemm_filled(const lm_gemm *g, const void *a, lm_gemm_fill fil
 
 loom_status lm_gemm_prepare(lm_gemm *g) {
   g->fn = NULL;
+  g->fn_for_all = false;
   const char *force = getenv("LOOM_GEMM");
-  bool loom = force && strcmp(force, "loom") == 0;
-  if (force && *force && strcmp(force, "loom") != 0 && strcmp(force, "blas") != 0)
-    return lm_fail(LOOM_ERR_VALUE, "loom_realize: LOOM_GEMM=%s: expected loom or blas", force);
-  if (!loom) return LOOM_OK;
+  bool all = force && strcmp(force, "loom") == 0, none = force && strcmp(force, "blas") == 0;
+  if (force && *force && !all && !none && strcmp(force, "auto") != 0)
+    return lm_fail(LOOM_ERR_VALUE, "loom_realize: LOOM_GEMM=%s: expected loom, blas or auto",
+                   force);
+  if (none) return LOOM_OK;
+  g->fn_for_all = all;
   return lm_gemm_function(g->dtype, &g->tile, &g->fn);
 }

@@ -21,8 +21,11 @@ typedef void (*lm_gemm_fill)(void *ctx, int64_t c0, int64_t c1, void *dst);
 loom_status lm_run_gemm_filled(const lm_gemm *g, const void *a, lm_gemm_fill fill, void *ctx,
                                void *c);
 int64_t lm_gemm_batches(const lm_gemm *g);
-/* Chooses loom's own GEMM or BLAS for g (LOOM_GEMM=loom|blas forces one) and
- * fills in g->fn and g->tile for loom's, compiling it if need be. */
+/* Chooses between loom's own GEMM and BLAS for g and fills in g->fn, g->tile
+ * and g->fn_for_all, compiling loom's if need be. By default (LOOM_GEMM=auto)
+ * loom's computes the blocks it takes unpacked (lk_gemm_unpacked: a few rows
+ * or few outputs against a weight, where it is measured faster) and BLAS the
+ * rest; LOOM_GEMM=loom or blas forces one for every block. */
 loom_status lm_gemm_prepare(lm_gemm *g);
 /* The blocking loom's GEMM uses for an m x n x k product with tile t (from
  * the caches this machine reports), and the element strides of g's A and B. */

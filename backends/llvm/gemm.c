@@ -516,7 +516,7 @@ static LLVMValueRef masked_load(gemm_cg *g, LLVMValueRef p, LLVMValueRef mask) {
   return intrinsic(g, "llvm.masked.load", types, 2, args, 4);
 }
 
-#define DOT_MAX_ROWS 4
+#define DOT_MAX_ROWS LK_GEMM_DOT_MAX_ROWS
 
 /*
  * dot_RxJ(k, a, a_row, b, b_col, c, ldc, load_c): C's R x J outputs from
@@ -700,8 +700,13 @@ static void gen_entry(gemm_cg *g, const char *symbol, LLVMValueRef pack_a, LLVMV
   }
   if_end(g, join);
 
-  /* a few rows against a weight: no packing */
-  LLVMValueRef few = LLVMBuildICmp(g->b, LLVMIntSLE, m, i64c(g, DOT_MAX_ROWS), "");
+  /* lk_gemm_unpacked: a few rows, or few outputs for a long sum, against a
+   * weight: no packing */
+  LLVMValueRef outputs_terms = LLVMBuildNSWMul(g->b, LLVMBuildNSWMul(g->b, m, n, ""),
+                                               i64c(g, LK_GEMM_DOT_TERMS_PER_OUTPUT), "");
+  LLVMValueRef few =
+      LLVMBuildOr(g->b, LLVMBuildICmp(g->b, LLVMIntSLE, m, i64c(g, DOT_MAX_ROWS), ""),
+                  LLVMBuildICmp(g->b, LLVMIntSLE, outputs_terms, k, ""), "");
   few = LLVMBuildAnd(g->b, few, LLVMBuildICmp(g->b, LLVMIntEQ, a_col, i64c(g, 1), ""), "");
   few = LLVMBuildAnd(g->b, few, LLVMBuildICmp(g->b, LLVMIntEQ, b_row, i64c(g, 1), ""), "");
   few = LLVMBuildAnd(g->b, few, LLVMBuildICmp(g->b, LLVMIntSGT, k, i64c(g, 0), ""), "");
