@@ -165,6 +165,47 @@ static uint64_t u64_from_le(const unsigned char b[8]) {
   return v;
 }
 
+/* Beyond reason for a checkpoint's header: more tensors than any model has
+ * (a large one has thousands), arrays longer than a shape, deeper nesting
+ * than the format's. A header near the 100 MB limit built as a JSON tree
+ * costs about 20 times its size and seconds: these are refused first. */
+#define ST_MAX_ENTRIES 250000
+#define ST_MAX_DEPTH 4
+
+/* One pass over the header's text, strings skipped, before any tree is built. */
+static loom_status scan_header(const st_file *sf, const char *text, size_t n) {
+  int depth = 0;
+  char open[ST_MAX_DEPTH];
+  uint64_t entries = 0, values[ST_MAX_DEPTH]; /* of the top object; per open array */
+  for (size_t i = 0; i < n; i++) {
+    char c = text[i];
+    if (c == '"') {
+      for (i++; i < n && text[i] != '"'; i++)
+        if (text[i] == '\\') i++;
+      continue;
+    }
+    if (c == '{' || c == '[') {
+      if (depth == ST_MAX_DEPTH)
+        return load_fail(sf, LOOM_ERR_CORRUPT, "the header nests deeper than %d levels (byte %zu)",
+                         ST_MAX_DEPTH, i);
+      values[depth] = 1;
+      open[depth++] = c;
+    } else if (c == '}' || c == ']') {
+      if (depth > 0) depth--;
+    } else if (c == ',' && depth > 0 && open[depth - 1] == '[') {
+      if (++values[depth - 1] > LOOM_MAX_DIMS)
+        return load_fail(sf, LOOM_ERR_CORRUPT,
+                         "the header has an array of more than %d values (byte %zu); a shape "
+                         "has at most %d dims",
+                         LOOM_MAX_DIMS, i, LOOM_MAX_DIMS);
+    } else if (c == ':' && depth == 1 && ++entries > ST_MAX_ENTRIES) {
+      return load_fail(sf, LOOM_ERR_CORRUPT, "the header lists more than %d tensors",
+                       ST_MAX_ENTRIES);
+    }
+  }
+  return LOOM_OK;
+}
+
 static loom_status read_header(st_file *sf) {
   if (sf->size < 8)
     return load_fail(sf, LOOM_ERR_CORRUPT, "%llu bytes, too short for the 8-byte header size",
@@ -189,6 +230,7 @@ static loom_status read_header(st_file *sf) {
   st = read_at(sf, 8, text, n);
   if (st == LOOM_OK && (n == 0 || text[0] != '{'))
     st = load_fail(sf, LOOM_ERR_CORRUPT, "the header does not start with '{'");
+  if (st == LOOM_OK) st = scan_header(sf, text, n);
   if (st == LOOM_OK) {
     json_error_t err;
     sf->header = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);

@@ -65,6 +65,35 @@ static void write_st(const char *name, const char *json, const void *data, size_
   write_file(name, buf, 8 + n + len);
 }
 
+/* A header that only its size makes absurd: one shape of a million dims, or
+ * 300,000 tensors (each "tN":{...}), as text built here. */
+static void write_big_header(const char *name, bool many_entries) {
+  size_t cap = 24u << 20, n = 0;
+  char *json = malloc(cap);
+  if (!json) return;
+  if (many_entries) {
+    n += (size_t)snprintf(json + n, cap - n, "{");
+    for (int t = 0; t < 300000; t++)
+      n += (size_t)snprintf(json + n, cap - n,
+                            "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}",
+                            t ? "," : "", t);
+    n += (size_t)snprintf(json + n, cap - n, "}");
+  } else {
+    n += (size_t)snprintf(json + n, cap - n, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1");
+    for (int d = 1; d < 1000000; d++) n += (size_t)snprintf(json + n, cap - n, ",1");
+    n += (size_t)snprintf(json + n, cap - n, "],\"data_offsets\":[0,4]}}");
+  }
+  FILE *f = fopen(path_in(name), "wb");
+  unsigned char size[8];
+  for (int i = 0; i < 8; i++) size[i] = (unsigned char)((uint64_t)(n + 4) >> (8 * i));
+  if (f) {
+    fwrite(size, 1, 8, f), fwrite(json, 1, n, f), fwrite("    ", 1, 4, f),
+        fwrite("\0\0\0\0", 1, 4, f);
+    fclose(f);
+  }
+  free(json);
+}
+
 static void make_fixtures(void) {
   float v6[6] = {1, 2, 3, 4, 5, 6}, v4[4] = {1, 2, 3, 4};
   int64_t l4[4] = {0, 1, 2, 1};
@@ -99,6 +128,8 @@ static void make_fixtures(void) {
   write_file("plain_file", "x", 1);
   mkdir(path_in("a_dir.st"), 0700);
   mkfifo(path_in("fifo.st"), 0600);
+  write_big_header("million_dims.st", false);
+  write_big_header("many_tensors.st", true);
   mkfifo(path_in("fifo.loom"), 0600);
 }
 
@@ -356,6 +387,8 @@ LOAD(file_shape, "wrong_shape.st")
 LOAD(file_name, "other_name.st")
 LOAD(file_huge, "huge_dim.st")
 LOAD(file_fifo, "fifo.st")
+LOAD(file_million_dims, "million_dims.st")
+LOAD(file_many_tensors, "many_tensors.st")
 ROW_P(file_fifo_program, loom_program_load(path_in("fifo.loom")))
 ROW_S(file_save_under_file, loom_params_save(params, path_in("plain_file/w.st")))
 /* Past the process's file size limit (ulimit -f): refused, where the write
@@ -668,6 +701,10 @@ static const row table[] = {
     ROW("bad file", "loom_params_load(ps, 2^64 elements)", file_huge, LOOM_ERR_CORRUPT,
         "shape has more elements than fit in 64 bits"),
     ROW("bad file", "loom_params_load(ps, a FIFO)", file_fifo, LOOM_ERR_IO, "not a regular file"),
+    ROW("bad file", "loom_params_load(ps, a shape of 10^6 dims)", file_million_dims,
+        LOOM_ERR_CORRUPT, "an array of more than 8 values"),
+    ROW("bad file", "loom_params_load(ps, 300,000 tensors)", file_many_tensors, LOOM_ERR_CORRUPT,
+        "lists more than 250000 tensors"),
     ROW("bad file", "loom_program_load(a FIFO)", file_fifo_program, LOOM_ERR_IO,
         "not a regular file"),
     ROW("bad file", "loom_params_save(ps, 16 KiB past ulimit -f 4 KiB)", file_size_limit,
