@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "check.h"
 #include "loom.h"
 
@@ -31,6 +33,26 @@ static int child(void) {
   return 0;
 }
 
+/* Another kernel (`--child-other`), or that one and then the first in one
+ * process (`--child-both`). */
+static int child_other(bool then_first) {
+  float x[256];
+  for (int i = 0; i < 256; i++) x[i] = (float)i;
+  double v = 0, u = 0;
+  LOOM_SCOPE {
+    loom_tensor *t = loom_from_data(x, LOOM_SHAPE(256), LOOM_F32, LOOM_CPU);
+    v = loom_item(loom_sum_all(loom_sub_s(loom_mul_s(t, 3.0), 1.0)));
+    if (then_first) u = loom_item(loom_sum_all(loom_mul_s(loom_add_s(t, 1.0), 0.5)));
+  }
+  bool ok = v == 3.0 * 256 * 255 / 2 - 256 && (!then_first || u == 0.5 * 256 * 257 / 2) &&
+            !loom_last_error();
+  loom_stats s = loom_get_stats();
+  printf("%llu %llu %d\n", (unsigned long long)s.kernels_compiled,
+         (unsigned long long)s.disk_cache_hits, ok);
+  if (loom_last_error()) fprintf(stderr, "%s\n", loom_last_error());
+  return 0;
+}
+
 typedef struct result {
   unsigned long long compiled, disk_hits;
   int ok;
@@ -38,16 +60,18 @@ typedef struct result {
 
 static char self[4096];
 
-static result run_child(const char *dir) {
+static result run_child_as(const char *dir, const char *mode) {
   result r = {0, 0, 0};
   char cmd[8400];
-  snprintf(cmd, sizeof cmd, "LOOM_CACHE_DIR='%s' timeout 60 '%s' --child 2>/dev/null", dir, self);
+  snprintf(cmd, sizeof cmd, "LOOM_CACHE_DIR='%s' timeout 60 '%s' %s 2>/dev/null", dir, self, mode);
   FILE *p = popen(cmd, "r");
   if (!p) return r;
   if (fscanf(p, "%llu %llu %d", &r.compiled, &r.disk_hits, &r.ok) != 3) r.ok = 0;
   pclose(p);
   return r;
 }
+
+static result run_child(const char *dir) { return run_child_as(dir, "--child"); }
 
 /* The one entry in dir (the test's graph has one kernel). */
 static int entry(const char *dir, char *path, size_t len) {
@@ -105,6 +129,54 @@ static void test_cold_warm_and_damage(const char *dir) {
   rewrite(path, -1, 30); /* a foreign key in the header */
   result f = run_child(dir);
   CHECK(f.ok && f.compiled == 1 && f.disk_hits == 0);
+}
+
+static unsigned char *read_all(const char *path, long *size) {
+  *size = file_size(path);
+  FILE *f = fopen(path, "rb");
+  unsigned char *data = *size > 0 ? malloc((size_t)*size) : NULL;
+  if (f && data && fread(data, 1, (size_t)*size, f) != (size_t)*size) *size = -1;
+  if (f) fclose(f);
+  return data;
+}
+
+static void put_u64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* An entry whose header is valid for its key but whose object is another
+ * kernel's (what a forged or mixed-up cache holds): it loads, cannot serve
+ * its key, and is removed and rebuilt; the other kernel's code it brought into
+ * the JIT is removed too, so compiling that kernel later in the same process
+ * works (it once failed with "Duplicate definition of symbol"). */
+static void test_entry_of_another_kernel(const char *base) {
+  char dir_a[4200], dir_b[4200], path_a[8192], path_b[8192];
+  snprintf(dir_a, sizeof dir_a, "%s/kernel_a", base);
+  snprintf(dir_b, sizeof dir_b, "%s/kernel_b", base);
+  CHECK(run_child(dir_a).ok);
+  CHECK(run_child_as(dir_b, "--child-other").ok);
+  CHECK_EQ_INT(entry(dir_a, path_a, sizeof path_a), 1);
+  CHECK_EQ_INT(entry(dir_b, path_b, sizeof path_b), 1);
+  long size_a, size_b;
+  unsigned char *a = read_all(path_a, &size_a), *b = read_all(path_b, &size_b);
+  CHECK(a && b && size_a > 56 && size_b > 56);
+  if (a && b && size_a > 56 && size_b > 56) {
+    /* b's header (its key) over a's object, length and checksum made right */
+    XXH128_hash_t h = XXH3_128bits(a + 56, (size_t)(size_a - 56));
+    memcpy(a, b, 56);
+    put_u64(a + 16, (uint64_t)(size_a - 56));
+    put_u64(a + 40, h.low64);
+    put_u64(a + 48, h.high64);
+    FILE *f = fopen(path_b, "wb");
+    if (f) fwrite(a, 1, (size_t)size_a, f), fclose(f);
+    result r = run_child_as(dir_b, "--child-both");
+    CHECK_MSG(r.ok && r.compiled == 2 && r.disk_hits == 0,
+              "an entry holding another kernel's object: ok %d compiled %llu disk hits %llu", r.ok,
+              r.compiled, r.disk_hits);
+    CHECK(run_child_as(dir_b, "--child-both").ok); /* both entries good now */
+  }
+  free(a);
+  free(b);
 }
 
 /* A FIFO where an entry belongs is refused at once and the entry rebuilt over
@@ -190,6 +262,8 @@ static void test_concurrent_fill(const char *base) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--child") == 0) return child();
+  if (argc > 1 && strcmp(argv[1], "--child-other") == 0) return child_other(false);
+  if (argc > 1 && strcmp(argv[1], "--child-both") == 0) return child_other(true);
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return 1;
   self[n] = 0;
@@ -204,6 +278,7 @@ int main(int argc, char **argv) {
   test_concurrent_fill(base);
   test_fifo_entry(base);
   test_file_size_limit(base);
+  test_entry_of_another_kernel(base);
   char cmd[4300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
   CHECK_EQ_INT(system(cmd), 0);

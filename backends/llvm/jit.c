@@ -118,21 +118,31 @@ static loom_status ensure_jit(const char *symbol, char *err, size_t errlen) {
   return LOOM_OK;
 }
 
-/* Adds an object (taking ownership of buf) and looks up `symbol` (jit_lock held). */
+/* Adds an object (taking ownership of buf) and looks up `symbol` (jit_lock
+ * held). Each object has a resource tracker of its own: one that does not
+ * serve `symbol` (a cache entry holding another kernel's code, or one whose
+ * dependencies do not resolve) is removed from the JIT again, so the symbols
+ * it defined do not collide with the code rebuilt in its place. */
 static loom_status add_and_lookup(LLVMMemoryBufferRef buf, const char *symbol, lk_fn *out_fn,
                                   char *err, size_t errlen) {
   session_error[0] = 0;
-  LLVMErrorRef e = LLVMOrcLLJITAddObjectFile(jit, LLVMOrcLLJITGetMainJITDylib(jit), buf);
-  if (e) return take_error(e, "cannot add the object to the JIT", symbol, err, errlen);
+  LLVMOrcResourceTrackerRef rt =
+      LLVMOrcJITDylibCreateResourceTracker(LLVMOrcLLJITGetMainJITDylib(jit));
+  LLVMErrorRef e = LLVMOrcLLJITAddObjectFileWithRT(jit, rt, buf);
+  loom_status st = LOOM_OK;
   LLVMOrcExecutorAddress addr = 0;
-  e = LLVMOrcLLJITLookup(jit, &addr, symbol);
-  if (e) return take_error(e, "cannot load the object", symbol, err, errlen);
-  if (!addr) {
+  if (e) {
+    st = take_error(e, "cannot add the object to the JIT", symbol, err, errlen);
+  } else if ((e = LLVMOrcLLJITLookup(jit, &addr, symbol))) {
+    st = take_error(e, "cannot load the object", symbol, err, errlen);
+  } else if (!addr) {
     lm_set_err(err, errlen, "kernel %s: the JIT returned a null address", symbol);
-    return LOOM_ERR_COMPILE;
+    st = LOOM_ERR_COMPILE;
   }
-  *out_fn = (lk_fn)(uintptr_t)addr;
-  return LOOM_OK;
+  if (st != LOOM_OK) LLVMConsumeError(LLVMOrcResourceTrackerRemove(rt));
+  LLVMOrcReleaseResourceTracker(rt);
+  if (st == LOOM_OK) *out_fn = (lk_fn)(uintptr_t)addr;
+  return st;
 }
 
 /* Loads buf (consumed) as `symbol` unless that symbol is loaded already. */
