@@ -45,13 +45,16 @@ loom_tensor *loom_full(loom_shape shape, double value, loom_dtype dtype, loom_de
   return lm_result(nb_const(value, shape, dtype, device));
 }
 
-loom_tensor *loom_zeros(loom_shape shape, loom_dtype dtype, loom_device device) {
+LM_PUBLIC(loom_tensor *, loom_zeros, (loom_shape shape, loom_dtype dtype, loom_device device),
+          (shape, dtype, device)) {
   return loom_full(shape, 0.0, dtype, device);
 }
-loom_tensor *loom_ones(loom_shape shape, loom_dtype dtype, loom_device device) {
+LM_PUBLIC(loom_tensor *, loom_ones, (loom_shape shape, loom_dtype dtype, loom_device device),
+          (shape, dtype, device)) {
   return loom_full(shape, 1.0, dtype, device);
 }
-loom_tensor *loom_scalar(double value, loom_dtype dtype, loom_device device) {
+LM_PUBLIC(loom_tensor *, loom_scalar, (double value, loom_dtype dtype, loom_device device),
+          (value, dtype, device)) {
   return loom_full(LOOM_SHAPE0, value, dtype, device);
 }
 

@@ -69,4 +69,16 @@ void nb_drop(lm_node *a, lm_node *b, lm_node *c, lm_node *d);
  * its source, so that autograd copies the copy's gradient back to n's device. */
 loom_status lm_copy_node(const char *op, lm_node *n, loom_device device, lm_node **out);
 
+/* Defines public op `name`, whose body follows as name_impl: errors raised by
+ * the ops it runs name it first (lm_called_enter). */
+#define LM_PUBLIC(ret, name, params, args)                                                         \
+  static ret name##_impl params;                                                                   \
+  ret name params {                                                                                \
+    const char *previous_ = lm_called_enter(#name);                                                \
+    ret result_ = name##_impl args;                                                                \
+    lm_called_leave(previous_);                                                                    \
+    return result_;                                                                                \
+  }                                                                                                \
+  static ret name##_impl params
+
 #endif

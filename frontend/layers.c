@@ -47,7 +47,8 @@ loom_linear loom_linear_new(loom_params *ps, const char *name, int64_t in, int64
   return l;
 }
 
-loom_tensor *loom_linear_forward(const loom_linear *l, const loom_tensor *x) {
+LM_PUBLIC(loom_tensor *, loom_linear_forward, (const loom_linear *l, const loom_tensor *x),
+          (l, x)) {
   if (!l) return lm_error(LOOM_ERR_NULL, "loom_linear_forward: layer is NULL");
   return loom_linear_f(x, l->weight, l->bias);
 }
@@ -71,7 +72,8 @@ loom_conv2d loom_conv2d_new(loom_params *ps, const char *name, int64_t in, int64
   return c;
 }
 
-loom_tensor *loom_conv2d_forward(const loom_conv2d *c, const loom_tensor *x) {
+LM_PUBLIC(loom_tensor *, loom_conv2d_forward, (const loom_conv2d *c, const loom_tensor *x),
+          (c, x)) {
   if (!c) return lm_error(LOOM_ERR_NULL, "loom_conv2d_forward: layer is NULL");
   return loom_conv2d_f(x, c->weight, c->bias, c->opts);
 }
@@ -90,7 +92,8 @@ loom_batchnorm2d loom_batchnorm2d_new(loom_params *ps, const char *name, int64_t
   return b;
 }
 
-loom_tensor *loom_batchnorm2d_forward(const loom_batchnorm2d *b, const loom_tensor *x, bool train) {
+LM_PUBLIC(loom_tensor *, loom_batchnorm2d_forward,
+          (const loom_batchnorm2d *b, const loom_tensor *x, bool train), (b, x, train)) {
   if (!b) return lm_error(LOOM_ERR_NULL, "loom_batchnorm2d_forward: layer is NULL");
   return loom_batch_norm(x, b->running_mean, b->running_var, b->weight, b->bias, train, b->momentum,
                          b->eps);
@@ -106,7 +109,8 @@ loom_layernorm loom_layernorm_new(loom_params *ps, const char *name, int64_t dim
   return l;
 }
 
-loom_tensor *loom_layernorm_forward(const loom_layernorm *l, const loom_tensor *x) {
+LM_PUBLIC(loom_tensor *, loom_layernorm_forward, (const loom_layernorm *l, const loom_tensor *x),
+          (l, x)) {
   if (!l) return lm_error(LOOM_ERR_NULL, "loom_layernorm_forward: layer is NULL");
   return loom_layer_norm(x, 1, l->weight, l->bias, l->eps);
 }
@@ -121,7 +125,8 @@ loom_embedding loom_embedding_new(loom_params *ps, const char *name, int64_t num
   return e;
 }
 
-loom_tensor *loom_embedding_forward(const loom_embedding *e, const loom_tensor *indices) {
+LM_PUBLIC(loom_tensor *, loom_embedding_forward,
+          (const loom_embedding *e, const loom_tensor *indices), (e, indices)) {
   if (!e) return lm_error(LOOM_ERR_NULL, "loom_embedding_forward: layer is NULL");
   return loom_embedding_f(indices, e->weight);
 }

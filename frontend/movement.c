@@ -305,7 +305,7 @@ loom_tensor *loom_cat(loom_tensor *const *ts, int n, int axis) {
   return lm_result(r);
 }
 
-loom_tensor *loom_stack(loom_tensor *const *ts, int n, int axis) {
+LM_PUBLIC(loom_tensor *, loom_stack, (loom_tensor *const *ts, int n, int axis), (ts, n, axis)) {
   const char *name = "loom_stack";
   loom_tensor *err;
   if (!ts) return lm_error(LOOM_ERR_NULL, "%s: tensor list is NULL", name);

@@ -12,7 +12,8 @@ static void drop(loom_tensor *a, loom_tensor *b, loom_tensor *c, loom_tensor *d)
   loom_free(a), loom_free(b), loom_free(c), loom_free(d);
 }
 
-loom_tensor *loom_linear_f(const loom_tensor *x, const loom_tensor *w, const loom_tensor *b) {
+LM_PUBLIC(loom_tensor *, loom_linear_f,
+          (const loom_tensor *x, const loom_tensor *w, const loom_tensor *b), (x, w, b)) {
   loom_tensor *err;
   if ((err = lm_check("loom_linear_f", w))) return err;
   if (w->node->shape.ndim != 2) {
@@ -73,8 +74,9 @@ static loom_tensor *check_4d(const char *name, const loom_tensor *x) {
   return NULL;
 }
 
-loom_tensor *loom_conv2d_f(const loom_tensor *x, const loom_tensor *w, const loom_tensor *b,
-                           loom_conv2d_opts o) {
+LM_PUBLIC(loom_tensor *, loom_conv2d_f,
+          (const loom_tensor *x, const loom_tensor *w, const loom_tensor *b, loom_conv2d_opts o),
+          (x, w, b, o)) {
   const char *name = "loom_conv2d_f";
   loom_tensor *err;
   char sx[128], sw[128];
@@ -172,10 +174,14 @@ static loom_tensor *pool(const char *name, const loom_tensor *x, int kernel, int
   return r;
 }
 
-loom_tensor *loom_max_pool2d(const loom_tensor *x, int kernel, int stride, int padding) {
+LM_PUBLIC(loom_tensor *, loom_max_pool2d,
+          (const loom_tensor *x, int kernel, int stride, int padding),
+          (x, kernel, stride, padding)) {
   return pool("loom_max_pool2d", x, kernel, stride, padding, true);
 }
-loom_tensor *loom_avg_pool2d(const loom_tensor *x, int kernel, int stride, int padding) {
+LM_PUBLIC(loom_tensor *, loom_avg_pool2d,
+          (const loom_tensor *x, int kernel, int stride, int padding),
+          (x, kernel, stride, padding)) {
   return pool("loom_avg_pool2d", x, kernel, stride, padding, false);
 }
 
@@ -207,7 +213,8 @@ static loom_tensor *check_labels(const char *name, const loom_tensor *labels) {
   return NULL;
 }
 
-loom_tensor *loom_embedding_f(const loom_tensor *indices, const loom_tensor *weight) {
+LM_PUBLIC(loom_tensor *, loom_embedding_f, (const loom_tensor *indices, const loom_tensor *weight),
+          (indices, weight)) {
   const char *name = "loom_embedding_f";
   loom_tensor *err;
   if ((err = check_labels(name, indices)) || (err = lm_check(name, weight))) return err;
@@ -225,7 +232,8 @@ loom_tensor *loom_embedding_f(const loom_tensor *indices, const loom_tensor *wei
   return lm_result(lm_node_new(LM_GATHER, 2, src, s, w->dtype, w->device));
 }
 
-loom_tensor *loom_one_hot(const loom_tensor *labels, int64_t num_classes) {
+LM_PUBLIC(loom_tensor *, loom_one_hot, (const loom_tensor *labels, int64_t num_classes),
+          (labels, num_classes)) {
   const char *name = "loom_one_hot";
   loom_tensor *err;
   if ((err = check_labels(name, labels))) return err;
@@ -241,7 +249,8 @@ loom_tensor *loom_one_hot(const loom_tensor *labels, int64_t num_classes) {
   return r;
 }
 
-loom_tensor *loom_dropout(const loom_tensor *x, double p, loom_key key, bool train) {
+LM_PUBLIC(loom_tensor *, loom_dropout, (const loom_tensor *x, double p, loom_key key, bool train),
+          (x, p, key, train)) {
   loom_tensor *err;
   if ((err = lm_check("loom_dropout", x))) return err;
   if (!(p >= 0 && p <= 1))
@@ -308,9 +317,11 @@ static loom_tensor *update_running(loom_tensor *running_mean, loom_tensor *runni
   return NULL;
 }
 
-loom_tensor *loom_batch_norm(const loom_tensor *x, loom_tensor *running_mean,
-                             loom_tensor *running_var, const loom_tensor *weight,
-                             const loom_tensor *bias, bool train, double momentum, double eps) {
+LM_PUBLIC(loom_tensor *, loom_batch_norm,
+          (const loom_tensor *x, loom_tensor *running_mean, loom_tensor *running_var,
+           const loom_tensor *weight, const loom_tensor *bias, bool train, double momentum,
+           double eps),
+          (x, running_mean, running_var, weight, bias, train, momentum, eps)) {
   loom_tensor *err;
   if ((err = lm_check("loom_batch_norm", x))) return err;
   int nd = x->node->shape.ndim;
@@ -344,8 +355,10 @@ loom_tensor *loom_batch_norm(const loom_tensor *x, loom_tensor *running_mean,
   return lm_composite_end(token, y);
 }
 
-loom_tensor *loom_layer_norm(const loom_tensor *x, int ndims, const loom_tensor *weight,
-                             const loom_tensor *bias, double eps) {
+LM_PUBLIC(loom_tensor *, loom_layer_norm,
+          (const loom_tensor *x, int ndims, const loom_tensor *weight, const loom_tensor *bias,
+           double eps),
+          (x, ndims, weight, bias, eps)) {
   loom_tensor *err;
   if ((err = lm_check("loom_layer_norm", x))) return err;
   int nd = x->node->shape.ndim;
@@ -365,7 +378,8 @@ loom_tensor *loom_layer_norm(const loom_tensor *x, int ndims, const loom_tensor 
 
 /* ------------------------------------------------------------ losses */
 
-loom_tensor *loom_mse_loss(const loom_tensor *pred, const loom_tensor *target) {
+LM_PUBLIC(loom_tensor *, loom_mse_loss, (const loom_tensor *pred, const loom_tensor *target),
+          (pred, target)) {
   int token = lm_composite_begin();
   return lm_composite_end(token, loom_mean_all(loom_square(loom_sub(pred, target))));
 }
@@ -383,7 +397,8 @@ static loom_tensor *check_scores(const char *name, const loom_tensor *scores,
   return NULL;
 }
 
-loom_tensor *loom_nll_loss(const loom_tensor *log_probs, const loom_tensor *labels) {
+LM_PUBLIC(loom_tensor *, loom_nll_loss, (const loom_tensor *log_probs, const loom_tensor *labels),
+          (log_probs, labels)) {
   loom_tensor *err;
   if ((err = check_scores("loom_nll_loss", log_probs, labels))) return err;
   const loom_shape *s = &log_probs->node->shape;
@@ -396,7 +411,8 @@ loom_tensor *loom_nll_loss(const loom_tensor *log_probs, const loom_tensor *labe
   return lm_composite_end(token, loom_neg(loom_mean_all(picked)));
 }
 
-loom_tensor *loom_cross_entropy(const loom_tensor *logits, const loom_tensor *labels) {
+LM_PUBLIC(loom_tensor *, loom_cross_entropy, (const loom_tensor *logits, const loom_tensor *labels),
+          (logits, labels)) {
   loom_tensor *err;
   if ((err = check_scores("loom_cross_entropy", logits, labels))) return err;
   int token = lm_composite_begin();
@@ -404,7 +420,8 @@ loom_tensor *loom_cross_entropy(const loom_tensor *logits, const loom_tensor *la
 }
 
 /* max(x, 0) - x*y + log(1 + exp(-|x|)): stable for large |x|. */
-loom_tensor *loom_bce_with_logits(const loom_tensor *logits, const loom_tensor *targets) {
+LM_PUBLIC(loom_tensor *, loom_bce_with_logits,
+          (const loom_tensor *logits, const loom_tensor *targets), (logits, targets)) {
   int token = lm_composite_begin();
   loom_tensor *soft = loom_log(loom_add_s(loom_exp(loom_neg(loom_abs(logits))), 1.0));
   loom_tensor *per = loom_add(loom_sub(loom_relu(logits), loom_mul(logits, targets)), soft);

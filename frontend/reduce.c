@@ -104,8 +104,12 @@ loom_tensor *loom_max(const loom_tensor *a, const int *axes, int naxes, bool kee
 loom_tensor *loom_min(const loom_tensor *a, const int *axes, int naxes, bool keepdim) {
   return extremum("loom_min", LM_RMIN, a, axes, naxes, keepdim);
 }
-loom_tensor *loom_sum_all(const loom_tensor *a) { return loom_sum(a, NULL, 0, false); }
-loom_tensor *loom_mean_all(const loom_tensor *a) { return loom_mean(a, NULL, 0, false); }
+LM_PUBLIC(loom_tensor *, loom_sum_all, (const loom_tensor *a), (a)) {
+  return loom_sum(a, NULL, 0, false);
+}
+LM_PUBLIC(loom_tensor *, loom_mean_all, (const loom_tensor *a), (a)) {
+  return loom_mean(a, NULL, 0, false);
+}
 
 static loom_tensor *arg_extremum(const char *name, lm_op op, const loom_tensor *a, int axis,
                                  bool keepdim) {

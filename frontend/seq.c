@@ -37,7 +37,8 @@ loom_status loom_seq_add(loom_seq *s, loom_stage_fn fn, const void *layer) {
   return LOOM_OK;
 }
 
-loom_tensor *loom_seq_forward(const loom_seq *s, const loom_tensor *x, bool train) {
+LM_PUBLIC(loom_tensor *, loom_seq_forward, (const loom_seq *s, const loom_tensor *x, bool train),
+          (s, x, train)) {
   if (!s) return lm_error(LOOM_ERR_NULL, "loom_seq_forward: seq is NULL");
   loom_tensor *err;
   if ((err = lm_check("loom_seq_forward", x))) return err;

@@ -10,6 +10,31 @@ static _Thread_local loom_status first_status;
 static _Thread_local char first_message[1024];
 /* The latest error reported on this thread, for lm_error_recorded. */
 static _Thread_local char recent_message[1024];
+/* The public op the user called, while it runs others (lm_called_enter). */
+static _Thread_local const char *called_op;
+
+const char *lm_called_enter(const char *op) {
+  const char *previous = called_op;
+  if (!previous) called_op = op;
+  return previous;
+}
+
+void lm_called_leave(const char *previous) { called_op = previous; }
+
+/* message, named after the op the user called when another op raised it. */
+static void format_message(char *message, size_t len, const char *fmt, va_list ap) {
+  if (called_op) {
+    char first[768]; /* room for the name in front */
+    vsnprintf(first, sizeof first, fmt, ap);
+    size_t n = strlen(called_op);
+    if (strncmp(first, called_op, n) == 0 && first[n] == ':')
+      snprintf(message, len, "%s", first);
+    else
+      snprintf(message, len, "%.200s: %s", called_op, first);
+    return;
+  }
+  vsnprintf(message, len, fmt, ap);
+}
 
 /* Set once by the user; read on every error. Both fields swap together under
  * the lock so a handler never meets another handler's userdata. */
@@ -78,7 +103,7 @@ static void report(loom_status status, const char *message) {
 
 loom_status lm_failv(loom_status status, const char *fmt, va_list ap) {
   char message[1024];
-  vsnprintf(message, sizeof message, fmt, ap);
+  format_message(message, sizeof message, fmt, ap);
   report(status, message);
   return status;
 }
@@ -113,7 +138,7 @@ loom_tensor *lm_error(loom_status status, const char *fmt, ...) {
   char message[1024];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(message, sizeof message, fmt, ap);
+  format_message(message, sizeof message, fmt, ap);
   va_end(ap);
   report(status, message);
   return error_tensor(status, message);

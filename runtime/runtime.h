@@ -56,6 +56,11 @@ loom_tensor *lm_error(loom_status status, const char *fmt, ...)
 /* An error tensor carrying the error an lm_fail on this thread has just
  * recorded (status is what it returned), without reporting it again. */
 loom_tensor *lm_error_recorded(loom_status status);
+/* While a public op runs others, errors they raise name it first
+ * ("loom_layer_norm: loom_reshape: ..."): the outermost call on the thread
+ * wins. lm_called_enter returns what lm_called_leave restores. */
+const char *lm_called_enter(const char *op);
+void lm_called_leave(const char *previous);
 /* The same for functions returning a status. */
 loom_status lm_fail(loom_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 loom_status lm_failv(loom_status status, const char *fmt, va_list ap);

@@ -274,6 +274,20 @@ ROW_T(axis_cat, loom_cat((loom_tensor *[]){f23, f23}, 2, 2))
 ROW_T(axis_unsqueeze, loom_unsqueeze(f23, 4))
 ROW_T(axis_flatten, loom_flatten(a234, 2, 1))
 ROW_T(axis_layer_norm, loom_layer_norm(f23, 3, NULL, NULL, 1e-5))
+/* Composite ops: an error from an op they run inside names them first. */
+static loom_tensor *label_seven(void) {
+  int64_t l[2] = {0, 7};
+  return loom_from_data(l, LOOM_SHAPE(2), LOOM_I64, LOOM_CPU);
+}
+ROW_T(named_ce_label, loom_cross_entropy(f23, label_seven()))
+ROW_T(named_layer_norm_weight, loom_layer_norm(f23, 1, f4, NULL, 1e-5))
+ROW_T(named_batch_norm_weight,
+      loom_batch_norm(loom_ones(LOOM_SHAPE(2, 3, 2, 2), LOOM_F32, LOOM_CPU), NULL, NULL, f4, NULL,
+                      true, 0.1, 1e-5))
+ROW_T(named_linear_weight,
+      loom_linear_f(f23, loom_ones(LOOM_SHAPE(4, 5), LOOM_F32, LOOM_CPU), NULL))
+ROW_T(named_mse_shapes, loom_mse_loss(f23, f4))
+ROW_T(named_stack_shapes, loom_stack((loom_tensor *[]){f23, f4}, 2, 0))
 
 /* ------------------------------------------------------------ sizes */
 ROW_T(size_negative, loom_zeros(LOOM_SHAPE(-1, 2), LOOM_F32, LOOM_CPU))
@@ -518,6 +532,16 @@ static const row table[] = {
         "cannot expand [2,3] to [2,4]"),
     ROW("wrong shape", "loom_cat({[2,3], [2,3,4]}, 2, 0)", shape_cat, LOOM_ERR_SHAPE,
         "tensor 1 has shape [2,3,4]"),
+    ROW("named", "loom_cross_entropy([2,3], label 7 of 3 classes)", named_ce_label,
+        LOOM_ERR_VALUE, "loom_cross_entropy: "),
+    ROW("named", "loom_layer_norm([2,3], 1 dim, weight [4])", named_layer_norm_weight,
+        LOOM_ERR_SHAPE, "loom_layer_norm: "),
+    ROW("named", "loom_batch_norm([2,3,2,2], weight [4])", named_batch_norm_weight,
+        LOOM_ERR_SHAPE, "loom_batch_norm: "),
+    ROW("named", "loom_linear_f([2,3], weight [4,5])", named_linear_weight, LOOM_ERR_SHAPE,
+        "loom_linear_f: "),
+    ROW("named", "loom_mse_loss([2,3], [4])", named_mse_shapes, LOOM_ERR_SHAPE, "loom_mse_loss: "),
+    ROW("named", "loom_stack([2,3], [4])", named_stack_shapes, LOOM_ERR_SHAPE, "loom_stack: "),
     ROW("wrong shape", "loom_cross_entropy([2,3], labels [4])", shape_loss, LOOM_ERR_SHAPE,
         "loom_cross_entropy: needs [N, C] scores and [N] labels, got [2,3] and [4]"),
     ROW("wrong shape", "loom_conv2d_f(x [2,3,4], w [2,3,4])", shape_conv, LOOM_ERR_SHAPE,
@@ -745,6 +769,15 @@ static void md_escape(const char *s, char *out, size_t len) {
   out[used] = 0;
 }
 
+/* "loom_matmul" from "loom_matmul(x, NULL)"; false for a row that is no call. */
+static bool called_function(const char *call, char *out, size_t len) {
+  const char *paren = strchr(call, '(');
+  if (strncmp(call, "loom_", 5) != 0 || !paren || (size_t)(paren - call) + 1 > len) return false;
+  memcpy(out, call, (size_t)(paren - call));
+  out[paren - call] = 0;
+  return true;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--cache-child") == 0) return cache_child();
   bool markdown = argc > 1 && strcmp(argv[1], "--markdown") == 0;
@@ -773,6 +806,11 @@ int main(int argc, char **argv) {
     CHECK_MSG(strstr(msg, r->says) != NULL, "%s: message \"%s\" lacks \"%s\"", r->call, msg,
               r->says);
     if (st != LOOM_OK) CHECK_MSG(msg[0] != 0, "%s: no message", r->call);
+    /* the message names the function the row calls, not one it calls inside */
+    char called[64];
+    if (st != LOOM_OK && called_function(r->call, called, sizeof called))
+      CHECK_MSG(strncmp(msg, called, strlen(called)) == 0, "%s: message \"%s\" does not name %s",
+                r->call, msg, called);
     CHECK_MSG(nothing_lost(), "%s: a computed tensor or a parameter changed", r->call);
     CHECK_MSG(loom_get_stats().bytes_live == bytes, "%s: %lld tensor bytes left behind", r->call,
               (long long)(loom_get_stats().bytes_live - bytes));
