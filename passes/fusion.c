@@ -140,10 +140,48 @@ static void apply_cost_rule(lm_planner *pl, bool fuse) {
   }
 }
 
+/* What reading child c costs a kernel that computes its reader inline: one
+ * slot for memory or a placeholder, none for a constant, else its own. */
+static int slots_of(const lm_planner *pl, const lm_node *c) {
+  if (lm_has_memory(pl, c) || c->op == LM_INPUT) return 1;
+  if (c->op == LM_CONST || c->op == LM_IOTA) return 0;
+  return lm_plan_marks(pl, c)->inputs;
+}
+
+/* No kernel reads more than half of LM_KERNEL_MAX_SLOTS: sources first (the
+ * canonical order), each node's slots are its sources' (and a random draw's
+ * key); past the limit, its sources with the most are stored, each then one
+ * slot, until it fits (a sum of 300 tensors becomes kernels of at most 128
+ * inputs). A cat's sources (at most LM_CAT_MAX_SOURCES, the frontend nests
+ * longer ones) are each one slot at worst. Iterative: chains are deep. */
+static void limit_inputs(lm_planner *pl) {
+  const lm_graph *g = pl->g;
+  const int limit = LM_KERNEL_MAX_SLOTS / 2;
+  for (int i = 0; i < g->n; i++) {
+    lm_node *n = g->nodes[i];
+    if (lm_is_computed(n) || n->op == LM_INPUT) continue;
+    int total = n->op == LM_RAND;
+    for (int s = 0; s < n->nsrc; s++) total += slots_of(pl, n->src[s]);
+    while (total > limit) {
+      lm_node *widest = NULL;
+      for (int s = 0; s < n->nsrc; s++) {
+        lm_node *c = n->src[s];
+        if (lm_has_memory(pl, c) || c->op == LM_INPUT || slots_of(pl, c) <= 1) continue;
+        if (!widest || slots_of(pl, c) > slots_of(pl, widest)) widest = c;
+      }
+      if (!widest) break;
+      total -= slots_of(pl, widest) - 1;
+      lm_plan_of(pl, widest)->materialize = true;
+    }
+    lm_plan_of(pl, n)->inputs = total;
+  }
+}
+
 void lm_mark(lm_planner *pl, bool fuse) {
   mark_targets(pl);
   count_uses(pl);
   apply_cost_rule(pl, fuse);
+  limit_inputs(pl);
 }
 
 /* ------------------------------------------------------------ epilogues */

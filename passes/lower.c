@@ -8,7 +8,7 @@
 
 #include "passes/plan_internal.h"
 
-#define MAX_SLOTS 256
+#define MAX_SLOTS LM_KERNEL_MAX_SLOTS
 
 typedef struct builder {
   lk_inst *inst;

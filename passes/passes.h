@@ -11,6 +11,11 @@
 
 typedef enum lm_step_kind { LM_STEP_KERNEL, LM_STEP_GEMM } lm_step_kind;
 
+/* A kernel reads at most this many buffers and keys (its slots); planning
+ * keeps each fused expression to half of it, so that joining a row group's
+ * or an epilogue's expressions stays under it. */
+#define LM_KERNEL_MAX_SLOTS 256
+
 /* A GEMM prologue's kernel has at most this many slots (the runtime keeps a
  * copy of its arguments per block on the stack). */
 #define LM_PROLOGUE_MAX_SLOTS 16

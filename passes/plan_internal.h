@@ -16,6 +16,8 @@ typedef struct lm_plan_node {
   int inner_uses;        /* uses from inside one kernel's expression (epilogue fusion) */
   int group_uses;        /* uses from inside a row kernel's group of kernels */
   int cost;              /* per-element cost of computing it inline */
+  int inputs;            /* slots a kernel computing it inline reads (an upper
+                            bound: a leaf read twice counts twice) */
   bool materialize;      /* it gets memory: a kernel (or GEMM) computes it, whose root it is */
   bool target;           /* one of the graph's targets */
   bool broadcast_use;    /* read through a broadcasting expand */

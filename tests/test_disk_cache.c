@@ -198,6 +198,10 @@ static void test_fifo_entry(const char *base) {
 /* Under `ulimit -f 1` (1 KiB, less than an entry) the cache write is not made
  * and the process goes on (SIGXFSZ used to end it), with no temporary left. */
 static void test_file_size_limit(const char *base) {
+#if defined(__SANITIZE_THREAD__)
+  (void)base; /* TSan's own runtime does not start under a 1 KiB file size limit */
+  return;
+#endif
   char dir[4200], cmd[9000];
   snprintf(dir, sizeof dir, "%s/ulimit", base);
   mkdir(dir, 0700);

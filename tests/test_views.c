@@ -493,6 +493,55 @@ static void test_many_way_cat(void) {
   }
 }
 
+/* Realized pieces are inputs a kernel reads: more of them than one kernel
+ * takes (LM_KERNEL_MAX_SLOTS, 256) are split over several kernels. A stack
+ * of n, a sum of n and a program of n placeholders, at the planner's limit
+ * of 128 and the kernel's of 256 and past them, fused and unfused. */
+static void test_many_inputs(void) {
+  const int counts[] = {127, 128, 129, 255, 256, 257, 300};
+  for (int fuse = 0; fuse < 2; fuse++) {
+    bool was = loom_fusion_enabled();
+    loom_set_fusion(fuse);
+    for (int c = 0; c < 7; c++) {
+      int n = counts[c];
+      LOOM_SCOPE {
+        loom_tensor **parts = malloc(sizeof *parts * (size_t)n);
+        double want = 0;
+        for (int i = 0; i < n; i++) {
+          parts[i] = loom_full(LOOM_SHAPE(3), i, LOOM_F32, test_device());
+          CHECK_OK(loom_realize(parts[i]));
+          want += 3.0 * i;
+        }
+        loom_tensor *sum = parts[0];
+        for (int i = 1; i < n; i++) sum = loom_add(sum, parts[i]);
+        check_set_ctx("%d inputs, fusion %s", n, fuse ? "on" : "off");
+        CHECK_NEAR(loom_item(loom_sum_all(loom_stack(parts, n, 0))), want, 0);
+        CHECK_NEAR(loom_item(loom_sum_all(sum)), want, 0);
+        loom_tensor **ins = malloc(sizeof *ins * (size_t)n), **outs = NULL;
+        for (int i = 0; i < n; i++) {
+          char name[16];
+          snprintf(name, sizeof name, "x%d", i);
+          ins[i] = loom_input(name, LOOM_SHAPE(3), LOOM_F32, test_device());
+        }
+        loom_tensor *total = ins[0];
+        for (int i = 1; i < n; i++) total = loom_add(total, loom_mul_s(ins[i], 2.0));
+        loom_program *p = loom_compile(&total, 1, ins, n);
+        CHECK_MSG(p != NULL, "compiling a program of %d inputs: %s", n, loom_last_error());
+        loom_tensor *out = NULL;
+        if (p) CHECK_OK(loom_program_run(p, parts, &out));
+        if (out) CHECK_NEAR(loom_item(loom_sum_all(out)), 2 * want, 0);
+        loom_free(out);
+        loom_program_free(p);
+        check_set_ctx("%s", "");
+        free(ins);
+        free(outs);
+        free(parts);
+      }
+    }
+    loom_set_fusion(was);
+  }
+}
+
 int main(void) {
   ref_seed(0xfeed);
   test_elementwise_on_views();
@@ -506,6 +555,7 @@ int main(void) {
   test_big_views();
   test_every_op_on_a_view();
   test_many_way_cat();
+  test_many_inputs();
   loom_stats st = loom_get_stats();
   printf("graphs compiled %llu, kernels compiled %llu (%.2f s), kernels launched %llu\n",
          (unsigned long long)st.graphs_compiled, (unsigned long long)st.kernels_compiled,

@@ -98,18 +98,20 @@ static unsigned long long shfl_xor(unsigned long long bits, int lane_mask) {
 /* Every kernel parameter is 8 bytes (pointers, long long). The call passes
  * EMU_MAX_PARAMS of them: under the x86-64 System V convention the caller
  * owns the stack arguments, so a callee taking fewer never sees the rest. */
-typedef void (*kernel_fn)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
-                          uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
-                          uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
-                          uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
-                          uint64_t, uint64_t, uint64_t, uint64_t);
-_Static_assert(EMU_MAX_PARAMS == 32, "kernel_fn passes EMU_MAX_PARAMS arguments");
+#define EMU_TYPES8 uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t
+#define EMU_TYPES64                                                                                \
+  EMU_TYPES8, EMU_TYPES8, EMU_TYPES8, EMU_TYPES8, EMU_TYPES8, EMU_TYPES8, EMU_TYPES8, EMU_TYPES8
+#define EMU_ARGS8(i) p[i], p[i + 1], p[i + 2], p[i + 3], p[i + 4], p[i + 5], p[i + 6], p[i + 7]
+#define EMU_ARGS64(i)                                                                              \
+  EMU_ARGS8(i), EMU_ARGS8(i + 8), EMU_ARGS8(i + 16), EMU_ARGS8(i + 24), EMU_ARGS8(i + 32),         \
+      EMU_ARGS8(i + 40), EMU_ARGS8(i + 48), EMU_ARGS8(i + 56)
+typedef void (*kernel_fn)(EMU_TYPES64, EMU_TYPES64, EMU_TYPES64, EMU_TYPES64, EMU_TYPES64);
+_Static_assert(EMU_MAX_PARAMS == 5 * 64, "kernel_fn passes EMU_MAX_PARAMS arguments");
 
 static void fiber_main(void) {
   const uint64_t *p = emu.params;
-  ((kernel_fn)emu.fn)(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11],
-                      p[12], p[13], p[14], p[15], p[16], p[17], p[18], p[19], p[20], p[21], p[22],
-                      p[23], p[24], p[25], p[26], p[27], p[28], p[29], p[30], p[31]);
+  ((kernel_fn)emu.fn)(EMU_ARGS64(0), EMU_ARGS64(64), EMU_ARGS64(128), EMU_ARGS64(192),
+                      EMU_ARGS64(256));
   current()->st = DONE;
   emu_switch(&current()->sp, emu.scheduler_sp);
   abort(); /* a finished fiber is never resumed */

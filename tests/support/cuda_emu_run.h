@@ -8,7 +8,7 @@
 
 #include "cuda_emu_abi.h"
 
-#define EMU_MAX_PARAMS 32
+#define EMU_MAX_PARAMS 320 /* a kernel's slots (LM_KERNEL_MAX_SLOTS) and its sizes */
 
 /* Runs kernel fn over the grid, every parameter 8 bytes, pointing the
  * kernel's object's runtime variable (*rt) at the emulator's. False, with

@@ -58,7 +58,7 @@ enum {
 };
 
 #define EXPORT __attribute__((visibility("default")))
-#define MAX_PARAMS 64
+#define MAX_PARAMS EMU_MAX_PARAMS
 #define MAX_LAUNCHES 4096
 
 typedef struct alloc {
@@ -464,6 +464,7 @@ static CUresult launch(function *f, unsigned gx, unsigned gy, unsigned gz, unsig
     memcpy(&r->params[r->nparams], params[r->nparams], 8); /* loom's are all 8 bytes */
     r->nparams++;
   }
+  if (params && r->nparams == MAX_PARAMS && params[r->nparams]) return INVALID_VALUE;
   fake.nlaunch++;
   if (!f->emulated) return OK;
   run_queue(); /* the stream's earlier copies and memsets come first */
