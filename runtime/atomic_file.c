@@ -15,8 +15,13 @@
 static _Atomic unsigned long long temp_counter;
 
 bool lm_atomic_file_open(lm_atomic_file *f, const char *path, mode_t mode) {
+  return lm_atomic_file_open_at(f, AT_FDCWD, path, mode);
+}
+
+bool lm_atomic_file_open_at(lm_atomic_file *f, int dirfd, const char *path, mode_t mode) {
   size_t len = strlen(path) + 64;
   f->path = path;
+  f->dir = dirfd;
   f->fd = -1;
   f->tmp = malloc(len);
   if (!f->tmp) {
@@ -26,7 +31,7 @@ bool lm_atomic_file_open(lm_atomic_file *f, const char *path, mode_t mode) {
   for (int tries = 0; tries < 100; tries++) {
     snprintf(f->tmp, len, "%s.tmp.%ld.%llu", path, (long)getpid(),
              (unsigned long long)atomic_fetch_add(&temp_counter, 1));
-    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    f->fd = openat(dirfd, f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
     if (f->fd >= 0) return true;
     if (errno != EEXIST) break;
   }
@@ -68,7 +73,7 @@ bool lm_write_all(int fd, const void *data, size_t len) {
 }
 
 static void finish(lm_atomic_file *f, bool remove) {
-  if (remove) unlink(f->tmp);
+  if (remove) unlinkat(f->dir, f->tmp, 0);
   free(f->tmp);
   f->tmp = NULL;
   f->fd = -1;
@@ -79,7 +84,7 @@ bool lm_atomic_file_commit(lm_atomic_file *f, bool sync, const char **what) {
   if (sync && fsync(f->fd) != 0) failed = "sync";
   int saved = errno;
   if (close(f->fd) != 0 && !failed) failed = "close", saved = errno;
-  if (!failed && rename(f->tmp, f->path) != 0) failed = "replace", saved = errno;
+  if (!failed && renameat(f->dir, f->tmp, f->dir, f->path) != 0) failed = "replace", saved = errno;
   finish(f, failed != NULL);
   if (what) *what = failed;
   errno = saved;

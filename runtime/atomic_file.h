@@ -11,14 +11,18 @@
 
 typedef struct lm_atomic_file {
   int fd;           /* the temporary, open for writing */
-  char *tmp;        /* its path (malloc'd) */
-  const char *path; /* where it goes */
+  char *tmp;        /* its path (malloc'd), relative to dir */
+  const char *path; /* where it goes, relative to dir */
+  int dir;          /* AT_FDCWD, or a directory held open (lm_atomic_file_open_at) */
 } lm_atomic_file;
 
 /* Creates the temporary beside path (the rename stays in one file system), with
  * O_EXCL so two writers never share one. False with errno set (ENOMEM when out
  * of memory). */
 bool lm_atomic_file_open(lm_atomic_file *f, const char *path, mode_t mode);
+/* The same for `name` inside the directory open as dirfd, neither following
+ * a symbolic link nor resolving the directory's path again. */
+bool lm_atomic_file_open_at(lm_atomic_file *f, int dirfd, const char *name, mode_t mode);
 /* Writes all of data (retrying short writes and EINTR); false with errno set.
  * A write that would pass the process's file size limit (ulimit -f) is not
  * made (EFBIG): the kernel would end the process with SIGXFSZ instead. */

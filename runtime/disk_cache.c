@@ -26,7 +26,8 @@
 #define SUFFIX ".lko"
 
 static pthread_once_t dir_once = PTHREAD_ONCE_INIT;
-static char dir_path[4096]; /* set once; empty when the disk cache is off */
+static char dir_path[4096]; /* set once, absolute; empty when the disk cache is off */
+static int dir_fd = -1;     /* set once: the directory checked, held open */
 
 static void warn_off(const char *path, const char *why) {
   fprintf(stderr,
@@ -59,6 +60,35 @@ static bool make_dirs(char *path) {
   return mkdir(path, 0700) == 0 || errno == EEXIST;
 }
 
+/* Whether st may lie on the way to the cache (as ssh checks the way to a
+ * user's keys): owned by root or this user, since an owner can rename what
+ * the directory holds, and writable by group or others only when sticky
+ * (/tmp), where no one renames another's entries. */
+static bool safe_parent(const struct stat *st) {
+  if (st->st_uid != 0 && st->st_uid != geteuid()) return false;
+  return !(st->st_mode & 022) || (st->st_mode & S_ISVTX);
+}
+
+/* The resolved path's every parent, "/" first; the component that fails, or
+ * NULL. */
+static const char *unsafe_parent(const char *path, char *at, size_t len) {
+  snprintf(at, len, "%s", path);
+  for (char *slash = at; (slash = strchr(slash, '/'));) {
+    char keep = slash[1];
+    slash[1] = 0;
+    struct stat st;
+    bool ok = lstat(at, &st) == 0 && S_ISDIR(st.st_mode) && safe_parent(&st);
+    slash[1] = keep;
+    if (!ok) {
+      slash[slash == at ? 1 : 0] = 0;
+      return at;
+    }
+    slash++;
+    if (!strchr(slash, '/')) break; /* the directory itself is checked by its caller */
+  }
+  return NULL;
+}
+
 static void resolve_dir(void) {
   char path[4096];
   const char *env = getenv("LOOM_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
@@ -74,12 +104,33 @@ static void resolve_dir(void) {
   size_t len = strlen(path);
   while (len > 1 && path[len - 1] == '/') path[--len] = 0;
   if (!make_dirs(path)) return warn_off(path, strerror(errno));
+  /* resolved once, absolute: a later chdir() changes nothing */
+  char *real = realpath(path, NULL), bad[4096];
+  if (!real) return warn_off(path, strerror(errno));
+  const char *parent = unsafe_parent(real, bad, sizeof bad);
+  if (parent) {
+    char why[4200];
+    snprintf(why, sizeof why,
+             "its parent %s is owned by another user, or writable by others and not sticky",
+             parent);
+    warn_off(real, why);
+    free(real);
+    return;
+  }
+  int fd = open(real, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
-  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return warn_off(path, "not a directory");
-  if (st.st_uid != geteuid() || (st.st_mode & 022))
-    return warn_off(path, "owned by another user or writable by group or others");
-  if (access(path, W_OK | X_OK) != 0) return warn_off(path, strerror(errno));
-  memcpy(dir_path, path, len + 1);
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    warn_off(real, fd >= 0 || errno == ENOTDIR ? "not a directory" : strerror(errno));
+  } else if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+    warn_off(real, "owned by another user or writable by group or others");
+  } else if (faccessat(fd, ".", W_OK | X_OK, 0) != 0) {
+    warn_off(real, strerror(errno));
+  } else {
+    snprintf(dir_path, sizeof dir_path, "%s", real);
+    dir_fd = fd, fd = -1;
+  }
+  if (fd >= 0) close(fd);
+  free(real);
 }
 
 const char *loom_cache_dir(void) {
@@ -104,9 +155,16 @@ lm_hash128 lm_disk_key(uint64_t kernel_lo, uint64_t kernel_hi) {
   return lm_disk_key_text(ident);
 }
 
-static void entry_path(lm_hash128 key, char *buf, size_t len) {
-  snprintf(buf, len, "%s/%016llx%016llx" SUFFIX, loom_cache_dir(), (unsigned long long)key.hi,
+/* An entry's name in the directory (entry_path: with the directory, for messages). */
+static void entry_name(lm_hash128 key, char *buf, size_t len) {
+  snprintf(buf, len, "%016llx%016llx" SUFFIX, (unsigned long long)key.hi,
            (unsigned long long)key.lo);
+}
+
+static void entry_path(lm_hash128 key, char *buf, size_t len) {
+  char name[64];
+  entry_name(key, name, sizeof name);
+  snprintf(buf, len, "%s/%s", loom_cache_dir(), name);
 }
 
 static void put_u32(unsigned char *p, uint32_t v) {
@@ -148,12 +206,16 @@ static bool valid(const unsigned char *data, size_t size, lm_hash128 key) {
   return get_u64(data + 40) == ph.low64 && get_u64(data + 48) == ph.high64;
 }
 
-static unsigned char *read_file(const char *path, size_t *size) {
-  int fd = lm_open_for_reading(path);
+/* An entry's bytes, read through the directory held open: not a symbolic
+ * link, a regular file of this user's that no one else may write (another
+ * user's planted file is code this process would run). */
+static unsigned char *read_file(const char *name, size_t *size) {
+  int fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
   if (fd < 0) return NULL;
   struct stat st;
   unsigned char *data = NULL;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && st.st_size < (1 << 30))
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 022) &&
+      st.st_size > 0 && st.st_size < (1 << 30))
     data = malloc((size_t)st.st_size);
   size_t got = 0;
   while (data && got < (size_t)st.st_size) {
@@ -173,14 +235,14 @@ static unsigned char *read_file(const char *path, size_t *size) {
 
 void *lm_disk_load(lm_hash128 key, size_t *len) {
   if (!loom_cache_dir()) return NULL;
-  char path[4200];
-  entry_path(key, path, sizeof path);
+  char name[64];
+  entry_name(key, name, sizeof name);
   size_t size = 0;
-  unsigned char *data = read_file(path, &size);
+  unsigned char *data = read_file(name, &size);
   if (!data) return NULL;
   if (!valid(data, size, key)) {
     free(data);
-    unlink(path); /* corrupt, truncated or foreign: rebuilt by the caller */
+    unlinkat(dir_fd, name, 0); /* corrupt, truncated or foreign: rebuilt by the caller */
     return NULL;
   }
   memmove(data, data + HEADER, size - HEADER);
@@ -190,10 +252,11 @@ void *lm_disk_load(lm_hash128 key, size_t *len) {
 
 void lm_disk_store(lm_hash128 key, const void *payload, size_t len) {
   if (!loom_cache_dir()) return;
-  char path[4200];
+  char path[4200], name[64];
   entry_path(key, path, sizeof path);
+  entry_name(key, name, sizeof name);
   lm_atomic_file f;
-  if (!lm_atomic_file_open(&f, path, 0600)) {
+  if (!lm_atomic_file_open_at(&f, dir_fd, name, 0600)) {
     warn_store(path);
     return;
   }
@@ -210,9 +273,9 @@ void lm_disk_store(lm_hash128 key, const void *payload, size_t len) {
 
 void lm_disk_remove(lm_hash128 key) {
   if (!loom_cache_dir()) return;
-  char path[4200];
-  entry_path(key, path, sizeof path);
-  unlink(path);
+  char name[64];
+  entry_name(key, name, sizeof name);
+  unlinkat(dir_fd, name, 0);
 }
 
 static bool is_entry(const char *name) {
@@ -225,18 +288,21 @@ static loom_status walk_entries(const char *op, loom_cache_info *info, bool remo
   const char *dir = loom_cache_dir();
   if (info) *info = (loom_cache_info){0, 0};
   if (!dir) return LOOM_OK;
-  DIR *d = opendir(dir);
-  if (!d) return lm_fail(LOOM_ERR_IO, "%s: cannot open %s: %s", op, dir, strerror(errno));
+  int fd = dup(dir_fd); /* fdopendir takes it; the held one stays */
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) {
+    if (fd >= 0) close(fd);
+    return lm_fail(LOOM_ERR_IO, "%s: cannot open %s: %s", op, dir, strerror(errno));
+  }
+  rewinddir(d);
   struct dirent *e;
-  char path[4400];
   while ((e = readdir(d))) {
     bool temp = strstr(e->d_name, SUFFIX ".tmp.") != NULL;
     if (!is_entry(e->d_name) && !temp) continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
     struct stat st;
-    if (stat(path, &st) != 0) continue;
+    if (fstatat(dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (remove)
-      unlink(path);
+      unlinkat(dir_fd, e->d_name, 0);
     else if (info && !temp)
       info->entries++, info->bytes += (uint64_t)st.st_size;
   }

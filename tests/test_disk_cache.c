@@ -179,6 +179,137 @@ static void test_entry_of_another_kernel(const char *base) {
   free(b);
 }
 
+static int count_entries(const char *dir) {
+  char path[8192];
+  return entry(dir, path, sizeof path);
+}
+
+/* The cache directory's whole way from "/" is checked, as ssh checks the way
+ * to a user's keys: a parent writable by others (not sticky) is refused, a
+ * sticky one (as /tmp) accepted. Entries are read through the directory held
+ * open: a symbolic link, or a file of another user's, is never loaded. */
+static void test_directory_chain(const char *base) {
+  char open_parent[4200], cache[4400], sticky[4200], good[4200], path[8192];
+  snprintf(open_parent, sizeof open_parent, "%s/writable_by_all", base);
+  mkdir(open_parent, 0777);
+  chmod(open_parent, 0777);
+  snprintf(cache, sizeof cache, "%s/cache", open_parent);
+  result r = run_child(cache);
+  CHECK_MSG(r.ok && r.compiled == 1 && count_entries(cache) == 0,
+            "a cache under a parent others can write: %d entries", count_entries(cache));
+  snprintf(sticky, sizeof sticky, "%s/sticky", base);
+  mkdir(sticky, 0777);
+  chmod(sticky, 01777);
+  snprintf(cache, sizeof cache, "%s/cache", sticky);
+  r = run_child(cache);
+  CHECK_MSG(r.ok && count_entries(cache) == 1, "a cache under a sticky parent: %d entries",
+            count_entries(cache));
+
+  snprintf(good, sizeof good, "%s/good", base);
+  CHECK(run_child(good).ok);
+  CHECK_EQ_INT(entry(good, path, sizeof path), 1);
+  char elsewhere[8300];
+  snprintf(elsewhere, sizeof elsewhere, "%s/elsewhere.lko", base);
+  CHECK_EQ_INT(rename(path, elsewhere), 0); /* the valid entry, moved out and linked to */
+  CHECK_EQ_INT(symlink(elsewhere, path), 0);
+  r = run_child(good);
+  CHECK_MSG(r.ok && r.compiled == 1 && r.disk_hits == 0, "a symbolic link entry: disk hits %llu",
+            r.disk_hits);
+  CHECK(run_child(good).disk_hits == 1); /* rebuilt in its place */
+  if (geteuid() == 0) {                  /* another user's file where an entry belongs */
+    CHECK_EQ_INT(chown(path, 65534, 65534), 0);
+    r = run_child(good);
+    CHECK_MSG(r.ok && r.compiled == 1 && r.disk_hits == 0,
+              "an entry owned by another user: disk hits %llu", r.disk_hits);
+  }
+}
+
+/* A relative LOOM_CACHE_DIR is resolved once: after a chdir() to where the
+ * same name is a directory anyone may write, entries still go to the first. */
+static int child_chdir(const char *elsewhere) {
+  float x[256] = {0};
+  LOOM_SCOPE {
+    loom_tensor *t = loom_from_data(x, LOOM_SHAPE(256), LOOM_F32, LOOM_CPU);
+    loom_item(loom_sum_all(loom_add_s(t, 2.0)));
+    if (chdir(elsewhere) != 0) return 1;
+    loom_item(loom_sum_all(loom_mul_s(loom_exp(t), 3.0)));
+  }
+  printf("%llu %llu %d\n", (unsigned long long)loom_get_stats().kernels_compiled, 0ull,
+         !loom_last_error());
+  return 0;
+}
+
+static void test_relative_dir(const char *base) {
+  char first[4200], second[4200], cmd[16384];
+  snprintf(first, sizeof first, "%s/first", base);
+  snprintf(second, sizeof second, "%s/second", base);
+  mkdir(first, 0700);
+  mkdir(second, 0700);
+  char shared[4300];
+  snprintf(shared, sizeof shared, "%s/cache", second);
+  mkdir(shared, 0777);
+  chmod(shared, 0777);
+  snprintf(cmd, sizeof cmd, "cd '%s' && LOOM_CACHE_DIR=cache timeout 60 '%s' --child-chdir '%s'",
+           first, self, second);
+  FILE *p = popen(cmd, "r");
+  result r = {0, 0, 0};
+  if (p && fscanf(p, "%llu %llu %d", &r.compiled, &r.disk_hits, &r.ok) != 3) r.ok = 0;
+  if (p) pclose(p);
+  char cache[4300];
+  snprintf(cache, sizeof cache, "%s/cache", first);
+  CHECK_MSG(r.ok && count_entries(cache) == (int)r.compiled && count_entries(shared) == 0,
+            "relative LOOM_CACHE_DIR after chdir: %d entries in the first, %d in the other",
+            count_entries(cache), count_entries(shared));
+}
+
+/* Two users (CI runs as root; elsewhere this part is skipped): a cache of
+ * user nobody's under a parent writable by others is refused, one under a
+ * safe parent is used, and a file another user (root) plants in it as an
+ * entry is never loaded by nobody's process. */
+static void test_two_users(void) {
+  if (geteuid() != 0 || system("command -v setpriv >/dev/null 2>&1") != 0) {
+    printf("two users: skipped (needs root and setpriv)\n");
+    return;
+  }
+  char base[] = "/tmp/loom-two-users-XXXXXX";
+  if (!mkdtemp(base)) return;
+  chmod(base, 0755);
+  char own[4200], open_parent[4200], under[4300], cmd[16384], path[8192];
+  snprintf(own, sizeof own, "%s/nobody", base);
+  snprintf(open_parent, sizeof open_parent, "%s/open", base);
+  snprintf(under, sizeof under, "%s/cache", open_parent);
+  mkdir(own, 0700);
+  mkdir(open_parent, 0777);
+  chmod(open_parent, 0777);
+  mkdir(under, 0700);
+  CHECK_EQ_INT(chown(own, 65534, 65534) | chown(under, 65534, 65534), 0);
+  const char *dirs[3] = {own, under, own};
+  for (int i = 0; i < 3; i++) {
+    if (i == 2) { /* root plants a file where nobody's entry is */
+      CHECK_EQ_INT(entry(own, path, sizeof path), 1);
+      CHECK_EQ_INT(chown(path, 0, 0), 0);
+      chmod(path, 0644);
+    }
+    snprintf(cmd, sizeof cmd,
+             "setpriv --reuid=65534 --regid=65534 --clear-groups env LOOM_CACHE_DIR='%s' "
+             "timeout 60 '%s' --child 2>/dev/null",
+             dirs[i], self);
+    FILE *p = popen(cmd, "r");
+    result r = {0, 0, 0};
+    if (p && fscanf(p, "%llu %llu %d", &r.compiled, &r.disk_hits, &r.ok) != 3) r.ok = 0;
+    if (p) pclose(p);
+    if (i == 0) CHECK_MSG(r.ok && count_entries(own) == 1, "nobody's own cache: ok %d", r.ok);
+    if (i == 1)
+      CHECK_MSG(r.ok && count_entries(under) == 0, "under a parent others write: %d entries",
+                count_entries(under));
+    if (i == 2)
+      CHECK_MSG(r.ok && r.disk_hits == 0 && r.compiled == 1,
+                "root's file as nobody's entry: disk hits %llu", r.disk_hits);
+  }
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
+  CHECK_EQ_INT(system(cmd), 0);
+}
+
 /* A FIFO where an entry belongs is refused at once and the entry rebuilt over
  * it, never waited on: the child runs under `timeout`, which a blocking open
  * would reach. */
@@ -268,6 +399,7 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--child") == 0) return child();
   if (argc > 1 && strcmp(argv[1], "--child-other") == 0) return child_other(false);
   if (argc > 1 && strcmp(argv[1], "--child-both") == 0) return child_other(true);
+  if (argc > 2 && strcmp(argv[1], "--child-chdir") == 0) return child_chdir(argv[2]);
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return 1;
   self[n] = 0;
@@ -283,6 +415,9 @@ int main(int argc, char **argv) {
   test_fifo_entry(base);
   test_file_size_limit(base);
   test_entry_of_another_kernel(base);
+  test_directory_chain(base);
+  test_relative_dir(base);
+  test_two_users();
   char cmd[4300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
   CHECK_EQ_INT(system(cmd), 0);
