@@ -148,32 +148,57 @@ static int slots_of(const lm_planner *pl, const lm_node *c) {
   return lm_plan_marks(pl, c)->inputs;
 }
 
-/* No kernel reads more than half of LM_KERNEL_MAX_SLOTS: sources first (the
- * canonical order), each node's slots are its sources' (and a random draw's
- * key); past the limit, its sources with the most are stored, each then one
- * slot, until it fits (a sum of 300 tensors becomes kernels of at most 128
- * inputs). A cat's sources (at most LM_CAT_MAX_SOURCES, the frontend nests
- * longer ones) are each one slot at worst. Iterative: chains are deep. */
-static void limit_inputs(lm_planner *pl) {
+/* How deep a reader's inline expression goes through child c. */
+static int depth_of(const lm_planner *pl, const lm_node *c) {
+  if (lm_has_memory(pl, c) || c->op == LM_INPUT) return 0;
+  return lm_plan_marks(pl, c)->depth;
+}
+
+/* The inline source of n that most exceeds a limit by `measure`, or NULL. */
+static lm_node *heaviest_source(const lm_planner *pl, lm_node *n,
+                                int (*measure)(const lm_planner *, const lm_node *)) {
+  lm_node *heaviest = NULL;
+  for (int s = 0; s < n->nsrc; s++) {
+    lm_node *c = n->src[s];
+    if (lm_has_memory(pl, c) || c->op == LM_INPUT || measure(pl, c) <= 1) continue;
+    if (!heaviest || measure(pl, c) > measure(pl, heaviest)) heaviest = c;
+  }
+  return heaviest;
+}
+
+/* No fused expression reads more than half of LM_KERNEL_MAX_SLOTS or is
+ * deeper than LM_FUSION_MAX_DEPTH: sources first (the canonical order), each
+ * node's slots are its sources' (and a random draw's key) and its depth one
+ * more than its deepest inline source's; past a limit, its heaviest sources
+ * are stored (each then one slot, depth 0) until it fits. A sum of 300
+ * tensors becomes kernels of at most 128 inputs, a chain of a million ops
+ * kernels of 24 (alike, so compiled once). A cat's sources (at most
+ * LM_CAT_MAX_SOURCES, the frontend nests longer ones) are each one slot at
+ * worst. Iterative: chains are deep. */
+static void limit_expressions(lm_planner *pl) {
   const lm_graph *g = pl->g;
   const int limit = LM_KERNEL_MAX_SLOTS / 2;
   for (int i = 0; i < g->n; i++) {
     lm_node *n = g->nodes[i];
     if (lm_is_computed(n) || n->op == LM_INPUT) continue;
-    int total = n->op == LM_RAND;
+    int total = n->op == LM_RAND, depth = 0;
     for (int s = 0; s < n->nsrc; s++) total += slots_of(pl, n->src[s]);
-    while (total > limit) {
-      lm_node *widest = NULL;
-      for (int s = 0; s < n->nsrc; s++) {
-        lm_node *c = n->src[s];
-        if (lm_has_memory(pl, c) || c->op == LM_INPUT || slots_of(pl, c) <= 1) continue;
-        if (!widest || slots_of(pl, c) > slots_of(pl, widest)) widest = c;
-      }
-      if (!widest) break;
-      total -= slots_of(pl, widest) - 1;
-      lm_plan_of(pl, widest)->materialize = true;
+    for (lm_node *c; total > limit && (c = heaviest_source(pl, n, slots_of));) {
+      total -= slots_of(pl, c) - 1;
+      lm_plan_of(pl, c)->materialize = true;
+    }
+    for (int s = 0; s < n->nsrc; s++)
+      if (depth_of(pl, n->src[s]) > depth) depth = depth_of(pl, n->src[s]);
+    while (depth + 1 > LM_FUSION_MAX_DEPTH) {
+      lm_node *c = heaviest_source(pl, n, depth_of);
+      if (!c) break;
+      lm_plan_of(pl, c)->materialize = true;
+      depth = 0;
+      for (int s = 0; s < n->nsrc; s++)
+        if (depth_of(pl, n->src[s]) > depth) depth = depth_of(pl, n->src[s]);
     }
     lm_plan_of(pl, n)->inputs = total;
+    lm_plan_of(pl, n)->depth = depth + 1;
   }
 }
 
@@ -181,7 +206,7 @@ void lm_mark(lm_planner *pl, bool fuse) {
   mark_targets(pl);
   count_uses(pl);
   apply_cost_rule(pl, fuse);
-  limit_inputs(pl);
+  limit_expressions(pl);
 }
 
 /* ------------------------------------------------------------ epilogues */

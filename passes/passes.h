@@ -15,6 +15,10 @@ typedef enum lm_step_kind { LM_STEP_KERNEL, LM_STEP_GEMM } lm_step_kind;
  * keeps each fused expression to half of it, so that joining a row group's
  * or an epilogue's expressions stays under it. */
 #define LM_KERNEL_MAX_SLOTS 256
+/* No fused expression is deeper than this many ops: lowering and code
+ * generation walk an expression recursively, and a chain of 16,000 ops once
+ * overflowed the stack (a 256 KiB thread stack at 100). */
+#define LM_FUSION_MAX_DEPTH 24
 
 /* A GEMM prologue's kernel has at most this many slots (the runtime keeps a
  * copy of its arguments per block on the stack). */

@@ -18,6 +18,7 @@ typedef struct lm_plan_node {
   int cost;              /* per-element cost of computing it inline */
   int inputs;            /* slots a kernel computing it inline reads (an upper
                             bound: a leaf read twice counts twice) */
+  int depth;             /* the longest inline chain below it, itself included */
   bool materialize;      /* it gets memory: a kernel (or GEMM) computes it, whose root it is */
   bool target;           /* one of the graph's targets */
   bool broadcast_use;    /* read through a broadcasting expand */

@@ -36,6 +36,9 @@ step "memory profile, ${PROFILE_STEPS:-20000} training steps (test_memory_profil
 LOOM_PROFILE_STEPS=${PROFILE_STEPS:-20000} LOOM_CACHE_DIR=$root/build/test-cache \
   build/test_memory_profile || failed+=(memory-profile)
 
+step "deep graphs: a million ops unfused on a 256 KiB stack (test_deep)"
+LOOM_TEST_DEEP=1000000 LOOM_CACHE_DIR=$root/build/test-cache build/test_deep || failed+=(deep)
+
 step "examples under valgrind (tests/valgrind_examples.sh --all)"
 bash tests/valgrind_examples.sh --all || failed+=(valgrind)
 
