@@ -637,8 +637,10 @@ bool loom_fusion_enabled(void);
  * only, with one warning). */
 const char *loom_cache_dir(void);
 typedef struct loom_cache_info {
-  uint64_t entries; /* kernel objects on disk */
-  uint64_t bytes;   /* their total size */
+  uint64_t entries;   /* kernel objects on disk */
+  uint64_t bytes;     /* their total size */
+  uint64_t max_bytes; /* the cap (LOOM_CACHE_MAX_BYTES, default 1 GiB): past it the
+                         entries least recently used are removed */
 } loom_cache_info;
 loom_status loom_cache_info_get(loom_cache_info *info);
 /* Removes every kernel object from the disk cache (compiled code already

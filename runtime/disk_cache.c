@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,14 @@
 #define FORMAT 1u
 #define HEADER 56u
 #define SUFFIX ".lko"
+
+/* The cap on the entries' total size (LOOM_CACHE_MAX_BYTES, read with the
+ * directory) and this process's running estimate of that total (scanned at
+ * the first store, then grown by each store; entries other processes add are
+ * found by the scan a store past the cap makes). */
+#define DEFAULT_MAX_BYTES ((uint64_t)1 << 30)
+static uint64_t max_bytes = DEFAULT_MAX_BYTES;
+static _Atomic uint64_t stored_estimate = UINT64_MAX; /* UINT64_MAX: not scanned yet */
 
 static pthread_once_t dir_once = PTHREAD_ONCE_INIT;
 static char dir_path[4096]; /* set once, absolute; empty when the disk cache is off */
@@ -89,7 +98,19 @@ static const char *unsafe_parent(const char *path, char *at, size_t len) {
   return NULL;
 }
 
+static void read_max_bytes(void) {
+  const char *v = getenv("LOOM_CACHE_MAX_BYTES");
+  char *end = NULL;
+  unsigned long long n = v && *v ? strtoull(v, &end, 10) : 0;
+  if (v && *v && end && !*end && n > 0)
+    max_bytes = n;
+  else if (v && *v)
+    fprintf(stderr, "loom: LOOM_CACHE_MAX_BYTES=%s is not a positive byte count; using %llu\n", v,
+            (unsigned long long)DEFAULT_MAX_BYTES);
+}
+
 static void resolve_dir(void) {
+  read_max_bytes();
   char path[4096];
   const char *env = getenv("LOOM_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
              *home = getenv("HOME");
@@ -245,9 +266,84 @@ void *lm_disk_load(lm_hash128 key, size_t *len) {
     unlinkat(dir_fd, name, 0); /* corrupt, truncated or foreign: rebuilt by the caller */
     return NULL;
   }
+  /* used now: its time is what the cap's eviction orders by */
+  utimensat(dir_fd, name, NULL, AT_SYMLINK_NOFOLLOW);
   memmove(data, data + HEADER, size - HEADER);
   *len = size - HEADER;
   return data;
+}
+
+typedef struct aged_entry {
+  char name[64];
+  struct timespec used;
+  uint64_t bytes;
+} aged_entry;
+
+static int least_recent_first(const void *a, const void *b) {
+  const struct timespec *x = &((const aged_entry *)a)->used, *y = &((const aged_entry *)b)->used;
+  if (x->tv_sec != y->tv_sec) return x->tv_sec < y->tv_sec ? -1 : 1;
+  return (x->tv_nsec > y->tv_nsec) - (x->tv_nsec < y->tv_nsec);
+}
+
+static bool is_entry(const char *name);
+
+/* Every entry's size and last use; the total (UINT64_MAX when unreadable). */
+static uint64_t scan_entries(aged_entry **out, size_t *count) {
+  *out = NULL, *count = 0;
+  int fd = dup(dir_fd);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) {
+    if (fd >= 0) close(fd);
+    return UINT64_MAX;
+  }
+  rewinddir(d);
+  size_t cap = 0;
+  uint64_t total = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    struct stat st;
+    if (!is_entry(e->d_name) || fstatat(dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    total += (uint64_t)st.st_size;
+    if (*count == cap) {
+      size_t ncap = cap ? 2 * cap : 256;
+      aged_entry *grown = realloc(*out, ncap * sizeof *grown);
+      if (!grown) continue;
+      *out = grown, cap = ncap;
+    }
+    aged_entry *a = &(*out)[(*count)++];
+    snprintf(a->name, sizeof a->name, "%s", e->d_name);
+    a->used = st.st_mtim;
+    a->bytes = (uint64_t)st.st_size;
+  }
+  closedir(d);
+  return total;
+}
+
+/* After a store of `bytes`: past the cap, the least recently used entries go
+ * until the total is under 90% of it (so that eviction is not every store). */
+static void account_store(uint64_t bytes) {
+  uint64_t estimate = atomic_load(&stored_estimate);
+  if (estimate == UINT64_MAX) {
+    aged_entry *all;
+    size_t n;
+    estimate = scan_entries(&all, &n);
+    free(all);
+    if (estimate == UINT64_MAX) return;
+    atomic_store(&stored_estimate, estimate);
+  } else {
+    estimate = atomic_fetch_add(&stored_estimate, bytes) + bytes;
+  }
+  if (estimate <= max_bytes) return;
+  aged_entry *all;
+  size_t n;
+  uint64_t total = scan_entries(&all, &n);
+  if (total != UINT64_MAX) {
+    qsort(all, n, sizeof *all, least_recent_first);
+    for (size_t i = 0; i < n && total > max_bytes / 10 * 9; i++)
+      if (unlinkat(dir_fd, all[i].name, 0) == 0) total -= all[i].bytes;
+    atomic_store(&stored_estimate, total);
+  }
+  free(all);
 }
 
 void lm_disk_store(lm_hash128 key, const void *payload, size_t len) {
@@ -265,6 +361,8 @@ void lm_disk_store(lm_hash128 key, const void *payload, size_t len) {
   if (lm_write_all(f.fd, header, HEADER) && lm_write_all(f.fd, payload, len)) {
     if (!lm_atomic_file_commit(&f, false, NULL))
       warn_store(path); /* unsynced: a lost entry is rebuilt */
+    else
+      account_store(HEADER + len);
   } else {
     lm_atomic_file_abandon(&f);
     warn_store(path);
@@ -286,7 +384,8 @@ static bool is_entry(const char *name) {
 /* Visits entries; with `remove` set, deletes them (and stale temp files). */
 static loom_status walk_entries(const char *op, loom_cache_info *info, bool remove) {
   const char *dir = loom_cache_dir();
-  if (info) *info = (loom_cache_info){0, 0};
+  pthread_once(&dir_once, resolve_dir);
+  if (info) *info = (loom_cache_info){0, 0, max_bytes};
   if (!dir) return LOOM_OK;
   int fd = dup(dir_fd); /* fdopendir takes it; the held one stays */
   DIR *d = fd >= 0 ? fdopendir(fd) : NULL;

@@ -73,6 +73,20 @@ static result run_child_as(const char *dir, const char *mode) {
 
 static result run_child(const char *dir) { return run_child_as(dir, "--child"); }
 
+/* n kernels, each new (their constants differ); prints the cache's cap. */
+static int child_many(int n) {
+  float x[256] = {0};
+  LOOM_SCOPE {
+    loom_tensor *t = loom_from_data(x, LOOM_SHAPE(256), LOOM_F32, LOOM_CPU);
+    for (int i = 0; i < n; i++) loom_item(loom_sum_all(loom_add_s(t, i + 0.25)));
+  }
+  loom_cache_info info;
+  loom_cache_info_get(&info);
+  printf("%llu %llu %d\n", (unsigned long long)loom_get_stats().kernels_compiled,
+         (unsigned long long)info.max_bytes, !loom_last_error());
+  return 0;
+}
+
 /* The one entry in dir (the test's graph has one kernel). */
 static int entry(const char *dir, char *path, size_t len) {
   DIR *d = opendir(dir);
@@ -310,6 +324,49 @@ static void test_two_users(void) {
   CHECK_EQ_INT(system(cmd), 0);
 }
 
+static uint64_t dir_bytes(const char *dir, int *count) {
+  DIR *d = opendir(dir);
+  uint64_t total = 0;
+  *count = 0;
+  struct dirent *e;
+  char path[8400];
+  while (d && (e = readdir(d))) {
+    if (!strstr(e->d_name, ".lko")) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    total += (uint64_t)file_size(path), ++*count;
+  }
+  if (d) closedir(d);
+  return total;
+}
+
+/* LOOM_CACHE_MAX_BYTES caps the directory: 12 kernels stored under a cap of
+ * about three entries leave at most the cap; the cap is what loom_cache_info
+ * reports. */
+static void test_size_cap(const char *base) {
+  char dir[4200], one[4200], cmd[16384];
+  snprintf(one, sizeof one, "%s/cap_one", base);
+  CHECK(run_child(one).ok);
+  int count;
+  uint64_t entry_bytes = dir_bytes(one, &count);
+  snprintf(dir, sizeof dir, "%s/capped", base);
+  uint64_t cap = 3 * entry_bytes + entry_bytes / 2;
+  snprintf(cmd, sizeof cmd,
+           "LOOM_CACHE_MAX_BYTES=%llu LOOM_CACHE_DIR='%s' timeout 60 '%s' --child-many 12",
+           (unsigned long long)cap, dir, self);
+  FILE *p = popen(cmd, "r");
+  unsigned long long compiled = 0, reported = 0;
+  int ok = 0;
+  if (p && fscanf(p, "%llu %llu %d", &compiled, &reported, &ok) != 3) ok = 0;
+  if (p) pclose(p);
+  uint64_t total = dir_bytes(dir, &count);
+  CHECK_MSG(ok && compiled == 12 && reported == cap, "capped run: ok %d compiled %llu cap %llu", ok,
+            compiled, reported);
+  CHECK_MSG(total <= cap && count >= 1 && count < 12,
+            "12 entries of about %llu bytes under a cap of %llu: %d kept, %llu bytes",
+            (unsigned long long)entry_bytes, (unsigned long long)cap, count,
+            (unsigned long long)total);
+}
+
 /* A FIFO where an entry belongs is refused at once and the entry rebuilt over
  * it, never waited on: the child runs under `timeout`, which a blocking open
  * would reach. */
@@ -400,6 +457,7 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--child-other") == 0) return child_other(false);
   if (argc > 1 && strcmp(argv[1], "--child-both") == 0) return child_other(true);
   if (argc > 2 && strcmp(argv[1], "--child-chdir") == 0) return child_chdir(argv[2]);
+  if (argc > 2 && strcmp(argv[1], "--child-many") == 0) return child_many(atoi(argv[2]));
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return 1;
   self[n] = 0;
@@ -418,6 +476,7 @@ int main(int argc, char **argv) {
   test_directory_chain(base);
   test_relative_dir(base);
   test_two_users();
+  test_size_cap(base);
   char cmd[4300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
   CHECK_EQ_INT(system(cmd), 0);

@@ -82,6 +82,8 @@ static int print_cache_stats(void) {
   printf("dir:     %s\n", dir ? dir : "(none)");
   printf("entries: %llu\n", (unsigned long long)info.entries);
   printf("bytes:   %llu (%.1f KiB)\n", (unsigned long long)info.bytes, (double)info.bytes / 1024.0);
+  printf("cap:     %llu (%.1f MiB; LOOM_CACHE_MAX_BYTES; least recently used go first)\n",
+         (unsigned long long)info.max_bytes, (double)info.max_bytes / (1024.0 * 1024.0));
   return 0;
 }
 
