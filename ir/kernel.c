@@ -31,7 +31,7 @@ static const op_info OPS[LK_NUM_OPS] = {
     [LK_CMPLT] = {"cmplt", 2}, [LK_CMPLE] = {"cmple", 2}, [LK_CMPEQ] = {"cmpeq", 2},
     [LK_CMPNE] = {"cmpne", 2}, [LK_AND] = {"and", 2},     [LK_OR] = {"or", 2},
     [LK_NOT] = {"not", 1},     [LK_WHERE] = {"where", 3}, [LK_CAST] = {"cast", 1},
-    [LK_STAT] = {"stat", 0},
+    [LK_STAT] = {"stat", 0},   [LK_PARAM] = {"param", 0},
 };
 
 static bool op_valid(lk_op op) { return (int)op >= 0 && op < LK_NUM_OPS; }
@@ -44,9 +44,9 @@ static int operand(const lk_inst *in, int which) {
 
 /* Which of slot / imm_i / imm_f an op reads: the others are normalized away when
  * hashing, so garbage left in an unused field never splits the cache. */
-static bool op_uses_slot(lk_op op) { return op == LK_LOAD || op == LK_RAND; }
+static bool op_uses_slot(lk_op op) { return op == LK_LOAD || op == LK_RAND || op == LK_PARAM; }
 static bool op_uses_imm_i(const lk_inst *in) {
-  return in->op == LK_DIM || in->op == LK_RAND || in->op == LK_STAT ||
+  return in->op == LK_DIM || in->op == LK_RAND || in->op == LK_STAT || in->op == LK_PARAM ||
          (in->op == LK_CONST && !lm_dtype_is_float(in->dtype));
 }
 static bool op_uses_imm_f(const lk_inst *in) {
@@ -83,7 +83,7 @@ static void hw_f64(hash_writer *w, double v) {
 }
 
 /* Bumped whenever the serialization (or the meaning of a kernel) changes. */
-#define LK_HASH_FORMAT 2
+#define LK_HASH_FORMAT 3
 
 static void hw_begin(hash_writer *w, uint64_t tag) {
   XXH3_128bits_reset(&w->state);
@@ -245,6 +245,7 @@ static void print_inst(const lk_kernel *k, int i, FILE *f) {
     break;
   case LK_LOAD: fprintf(f, " slot%d [%%%d]", in->slot, in->a); break;
   case LK_RAND: fprintf(f, " slot%d stream %" PRId64 " [%%%d]", in->slot, in->imm_i, in->a); break;
+  case LK_PARAM: fprintf(f, " slot%d [%" PRId64 "]", in->slot, in->imm_i); break;
   case LK_CAST: fprintf(f, " %%%d", in->a); break;
   default: {
     int arity = op_valid(in->op) ? OPS[in->op].arity : 3;
@@ -313,6 +314,11 @@ static const char *check_inst_dtypes(const lk_kernel *k, const lk_inst *in) {
     return NULL;
   case LK_ACC:
     if (dt != k->acc_dtype) return "acc dtype differs from the kernel's acc_dtype";
+    return NULL;
+  case LK_PARAM:
+    if (!lm_dtype_is_float(dt)) return "param must be f32 or f64";
+    if (in->slot < 1 || in->slot >= k->nslots) return "param slot out of range";
+    if (in->imm_i < 0 || in->imm_i > INT32_MAX) return "param index out of range";
     return NULL;
   case LK_STAT:
     if (in->imm_i < 0 || in->imm_i >= k->nstats) return "stat index out of range";

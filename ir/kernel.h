@@ -77,6 +77,10 @@ typedef enum lk_op {
   LK_WHERE, /* a (BOOL) ? b : c, b and c of `dtype`                          */
   LK_CAST,  /* a converted to `dtype`, as C does (float->int truncates; to
                BOOL is a != 0; U8 wraps modulo 256)                          */
+  /* --- leaves bound at run time ------------------------------------------ */
+  LK_PARAM, /* a float scalar of `dtype`: ((const double *)args[slot])[imm_i],
+               rounded once to dtype. Constants the planner does not fold: the
+               kernel (and its cache entry) serves every value              */
   LK_NUM_OPS
 } lk_op;
 
@@ -84,8 +88,9 @@ typedef struct lk_inst {
   lk_op op;
   loom_dtype dtype; /* result dtype */
   int a, b, c;      /* operand instruction indices, -1 where unused */
-  int slot;         /* LK_LOAD, LK_RAND */
-  int64_t imm_i;    /* LK_DIM: the dim; LK_CONST: integer value; LK_RAND: stream */
+  int slot;         /* LK_LOAD, LK_RAND, LK_PARAM */
+  int64_t imm_i;    /* LK_DIM: the dim; LK_CONST: integer value; LK_RAND: stream;
+                       LK_PARAM: the index */
   double imm_f;     /* LK_CONST of a float dtype */
 } lk_inst;
 

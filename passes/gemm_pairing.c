@@ -121,7 +121,7 @@ bool lm_pair_gemm_epilogues(lm_planner *pl, lm_schedule *p) {
     lm_node *root = g->nodes[e->out];
     for (int a = 1; a < e->kernel.nslots && e->gemm_partner < 0; a++) {
       int pos = e->arg_pos[a];
-      if (e->arg_key[a] || pos >= p->nnodes) continue;
+      if (e->arg_key[a] || pos < 0 || pos >= p->nnodes) continue;
       lm_node *m = g->nodes[pos];
       if (lm_is_computed(m) || m->op != LM_MATMUL || lm_plan_of(pl, m)->target ||
           lm_shape_numel(&m->shape) != lm_shape_numel(&root->shape) ||

@@ -27,6 +27,9 @@ typedef struct builder {
   const lm_node *stat_node[LK_MAX_STATS];
   lk_stat stat[LK_MAX_STATS];
   int nstats;
+  /* float constants bound at run time (CPU kernels), and their slot */
+  double params[MAX_SLOTS];
+  int nparams, params_slot;
   const char *fail;
 } builder;
 
@@ -68,7 +71,43 @@ static int op2(builder *b, lk_op op, loom_dtype dt, int a, int c) {
   return emit(b, inst(op, dt, a, c, -1));
 }
 
+/* Float constants a kernel keeps in its code: small integers (indices,
+ * counts, the 1 of 1 + e^x), halves, infinities and NaN (identities, masks).
+ * Any other (a learning rate, an epsilon, a scale) is a parameter bound at run
+ * time on the CPU, so that a new value reuses the kernel: a loop whose
+ * constant changes every step compiled a kernel every step. */
+static bool folded_constant(double v) {
+  return !isfinite(v) || (v == floor(v) && fabs(v) <= 65536) || fabs(v) == 0.5;
+}
+
+static int param(builder *b, loom_dtype dt, double v) {
+  int at = 0;
+  while (at < b->nparams && memcmp(&b->params[at], &v, sizeof v) != 0) at++;
+  if (at == b->nparams) {
+    if (b->nparams == MAX_SLOTS) {
+      b->fail = "too many constants for one kernel";
+      return 0;
+    }
+    b->params[b->nparams++] = v;
+  }
+  if (!b->params_slot) {
+    if (b->nslots == MAX_SLOTS) {
+      b->fail = "too many inputs for one kernel";
+      return 0;
+    }
+    b->slot_pos[b->nslots] = LM_PARAMS_SLOT;
+    b->slot_key[b->nslots] = false;
+    b->params_slot = b->nslots++;
+  }
+  lk_inst in = inst(LK_PARAM, dt, -1, -1, -1);
+  in.slot = b->params_slot;
+  in.imm_i = at;
+  return emit(b, in);
+}
+
 static int cnst(builder *b, loom_dtype dt, double v) {
+  if (loom_dtype_is_float(dt) && b->root->device.type == LOOM_DEVICE_CPU && !folded_constant(v))
+    return param(b, dt, v);
   lk_inst in = inst(LK_CONST, dt, -1, -1, -1);
   if (loom_dtype_is_float(dt))
     in.imm_f = v;
@@ -607,6 +646,16 @@ static loom_status lower(const lm_planner *pl, lm_node *root, bool rows, bool *m
   }
   memcpy(step->arg_pos, b.slot_pos, sizeof(int) * (size_t)b.nslots);
   memcpy(step->arg_key, b.slot_key, sizeof(bool) * (size_t)b.nslots);
+  step->nparams = b.nparams;
+  step->params = NULL;
+  if (b.nparams && !(step->params = malloc(sizeof(double) * (size_t)b.nparams))) {
+    free(b.inst);
+    free(step->arg_pos), free(step->arg_key);
+    step->arg_pos = NULL, step->arg_key = NULL;
+    snprintf(err, errlen, "lowering %s: out of memory", lm_op_name(root->op));
+    return LOOM_ERR_OOM;
+  }
+  if (b.nparams) memcpy(step->params, b.params, sizeof(double) * (size_t)b.nparams);
   k->inst = b.inst;
   k->ninst = b.n;
   k->nslots = b.nslots;

@@ -20,6 +20,10 @@ typedef enum lm_step_kind { LM_STEP_KERNEL, LM_STEP_GEMM } lm_step_kind;
  * overflowed the stack (a 256 KiB thread stack at 100). */
 #define LM_FUSION_MAX_DEPTH 24
 
+/* arg_pos of the slot that binds a step's `params` (its float constants,
+ * LK_PARAM: the kernel serves every value of them). */
+#define LM_PARAMS_SLOT (-2)
+
 /* A GEMM prologue's kernel has at most this many slots (the runtime keeps a
  * copy of its arguments per block on the stack). */
 #define LM_PROLOGUE_MAX_SLOTS 16
@@ -54,8 +58,11 @@ typedef struct lm_step {
   lk_fn fn;                /* filled in by the runtime */
   const void *device_code; /* the CUDA backend's compiled step (kernel or
                               GEMM), filled in by the runtime */
-  int *arg_pos;            /* per slot: the canonical position it binds to (slot 0: out) */
-  bool *arg_key;           /* per slot: true when it binds the key of an LM_RAND node */
+  int *arg_pos;            /* per slot: the canonical position it binds to (slot 0: out),
+                              or LM_PARAMS_SLOT */
+  double *params;          /* the values of the kernel's LK_PARAMs */
+  int nparams;
+  bool *arg_key; /* per slot: true when it binds the key of an LM_RAND node */
   /* LM_STEP_GEMM */
   lm_gemm gemm;
   /* GEMM epilogues: a GEMM whose only reader is an elementwise kernel runs

@@ -12,6 +12,7 @@ void lm_schedule_free(lm_schedule *p) {
   for (int i = 0; i < p->nsteps; i++) {
     free(p->steps[i].kernel.inst);
     free(p->steps[i].arg_pos);
+    free(p->steps[i].params);
     free(p->steps[i].arg_key);
     free(p->steps[i].free_after);
   }

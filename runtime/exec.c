@@ -88,7 +88,9 @@ static loom_status run_gemm_epilogue(const lm_exec *x, const lm_step *s, void **
 static void bind_slots(const lm_exec *x, const lm_step *s, void **args) {
   for (int a = 1; a < s->kernel.nslots; a++) {
     int pos = s->arg_pos[a];
-    args[a] = s->arg_key[a] ? x->keys[pos] : x->bufs[pos];
+    args[a] = pos == LM_PARAMS_SLOT ? (void *)s->params
+              : s->arg_key[a]       ? x->keys[pos]
+                                    : x->bufs[pos];
   }
 }
 

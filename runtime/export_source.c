@@ -144,9 +144,16 @@ static void write_kernel_step(const lm_export_layout *l, int i, FILE *f) {
   const lm_step *s = &l->p->plan->steps[i];
   char b[96];
   fprintf(f, "  { /* step %d: kernel, %" PRId64 " output points */\n", i, s->outer);
+  if (s->nparams > 0) { /* its float constants, bound as at run time */
+    fprintf(f, "    static const double params[] = {");
+    for (int q = 0; q < s->nparams; q++) fprintf(f, "%s%a", q ? ", " : "", s->params[q]);
+    fprintf(f, "};\n");
+  }
   fprintf(f, "    void *const args[] = {%s", buffer(l, s->out, b, sizeof b));
   for (int a = 1; a < s->kernel.nslots; a++) {
-    if (s->arg_key[a])
+    if (s->arg_pos[a] == LM_PARAMS_SLOT)
+      fprintf(f, ", (void *)params");
+    else if (s->arg_key[a])
       fprintf(f, ", (void *)key_%d", s->arg_pos[a]);
     else
       fprintf(f, ", %s", buffer(l, s->arg_pos[a], b, sizeof b));

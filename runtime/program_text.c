@@ -279,7 +279,9 @@ loom_status loom_program_save(const loom_program *p, const char *path) {
 
 /* "%7", or "%t0" for a step's temporary (a split reduction's partial results). */
 static const char *pos_name(const loom_program *p, int pos, char buf[24]) {
-  if (pos >= p->n)
+  if (pos == LM_PARAMS_SLOT)
+    snprintf(buf, 24, "params");
+  else if (pos >= p->n)
     snprintf(buf, 24, "%%t%d", pos - p->n);
   else
     snprintf(buf, 24, "%%%d", pos);

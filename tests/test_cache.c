@@ -2,6 +2,7 @@
  * shape does, results stay right, live bytes return to their start, and a second
  * process starts warm from the disk cache. */
 #include <ftw.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -44,6 +45,47 @@ static int child_main(void) {
   CHECK_EQ_INT(st.kernels_compiled, 0);
   CHECK(st.disk_cache_hits > 0);
   return check_report();
+}
+
+/* Float constants are kernel parameters: 1,000 realizations, each with a new
+ * constant, compile one kernel (they compiled 1,001), with every value right;
+ * a hand-written SGD step whose learning rate follows a cosine compiles
+ * nothing after its first step. */
+static void test_constants_are_parameters(void) {
+  float xs[64];
+  for (int i = 0; i < 64; i++) xs[i] = (float)i * 0.01f;
+  loom_tensor *x = loom_from_data(xs, LOOM_SHAPE(64), LOOM_F32, LOOM_CPU);
+  uint64_t before = loom_get_stats().kernels_compiled;
+  int wrong = 0;
+  for (int i = 0; i < 1000; i++) LOOM_SCOPE {
+      double c = 0.001 * i + 0.0123;
+      double got = loom_item(loom_sum_all(loom_mul_s(loom_add_s(x, c), 1.7)));
+      double want = 0;
+      for (int j = 0; j < 64; j++) want += (double)(float)((float)(xs[j] + (float)c) * 1.7f);
+      wrong += fabs(got - want) > 1e-4 * (1 + fabs(want));
+    }
+  CHECK_EQ_INT(wrong, 0);
+  CHECK_MSG(loom_get_stats().kernels_compiled - before <= 1,
+            "1,000 constants compiled %llu kernels",
+            (unsigned long long)(loom_get_stats().kernels_compiled - before));
+  loom_tensor *w = loom_zeros(LOOM_SHAPE(64), LOOM_F32, LOOM_CPU);
+  loom_tensor *g = loom_ones(LOOM_SHAPE(64), LOOM_F32, LOOM_CPU);
+  CHECK_OK(loom_realize(w));
+  CHECK_OK(loom_realize(g));
+  double expected = 0;
+  uint64_t after_first = 0;
+  for (int step = 0; step < 50; step++) {
+    double lr = 0.05 * (1 + cos(3.14159265358979 * step / 50)) / 2;
+    expected -= (double)(float)lr;
+    CHECK_OK(loom_assign(w, loom_sub(w, loom_mul_s(g, lr))));
+    CHECK_OK(loom_realize(w));
+    if (step == 0) after_first = loom_get_stats().kernels_compiled;
+  }
+  CHECK_EQ_INT(loom_get_stats().kernels_compiled, after_first);
+  float got[64];
+  CHECK_OK(loom_copy_to_host(w, got, sizeof got));
+  CHECK_NEAR(got[0], expected, 1e-5);
+  loom_free(w), loom_free(g), loom_free(x);
 }
 
 int main(int argc, char **argv) {
@@ -153,6 +195,7 @@ int main(int argc, char **argv) {
   } else {
     CHECK_MSG(false, "LOOM_CACHE_DIR %s was not created", dir);
   }
+  test_constants_are_parameters();
   nftw(base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   return check_report();
 }

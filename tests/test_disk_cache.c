@@ -73,12 +73,13 @@ static result run_child_as(const char *dir, const char *mode) {
 
 static result run_child(const char *dir) { return run_child_as(dir, "--child"); }
 
-/* n kernels, each new (their constants differ); prints the cache's cap. */
+/* n kernels, each new (small integer constants are folded into the code);
+ * prints the cache's cap. */
 static int child_many(int n) {
   float x[256] = {0};
   LOOM_SCOPE {
     loom_tensor *t = loom_from_data(x, LOOM_SHAPE(256), LOOM_F32, LOOM_CPU);
-    for (int i = 0; i < n; i++) loom_item(loom_sum_all(loom_add_s(t, i + 0.25)));
+    for (int i = 0; i < n; i++) loom_item(loom_sum_all(loom_add_s(t, i + 1)));
   }
   loom_cache_info info;
   loom_cache_info_get(&info);

@@ -62,6 +62,18 @@ static LLVMValueRef emit_const(lm_cg *g, const lk_inst *in) {
   return LLVMConstInt(t, (unsigned long long)in->imm_i, 1);
 }
 
+/* A scalar bound at run time: loaded once, in the entry block, since nothing
+ * the kernel writes can alias the step's parameters. */
+static LLVMValueRef emit_param(lm_cg *g, const lk_inst *in) {
+  LLVMValueRef base =
+      LLVMBuildBitCast(g->entry, g->slot[in->slot], LLVMPointerType(g->t_f64, 0), "params");
+  LLVMValueRef at = LLVMConstInt(g->t_i64, (unsigned long long)in->imm_i, 0);
+  LLVMValueRef v = LLVMBuildLoad2(g->entry, g->t_f64,
+                                  LLVMBuildInBoundsGEP2(g->entry, g->t_f64, base, &at, 1, ""), "");
+  LLVMSetAlignment(v, 8);
+  return in->dtype == LOOM_F64 ? v : LLVMBuildFPTrunc(g->entry, v, lm_type(g, in->dtype), "");
+}
+
 static LLVMValueRef emit_arith(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef a, LLVMValueRef b) {
   bool f = lm_dtype_is_float(dt);
   switch (op) {
@@ -164,6 +176,7 @@ LLVMValueRef lm_emit_inst(lm_cg *g, int i) {
       return lm_cg_fail(g, "instruction %d: dim %d has no index here", i, (int)in->imm_i);
     return g->dim[in->imm_i];
   case LK_CONST: return emit_const(g, in);
+  case LK_PARAM: return emit_param(g, in);
   case LK_LOAD: return lm_emit_load(g, dt, in->slot, a);
   case LK_RAND: return lm_emit_rand(g, dt, in->slot, (uint32_t)in->imm_i, a);
   case LK_ACC:

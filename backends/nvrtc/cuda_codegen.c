@@ -291,6 +291,10 @@ static void put_expr(cg *g, int i, bool vector) {
     return;
   case LK_ACC: sb_printf(s, "lm_acc"); return;
   case LK_STAT: sb_printf(s, "lm_stat%d", (int)in->imm_i); return;
+  case LK_PARAM: /* the planner binds these on the CPU only; a device array here */
+    sb_printf(s, "((%s)((const double *)s%d)[%lld])", ctype(in->dtype), in->slot,
+              (long long)in->imm_i);
+    return;
   case LK_ADD:
   case LK_SUB:
   case LK_MUL: put_arith(s, in); return;

@@ -350,6 +350,10 @@ static loom_status kernel_step(const lm_exec *x, const lm_step *s) {
   v[0] = ptr_value(x->bufs[s->out]);
   for (int a = 1; a < n; a++) {
     int pos = s->arg_pos[a];
+    if (pos == LM_PARAMS_SLOT) { /* lowering binds parameters on the CPU only */
+      if (v != small) free(v);
+      return lm_fail(LOOM_ERR_INTERNAL, "loom_realize: a CUDA kernel with host parameters");
+    }
     v[a] = ptr_value(s->arg_key[a] ? x->keys[pos] : x->bufs[pos]);
   }
   loom_status st;
