@@ -87,10 +87,12 @@ void *lm_cache_get(lm_cache *c, lm_hash128 key, void (*acquire)(void *value)) {
   return v;
 }
 
-void *lm_cache_put(lm_cache *c, lm_hash128 key, void *value, void (*acquire)(void *value)) {
+void *lm_cache_put(lm_cache *c, lm_hash128 key, void *value, void (*acquire)(void *value),
+                   bool *inserted) {
   pthread_mutex_lock(&c->lock);
   lm_cache_entry *e = find(c, key);
   void *stored = NULL;
+  if (inserted) *inserted = false;
   if (e) {
     stored = e->value; /* another thread got there first: keep one */
   } else if ((c->count + 1 <= c->nbuckets || grow(c)) && (e = calloc(1, sizeof *e))) {
@@ -102,6 +104,7 @@ void *lm_cache_put(lm_cache *c, lm_hash128 key, void *value, void (*acquire)(voi
     lru_push_front(c, e);
     c->count++;
     stored = value;
+    if (inserted) *inserted = true;
     while (c->capacity && c->count > c->capacity && c->lru_tail != e) remove_entry(c, c->lru_tail);
   }
   if (stored && acquire) acquire(stored);

@@ -26,8 +26,10 @@ typedef struct lm_cache {
  * before an eviction could free it). */
 void *lm_cache_get(lm_cache *c, lm_hash128 key, void (*acquire)(void *value));
 /* Inserts (or keeps the existing value, returning it); evicts beyond capacity.
- * Returns the value now stored for key, or NULL when out of memory. */
-void *lm_cache_put(lm_cache *c, lm_hash128 key, void *value, void (*acquire)(void *value));
+ * Returns the value now stored for key, or NULL when out of memory;
+ * *inserted (may be NULL) says whether it is `value`, put there now. */
+void *lm_cache_put(lm_cache *c, lm_hash128 key, void *value, void (*acquire)(void *value),
+                   bool *inserted);
 /* Drops every entry (free_value runs on each). */
 void lm_cache_clear(lm_cache *c);
 

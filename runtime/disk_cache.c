@@ -311,7 +311,7 @@ static uint64_t scan_entries(aged_entry **out, size_t *count) {
       *out = grown, cap = ncap;
     }
     aged_entry *a = &(*out)[(*count)++];
-    snprintf(a->name, sizeof a->name, "%s", e->d_name);
+    memcpy(a->name, e->d_name, strlen(e->d_name) + 1); /* is_entry: 36 characters */
     a->used = st.st_mtim;
     a->bytes = (uint64_t)st.st_size;
   }

@@ -60,7 +60,7 @@ static loom_status compile_program(const lm_graph *g, bool fuse, loom_device dev
   lm_stat_add(LM_STAT_GRAPHS_COMPILED, 1);
   /* The cache takes its own reference (or hands back an equal program that
    * another thread stored first; either runs the same). */
-  shared_program *stored = lm_cache_put(&programs, program_key(g, fuse), sp, program_acquire);
+  shared_program *stored = lm_cache_put(&programs, program_key(g, fuse), sp, program_acquire, NULL);
   if (stored && stored != sp) {
     program_release(sp);
     sp = stored; /* acquired for us by lm_cache_put */

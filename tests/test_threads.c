@@ -20,8 +20,9 @@
 
 #include "check.h"
 #include "loom.h"
-#include "test_device.h"
+#include "runtime/compile.h"
 #include "runtime/runtime.h"
+#include "test_device.h"
 
 #define THREADS 4
 #define ROUNDS 3
@@ -172,7 +173,57 @@ static void run_together(void) {
   pthread_barrier_destroy(&start);
 }
 
+/* The same new kernel compiled by every thread at once: counted once as
+ * compiled, the copies not kept as cache hits (identical runs once differed
+ * by how many such races they had). */
+static pthread_barrier_t at_once;
+static lk_inst race_inst[4];
+static lk_kernel race_kernel;
+
+static void *compile_same(void *arg) {
+  lk_fn *fn = arg;
+  pthread_barrier_wait(&at_once);
+  if (lm_kernel_function(&race_kernel, fn) != LOOM_OK) *fn = NULL;
+  return NULL;
+}
+
+static void test_concurrent_compile_counted_once(void) {
+  /* out[i] = sin(i + 0.0007 * THREADS * 97): new in this process */
+  race_inst[0] = (lk_inst){LK_DIM, LOOM_I64, -1, -1, -1, 0, 0, 0.0};
+  race_inst[1] = (lk_inst){LK_CAST, LOOM_F32, 0, -1, -1, 0, 0, 0.0};
+  race_inst[2] = (lk_inst){LK_CONST, LOOM_F32, -1, -1, -1, 0, 0, 0.0007 * THREADS * 97};
+  race_inst[3] = (lk_inst){LK_ADD, LOOM_F32, 1, 2, -1, 0, 0, 0.0};
+  race_kernel = (lk_kernel){.ndim = 1,
+                            .dom = {64},
+                            .nouter = 1,
+                            .out_dtype = LOOM_F32,
+                            .acc_dtype = LOOM_F32,
+                            .nslots = 1,
+                            .ninst = 4,
+                            .nbody = 4,
+                            .value = 3,
+                            .result = 3,
+                            .inst = race_inst};
+  loom_stats before = loom_get_stats();
+  pthread_barrier_init(&at_once, NULL, THREADS);
+  pthread_t th[THREADS];
+  lk_fn fns[THREADS];
+  for (int t = 0; t < THREADS; t++) pthread_create(&th[t], NULL, compile_same, &fns[t]);
+  for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+  pthread_barrier_destroy(&at_once);
+  loom_stats after = loom_get_stats();
+  for (int t = 0; t < THREADS; t++) CHECK(fns[t] != NULL && fns[t] == fns[0]);
+  CHECK_EQ_INT((after.kernels_compiled - before.kernels_compiled) +
+                   (after.disk_cache_hits - before.disk_cache_hits),
+               1); /* made once (or loaded, with a disk cache warm from an earlier run) */
+  CHECK_EQ_INT((after.kernels_compiled - before.kernels_compiled) +
+                   (after.kernel_cache_hits - before.kernel_cache_hits) +
+                   (after.disk_cache_hits - before.disk_cache_hits),
+               THREADS);
+}
+
 int main(void) {
+  test_concurrent_compile_counted_once();
   CHECK_OK(loom_set_default_device(test_device())); /* the training step's layer */
   float w[D * D], b[D];
   fill(w, D * D, 100, 0);
