@@ -42,7 +42,44 @@ bool loom_requires_grad(const loom_tensor *t) { return t && t->node && t->node->
 loom_tensor *loom_grad(const loom_tensor *t) {
   if (!t || !t->grad) return NULL;
   lm_node_retain(t->grad);
-  return lm_tensor_wrap(t->grad);
+  loom_tensor *g = lm_tensor_wrap(t->grad);
+  if (g && !g->status) { /* a reference of the handle's own, outside any scope */
+    g->grad_of = (loom_tensor *)t;
+    g->grad_of->refs++;
+  }
+  return g;
+}
+
+loom_status loom_set_grad(loom_tensor *t, const loom_tensor *grad) {
+  const char *name = "loom_set_grad";
+  loom_status st = lm_check_handle(name, t);
+  if (st) return st;
+  if (!grad) {
+    loom_clear_grad(t);
+    return LOOM_OK;
+  }
+  if ((st = lm_check_handle(name, grad))) return st;
+  const lm_node *n = t->node, *g = grad->node;
+  char a[128], b[128];
+  if (!lm_shape_eq(&n->shape, &g->shape) || n->dtype != g->dtype ||
+      n->device.type != g->device.type || n->device.index != g->device.index)
+    return lm_fail(LOOM_ERR_SHAPE, "%s: a %s %s tensor cannot take a %s %s gradient", name,
+                   loom_dtype_name(n->dtype), lm_shape_str(&n->shape, a, sizeof a),
+                   loom_dtype_name(g->dtype), lm_shape_str(&g->shape, b, sizeof b));
+  lm_node_retain(grad->node);
+  lm_node_release(t->grad);
+  t->grad = grad->node;
+  return LOOM_OK;
+}
+
+loom_tensor *loom_detach(const loom_tensor *t) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_detach", t))) return err;
+  lm_no_grad_push(); /* the same values, recorded where no gradient flows */
+  lm_node *n = lm_node_new(LM_RESHAPE, 1, (lm_node *const *)&t->node, t->node->shape,
+                           t->node->dtype, t->node->device);
+  lm_no_grad_pop();
+  return lm_result(n);
 }
 
 void loom_clear_grad(loom_tensor *t) {

@@ -1,4 +1,5 @@
 /* Parameter collections: named tensors, trainable or not. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,4 +89,51 @@ loom_tensor *loom_params_get(const loom_params *ps, const char *name) {
 
 void loom_zero_grad(loom_params *ps) {
   for (int i = 0; ps && i < ps->count; i++) loom_clear_grad(ps->items[i].tensor);
+}
+
+/* As torch.nn.utils.clip_grad_norm_: the 2-norm of all the gradients taken as
+ * one vector, and each gradient scaled by min(1, max_norm / (norm + 1e-6)),
+ * lazily (the next realization computes both). */
+loom_tensor *loom_clip_grad_norm(loom_params *ps, double max_norm) {
+  const char *name = "loom_clip_grad_norm";
+  if (!ps) return lm_error(LOOM_ERR_NULL, "%s: parameter collection is NULL", name);
+  if (!(max_norm > 0) || !isfinite(max_norm))
+    return lm_error(LOOM_ERR_VALUE, "%s: max_norm must be positive and finite, got %g", name,
+                    max_norm);
+  loom_tensor *squares = NULL;
+  bool any = false;
+  LOOM_NO_GRAD {
+    for (int i = 0; i < ps->count; i++) {
+      loom_tensor *p = ps->items[i].tensor;
+      if (!p->grad) continue;
+      loom_tensor *g = loom_grad(p);
+      loom_tensor *s = loom_cast(loom_sum_all(loom_square(g)), LOOM_F32);
+      loom_tensor *total = squares ? loom_add(squares, s) : loom_retain(s);
+      loom_free(squares), loom_free(s), loom_free(g);
+      squares = total;
+      any = true;
+    }
+  }
+  if (!any) return loom_scalar(0, LOOM_F32, LOOM_CPU);
+  loom_tensor *norm = loom_sqrt(squares);
+  loom_free(squares);
+  loom_tensor *coef = loom_minimum(
+      loom_div(loom_scalar(max_norm, LOOM_F32, loom_device_of(norm)), loom_add_s(norm, 1e-6)),
+      loom_scalar(1, LOOM_F32, loom_device_of(norm)));
+  loom_status st = loom_status_of(coef);
+  for (int i = 0; i < ps->count && st == LOOM_OK; i++) {
+    loom_tensor *p = ps->items[i].tensor;
+    if (!p->grad) continue;
+    loom_tensor *g = loom_grad(p);
+    loom_tensor *c = loom_cast(loom_to(coef, loom_device_of(g)), loom_dtype_of(g));
+    loom_tensor *scaled = loom_mul(g, c);
+    st = loom_set_grad(p, scaled);
+    loom_free(scaled), loom_free(c), loom_free(g);
+  }
+  loom_free(coef);
+  if (st != LOOM_OK) {
+    loom_free(norm);
+    return lm_error_recorded(st);
+  }
+  return norm;
 }

@@ -193,6 +193,12 @@ loom_status loom_backward(const loom_tensor *loss);
 loom_tensor *loom_grad(const loom_tensor *t);
 /* Drops t's gradient (as PyTorch's zero_grad(set_to_none=True)). */
 void loom_clear_grad(loom_tensor *t);
+/* Sets t's gradient to grad (same shape, dtype and device; NULL clears it), as
+ * PyTorch's `p.grad = g`: an optimizer step then uses it. loom_assign on the
+ * handle loom_grad returned does the same. */
+loom_status loom_set_grad(loom_tensor *t, const loom_tensor *grad);
+/* The same values, with no gradient flowing back through them (torch's detach). */
+loom_tensor *loom_detach(const loom_tensor *t);
 /* Functional gradients, like torch.autograd.grad with create_graph=True:
  * out_grads[j] = sum_i d(outs[i] * seeds[i]) / d(ins[j]) (seeds NULL: ones;
  * outs[i] must then have one element). Results are new references and are
@@ -490,6 +496,10 @@ bool loom_params_trainable(const loom_params *ps, int i);
 loom_tensor *loom_params_get(const loom_params *ps, const char *name);
 /* Drops every gradient. */
 void loom_zero_grad(loom_params *ps);
+/* Scales every gradient by min(1, max_norm / (norm + 1e-6)), norm the 2-norm of
+ * all of them together (torch.nn.utils.clip_grad_norm_), and returns that norm
+ * (F32); both are computed at the next realization. */
+loom_tensor *loom_clip_grad_norm(loom_params *ps, double max_norm);
 /* safetensors: 8-byte little-endian header length, JSON header (dtype, shape,
  * data_offsets per name), raw little-endian data. Loading checks every name,
  * shape and dtype, reports all mismatches, and changes nothing on error. */

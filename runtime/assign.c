@@ -65,6 +65,16 @@ loom_status loom_assign(loom_tensor *t, const loom_tensor *value) {
                    loom_dtype_name(t->node->dtype), lm_shape_str(&t->node->shape, a, sizeof a),
                    loom_dtype_name(value->node->dtype),
                    lm_shape_str(&value->node->shape, b, sizeof b));
+  if (t->grad_of) { /* loom_grad's handle: the gradient itself is set, now */
+    loom_tensor *owner = t->grad_of;
+    lm_node_retain(value->node);
+    lm_node_release(owner->grad);
+    owner->grad = value->node;
+    lm_node_retain(value->node);
+    lm_node_release(t->node);
+    t->node = value->node;
+    return LOOM_OK;
+  }
   lm_node_retain(value->node);
   return lm_assign_node(t, value->node);
 }

@@ -17,9 +17,12 @@ struct loom_tensor {
   lm_node *node;
   loom_status status;
   char *message;
-  bool requires_grad; /* a leaf the user asked gradients for */
-  lm_node *grad;      /* accumulated gradient (owned), or NULL */
-  uint32_t freed;     /* LM_HANDLE_FREED once released (see below) */
+  bool requires_grad;          /* a leaf the user asked gradients for */
+  lm_node *grad;               /* accumulated gradient (owned), or NULL */
+  struct loom_tensor *grad_of; /* loom_grad's handle: the tensor whose gradient it
+                                  is (a reference), so that loom_assign on it sets
+                                  that gradient */
+  uint32_t freed;              /* LM_HANDLE_FREED once released (see below) */
 };
 
 /* Set in a handle's last field just before its memory is freed, so a handle

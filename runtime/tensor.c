@@ -31,6 +31,7 @@ loom_tensor *lm_tensor_ref(const loom_tensor *t) {
 void lm_tensor_release(loom_tensor *t) {
   if (!t || lm_is_static_error(t) || --t->refs > 0) return;
   if (t->node && t->node->grad_leaf == t) t->node->grad_leaf = NULL;
+  lm_tensor_release(t->grad_of);
   lm_node_release(t->grad);
   lm_node_release(t->node);
   free(t->message);

@@ -583,8 +583,71 @@ static void test_steps_in_scopes(void) {
   loom_params_free(ps);
 }
 
+/* Gradients set by hand reach the optimizer: loom_assign on loom_grad's
+ * handle (it did nothing: the step used the old gradient), loom_set_grad, and
+ * loom_clip_grad_norm against its formula; a wrong gradient says why; a
+ * detached value passes no gradient back. */
+static void test_setting_gradients(void) {
+  LOOM_SCOPE {
+    loom_params *ps = loom_params_new();
+    float wv[4] = {1, 2, 3, 4}, vv[3] = {-1, 0.5f, 2};
+    loom_tensor *w = loom_from_data(wv, LOOM_SHAPE(4), LOOM_F32, test_device());
+    loom_tensor *v = loom_from_data(vv, LOOM_SHAPE(3), LOOM_F32, test_device());
+    CHECK_OK(loom_params_add(ps, "w", w));
+    CHECK_OK(loom_params_add(ps, "v", v));
+    loom_optim *opt = loom_sgd(ps, (loom_sgd_opts){.lr = 1.0});
+    /* grad = 2 * [1,2,3,4] and [0, 1, 4] from sum(w^2) + sum(v * [0,2,2]) ... */
+    loom_tensor *loss = loom_add(loom_sum_all(loom_square(w)), loom_sum_all(loom_mul(v, v)));
+    CHECK_OK(loom_backward(loss));
+    /* halve w's gradient through loom_grad's handle, set v's outright */
+    loom_tensor *gw = loom_grad(w);
+    CHECK_OK(loom_assign(gw, loom_mul_s(gw, 0.5)));
+    CHECK_OK(loom_set_grad(v, loom_full(LOOM_SHAPE(3), 0.25, LOOM_F32, test_device())));
+    CHECK_OK(loom_optim_step(opt));
+    float got_w[4], got_v[3];
+    CHECK_OK(loom_copy_to_host(w, got_w, sizeof got_w));
+    CHECK_OK(loom_copy_to_host(v, got_v, sizeof got_v));
+    for (int i = 0; i < 4; i++) CHECK_NEAR(got_w[i], 0.0, 1e-6); /* w - 0.5 * 2w */
+    for (int i = 0; i < 3; i++) CHECK_NEAR(got_v[i], vv[i] - 0.25, 1e-6);
+    CHECK_RC(loom_set_grad(w, loom_zeros(LOOM_SHAPE(3), LOOM_F32, test_device())), LOOM_ERR_SHAPE);
+    CHECK(strstr(loom_last_error(), "loom_set_grad: a f32 [4] tensor cannot take a f32 [3]"));
+    loom_clear_error();
+
+    /* clip: gradients [3, 4] and [12] (norm 13) to max_norm 6.5: halved */
+    loom_zero_grad(ps);
+    CHECK_OK(loom_set_grad(
+        w, loom_from_data((float[]){3, 4, 0, 0}, LOOM_SHAPE(4), LOOM_F32, test_device())));
+    CHECK_OK(loom_set_grad(
+        v, loom_from_data((float[]){12, 0, 0}, LOOM_SHAPE(3), LOOM_F32, test_device())));
+    loom_tensor *norm = loom_clip_grad_norm(ps, 6.5);
+    CHECK_NEAR(loom_item(norm), 13.0, 1e-5);
+    float cw[4], cv[3];
+    loom_tensor *cgw = loom_grad(w), *cgv = loom_grad(v);
+    CHECK_OK(loom_copy_to_host(cgw, cw, sizeof cw));
+    CHECK_OK(loom_copy_to_host(cgv, cv, sizeof cv));
+    double coef = 6.5 / (13.0 + 1e-6);
+    CHECK_NEAR(cw[0], 3 * coef, 1e-5);
+    CHECK_NEAR(cw[1], 4 * coef, 1e-5);
+    CHECK_NEAR(cv[0], 12 * coef, 1e-5);
+    loom_tensor *unclipped = loom_clip_grad_norm(ps, 100); /* under the limit: unchanged */
+    CHECK_NEAR(loom_item(unclipped), 6.5, 1e-4);
+    CHECK_NEAR(loom_item(loom_sum_all(loom_grad(w))), 7 * coef, 1e-5);
+    CHECK(loom_status_of(loom_clip_grad_norm(ps, -1)) == LOOM_ERR_VALUE);
+    loom_clear_error();
+
+    /* detach: d(detach(x) * x)/dx = x, not 2x */
+    loom_tensor *x = loom_from_data((float[]){3}, LOOM_SHAPE(1), LOOM_F32, test_device());
+    CHECK_OK(loom_set_requires_grad(x, true));
+    CHECK_OK(loom_backward(loom_sum_all(loom_mul(loom_detach(x), x))));
+    CHECK_NEAR(loom_item(loom_sum_all(loom_grad(x))), 3.0, 1e-6);
+    loom_optim_free(opt);
+    loom_params_free(ps);
+  }
+}
+
 int main(void) {
   CHECK_OK(loom_set_default_device(test_device())); /* layers and parameters */
+  test_setting_gradients();
   test_trajectories_f64();
   test_trajectories_f32();
   test_validation();
