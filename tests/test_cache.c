@@ -74,13 +74,13 @@ static void test_constants_are_parameters(void) {
   CHECK_OK(loom_realize(g));
   double expected = 0;
   uint64_t after_first = 0;
-  for (int step = 0; step < 50; step++) {
-    double lr = 0.05 * (1 + cos(3.14159265358979 * step / 50)) / 2;
-    expected -= (double)(float)lr;
-    CHECK_OK(loom_assign(w, loom_sub(w, loom_mul_s(g, lr))));
-    CHECK_OK(loom_realize(w));
-    if (step == 0) after_first = loom_get_stats().kernels_compiled;
-  }
+  for (int step = 0; step < 50; step++) LOOM_SCOPE {
+      double lr = 0.05 * (1 + cos(3.14159265358979 * step / 50)) / 2;
+      expected -= (double)(float)lr;
+      CHECK_OK(loom_assign(w, loom_sub(w, loom_mul_s(g, lr))));
+      CHECK_OK(loom_realize(w));
+      if (step == 0) after_first = loom_get_stats().kernels_compiled;
+    }
   CHECK_EQ_INT(loom_get_stats().kernels_compiled, after_first);
   float got[64];
   CHECK_OK(loom_copy_to_host(w, got, sizeof got));
