@@ -273,6 +273,20 @@ void *lm_disk_load(lm_hash128 key, size_t *len) {
   return data;
 }
 
+/* The held directory as a stream from its start (fdopendir takes a
+ * duplicate: the held descriptor stays); NULL with errno set. */
+static DIR *open_entries(void) {
+  int fd = dup(dir_fd);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d && fd >= 0) {
+    int saved = errno;
+    close(fd);
+    errno = saved;
+  }
+  if (d) rewinddir(d);
+  return d;
+}
+
 typedef struct aged_entry {
   char name[64];
   struct timespec used;
@@ -290,13 +304,8 @@ static bool is_entry(const char *name);
 /* Every entry's size and last use; the total (UINT64_MAX when unreadable). */
 static uint64_t scan_entries(aged_entry **out, size_t *count) {
   *out = NULL, *count = 0;
-  int fd = dup(dir_fd);
-  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-  if (!d) {
-    if (fd >= 0) close(fd);
-    return UINT64_MAX;
-  }
-  rewinddir(d);
+  DIR *d = open_entries();
+  if (!d) return UINT64_MAX;
   size_t cap = 0;
   uint64_t total = 0;
   struct dirent *e;
@@ -387,13 +396,8 @@ static loom_status walk_entries(const char *op, loom_cache_info *info, bool remo
   pthread_once(&dir_once, resolve_dir);
   if (info) *info = (loom_cache_info){0, 0, max_bytes};
   if (!dir) return LOOM_OK;
-  int fd = dup(dir_fd); /* fdopendir takes it; the held one stays */
-  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-  if (!d) {
-    if (fd >= 0) close(fd);
-    return lm_fail(LOOM_ERR_IO, "%s: cannot open %s: %s", op, dir, strerror(errno));
-  }
-  rewinddir(d);
+  DIR *d = open_entries();
+  if (!d) return lm_fail(LOOM_ERR_IO, "%s: cannot open %s: %s", op, dir, strerror(errno));
   struct dirent *e;
   while ((e = readdir(d))) {
     bool temp = strstr(e->d_name, SUFFIX ".tmp.") != NULL;

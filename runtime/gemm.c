@@ -113,9 +113,9 @@ static void block_beta(const lm_gemm *g, const char *a, const char *b, part p, c
   blasint ldc = (blasint)(ldc_ > 1 ? ldc_ : 1);
   enum CBLAS_TRANSPOSE ta = g->a_trans ? CblasTrans : CblasNoTrans;
   enum CBLAS_TRANSPOSE tb = g->b_trans ? CblasTrans : CblasNoTrans;
-  if (g->fn &&
-      (g->fn_for_all || lk_gemm_unpacked(r1 - r0, c1 - c0, p.k1 - p.k0, g->a_trans ? g->lda : 1,
-                                         g->b_trans ? 1 : g->ldb))) {
+  int64_t a_row, a_col, b_row, b_col;
+  lm_gemm_strides(g, &a_row, &a_col, &b_row, &b_col);
+  if (g->fn && (g->fn_for_all || lk_gemm_unpacked(r1 - r0, c1 - c0, p.k1 - p.k0, a_col, b_row))) {
     loom_block(g, ar, b, r1 - r0, c1 - c0, p.k1 - p.k0, c, ldc_, accumulate);
     return;
   }
