@@ -612,6 +612,9 @@ typedef struct loom_stats {
   uint64_t bytes_peak;        /* most bytes_live since the last reset */
   uint64_t device_bytes_live; /* CUDA device buffer bytes allocated now (all devices) */
   uint64_t device_bytes_peak; /* most device_bytes_live since the last reset */
+  uint64_t kernels_loaded;    /* compiled code loaded now (CPU JIT objects, CUDA modules) */
+  uint64_t kernels_unloaded;  /* code unloaded: evicted from the kernel cache, run by no
+                                 program (LOOM_JIT_MAX_KERNELS bounds what stays) */
 } loom_stats;
 
 loom_stats loom_get_stats(void);

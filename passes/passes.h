@@ -58,6 +58,8 @@ typedef struct lm_step {
   lk_fn fn;                /* filled in by the runtime */
   const void *device_code; /* the CUDA backend's compiled step (kernel or
                               GEMM), filled in by the runtime */
+  struct lm_code *code;    /* the runtime's reference keeping fn, gemm.fn or
+                              device_code loaded (runtime/compile.h) */
   int *arg_pos;            /* per slot: the canonical position it binds to (slot 0: out),
                               or LM_PARAMS_SLOT */
   double *params;          /* the values of the kernel's LK_PARAMs */
@@ -90,6 +92,9 @@ typedef struct lm_schedule {
   bool *materialized; /* per graph position: an unrealized node a step computes
                          into memory of its own (a kernel's root, a GEMM); every
                          other unrealized node is inlined by the kernels reading it */
+  /* Set by the runtime that compiled the steps: drops their code references
+   * (lm_schedule_free calls it; planning knows nothing of code). */
+  void (*release_code)(struct lm_schedule *p);
 } lm_schedule;
 
 /* Plans the graph: decides what is materialized (schedule->materialized),

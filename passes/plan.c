@@ -9,6 +9,7 @@
 
 void lm_schedule_free(lm_schedule *p) {
   if (!p) return;
+  if (p->release_code) p->release_code(p);
   for (int i = 0; i < p->nsteps; i++) {
     free(p->steps[i].kernel.inst);
     free(p->steps[i].arg_pos);

@@ -6,6 +6,7 @@
 struct lm_cache_entry {
   lm_hash128 key;
   void *value;
+  size_t weight;
   lm_cache_entry *next_in_bucket;
   lm_cache_entry *prev, *next; /* LRU list */
 };
@@ -69,8 +70,15 @@ static void remove_entry(lm_cache *c, lm_cache_entry *e) {
   *p = e->next_in_bucket;
   lru_unlink(c, e);
   c->count--;
+  c->weight -= e->weight;
   if (c->free_value) c->free_value(e->value);
   free(e);
+}
+
+/* Least recently used entries out until the weight fits, never `keep`. */
+static void evict(lm_cache *c, const lm_cache_entry *keep) {
+  while (c->capacity && c->weight > c->capacity && c->lru_tail && c->lru_tail != keep)
+    remove_entry(c, c->lru_tail);
 }
 
 void *lm_cache_get(lm_cache *c, lm_hash128 key, void (*acquire)(void *value)) {
@@ -102,10 +110,12 @@ void *lm_cache_put(lm_cache *c, lm_hash128 key, void *value, void (*acquire)(voi
     e->next_in_bucket = c->buckets[b];
     c->buckets[b] = e;
     lru_push_front(c, e);
+    e->weight = c->weigh ? c->weigh(value) : 1;
     c->count++;
+    c->weight += e->weight;
     stored = value;
     if (inserted) *inserted = true;
-    while (c->capacity && c->count > c->capacity && c->lru_tail != e) remove_entry(c, c->lru_tail);
+    evict(c, e);
   }
   if (stored && acquire) acquire(stored);
   pthread_mutex_unlock(&c->lock);
@@ -119,4 +129,18 @@ void lm_cache_clear(lm_cache *c) {
   c->buckets = NULL;
   c->nbuckets = 0;
   pthread_mutex_unlock(&c->lock);
+}
+
+void lm_cache_set_capacity(lm_cache *c, size_t capacity) {
+  pthread_mutex_lock(&c->lock);
+  c->capacity = capacity;
+  evict(c, NULL);
+  pthread_mutex_unlock(&c->lock);
+}
+
+size_t lm_cache_count(lm_cache *c) {
+  pthread_mutex_lock(&c->lock);
+  size_t n = c->count;
+  pthread_mutex_unlock(&c->lock);
+  return n;
 }

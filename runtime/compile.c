@@ -1,7 +1,10 @@
 /* Compiled code through one pipeline for both devices (compile.h): the
- * in-memory cache (never evicted: code lives as long as the JIT, or the
- * process for CUDA modules), then the disk cache, then the backend. The CPU's
+ * in-memory cache (bounded; code it evicts is unloaded once no program runs
+ * it), then the disk cache, then the backend. The CPU's
  * kernels are the first user; runtime/cuda/cuda_exec.c the second. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -10,20 +13,51 @@
 #include "runtime/disk_cache.h"
 #include "runtime/runtime.h"
 
+struct lm_code {
+  _Atomic int64_t refs;
+  const lm_code_backend *backend;
+  lm_loaded loaded;
+};
+
+const void *lm_code_fn(const lm_code *code) { return code->loaded.fn; }
+
+void lm_code_release(lm_code *code) {
+  if (!code || atomic_fetch_sub(&code->refs, 1) != 1) return;
+  if (code->backend->unload) code->backend->unload(code->loaded.handle);
+  free(code);
+}
+
+void lm_code_cache_free(void *code) { lm_code_release(code); }
+
+static void code_acquire(void *code) { atomic_fetch_add(&((lm_code *)code)->refs, 1); }
+
+static pthread_once_t capacity_once = PTHREAD_ONCE_INIT;
+static size_t capacity = 4096;
+
+static void read_capacity(void) {
+  capacity = (size_t)lm_env_count("LOOM_JIT_MAX_KERNELS", capacity);
+}
+
+size_t lm_code_cache_capacity(void) {
+  pthread_once(&capacity_once, read_capacity);
+  return capacity;
+}
+
 /* The binary on disk, loaded; a binary that does not load is removed. */
-static bool load_from_disk(lm_hash128 disk_key, const lm_code_backend *b, void *ctx, void **code) {
+static bool load_from_disk(lm_hash128 disk_key, const lm_code_backend *b, void *ctx,
+                           lm_loaded *out) {
   size_t len = 0;
   void *bin = lm_disk_load(disk_key, &len);
   if (!bin) return false;
   char err[512];
-  loom_status st = b->load(ctx, bin, len, code, err, sizeof err);
+  loom_status st = b->load(ctx, bin, len, out, err, sizeof err);
   free(bin);
   if (st != LOOM_OK) lm_disk_remove(disk_key); /* valid bytes, unusable code: rebuild */
   return st == LOOM_OK;
 }
 
 static loom_status build_and_store(const char *op, lm_hash128 disk_key, const lm_code_backend *b,
-                                   void *ctx, void **code) {
+                                   void *ctx, lm_loaded *out) {
   char err[4096];
   void *bin = NULL;
   size_t len = 0;
@@ -31,7 +65,7 @@ static loom_status build_and_store(const char *op, lm_hash128 disk_key, const lm
   loom_status st = b->build(ctx, &bin, &len, err, sizeof err);
   if (st == LOOM_OK) {
     lm_disk_store(disk_key, bin, len);
-    st = b->load(ctx, bin, len, code, err, sizeof err);
+    st = b->load(ctx, bin, len, out, err, sizeof err);
   }
   free(bin);
   lm_stat_add(LM_STAT_COMPILE_NS, lm_now_ns() - start);
@@ -40,8 +74,9 @@ static loom_status build_and_store(const char *op, lm_hash128 disk_key, const lm
 }
 
 loom_status lm_code_get(const char *op, lm_cache *cache, lm_hash128 memory_key, lm_hash128 disk_key,
-                        const lm_code_backend *b, void *ctx, const void **code) {
-  *code = lm_cache_get(cache, memory_key, NULL);
+                        const lm_code_backend *b, void *ctx, lm_code **code) {
+  lm_cache_set_capacity(cache, lm_code_cache_capacity());
+  *code = lm_cache_get(cache, memory_key, code_acquire);
   if (*code) {
     lm_stat_add(LM_STAT_KERNEL_CACHE_HITS, 1);
     return LOOM_OK;
@@ -49,16 +84,26 @@ loom_status lm_code_get(const char *op, lm_cache *cache, lm_hash128 memory_key, 
   char err[1024];
   loom_status prepared = b->prepare ? b->prepare(ctx, err, sizeof err) : LOOM_OK;
   if (prepared != LOOM_OK) return lm_fail(prepared, "%s: %s", op, err);
-  void *made = NULL;
-  bool from_disk = load_from_disk(disk_key, b, ctx, &made);
+  lm_loaded loaded = {0};
+  bool from_disk = load_from_disk(disk_key, b, ctx, &loaded);
   if (!from_disk) {
-    loom_status st = build_and_store(op, disk_key, b, ctx, &made);
+    loom_status st = build_and_store(op, disk_key, b, ctx, &loaded);
     if (st != LOOM_OK) return st;
   }
+  lm_code *made = malloc(sizeof *made);
+  if (!made) {
+    if (b->unload) b->unload(loaded.handle);
+    return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  }
+  atomic_init(&made->refs, 1); /* the cache's, once stored; the put acquires the caller's */
+  made->backend = b;
+  made->loaded = loaded;
   bool inserted = false;
-  const void *stored = lm_cache_put(cache, memory_key, made, NULL, &inserted);
-  if (stored != made && b->discard) b->discard(made); /* kept another thread's, or no memory */
-  if (!stored) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  lm_code *stored = lm_cache_put(cache, memory_key, made, code_acquire, &inserted);
+  if (!inserted) {
+    lm_code_release(made); /* kept another thread's (acquired for us), or no memory */
+    if (!stored) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  }
   /* counted once per kernel: when threads made the same code at once (the JIT
    * then hands all of them one function), those that did not insert it found
    * it in memory; identical runs once differed by the number of such races
@@ -73,7 +118,9 @@ loom_status lm_code_get(const char *op, lm_cache *cache, lm_hash128 memory_key, 
 
 /* ------------------------------------------------------------ CPU kernels */
 
-static lm_cache kernels = LM_CACHE_INIT(0, NULL);
+/* Kernels and GEMM block functions alike (their keys apart: a GEMM's is
+ * marked), so one capacity bounds the CPU's loaded code. */
+static lm_cache cpu_code = LM_CODE_CACHE_INIT;
 
 /* A kernel, or (k NULL) a GEMM block function. */
 typedef struct cpu_kernel {
@@ -91,18 +138,23 @@ static loom_status cpu_build(void *ctx, void **bin, size_t *len, char *err, size
   return st;
 }
 
-static loom_status cpu_load(void *ctx, const void *bin, size_t len, void **code, char *err,
+static loom_status cpu_load(void *ctx, const void *bin, size_t len, lm_loaded *out, char *err,
                             size_t errlen) {
   const cpu_kernel *c = ctx;
   char why[512];
   lk_fn fn = NULL;
-  loom_status st = lm_llvm_load_object(bin, len, c->symbol, &fn, why, sizeof why);
+  lm_llvm_object *held = NULL;
+  loom_status st = lm_llvm_load_object(bin, len, c->symbol, &fn, &held, why, sizeof why);
   if (st != LOOM_OK) snprintf(err, errlen, "compiling kernel %s: %s", c->symbol, why);
-  *code = (void *)fn;
+  *out = (lm_loaded){(const void *)fn, held};
   return st;
 }
 
-static const lm_code_backend cpu_backend = {NULL, cpu_build, cpu_load, NULL};
+static void cpu_unload(void *handle) {
+  if (lm_llvm_release(handle)) lm_stat_add(LM_STAT_KERNELS_UNLOADED, 1);
+}
+
+static const lm_code_backend cpu_backend = {NULL, cpu_build, cpu_load, cpu_unload};
 
 loom_status lm_kernel_object(const lk_kernel *k, char symbol[36], void **obj, size_t *len) {
   lk_hash h = lk_kernel_hash(k);
@@ -114,20 +166,17 @@ loom_status lm_kernel_object(const lk_kernel *k, char symbol[36], void **obj, si
   return LOOM_OK;
 }
 
-loom_status lm_kernel_function(const lk_kernel *k, lk_fn *fn) {
+loom_status lm_kernel_function(const lk_kernel *k, lk_fn *fn, lm_code **code) {
   lk_hash h = lk_kernel_hash(k);
   cpu_kernel c = {k, NULL, {0}};
   lm_llvm_symbol_name(k, c.symbol);
-  const void *code = NULL;
-  loom_status st = lm_code_get("loom_realize", &kernels, (lm_hash128){h.lo, h.hi},
-                               lm_disk_key(h.lo, h.hi), &cpu_backend, &c, &code);
-  *fn = (lk_fn)code;
+  loom_status st = lm_code_get("loom_realize", &cpu_code, (lm_hash128){h.lo, h.hi},
+                               lm_disk_key(h.lo, h.hi), &cpu_backend, &c, code);
+  *fn = st == LOOM_OK ? (lk_fn)(uintptr_t)lm_code_fn(*code) : NULL;
   return st;
 }
 
 /* ------------------------------------------------------------ CPU GEMM blocks */
-
-static lm_cache gemms = LM_CACHE_INIT(0, NULL);
 
 static lm_hash128 gemm_disk_key(const lk_gemm *d) {
   lk_hash h = lk_gemm_hash(d);
@@ -137,15 +186,15 @@ static lm_hash128 gemm_disk_key(const lk_gemm *d) {
   return lm_disk_key_text(ident);
 }
 
-loom_status lm_gemm_function(loom_dtype dtype, lk_gemm *d, lk_gemm_fn *fn) {
+loom_status lm_gemm_function(loom_dtype dtype, lk_gemm *d, lk_gemm_fn *fn, lm_code **code) {
   lm_llvm_gemm_tile(dtype, d);
   lk_hash h = lk_gemm_hash(d);
   cpu_kernel c = {NULL, d, {0}};
   lm_llvm_gemm_symbol_name(d, c.symbol);
-  const void *code = NULL;
-  loom_status st = lm_code_get("loom_realize", &gemms, (lm_hash128){h.lo, h.hi}, gemm_disk_key(d),
-                               &cpu_backend, &c, &code);
-  *fn = (lk_gemm_fn)code;
+  lm_hash128 memory_key = {h.lo, h.hi ^ 0x6a09e667f3bcc909ull}; /* apart from kernels' */
+  loom_status st =
+      lm_code_get("loom_realize", &cpu_code, memory_key, gemm_disk_key(d), &cpu_backend, &c, code);
+  *fn = st == LOOM_OK ? (lk_gemm_fn)(uintptr_t)lm_code_fn(*code) : NULL;
   return st;
 }
 

@@ -1,5 +1,5 @@
 /* Compiled code, for either device, through one pipeline: the in-memory
- * cache, the disk cache, the backend. */
+ * cache, the disk cache, the backend; and how long it stays loaded. */
 #ifndef LOOM_RUNTIME_COMPILE_H
 #define LOOM_RUNTIME_COMPILE_H
 
@@ -7,6 +7,13 @@
 
 #include "ir/kernel.h"
 #include "runtime/cache.h"
+
+/* What a backend's load hands over: what callers run (a CPU function, the
+ * CUDA backend's launchable record) and the handle its unload takes. */
+typedef struct lm_loaded {
+  const void *fn;
+  void *handle;
+} lm_loaded;
 
 /*
  * What a backend contributes to the pipeline. Each callback gets the caller's
@@ -19,25 +26,41 @@ typedef struct lm_code_backend {
   loom_status (*prepare)(void *ctx, char *err, size_t errlen);
   /* The binary: an object file, a cubin (*bin malloc'd). */
   loom_status (*build)(void *ctx, void **bin, size_t *len, char *err, size_t errlen);
-  /* The code in a binary, ready to run (*code: what the cache keeps). A
-   * binary from the disk cache that fails here is removed and rebuilt. */
-  loom_status (*load)(void *ctx, const void *bin, size_t len, void **code, char *err,
+  /* The code in a binary, ready to run. A binary from the disk cache that
+   * fails here is removed and rebuilt. */
+  loom_status (*load)(void *ctx, const void *bin, size_t len, lm_loaded *out, char *err,
                       size_t errlen);
-  /* Frees code that did not make it into the cache (may be NULL). */
-  void (*discard)(void *code);
+  /* Unloads what load made, once nothing holds it. */
+  void (*unload)(void *handle);
 } lm_code_backend;
 
+/* Loaded code, counted: the cache holds one reference while it keeps the
+ * code, each compiled program one per step that runs it; the last release
+ * unloads it. So at most the cache's capacity (LOOM_JIT_MAX_KERNELS) of code
+ * stays loaded beyond what live programs run. */
+typedef struct lm_code lm_code;
+
 /*
- * The code cached under memory_key, else the binary under disk_key loaded,
- * else built, stored on disk and loaded; counted in the stats (kernel cache
- * hits, disk cache hits, kernels compiled, compile time). When two threads
- * build the same code, one is kept. op names the call for errors.
+ * A reference to the code cached under memory_key, else the binary under
+ * disk_key loaded, else built, stored on disk and loaded; counted in the stats
+ * (kernel cache hits, disk cache hits, kernels compiled, compile time). When
+ * two threads build the same code, one is kept. op names the call for errors.
+ * The caller releases *code.
  */
 loom_status lm_code_get(const char *op, lm_cache *cache, lm_hash128 memory_key, lm_hash128 disk_key,
-                        const lm_code_backend *b, void *ctx, const void **code);
+                        const lm_code_backend *b, void *ctx, lm_code **code);
+const void *lm_code_fn(const lm_code *code);
+void lm_code_release(lm_code *code); /* NULL: nothing */
+/* The capacity of the code caches (LOOM_JIT_MAX_KERNELS, default 4096); the
+ * graph -> program cache weighs its programs against the same number. */
+size_t lm_code_cache_capacity(void);
+/* A cache of code: its capacity, set on first use from the environment. */
+#define LM_CODE_CACHE_INIT LM_CACHE_INIT(0, lm_code_cache_free)
+void lm_code_cache_free(void *code);
 
-/* The CPU function of kernel k (backends/llvm). */
-loom_status lm_kernel_function(const lk_kernel *k, lk_fn *fn);
+/* The CPU function of kernel k (backends/llvm), with the reference that keeps
+ * it loaded (*code, released by the caller). */
+loom_status lm_kernel_function(const lk_kernel *k, lk_fn *fn, lm_code **code);
 /* The relocatable object file defining k (from the disk cache, or emitted):
  * the same code the JIT runs, for ahead-of-time export. *obj is malloc'd;
  * symbol gets the function's name ("lk_" + 32 hex digits). */
@@ -45,7 +68,7 @@ loom_status lm_kernel_object(const lk_kernel *k, char symbol[36], void **obj, si
 
 /* The same for GEMM block functions (backends/llvm/gemm.c): of dtype, with
  * the tile that fits the host (*d); that tile and its symbol; the object of d. */
-loom_status lm_gemm_function(loom_dtype dtype, lk_gemm *d, lk_gemm_fn *fn);
+loom_status lm_gemm_function(loom_dtype dtype, lk_gemm *d, lk_gemm_fn *fn, lm_code **code);
 void lm_gemm_tile_name(loom_dtype dtype, lk_gemm *d, char symbol[36]);
 loom_status lm_gemm_object(const lk_gemm *d, char symbol[36], void **obj, size_t *len);
 

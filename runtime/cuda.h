@@ -24,6 +24,8 @@
 /* Driver, a device and NVRTC all present; else false and why. */
 bool lm_cuda_ready(char *why, size_t whylen);
 int lm_cuda_count(void);
+/* CUDA modules loaded now (kernels and GEMMs, every device). */
+size_t lm_cuda_modules_loaded(void);
 
 loom_status lm_cuda_alloc(const char *op, int dev, size_t bytes, void **out);
 void lm_cuda_free(int dev, void *ptr, size_t bytes);

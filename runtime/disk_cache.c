@@ -99,14 +99,7 @@ static const char *unsafe_parent(const char *path, char *at, size_t len) {
 }
 
 static void read_max_bytes(void) {
-  const char *v = getenv("LOOM_CACHE_MAX_BYTES");
-  char *end = NULL;
-  unsigned long long n = v && *v ? strtoull(v, &end, 10) : 0;
-  if (v && *v && end && !*end && n > 0)
-    max_bytes = n;
-  else if (v && *v)
-    fprintf(stderr, "loom: LOOM_CACHE_MAX_BYTES=%s is not a positive byte count; using %llu\n", v,
-            (unsigned long long)DEFAULT_MAX_BYTES);
+  max_bytes = lm_env_count("LOOM_CACHE_MAX_BYTES", DEFAULT_MAX_BYTES);
 }
 
 static void resolve_dir(void) {

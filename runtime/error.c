@@ -1,4 +1,5 @@
 /* Errors: error tensors, the thread's first error, the handler, abort-on-error. */
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,4 +157,16 @@ loom_tensor *lm_oom_tensor(const char *message) {
 bool lm_env_flag(const char *name) {
   const char *v = getenv(name);
   return v && *v && strcmp(v, "0") != 0;
+}
+
+uint64_t lm_env_count(const char *name, uint64_t fallback) {
+  const char *v = getenv(name);
+  if (!v || !*v) return fallback;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (*v != '-' && end && !*end && errno == 0 && n > 0) return n;
+  fprintf(stderr, "loom: %s=%s is not a positive whole number; using %llu\n", name, v,
+          (unsigned long long)fallback);
+  return fallback;
 }

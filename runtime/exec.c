@@ -187,20 +187,30 @@ loom_status lm_exec_run(const lm_exec *x) {
   return lm_exec_steps(x, &cpu_runner);
 }
 
+static void release_code(lm_schedule *p) {
+  for (int i = 0; i < p->nsteps; i++) {
+    lm_code_release(p->steps[i].code);
+    p->steps[i].code = NULL;
+  }
+}
+
 /* Compiles the kernels of steps [begin, end) (a pool part). A failure leaves
  * fn NULL; the caller reports it on its own thread. */
 static void compile_steps(void *ctx, int64_t begin, int64_t end) {
   lm_schedule *p = ctx;
   for (int64_t i = begin; i < end; i++) {
     lm_step *s = &p->steps[i];
-    if (s->kind == LM_STEP_KERNEL && lm_kernel_function(&s->kernel, &s->fn) != LOOM_OK)
+    if (s->kind == LM_STEP_KERNEL && lm_kernel_function(&s->kernel, &s->fn, &s->code) != LOOM_OK)
       s->fn = NULL;
   }
 }
 
 /* A new program's kernels compile in parallel (LLVM work dominates a cold
- * start); cached ones come back at once. */
+ * start); cached ones come back at once. Each step holds its code until the
+ * schedule is freed. */
 loom_status lm_exec_compile(lm_schedule *p, loom_device device) {
+  release_code(p); /* compiled before: for another device, say */
+  p->release_code = release_code;
   if (device.type == LOOM_DEVICE_CUDA) return lm_cuda_exec_compile(p, device.index);
   int kernels = 0;
   for (int i = 0; i < p->nsteps; i++) {
@@ -213,12 +223,12 @@ loom_status lm_exec_compile(lm_schedule *p, loom_device device) {
   for (int i = 0; i < p->nsteps; i++) {
     lm_step *s = &p->steps[i];
     if (s->kind != LM_STEP_KERNEL || s->fn) continue;
-    loom_status st = lm_kernel_function(&s->kernel, &s->fn); /* again, to report here */
+    loom_status st = lm_kernel_function(&s->kernel, &s->fn, &s->code); /* again, to report here */
     if (st != LOOM_OK) return st;
   }
   for (int i = 0; i < p->nsteps; i++) {
     if (p->steps[i].kind != LM_STEP_GEMM) continue;
-    loom_status st = lm_gemm_prepare(&p->steps[i].gemm);
+    loom_status st = lm_gemm_prepare(&p->steps[i].gemm, &p->steps[i].code);
     if (st != LOOM_OK) return st;
   }
   return LOOM_OK;

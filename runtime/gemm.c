@@ -341,8 +341,9 @@ loom_status lm_run_gemm_filled(const lm_gemm *g, const void *a, lm_gemm_fill fil
 
 /* ------------------------------------------------------------ choosing */
 
-loom_status lm_gemm_prepare(lm_gemm *g) {
+loom_status lm_gemm_prepare(lm_gemm *g, lm_code **code) {
   g->fn = NULL;
+  *code = NULL;
   g->fn_for_all = false;
   const char *force = getenv("LOOM_GEMM");
   bool all = force && strcmp(force, "loom") == 0, none = force && strcmp(force, "blas") == 0;
@@ -351,5 +352,5 @@ loom_status lm_gemm_prepare(lm_gemm *g) {
                    force);
   if (none) return LOOM_OK;
   g->fn_for_all = all;
-  return lm_gemm_function(g->dtype, &g->tile, &g->fn);
+  return lm_gemm_function(g->dtype, &g->tile, &g->fn, code);
 }

@@ -30,8 +30,17 @@ static void program_release(void *v) {
   }
 }
 
-#define PROGRAM_CACHE_CAPACITY 4096
-static lm_cache programs = LM_CACHE_INIT(PROGRAM_CACHE_CAPACITY, program_release);
+/* A cached program keeps its code loaded: it weighs 1 + the code it holds
+ * against the code caches' capacity, so that what cached programs keep
+ * loaded is bounded by the same number as the code caches. */
+static size_t program_weight(const void *v) {
+  const lm_schedule *p = ((const shared_program *)v)->program;
+  size_t w = 1;
+  for (int i = 0; i < p->nsteps; i++) w += p->steps[i].code != NULL;
+  return w;
+}
+
+static lm_cache programs = LM_CACHE_INIT_WEIGHED(0, program_release, program_weight);
 
 /* The plan depends on the graph and on whether fusion is on. */
 static lm_hash128 program_key(const lm_graph *g, bool fuse) {
@@ -60,6 +69,7 @@ static loom_status compile_program(const lm_graph *g, bool fuse, loom_device dev
   lm_stat_add(LM_STAT_GRAPHS_COMPILED, 1);
   /* The cache takes its own reference (or hands back an equal program that
    * another thread stored first; either runs the same). */
+  lm_cache_set_capacity(&programs, lm_code_cache_capacity());
   shared_program *stored = lm_cache_put(&programs, program_key(g, fuse), sp, program_acquire, NULL);
   if (stored && stored != sp) {
     program_release(sp);

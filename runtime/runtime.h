@@ -93,6 +93,7 @@ typedef enum lm_stat {
   LM_STAT_COMPILE_NS,
   LM_STAT_REALIZATIONS,
   LM_STAT_NODES_RECORDED,
+  LM_STAT_KERNELS_UNLOADED,
   LM_NUM_STATS
 } lm_stat;
 void lm_stat_add(lm_stat which, uint64_t amount);
@@ -158,5 +159,8 @@ bool lm_is_name(const char *s, size_t len);
 
 /* ------------------------------------------------------------ environment */
 bool lm_env_flag(const char *name); /* set to something other than "" or "0" */
+/* A positive whole number from the environment; fallback when unset, or (with
+ * a warning on stderr naming the variable) when it is not one. */
+uint64_t lm_env_count(const char *name, uint64_t fallback);
 
 #endif

@@ -2,6 +2,8 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "backends/llvm/llvm_backend.h"
+#include "runtime/cuda.h"
 #include "runtime/runtime.h"
 
 static _Atomic uint64_t counters[LM_NUM_STATS];
@@ -44,6 +46,8 @@ loom_stats loom_get_stats(void) {
   s.bytes_peak = (uint64_t)atomic_load(&bytes_peak);
   s.device_bytes_live = (uint64_t)atomic_load(&device_live);
   s.device_bytes_peak = (uint64_t)atomic_load(&device_peak);
+  s.kernels_loaded = lm_llvm_objects_loaded() + lm_cuda_modules_loaded();
+  s.kernels_unloaded = atomic_load(&counters[LM_STAT_KERNELS_UNLOADED]);
   return s;
 }
 

@@ -12,6 +12,7 @@
 #include "check.h"
 #include "loom.h"
 #include "ref.h"
+#include "test_device.h"
 
 /* z = sum(exp(x) * y + 1, axis -1) / 2 on fresh tensors; checks the value. */
 static void run_once(loom_shape s, const char *label) {
@@ -88,11 +89,95 @@ static void test_constants_are_parameters(void) {
   loom_free(w), loom_free(g), loom_free(x);
 }
 
+/* y = sum(sin(x) * 2) over n values; false when its value is wrong. */
+static bool sine_sum_right(int64_t n) {
+  bool right = false;
+  LOOM_SCOPE {
+    loom_tensor *x = loom_arange(0, (double)n, 1, LOOM_F32, test_device());
+    double got = loom_item(loom_sum_all(loom_mul_s(loom_sin(x), 2)));
+    double want = 0;
+    for (int64_t i = 0; i < n; i++) want += 2 * sin((double)i);
+    right = fabs(got - want) <= 1e-4 * (1 + (double)n);
+  }
+  return right;
+}
+
+/* LOOM_JIT_MAX_KERNELS bounds the loaded code (the child process, with the
+ * bound set before loom starts): realizations of new shapes load a new
+ * kernel each (they all stayed loaded), yet at most twice the bound stay
+ * loaded beyond a program the user holds; that program's kernel, evicted from
+ * the cache, stays loaded and runs; an unloaded kernel comes back from the
+ * disk cache and computes right. On the emulated CUDA device (CUDA modules;
+ * each compile runs the host's C++ compiler) with fewer shapes. */
+static int JIT_BOUND = 16, SHAPES = 200;
+
+static int jit_bound_main(void) {
+  loom_device dev = test_device();
+  loom_tensor *x = loom_input("x", LOOM_SHAPE(7), LOOM_F32, dev);
+  loom_tensor *x3 = loom_mul_s(x, 3), *y = loom_tanh(x3);
+  loom_program *held = loom_compile(&y, 1, &x, 1);
+  CHECK(held != NULL);
+  uint64_t held_loaded = loom_get_stats().kernels_loaded;
+  CHECK(held_loaded >= 1);
+  int wrong = 0;
+  uint64_t most = 0;
+  for (int64_t n = 1; n <= SHAPES; n++) {
+    wrong += !sine_sum_right(n);
+    uint64_t now = loom_get_stats().kernels_loaded;
+    if (now > most) most = now;
+  }
+  CHECK_EQ_INT(wrong, 0);
+  loom_stats s = loom_get_stats();
+  printf("jit bound %d: at most %llu kernels loaded, %llu unloaded, %llu compiled\n", JIT_BOUND,
+         (unsigned long long)most, (unsigned long long)s.kernels_unloaded,
+         (unsigned long long)s.kernels_compiled);
+  CHECK_MSG(most <= 2 * JIT_BOUND + held_loaded, "%llu kernels loaded at once (bound %d)",
+            (unsigned long long)most, JIT_BOUND);
+  CHECK(s.kernels_compiled + s.disk_cache_hits >= (uint64_t)SHAPES);
+  CHECK(s.kernels_unloaded >= (uint64_t)(SHAPES - 2 * JIT_BOUND));
+  /* the held program's kernel left the cache long ago, and still runs */
+  float xs[7] = {-1, -0.5f, -0.1f, 0, 0.1f, 0.5f, 1}, ys[7];
+  loom_tensor *in = loom_from_data(xs, LOOM_SHAPE(7), LOOM_F32, dev), *out = NULL;
+  CHECK_OK(loom_program_run(held, &in, &out));
+  CHECK_OK(loom_copy_to_host(out, ys, sizeof ys));
+  for (int i = 0; i < 7; i++) CHECK_NEAR(ys[i], tanh(3.0 * xs[i]), 1e-6);
+  /* the first shape's kernel was unloaded: it loads again from disk */
+  uint64_t disk_before = loom_get_stats().disk_cache_hits;
+  CHECK(sine_sum_right(1));
+  CHECK(loom_get_stats().disk_cache_hits > disk_before);
+  loom_free(in), loom_free(out), loom_free(x), loom_free(x3), loom_free(y);
+  loom_program_free(held);
+  CHECK(loom_get_stats().kernels_loaded <= (uint64_t)(2 * JIT_BOUND));
+  return check_report();
+}
+
+/* Runs this test as a child process in `mode` with the cache in dir. */
+static void run_child(const char *argv0, const char *mode, const char *dir, const char *what) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/proc/self/exe", argv0, mode, dir, (char *)NULL);
+    _exit(127);
+  }
+  int ws = 0;
+  CHECK(pid > 0 && waitpid(pid, &ws, 0) == pid);
+  CHECK_MSG(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "%s child process failed (status %d)", what, ws);
+}
+
 int main(int argc, char **argv) {
   /* A private cache directory (not yet existing), set before loom starts. */
   char base[] = "/tmp/loom-test-cache-XXXXXX";
   char dir[256];
   bool is_child = argc > 2 && strcmp(argv[1], "--child") == 0;
+  bool is_jit_child = argc > 2 && strcmp(argv[1], "--jit-bound") == 0;
+  if (is_jit_child) {
+    if (test_device().type == LOOM_DEVICE_CUDA) JIT_BOUND = 3, SHAPES = 16;
+    char bound[16];
+    snprintf(bound, sizeof bound, "%d", JIT_BOUND);
+    setenv("LOOM_CACHE_DIR", argv[2], 1);
+    setenv("LOOM_JIT_MAX_KERNELS", bound, 1);
+    return jit_bound_main();
+  }
   if (is_child) {
     snprintf(dir, sizeof dir, "%s", argv[2]);
   } else {
@@ -183,15 +268,8 @@ int main(int argc, char **argv) {
   if (stat(dir, &st) == 0) {
     CHECK(S_ISDIR(st.st_mode));
     CHECK_EQ_INT(st.st_mode & 0777, 0700);
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-      execl("/proc/self/exe", argv[0], "--child", dir, (char *)NULL);
-      _exit(127);
-    }
-    int ws = 0;
-    CHECK(pid > 0 && waitpid(pid, &ws, 0) == pid);
-    CHECK_MSG(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "warm child process failed (status %d)", ws);
+    run_child(argv[0], "--child", dir, "warm");
+    run_child(argv[0], "--jit-bound", dir, "bounded JIT");
   } else {
     CHECK_MSG(false, "LOOM_CACHE_DIR %s was not created", dir);
   }

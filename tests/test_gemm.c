@@ -125,7 +125,8 @@ static void run_block(loom_dtype dt, lk_gemm_fn fn, const lk_gemm *tile, layout 
 static void test_block_function(loom_dtype dt) {
   lk_gemm tile;
   lk_gemm_fn fn = NULL;
-  if (lm_gemm_function(dt, &tile, &fn) != LOOM_OK || !fn) {
+  lm_code *code = NULL;
+  if (lm_gemm_function(dt, &tile, &fn, &code) != LOOM_OK || !fn) {
     check_fail_at(__FILE__, __LINE__, "no GEMM block function for %s: %s", loom_dtype_name(dt),
                   loom_last_error());
     return;
@@ -156,6 +157,7 @@ static void test_block_function(loom_dtype dt) {
   /* no terms: C = 0, or left as it is */
   run_block(dt, fn, &tile, (layout){5, 7, 0, false, false, 1, false, 5, 1, 7});
   run_block(dt, fn, &tile, (layout){5, 7, 0, false, true, 1, true, 5, 1, 7});
+  lm_code_release(code);
 }
 
 /* ------------------------------------------------------------ through matmul */

@@ -1672,23 +1672,38 @@ static void test_emit_and_load(void) {
   if (st != LOOM_OK) return;
   CHECK(memcmp(obj, "\177ELF", 4) == 0, "object is not ELF");
   lk_fn fn = NULL, again = NULL;
-  st = lm_llvm_load_object(obj, objlen, "lk_test_custom_symbol", &fn, err, sizeof err);
-  CHECK(st == LOOM_OK && fn, "load object: %s", err);
-  st = lm_llvm_load_object(obj, objlen, "lk_test_custom_symbol", &again, err, sizeof err);
-  CHECK(st == LOOM_OK && again == fn, "loading twice gives another function");
-  if (fn) {
+  lm_llvm_object *first = NULL, *second = NULL;
+  size_t before = lm_llvm_objects_loaded();
+  st = lm_llvm_load_object(obj, objlen, "lk_test_custom_symbol", &fn, &first, err, sizeof err);
+  CHECK(st == LOOM_OK && fn && first, "load object: %s", err);
+  st = lm_llvm_load_object(obj, objlen, "lk_test_custom_symbol", &again, &second, err, sizeof err);
+  CHECK(st == LOOM_OK && again == fn && second == first, "loading twice gives another function");
+  CHECK(lm_llvm_objects_loaded() == before + 1, "one object loaded: %zu then %zu", before,
+        lm_llvm_objects_loaded());
+  /* unloaded after its last holder only; then loaded afresh, and it runs */
+  for (int round = 0; round < 2 && fn; round++) {
     int32_t out[12];
     void *args[1] = {out};
     fn(args, 0, 12);
     bool ok = true;
     for (int i = 0; i < 12; i++) ok = ok && out[i] == i;
-    CHECK(ok, "loaded object computes the wrong values");
+    CHECK(ok, "loaded object computes the wrong values (round %d)", round);
+    lm_llvm_release(first);
+    CHECK(lm_llvm_objects_loaded() == before + (round == 0), "after one release: %zu loaded",
+          lm_llvm_objects_loaded());
+    lm_llvm_release(second);
+    CHECK(lm_llvm_objects_loaded() == before, "after the last release: %zu loaded",
+          lm_llvm_objects_loaded());
+    if (round == 1) break;
+    st = lm_llvm_load_object(obj, objlen, "lk_test_custom_symbol", &fn, &first, err, sizeof err);
+    CHECK(st == LOOM_OK && fn, "loading an unloaded object again: %s", err);
+    second = NULL;
   }
   free(obj);
   char junk[256];
   memset(junk, 0x42, sizeof junk);
   lk_fn bad = (lk_fn)1;
-  st = lm_llvm_load_object(junk, sizeof junk, "lk_junk", &bad, err, sizeof err);
+  st = lm_llvm_load_object(junk, sizeof junk, "lk_junk", &bad, NULL, err, sizeof err);
   CHECK(st == LOOM_ERR_COMPILE && !bad && strstr(err, "lk_junk"), "junk object: %d '%s'", (int)st,
         err);
   const char *id = lm_llvm_target_id();

@@ -179,11 +179,14 @@ static void run_together(void) {
 static pthread_barrier_t at_once;
 static lk_inst race_inst[4];
 static lk_kernel race_kernel;
+static lk_fn race_fns[THREADS];
+
+static lm_code *race_code[THREADS];
 
 static void *compile_same(void *arg) {
   lk_fn *fn = arg;
   pthread_barrier_wait(&at_once);
-  if (lm_kernel_function(&race_kernel, fn) != LOOM_OK) *fn = NULL;
+  if (lm_kernel_function(&race_kernel, fn, &race_code[fn - race_fns]) != LOOM_OK) *fn = NULL;
   return NULL;
 }
 
@@ -207,7 +210,7 @@ static void test_concurrent_compile_counted_once(void) {
   loom_stats before = loom_get_stats();
   pthread_barrier_init(&at_once, NULL, THREADS);
   pthread_t th[THREADS];
-  lk_fn fns[THREADS];
+  lk_fn *fns = race_fns;
   for (int t = 0; t < THREADS; t++) pthread_create(&th[t], NULL, compile_same, &fns[t]);
   for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
   pthread_barrier_destroy(&at_once);
@@ -220,6 +223,10 @@ static void test_concurrent_compile_counted_once(void) {
                    (after.kernel_cache_hits - before.kernel_cache_hits) +
                    (after.disk_cache_hits - before.disk_cache_hits),
                THREADS);
+  for (int t = 0; t < THREADS; t++) {
+    CHECK(race_code[t] != NULL);
+    lm_code_release(race_code[t]);
+  }
 }
 
 int main(void) {

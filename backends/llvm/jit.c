@@ -19,15 +19,19 @@
 
 #include "backends/llvm/llvm_internal.h"
 
-typedef struct fn_entry {
-  char *symbol; /* NULL: empty */
+/* One loaded object: its function, the resource tracker that unloads it, and
+ * how many holders it has (jit_lock). */
+struct lm_llvm_object {
+  char *symbol;
   lk_fn fn;
-} fn_entry;
+  LLVMOrcResourceTrackerRef tracker;
+  int64_t holders;
+};
 
 /* Guarded by jit_lock. */
 static pthread_mutex_t jit_lock = PTHREAD_MUTEX_INITIALIZER;
 static LLVMOrcLLJITRef jit;
-static fn_entry *table; /* open addressing, capacity a power of two */
+static lm_llvm_object **table; /* open addressing by symbol, capacity a power of two */
 static size_t table_cap, table_len;
 
 /* What the execution session reported while this thread materialized symbols
@@ -40,40 +44,69 @@ static size_t slot_of(const char *symbol, size_t cap) {
   return (size_t)XXH3_64bits(symbol, strlen(symbol)) & (cap - 1);
 }
 
-static lk_fn table_find(const char *symbol) {
-  if (!table_cap) return NULL;
-  for (size_t i = slot_of(symbol, table_cap);; i = (i + 1) & (table_cap - 1)) {
-    if (!table[i].symbol) return NULL;
-    if (strcmp(table[i].symbol, symbol) == 0) return table[i].fn;
-  }
+static size_t table_slot(const char *symbol) { /* of symbol, or the empty slot ending its run */
+  size_t i = slot_of(symbol, table_cap);
+  while (table[i] && strcmp(table[i]->symbol, symbol) != 0) i = (i + 1) & (table_cap - 1);
+  return i;
 }
 
-static void table_put(fn_entry *t, size_t cap, char *symbol, lk_fn fn) {
-  size_t i = slot_of(symbol, cap);
-  while (t[i].symbol) i = (i + 1) & (cap - 1);
-  t[i] = (fn_entry){symbol, fn};
+static lm_llvm_object *table_find(const char *symbol) {
+  return table_cap ? table[table_slot(symbol)] : NULL;
 }
 
-static bool table_insert(const char *symbol, lk_fn fn) {
+static void table_put(lm_llvm_object **t, size_t cap, lm_llvm_object *o) {
+  size_t i = slot_of(o->symbol, cap);
+  while (t[i]) i = (i + 1) & (cap - 1);
+  t[i] = o;
+}
+
+static bool table_insert(lm_llvm_object *o) {
   if (2 * (table_len + 1) > table_cap) { /* keep the load under 1/2 */
     size_t cap = table_cap ? 2 * table_cap : 64;
-    fn_entry *t = calloc(cap, sizeof *t);
+    lm_llvm_object **t = calloc(cap, sizeof *t);
     if (!t) return false;
     for (size_t i = 0; i < table_cap; i++)
-      if (table[i].symbol) table_put(t, cap, table[i].symbol, table[i].fn);
+      if (table[i]) table_put(t, cap, table[i]);
     free(table);
     table = t;
     table_cap = cap;
   }
-  char *copy = strdup(symbol);
-  if (!copy) return false;
-  table_put(table, table_cap, copy, fn);
+  table_put(table, table_cap, o);
   table_len++;
   return true;
 }
 
+/* Removes o's slot, moving later members of its probe run back so that every
+ * lookup still finds them (linear probing's deletion, no tombstones). */
+static void table_remove(const lm_llvm_object *o) {
+  size_t hole = table_slot(o->symbol), mask = table_cap - 1;
+  table[hole] = NULL;
+  for (size_t i = (hole + 1) & mask; table[i]; i = (i + 1) & mask) {
+    size_t home = slot_of(table[i]->symbol, table_cap);
+    bool stays = hole <= i ? hole < home && home <= i : hole < home || home <= i;
+    if (stays) continue;
+    table[hole] = table[i];
+    table[i] = NULL;
+    hole = i;
+  }
+  table_len--;
+}
+
+static void object_free(lm_llvm_object *o) {
+  if (o->tracker) {
+    LLVMConsumeError(LLVMOrcResourceTrackerRemove(o->tracker)); /* frees the object's memory */
+    LLVMOrcReleaseResourceTracker(o->tracker);
+  }
+  free(o->symbol);
+  free(o);
+}
+
 static void table_free(void) {
-  for (size_t i = 0; i < table_cap; i++) free(table[i].symbol);
+  for (size_t i = 0; i < table_cap; i++) {
+    if (!table[i]) continue;
+    free(table[i]->symbol); /* the JIT's disposal frees the code */
+    free(table[i]);
+  }
   free(table);
   table = NULL;
   table_cap = table_len = 0;
@@ -119,11 +152,12 @@ static loom_status ensure_jit(const char *symbol, char *err, size_t errlen) {
 }
 
 /* Adds an object (taking ownership of buf) and looks up `symbol` (jit_lock
- * held). Each object has a resource tracker of its own: one that does not
- * serve `symbol` (a cache entry holding another kernel's code, or one whose
- * dependencies do not resolve) is removed from the JIT again, so the symbols
- * it defined do not collide with the code rebuilt in its place. */
-static loom_status add_and_lookup(LLVMMemoryBufferRef buf, const char *symbol, lk_fn *out_fn,
+ * held). Each object has a resource tracker of its own, kept with it to unload
+ * it once it has no holders. One that does not serve `symbol` (a cache entry
+ * holding another kernel's code, or one whose dependencies do not resolve) is
+ * removed from the JIT at once, so the symbols it defined do not collide with
+ * the code rebuilt in its place. */
+static loom_status add_and_lookup(LLVMMemoryBufferRef buf, const char *symbol, lm_llvm_object *out,
                                   char *err, size_t errlen) {
   session_error[0] = 0;
   LLVMOrcResourceTrackerRef rt =
@@ -139,41 +173,58 @@ static loom_status add_and_lookup(LLVMMemoryBufferRef buf, const char *symbol, l
     lm_set_err(err, errlen, "kernel %s: the JIT returned a null address", symbol);
     st = LOOM_ERR_COMPILE;
   }
-  if (st != LOOM_OK) LLVMConsumeError(LLVMOrcResourceTrackerRemove(rt));
-  LLVMOrcReleaseResourceTracker(rt);
-  if (st == LOOM_OK) *out_fn = (lk_fn)(uintptr_t)addr;
-  return st;
+  if (st != LOOM_OK) {
+    LLVMConsumeError(LLVMOrcResourceTrackerRemove(rt));
+    LLVMOrcReleaseResourceTracker(rt);
+    return st;
+  }
+  out->fn = (lk_fn)(uintptr_t)addr;
+  out->tracker = rt;
+  return LOOM_OK;
 }
 
-/* Loads buf (consumed) as `symbol` unless that symbol is loaded already. */
+/* Loads buf (consumed) as `symbol` unless that symbol is loaded already; either
+ * way the caller becomes one of its holders. */
 static loom_status load_buffer(LLVMMemoryBufferRef buf, const char *symbol, lk_fn *out_fn,
-                               char *err, size_t errlen) {
+                               lm_llvm_object **held, char *err, size_t errlen) {
   pthread_mutex_lock(&jit_lock);
   loom_status st = LOOM_OK;
-  lk_fn fn = table_find(symbol);
-  if (fn) {
+  lm_llvm_object *o = table_find(symbol);
+  if (o) {
     LLVMDisposeMemoryBuffer(buf);
+  } else if (!(o = calloc(1, sizeof *o)) || !(o->symbol = strdup(symbol))) {
+    LLVMDisposeMemoryBuffer(buf);
+    free(o);
+    o = NULL;
+    lm_set_err(err, errlen, "kernel %s: out of memory recording the loaded function", symbol);
+    st = LOOM_ERR_OOM;
   } else {
     st = ensure_jit(symbol, err, errlen);
     if (st == LOOM_OK)
-      st = add_and_lookup(buf, symbol, &fn, err, errlen);
+      st = add_and_lookup(buf, symbol, o, err, errlen);
     else
       LLVMDisposeMemoryBuffer(buf);
-    if (st == LOOM_OK && !table_insert(symbol, fn)) {
+    if (st == LOOM_OK && !table_insert(o)) {
       lm_set_err(err, errlen, "kernel %s: out of memory recording the loaded function", symbol);
       st = LOOM_ERR_OOM;
     }
+    if (st != LOOM_OK) object_free(o);
   }
+  if (st == LOOM_OK) o->holders++;
   pthread_mutex_unlock(&jit_lock);
-  *out_fn = st == LOOM_OK ? fn : NULL;
+  *out_fn = st == LOOM_OK ? o->fn : NULL;
+  if (held) *held = st == LOOM_OK ? o : NULL;
   return st;
 }
 
-static lk_fn find_loaded(const char *symbol) {
+/* The loaded function of `symbol`, the caller made one of its holders. */
+static lk_fn hold_loaded(const char *symbol, lm_llvm_object **held) {
   pthread_mutex_lock(&jit_lock);
-  lk_fn fn = table_find(symbol);
+  lm_llvm_object *o = table_find(symbol);
+  if (o) o->holders++;
   pthread_mutex_unlock(&jit_lock);
-  return fn;
+  if (held) *held = o;
+  return o ? o->fn : NULL;
 }
 
 /* ------------------------------------------------------------------ API */
@@ -184,13 +235,14 @@ void lm_llvm_symbol_name(const lk_kernel *k, char buf[36]) {
 }
 
 loom_status lm_llvm_load_object(const void *obj, size_t objlen, const char *symbol, lk_fn *out_fn,
-                                char *err, size_t errlen) {
+                                lm_llvm_object **held, char *err, size_t errlen) {
   *out_fn = NULL;
+  if (held) *held = NULL;
   if (!obj || !symbol || !objlen) {
     lm_set_err(err, errlen, "lm_llvm_load_object: no object or symbol");
     return LOOM_ERR_COMPILE;
   }
-  lk_fn fn = find_loaded(symbol);
+  lk_fn fn = hold_loaded(symbol, held);
   if (fn) {
     *out_fn = fn;
     return LOOM_OK;
@@ -200,7 +252,26 @@ loom_status lm_llvm_load_object(const void *obj, size_t objlen, const char *symb
     lm_set_err(err, errlen, "kernel %s: out of memory copying the object", symbol);
     return LOOM_ERR_OOM;
   }
-  return load_buffer(buf, symbol, out_fn, err, errlen);
+  return load_buffer(buf, symbol, out_fn, held, err, errlen);
+}
+
+bool lm_llvm_release(lm_llvm_object *o) {
+  if (!o) return false;
+  pthread_mutex_lock(&jit_lock);
+  bool last = --o->holders == 0;
+  if (last) {
+    table_remove(o);
+    object_free(o);
+  }
+  pthread_mutex_unlock(&jit_lock);
+  return last;
+}
+
+size_t lm_llvm_objects_loaded(void) {
+  pthread_mutex_lock(&jit_lock);
+  size_t n = table_len;
+  pthread_mutex_unlock(&jit_lock);
+  return n;
 }
 
 /* *obj = a malloc'd copy of buf (consumed). */
@@ -253,7 +324,7 @@ loom_status lm_llvm_compile(const lk_kernel *k, lk_fn *out_fn, char *err, size_t
     lm_set_err(err, errlen, "kernel %s is invalid: %s", symbol, bad);
     return LOOM_ERR_COMPILE;
   }
-  lk_fn fn = find_loaded(symbol);
+  lk_fn fn = hold_loaded(symbol, NULL);
   if (fn) {
     *out_fn = fn;
     return LOOM_OK;
@@ -262,11 +333,13 @@ loom_status lm_llvm_compile(const lk_kernel *k, lk_fn *out_fn, char *err, size_t
   LLVMMemoryBufferRef buf = NULL;
   loom_status st = lm_emit_object_buffer(k, symbol, &buf, err, errlen);
   if (st != LOOM_OK) return st;
-  return load_buffer(buf, symbol, out_fn, err, errlen);
+  return load_buffer(buf, symbol, out_fn, NULL, err, errlen);
 }
 
 void lm_llvm_shutdown(void) {
   pthread_mutex_lock(&jit_lock);
+  for (size_t i = 0; i < table_cap; i++) /* the trackers' handles; the JIT frees the code */
+    if (table[i]) LLVMOrcReleaseResourceTracker(table[i]->tracker);
   if (jit) LLVMConsumeError(LLVMOrcDisposeLLJIT(jit));
   jit = NULL;
   table_free();

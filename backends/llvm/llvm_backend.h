@@ -27,8 +27,10 @@
 
 /* Compiles a kernel to a callable function named lk_<32 hex digits of its
  * hash>. Thread-safe; the LLJIT is created on first use. Compiling a kernel
- * that is already loaded returns the loaded function. On failure returns
- * LOOM_ERR_COMPILE (or LOOM_ERR_OOM) with a message in err. */
+ * that is already loaded returns the loaded function. The function stays
+ * loaded until lm_llvm_shutdown (tests use this; the runtime loads objects
+ * with holders, below). On failure returns LOOM_ERR_COMPILE (or LOOM_ERR_OOM)
+ * with a message in err. */
 loom_status lm_llvm_compile(const lk_kernel *k, lk_fn *out_fn, char *err, size_t errlen);
 
 /* The symbol lm_llvm_compile gives k: "lk_" + 32 hex digits; buf needs 36 bytes. */
@@ -39,10 +41,22 @@ void lm_llvm_symbol_name(const lk_kernel *k, char buf[36]);
 loom_status lm_llvm_emit_object(const lk_kernel *k, const char *symbol, void **obj, size_t *objlen,
                                 char *err, size_t errlen);
 
+/* A loaded object, counted: each load of its symbol is one more holder, and
+ * the last lm_llvm_release unloads it (its code and data leave the JIT's
+ * memory; a later load of the symbol loads the object again). */
+typedef struct lm_llvm_object lm_llvm_object;
+
 /* Loads an object made by lm_llvm_emit_object and looks up `symbol` in it. When
- * `symbol` is already loaded, returns that function without loading obj. */
+ * `symbol` is already loaded, returns that function without loading obj. The
+ * caller becomes a holder: *held (when held is not NULL) is what it releases;
+ * with held NULL the object stays loaded until lm_llvm_shutdown. */
 loom_status lm_llvm_load_object(const void *obj, size_t objlen, const char *symbol, lk_fn *out_fn,
-                                char *err, size_t errlen);
+                                lm_llvm_object **held, char *err, size_t errlen);
+/* Drops one holder (NULL: nothing); the last one unloads the object (true
+ * then). The caller no longer calls its function. */
+bool lm_llvm_release(lm_llvm_object *o);
+/* Objects loaded now. */
+size_t lm_llvm_objects_loaded(void);
 
 /* GEMM block functions (ir/kernel.h's lk_gemm): the tile that fits the
  * host's registers for dtype (F32 or F64); the symbol ("lg_" + 32 hex

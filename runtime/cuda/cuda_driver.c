@@ -40,8 +40,8 @@ static bool bind_all(void *lib) {
          BIND(lib, memset_d8, "cuMemsetD8Async") &&
          BIND(lib, module_load_data, "cuModuleLoadData") &&
          BIND(lib, module_get_function, "cuModuleGetFunction") &&
-         BIND(lib, launch_kernel, "cuLaunchKernel") && BIND(lib, error_name, "cuGetErrorName") &&
-         BIND(lib, error_string, "cuGetErrorString");
+         BIND(lib, module_unload, "cuModuleUnload") && BIND(lib, launch_kernel, "cuLaunchKernel") &&
+         BIND(lib, error_name, "cuGetErrorName") && BIND(lib, error_string, "cuGetErrorString");
 }
 
 static void *open_library(void) {

@@ -68,6 +68,7 @@ typedef struct lm_cu_api {
   CUresult (*memset_d8)(CUdeviceptr dst, unsigned char value, size_t bytes, CUstream stream);
   CUresult (*module_load_data)(CUmodule *module, const void *image);
   CUresult (*module_get_function)(CUfunction *fn, CUmodule module, const char *name);
+  CUresult (*module_unload)(CUmodule module);
   CUresult (*launch_kernel)(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                             unsigned by, unsigned bz, unsigned shared_bytes, CUstream stream,
                             void **params, void **extra);

@@ -5,8 +5,9 @@
  * step's tiled kernel (cuda_gemm.c) is compiled by NVRTC for the device's
  * compute capability into a cubin, loaded with cuModuleLoadData, through the
  * pipeline the CPU's kernels take too (runtime/compile.h). Loaded functions
- * are cached in memory per device (never evicted: modules live as long as the
- * process) and cubins on disk (runtime/disk_cache.c) under
+ * are cached in memory per device (bounded as the CPU's: a module the cache
+ * evicted is unloaded once no program runs it, after the device's stream
+ * finishes) and cubins on disk (runtime/disk_cache.c) under
  *   cuda | <kernel name> | codegen version | NVRTC version | sm | loom version
  * An entry the driver refuses is removed and compiled again.
  *
@@ -18,6 +19,7 @@
  * memory (on the CPU the epilogue runs over cached row blocks).
  */
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,15 +47,21 @@ double lm_cuda_peak_gbs(int dev) {
   return d ? d->peak_gbs : 0;
 }
 
-/* A loaded function and how to launch it. */
+/* A loaded function, how to launch it, and the module it came in. */
 typedef struct cuda_code {
   CUfunction fn;
   lm_cuda_launch launch; /* kernels */
   char name[40];
+  CUmodule module;
+  int dev;
 } cuda_code;
 
+static _Atomic int64_t modules_loaded;
+
+size_t lm_cuda_modules_loaded(void) { return (size_t)atomic_load(&modules_loaded); }
+
 /* Loaded functions by (name, device): the design's kernel cache, on CUDA. */
-static lm_cache codes = LM_CACHE_INIT(0, NULL);
+static lm_cache codes = LM_CODE_CACHE_INIT;
 
 static lm_hash128 memory_key(const char *name, int dev) {
   char text[64];
@@ -72,12 +80,33 @@ static lm_hash128 disk_key(const char *name, int sm) {
 }
 
 /* Loads a cubin and finds its function: CUDA_SUCCESS or the driver's error. */
-static CUresult load(const void *cubin, const char *name, CUfunction *fn) {
+static CUresult load(const void *cubin, cuda_code *c) {
   const lm_cu_api *cu = lm_cu();
-  CUmodule module = NULL;
-  CUresult r = cu->module_load_data(&module, cubin);
-  if (r == 0) r = cu->module_get_function(fn, module, name);
-  return r; /* a module whose function is missing stays loaded: it is never reused */
+  CUresult r = cu->module_load_data(&c->module, cubin);
+  if (r != 0) return r;
+  r = cu->module_get_function(&c->fn, c->module, c->name);
+  if (r != 0) {
+    cu->module_unload(c->module);
+    return r;
+  }
+  atomic_fetch_add(&modules_loaded, 1);
+  return r;
+}
+
+/* Once no program runs the code: the device's stream finishes what it has
+ * queued (launches of it among them), then the module goes. */
+static void unload(void *handle) {
+  cuda_code *c = handle;
+  CUstream stream = NULL;
+  if (lm_cuda_enter("loom_realize", c->dev, &stream) == LOOM_OK) {
+    const lm_cu_api *cu = lm_cu();
+    cu->stream_synchronize(stream);
+    if (cu->module_unload(c->module) == 0) {
+      atomic_fetch_sub(&modules_loaded, 1);
+      lm_stat_add(LM_STAT_KERNELS_UNLOADED, 1);
+    }
+  }
+  free(c);
 }
 
 /* The code for a name on one device, through the shared pipeline (runtime/compile.h):
@@ -109,11 +138,12 @@ static loom_status cuda_compile(void *ctx, void **bin, size_t *len, char *err, s
   return st;
 }
 
-static loom_status cuda_load(void *ctx, const void *bin, size_t len, void **code, char *err,
+static loom_status cuda_load(void *ctx, const void *bin, size_t len, lm_loaded *out, char *err,
                              size_t errlen) {
   (void)len;
   cuda_build *b = ctx;
-  CUresult r = load(bin, b->made.name, &b->made.fn);
+  b->made.dev = b->dev;
+  CUresult r = load(bin, &b->made);
   if (r != 0) {
     char text[256];
     snprintf(err, errlen, "loading %s on cuda:%d failed with %s", b->made.name, b->dev,
@@ -122,26 +152,26 @@ static loom_status cuda_load(void *ctx, const void *bin, size_t len, void **code
   }
   cuda_code *c = malloc(sizeof *c);
   if (!c) {
+    lm_cu()->module_unload(b->made.module);
+    atomic_fetch_sub(&modules_loaded, 1);
     snprintf(err, errlen, "out of memory");
     return LOOM_ERR_OOM;
   }
   *c = b->made;
-  *code = c;
+  *out = (lm_loaded){c, c};
   return LOOM_OK;
 }
 
-static const lm_code_backend cuda_backend = {cuda_prepare, cuda_compile, cuda_load, free};
+static const lm_code_backend cuda_backend = {cuda_prepare, cuda_compile, cuda_load, unload};
 
 /* The cached code for name on dev, or compiled from make(ctx)'s source. */
 static loom_status find_code(int dev, const char *name, source_fn make, const void *ctx,
-                             const cuda_code **out) {
+                             lm_code **out) {
   const lm_cu_device *d = lm_cu_device_at(dev);
   cuda_build b = {dev, d->sm, make, ctx, NULL, {0}};
-  const void *code = NULL;
   loom_status st = lm_code_get("loom_realize", &codes, memory_key(name, dev), disk_key(name, d->sm),
-                               &cuda_backend, &b, &code);
+                               &cuda_backend, &b, out);
   free(b.source);
-  *out = code;
   return st;
 }
 
@@ -178,24 +208,24 @@ static loom_status fused_source(const void *ctx, char **source, cuda_code *c, ch
 }
 
 static loom_status step_code(const lm_schedule *p, lm_step *s, int dev) {
-  const cuda_code *code = NULL;
+  lm_code **code = &s->code;
   char name[40];
   loom_status st;
   if (s->kind == LM_STEP_KERNEL && s->gemm_partner >= 0) {
     fused_ctx f = {s, &p->steps[s->gemm_partner].gemm};
     lm_cuda_gemm_epilogue_name(&s->kernel, s->gemm_slot, f.gemm->dtype, f.gemm->a_trans,
                                f.gemm->b_trans, name);
-    st = find_code(dev, name, fused_source, &f, &code);
+    st = find_code(dev, name, fused_source, &f, code);
   } else if (s->kind == LM_STEP_KERNEL) {
     lk_hash h = lk_kernel_hash(&s->kernel);
     snprintf(name, sizeof name, "lk_%016" PRIx64 "%016" PRIx64, h.hi, h.lo);
-    st = find_code(dev, name, kernel_source, &s->kernel, &code);
+    st = find_code(dev, name, kernel_source, &s->kernel, code);
   } else {
     snprintf(name, sizeof name, "lm_gemm_%s_%c%c", loom_dtype_name(s->gemm.dtype),
              s->gemm.a_trans ? 't' : 'n', s->gemm.b_trans ? 't' : 'n');
-    st = find_code(dev, name, gemm_source, &s->gemm, &code);
+    st = find_code(dev, name, gemm_source, &s->gemm, code);
   }
-  s->device_code = code;
+  s->device_code = st == LOOM_OK ? lm_code_fn(*code) : NULL;
   return st;
 }
 

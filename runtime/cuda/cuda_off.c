@@ -13,6 +13,7 @@ bool lm_cuda_ready(char *why, size_t whylen) {
 }
 
 int lm_cuda_count(void) { return 0; }
+size_t lm_cuda_modules_loaded(void) { return 0; }
 
 static loom_status off(const char *op) { return lm_fail(LOOM_ERR_DEVICE, "%s: %s", op, reason); }
 

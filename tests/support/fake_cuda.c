@@ -104,7 +104,7 @@ static struct {
   int initialized, devices, emulate;
   alloc *allocs;
   op *queue, *queue_tail;
-  module *modules; /* every module loaded (loom never unloads one) */
+  module *modules; /* every module loaded and not unloaded */
   long nalloc, nfree, nsync, nlaunch, nmodules, nhtod, ndtoh, ndtod, nbad;
   long fail_alloc, fail_launch; /* 1-based call numbers from the last setting; 0: never */
   long alloc_calls, launch_calls;
@@ -447,6 +447,24 @@ static CUresult get_function(void **fn, void *handle, const char *name) {
 EXPORT CUresult cuModuleGetFunction(void **fn, void *module, const char *name) {
   LOCKED(get_function(fn, module, name));
 }
+
+static CUresult module_unload(void *handle) {
+  if (ready()) return ready();
+  module **at = &fake.modules;
+  while (*at && *at != handle) at = &(*at)->next;
+  if (!*at) return INVALID_HANDLE; /* never loaded, or unloaded already */
+  module *m = *at;
+  *at = m->next;
+  while (m->functions) {
+    function *f = m->functions;
+    m->functions = f->next;
+    free(f);
+  }
+  if (m->object) dlclose(m->object);
+  free(m);
+  return OK;
+}
+EXPORT CUresult cuModuleUnload(void *module) { LOCKED(module_unload(module)); }
 
 static CUresult launch(function *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                        unsigned bz, unsigned shared, void *stream, void **params, void **extra) {
