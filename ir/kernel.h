@@ -212,6 +212,8 @@ typedef struct lk_gemm_args {
   int64_t accumulate; /* nonzero: C += A @ B; zero: C = A @ B (C not read) */
   int64_t mc, kc, nc; /* blocking: A blocks mc x kc, B panels kc x nc (>= 1) */
   void *pack;         /* lk_gemm_pack_bytes(g, mc, kc, nc) bytes, 64-aligned */
+  int64_t b_in_place; /* nonzero, with b_col == 1: B's whole slivers are read in
+                         place, not packed (lk_gemm_b_in_place) */
 } lk_gemm_args;
 
 typedef void (*lk_gemm_fn)(const lk_gemm_args *args);
@@ -225,6 +227,19 @@ typedef void (*lk_gemm_fn)(const lk_gemm_args *args);
 static inline bool lk_gemm_unpacked(int64_t m, int64_t n, int64_t k, int64_t a_col, int64_t b_row) {
   return a_col == 1 && b_row == 1 && k > 0 &&
          (m <= LK_GEMM_DOT_MAX_ROWS || m * n * LK_GEMM_DOT_TERMS_PER_OUTPUT <= k);
+}
+
+/* B's rows contiguous (b_col == 1), its whole slivers are read where they are
+ * (lk_gemm_args.b_in_place) when few tiles of rows share each (packing would
+ * copy about as much as they read) or the slivers are short: measured on an
+ * AVX-512 Xeon, reading in place won up to 5 tiles of rows and at kc 32 with
+ * 11, and lost from 10 tiles at kc 256 (a strided sliver of 256 rows meets
+ * itself in L1's sets). */
+#define LK_GEMM_IN_PLACE_MAX_TILES 5
+#define LK_GEMM_IN_PLACE_SHORT_KC 64
+static inline bool lk_gemm_b_in_place(const lk_gemm *t, int64_t m, int64_t kc, int64_t b_col) {
+  return b_col == 1 &&
+         ((m + t->mr - 1) / t->mr <= LK_GEMM_IN_PLACE_MAX_TILES || kc <= LK_GEMM_IN_PLACE_SHORT_KC);
 }
 
 /* Scratch the generated function needs for its packed panels. */

@@ -186,8 +186,11 @@ static lm_hash128 gemm_disk_key(const lk_gemm *d) {
   return lm_disk_key_text(ident);
 }
 
-loom_status lm_gemm_function(loom_dtype dtype, lk_gemm *d, lk_gemm_fn *fn, lm_code **code) {
-  lm_llvm_gemm_tile(dtype, d);
+void lm_gemm_tile_for(loom_dtype dtype, int64_t m, int64_t n, lk_gemm *tile) {
+  lm_llvm_gemm_tile(dtype, m, n, tile);
+}
+
+loom_status lm_gemm_function(const lk_gemm *d, lk_gemm_fn *fn, lm_code **code) {
   lk_hash h = lk_gemm_hash(d);
   cpu_kernel c = {NULL, d, {0}};
   lm_llvm_gemm_symbol_name(d, c.symbol);
@@ -198,10 +201,7 @@ loom_status lm_gemm_function(loom_dtype dtype, lk_gemm *d, lk_gemm_fn *fn, lm_co
   return st;
 }
 
-void lm_gemm_tile_name(loom_dtype dtype, lk_gemm *d, char symbol[36]) {
-  lm_llvm_gemm_tile(dtype, d);
-  lm_llvm_gemm_symbol_name(d, symbol);
-}
+void lm_gemm_symbol(const lk_gemm *d, char symbol[36]) { lm_llvm_gemm_symbol_name(d, symbol); }
 
 loom_status lm_gemm_object(const lk_gemm *d, char symbol[36], void **obj, size_t *len) {
   lm_llvm_gemm_symbol_name(d, symbol);

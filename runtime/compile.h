@@ -66,10 +66,12 @@ loom_status lm_kernel_function(const lk_kernel *k, lk_fn *fn, lm_code **code);
  * symbol gets the function's name ("lk_" + 32 hex digits). */
 loom_status lm_kernel_object(const lk_kernel *k, char symbol[36], void **obj, size_t *len);
 
-/* The same for GEMM block functions (backends/llvm/gemm.c): of dtype, with
- * the tile that fits the host (*d); that tile and its symbol; the object of d. */
-loom_status lm_gemm_function(loom_dtype dtype, lk_gemm *d, lk_gemm_fn *fn, lm_code **code);
-void lm_gemm_tile_name(loom_dtype dtype, lk_gemm *d, char symbol[36]);
+/* The same for GEMM block functions (backends/llvm/gemm.c): the tile that
+ * suits an m x n product of dtype on the host; the function of tile d (with
+ * the reference keeping it loaded); the object of d and its symbol. */
+void lm_gemm_tile_for(loom_dtype dtype, int64_t m, int64_t n, lk_gemm *tile);
+loom_status lm_gemm_function(const lk_gemm *d, lk_gemm_fn *fn, lm_code **code);
+void lm_gemm_symbol(const lk_gemm *d, char symbol[36]);
 loom_status lm_gemm_object(const lk_gemm *d, char symbol[36], void **obj, size_t *len);
 
 #endif

@@ -104,7 +104,8 @@ loom_status lm_export_layout_make(lm_export_layout *l, const loom_program *p, co
     const lm_step *s = &p->plan->steps[i];
     if (s->kind != LM_STEP_GEMM) continue;
     l->uses_gemm = true;
-    lm_gemm_tile_name(s->gemm.dtype, &l->tile[i], l->symbol[i]);
+    lm_gemm_tile_for(s->gemm.dtype, s->gemm.M, s->gemm.N, &l->tile[i]);
+    lm_gemm_symbol(&l->tile[i], l->symbol[i]);
     int64_t mc, kc, nc;
     lm_gemm_blocking(&l->tile[i], s->gemm.M, s->gemm.N, s->gemm.K, &mc, &kc, &nc);
     int64_t bytes = (int64_t)lk_gemm_pack_bytes(&l->tile[i], mc, kc, nc);
@@ -189,8 +190,9 @@ static void write_gemm_step(const lm_export_layout *l, int i, FILE *f) {
           "      const struct gemm_args args = {%" PRId64 ", %" PRId64 ", %" PRId64
           ", a + offsets[i][0], %" PRId64 ", %" PRId64 ",\n"
           "        b + offsets[i][1], %" PRId64 ", %" PRId64 ", c + i * %" PRId64 ", %" PRId64
-          ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", pack};\n",
-          g->M, g->N, g->K, a_row, a_col, b_row, b_col, g->M * g->N, g->N, mc, kc, nc);
+          ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", pack, %d};\n",
+          g->M, g->N, g->K, a_row, a_col, b_row, b_col, g->M * g->N, g->N, mc, kc, nc,
+          (int)lk_gemm_b_in_place(&l->tile[i], g->M, kc, b_col));
   fprintf(f, "      %s(&args);\n    }\n  }\n", l->symbol[i]);
 }
 
@@ -201,7 +203,7 @@ static void write_gemm_declarations(const lm_export_layout *l, FILE *f) {
         "struct gemm_args {\n"
         "  int64_t m, n, k;\n  const void *a;\n  int64_t a_row, a_col;\n  const void *b;\n"
         "  int64_t b_row, b_col;\n  void *c;\n  int64_t ldc, accumulate, mc, kc, nc;\n"
-        "  void *pack;\n};\n",
+        "  void *pack;\n  int64_t b_in_place;\n};\n",
         f);
   const lm_schedule *plan = l->p->plan;
   for (int i = 0; i < plan->nsteps; i++) {

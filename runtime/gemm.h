@@ -22,11 +22,11 @@ loom_status lm_run_gemm_filled(const lm_gemm *g, const void *a, lm_gemm_fill fil
                                void *c);
 int64_t lm_gemm_batches(const lm_gemm *g);
 /* Chooses between loom's own GEMM and BLAS for g and fills in g->fn, g->tile
- * and g->fn_for_all, compiling loom's if need be (*code: the reference
- * keeping g->fn loaded, NULL with BLAS only). By default (LOOM_GEMM=auto)
- * loom's computes the blocks it takes unpacked (lk_gemm_unpacked: a few rows
- * or few outputs against a weight, where it is measured faster) and BLAS the
- * rest; LOOM_GEMM=loom or blas forces one for every block. */
+ * (the tile g's M x N suits) and g->fn_for_all, compiling loom's if need be
+ * (*code: the reference keeping g->fn loaded, NULL with BLAS only). By
+ * default (LOOM_GEMM=auto) loom's computes the blocks it was measured faster
+ * on (runtime/gemm.c loom_takes) and BLAS the rest; LOOM_GEMM=loom or blas
+ * forces one for every block. */
 typedef struct lm_code lm_code;
 loom_status lm_gemm_prepare(lm_gemm *g, lm_code **code);
 /* The blocking loom's GEMM uses for an m x n x k product with tile t (from

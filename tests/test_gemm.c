@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/llvm/llvm_backend.h"
 #include "check.h"
 #include "ir/kernel.h"
 #include "loom.h"
@@ -58,6 +59,7 @@ typedef struct layout {
   int64_t pad; /* extra elements per stored row of A, B and C */
   bool accumulate;
   int64_t mc, kc, nc;
+  bool in_place; /* lk_gemm_args.b_in_place: B's whole slivers read where they are */
 } layout;
 
 static void run_block(loom_dtype dt, lk_gemm_fn fn, const lk_gemm *tile, layout l) {
@@ -87,7 +89,8 @@ static void run_block(loom_dtype dt, lk_gemm_fn fn, const lk_gemm *tile, layout 
                        .mc = l.mc,
                        .kc = l.kc,
                        .nc = l.nc,
-                       .pack = pack};
+                       .pack = pack,
+                       .b_in_place = l.in_place};
   fn(&args);
   int bad = 0;
   for (int64_t i = 0; i < m && bad < 3; i++)
@@ -122,42 +125,67 @@ static void run_block(loom_dtype dt, lk_gemm_fn fn, const lk_gemm *tile, layout 
   free(a), free(b), free(c), free(before), free(pack);
 }
 
+/* Every tile the host has for dt, B packed and read in place. */
 static void test_block_function(loom_dtype dt) {
-  lk_gemm tile;
-  lk_gemm_fn fn = NULL;
-  lm_code *code = NULL;
-  if (lm_gemm_function(dt, &tile, &fn, &code) != LOOM_OK || !fn) {
-    check_fail_at(__FILE__, __LINE__, "no GEMM block function for %s: %s", loom_dtype_name(dt),
-                  loom_last_error());
-    return;
+  lk_gemm tiles[LM_GEMM_MAX_TILES];
+  int ntiles = lm_llvm_gemm_tiles(dt, tiles, NULL);
+  for (int ti = 0; ti < ntiles; ti++) {
+    const lk_gemm tile = tiles[ti];
+    lk_gemm_fn fn = NULL;
+    lm_code *code = NULL;
+    if (lm_gemm_function(&tile, &fn, &code) != LOOM_OK || !fn) {
+      check_fail_at(__FILE__, __LINE__, "no GEMM block function for %s %dx%d: %s",
+                    loom_dtype_name(dt), tile.mr, tile.nr, loom_last_error());
+      continue;
+    }
+    int64_t mr = tile.mr, nr = tile.nr;
+    /* sizes around the tile and past it */
+    const int64_t sizes[] = {1, 2, 3, mr - 1, mr, mr + 1, nr - 1, nr + 1, 2 * nr + 3, 67};
+    const int nsizes = (int)(sizeof sizes / sizeof sizes[0]);
+    unsigned pick = 7;
+    for (int t = 0; t < 120; t++) {
+      pick = pick * 1103515245u + 12345u;
+      layout l = {.m = sizes[(pick >> 8) % nsizes],
+                  .n = sizes[(pick >> 12) % nsizes],
+                  .k = sizes[(pick >> 16) % nsizes],
+                  .a_trans = (pick >> 20) & 1,
+                  .b_trans = (pick >> 21) & 1,
+                  .pad = (pick >> 22) & 1 ? 3 : 0,
+                  .accumulate = (pick >> 23) & 1,
+                  .in_place = (pick >> 30) & 1};
+      /* blocks: whole, or a few rows / terms / columns at a time */
+      l.mc = (pick >> 24) & 1 ? l.m : (int64_t)(1 + (pick >> 25) % (unsigned)(2 * mr));
+      l.kc = (pick >> 26) & 1 ? l.k : (int64_t)(1 + (pick >> 27) % 9u);
+      l.nc = (pick >> 28) & 1 ? l.n : (int64_t)(1 + (pick >> 29) % (unsigned)(2 * nr));
+      run_block(dt, fn, &tile, l);
+    }
+    for (int in_place = 0; in_place < 2; in_place++) {
+      /* larger, with the runtime's kind of blocking */
+      run_block(dt, fn, &tile,
+                (layout){203, 517, 301, false, false, 0, false, 84, 96, 256, in_place});
+      run_block(dt, fn, &tile, (layout){203, 517, 301, true, true, 5, true, 84, 96, 256, in_place});
+      run_block(dt, fn, &tile,
+                (layout){32, 2 * nr + 5, 144, false, false, 3, false, 32, 144, 4096, in_place});
+      /* no terms: C = 0, or left as it is */
+      run_block(dt, fn, &tile, (layout){5, 7, 0, false, false, 1, false, 5, 1, 7, in_place});
+      run_block(dt, fn, &tile, (layout){5, 7, 0, false, true, 1, true, 5, 1, 7, in_place});
+    }
+    lm_code_release(code);
   }
-  int64_t mr = tile.mr, nr = tile.nr;
-  /* sizes around the tile and past it */
-  const int64_t sizes[] = {1, 2, 3, mr - 1, mr, mr + 1, nr - 1, nr + 1, 2 * nr + 3, 67};
-  const int nsizes = (int)(sizeof sizes / sizeof sizes[0]);
-  unsigned pick = 7;
-  for (int t = 0; t < 120; t++) {
-    pick = pick * 1103515245u + 12345u;
-    layout l = {.m = sizes[(pick >> 8) % nsizes],
-                .n = sizes[(pick >> 12) % nsizes],
-                .k = sizes[(pick >> 16) % nsizes],
-                .a_trans = (pick >> 20) & 1,
-                .b_trans = (pick >> 21) & 1,
-                .pad = (pick >> 22) & 1 ? 3 : 0,
-                .accumulate = (pick >> 23) & 1};
-    /* blocks: whole, or a few rows / terms / columns at a time */
-    l.mc = (pick >> 24) & 1 ? l.m : (int64_t)(1 + (pick >> 25) % (unsigned)(2 * mr));
-    l.kc = (pick >> 26) & 1 ? l.k : (int64_t)(1 + (pick >> 27) % 9u);
-    l.nc = (pick >> 28) & 1 ? l.n : (int64_t)(1 + (pick >> 29) % (unsigned)(2 * nr));
-    run_block(dt, fn, &tile, l);
-  }
-  /* larger, with the runtime's kind of blocking */
-  run_block(dt, fn, &tile, (layout){203, 517, 301, false, false, 0, false, 84, 96, 256});
-  run_block(dt, fn, &tile, (layout){203, 517, 301, true, true, 5, true, 84, 96, 256});
-  /* no terms: C = 0, or left as it is */
-  run_block(dt, fn, &tile, (layout){5, 7, 0, false, false, 1, false, 5, 1, 7});
-  run_block(dt, fn, &tile, (layout){5, 7, 0, false, true, 1, true, 5, 1, 7});
-  lm_code_release(code);
+}
+
+/* The tile for a product's shape: the least padding, priced by each tile's
+ * speed (backends/llvm/gemm.c). */
+static void test_tile_choice(void) {
+  lk_gemm tiles[LM_GEMM_MAX_TILES], t;
+  int ntiles = lm_llvm_gemm_tiles(LOOM_F32, tiles, NULL);
+  lm_gemm_tile_for(LOOM_F32, 1024, 1024, &t);
+  CHECK(t.mr == tiles[0].mr && t.nr == tiles[0].nr); /* large: the first */
+  if (ntiles < 3) return;
+  lm_gemm_tile_for(LOOM_F32, 32, 1568, &t); /* rows a multiple of 8 */
+  CHECK_EQ_INT(t.mr, 8);
+  lm_gemm_tile_for(LOOM_F32, 1568, 10, &t); /* narrow */
+  CHECK_EQ_INT(t.nr, tiles[2].nr);
 }
 
 /* ------------------------------------------------------------ through matmul */
@@ -278,6 +306,7 @@ static void test_nan_inf(void) {
 }
 
 int main(void) {
+  test_tile_choice();
   test_block_function(LOOM_F32);
   test_block_function(LOOM_F64);
   test_shapes();

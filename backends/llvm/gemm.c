@@ -16,8 +16,10 @@
  * MR x (NR / W) vectors of sums, and for each of the kc terms loads NR / W
  * vectors of B and broadcasts MR values of A (one FMA per vector and row).
  * Slivers at the edges are padded with zeros when packed; only the tile's
- * stores are masked. Nothing here names an instruction set: LLVM selects
- * the FMAs, broadcasts and masked stores for the target.
+ * stores are masked. When the caller says so (lk_gemm_args.b_in_place) and
+ * B's rows are contiguous, B's whole slivers are read where they are: for a
+ * product of few rows, packing B would copy as much as the microkernels read. Nothing here names an
+ * instruction set: LLVM selects the FMAs, broadcasts and masked stores for the target.
  */
 #include <stdio.h>
 #include <string.h>
@@ -410,21 +412,23 @@ static void store_tile_vector(gemm_cg *g, LLVMValueRef sum, LLVMValueRef dst, LL
 }
 
 /*
- * micro(kc, pa, pb, c, ldc, mr, nr, load_c): C's mr x nr tile (mr <= MR,
- * nr <= NR) = A sliver @ B sliver, plus the tile's old values when load_c.
- * C is read only where it is written, so a tile past the matrix's edge never
- * touches memory outside it.
+ * micro(kc, pa, pb, c, ldc, mr, nr, load_c, pb_row): C's mr x nr tile (mr <=
+ * MR, nr <= NR) = A sliver @ B sliver, plus the tile's old values when
+ * load_c. The B sliver's term p is at pb + p * NR when packed, at pb + p *
+ * pb_row (B's row stride) in the in_place variant. C is read only where it is written, so a
+ * tile past the matrix's edge never touches memory outside it.
  */
-static LLVMValueRef gen_micro(gemm_cg *g, const char *symbol) {
+static LLVMValueRef gen_micro(gemm_cg *g, const char *symbol, bool in_place) {
   char name[64];
-  snprintf(name, sizeof name, "%s.micro", symbol);
-  LLVMTypeRef params[8] = {g->t_i64, g->tp, g->tp, g->tp, g->t_i64, g->t_i64, g->t_i64, g->t_i1};
-  LLVMValueRef fn = begin_function(g, name, params, 8, true);
+  snprintf(name, sizeof name, "%s.micro%s", symbol, in_place ? "_in_place" : "");
+  LLVMTypeRef params[9] = {g->t_i64, g->tp,    g->tp,   g->tp,   g->t_i64,
+                           g->t_i64, g->t_i64, g->t_i1, g->t_i64};
+  LLVMValueRef fn = begin_function(g, name, params, 9, true);
   for (unsigned i = 1; i <= 3; i++) add_attr(g, fn, i + 1, "noalias");
   add_attr(g, fn, LLVMAttributeFunctionIndex, "alwaysinline");
   LLVMValueRef kc = LLVMGetParam(fn, 0), pa = LLVMGetParam(fn, 1), pb = LLVMGetParam(fn, 2),
                c = LLVMGetParam(fn, 3), ldc = LLVMGetParam(fn, 4), mr = LLVMGetParam(fn, 5),
-               nr = LLVMGetParam(fn, 6), load_c = LLVMGetParam(fn, 7);
+               nr = LLVMGetParam(fn, 6), load_c = LLVMGetParam(fn, 7), pb_row = LLVMGetParam(fn, 8);
   int MR = g->d->mr, NR = g->d->nr, nv = g->nv, w = g->w;
   LLVMValueRef sums[32 * 8]; /* lk_gemm_check: MR <= 32; nr / w <= 8 */
   _Static_assert(32 <= 8 * 64, "transpose_lines: MR rows in at most 8 blocks");
@@ -433,7 +437,8 @@ static LLVMValueRef gen_micro(gemm_cg *g, const char *symbol) {
   gloop p;
   gloop_begin(g, &p, i64c(g, 0), kc);
   {
-    LLVMValueRef brow = at(g, pb, LLVMBuildNSWMul(g->b, p.iv, i64c(g, NR), ""));
+    /* packed, the stride is a constant the loads fold in */
+    LLVMValueRef brow = at(g, pb, LLVMBuildNSWMul(g->b, p.iv, in_place ? pb_row : i64c(g, NR), ""));
     LLVMValueRef acol = at(g, pa, LLVMBuildNSWMul(g->b, p.iv, i64c(g, MR), ""));
     LLVMValueRef bv[8];
     for (int v = 0; v < nv; v++)
@@ -652,6 +657,7 @@ enum {
   ARG_KC,
   ARG_NC,
   ARG_PACK,
+  ARG_B_IN_PLACE,
   ARG_COUNT
 };
 
@@ -666,8 +672,57 @@ static LLVMValueRef arg_ptr(gemm_cg *g, LLVMValueRef args, int field) {
   return LLVMBuildIntToPtr(g->b, arg_i64(g, args, field), g->tp, "");
 }
 
+/* What the loops over one block's slivers read. */
+typedef struct sliver_operands {
+  LLVMValueRef kcur, mcur, ncur; /* the block's terms, rows, columns */
+  LLVMValueRef pa, pb;           /* the packed block of A and panel of B */
+  LLVMValueRef bsrc, b_row;      /* B's block where it is, and its row stride */
+  LLVMValueRef cblock, ldc, load_c;
+} sliver_operands;
+
+/* for jr over the block's columns by NR, for ir over its rows by MR: the
+ * microkernel. With micro_in_place, B's whole slivers are read where they
+ * are (a last, partial one was packed into the panel's first sliver). */
+static void gen_slivers(gemm_cg *g, const sliver_operands *o, LLVMValueRef micro,
+                        LLVMValueRef micro_in_place) {
+  int MR = g->d->mr, NR = g->d->nr;
+  gloop jr;
+  gloop_begin(g, &jr, i64c(g, 0), o->ncur);
+  LLVMValueRef nr = min_i64(g, i64c(g, NR), LLVMBuildNSWSub(g->b, o->ncur, jr.iv, ""));
+  LLVMValueRef whole = LLVMBuildICmp(g->b, LLVMIntEQ, nr, i64c(g, NR), "");
+  LLVMValueRef packed =
+      micro_in_place ? o->pb : at(g, o->pb, LLVMBuildNSWMul(g->b, jr.iv, o->kcur, ""));
+  LLVMValueRef bsliver = packed;
+  if (micro_in_place) bsliver = LLVMBuildSelect(g->b, whole, at(g, o->bsrc, jr.iv), packed, "");
+  gloop ir;
+  gloop_begin(g, &ir, i64c(g, 0), o->mcur);
+  LLVMValueRef mr = min_i64(g, i64c(g, MR), LLVMBuildNSWSub(g->b, o->mcur, ir.iv, ""));
+  LLVMValueRef asliver = at(g, o->pa, LLVMBuildNSWMul(g->b, ir.iv, o->kcur, ""));
+  LLVMValueRef ctile =
+      at(g, o->cblock, LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, ir.iv, o->ldc, ""), jr.iv, ""));
+  LLVMValueRef m_args[9] = {o->kcur, asliver, bsliver, ctile, o->ldc, mr, nr, o->load_c, o->b_row};
+  if (micro_in_place) {
+    LLVMValueRef fn = g->fn;
+    LLVMBasicBlockRef in_place_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "sliver_in_place");
+    LLVMBasicBlockRef packed_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "sliver_packed");
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, fn, "sliver_done");
+    LLVMBuildCondBr(g->b, whole, in_place_bb, packed_bb);
+    LLVMPositionBuilderAtEnd(g->b, in_place_bb);
+    call(g, micro_in_place, m_args, 9);
+    LLVMBuildBr(g->b, done);
+    LLVMPositionBuilderAtEnd(g->b, packed_bb);
+    call(g, micro, m_args, 9);
+    LLVMBuildBr(g->b, done);
+    LLVMPositionBuilderAtEnd(g->b, done);
+  } else {
+    call(g, micro, m_args, 9);
+  }
+  gloop_end(g, &ir, i64c(g, MR));
+  gloop_end(g, &jr, i64c(g, NR));
+}
+
 static void gen_entry(gemm_cg *g, const char *symbol, LLVMValueRef pack_a, LLVMValueRef pack_b,
-                      LLVMValueRef micro) {
+                      LLVMValueRef micro, LLVMValueRef micro_in_place) {
   LLVMValueRef fn = begin_function(g, symbol, &g->i64p, 1, false);
   add_attr(g, fn, 1, "nocapture");
   add_attr(g, fn, 1, "readonly");
@@ -680,9 +735,12 @@ static void gen_entry(gemm_cg *g, const char *symbol, LLVMValueRef pack_a, LLVMV
                ldc = arg_i64(g, args, ARG_LDC), mc = arg_i64(g, args, ARG_MC),
                kc = arg_i64(g, args, ARG_KC), nc = arg_i64(g, args, ARG_NC),
                pack = arg_ptr(g, args, ARG_PACK);
+  LLVMValueRef in_place = LLVMBuildAnd(
+      g->b, LLVMBuildICmp(g->b, LLVMIntNE, arg_i64(g, args, ARG_B_IN_PLACE), i64c(g, 0), ""),
+      LLVMBuildICmp(g->b, LLVMIntEQ, b_col, i64c(g, 1), ""), "");
   LLVMValueRef accumulate =
       LLVMBuildICmp(g->b, LLVMIntNE, arg_i64(g, args, ARG_ACCUMULATE), i64c(g, 0), "");
-  int MR = g->d->mr, NR = g->d->nr;
+  int NR = g->d->nr;
 
   /* an empty sum: C = 0 (or left as it is) */
   LLVMValueRef no_terms = LLVMBuildICmp(g->b, LLVMIntSLE, k, i64c(g, 0), "");
@@ -732,8 +790,20 @@ static void gen_entry(gemm_cg *g, const char *symbol, LLVMValueRef pack_a, LLVMV
     gloop_begin(g, &pc, i64c(g, 0), k);
     LLVMValueRef kcur = min_i64(g, kc, LLVMBuildNSWSub(g->b, k, pc.iv, ""));
     LLVMValueRef bsrc = at2(g, b, pc.iv, b_row, jc.iv, b_col);
-    LLVMValueRef pb_args[6] = {kcur, ncur, bsrc, b_row, b_col, pb};
+    /* in place, whole slivers are read where they are; only a last, partial
+     * one is packed (into the panel's first sliver) */
+    LLVMValueRef whole_cols =
+        LLVMBuildMul(g->b, LLVMBuildSDiv(g->b, ncur, i64c(g, NR), ""), i64c(g, NR), "");
+    LLVMValueRef pack_from = LLVMBuildSelect(g->b, in_place, whole_cols, i64c(g, 0), "");
+    LLVMBasicBlockRef packed = if_begin(g, LLVMBuildICmp(g->b, LLVMIntSLT, pack_from, ncur, ""));
+    LLVMValueRef pb_args[6] = {kcur,
+                               LLVMBuildNSWSub(g->b, ncur, pack_from, ""),
+                               at(g, bsrc, LLVMBuildNSWMul(g->b, pack_from, b_col, "")),
+                               b_row,
+                               b_col,
+                               pb};
     call(g, pack_b, pb_args, 6);
+    if_end(g, packed);
     LLVMValueRef load_c =
         LLVMBuildOr(g->b, accumulate, LLVMBuildICmp(g->b, LLVMIntSGT, pc.iv, i64c(g, 0), ""), "");
     gloop ic;
@@ -745,22 +815,19 @@ static void gen_entry(gemm_cg *g, const char *symbol, LLVMValueRef pack_a, LLVMV
       call(g, pack_a, pa_args, 6);
       LLVMValueRef cblock =
           at(g, c, LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, ic.iv, ldc, ""), jc.iv, ""));
-      gloop jr;
-      gloop_begin(g, &jr, i64c(g, 0), ncur);
-      {
-        LLVMValueRef nr = min_i64(g, i64c(g, NR), LLVMBuildNSWSub(g->b, ncur, jr.iv, ""));
-        LLVMValueRef bsliver = at(g, pb, LLVMBuildNSWMul(g->b, jr.iv, kcur, ""));
-        gloop ir;
-        gloop_begin(g, &ir, i64c(g, 0), mcur);
-        LLVMValueRef mr = min_i64(g, i64c(g, MR), LLVMBuildNSWSub(g->b, mcur, ir.iv, ""));
-        LLVMValueRef asliver = at(g, pa, LLVMBuildNSWMul(g->b, ir.iv, kcur, ""));
-        LLVMValueRef ctile =
-            at(g, cblock, LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, ir.iv, ldc, ""), jr.iv, ""));
-        LLVMValueRef m_args[8] = {kcur, asliver, bsliver, ctile, ldc, mr, nr, load_c};
-        call(g, micro, m_args, 8);
-        gloop_end(g, &ir, i64c(g, MR));
-      }
-      gloop_end(g, &jr, i64c(g, NR));
+      /* one branch per block: the packed nest keeps its constant strides */
+      sliver_operands ops = {kcur, mcur, ncur, pa, pb, bsrc, b_row, cblock, ldc, load_c};
+      LLVMBasicBlockRef in_place_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "in_place");
+      LLVMBasicBlockRef packed_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "packed");
+      LLVMBasicBlockRef block_done = LLVMAppendBasicBlockInContext(g->ctx, fn, "block_done");
+      LLVMBuildCondBr(g->b, in_place, in_place_bb, packed_bb);
+      LLVMPositionBuilderAtEnd(g->b, in_place_bb);
+      gen_slivers(g, &ops, micro, micro_in_place);
+      LLVMBuildBr(g->b, block_done);
+      LLVMPositionBuilderAtEnd(g->b, packed_bb);
+      gen_slivers(g, &ops, micro, NULL);
+      LLVMBuildBr(g->b, block_done);
+      LLVMPositionBuilderAtEnd(g->b, block_done);
     }
     gloop_end(g, &ic, mc);
     gloop_end(g, &pc, kc);
@@ -795,19 +862,48 @@ loom_status lm_gemm_module(LLVMContextRef ctx, const lk_gemm *d, const char *sym
   g.b = LLVMCreateBuilderInContext(ctx);
   g.entry = LLVMCreateBuilderInContext(ctx);
   LLVMValueRef pack_a = gen_pack_a(&g, symbol), pack_b = gen_pack_b(&g, symbol),
-               micro = gen_micro(&g, symbol);
-  gen_entry(&g, symbol, pack_a, pack_b, micro);
+               micro = gen_micro(&g, symbol, false), micro_in_place = gen_micro(&g, symbol, true);
+  gen_entry(&g, symbol, pack_a, pack_b, micro, micro_in_place);
   LLVMDisposeBuilder(g.b);
   LLVMDisposeBuilder(g.entry);
   *out = g.mod;
   return LOOM_OK;
 }
 
-void lm_llvm_gemm_tile(loom_dtype dtype, lk_gemm *out) {
-  int bytes = lm_target_vector_bytes();
-  /* two vectors per row; as many rows as the registers hold with the two
-   * vectors of B beside them (32 registers with AVX-512, whose FMAs take
-   * A's broadcast from memory; 16 otherwise, one more for the broadcast) */
-  int rows = bytes >= 64 ? 14 : 6;
-  *out = (lk_gemm){.dtype = dtype, .mr = rows, .nr = 2 * bytes / (int)loom_dtype_size(dtype)};
+int lm_llvm_gemm_tiles(loom_dtype dtype, lk_gemm out[LM_GEMM_MAX_TILES], double speed[]) {
+  int bytes = lm_target_vector_bytes(), w = bytes / (int)loom_dtype_size(dtype);
+  /* with 32 registers (AVX-512, whose FMAs take A's broadcast from memory):
+   * 14 rows of two vectors (28 sums beside B's two vectors), 8 rows of three
+   * for row counts of 8 and 16 and 32, 16 rows of one for narrow products;
+   * with 16, 6 rows of two (one more register for the broadcast). Their speed
+   * on a large product, relative to the first, as measured on an AVX-512
+   * Xeon (docs/ARCHITECTURE.md); only the first is measured with 16. */
+  static const struct {
+    int mr, nv, per_mille;
+  } wide[] = {{14, 2, 1000}, {8, 3, 970}, {16, 1, 780}}, narrow[] = {{6, 2, 1000}};
+  bool many = bytes >= 64;
+  int n = many ? 3 : 1;
+  for (int i = 0; i < n; i++) {
+    int mr = many ? wide[i].mr : narrow[i].mr, nv = many ? wide[i].nv : narrow[i].nv;
+    out[i] = (lk_gemm){.dtype = dtype, .mr = mr, .nr = nv * w};
+    if (speed) speed[i] = (many ? wide[i].per_mille : narrow[i].per_mille) / 1000.0;
+  }
+  return n;
+}
+
+static double round_up_to(int64_t v, int64_t to) { return (double)((v + to - 1) / to * to); }
+
+void lm_llvm_gemm_tile(loom_dtype dtype, int64_t m, int64_t n, lk_gemm *out) {
+  lk_gemm tiles[LM_GEMM_MAX_TILES];
+  double speed[LM_GEMM_MAX_TILES];
+  int count = lm_llvm_gemm_tiles(dtype, tiles, speed);
+  /* the tile whose padding (sums computed past m x n) costs least */
+  int best = 0;
+  double best_cost = 0;
+  for (int i = 0; i < count; i++) {
+    double cost = round_up_to(m > 0 ? m : 1, tiles[i].mr) *
+                  round_up_to(n > 0 ? n : 1, tiles[i].nr) / speed[i];
+    if (i == 0 || cost < best_cost) best = i, best_cost = cost;
+  }
+  *out = tiles[best];
 }

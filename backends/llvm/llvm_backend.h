@@ -23,7 +23,7 @@
  * reused. */
 #define LM_LLVM_CODEGEN_VERSION 21
 /* The same for GEMM block functions (backends/llvm/gemm.c). */
-#define LM_LLVM_GEMM_VERSION 4
+#define LM_LLVM_GEMM_VERSION 6
 
 /* Compiles a kernel to a callable function named lk_<32 hex digits of its
  * hash>. Thread-safe; the LLJIT is created on first use. Compiling a kernel
@@ -58,11 +58,14 @@ bool lm_llvm_release(lm_llvm_object *o);
 /* Objects loaded now. */
 size_t lm_llvm_objects_loaded(void);
 
-/* GEMM block functions (ir/kernel.h's lk_gemm): the tile that fits the
- * host's registers for dtype (F32 or F64); the symbol ("lg_" + 32 hex
- * digits); the object defining it (*obj malloc'd). Load it with
- * lm_llvm_load_object and call it as an lk_gemm_fn. */
-void lm_llvm_gemm_tile(loom_dtype dtype, lk_gemm *out);
+/* GEMM block functions (ir/kernel.h's lk_gemm): the tiles that fit the
+ * host's registers for dtype (F32 or F64), with each one's speed on a large
+ * product relative to the first; the one an m x n product wastes least on;
+ * the symbol ("lg_" + 32 hex digits); the object defining it (*obj malloc'd).
+ * Load it with lm_llvm_load_object and call it as an lk_gemm_fn. */
+#define LM_GEMM_MAX_TILES 4
+int lm_llvm_gemm_tiles(loom_dtype dtype, lk_gemm out[LM_GEMM_MAX_TILES], double speed[]);
+void lm_llvm_gemm_tile(loom_dtype dtype, int64_t m, int64_t n, lk_gemm *out);
 void lm_llvm_gemm_symbol_name(const lk_gemm *d, char buf[36]);
 loom_status lm_llvm_emit_gemm_object(const lk_gemm *d, const char *symbol, void **obj,
                                      size_t *objlen, char *err, size_t errlen);
