@@ -285,6 +285,11 @@ loom_tensor *loom_logical_or(const loom_tensor *a, const loom_tensor *b);
 
 /* cond ? a : b; cond must be BOOL; a and b are promoted; all three broadcast. */
 loom_tensor *loom_where(const loom_tensor *cond, const loom_tensor *a, const loom_tensor *b);
+/* cond ? a : s, the scalar promoted as in the scalar forms (torch.where(cond, a, s)). */
+loom_tensor *loom_where_s(const loom_tensor *cond, const loom_tensor *a, double s);
+/* a with value where mask (BOOL, broadcast to a's shape) is true, a's dtype kept
+ * (torch.Tensor.masked_fill); an integer tensor's value must fit its dtype. */
+loom_tensor *loom_masked_fill(const loom_tensor *a, const loom_tensor *mask, double value);
 
 loom_tensor *loom_neg(const loom_tensor *a);
 loom_tensor *loom_abs(const loom_tensor *a);
@@ -298,6 +303,8 @@ loom_tensor *loom_tanh(const loom_tensor *a);
 loom_tensor *loom_sigmoid(const loom_tensor *a);
 loom_tensor *loom_relu(const loom_tensor *a);
 loom_tensor *loom_gelu(const loom_tensor *a); /* exact (erf) form, as torch's default */
+/* 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))): GPT-2's, torch's approximate='tanh'. */
+loom_tensor *loom_gelu_tanh(const loom_tensor *a);
 loom_tensor *loom_silu(const loom_tensor *a);
 loom_tensor *loom_square(const loom_tensor *a);
 loom_tensor *loom_reciprocal(const loom_tensor *a);
@@ -340,6 +347,17 @@ loom_tensor *loom_pad(const loom_tensor *a, const int64_t *pads, int npads, doub
 loom_tensor *loom_cat(loom_tensor *const *ts, int n, int axis);
 loom_tensor *loom_stack(loom_tensor *const *ts, int n, int axis);
 loom_tensor *loom_contiguous(const loom_tensor *a);
+/* The lower (tril: column - row <= diagonal) or upper (triu: >= diagonal)
+ * triangle of the last two dims, the rest zero (torch.tril, torch.triu). */
+loom_tensor *loom_tril(const loom_tensor *a, int64_t diagonal);
+loom_tensor *loom_triu(const loom_tensor *a, int64_t diagonal);
+/* Views of a along axis: pieces of `size` (the last may be shorter), as
+ * torch.split; `chunks` pieces of ceil(length / chunks) (maybe fewer), as
+ * torch.chunk. out has room for cap (chunks) tensors; *n (may be NULL) gets
+ * how many were made. On an error nothing is made and the status says why. */
+loom_status loom_split(const loom_tensor *a, int64_t size, int axis, loom_tensor **out, int cap,
+                       int *n);
+loom_status loom_chunk(const loom_tensor *a, int chunks, int axis, loom_tensor **out, int *n);
 
 /* ------------------------------------------------------------------ linear algebra */
 
@@ -389,6 +407,21 @@ loom_tensor *loom_mse_loss(const loom_tensor *pred, const loom_tensor *target);
 loom_tensor *loom_cross_entropy(const loom_tensor *logits, const loom_tensor *labels);
 loom_tensor *loom_nll_loss(const loom_tensor *log_probs, const loom_tensor *labels);
 loom_tensor *loom_bce_with_logits(const loom_tensor *logits, const loom_tensor *targets);
+
+/* ------------------------------------------------------------------ attention */
+
+/* softmax(q @ k^T * scale + mask) @ v, as torch 2's F.scaled_dot_product_attention:
+ * q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (leading dims broadcast), the
+ * result [..., Tq, Dv]. mask (may be NULL) is BOOL (true: attend) or additive,
+ * broadcast to [..., Tq, Tk]; causal: query i attends to keys 0..i (not with a
+ * mask); scale 0 means 1/sqrt(D). Grouped-query attention: with H query heads
+ * (dim -3) over Hkv key/value heads (H a multiple of Hkv), query head i uses
+ * key/value head i / (H / Hkv). A row that attends to nothing is NaN, as in
+ * torch. Composed from matmuls and one fused softmax kernel: the [Tq, Tk]
+ * scores are materialized. */
+loom_tensor *loom_scaled_dot_product_attention(const loom_tensor *q, const loom_tensor *k,
+                                               const loom_tensor *v, const loom_tensor *mask,
+                                               bool causal, double scale);
 
 /* ------------------------------------------------------------------ layers */
 /* Plain structs created into a parameter collection (which owns the tensors;

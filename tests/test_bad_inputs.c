@@ -289,6 +289,30 @@ ROW_T(named_linear_weight,
 ROW_T(named_mse_shapes, loom_mse_loss(f23, f4))
 ROW_T(named_stack_shapes, loom_stack((loom_tensor *[]){f23, f4}, 2, 0))
 
+/* attention's pieces */
+static loom_tensor *f254(void) { return loom_ones(LOOM_SHAPE(2, 5, 4), LOOM_F32, LOOM_CPU); }
+static loom_tensor *i4(void) { return loom_ones(LOOM_SHAPE(4), LOOM_I32, LOOM_CPU); }
+static loom_tensor *pieces[4];
+ROW_T(shape_sdpa,
+      loom_scaled_dot_product_attention(f254(), loom_ones(LOOM_SHAPE(2, 6, 3), LOOM_F32, LOOM_CPU),
+                                        loom_ones(LOOM_SHAPE(2, 6, 3), LOOM_F32, LOOM_CPU), NULL,
+                                        false, 0))
+ROW_T(named_sdpa_mask,
+      loom_scaled_dot_product_attention(f254(), f254(), f254(),
+                                        loom_ones(LOOM_SHAPE(3, 5), LOOM_BOOL, LOOM_CPU), false, 0))
+ROW_T(value_sdpa_mask_causal,
+      loom_scaled_dot_product_attention(f254(), f254(), f254(),
+                                        loom_ones(LOOM_SHAPE(5, 5), LOOM_BOOL, LOOM_CPU), true, 0))
+ROW_T(value_sdpa_scale, loom_scaled_dot_product_attention(f254(), f254(), f254(), NULL, false, -1))
+ROW_T(value_masked_fill_int,
+      loom_masked_fill(i4(), loom_ones(LOOM_SHAPE(4), LOOM_BOOL, LOOM_CPU), 0.5))
+ROW_T(shape_masked_fill, loom_masked_fill(f4, loom_ones(LOOM_SHAPE(2, 4), LOOM_BOOL, LOOM_CPU), 0))
+ROW_T(dtype_where_s, loom_where_s(f4, f4, 1))
+ROW_T(shape_tril, loom_tril(f4, 0))
+ROW_S(value_chunk, loom_chunk(f23, 0, 0, pieces, NULL))
+ROW_S(value_split_room, loom_split(f23, 1, 1, pieces, 2, NULL))
+ROW_S(axis_split, loom_split(f23, 1, 2, pieces, 4, NULL))
+
 /* ------------------------------------------------------------ sizes */
 ROW_T(size_negative, loom_zeros(LOOM_SHAPE(-1, 2), LOOM_F32, LOOM_CPU))
 ROW_T(size_expand_ndim, loom_expand(f23, ((loom_shape){9, {2, 3, 1, 1, 1, 1, 1, 1}})))
@@ -532,12 +556,12 @@ static const row table[] = {
         "cannot expand [2,3] to [2,4]"),
     ROW("wrong shape", "loom_cat({[2,3], [2,3,4]}, 2, 0)", shape_cat, LOOM_ERR_SHAPE,
         "tensor 1 has shape [2,3,4]"),
-    ROW("named", "loom_cross_entropy([2,3], label 7 of 3 classes)", named_ce_label,
-        LOOM_ERR_VALUE, "loom_cross_entropy: "),
+    ROW("named", "loom_cross_entropy([2,3], label 7 of 3 classes)", named_ce_label, LOOM_ERR_VALUE,
+        "loom_cross_entropy: "),
     ROW("named", "loom_layer_norm([2,3], 1 dim, weight [4])", named_layer_norm_weight,
         LOOM_ERR_SHAPE, "loom_layer_norm: "),
-    ROW("named", "loom_batch_norm([2,3,2,2], weight [4])", named_batch_norm_weight,
-        LOOM_ERR_SHAPE, "loom_batch_norm: "),
+    ROW("named", "loom_batch_norm([2,3,2,2], weight [4])", named_batch_norm_weight, LOOM_ERR_SHAPE,
+        "loom_batch_norm: "),
     ROW("named", "loom_linear_f([2,3], weight [4,5])", named_linear_weight, LOOM_ERR_SHAPE,
         "loom_linear_f: "),
     ROW("named", "loom_mse_loss([2,3], [4])", named_mse_shapes, LOOM_ERR_SHAPE, "loom_mse_loss: "),
@@ -552,6 +576,30 @@ static const row table[] = {
         "loom_conv2d_f: stride 0 and dilation -1 (dim 0): each must be at least 1"),
     ROW("bad value", "loom_conv2d_f(x, w, groups -1)", value_conv_groups, LOOM_ERR_VALUE,
         "loom_conv2d_f: groups -1 must be at least 1"),
+    ROW("wrong shape", "loom_scaled_dot_product_attention(q [2,5,4], k [2,6,3], v [2,6,3])",
+        shape_sdpa, LOOM_ERR_SHAPE,
+        "loom_scaled_dot_product_attention: q [2,5,4], k [2,6,3], v [2,6,3]: q and k need the "
+        "same last dim"),
+    ROW("named", "loom_scaled_dot_product_attention(q k v [2,5,4], mask [3,5])", named_sdpa_mask,
+        LOOM_ERR_SHAPE, "loom_scaled_dot_product_attention: "),
+    ROW("bad value", "loom_scaled_dot_product_attention(.., mask, causal)", value_sdpa_mask_causal,
+        LOOM_ERR_VALUE, "loom_scaled_dot_product_attention: a mask and causal together"),
+    ROW("bad value", "loom_scaled_dot_product_attention(.., scale -1)", value_sdpa_scale,
+        LOOM_ERR_VALUE, "loom_scaled_dot_product_attention: scale -1 is not a finite value >= 0"),
+    ROW("bad value", "loom_masked_fill(i32 [4], mask, 0.5)", value_masked_fill_int, LOOM_ERR_VALUE,
+        "loom_masked_fill: the value 0.5 does not fit i32"),
+    ROW("wrong shape", "loom_masked_fill([4], mask [2,4], 0)", shape_masked_fill, LOOM_ERR_SHAPE,
+        "loom_masked_fill: the mask [2,4] does not broadcast to [4]"),
+    ROW("wrong dtype", "loom_where_s(f32 condition, [4], 1)", dtype_where_s, LOOM_ERR_DTYPE,
+        "loom_where_s: loom_where: condition must be bool, got f32"),
+    ROW("wrong shape", "loom_tril([4], 0)", shape_tril, LOOM_ERR_SHAPE,
+        "loom_tril: needs at least 2 dims, got [4]"),
+    ROW("bad value", "loom_chunk([2,3], 0 chunks)", value_chunk, LOOM_ERR_VALUE,
+        "loom_chunk: 0 chunks is not positive"),
+    ROW("bad value", "loom_split([2,3], 1, axis 1, room for 2)", value_split_room, LOOM_ERR_VALUE,
+        "loom_split: 3 pieces of 1 along axis 1 (length 3), room for 2"),
+    ROW("bad axis", "loom_split([2,3], 1, axis 2)", axis_split, LOOM_ERR_AXIS,
+        "loom_split: axis 2 out of range for 2 dims"),
     ROW("wrong shape", "loom_copy_to_host([2,3], buf, 20)", shape_copy, LOOM_ERR_BUFFER,
         "20 bytes given, f32 [2,3] needs 24"),
     ROW("wrong shape", "loom_assign([2,3], [4])", shape_assign, LOOM_ERR_SHAPE,

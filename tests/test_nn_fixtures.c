@@ -237,6 +237,20 @@ static loom_tensor *fx_compute(const fx_case *c, loom_tensor **ts) {
   if (strcmp(op, "silu") == 0) return loom_silu(IN("x"));
   if (strcmp(op, "log_softmax") == 0) return loom_log_softmax(IN("x"), (int)P("axis", 0, -1));
   if (strcmp(op, "softmax") == 0) return loom_softmax(IN("x"), (int)P("axis", 0, -1));
+  if (strcmp(op, "gelu_tanh") == 0) return loom_gelu_tanh(IN("x"));
+  if (strcmp(op, "tril") == 0) return loom_tril(IN("x"), (int64_t)P("diagonal", 0, 0));
+  if (strcmp(op, "triu") == 0) return loom_triu(IN("x"), (int64_t)P("diagonal", 0, 0));
+  /* index tensors stand for bool ones (the fixtures hold f64 and i64) */
+  if (strcmp(op, "masked_fill") == 0)
+    return loom_masked_fill(IN("x"), loom_ne_s(IN("mask"), 0), P("value", 0, 0));
+  if (strcmp(op, "where_s") == 0)
+    return loom_where_s(loom_ne_s(IN("cond"), 0), IN("x"), P("value", 0, 0));
+  if (strcmp(op, "sdpa") == 0) {
+    loom_tensor *mask = IN("mask");
+    if (mask && P("bool_mask", 0, 0)) mask = loom_ne_s(mask, 0);
+    return loom_scaled_dot_product_attention(IN("q"), IN("k"), IN("v"), mask,
+                                             P("causal", 0, 0) != 0, P("scale", 0, 0));
+  }
 #undef IN
 #undef P
   return NULL;

@@ -146,6 +146,57 @@ case("log_softmax_last", "log_softmax", {"x": rn(4, 6, scale=3.0)},
 case("softmax_last", "softmax", {"x": rn(4, 6, scale=3.0)},
      lambda x: F.softmax(x, -1), params={"axis": -1})
 
+# attention's pieces (frontend/attention.c)
+case("gelu_tanh", "gelu_tanh", {"x": rn(3, 7, scale=3.0)},
+     lambda x: F.gelu(x, approximate="tanh"))
+for diag in (-1, 0, 2):
+    case("tril_%d" % (diag + 1), "tril", {"x": rn(2, 4, 5)},
+         lambda x, d=diag: torch.tril(x, d), params={"diagonal": diag})
+    case("triu_%d" % (diag + 1), "triu", {"x": rn(2, 4, 5)},
+         lambda x, d=diag: torch.triu(x, d), params={"diagonal": diag})
+case("masked_fill", "masked_fill",
+     {"x": rn(3, 4), "mask": torch.randint(0, 2, (1, 4))},
+     lambda x, mask: x.masked_fill(mask.bool(), -2.5), params={"value": -2.5})
+case("where_s", "where_s",
+     {"x": rn(3, 4), "cond": torch.randint(0, 2, (3, 1))},
+     lambda x, cond: torch.where(cond.bool(), x, torch.tensor(1.25, dtype=D)),
+     params={"value": 1.25})
+
+
+def sdpa(q, k, v, mask=None, causal=False, scale=None):
+    """torch 2's F.scaled_dot_product_attention, written out (torch 1.13 has none)."""
+    if k.shape[-3] != q.shape[-3]:  # grouped-query attention
+        g = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(g, dim=-3), v.repeat_interleave(g, dim=-3)
+    s = q @ k.transpose(-2, -1) * (scale if scale else 1 / q.shape[-1] ** 0.5)
+    if causal:
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    elif mask is not None and mask.dtype == torch.bool:
+        s = s.masked_fill(~mask, float("-inf"))
+    elif mask is not None:
+        s = s + mask
+    return torch.softmax(s, -1) @ v
+
+
+case("sdpa", "sdpa", {"q": rn(2, 3, 5, 4), "k": rn(2, 3, 6, 4), "v": rn(2, 3, 6, 3)},
+     lambda q, k, v: sdpa(q, k, v))
+case("sdpa_causal", "sdpa", {"q": rn(2, 2, 5, 4), "k": rn(2, 2, 5, 4), "v": rn(2, 2, 5, 4)},
+     lambda q, k, v: sdpa(q, k, v, causal=True), params={"causal": 1})
+case("sdpa_causal_short_q", "sdpa", {"q": rn(1, 2, 3, 4), "k": rn(1, 2, 6, 4), "v": rn(1, 2, 6, 4)},
+     lambda q, k, v: sdpa(q, k, v, causal=True), params={"causal": 1})
+bool_mask = torch.rand(2, 1, 5, 6) > 0.3
+bool_mask[..., 0] = True  # every query attends to something
+case("sdpa_bool_mask", "sdpa",
+     {"q": rn(2, 3, 5, 4), "k": rn(2, 3, 6, 4), "v": rn(2, 3, 6, 4), "mask": bool_mask.long()},
+     lambda q, k, v, mask: sdpa(q, k, v, mask=mask.bool()), grads=["q", "k", "v"],
+     params={"bool_mask": 1})
+case("sdpa_additive_mask_scale", "sdpa",
+     {"q": rn(2, 5, 4), "k": rn(2, 6, 4), "v": rn(2, 6, 4), "mask": rn(5, 6)},
+     lambda q, k, v, mask: sdpa(q, k, v, mask=mask, scale=0.3), params={"scale": 0.3})
+case("sdpa_gqa", "sdpa", {"q": rn(2, 4, 5, 4), "k": rn(2, 2, 5, 4), "v": rn(2, 2, 5, 4)},
+     lambda q, k, v: sdpa(q, k, v, causal=True), params={"causal": 1})
+
 with open(OUT, "w") as f:
     f.write("\n".join(lines) + "\n")
 print("wrote %s (%d bytes)" % (OUT, os.path.getsize(OUT)))

@@ -1,0 +1,274 @@
+/* The pieces of attention (torch's tril, triu, masked_fill, where with a
+ * scalar, chunk, split, tanh-approximate GELU and
+ * F.scaled_dot_product_attention), composed from the core ops: their
+ * gradients come from the rules of the ops they are made of, and fusion
+ * makes one kernel of each elementwise run (the scale, the mask and the
+ * softmax of attention's scores among them). */
+#include <math.h>
+
+#include "frontend/frontend.h"
+
+static void drop(loom_tensor *a, loom_tensor *b, loom_tensor *c, loom_tensor *d) {
+  loom_free(a), loom_free(b), loom_free(c), loom_free(d);
+}
+
+static const char *shape_text(const loom_tensor *t, char *buf, size_t len) {
+  return lm_shape_str(&t->node->shape, buf, len);
+}
+
+/* ------------------------------------------------------------ where, masks */
+
+LM_PUBLIC(loom_tensor *, loom_where_s, (const loom_tensor *cond, const loom_tensor *a, double s),
+          (cond, a, s)) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_where_s", a))) return err;
+  loom_tensor *c = loom_full(LOOM_SHAPE0, s, lm_scalar_promote(a->node->dtype, s), a->node->device);
+  loom_tensor *r = loom_where(cond, a, c);
+  drop(c, NULL, NULL, NULL);
+  return r;
+}
+
+LM_PUBLIC(loom_tensor *, loom_masked_fill,
+          (const loom_tensor *a, const loom_tensor *mask, double value), (a, mask, value)) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_masked_fill", a)) || (err = lm_check("loom_masked_fill", mask)))
+    return err;
+  loom_dtype dt = a->node->dtype;
+  if (!loom_dtype_is_float(dt) && !lm_dtype_holds(dt, value))
+    return lm_error(LOOM_ERR_VALUE, "loom_masked_fill: the value %.17g does not fit %s", value,
+                    loom_dtype_name(dt));
+  loom_shape out;
+  char sa[128], sm[128];
+  if (!lm_broadcast_shape(&a->node->shape, &mask->node->shape, &out) ||
+      !lm_shape_eq(&out, &a->node->shape))
+    return lm_error(LOOM_ERR_SHAPE, "loom_masked_fill: the mask %s does not broadcast to %s",
+                    shape_text(mask, sm, sizeof sm), shape_text(a, sa, sizeof sa));
+  loom_tensor *v = loom_full(LOOM_SHAPE0, value, dt, a->node->device);
+  loom_tensor *r = loom_where(mask, v, a);
+  drop(v, NULL, NULL, NULL);
+  return r;
+}
+
+/* column - row of the last two dims, compared with diagonal (I64 iotas, broadcast). */
+static loom_tensor *triangle(const char *op, const loom_tensor *a, int64_t diagonal, bool lower) {
+  loom_tensor *err;
+  if ((err = lm_check(op, a))) return err;
+  const loom_shape *s = &a->node->shape;
+  if (s->ndim < 2) {
+    char sa[128];
+    return lm_error(LOOM_ERR_SHAPE, "%s: needs at least 2 dims, got %s", op,
+                    shape_text(a, sa, sizeof sa));
+  }
+  int64_t rows = s->dim[s->ndim - 2], cols = s->dim[s->ndim - 1];
+  loom_device dev = a->node->device;
+  loom_tensor *r_iota = loom_arange(0, (double)rows, 1, LOOM_I64, dev);
+  loom_tensor *c_iota = loom_arange(0, (double)cols, 1, LOOM_I64, dev);
+  loom_tensor *r_col = loom_reshape(r_iota, LOOM_SHAPE(rows, 1));
+  loom_tensor *offset = loom_sub(c_iota, r_col); /* [rows, cols]: column - row */
+  loom_tensor *keep =
+      lower ? loom_le_s(offset, (double)diagonal) : loom_ge_s(offset, (double)diagonal);
+  loom_tensor *zero = loom_full(LOOM_SHAPE0, 0, a->node->dtype, dev);
+  loom_tensor *r = loom_where(keep, a, zero);
+  drop(r_iota, c_iota, r_col, offset);
+  drop(keep, zero, NULL, NULL);
+  return r;
+}
+
+LM_PUBLIC(loom_tensor *, loom_tril, (const loom_tensor *a, int64_t diagonal), (a, diagonal)) {
+  return triangle("loom_tril", a, diagonal, true);
+}
+
+LM_PUBLIC(loom_tensor *, loom_triu, (const loom_tensor *a, int64_t diagonal), (a, diagonal)) {
+  return triangle("loom_triu", a, diagonal, false);
+}
+
+/* ------------------------------------------------------------ split, chunk */
+
+/* Pieces of `size` along axis (the last one shorter), as views. */
+static loom_status pieces(const char *op, const loom_tensor *a, int64_t size, int axis,
+                          loom_tensor **out, int cap, int *n) {
+  *n = 0;
+  loom_tensor *err = lm_check(op, a);
+  if (!err && !out) err = lm_error(LOOM_ERR_NULL, "%s: no array for the pieces", op);
+  int nd = err ? 0 : a->node->shape.ndim, ax = axis;
+  if (!err && (nd == 0 || !lm_axis(&ax, nd)))
+    err = lm_error(LOOM_ERR_AXIS, "%s: axis %d out of range for %d dims", op, axis, nd);
+  if (err) {
+    loom_status st = loom_status_of(err);
+    loom_free(err);
+    return st;
+  }
+  int64_t len = a->node->shape.dim[ax];
+  int64_t count = len == 0 ? 1 : (len + size - 1) / size;
+  if (count > cap) {
+    loom_free(lm_error(LOOM_ERR_VALUE,
+                       "%s: %lld pieces of %lld along axis %d (length %lld), room for %d", op,
+                       (long long)count, (long long)size, axis, (long long)len, cap));
+    return LOOM_ERR_VALUE;
+  }
+  for (int64_t i = 0; i < count; i++) {
+    int64_t start = i * size, end = start + size < len ? start + size : len;
+    out[i] = loom_slice(a, ax, start, end, 1);
+    if (loom_status_of(out[i]) != LOOM_OK) {
+      loom_status st = loom_status_of(out[i]);
+      for (int64_t j = 0; j <= i; j++) loom_free(out[j]), out[j] = NULL;
+      return st;
+    }
+  }
+  *n = (int)count;
+  return LOOM_OK;
+}
+
+LM_PUBLIC(loom_status, loom_split,
+          (const loom_tensor *a, int64_t size, int axis, loom_tensor **out, int cap, int *n),
+          (a, size, axis, out, cap, n)) {
+  int ignored;
+  if (!n) n = &ignored;
+  if (size <= 0) {
+    *n = 0;
+    loom_free(
+        lm_error(LOOM_ERR_VALUE, "loom_split: piece size %lld is not positive", (long long)size));
+    return LOOM_ERR_VALUE;
+  }
+  return pieces("loom_split", a, size, axis, out, cap, n);
+}
+
+LM_PUBLIC(loom_status, loom_chunk,
+          (const loom_tensor *a, int chunks, int axis, loom_tensor **out, int *n),
+          (a, chunks, axis, out, n)) {
+  int ignored;
+  if (!n) n = &ignored;
+  *n = 0;
+  if (chunks <= 0) {
+    loom_free(lm_error(LOOM_ERR_VALUE, "loom_chunk: %d chunks is not positive", chunks));
+    return LOOM_ERR_VALUE;
+  }
+  loom_tensor *err = lm_check("loom_chunk", a);
+  int nd = err ? 0 : a->node->shape.ndim, ax = axis;
+  if (!err && (nd == 0 || !lm_axis(&ax, nd)))
+    err = lm_error(LOOM_ERR_AXIS, "loom_chunk: axis %d out of range for %d dims", axis, nd);
+  if (err) {
+    loom_status st = loom_status_of(err);
+    loom_free(err);
+    return st;
+  }
+  int64_t len = a->node->shape.dim[ax];
+  int64_t size = (len + chunks - 1) / chunks; /* torch.chunk: ceil, so maybe fewer chunks */
+  return pieces("loom_chunk", a, size > 0 ? size : 1, axis, out, chunks, n);
+}
+
+/* ------------------------------------------------------------ GELU, tanh form */
+
+/* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's and torch's
+ * approximate='tanh'. */
+LM_PUBLIC(loom_tensor *, loom_gelu_tanh, (const loom_tensor *a), (a)) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_gelu_tanh", a))) return err;
+  loom_tensor *x = loom_cast(a, loom_dtype_is_float(a->node->dtype) ? a->node->dtype : LOOM_F32);
+  loom_tensor *square = loom_square(x), *cube = loom_mul(square, x);
+  loom_tensor *cube_part = loom_mul_s(cube, 0.044715), *inner = loom_add(x, cube_part);
+  loom_tensor *scaled = loom_mul_s(inner, sqrt(2.0 / M_PI)), *t = loom_tanh(scaled);
+  loom_tensor *half = loom_mul_s(x, 0.5), *one_plus = loom_add_s(t, 1);
+  loom_tensor *r = loom_mul(half, one_plus);
+  drop(x, square, cube, cube_part);
+  drop(inner, scaled, t, half);
+  drop(one_plus, NULL, NULL, NULL);
+  return r;
+}
+
+/* ------------------------------------------------------------ attention */
+
+/* q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv]: softmax(q k^T * scale + mask) v. */
+LM_PUBLIC(loom_tensor *, loom_scaled_dot_product_attention,
+          (const loom_tensor *q, const loom_tensor *k, const loom_tensor *v,
+           const loom_tensor *mask, bool causal, double scale),
+          (q, k, v, mask, causal, scale)) {
+  const char *op = "loom_scaled_dot_product_attention";
+  loom_tensor *err;
+  if ((err = lm_check(op, q)) || (err = lm_check(op, k)) || (err = lm_check(op, v)) ||
+      (mask && (err = lm_check(op, mask))))
+    return err;
+  const loom_shape *qs = &q->node->shape, *ks = &k->node->shape, *vs = &v->node->shape;
+  char a[128], b[128], c[128];
+  if (qs->ndim < 2 || ks->ndim < 2 || vs->ndim < 2 || qs->ndim != ks->ndim || ks->ndim != vs->ndim)
+    return lm_error(LOOM_ERR_SHAPE, "%s: q %s, k %s, v %s: need [..., T, D] each, the same rank",
+                    op, shape_text(q, a, sizeof a), shape_text(k, b, sizeof b),
+                    shape_text(v, c, sizeof c));
+  int nd = qs->ndim;
+  int64_t tq = qs->dim[nd - 2], d = qs->dim[nd - 1], tk = ks->dim[nd - 2];
+  if (ks->dim[nd - 1] != d || vs->dim[nd - 2] != tk)
+    return lm_error(LOOM_ERR_SHAPE,
+                    "%s: q %s, k %s, v %s: q and k need the same last dim, k and v the same "
+                    "length",
+                    op, shape_text(q, a, sizeof a), shape_text(k, b, sizeof b),
+                    shape_text(v, c, sizeof c));
+  if (!loom_dtype_is_float(q->node->dtype))
+    return lm_error(LOOM_ERR_DTYPE, "%s: q is %s; attention needs floats", op,
+                    loom_dtype_name(q->node->dtype));
+  if (mask && causal)
+    return lm_error(LOOM_ERR_VALUE,
+                    "%s: a mask and causal together (give one: causal is the "
+                    "lower triangle)",
+                    op);
+  if (!(scale >= 0) || isinf(scale))
+    return lm_error(LOOM_ERR_VALUE, "%s: scale %g is not a finite value >= 0", op, scale);
+  if (scale == 0) scale = 1 / sqrt((double)(d > 0 ? d : 1));
+  /* grouped-query attention: H query heads over Hkv key/value heads, each
+   * key/value head serving H / Hkv consecutive query heads */
+  loom_tensor *qq = loom_retain((loom_tensor *)q), *kk = loom_retain((loom_tensor *)k),
+              *vv = loom_retain((loom_tensor *)v);
+  int64_t h = nd >= 3 ? qs->dim[nd - 3] : 1, hkv = nd >= 3 ? ks->dim[nd - 3] : 1;
+  bool grouped = nd >= 3 && hkv != h && hkv > 1 && vs->dim[nd - 3] == hkv && h % hkv == 0;
+  if (grouped) {
+    loom_shape sq = *qs, skv = *ks, sv = *vs;
+    sq.ndim = skv.ndim = sv.ndim = nd + 1;
+    sq.dim[nd - 3] = hkv, sq.dim[nd - 2] = h / hkv, sq.dim[nd - 1] = tq, sq.dim[nd] = d;
+    skv.dim[nd - 2] = 1, skv.dim[nd - 1] = tk, skv.dim[nd] = d;
+    sv.dim[nd - 2] = 1, sv.dim[nd - 1] = tk, sv.dim[nd] = vs->dim[nd - 1];
+    loom_tensor *q2 = loom_reshape(q, sq), *k2 = loom_reshape(k, skv), *v2 = loom_reshape(v, sv);
+    drop(qq, kk, vv, NULL);
+    qq = q2, kk = k2, vv = v2;
+  }
+  loom_tensor *mm = mask ? loom_retain((loom_tensor *)mask) : NULL;
+  if (grouped && mask && mask->node->shape.ndim >= 3) { /* its head dim, grouped the same way */
+    loom_shape ms = mask->node->shape;
+    int md = ms.ndim;
+    int64_t mh = ms.dim[md - 3];
+    ms.ndim = md + 1;
+    ms.dim[md] = ms.dim[md - 1], ms.dim[md - 1] = ms.dim[md - 2];
+    ms.dim[md - 3] = mh == h ? hkv : 1, ms.dim[md - 2] = mh == h ? h / hkv : 1;
+    loom_tensor *m2 = loom_reshape(mask, ms);
+    loom_free(mm);
+    mm = m2;
+  }
+  loom_tensor *kt = loom_transpose(kk, -2, -1), *product = loom_matmul(qq, kt);
+  loom_tensor *scores = loom_mul_s(product, scale), *masked;
+  if (causal) { /* torch's is_causal: query i attends to keys 0..i */
+    loom_tensor *rows = loom_arange(0, (double)tq, 1, LOOM_I64, q->node->device);
+    loom_tensor *cols = loom_arange(0, (double)tk, 1, LOOM_I64, q->node->device);
+    loom_tensor *row_col = loom_reshape(rows, LOOM_SHAPE(tq, 1)), *later = loom_gt(cols, row_col);
+    masked = loom_masked_fill(scores, later, -INFINITY);
+    drop(rows, cols, row_col, later);
+  } else if (mask && mask->node->dtype == LOOM_BOOL) {
+    loom_tensor *ignored = loom_logical_not(mm); /* true: attend, as torch */
+    masked = loom_masked_fill(scores, ignored, -INFINITY);
+    loom_free(ignored);
+  } else if (mask) {
+    masked = loom_add(scores, mm); /* additive */
+  } else {
+    masked = loom_retain(scores);
+  }
+  loom_tensor *weights = loom_softmax(masked, -1);
+  loom_tensor *out = loom_matmul(weights, vv);
+  loom_tensor *r = out;
+  if (grouped) {
+    loom_shape so = *qs;
+    so.dim[nd - 1] = vs->dim[nd - 1];
+    r = loom_reshape(out, so);
+    loom_free(out);
+  }
+  drop(qq, kk, vv, kt);
+  drop(product, scores, masked, weights);
+  loom_free(mm);
+  return r;
+}

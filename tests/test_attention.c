@@ -1,0 +1,185 @@
+/* Attention's pieces (frontend/attention.c) beyond the PyTorch fixtures
+ * (tests/test_nn_fixtures.c): split and chunk as torch counts their pieces,
+ * attention on a larger case against a double-precision reference (causal,
+ * grouped heads, a padding mask), on the test device, its gradients by
+ * finite differences, and its scores' mask and softmax fused. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "gradcheck.h"
+#include "loom.h"
+#include "test_device.h"
+
+static loom_tensor *arange_f(int64_t n, loom_shape shape) {
+  loom_tensor *a = loom_arange(0, (double)n, 1, LOOM_F32, test_device());
+  return loom_reshape(a, shape);
+}
+
+/* torch.split / torch.chunk: the number of pieces, their lengths and values. */
+static void test_split_chunk(void) {
+  LOOM_SCOPE {
+    loom_tensor *x = arange_f(14, LOOM_SHAPE(2, 7)), *p[8] = {0};
+    int n = -1;
+    CHECK_OK(loom_split(x, 3, 1, p, 8, &n));
+    CHECK_EQ_INT(n, 3); /* 3 + 3 + 1 */
+    int64_t want_len[3] = {3, 3, 1};
+    for (int i = 0; i < n; i++) {
+      CHECK_EQ_INT(loom_shape_of(p[i]).dim[1], want_len[i]);
+      float v[6] = {0};
+      CHECK_OK(loom_copy_to_host(loom_contiguous(p[i]), v, sizeof(float) * 2 * want_len[i]));
+      for (int64_t r = 0; r < 2; r++)
+        for (int64_t c = 0; c < want_len[i]; c++)
+          CHECK_NEAR(v[r * want_len[i] + c], r * 7 + 3 * i + c, 0);
+    }
+    CHECK_OK(loom_chunk(x, 4, -1, p, &n));
+    CHECK_EQ_INT(n, 4); /* ceil(7 / 4) = 2: 2 + 2 + 2 + 1 */
+    CHECK_EQ_INT(loom_shape_of(p[3]).dim[1], 1);
+    CHECK_OK(loom_chunk(x, 6, 1, p, &n));
+    CHECK_EQ_INT(n, 4); /* ceil(7 / 6) = 2: only 4 chunks, as torch.chunk */
+    CHECK_OK(loom_chunk(x, 2, 0, p, &n));
+    CHECK_EQ_INT(n, 2);
+    CHECK_NEAR(loom_item(loom_sum_all(p[1])), 7 * 7 + 21, 0); /* 7..13 */
+    CHECK_OK(loom_split(x, 100, 1, p, 1, &n));
+    CHECK_EQ_INT(n, 1);
+    loom_tensor *empty = loom_zeros(LOOM_SHAPE(0, 3), LOOM_F32, test_device());
+    CHECK_OK(loom_split(empty, 2, 0, p, 8, &n));
+    CHECK_EQ_INT(n, 1); /* one empty piece, as torch */
+    CHECK_EQ_INT(loom_shape_of(p[0]).dim[0], 0);
+    /* the pieces' gradients reach the whole */
+    loom_tensor *w = loom_ones(LOOM_SHAPE(2, 7), LOOM_F32, test_device());
+    CHECK_OK(loom_set_requires_grad(w, true));
+    CHECK_OK(loom_chunk(w, 3, 1, p, &n));
+    loom_tensor *loss = loom_add(loom_sum_all(p[0]), loom_mul_s(loom_sum_all(p[2]), 3));
+    CHECK_OK(loom_backward(loss));
+    float g[14];
+    CHECK_OK(loom_copy_to_host(loom_grad(w), g, sizeof g));
+    for (int c = 0; c < 7; c++) CHECK_NEAR(g[c], c < 3 ? 1 : c < 6 ? 0 : 3, 0);
+  }
+}
+
+/* out[b][h][i] = softmax_j(q_i . k_j * scale, masked) @ v, in doubles: heads
+ * h use key/value head h / (H / HKV); causal keeps j <= i; keep (may be
+ * NULL) is [B][TK]: a padding mask, true to attend. */
+static void reference(const float *q, const float *k, const float *v, int B, int H, int HKV, int TQ,
+                      int TK, int D, bool causal, const bool *keep, double *out) {
+  double scale = 1 / sqrt((double)D), *s = malloc(sizeof(double) * (size_t)TK);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++) {
+      int hk = h / (H / HKV);
+      const float *qh = q + ((size_t)(b * H + h) * TQ) * D;
+      const float *kh = k + ((size_t)(b * HKV + hk) * TK) * D;
+      const float *vh = v + ((size_t)(b * HKV + hk) * TK) * D;
+      for (int i = 0; i < TQ; i++) {
+        double m = -INFINITY, sum = 0;
+        for (int j = 0; j < TK; j++) {
+          double dot = 0;
+          for (int e = 0; e < D; e++) dot += (double)qh[i * D + e] * kh[j * D + e];
+          bool on = (!causal || j <= i) && (!keep || keep[b * TK + j]);
+          s[j] = on ? dot * scale : -INFINITY;
+          if (s[j] > m) m = s[j];
+        }
+        for (int j = 0; j < TK; j++) sum += s[j] = exp(s[j] - m);
+        for (int e = 0; e < D; e++) {
+          double acc = 0;
+          for (int j = 0; j < TK; j++) acc += s[j] / sum * vh[j * D + e];
+          out[((size_t)(b * H + h) * TQ + i) * D + e] = acc;
+        }
+      }
+    }
+  free(s);
+}
+
+static float *random_floats(size_t n, unsigned seed) {
+  float *x = malloc(sizeof(float) * n);
+  for (size_t i = 0; i < n; i++) {
+    seed = seed * 1103515245u + 12345u;
+    x[i] = (float)((seed >> 8) % 2001) / 1000.0f - 1.0f;
+  }
+  return x;
+}
+
+static void check_attention(const char *what, int B, int H, int HKV, int T, int D, bool causal,
+                            bool padded) {
+  size_t nq = (size_t)B * H * T * D, nkv = (size_t)B * HKV * T * D;
+  float *q = random_floats(nq, 1), *k = random_floats(nkv, 2), *v = random_floats(nkv, 3);
+  bool *keep = NULL;
+  if (padded) { /* batch b attends to its first T - 3 b keys */
+    keep = malloc((size_t)B * T);
+    for (int b = 0; b < B; b++)
+      for (int j = 0; j < T; j++) keep[b * T + j] = j < T - 3 * b;
+  }
+  double *want = malloc(sizeof(double) * nq);
+  reference(q, k, v, B, H, HKV, T, T, D, causal, keep, want);
+  float *got = malloc(sizeof(float) * nq);
+  LOOM_SCOPE {
+    loom_device dev = test_device();
+    loom_tensor *tq = loom_from_data(q, LOOM_SHAPE(B, H, T, D), LOOM_F32, dev);
+    loom_tensor *tk = loom_from_data(k, LOOM_SHAPE(B, HKV, T, D), LOOM_F32, dev);
+    loom_tensor *tv = loom_from_data(v, LOOM_SHAPE(B, HKV, T, D), LOOM_F32, dev);
+    loom_tensor *mask = keep ? loom_from_data(keep, LOOM_SHAPE(B, 1, 1, T), LOOM_BOOL, dev) : NULL;
+    loom_tensor *out = loom_scaled_dot_product_attention(tq, tk, tv, mask, causal, 0);
+    CHECK_OK(loom_copy_to_host(out, got, sizeof(float) * nq));
+  }
+  double worst = 0;
+  for (size_t i = 0; i < nq; i++) worst = fmax(worst, fabs(got[i] - want[i]));
+  CHECK_MSG(worst < 2e-5, "%s: worst difference %g from the double reference", what, worst);
+  free(q), free(k), free(v), free(keep), free(want), free(got);
+}
+
+static loom_tensor *sdpa_causal(loom_tensor *const *in) {
+  return loom_scaled_dot_product_attention(in[0], in[1], in[2], NULL, true, 0);
+}
+
+static loom_tensor *sdpa_grouped(loom_tensor *const *in) {
+  return loom_scaled_dot_product_attention(in[0], in[1], in[2], NULL, false, 0.7);
+}
+
+static loom_tensor *gelu_tanh(loom_tensor *const *in) { return loom_gelu_tanh(in[0]); }
+
+/* The scale, mask and softmax of the scores: one fused kernel between the
+ * two products (plus the iotas' comparison, folded in). */
+static void test_fused(void) {
+  if (test_device().type != LOOM_DEVICE_CPU) return;
+  LOOM_SCOPE {
+    loom_tensor *q = loom_ones(LOOM_SHAPE(2, 4, 16, 8), LOOM_F32, LOOM_CPU);
+    loom_tensor *out = loom_scaled_dot_product_attention(q, q, q, NULL, true, 0);
+    loom_stats before = loom_get_stats();
+    CHECK_OK(loom_realize(out));
+    loom_stats after = loom_get_stats();
+    uint64_t kernels = after.kernels_launched - before.kernels_launched;
+    CHECK_MSG(kernels <= 2, "causal attention ran %llu kernels", (unsigned long long)kernels);
+    float v[8];
+    CHECK_OK(
+        loom_copy_to_host(loom_slice(loom_reshape(out, LOOM_SHAPE(-1)), 0, 0, 8, 1), v, sizeof v));
+    CHECK_NEAR(v[0], 1, 1e-6); /* averages of ones */
+  }
+}
+
+int main(void) {
+  CHECK_OK(loom_set_default_device(test_device()));
+  test_split_chunk();
+  check_attention("plain", 2, 3, 3, 17, 8, false, false);
+  check_attention("causal", 2, 2, 2, 33, 16, true, false);
+  check_attention("grouped, causal", 1, 8, 2, 20, 8, true, false);
+  check_attention("padding mask", 3, 2, 2, 12, 8, false, true);
+  gcase cases[] = {
+      {"sdpa causal",
+       sdpa_causal,
+       3,
+       {LOOM_SHAPE(1, 2, 5, 3), LOOM_SHAPE(1, 2, 5, 3), LOOM_SHAPE(1, 2, 5, 3)},
+       ANY},
+      {"sdpa grouped",
+       sdpa_grouped,
+       3,
+       {LOOM_SHAPE(1, 4, 3, 2), LOOM_SHAPE(1, 2, 4, 2), LOOM_SHAPE(1, 2, 4, 2)},
+       ANY},
+      {"gelu_tanh", gelu_tanh, 1, {LOOM_SHAPE(3, 5)}, ANY},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) LOOM_SCOPE {
+      gradcheck(&cases[i]);
+    }
+  test_fused();
+  return check_report();
+}
