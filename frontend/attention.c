@@ -8,10 +8,6 @@
 
 #include "frontend/frontend.h"
 
-static void drop(loom_tensor *a, loom_tensor *b, loom_tensor *c, loom_tensor *d) {
-  loom_free(a), loom_free(b), loom_free(c), loom_free(d);
-}
-
 static const char *shape_text(const loom_tensor *t, char *buf, size_t len) {
   return lm_shape_str(&t->node->shape, buf, len);
 }
@@ -22,10 +18,9 @@ LM_PUBLIC(loom_tensor *, loom_where_s, (const loom_tensor *cond, const loom_tens
           (cond, a, s)) {
   loom_tensor *err;
   if ((err = lm_check("loom_where_s", a))) return err;
+  int token = lm_composite_begin();
   loom_tensor *c = loom_full(LOOM_SHAPE0, s, lm_scalar_promote(a->node->dtype, s), a->node->device);
-  loom_tensor *r = loom_where(cond, a, c);
-  drop(c, NULL, NULL, NULL);
-  return r;
+  return lm_composite_end(token, loom_where(cond, a, c));
 }
 
 LM_PUBLIC(loom_tensor *, loom_masked_fill,
@@ -43,10 +38,9 @@ LM_PUBLIC(loom_tensor *, loom_masked_fill,
       !lm_shape_eq(&out, &a->node->shape))
     return lm_error(LOOM_ERR_SHAPE, "loom_masked_fill: the mask %s does not broadcast to %s",
                     shape_text(mask, sm, sizeof sm), shape_text(a, sa, sizeof sa));
+  int token = lm_composite_begin();
   loom_tensor *v = loom_full(LOOM_SHAPE0, value, dt, a->node->device);
-  loom_tensor *r = loom_where(mask, v, a);
-  drop(v, NULL, NULL, NULL);
-  return r;
+  return lm_composite_end(token, loom_where(mask, v, a));
 }
 
 /* column - row of the last two dims, compared with diagonal (I64 iotas, broadcast). */
@@ -61,17 +55,14 @@ static loom_tensor *triangle(const char *op, const loom_tensor *a, int64_t diago
   }
   int64_t rows = s->dim[s->ndim - 2], cols = s->dim[s->ndim - 1];
   loom_device dev = a->node->device;
-  loom_tensor *r_iota = loom_arange(0, (double)rows, 1, LOOM_I64, dev);
-  loom_tensor *c_iota = loom_arange(0, (double)cols, 1, LOOM_I64, dev);
-  loom_tensor *r_col = loom_reshape(r_iota, LOOM_SHAPE(rows, 1));
-  loom_tensor *offset = loom_sub(c_iota, r_col); /* [rows, cols]: column - row */
+  int token = lm_composite_begin();
+  loom_tensor *row =
+      loom_reshape(loom_arange(0, (double)rows, 1, LOOM_I64, dev), LOOM_SHAPE(rows, 1));
+  loom_tensor *offset = loom_sub(loom_arange(0, (double)cols, 1, LOOM_I64, dev), row);
   loom_tensor *keep =
       lower ? loom_le_s(offset, (double)diagonal) : loom_ge_s(offset, (double)diagonal);
   loom_tensor *zero = loom_full(LOOM_SHAPE0, 0, a->node->dtype, dev);
-  loom_tensor *r = loom_where(keep, a, zero);
-  drop(r_iota, c_iota, r_col, offset);
-  drop(keep, zero, NULL, NULL);
-  return r;
+  return lm_composite_end(token, loom_where(keep, a, zero));
 }
 
 LM_PUBLIC(loom_tensor *, loom_tril, (const loom_tensor *a, int64_t diagonal), (a, diagonal)) {
@@ -164,16 +155,11 @@ LM_PUBLIC(loom_status, loom_chunk,
 LM_PUBLIC(loom_tensor *, loom_gelu_tanh, (const loom_tensor *a), (a)) {
   loom_tensor *err;
   if ((err = lm_check("loom_gelu_tanh", a))) return err;
+  int token = lm_composite_begin();
   loom_tensor *x = loom_cast(a, loom_dtype_is_float(a->node->dtype) ? a->node->dtype : LOOM_F32);
-  loom_tensor *square = loom_square(x), *cube = loom_mul(square, x);
-  loom_tensor *cube_part = loom_mul_s(cube, 0.044715), *inner = loom_add(x, cube_part);
-  loom_tensor *scaled = loom_mul_s(inner, sqrt(2.0 / M_PI)), *t = loom_tanh(scaled);
-  loom_tensor *half = loom_mul_s(x, 0.5), *one_plus = loom_add_s(t, 1);
-  loom_tensor *r = loom_mul(half, one_plus);
-  drop(x, square, cube, cube_part);
-  drop(inner, scaled, t, half);
-  drop(one_plus, NULL, NULL, NULL);
-  return r;
+  loom_tensor *inner = loom_add(x, loom_mul_s(loom_mul(loom_square(x), x), 0.044715));
+  loom_tensor *t = loom_tanh(loom_mul_s(inner, sqrt(2.0 / M_PI)));
+  return lm_composite_end(token, loom_mul(loom_mul_s(x, 0.5), loom_add_s(t, 1)));
 }
 
 /* ------------------------------------------------------------ attention */
@@ -215,8 +201,8 @@ LM_PUBLIC(loom_tensor *, loom_scaled_dot_product_attention,
   if (scale == 0) scale = 1 / sqrt((double)(d > 0 ? d : 1));
   /* grouped-query attention: H query heads over Hkv key/value heads, each
    * key/value head serving H / Hkv consecutive query heads */
-  loom_tensor *qq = loom_retain((loom_tensor *)q), *kk = loom_retain((loom_tensor *)k),
-              *vv = loom_retain((loom_tensor *)v);
+  int token = lm_composite_begin();
+  const loom_tensor *qq = q, *kk = k, *vv = v, *mm = mask;
   int64_t h = nd >= 3 ? qs->dim[nd - 3] : 1, hkv = nd >= 3 ? ks->dim[nd - 3] : 1;
   bool grouped = nd >= 3 && hkv != h && hkv > 1 && vs->dim[nd - 3] == hkv && h % hkv == 0;
   if (grouped) {
@@ -225,50 +211,33 @@ LM_PUBLIC(loom_tensor *, loom_scaled_dot_product_attention,
     sq.dim[nd - 3] = hkv, sq.dim[nd - 2] = h / hkv, sq.dim[nd - 1] = tq, sq.dim[nd] = d;
     skv.dim[nd - 2] = 1, skv.dim[nd - 1] = tk, skv.dim[nd] = d;
     sv.dim[nd - 2] = 1, sv.dim[nd - 1] = tk, sv.dim[nd] = vs->dim[nd - 1];
-    loom_tensor *q2 = loom_reshape(q, sq), *k2 = loom_reshape(k, skv), *v2 = loom_reshape(v, sv);
-    drop(qq, kk, vv, NULL);
-    qq = q2, kk = k2, vv = v2;
+    qq = loom_reshape(q, sq), kk = loom_reshape(k, skv), vv = loom_reshape(v, sv);
+    if (mask && mask->node->shape.ndim >= 3) { /* its head dim, grouped the same way */
+      loom_shape ms = mask->node->shape;
+      int md = ms.ndim;
+      int64_t mh = ms.dim[md - 3];
+      ms.ndim = md + 1;
+      ms.dim[md] = ms.dim[md - 1], ms.dim[md - 1] = ms.dim[md - 2];
+      ms.dim[md - 3] = mh == h ? hkv : 1, ms.dim[md - 2] = mh == h ? h / hkv : 1;
+      mm = loom_reshape(mask, ms);
+    }
   }
-  loom_tensor *mm = mask ? loom_retain((loom_tensor *)mask) : NULL;
-  if (grouped && mask && mask->node->shape.ndim >= 3) { /* its head dim, grouped the same way */
-    loom_shape ms = mask->node->shape;
-    int md = ms.ndim;
-    int64_t mh = ms.dim[md - 3];
-    ms.ndim = md + 1;
-    ms.dim[md] = ms.dim[md - 1], ms.dim[md - 1] = ms.dim[md - 2];
-    ms.dim[md - 3] = mh == h ? hkv : 1, ms.dim[md - 2] = mh == h ? h / hkv : 1;
-    loom_tensor *m2 = loom_reshape(mask, ms);
-    loom_free(mm);
-    mm = m2;
-  }
-  loom_tensor *kt = loom_transpose(kk, -2, -1), *product = loom_matmul(qq, kt);
-  loom_tensor *scores = loom_mul_s(product, scale), *masked;
+  loom_tensor *scores = loom_mul_s(loom_matmul(qq, loom_transpose(kk, -2, -1)), scale);
   if (causal) { /* torch's is_causal: query i attends to keys 0..i */
-    loom_tensor *rows = loom_arange(0, (double)tq, 1, LOOM_I64, q->node->device);
-    loom_tensor *cols = loom_arange(0, (double)tk, 1, LOOM_I64, q->node->device);
-    loom_tensor *row_col = loom_reshape(rows, LOOM_SHAPE(tq, 1)), *later = loom_gt(cols, row_col);
-    masked = loom_masked_fill(scores, later, -INFINITY);
-    drop(rows, cols, row_col, later);
-  } else if (mask && mask->node->dtype == LOOM_BOOL) {
-    loom_tensor *ignored = loom_logical_not(mm); /* true: attend, as torch */
-    masked = loom_masked_fill(scores, ignored, -INFINITY);
-    loom_free(ignored);
-  } else if (mask) {
-    masked = loom_add(scores, mm); /* additive */
-  } else {
-    masked = loom_retain(scores);
+    loom_tensor *rows =
+        loom_reshape(loom_arange(0, (double)tq, 1, LOOM_I64, q->node->device), LOOM_SHAPE(tq, 1));
+    loom_tensor *later = loom_gt(loom_arange(0, (double)tk, 1, LOOM_I64, q->node->device), rows);
+    scores = loom_masked_fill(scores, later, -INFINITY);
+  } else if (mm && mm->node->dtype == LOOM_BOOL) { /* true: attend, as torch */
+    scores = loom_masked_fill(scores, loom_logical_not(mm), -INFINITY);
+  } else if (mm) {
+    scores = loom_add(scores, mm); /* additive */
   }
-  loom_tensor *weights = loom_softmax(masked, -1);
-  loom_tensor *out = loom_matmul(weights, vv);
-  loom_tensor *r = out;
+  loom_tensor *out = loom_matmul(loom_softmax(scores, -1), vv);
   if (grouped) {
     loom_shape so = *qs;
     so.dim[nd - 1] = vs->dim[nd - 1];
-    r = loom_reshape(out, so);
-    loom_free(out);
+    out = loom_reshape(out, so);
   }
-  drop(qq, kk, vv, kt);
-  drop(product, scores, masked, weights);
-  loom_free(mm);
-  return r;
+  return lm_composite_end(token, out);
 }
