@@ -189,7 +189,10 @@ LM_PUBLIC(loom_tensor *, loom_avg_pool2d,
 
 /* Realized integer labels on the host can be checked now, as torch does; lazy
  * ones, device ones and a program's placeholders are clamped by the kernel. */
-static loom_tensor *check_range(const char *name, const lm_node *labels, int64_t limit) {
+/* Indices outside [0, limit), when they are at hand (computed on the host);
+ * with `ignore`, the value `ignored` is allowed too. NULL when none is. */
+static loom_tensor *check_range_but(const char *name, const lm_node *labels, int64_t limit,
+                                    bool ignore, int64_t ignored) {
   if (!lm_is_computed(labels) || !labels->data || labels->device.type == LOOM_DEVICE_CUDA)
     return NULL; /* device data stays on the device: the kernel clamps */
   int64_t n = lm_shape_numel(&labels->shape);
@@ -197,11 +200,16 @@ static loom_tensor *check_range(const char *name, const lm_node *labels, int64_t
     int64_t v = labels->dtype == LOOM_I64   ? ((const int64_t *)labels->data)[i]
                 : labels->dtype == LOOM_I32 ? ((const int32_t *)labels->data)[i]
                                             : ((const uint8_t *)labels->data)[i];
-    if (v < 0 || v >= limit)
-      return lm_error(LOOM_ERR_VALUE, "%s: index %lld at position %lld is outside [0, %lld)", name,
-                      (long long)v, (long long)i, (long long)limit);
+    if ((v < 0 || v >= limit) && !(ignore && v == ignored))
+      return lm_error(LOOM_ERR_VALUE, "%s: index %lld at position %lld is outside [0, %lld)%s",
+                      name, (long long)v, (long long)i, (long long)limit,
+                      ignore ? " and not the ignored index" : "");
   }
   return NULL;
+}
+
+static loom_tensor *check_range(const char *name, const lm_node *labels, int64_t limit) {
+  return check_range_but(name, labels, limit, false, 0);
 }
 
 static loom_tensor *check_labels(const char *name, const loom_tensor *labels) {
@@ -417,6 +425,65 @@ LM_PUBLIC(loom_tensor *, loom_cross_entropy, (const loom_tensor *logits, const l
   if ((err = check_scores("loom_cross_entropy", logits, labels))) return err;
   int token = lm_composite_begin();
   return lm_composite_end(token, loom_nll_loss(loom_log_softmax(logits, 1), labels));
+}
+
+/* torch's F.cross_entropy(logits, labels, ignore_index, reduction,
+ * label_smoothing): logits [N, C, d...] (or [C]), labels [N, d...] (or 0-d). */
+LM_PUBLIC(loom_tensor *, loom_cross_entropy_ex,
+          (const loom_tensor *logits, const loom_tensor *labels, loom_cross_entropy_opts o),
+          (logits, labels, o)) {
+  const char *name = "loom_cross_entropy_ex";
+  loom_tensor *err;
+  if ((err = lm_check(name, logits)) || (err = check_labels(name, labels))) return err;
+  const loom_shape *s = &logits->node->shape, *l = &labels->node->shape;
+  bool single = s->ndim == 1; /* [C] against a 0-d label */
+  int class_axis = single ? 0 : 1;
+  bool fits = s->ndim >= 1 && l->ndim == s->ndim - 1;
+  for (int i = 0, j = 0; fits && i < s->ndim; i++)
+    if (i != class_axis) fits = s->dim[i] == l->dim[j++];
+  char sa[128], sb[128];
+  if (!fits)
+    return lm_error(LOOM_ERR_SHAPE,
+                    "%s: needs [N, C, d...] scores and [N, d...] labels (or [C] and one label), "
+                    "got %s and %s",
+                    name, lm_shape_str(s, sa, sizeof sa), lm_shape_str(l, sb, sizeof sb));
+  if (!(o.label_smoothing >= 0 && o.label_smoothing <= 1))
+    return lm_error(LOOM_ERR_VALUE, "%s: label_smoothing %g is outside [0, 1]", name,
+                    o.label_smoothing);
+  if (o.reduction != LOOM_REDUCE_MEAN && o.reduction != LOOM_REDUCE_SUM &&
+      o.reduction != LOOM_REDUCE_NONE)
+    return lm_error(LOOM_ERR_VALUE, "%s: unknown reduction %d", name, (int)o.reduction);
+  int64_t classes = s->dim[class_axis];
+  if ((err = check_range_but(name, labels->node, classes, o.ignore, o.ignore_index))) return err;
+  int token = lm_composite_begin();
+  /* classes last: [N, d..., C] */
+  int perm[LOOM_MAX_DIMS];
+  for (int i = 0, j = 0; i < s->ndim; i++)
+    if (i != class_axis) perm[j++] = i;
+  perm[s->ndim - 1] = class_axis;
+  loom_tensor *scores =
+      single ? loom_retain((loom_tensor *)logits) : loom_permute(logits, perm, s->ndim);
+  loom_tensor *log_probs = loom_log_softmax(scores, -1);
+  loom_tensor *valid = o.ignore ? loom_ne_s(labels, (double)o.ignore_index)
+                                : loom_ones(*l, LOOM_BOOL, labels->node->device);
+  loom_tensor *safe = loom_where_s(valid, labels, 0); /* ignored: any class, then zeroed */
+  /* selected, not multiplied by a 0/1 mask (a -inf score times 0 is NaN) */
+  loom_tensor *hit = loom_cast(loom_one_hot(safe, classes), LOOM_BOOL);
+  loom_tensor *picked = loom_sum(loom_where_s(hit, log_probs, 0), (int[]){-1}, 1, false);
+  loom_tensor *per = loom_neg(picked);
+  if (o.label_smoothing > 0) {
+    loom_tensor *uniform = loom_neg(loom_mean(log_probs, (int[]){-1}, 1, false));
+    per = loom_add(loom_mul_s(per, 1 - o.label_smoothing), loom_mul_s(uniform, o.label_smoothing));
+  }
+  per = loom_where_s(valid, per, 0);
+  loom_tensor *r;
+  if (o.reduction == LOOM_REDUCE_NONE)
+    r = per;
+  else if (o.reduction == LOOM_REDUCE_SUM)
+    r = loom_sum_all(per);
+  else /* over the labels not ignored: NaN when every one is, as torch */
+    r = loom_div(loom_sum_all(per), loom_sum_all(loom_cast(valid, per->node->dtype)));
+  return lm_composite_end(token, r);
 }
 
 /* max(x, 0) - x*y + log(1 + exp(-|x|)): stable for large |x|. */

@@ -408,6 +408,20 @@ loom_tensor *loom_cross_entropy(const loom_tensor *logits, const loom_tensor *la
 loom_tensor *loom_nll_loss(const loom_tensor *log_probs, const loom_tensor *labels);
 loom_tensor *loom_bce_with_logits(const loom_tensor *logits, const loom_tensor *targets);
 
+typedef enum loom_reduction { LOOM_REDUCE_MEAN, LOOM_REDUCE_SUM, LOOM_REDUCE_NONE } loom_reduction;
+typedef struct loom_cross_entropy_opts {
+  bool ignore;              /* labels equal to ignore_index add nothing (torch: ignore_index) */
+  int64_t ignore_index;     /* e.g. -100 (torch's default) or -1 (nanoGPT's padding) */
+  double label_smoothing;   /* in [0, 1]: the target is (1 - s) one-hot + s / C */
+  loom_reduction reduction; /* MEAN (default: over the labels not ignored), SUM, NONE */
+} loom_cross_entropy_opts;
+/* torch's F.cross_entropy with its options: logits [N, C, d...] (classes on
+ * axis 1) against integer labels [N, d...], or [C] against one 0-d label.
+ * NONE gives the loss per label ([N, d...], 0 where ignored); MEAN over no
+ * labels at all (every one ignored) is NaN, as in torch. */
+loom_tensor *loom_cross_entropy_ex(const loom_tensor *logits, const loom_tensor *labels,
+                                   loom_cross_entropy_opts opts);
+
 /* ------------------------------------------------------------------ attention */
 
 /* softmax(q @ k^T * scale + mask) @ v, as torch 2's F.scaled_dot_product_attention:

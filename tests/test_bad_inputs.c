@@ -313,6 +313,17 @@ ROW_S(value_chunk, loom_chunk(f23, 0, 0, pieces, NULL))
 ROW_S(value_split_room, loom_split(f23, 1, 1, pieces, 2, NULL))
 ROW_S(axis_split, loom_split(f23, 1, 2, pieces, 4, NULL))
 
+static loom_tensor *labels_2_9(void) {
+  int64_t l[2] = {2, 9};
+  return loom_from_data(l, LOOM_SHAPE(2), LOOM_I64, LOOM_CPU);
+}
+ROW_T(value_ce_label,
+      loom_cross_entropy_ex(f23, labels_2_9(),
+                            (loom_cross_entropy_opts){.ignore = true, .ignore_index = -1}))
+ROW_T(value_ce_smoothing,
+      loom_cross_entropy_ex(f23, label_seven(), (loom_cross_entropy_opts){.label_smoothing = 1.5}))
+ROW_T(shape_ce_ex, loom_cross_entropy_ex(f23, i4(), (loom_cross_entropy_opts){0}))
+
 /* ------------------------------------------------------------ sizes */
 ROW_T(size_negative, loom_zeros(LOOM_SHAPE(-1, 2), LOOM_F32, LOOM_CPU))
 ROW_T(size_expand_ndim, loom_expand(f23, ((loom_shape){9, {2, 3, 1, 1, 1, 1, 1, 1}})))
@@ -600,6 +611,15 @@ static const row table[] = {
         "loom_split: 3 pieces of 1 along axis 1 (length 3), room for 2"),
     ROW("bad axis", "loom_split([2,3], 1, axis 2)", axis_split, LOOM_ERR_AXIS,
         "loom_split: axis 2 out of range for 2 dims"),
+    ROW("bad value", "loom_cross_entropy_ex([2,3], labels {2, 9}, ignore -1)", value_ce_label,
+        LOOM_ERR_VALUE,
+        "loom_cross_entropy_ex: index 9 at position 1 is outside [0, 3) and not the ignored "
+        "index"),
+    ROW("bad value", "loom_cross_entropy_ex(.., label_smoothing 1.5)", value_ce_smoothing,
+        LOOM_ERR_VALUE, "loom_cross_entropy_ex: label_smoothing 1.5 is outside [0, 1]"),
+    ROW("wrong shape", "loom_cross_entropy_ex([2,3], labels [4])", shape_ce_ex, LOOM_ERR_SHAPE,
+        "loom_cross_entropy_ex: needs [N, C, d...] scores and [N, d...] labels (or [C] and one "
+        "label), got [2,3] and [4]"),
     ROW("wrong shape", "loom_copy_to_host([2,3], buf, 20)", shape_copy, LOOM_ERR_BUFFER,
         "20 bytes given, f32 [2,3] needs 24"),
     ROW("wrong shape", "loom_assign([2,3], [4])", shape_assign, LOOM_ERR_SHAPE,

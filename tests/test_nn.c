@@ -307,16 +307,16 @@ static const gcase grads[] = {
 static void test_huge_logits(void) {
   for (int dt = LOOM_F32; dt <= LOOM_F64; dt++) LOOM_SCOPE {
       double v[4] = {1e16, 1e16, -3e15, -3e15}, got[4];
-      loom_tensor *x = loom_cast(loom_from_data(v, LOOM_SHAPE(2, 2), LOOM_F64, test_device()),
-                                 (loom_dtype)dt);
+      loom_tensor *x =
+          loom_cast(loom_from_data(v, LOOM_SHAPE(2, 2), LOOM_F64, test_device()), (loom_dtype)dt);
       double tol = dt == LOOM_F32 ? 1e-6 : 1e-14;
       CHECK_OK(loom_copy_to_host(loom_cast(loom_log_softmax(x, 1), LOOM_F64), got, sizeof got));
       for (int i = 0; i < 4; i++) CHECK_NEAR(got[i], -M_LN2, tol);
       CHECK_OK(loom_copy_to_host(loom_cast(loom_log_softmax(loom_transpose(x, 0, 1), 0), LOOM_F64),
                                  got, sizeof got));
       for (int i = 0; i < 4; i++) CHECK_NEAR(got[i], -M_LN2, tol);
-      CHECK_OK(loom_copy_to_host(loom_cast(loom_softmax(loom_transpose(x, 0, 1), 0), LOOM_F64),
-                                 got, sizeof got));
+      CHECK_OK(loom_copy_to_host(loom_cast(loom_softmax(loom_transpose(x, 0, 1), 0), LOOM_F64), got,
+                                 sizeof got));
       for (int i = 0; i < 4; i++) CHECK_NEAR(got[i], 0.5, tol);
       int64_t lv[2] = {0, 1};
       loom_tensor *labels = loom_from_data(lv, LOOM_SHAPE(2), LOOM_I64, test_device());
@@ -332,8 +332,29 @@ static void test_huge_logits(void) {
     }
 }
 
+/* cross_entropy_ex beyond the fixtures: every label ignored gives NaN (mean)
+ * and 0 (sum), as torch; labels given lazily (not yet computed) work too, and
+ * the ignored label may lie outside the classes. */
+static void test_cross_entropy_ignored(void) {
+  LOOM_SCOPE {
+    float z[6] = {0.5f, -1, 2, 0, 1, -2};
+    int64_t none[2] = {-100, -100}, some[2] = {2, -100};
+    loom_tensor *x = loom_from_data(z, LOOM_SHAPE(2, 3), LOOM_F32, test_device());
+    loom_cross_entropy_opts mean = {.ignore = true, .ignore_index = -100};
+    loom_cross_entropy_opts sum = {
+        .ignore = true, .ignore_index = -100, .reduction = LOOM_REDUCE_SUM};
+    loom_tensor *all = loom_from_data(none, LOOM_SHAPE(2), LOOM_I64, test_device());
+    CHECK(isnan(loom_item(loom_cross_entropy_ex(x, all, mean))));
+    CHECK_NEAR(loom_item(loom_cross_entropy_ex(x, all, sum)), 0, 0);
+    loom_tensor *lazy = loom_add_s(loom_from_data(some, LOOM_SHAPE(2), LOOM_I64, test_device()), 0);
+    double want = -(2 - log(exp(0.5) + exp(-1.0) + exp(2.0)));
+    CHECK_NEAR(loom_item(loom_cross_entropy_ex(x, lazy, mean)), want, 1e-6);
+  }
+}
+
 int main(void) {
   CHECK_OK(loom_set_default_device(test_device())); /* layers and parameters */
+  test_cross_entropy_ignored();
   test_huge_logits();
   test_conv_forward();
   test_pool_forward();

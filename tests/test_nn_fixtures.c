@@ -245,6 +245,11 @@ static loom_tensor *fx_compute(const fx_case *c, loom_tensor **ts) {
     return loom_masked_fill(IN("x"), loom_ne_s(IN("mask"), 0), P("value", 0, 0));
   if (strcmp(op, "where_s") == 0)
     return loom_where_s(loom_ne_s(IN("cond"), 0), IN("x"), P("value", 0, 0));
+  if (strcmp(op, "cross_entropy_ex") == 0) {
+    loom_cross_entropy_opts o = {P("ignore", 0, 0) != 0, (int64_t)P("ignore_index", 0, 0),
+                                 P("label_smoothing", 0, 0), (loom_reduction)P("reduction", 0, 0)};
+    return loom_cross_entropy_ex(IN("logits"), IN("labels"), o);
+  }
   if (strcmp(op, "sdpa") == 0) {
     loom_tensor *mask = IN("mask");
     if (mask && P("bool_mask", 0, 0)) mask = loom_ne_s(mask, 0);

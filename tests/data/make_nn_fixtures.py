@@ -197,6 +197,32 @@ case("sdpa_additive_mask_scale", "sdpa",
 case("sdpa_gqa", "sdpa", {"q": rn(2, 4, 5, 4), "k": rn(2, 2, 5, 4), "v": rn(2, 2, 5, 4)},
      lambda q, k, v: sdpa(q, k, v, causal=True), params={"causal": 1})
 
+# cross-entropy's options (frontend/nn.c loom_cross_entropy_ex)
+labels_ignored = torch.randint(0, 5, (8,))
+labels_ignored[[1, 5]] = -100
+case("ce_ignore", "cross_entropy_ex",
+     {"logits": rn(8, 5, scale=2.0), "labels": labels_ignored},
+     lambda logits, labels: F.cross_entropy(logits, labels, ignore_index=-100),
+     params={"ignore": 1, "ignore_index": -100})
+case("ce_smooth", "cross_entropy_ex",
+     {"logits": rn(6, 4, scale=2.0), "labels": torch.randint(0, 4, (6,))},
+     lambda logits, labels: F.cross_entropy(logits, labels, label_smoothing=0.1),
+     params={"label_smoothing": 0.1})
+labels_pad = torch.randint(0, 5, (7,))
+labels_pad[3] = -1
+case("ce_ignore_smooth_sum", "cross_entropy_ex",
+     {"logits": rn(7, 5, scale=2.0), "labels": labels_pad},
+     lambda logits, labels: F.cross_entropy(logits, labels, ignore_index=-1,
+                                            label_smoothing=0.2, reduction="sum"),
+     params={"ignore": 1, "ignore_index": -1, "label_smoothing": 0.2, "reduction": 1})
+case("ce_spatial_none", "cross_entropy_ex",
+     {"logits": rn(2, 4, 3, 5, scale=2.0), "labels": torch.randint(0, 4, (2, 3, 5))},
+     lambda logits, labels: F.cross_entropy(logits, labels, reduction="none"),
+     params={"reduction": 2})
+case("ce_single", "cross_entropy_ex",
+     {"logits": rn(6, scale=2.0), "labels": torch.tensor(4)},
+     lambda logits, labels: F.cross_entropy(logits, labels))
+
 with open(OUT, "w") as f:
     f.write("\n".join(lines) + "\n")
 print("wrote %s (%d bytes)" % (OUT, os.path.getsize(OUT)))
