@@ -51,7 +51,7 @@ static loom_status mlp_setup(void **state) {
   const char *names[3] = {"fc1", "fc2", "fc3"};
   for (int i = 0; i < 3; i++)
     s->fc[i] = loom_linear_new(s->ps, names[i], sizes[i], sizes[i + 1], k[i]);
-  s->opt = loom_adam(s->ps, (loom_adam_opts){.lr = 1e-3});
+  s->opt = loom_adam(s->ps, LOOM_ADAM_DEFAULTS);
   loom_status st = bench_uniform_input(6, LOOM_SHAPE(256, 784), 0, 1, &s->x);
   s->y = labels(256);
   *state = s;

@@ -10,11 +10,6 @@
 
 /* ------------------------------------------------------------ options */
 
-double lm_optim_default(double value, double fallback) {
-  if (value != 0) return value;
-  return signbit(value) ? 0.0 : fallback;
-}
-
 bool lm_optim_check_nonneg(const char *name, const char *option, double value) {
   if (value >= 0) return true;
   lm_fail(LOOM_ERR_VALUE, "%s: invalid %s: %g (must be >= 0)", name, option, value);
@@ -29,7 +24,8 @@ bool lm_optim_check_beta(const char *name, const char *option, double value) {
 
 /* ------------------------------------------------------------ the handle */
 
-loom_optim *lm_optim_new(const char *name, loom_params *ps, const lm_optim_rule *rule) {
+loom_optim *lm_optim_new(const char *name, loom_params *ps, const lm_optim_rule *rule,
+                         double weight_decay) {
   if (!ps) {
     lm_fail(LOOM_ERR_NULL, "%s: the parameter collection is NULL", name);
     return NULL;
@@ -50,9 +46,17 @@ loom_optim *lm_optim_new(const char *name, loom_params *ps, const lm_optim_rule 
   o->rule = rule, o->slots = slots;
   for (int i = 0; i < ps->count; i++) {
     if (!ps->items[i].trainable) continue; /* buffers are never updated */
+    lm_optim_slot *s = &slots[o->nslots];
+    if (!(s->name = strdup(ps->items[i].name))) {
+      loom_optim_free(o);
+      lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+      return NULL;
+    }
     loom_tensor *t = ps->items[i].tensor;
     t->refs++; /* the optimizer's own reference, in no scope */
-    slots[o->nslots++].param = t;
+    s->param = t;
+    s->lr_scale = 1, s->weight_decay = weight_decay;
+    o->nslots++;
   }
   return o;
 }
@@ -60,6 +64,7 @@ loom_optim *lm_optim_new(const char *name, loom_params *ps, const lm_optim_rule 
 void loom_optim_free(loom_optim *o) {
   if (!o) return;
   for (int i = 0; i < o->nslots; i++) {
+    free(o->slots[i].name);
     lm_tensor_release(o->slots[i].param);
     for (int k = 0; k < LM_OPTIM_MAX_STATE; k++) lm_tensor_release(o->slots[i].state[k]);
   }
@@ -75,6 +80,28 @@ loom_status loom_optim_set_lr(loom_optim *o, double lr) {
   if (!o) return lm_fail(LOOM_ERR_NULL, "loom_optim_set_lr: optimizer is NULL");
   if (!lm_optim_check_nonneg("loom_optim_set_lr", "lr", lr)) return LOOM_ERR_VALUE;
   o->lr = lr; /* read by the next step's scalars, never compiled in */
+  return LOOM_OK;
+}
+
+loom_status loom_optim_group(loom_optim *o,
+                             bool (*select)(const char *name, loom_shape shape, void *ud), void *ud,
+                             double lr_scale, double weight_decay) {
+  const char *op = "loom_optim_group";
+  if (!o || !select)
+    return lm_fail(LOOM_ERR_NULL, "%s: %s is NULL", op, o ? "select" : "optimizer");
+  if (!(lr_scale >= 0) || isinf(lr_scale) || !(weight_decay >= 0) || isinf(weight_decay))
+    return lm_fail(LOOM_ERR_VALUE, "%s: lr_scale %g and weight_decay %g must be finite and >= 0",
+                   op, lr_scale, weight_decay);
+  int matched = 0;
+  for (int i = 0; i < o->nslots; i++) {
+    lm_optim_slot *s = &o->slots[i];
+    if (!select(s->name, s->param->node->shape, ud)) continue;
+    s->lr_scale = lr_scale, s->weight_decay = weight_decay;
+    matched++;
+  }
+  if (matched == 0) /* a group of nothing is a mistake, never a silent no-op */
+    return lm_fail(LOOM_ERR_VALUE, "%s: no parameter of the optimizer's %d was selected", op,
+                   o->nslots);
   return LOOM_OK;
 }
 
@@ -227,12 +254,13 @@ static loom_status plan_step(loom_optim *o, step_plan *p) {
   if (!p->values || !p->scalars || !p->outs) return LOOM_ERR_OOM;
   for (int i = 0; i < p->nactive; i++) {
     if (!ensure_state(o, p->active[i])) return LOOM_ERR_OOM;
-    o->rule->scalars(o, p->active[i]->updates + 1, p->values + (size_t)i * (size_t)per);
+    o->rule->scalars(o, p->active[i], p->active[i]->updates + 1,
+                     p->values + (size_t)i * (size_t)per);
   }
   for (int i = 0; i < p->nactive; i++) {
     lm_optim_slot *s = p->active[i];
     lm_update_in in = {
-        o, s->param->node, s->param->grad, {0}, scalars_on(p, nvalues, i), (int64_t)i * per};
+        o, s, s->param->node, s->param->grad, {0}, scalars_on(p, nvalues, i), (int64_t)i * per};
     if (!in.scalars) return LOOM_ERR_OOM;
     for (int k = 0; k < o->nstate; k++) in.state[k] = s->state[k]->node;
     lm_node **out = p->outs + (size_t)i * (size_t)(1 + o->nstate);

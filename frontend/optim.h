@@ -19,6 +19,8 @@
 /* One trainable parameter and the state kept for it. */
 typedef struct lm_optim_slot {
   loom_tensor *param;                     /* the optimizer's own reference */
+  char *name;                             /* its name in the collection */
+  double lr_scale, weight_decay;          /* its group's (loom_optim_group) */
   loom_tensor *state[LM_OPTIM_MAX_STATE]; /* NULL until the first update */
   int64_t updates;                        /* torch's state["step"]: updates made */
 } lm_optim_slot;
@@ -26,6 +28,7 @@ typedef struct lm_optim_slot {
 /* What an update rule reads for one parameter (all borrowed). */
 typedef struct lm_update_in {
   const loom_optim *o;
+  const lm_optim_slot *slot;
   lm_node *param, *grad;
   lm_node *state[LM_OPTIM_MAX_STATE];
   lm_node *scalars; /* this step's scalars (F64, every parameter's in a row) */
@@ -33,9 +36,9 @@ typedef struct lm_update_in {
 } lm_update_in;
 
 typedef struct lm_optim_rule {
-  /* This step's scalars for a parameter about to get its update-th update
+  /* This step's scalars for parameter s about to get its update-th update
    * (1-based), o->nscalars of them. */
-  void (*scalars)(const loom_optim *o, int64_t update, double *out);
+  void (*scalars)(const loom_optim *o, const lm_optim_slot *s, int64_t update, double *out);
   /* The new values: out[0] the parameter's, out[1 + k] state k's. An entry
    * is NULL when memory ran out. */
   void (*update)(const lm_update_in *in, lm_node **out);
@@ -55,12 +58,12 @@ struct loom_optim {
 };
 
 /* A new optimizer over the trainable tensors of ps (as torch takes
- * model.parameters() when it is made); NULL with the error recorded. */
-loom_optim *lm_optim_new(const char *name, loom_params *ps, const lm_optim_rule *rule);
+ * model.parameters() when it is made), each with lr_scale 1 and
+ * weight_decay; NULL with the error recorded. */
+loom_optim *lm_optim_new(const char *name, loom_params *ps, const lm_optim_rule *rule,
+                         double weight_decay);
 
 /* ------------------------------------------------------------ options */
-/* PyTorch's default for a zero field; -0.0 asks for a real zero. */
-double lm_optim_default(double value, double fallback);
 /* Each records LOOM_ERR_VALUE naming the option and returns false when the
  * value is outside what torch accepts (NaN never is). */
 bool lm_optim_check_nonneg(const char *name, const char *option, double value);

@@ -21,21 +21,22 @@
 enum adam_scalar { NEG_STEP_SIZE, BC2_SQRT, DECAY_FACTOR, ADAM_NSCALARS };
 enum adam_state { EXP_AVG, EXP_AVG_SQ, MAX_EXP_AVG_SQ };
 
-static void adam_scalars(const loom_optim *o, int64_t update, double *out) {
+static void adam_scalars(const loom_optim *o, const lm_optim_slot *s, int64_t update, double *out) {
   const loom_adam_opts *opt = &o->opts.adam;
-  double t = (double)update;
+  double t = (double)update, lr = o->lr * s->lr_scale;
   double bias_correction1 = 1 - pow(opt->beta1, t), bias_correction2 = 1 - pow(opt->beta2, t);
-  out[NEG_STEP_SIZE] = -(o->lr / bias_correction1);
+  out[NEG_STEP_SIZE] = -(lr / bias_correction1);
   out[BC2_SQRT] = sqrt(bias_correction2);
-  if (o->decoupled) out[DECAY_FACTOR] = 1 - o->lr * opt->weight_decay;
+  if (o->decoupled) out[DECAY_FACTOR] = 1 - lr * s->weight_decay;
 }
 
 static void adam_update(const lm_update_in *in, lm_node **out) {
   const loom_adam_opts *opt = &in->o->opts.adam;
   bool decoupled = in->o->decoupled;
-  lm_node *g = ex_grad(in, opt->maximize, decoupled ? 0 : opt->weight_decay);
+  double weight_decay = in->slot->weight_decay;
+  lm_node *g = ex_grad(in, opt->maximize, decoupled ? 0 : weight_decay);
   lm_node *p = ex_ref(in->param);
-  if (decoupled && opt->weight_decay != 0) p = ex_mul(p, ex_scalar(in, DECAY_FACTOR));
+  if (decoupled && weight_decay != 0) p = ex_mul(p, ex_scalar(in, DECAY_FACTOR));
   lm_node *m = ex_add(ex_mul(ex_const(in, opt->beta1), ex_ref(in->state[EXP_AVG])),
                       ex_mul(ex_const(in, 1 - opt->beta1), ex_ref(g)));
   lm_node *v = ex_add(ex_mul(ex_ref(in->state[EXP_AVG_SQ]), ex_const(in, opt->beta2)),
@@ -62,13 +63,8 @@ static bool adam_valid(const char *name, const loom_adam_opts *opt) {
 
 static loom_optim *adam_new(const char *name, loom_params *ps, loom_adam_opts opts,
                             bool decoupled) {
-  opts.lr = lm_optim_default(opts.lr, 1e-3);
-  opts.beta1 = lm_optim_default(opts.beta1, 0.9);
-  opts.beta2 = lm_optim_default(opts.beta2, 0.999);
-  opts.eps = lm_optim_default(opts.eps, 1e-8);
-  opts.weight_decay = lm_optim_default(opts.weight_decay, decoupled ? 1e-2 : 0);
   if (!adam_valid(name, &opts)) return NULL;
-  loom_optim *o = lm_optim_new(name, ps, &adam_rule);
+  loom_optim *o = lm_optim_new(name, ps, &adam_rule, opts.weight_decay);
   if (!o) return NULL;
   o->lr = opts.lr;
   o->opts.adam = opts;

@@ -16,9 +16,9 @@
 
 enum sgd_scalar { NEG_LR, BUF_KEEP, GRAD_WEIGHT, SGD_NSCALARS };
 
-static void sgd_scalars(const loom_optim *o, int64_t update, double *out) {
+static void sgd_scalars(const loom_optim *o, const lm_optim_slot *s, int64_t update, double *out) {
   const loom_sgd_opts *opt = &o->opts.sgd;
-  out[NEG_LR] = -o->lr;
+  out[NEG_LR] = -(o->lr * s->lr_scale);
   if (opt->momentum == 0) return;
   out[BUF_KEEP] = update == 1 ? 0.0 : opt->momentum;
   out[GRAD_WEIGHT] = update == 1 ? 1.0 : 1.0 - opt->dampening;
@@ -26,7 +26,7 @@ static void sgd_scalars(const loom_optim *o, int64_t update, double *out) {
 
 static void sgd_update(const lm_update_in *in, lm_node **out) {
   const loom_sgd_opts *opt = &in->o->opts.sgd;
-  lm_node *g = ex_grad(in, opt->maximize, opt->weight_decay);
+  lm_node *g = ex_grad(in, opt->maximize, in->slot->weight_decay);
   lm_node *step = g;
   if (opt->momentum != 0) {
     lm_node *buf = ex_add(ex_mul(ex_ref(in->state[0]), ex_scalar(in, BUF_KEEP)),
@@ -59,12 +59,8 @@ static bool sgd_valid(const char *name, const loom_sgd_opts *opt) {
 
 loom_optim *loom_sgd(loom_params *ps, loom_sgd_opts opts) {
   const char *name = "loom_sgd";
-  opts.lr = lm_optim_default(opts.lr, 1e-3);
-  opts.momentum = lm_optim_default(opts.momentum, 0);
-  opts.dampening = lm_optim_default(opts.dampening, 0);
-  opts.weight_decay = lm_optim_default(opts.weight_decay, 0);
   if (!sgd_valid(name, &opts)) return NULL;
-  loom_optim *o = lm_optim_new(name, ps, &sgd_rule);
+  loom_optim *o = lm_optim_new(name, ps, &sgd_rule, opts.weight_decay);
   if (!o) return NULL;
   o->lr = opts.lr;
   o->opts.sgd = opts;

@@ -614,23 +614,31 @@ loom_status loom_program_export(const loom_program *p, const char *dir, const ch
 /* Handles that own their state (momentum buffers, moments). loom_optim_step
  * records the updates as lazy assignments: the next realization (of the
  * loss, say) runs forward, backward and every update as one program.
- * Zero fields take PyTorch's defaults; -0.0 asks for a real zero where the
- * default is not zero (AdamW's weight decay). */
+ * Every field means what it holds: zero is zero. Start from PyTorch's
+ * defaults, LOOM_SGD_DEFAULTS, LOOM_ADAM_DEFAULTS or LOOM_ADAMW_DEFAULTS, and
+ * change what you need:
+ *   loom_adam_opts o = LOOM_ADAMW_DEFAULTS;
+ *   o.lr = 6e-4, o.weight_decay = 0.1;                                       */
 typedef struct loom_optim loom_optim;
 
 typedef struct loom_sgd_opts {
-  double lr; /* default 1e-3 */
+  double lr; /* torch's default 1e-3 */
   double momentum, dampening, weight_decay;
   bool nesterov, maximize;
 } loom_sgd_opts;
 
 typedef struct loom_adam_opts {
-  double lr;           /* default 1e-3 */
-  double beta1, beta2; /* default 0.9, 0.999 */
-  double eps;          /* default 1e-8 */
-  double weight_decay; /* default 0 (Adam), 1e-2 (AdamW) */
+  double lr;           /* torch's default 1e-3 */
+  double beta1, beta2; /* 0.9, 0.999 */
+  double eps;          /* 1e-8 */
+  double weight_decay; /* 0 (Adam), 1e-2 (AdamW) */
   bool amsgrad, maximize;
 } loom_adam_opts;
+
+#define LOOM_SGD_DEFAULTS ((loom_sgd_opts){.lr = 1e-3})
+#define LOOM_ADAM_DEFAULTS ((loom_adam_opts){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8})
+#define LOOM_ADAMW_DEFAULTS                                                                        \
+  ((loom_adam_opts){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-2})
 
 /* NULL on bad options (the error says which). */
 loom_optim *loom_sgd(loom_params *ps, loom_sgd_opts opts);
@@ -639,6 +647,14 @@ loom_optim *loom_adamw(loom_params *ps, loom_adam_opts opts);
 loom_status loom_optim_step(loom_optim *o);
 void loom_optim_zero_grad(loom_optim *o);
 loom_status loom_optim_set_lr(loom_optim *o, double lr);
+/* A parameter group, as torch's param_groups: the optimizer's parameters for
+ * which select(name, shape, ud) is true learn at lr_scale times its learning
+ * rate (loom_optim_set_lr's too) with their own weight_decay. GPT-2 recipes
+ * give biases and norms (fewer than 2 dims) no decay. Selecting no parameter
+ * is an error. */
+loom_status loom_optim_group(loom_optim *o,
+                             bool (*select)(const char *name, loom_shape shape, void *ud), void *ud,
+                             double lr_scale, double weight_decay);
 double loom_optim_lr(const loom_optim *o);
 void loom_optim_free(loom_optim *o);
 

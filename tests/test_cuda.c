@@ -546,7 +546,7 @@ static void fake_default_device(void) {
   loom_params *ps = loom_params_new();
   loom_linear l = loom_linear_new(ps, "fc", 8, 4, loom_key_new(1));
   CHECK(l.weight && loom_device_of(l.weight).type == LOOM_DEVICE_CUDA);
-  loom_optim *opt = loom_adam(ps, (loom_adam_opts){.lr = 1e-3});
+  loom_optim *opt = loom_adam(ps, LOOM_ADAM_DEFAULTS);
   float xv[16];
   check_fill_uniform(xv, 16, 5);
   loom_tensor *x = loom_from_data(xv, LOOM_SHAPE(2, 8), LOOM_F32, LOOM_CUDA(0));

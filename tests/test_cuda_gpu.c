@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cuda/cuda_driver.h"
 #include "check.h"
 #include "loom.h"
+#include "runtime/cuda/cuda_driver.h"
 
 #define GPU LOOM_CUDA(0)
 
@@ -340,7 +340,8 @@ static void check_training(void) {
       CHECK_OK(loom_set_default_device(d ? GPU : LOOM_CPU));
       loom_params *ps = loom_params_new();
       loom_linear l = loom_linear_new(ps, "fc", 16, 4, loom_key_new(5));
-      loom_optim *opt = loom_adam(ps, (loom_adam_opts){.lr = 1e-2});
+      loom_optim *opt =
+          loom_adam(ps, (loom_adam_opts){.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8});
       double *vx = random_values(32 * 16, 60, -1, 1);
       loom_tensor *x, *xg;
       pair(vx, LOOM_SHAPE(32, 16), LOOM_F32, &x, &xg);

@@ -158,7 +158,8 @@ static bool model_new(model *m) {
   m->fc1 = loom_linear_new(m->ps, "fc1", IN, HIDDEN, k[0]);
   m->ln = loom_layernorm_new(m->ps, "ln", HIDDEN);
   m->fc2 = loom_linear_new(m->ps, "fc2", HIDDEN, CLASSES, k[1]);
-  m->opt = loom_adam(m->ps, (loom_adam_opts){.lr = 0.01});
+  m->opt =
+      loom_adam(m->ps, (loom_adam_opts){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8});
   return m->ps && m->fc1.weight && m->ln.bias && m->fc2.bias && m->opt;
 }
 

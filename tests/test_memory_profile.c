@@ -66,7 +66,7 @@ int main(void) {
   loom_linear fc1 = loom_linear_new(ps, "fc1", IN, HIDDEN, k[0]);
   loom_layernorm ln = loom_layernorm_new(ps, "ln", HIDDEN);
   loom_linear fc2 = loom_linear_new(ps, "fc2", HIDDEN, CLASSES, k[1]);
-  loom_optim *opt = loom_adam(ps, (loom_adam_opts){.lr = 1e-3});
+  loom_optim *opt = loom_adam(ps, LOOM_ADAM_DEFAULTS);
   CHECK(data && loader && opt);
 
   profile base = {0, 0, 0, 0}, worst = {0, 0, 0, 0};

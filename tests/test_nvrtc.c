@@ -519,7 +519,12 @@ static void graphs_training(void) {
     loom_tensor *h = loom_gelu(loom_layernorm_forward(&lnorm, loom_linear_forward(&fc1, x)));
     loom_tensor *loss =
         loom_cross_entropy(loom_linear_forward(&fc2, loom_dropout(h, 0.1, k[2], true)), y);
-    train_step("mlp adam", ps, loom_adam(ps, (loom_adam_opts){.weight_decay = 0.01}), loss);
+    train_step(
+        "mlp adam", ps,
+        loom_adam(ps,
+                  (loom_adam_opts){
+                      .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01}),
+        loss);
   }
   LOOM_SCOPE { /* the same with AdamW + amsgrad */
     loom_params *ps = loom_params_new();
@@ -527,7 +532,14 @@ static void graphs_training(void) {
     loom_tensor *x = in(LOOM_SHAPE(8, 20), LOOM_F32), *y = in(LOOM_SHAPE(8, 5), LOOM_F32);
     loom_tensor *loss = loom_mse_loss(loom_tanh(loom_linear_forward(&fc, x)), y);
     train_step("adamw amsgrad", ps,
-               loom_adamw(ps, (loom_adam_opts){.amsgrad = true, .maximize = true}), loss);
+               loom_adamw(ps, (loom_adam_opts){.lr = 1e-3,
+                                               .beta1 = 0.9,
+                                               .beta2 = 0.999,
+                                               .eps = 1e-8,
+                                               .weight_decay = 1e-2,
+                                               .amsgrad = true,
+                                               .maximize = true}),
+               loss);
   }
   LOOM_SCOPE { /* a CNN with batch norm, SGD with momentum */
     loom_params *ps = loom_params_new();

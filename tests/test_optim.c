@@ -30,7 +30,9 @@ typedef struct optcase {
   loom_adam_opts adam;
 } optcase;
 
-/* torch's defaults: a zero field takes the default, -0.0 is a real zero. */
+/* The cases' shorthand for torch's defaults: a zero field takes the default,
+ * -0.0 is a real zero. loom itself takes every field as given (zero is zero):
+ * it gets the resolved options. */
 static double resolve(double v, double def) { return v != 0 ? v : signbit(v) ? 0.0 : def; }
 
 static optcase resolved(const optcase *c) {
@@ -294,7 +296,7 @@ static trajectory_stats run_trajectory(const problem *pb, const optcase *oc, loo
     params[i] = new_param(pb, i, dt);
     CHECK_OK(loom_params_add(ps, pb->names[i], params[i]));
   }
-  loom_optim *o = make_optim(oc, ps);
+  loom_optim *o = make_optim(&rc, ps);
   CHECK(o != NULL);
   trajectory_stats ts = {0};
   loom_stats first = {0};
@@ -432,19 +434,25 @@ static void test_validation(void) {
   check_rejected(loom_sgd(only_buffers, (loom_sgd_opts){0}), LOOM_ERR_VALUE, "trainable", NULL);
   loom_params_free(only_buffers);
 
-  /* defaults, and -0.0 as an explicit zero */
+  /* zero is zero; the defaults are torch's */
   loom_optim *o = loom_sgd(ps, (loom_sgd_opts){0});
-  CHECK(loom_optim_lr(o) == 1e-3);
+  CHECK(loom_optim_lr(o) == 0);
   CHECK_RC(loom_optim_set_lr(o, -1), LOOM_ERR_VALUE);
   CHECK_STR_CONTAINS(loom_last_error(), "lr");
   CHECK_RC(loom_optim_set_lr(o, NAN), LOOM_ERR_VALUE);
-  CHECK(loom_optim_lr(o) == 1e-3);
-  CHECK_OK(loom_optim_set_lr(o, 0));
   CHECK(loom_optim_lr(o) == 0);
+  CHECK_OK(loom_optim_set_lr(o, 0.5));
+  CHECK(loom_optim_lr(o) == 0.5);
   loom_optim_free(o);
-  o = loom_adam(ps, (loom_adam_opts){.lr = -0.0, .beta1 = -0.0, .beta2 = -0.0, .eps = -0.0});
+  o = loom_sgd(ps, LOOM_SGD_DEFAULTS);
+  CHECK(o != NULL && loom_optim_lr(o) == 1e-3);
+  loom_optim_free(o);
+  o = loom_adam(ps, (loom_adam_opts){0});
   CHECK(o != NULL && loom_optim_lr(o) == 0);
   loom_optim_free(o);
+  loom_adam_opts d = LOOM_ADAM_DEFAULTS, dw = LOOM_ADAMW_DEFAULTS;
+  CHECK(d.lr == 1e-3 && d.beta1 == 0.9 && d.beta2 == 0.999 && d.eps == 1e-8 && d.weight_decay == 0);
+  CHECK(dw.lr == 1e-3 && dw.weight_decay == 1e-2);
   loom_clear_error();
 
   CHECK_RC(loom_optim_step(NULL), LOOM_ERR_NULL);
@@ -511,6 +519,65 @@ static void test_skips_params_without_grad(void) {
   loom_free(one);
   loom_optim_free(o);
   loom_free(a), loom_free(b), loom_free(ct);
+  loom_params_free(ps);
+}
+
+static bool fewer_than_two_dims(const char *name, loom_shape shape, void *ud) {
+  (void)name, (void)ud;
+  return shape.ndim < 2;
+}
+
+static bool named_nothing(const char *name, loom_shape shape, void *ud) {
+  (void)name, (void)shape, (void)ud;
+  return false;
+}
+
+/* Parameter groups: AdamW, the matrix decayed at the optimizer's rate, the
+ * bias (1-D) in a group without decay at half the learning rate (GPT-2's
+ * recipe), each against torch's formulas with its own options; a group that
+ * selects nothing is refused. A weight decay of 0 is none (it once meant 1e-2). */
+static void test_param_groups(void) {
+  double w0[4] = {1, -2, 0.5, 3}, b0[2] = {0.25, -1}, want_w[4], want_b[2], gw[4], gb[2], got[4];
+  memcpy(want_w, w0, sizeof w0), memcpy(want_b, b0, sizeof b0);
+  loom_params *ps = loom_params_new();
+  loom_tensor *w = loom_from_data(w0, LOOM_SHAPE(2, 2), LOOM_F64, test_device());
+  loom_tensor *b = loom_from_data(b0, LOOM_SHAPE(2), LOOM_F64, test_device());
+  CHECK_OK(loom_params_add(ps, "fc.weight", w));
+  CHECK_OK(loom_params_add(ps, "fc.bias", b));
+  loom_adam_opts ow = LOOM_ADAMW_DEFAULTS;
+  ow.lr = 0.1, ow.weight_decay = 0.2;
+  loom_optim *o = loom_adamw(ps, ow);
+  CHECK_RC(loom_optim_group(o, named_nothing, NULL, 1, 0), LOOM_ERR_VALUE);
+  CHECK_STR_CONTAINS(loom_last_error(), "no parameter");
+  CHECK_RC(loom_optim_group(o, fewer_than_two_dims, NULL, -1, 0), LOOM_ERR_VALUE);
+  CHECK_OK(loom_optim_group(o, fewer_than_two_dims, NULL, 0.5, 0));
+  loom_clear_error();
+  optcase cw = {.name = "w", .kind = ADAMW, .adam = ow}, cb = cw;
+  cb.adam.weight_decay = 0;
+  ref_state rw = {0}, rb = {0};
+  for (int step = 1; step <= 4; step++) {
+    loom_optim_zero_grad(o);
+    temps t = {{0}, 0};
+    loom_tensor *loss = T(&t, loom_add(T(&t, loom_sum_all(T(&t, loom_square(w)))),
+                                       T(&t, loom_sum_all(T(&t, loom_mul_s(b, 3))))));
+    loss = finish(&t, loss);
+    CHECK_OK(loom_backward(loss));
+    CHECK_OK(loom_optim_step(o));
+    loom_item(loss);
+    for (int i = 0; i < 4; i++) gw[i] = 2 * want_w[i];
+    for (int i = 0; i < 2; i++) gb[i] = 3;
+    ref_step(&cw, ow.lr, &rw, want_w, gw, 4);
+    ref_step(&cb, ow.lr * 0.5, &rb, want_b, gb, 2);
+    read_param(w, LOOM_F64, got, 4);
+    CHECK_MSG(max_rel_error(got, want_w, 4) <= 1e-12, "weight at step %d: %.17g, want %.17g", step,
+              got[0], want_w[0]);
+    read_param(b, LOOM_F64, got, 2);
+    CHECK_MSG(max_rel_error(got, want_b, 2) <= 1e-12, "bias at step %d: %.17g, want %.17g", step,
+              got[0], want_b[0]);
+    loom_free(loss);
+  }
+  loom_optim_free(o);
+  loom_free(w), loom_free(b);
   loom_params_free(ps);
 }
 
@@ -652,6 +719,7 @@ int main(void) {
   test_trajectories_f32();
   test_validation();
   test_skips_params_without_grad();
+  test_param_groups();
   test_buffers_untouched();
   test_steps_in_scopes();
   CHECK_EQ_INT(loom_get_stats().bytes_live, 0);

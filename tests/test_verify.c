@@ -244,7 +244,9 @@ static void test_gradients(void) {
     loom_tensor *gsum = loom_sum_all(g);
     CHECK_OK(loom_grad_of(&gsum, 1, &v, 1, &gg)); /* a second derivative */
     V(gg);
-    loom_optim *opt = loom_adam(ps, (loom_adam_opts){.lr = 0.01, .amsgrad = true});
+    loom_optim *opt = loom_adam(
+        ps,
+        (loom_adam_opts){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .amsgrad = true});
     CHECK_OK(loom_optim_step(opt));
     V(w);
     V(e);
