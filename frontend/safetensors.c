@@ -112,6 +112,7 @@ typedef struct st_entry {
 } st_entry;
 
 typedef struct st_file {
+  const char *op; /* the public function, for messages */
   const char *path;
   int fd;
   uint64_t size, header_size, data_size;
@@ -128,7 +129,7 @@ static loom_status load_fail(const st_file *sf, loom_status st, const char *fmt,
   va_start(ap, fmt);
   vsnprintf(detail, sizeof detail, fmt, ap);
   va_end(ap);
-  return lm_fail(st, "loom_params_load: '%s': %s", sf->path, detail);
+  return lm_fail(st, "%s: '%s': %s", sf->op, sf->path, detail);
 }
 
 /* Reads exactly len bytes at offset; the file's size was checked already, so
@@ -421,21 +422,48 @@ static bool shape_matches(const json_t *file_shape, const loom_shape *s) {
   return true;
 }
 
-/* Pairs each parameter with its entry (chosen[i]) and lists every mismatch:
- * missing and unexpected names, shapes, dtypes, as torch's strict
- * load_state_dict does. Names and shapes are the model's structure, so a
- * missing or extra name is LOOM_ERR_SHAPE like a shape; LOOM_ERR_DTYPE only
- * when dtypes are all that differ. */
-static loom_status match_collection(const st_file *sf, const loom_params *ps, st_entry **chosen) {
+static bool is_float_entry(const st_dtype *d) {
+  return !strcmp(d->name, "F16") || !strcmp(d->name, "BF16") || !strcmp(d->name, "F32") ||
+         !strcmp(d->name, "F64");
+}
+
+/* Whether entry e can fill a parameter of dtype dt: the same dtype, or with
+ * `cast` a float of another width. */
+static bool dtype_fits(const st_entry *e, loom_dtype dt, bool cast) {
+  return e->dtype->loom == (int)dt || (cast && is_float_entry(e->dtype) && loom_dtype_is_float(dt));
+}
+
+/* A name for the report (malloc'd), or false when out of memory. */
+static bool report_name(char ***list, int *n, const char *name) {
+  char **grown = realloc(*list, sizeof *grown * (size_t)(*n + 1));
+  if (!grown) return false;
+  *list = grown;
+  return (grown[*n] = strdup(name)) && ++*n;
+}
+
+/* Pairs each parameter with its entry (chosen[i], NULL for a name missing in
+ * a non-strict load) and lists every mismatch: missing and unexpected names,
+ * shapes, dtypes, as torch's load_state_dict does. Strict, names and shapes
+ * are the model's structure, so a missing or extra name is LOOM_ERR_SHAPE like
+ * a shape; LOOM_ERR_DTYPE only when dtypes are all that differ. Non-strict,
+ * missing and unexpected names go to the report instead; shapes and dtypes
+ * must still fit. */
+static loom_status match_collection(const st_file *sf, const loom_params *ps, st_entry **chosen,
+                                    loom_load_opts opts, loom_load_report *report) {
   st_entry **sorted = index_by_name(sf);
   if (!sorted) return load_fail(sf, LOOM_ERR_OOM, "out of memory");
   problem_list problems = {.len = 0};
   char fs[160], cs[160];
+  bool oom = false;
   for (int i = 0; i < ps->count; i++) {
     const lm_node *node = ps->items[i].tensor->node;
     const char *want_dtype = dtype_name_of(node->dtype);
     lm_shape_str(&node->shape, cs, sizeof cs);
     st_entry *e = chosen[i] = entry_named(sorted, sf->n, ps->items[i].name);
+    if (!e && opts.non_strict) {
+      if (report) oom |= !report_name(&report->missing, &report->nmissing, ps->items[i].name);
+      continue;
+    }
     if (!e) {
       add_problem(&problems, LOOM_ERR_SHAPE, "missing '%s' (%s %s)", ps->items[i].name, want_dtype,
                   cs);
@@ -443,16 +471,23 @@ static loom_status match_collection(const st_file *sf, const loom_params *ps, st
     }
     e->matched = true;
     bool same_shape = shape_matches(e->shape, &node->shape);
-    if (!same_shape || e->dtype->loom != (int)node->dtype)
+    if (!same_shape || !dtype_fits(e, node->dtype, opts.cast))
       add_problem(&problems, same_shape ? LOOM_ERR_DTYPE : LOOM_ERR_SHAPE,
                   "'%s' is %s %s in the file, %s %s in the collection", e->name, e->dtype->name,
                   shape_text(e->shape, fs, sizeof fs), want_dtype, cs);
   }
   free(sorted);
-  for (int i = 0; i < sf->n; i++)
-    if (!sf->entries[i].matched)
-      add_problem(&problems, LOOM_ERR_SHAPE, "unexpected '%s' (%s %s)", sf->entries[i].name,
-                  sf->entries[i].dtype->name, shape_text(sf->entries[i].shape, fs, sizeof fs));
+  for (int i = 0; i < sf->n; i++) {
+    const st_entry *e = &sf->entries[i];
+    if (e->matched) continue;
+    if (opts.non_strict) {
+      if (report) oom |= !report_name(&report->unexpected, &report->nunexpected, e->name);
+      continue;
+    }
+    add_problem(&problems, LOOM_ERR_SHAPE, "unexpected '%s' (%s %s)", e->name, e->dtype->name,
+                shape_text(e->shape, fs, sizeof fs));
+  }
+  if (oom) return load_fail(sf, LOOM_ERR_OOM, "out of memory for the report");
   if (!problems.count) return LOOM_OK;
   char more[48] = "";
   if (problems.hidden) snprintf(more, sizeof more, "; and %d more", problems.hidden);
@@ -460,23 +495,101 @@ static loom_status match_collection(const st_file *sf, const loom_params *ps, st
                    problems.count, problems.count == 1 ? "" : "s", problems.text, more);
 }
 
-/* A computed node holding one tensor's values, on the device and with the
- * shape and dtype of the parameter it will replace. */
-static loom_status read_value(const st_file *sf, const st_entry *e, const lm_node *like,
-                              lm_node **out) {
-  size_t bytes = (size_t)(e->end - e->begin);
-  void *data = lm_buffer_alloc(bytes);
-  if (!data)
+/* ------------------------------------------------------------ converting */
+
+static float f32_from_bits(uint32_t bits) {
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+static float from_bf16(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
+
+/* IEEE half: subnormals, infinities and NaNs included. */
+static float from_f16(uint16_t h) {
+  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  if (exp == 0x1f) return f32_from_bits(sign | 0x7f800000u | (man << 13));
+  if (exp == 0) { /* zero or subnormal: man * 2^-24 */
+    float v = (float)man * 0x1p-24f;
+    return sign ? -v : v;
+  }
+  return f32_from_bits(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+/* One element of a (little-endian) entry of dtype `from` as a double. */
+static double element(const st_dtype *from, const unsigned char *p) {
+  const char *n = from->name;
+  if (!strcmp(n, "F16") || !strcmp(n, "BF16")) {
+    uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+    return n[0] == 'F' ? from_f16(h) : from_bf16(h);
+  }
+  if (!strcmp(n, "F32")) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+  }
+  if (!strcmp(n, "F64")) {
+    double d;
+    memcpy(&d, p, 8);
+    return d;
+  }
+  if (!strcmp(n, "I8")) return (int8_t)p[0];
+  if (!strcmp(n, "I16")) return (int16_t)(p[0] | p[1] << 8);
+  if (!strcmp(n, "U16")) return (uint16_t)(p[0] | p[1] << 8);
+  uint32_t u; /* U32 */
+  memcpy(&u, p, 4);
+  return u;
+}
+
+/* The loom dtype an entry of dtype d is read as by loom_safetensors_read:
+ * its own, or the smallest that holds every value (16-bit floats as F32,
+ * small integers as I32, U32 as I64); -1 when none does. */
+static int read_dtype(const st_dtype *d) {
+  if (d->loom >= 0) return d->loom;
+  if (!strcmp(d->name, "F16") || !strcmp(d->name, "BF16")) return LOOM_F32;
+  if (!strcmp(d->name, "I8") || !strcmp(d->name, "I16") || !strcmp(d->name, "U16")) return LOOM_I32;
+  if (!strcmp(d->name, "U32")) return LOOM_I64;
+  return -1;
+}
+
+/* raw (n elements of dtype `from`) as n elements of loom dtype `to`. */
+static void convert(const st_dtype *from, const unsigned char *raw, loom_dtype to, void *out,
+                    int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    double v = element(from, raw + (size_t)i * from->size);
+    switch (to) {
+    case LOOM_F32: ((float *)out)[i] = (float)v; break;
+    case LOOM_F64: ((double *)out)[i] = v; break;
+    case LOOM_I32: ((int32_t *)out)[i] = (int32_t)v; break;
+    default: ((int64_t *)out)[i] = (int64_t)v; break;
+    }
+  }
+}
+
+/* A computed node holding entry e's values as a tensor of shape, dtype and
+ * device (the entry's dtype converted when it differs). */
+static loom_status read_value(const st_file *sf, const st_entry *e, loom_shape shape,
+                              loom_dtype dtype, loom_device device, lm_node **out) {
+  size_t raw_bytes = (size_t)(e->end - e->begin);
+  int64_t n = lm_shape_numel(&shape);
+  bool same = e->dtype->loom == (int)dtype;
+  size_t bytes = same ? raw_bytes : (size_t)n * loom_dtype_size(dtype);
+  void *data = lm_buffer_alloc(bytes), *raw = same ? data : malloc(raw_bytes ? raw_bytes : 1);
+  if (!data || !raw) {
+    lm_buffer_free(data, bytes);
+    if (!same) free(raw);
     return load_fail(sf, LOOM_ERR_OOM, "'%s': out of memory for %zu bytes", e->name, bytes);
-  loom_status st = read_at(sf, 8 + sf->header_size + e->begin, data, bytes);
-  if (like->dtype == LOOM_BOOL) /* loom keeps bools 0 or 1, as loom_from_data does */
+  }
+  loom_status st = read_at(sf, 8 + sf->header_size + e->begin, raw, raw_bytes);
+  if (!st && !same) convert(e->dtype, raw, dtype, data, n);
+  if (!same) free(raw);
+  if (dtype == LOOM_BOOL) /* loom keeps bools 0 or 1, as loom_from_data does */
     for (size_t i = 0; i < bytes; i++) ((unsigned char *)data)[i] = ((unsigned char *)data)[i] != 0;
-  if (!st && like->device.type == LOOM_DEVICE_CUDA) /* through the host, then to its device */
-    st = lm_leaf_copy("loom_params_load", like->shape, like->dtype, like->device, data, LOOM_CPU,
-                      out);
-  else if (!st && !(*out = lm_node_new(LM_BUFFER, 0, NULL, like->shape, like->dtype, LOOM_CPU)))
+  if (!st && device.type == LOOM_DEVICE_CUDA) /* through the host, then to its device */
+    st = lm_leaf_copy(sf->op, shape, dtype, device, data, LOOM_CPU, out);
+  else if (!st && !(*out = lm_node_new(LM_BUFFER, 0, NULL, shape, dtype, LOOM_CPU)))
     st = load_fail(sf, LOOM_ERR_OOM, "'%s': out of memory", e->name);
-  if (!st && like->device.type != LOOM_DEVICE_CUDA) { /* the node owns the host buffer */
+  if (!st && device.type != LOOM_DEVICE_CUDA) { /* the node owns the host buffer */
     (*out)->data = data;
     (*out)->bytes = bytes;
     return LOOM_OK;
@@ -488,31 +601,49 @@ static loom_status read_value(const st_file *sf, const st_entry *e, const lm_nod
 static loom_status read_values(const st_file *sf, const loom_params *ps, st_entry *const *chosen,
                                lm_node **values) {
   for (int i = 0; i < ps->count; i++) {
-    loom_status st = read_value(sf, chosen[i], ps->items[i].tensor->node, &values[i]);
+    if (!chosen[i]) continue; /* missing, in a non-strict load: left as it is */
+    const lm_node *like = ps->items[i].tensor->node;
+    loom_status st = read_value(sf, chosen[i], like->shape, like->dtype, like->device, &values[i]);
     if (st) return st;
   }
   return LOOM_OK;
 }
 
-loom_status loom_params_load(loom_params *ps, const char *path) {
-  if (!ps || !path) return lm_fail(LOOM_ERR_NULL, "loom_params_load: NULL argument");
+/* Opens, reads and checks the file's header and layout. */
+static loom_status open_checked(st_file *sf) {
   if (!host_is_little_endian())
-    return lm_fail(LOOM_ERR_INTERNAL, "loom_params_load: big-endian hosts are not supported");
-  st_file sf = {.path = path, .fd = -1};
+    return lm_fail(LOOM_ERR_INTERNAL, "%s: big-endian hosts are not supported", sf->op);
+  loom_status st = open_file(sf);
+  if (!st) st = read_header(sf);
+  if (!st) st = parse_entries(sf);
+  if (!st) st = check_layout(sf);
+  return st;
+}
+
+void loom_load_report_free(loom_load_report *r) {
+  if (!r) return;
+  for (int i = 0; i < r->nmissing; i++) free(r->missing[i]);
+  for (int i = 0; i < r->nunexpected; i++) free(r->unexpected[i]);
+  free(r->missing), free(r->unexpected);
+  *r = (loom_load_report){0};
+}
+
+static loom_status load(const char *op, loom_params *ps, const char *path, loom_load_opts opts,
+                        loom_load_report *report) {
+  if (report) *report = (loom_load_report){0};
+  if (!ps || !path) return lm_fail(LOOM_ERR_NULL, "%s: NULL argument", op);
+  st_file sf = {.op = op, .path = path, .fd = -1};
   st_entry **chosen = calloc((size_t)ps->count + 1, sizeof *chosen);
   lm_node **values = calloc((size_t)ps->count + 1, sizeof *values);
-  loom_status st =
-      chosen && values ? LOOM_OK : lm_fail(LOOM_ERR_OOM, "loom_params_load: out of memory");
-  if (!st) st = open_file(&sf);
-  if (!st) st = read_header(&sf);
-  if (!st) st = parse_entries(&sf);
-  if (!st) st = check_layout(&sf);
-  if (!st) st = match_collection(&sf, ps, chosen);
+  loom_status st = chosen && values ? LOOM_OK : lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  if (!st) st = open_checked(&sf);
+  if (!st) st = match_collection(&sf, ps, chosen, opts, report);
   if (!st) st = read_values(&sf, ps, chosen, values);
   /* Everything is read: only now does the collection change. Assigning a
    * computed node cannot fail; it keeps requires_grad, and every handle a
    * user holds sees the new value. */
   for (int i = 0; i < ps->count && values; i++) {
+    if (!values[i]) continue;
     if (!st)
       lm_assign_node(ps->items[i].tensor, values[i]);
     else
@@ -521,7 +652,62 @@ loom_status loom_params_load(loom_params *ps, const char *path) {
   free(values);
   free(chosen);
   close_file(&sf);
+  if (st) loom_load_report_free(report);
   return st;
+}
+
+loom_status loom_params_load(loom_params *ps, const char *path) {
+  return load("loom_params_load", ps, path, (loom_load_opts){0}, NULL);
+}
+
+loom_status loom_params_load_ex(loom_params *ps, const char *path, loom_load_opts opts,
+                                loom_load_report *report) {
+  return load("loom_params_load_ex", ps, path, opts, report);
+}
+
+loom_params *loom_safetensors_read(const char *path, loom_device device) {
+  const char *op = "loom_safetensors_read";
+  if (!path) {
+    lm_fail(LOOM_ERR_NULL, "%s: path is NULL", op);
+    return NULL;
+  }
+  loom_tensor *bad = lm_check_device(op, device);
+  if (bad) {
+    loom_free(bad);
+    return NULL;
+  }
+  st_file sf = {.op = op, .path = path, .fd = -1};
+  loom_status st = open_checked(&sf);
+  loom_params *ps = st ? NULL : loom_params_new();
+  if (!st && !ps) st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  for (int i = 0; !st && i < sf.n; i++) { /* in the file's order */
+    const st_entry *e = &sf.entries[i];
+    int dt = read_dtype(e->dtype);
+    loom_shape shape = {(int)json_array_size(e->shape), {0}};
+    if (dt < 0) {
+      st = load_fail(&sf, LOOM_ERR_DTYPE, "'%s': dtype %s has no loom dtype that holds it", e->name,
+                     e->dtype->name);
+      break;
+    }
+    if (shape.ndim > LOOM_MAX_DIMS) {
+      st = load_fail(&sf, LOOM_ERR_SHAPE, "'%s': %d dims, loom holds at most %d", e->name,
+                     shape.ndim, LOOM_MAX_DIMS);
+      break;
+    }
+    for (int d = 0; d < shape.ndim; d++)
+      shape.dim[d] = json_integer_value(json_array_get(e->shape, (size_t)d));
+    lm_node *value = NULL;
+    if ((st = read_value(&sf, e, shape, (loom_dtype)dt, device, &value))) break;
+    loom_tensor *t = lm_result(value);
+    st = loom_status_of(t) ? loom_status_of(t) : loom_params_add_buffer(ps, e->name, t);
+    loom_free(t);
+  }
+  close_file(&sf);
+  if (st) {
+    loom_params_free(ps);
+    return NULL;
+  }
+  return ps;
 }
 
 /* ------------------------------------------------------------ saving */

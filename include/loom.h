@@ -553,6 +553,32 @@ loom_tensor *loom_clip_grad_norm(loom_params *ps, double max_norm);
 loom_status loom_params_save(const loom_params *ps, const char *path);
 loom_status loom_params_load(loom_params *ps, const char *path);
 
+/* Loading with torch's load_state_dict options. Zero is strict, as torch's
+ * default. Shapes must always match. */
+typedef struct loom_load_opts {
+  bool non_strict; /* missing and unexpected names go to the report, not errors
+                      (torch's strict=False); a missing tensor keeps its value */
+  bool cast;       /* a float entry of another float dtype (F16, BF16, F32, F64)
+                      is converted to the tensor's dtype */
+} loom_load_opts;
+/* The names a non-strict load did not pair: tensors the file lacks, entries
+ * the collection lacks. Free with loom_load_report_free. */
+typedef struct loom_load_report {
+  int nmissing, nunexpected;
+  char **missing, **unexpected;
+} loom_load_report;
+/* report may be NULL; on an error it is empty and nothing changed. */
+loom_status loom_params_load_ex(loom_params *ps, const char *path, loom_load_opts opts,
+                                loom_load_report *report);
+void loom_load_report_free(loom_load_report *report);
+/* Every tensor of a safetensors file, in the file's order and under its names
+ * (as safetensors' load_file), in a new collection of buffers (not trainable)
+ * on device: loom_params_get(ps, "wte.weight") reads one. F16 and BF16 are
+ * read as F32, I8, I16 and U16 as I32, U32 as I64 (every value exact); a
+ * dtype no loom dtype holds (U64, F8, C64) is an error naming it. NULL on an
+ * error (loom_last_error says which). */
+loom_params *loom_safetensors_read(const char *path, loom_device device);
+
 /* ------------------------------------------------------------------ programs */
 
 /* A compiled program (TorchLean's Program / CompiledOut): the graph between

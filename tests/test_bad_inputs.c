@@ -203,6 +203,7 @@ ROW_S(null_assign, loom_assign(f23, NULL))
 ROW_S(null_params_add, loom_params_add(params, "x", NULL))
 ROW_S(null_path, loom_params_load(params, NULL))
 ROW_P(null_sgd, loom_sgd(NULL, (loom_sgd_opts){0}))
+ROW_P(null_safetensors_read, loom_safetensors_read(NULL, LOOM_CPU))
 ROW_S(null_step, loom_optim_step(NULL))
 ROW_P(null_dataset, loom_dataset_new(NULL, f4))
 ROW_S(null_grad_of, loom_grad_of(NULL, 1, &f23, 1, &(loom_tensor *){NULL}))
@@ -548,6 +549,8 @@ static const row table[] = {
         "loom_params_add: NULL argument"),
     ROW("NULL handle", "loom_params_load(ps, NULL)", null_path, NUL,
         "loom_params_load: NULL argument"),
+    ROW("NULL handle", "loom_safetensors_read(NULL, cpu)", null_safetensors_read, NUL,
+        "loom_safetensors_read: path is NULL"),
     ROW("NULL handle", "loom_sgd(NULL, opts)", null_sgd, NUL,
         "loom_sgd: the parameter collection is NULL"),
     ROW("NULL handle", "loom_optim_step(NULL)", null_step, NUL,

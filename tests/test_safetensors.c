@@ -551,6 +551,104 @@ static void test_collection_mismatches(void) {
   loom_params_free(many);
 }
 
+/* F16 and BF16 bit patterns and the values they hold (IEEE half: a
+ * subnormal, the largest finite, infinity; bfloat16: the top half of an F32),
+ * little-endian. */
+static const uint16_t f16_bits[6] = {0x3c00, 0xc100, 0x0001, 0x7bff, 0x7c00, 0x3555};
+static const float f16_values[6] = {1.0f, -2.5f, 0x1p-24f, 65504.0f, INFINITY, 0.33325195f};
+static const uint16_t bf16_bits[3] = {0x3f80, 0xc020, 0x4049};
+static const float bf16_values[3] = {1.0f, -2.5f, 3.140625f};
+
+static void test_non_strict_and_cast(void) {
+  const char *p = path_of("hf.safetensors");
+  unsigned char data[64] = {0};
+  memcpy(data, f16_bits, 12);         /* w: F16 [6] at 0 */
+  memcpy(data + 12, bf16_bits, 6);    /* b: BF16 [3] at 12 */
+  const double d[2] = {0.125, -7.75}; /* s: F64 [2] at 18 */
+  memcpy(data + 18, d, 16);
+  data[34] = 9; /* lm_head: U8 [1] at 34 (unexpected) */
+  write_st(p,
+           "{\"w\":{\"dtype\":\"F16\",\"shape\":[2,3],\"data_offsets\":[0,12]},"
+           "\"b\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[12,18]},"
+           "\"s\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[18,34]},"
+           "\"lm_head\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[34,35]},"
+           "\"__metadata__\":{\"format\":\"pt\"}}",
+           data, 35);
+  float zeros[6] = {0}, kept[2] = {4, 5};
+  loom_params *ps = loom_params_new();
+  add_tensor(ps, "w", zeros, LOOM_SHAPE(2, 3), LOOM_F32, true);
+  add_tensor(ps, "b", zeros, LOOM_SHAPE(3), LOOM_F32, true);
+  add_tensor(ps, "s", zeros, LOOM_SHAPE(2), LOOM_F32, true);
+  add_tensor(ps, "extra", kept, LOOM_SHAPE(2), LOOM_F32, true);
+  /* strict (the default) and without casting: every problem, nothing changed */
+  expect_refusal("strict", ps, p, LOOM_ERR_SHAPE, "missing 'extra'", "unexpected 'lm_head'",
+                 "'w' is F16 [2,3] in the file");
+  loom_load_report r;
+  CHECK_RC(loom_params_load_ex(ps, p, (loom_load_opts){.non_strict = true}, &r), LOOM_ERR_DTYPE);
+  CHECK_STR_CONTAINS(loom_last_error(), "loom_params_load_ex");
+  CHECK_EQ_INT(r.nmissing + r.nunexpected, 0); /* empty after an error */
+  CHECK_RC(loom_params_load_ex(ps, p, (loom_load_opts){.cast = true}, NULL), LOOM_ERR_SHAPE);
+  loom_clear_error();
+  CHECK_OK(loom_params_load_ex(ps, p, (loom_load_opts){.non_strict = true, .cast = true}, &r));
+  CHECK_EQ_INT(r.nmissing, 1);
+  CHECK_EQ_INT(r.nunexpected, 1);
+  if (r.nmissing == 1 && r.nunexpected == 1) {
+    CHECK(strcmp(r.missing[0], "extra") == 0);
+    CHECK(strcmp(r.unexpected[0], "lm_head") == 0);
+  }
+  loom_load_report_free(&r);
+  CHECK(r.missing == NULL && r.nmissing == 0);
+  float got[6];
+  loom_tensor *t = loom_params_get(ps, "w");
+  CHECK_OK(loom_copy_to_host(t, got, sizeof got));
+  for (int i = 0; i < 6; i++) CHECK(got[i] == f16_values[i]);
+  loom_free(t);
+  t = loom_params_get(ps, "b");
+  CHECK_OK(loom_copy_to_host(t, got, 3 * sizeof(float)));
+  for (int i = 0; i < 3; i++) CHECK(got[i] == bf16_values[i]);
+  loom_free(t);
+  t = loom_params_get(ps, "s");
+  CHECK_OK(loom_copy_to_host(t, got, 2 * sizeof(float)));
+  CHECK(got[0] == 0.125f && got[1] == -7.75f);
+  loom_free(t);
+  t = loom_params_get(ps, "extra"); /* missing from the file: kept */
+  CHECK_OK(loom_copy_to_host(t, got, 2 * sizeof(float)));
+  CHECK(got[0] == 4 && got[1] == 5);
+  loom_free(t);
+  loom_params_free(ps);
+
+  /* the whole file into named tensors */
+  loom_params *all = loom_safetensors_read(p, LOOM_CPU);
+  CHECK(all != NULL);
+  if (all) {
+    CHECK_EQ_INT(loom_params_count(all), 4);
+    const char *names[4] = {"w", "b", "s", "lm_head"};
+    const loom_dtype dtypes[4] = {LOOM_F32, LOOM_F32, LOOM_F64, LOOM_U8};
+    for (int i = 0; i < 4 && i < loom_params_count(all); i++) {
+      CHECK(strcmp(loom_params_name(all, i), names[i]) == 0);
+      CHECK(!loom_params_trainable(all, i));
+      loom_tensor *e = loom_params_at(all, i);
+      CHECK_EQ_INT(loom_dtype_of(e), dtypes[i]);
+      loom_free(e);
+    }
+    t = loom_params_get(all, "w");
+    CHECK_EQ_INT(loom_shape_of(t).ndim, 2);
+    CHECK_OK(loom_copy_to_host(t, got, sizeof got));
+    CHECK(got[2] == 0x1p-24f && got[4] == INFINITY);
+    loom_free(t);
+    loom_params_free(all);
+  }
+  write_st(p, "{\"big\":{\"dtype\":\"U64\",\"shape\":[1],\"data_offsets\":[0,8]}}", data, 8);
+  CHECK(loom_safetensors_read(p, LOOM_CPU) == NULL);
+  CHECK_STR_CONTAINS(loom_last_error(), "loom_safetensors_read");
+  CHECK_STR_CONTAINS(loom_last_error(), "'big': dtype U64 has no loom dtype");
+  loom_clear_error();
+  CHECK(loom_safetensors_read(path_of("absent.safetensors"), LOOM_CPU) == NULL);
+  CHECK_STR_CONTAINS(loom_last_error(), "cannot open");
+  CHECK(loom_safetensors_read(NULL, LOOM_CPU) == NULL);
+  loom_clear_error();
+}
+
 static void test_paths(void) {
   loom_params *ps = small_collection();
   const char *missing = path_of("no-such-file.safetensors");
@@ -614,6 +712,7 @@ int main(void) {
   test_truncations_and_mutations();
   test_bad_headers();
   test_collection_mismatches();
+  test_non_strict_and_cast();
   test_paths();
   remove_test_dir();
   return check_report();

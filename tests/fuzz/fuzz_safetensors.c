@@ -1,4 +1,5 @@
-/* libFuzzer target: the safetensors loader (loom_params_load) on any bytes.
+/* libFuzzer target: the safetensors loader (loom_params_load, its non-strict
+ * casting form, loom_safetensors_read) on any bytes.
  *
  * The bytes are a file, loaded into a collection of five tensors (every
  * loom dtype, a scalar and an empty one). Whatever the file, the load must
@@ -90,5 +91,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     loom_params_free(ps);
     make_collection();
   }
+  /* the same bytes non-strict with casting, and read whole into named
+   * tensors: a known status with a message, or every tensor readable */
+  loom_clear_error();
+  loom_load_report report;
+  st = loom_params_load_ex(ps, path, (loom_load_opts){.non_strict = true, .cast = true}, &report);
+  if (st < 0 || st >= LOOM_NUM_STATUS || (st != LOOM_OK && !loom_last_error())) abort();
+  loom_load_report_free(&report);
+  loom_params_free(ps);
+  make_collection();
+  loom_clear_error();
+  loom_params *all = loom_safetensors_read(path, LOOM_CPU);
+  if (!all && !loom_last_error()) abort();
+  for (int i = 0; all && i < loom_params_count(all); i++) {
+    loom_tensor *t = loom_params_at(all, i);
+    if (loom_realize(t) != LOOM_OK) abort();
+    loom_free(t);
+  }
+  loom_params_free(all);
   return 0;
 }
