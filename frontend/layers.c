@@ -130,3 +130,60 @@ LM_PUBLIC(loom_tensor *, loom_embedding_forward,
   if (!e) return lm_error(LOOM_ERR_NULL, "loom_embedding_forward: layer is NULL");
   return loom_embedding_f(indices, e->weight);
 }
+
+/* torch.nn.MultiheadAttention's parameters and initialization (xavier
+ * uniform over the stacked q, k, v projection; zero biases; the output
+ * projection a linear layer's weight). */
+loom_mha loom_mha_new(loom_params *ps, const char *name, int64_t embed, int64_t heads, bool causal,
+                      loom_key key) {
+  loom_mha m = {NULL, NULL, NULL, NULL, heads, causal};
+  if (!check_sizes("loom_mha_new", ps, embed, heads)) return m;
+  if (embed % heads != 0) {
+    lm_fail(LOOM_ERR_VALUE, "loom_mha_new: %lld heads do not divide the embedding %lld",
+            (long long)heads, (long long)embed);
+    return m;
+  }
+  loom_key k[2];
+  loom_key_split(key, k, 2);
+  loom_device dev = loom_default_device();
+  m.in_proj_weight = register_tensor(
+      ps, name, "in_proj_weight",
+      uniform(k[0], LOOM_SHAPE(3 * embed, embed), sqrt(6.0 / (double)(embed + 3 * embed))), true);
+  m.in_proj_bias = register_tensor(ps, name, "in_proj_bias",
+                                   loom_zeros(LOOM_SHAPE(3 * embed), LOOM_F32, dev), true);
+  m.out_proj_weight =
+      register_tensor(ps, name, "out_proj.weight",
+                      uniform(k[1], LOOM_SHAPE(embed, embed), 1.0 / sqrt((double)embed)), true);
+  m.out_proj_bias = register_tensor(ps, name, "out_proj.bias",
+                                    loom_zeros(LOOM_SHAPE(embed), LOOM_F32, dev), true);
+  return m;
+}
+
+/* x [B, T, E] (or [T, E]): q, k, v = x W_in^T + b_in split three ways, H heads
+ * of E/H each, scaled dot-product attention, heads joined, the output
+ * projection. */
+LM_PUBLIC(loom_tensor *, loom_mha_forward, (const loom_mha *m, const loom_tensor *x), (m, x)) {
+  const char *op = "loom_mha_forward";
+  if (!m) return lm_error(LOOM_ERR_NULL, "%s: layer is NULL", op);
+  loom_tensor *err;
+  if ((err = lm_check(op, x)) || (err = lm_check(op, m->in_proj_weight))) return err;
+  const loom_shape *s = &x->node->shape;
+  int64_t e = m->in_proj_weight->node->shape.dim[1], h = m->heads;
+  char sx[128];
+  if ((s->ndim != 2 && s->ndim != 3) || s->dim[s->ndim - 1] != e || h <= 0 || e % h != 0)
+    return lm_error(LOOM_ERR_SHAPE, "%s: needs x [B, T, %lld] or [T, %lld] for %lld heads, got %s",
+                    op, (long long)e, (long long)e, (long long)h, lm_shape_str(s, sx, sizeof sx));
+  int token = lm_composite_begin();
+  bool batched = s->ndim == 3;
+  int64_t b = batched ? s->dim[0] : 1, t = s->dim[s->ndim - 2], d = e / h;
+  loom_tensor *qkv = loom_linear_f(x, m->in_proj_weight, m->in_proj_bias), *part[3];
+  loom_status st = loom_chunk(qkv, 3, -1, part, NULL);
+  if (st) return lm_composite_end(token, lm_error_recorded(st));
+  for (int i = 0; i < 3; i++) /* [B, T, E] -> [B, H, T, D] */
+    part[i] = loom_transpose(loom_reshape(part[i], LOOM_SHAPE(b, t, h, d)), 1, 2);
+  loom_tensor *heads =
+      loom_scaled_dot_product_attention(part[0], part[1], part[2], NULL, m->causal, 0);
+  loom_tensor *joined =
+      loom_reshape(loom_transpose(heads, 1, 2), batched ? LOOM_SHAPE(b, t, e) : LOOM_SHAPE(t, e));
+  return lm_composite_end(token, loom_linear_f(joined, m->out_proj_weight, m->out_proj_bias));
+}

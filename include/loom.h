@@ -480,6 +480,21 @@ loom_embedding loom_embedding_new(loom_params *ps, const char *name, int64_t num
                                   loom_key key);
 loom_tensor *loom_embedding_forward(const loom_embedding *e, const loom_tensor *indices);
 
+/* Multi-head self-attention, as torch.nn.MultiheadAttention(embed, heads,
+ * batch_first=True) with q = k = v = x: its parameters (under its names,
+ * <name>.in_proj_weight [3E, E], .in_proj_bias [3E], .out_proj.weight [E, E],
+ * .out_proj.bias [E]) and initialization. causal: position i attends to
+ * positions 0..i (GPT's). x [B, T, E] or [T, E]. */
+typedef struct loom_mha {
+  loom_tensor *in_proj_weight, *in_proj_bias;
+  loom_tensor *out_proj_weight, *out_proj_bias;
+  int64_t heads;
+  bool causal;
+} loom_mha;
+loom_mha loom_mha_new(loom_params *ps, const char *name, int64_t embed, int64_t heads, bool causal,
+                      loom_key key);
+loom_tensor *loom_mha_forward(const loom_mha *m, const loom_tensor *x);
+
 /* Sequential composition (TorchLean's seq): stages run in order. A stage is
  * a function of (its layer, input, train) returning a new reference. */
 typedef loom_tensor *(*loom_stage_fn)(const void *layer, const loom_tensor *x, bool train);

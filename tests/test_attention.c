@@ -157,9 +157,49 @@ static void test_fused(void) {
   }
 }
 
+/* The layer: torch's parameter names, shapes and initialization bounds
+ * (its forward against torch is in the fixtures); bad sizes refused. */
+static void test_mha_layer(void) {
+  LOOM_SCOPE {
+    loom_params *ps = loom_params_new();
+    loom_mha m = loom_mha_new(ps, "attn", 16, 4, true, loom_key_new(3));
+    const char *names[4] = {"attn.in_proj_weight", "attn.in_proj_bias", "attn.out_proj.weight",
+                            "attn.out_proj.bias"};
+    const int64_t dims0[4] = {48, 48, 16, 16};
+    CHECK_EQ_INT(loom_params_count(ps), 4);
+    for (int i = 0; i < 4 && i < loom_params_count(ps); i++) {
+      CHECK(strcmp(loom_params_name(ps, i), names[i]) == 0);
+      loom_tensor *t = loom_params_at(ps, i);
+      CHECK_EQ_INT(loom_shape_of(t).dim[0], dims0[i]);
+      loom_free(t);
+    }
+    double in_bound = sqrt(6.0 / 64), out_bound = 1 / sqrt(16.0);
+    CHECK(loom_item(loom_max(loom_abs(m.in_proj_weight), NULL, 0, false)) <= in_bound);
+    CHECK(loom_item(loom_max(loom_abs(m.in_proj_weight), NULL, 0, false)) > in_bound * 0.9);
+    CHECK(loom_item(loom_max(loom_abs(m.out_proj_weight), NULL, 0, false)) <= out_bound);
+    CHECK(loom_item(loom_sum_all(loom_abs(m.in_proj_bias))) == 0);
+    loom_tensor *x = loom_ones(LOOM_SHAPE(2, 7, 16), LOOM_F32, test_device());
+    loom_tensor *y = loom_mha_forward(&m, x);
+    CHECK_OK(loom_realize(y));
+    CHECK_EQ_INT(loom_shape_of(y).dim[1], 7);
+    loom_params *bad = loom_params_new();
+    loom_mha none = loom_mha_new(bad, "attn", 10, 4, false, loom_key_new(1));
+    CHECK(none.in_proj_weight == NULL);
+    CHECK_STR_CONTAINS(loom_last_error(), "4 heads do not divide the embedding 10");
+    loom_clear_error();
+    CHECK_EQ_INT(loom_status_of(
+                     loom_mha_forward(&m, loom_ones(LOOM_SHAPE(2, 7, 8), LOOM_F32, test_device()))),
+                 LOOM_ERR_SHAPE);
+    loom_clear_error();
+    loom_params_free(bad);
+    loom_params_free(ps);
+  }
+}
+
 int main(void) {
   CHECK_OK(loom_set_default_device(test_device()));
   test_split_chunk();
+  test_mha_layer();
   check_attention("plain", 2, 3, 3, 17, 8, false, false);
   check_attention("causal", 2, 2, 2, 33, 16, true, false);
   check_attention("grouped, causal", 1, 8, 2, 20, 8, true, false);

@@ -250,6 +250,11 @@ static loom_tensor *fx_compute(const fx_case *c, loom_tensor **ts) {
                                  P("label_smoothing", 0, 0), (loom_reduction)P("reduction", 0, 0)};
     return loom_cross_entropy_ex(IN("logits"), IN("labels"), o);
   }
+  if (strcmp(op, "mha") == 0) {
+    loom_mha m = {IN("in_proj_weight"), IN("in_proj_bias"), IN("out_w"), IN("out_b"),
+                  (int64_t)P("heads", 0, 1), P("causal", 0, 0) != 0};
+    return loom_mha_forward(&m, IN("x"));
+  }
   if (strcmp(op, "sdpa") == 0) {
     loom_tensor *mask = IN("mask");
     if (mask && P("bool_mask", 0, 0)) mask = loom_ne_s(mask, 0);

@@ -223,6 +223,31 @@ case("ce_single", "cross_entropy_ex",
      {"logits": rn(6, scale=2.0), "labels": torch.tensor(4)},
      lambda logits, labels: F.cross_entropy(logits, labels))
 
+# multi-head self-attention (frontend/layers.c loom_mha_forward) against torch.nn.MultiheadAttention
+def mha(x, in_w, in_b, out_w, out_b, heads, causal):
+    """nn.MultiheadAttention(e, heads, batch_first=True)(x, x, x) with these weights."""
+    e, t = x.shape[-1], x.shape[-2]
+    mask = torch.triu(torch.ones(t, t, dtype=torch.bool), 1) if causal else None  # True: masked
+    seq_first = x.transpose(0, 1) if x.dim() == 3 else x
+    out = F.multi_head_attention_forward(
+        seq_first, seq_first, seq_first, e, heads, in_w, in_b, None, None, False, 0.0, out_w, out_b,
+        training=False, need_weights=False, attn_mask=mask)[0]
+    return out.transpose(0, 1) if x.dim() == 3 else out
+
+
+case("mha_causal", "mha",
+     {"x": rn(2, 5, 8), "in_proj_weight": rn(24, 8, scale=0.5), "in_proj_bias": rn(24, scale=0.1),
+      "out_w": rn(8, 8, scale=0.5), "out_b": rn(8, scale=0.1)},
+     lambda x, in_proj_weight, in_proj_bias, out_w, out_b:
+         mha(x, in_proj_weight, in_proj_bias, out_w, out_b, 2, True),
+     params={"heads": 2, "causal": 1})
+case("mha_unbatched", "mha",
+     {"x": rn(6, 12), "in_proj_weight": rn(36, 12, scale=0.5), "in_proj_bias": rn(36, scale=0.1),
+      "out_w": rn(12, 12, scale=0.5), "out_b": rn(12, scale=0.1)},
+     lambda x, in_proj_weight, in_proj_bias, out_w, out_b:
+         mha(x, in_proj_weight, in_proj_bias, out_w, out_b, 3, False),
+     params={"heads": 3})
+
 with open(OUT, "w") as f:
     f.write("\n".join(lines) + "\n")
 print("wrote %s (%d bytes)" % (OUT, os.path.getsize(OUT)))
