@@ -309,6 +309,7 @@ loom_tensor *loom_silu(const loom_tensor *a);
 loom_tensor *loom_square(const loom_tensor *a);
 loom_tensor *loom_reciprocal(const loom_tensor *a);
 loom_tensor *loom_erf(const loom_tensor *a);
+loom_tensor *loom_sign(const loom_tensor *a); /* -1, 0 or 1 in a's dtype (NaN stays NaN) */
 /* min(max(a, lo), hi), as torch.clamp: an infinite bound leaves that side open, a NaN
  * bound or value gives NaN, lo > hi gives hi everywhere. The gradient flows where
  * lo <= a <= hi. Bounds promote like scalars (a non-integral bound makes an integer
@@ -328,6 +329,12 @@ loom_tensor *loom_sum_all(const loom_tensor *a);
 loom_tensor *loom_mean_all(const loom_tensor *a);
 loom_tensor *loom_argmax(const loom_tensor *a, int axis, bool keepdim); /* LOOM_I64 */
 loom_tensor *loom_argmin(const loom_tensor *a, int axis, bool keepdim); /* LOOM_I64 */
+/* torch.var / torch.std: the sum of squared deviations over N - correction
+ * (1: Bessel's, torch's default; 0: the population's); integers compute in F32. */
+loom_tensor *loom_var(const loom_tensor *a, const int *axes, int naxes, double correction,
+                      bool keepdim);
+loom_tensor *loom_std(const loom_tensor *a, const int *axes, int naxes, double correction,
+                      bool keepdim);
 loom_tensor *loom_softmax(const loom_tensor *a, int axis);
 loom_tensor *loom_log_softmax(const loom_tensor *a, int axis);
 loom_tensor *loom_logsumexp(const loom_tensor *a, int axis);
@@ -347,6 +354,14 @@ loom_tensor *loom_pad(const loom_tensor *a, const int64_t *pads, int npads, doub
 loom_tensor *loom_cat(loom_tensor *const *ts, int n, int axis);
 loom_tensor *loom_stack(loom_tensor *const *ts, int n, int axis);
 loom_tensor *loom_contiguous(const loom_tensor *a);
+/* torch.Tensor.repeat: a tiled reps[i] times along each dim; nreps >= a's dims
+ * (extra repeats add leading dims). */
+loom_tensor *loom_repeat(const loom_tensor *a, const int64_t *reps, int nreps);
+/* torch.index_select: a's slices at index (1-D integers) along axis. */
+loom_tensor *loom_index_select(const loom_tensor *a, int axis, const loom_tensor *index);
+/* torch.gather: out[..i..] = a[..index[..i..]..] along axis; index has a's
+ * rank and no dim larger than a's except along axis. */
+loom_tensor *loom_gather(const loom_tensor *a, int axis, const loom_tensor *index);
 /* The lower (tril: column - row <= diagonal) or upper (triu: >= diagonal)
  * triangle of the last two dims, the rest zero (torch.tril, torch.triu). */
 loom_tensor *loom_tril(const loom_tensor *a, int64_t diagonal);

@@ -325,6 +325,12 @@ ROW_T(value_ce_smoothing,
       loom_cross_entropy_ex(f23, label_seven(), (loom_cross_entropy_opts){.label_smoothing = 1.5}))
 ROW_T(shape_ce_ex, loom_cross_entropy_ex(f23, i4(), (loom_cross_entropy_opts){0}))
 
+ROW_T(value_repeat, loom_repeat(f23, (int64_t[]){2}, 1))
+ROW_T(shape_gather, loom_gather(f23, 1, loom_ones(LOOM_SHAPE(3, 1), LOOM_I64, LOOM_CPU)))
+ROW_T(shape_index_select,
+      loom_index_select(f23, 0, loom_ones(LOOM_SHAPE(1, 1), LOOM_I64, LOOM_CPU)))
+ROW_T(value_var, loom_var(f23, NULL, 0, -1, false))
+
 /* ------------------------------------------------------------ sizes */
 ROW_T(size_negative, loom_zeros(LOOM_SHAPE(-1, 2), LOOM_F32, LOOM_CPU))
 ROW_T(size_expand_ndim, loom_expand(f23, ((loom_shape){9, {2, 3, 1, 1, 1, 1, 1, 1}})))
@@ -623,6 +629,15 @@ static const row table[] = {
     ROW("wrong shape", "loom_cross_entropy_ex([2,3], labels [4])", shape_ce_ex, LOOM_ERR_SHAPE,
         "loom_cross_entropy_ex: needs [N, C, d...] scores and [N, d...] labels (or [C] and one "
         "label), got [2,3] and [4]"),
+    ROW("bad value", "loom_repeat([2,3], {2})", value_repeat, LOOM_ERR_VALUE,
+        "loom_repeat: 1 repeats for 2 dims"),
+    ROW("wrong shape", "loom_gather([2,3], 1, index [3,1])", shape_gather, LOOM_ERR_SHAPE,
+        "loom_gather: the index [3,1] needs the rank of [2,3] and no dim larger except along axis "
+        "1"),
+    ROW("wrong shape", "loom_index_select([2,3], 0, index [1,1])", shape_index_select,
+        LOOM_ERR_SHAPE, "loom_index_select: the index must be 1-D, got [1,1]"),
+    ROW("bad value", "loom_var([2,3], correction -1)", value_var, LOOM_ERR_VALUE,
+        "loom_var: correction -1 is not a finite value >= 0"),
     ROW("wrong shape", "loom_copy_to_host([2,3], buf, 20)", shape_copy, LOOM_ERR_BUFFER,
         "20 bytes given, f32 [2,3] needs 24"),
     ROW("wrong shape", "loom_assign([2,3], [4])", shape_assign, LOOM_ERR_SHAPE,

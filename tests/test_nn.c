@@ -352,8 +352,40 @@ static void test_cross_entropy_ignored(void) {
   }
 }
 
+/* The composites' edges: repeat at the most dims (copies side by side, no
+ * room for another dim) and with a zero; var over one value with Bessel's
+ * correction is NaN, as torch; gather of an index outside the axis names it. */
+static void test_composite_edges(void) {
+  LOOM_SCOPE {
+    loom_tensor *x = loom_reshape(loom_arange(0, 2, 1, LOOM_F32, test_device()),
+                                  ((loom_shape){LOOM_MAX_DIMS, {1, 1, 1, 1, 1, 1, 1, 2}}));
+    int64_t reps[LOOM_MAX_DIMS] = {1, 1, 1, 1, 1, 1, 3, 2};
+    loom_tensor *r = loom_repeat(x, reps, LOOM_MAX_DIMS);
+    float v[12];
+    CHECK_OK(loom_copy_to_host(r, v, sizeof v));
+    for (int i = 0; i < 12; i++) CHECK_NEAR(v[i], i % 2, 0);
+    CHECK_EQ_INT(loom_shape_of(r).dim[6], 3);
+    int64_t zero[2] = {0, 2};
+    CHECK_EQ_INT(
+        loom_shape_of(loom_repeat(loom_ones(LOOM_SHAPE(2, 2), LOOM_F32, test_device()), zero, 2))
+            .dim[0],
+        0);
+    CHECK(isnan(
+        loom_item(loom_var(loom_ones(LOOM_SHAPE(1), LOOM_F32, test_device()), NULL, 0, 1, false))));
+    int64_t far[2] = {1, 5};
+    loom_tensor *g = loom_gather(loom_ones(LOOM_SHAPE(2, 3), LOOM_F32, test_device()), 1,
+                                 loom_from_data(far, LOOM_SHAPE(2, 1), LOOM_I64, test_device()));
+    if (test_device().type == LOOM_DEVICE_CPU) {
+      CHECK_EQ_INT(loom_status_of(g), LOOM_ERR_VALUE);
+      CHECK_STR_CONTAINS(loom_last_error(), "loom_gather");
+    }
+    loom_clear_error();
+  }
+}
+
 int main(void) {
   CHECK_OK(loom_set_default_device(test_device())); /* layers and parameters */
+  test_composite_edges();
   test_cross_entropy_ignored();
   test_huge_logits();
   test_conv_forward();

@@ -122,6 +122,13 @@ static double fx_param_v(const fx_case *c, const char *key, int k, double dflt) 
   return dflt;
 }
 
+/* How many values the parameter key has (0: absent). */
+static int fx_param_n(const fx_case *c, const char *key) {
+  for (int i = 0; i < c->np; i++)
+    if (strcmp(c->p[i].key, key) == 0) return c->p[i].n;
+  return 0;
+}
+
 static bool shape_eq(loom_shape a, loom_shape b) {
   if (a.ndim != b.ndim) return false;
   for (int d = 0; d < a.ndim; d++)
@@ -250,9 +257,24 @@ static loom_tensor *fx_compute(const fx_case *c, loom_tensor **ts) {
                                  P("label_smoothing", 0, 0), (loom_reduction)P("reduction", 0, 0)};
     return loom_cross_entropy_ex(IN("logits"), IN("labels"), o);
   }
+  if (strcmp(op, "var") == 0 || strcmp(op, "std") == 0) {
+    int axes[1] = {(int)P("axes", 0, 0)}, naxes = fx_param_n(c, "axes") ? 1 : 0;
+    return (op[0] == 'v' ? loom_var : loom_std)(IN("x"), axes, naxes, P("correction", 0, 1),
+                                                P("keepdim", 0, 0) != 0);
+  }
+  if (strcmp(op, "sign") == 0) return loom_sign(IN("x"));
+  if (strcmp(op, "repeat") == 0) {
+    int64_t reps[LOOM_MAX_DIMS];
+    int n = fx_param_n(c, "reps");
+    for (int i = 0; i < n && i < LOOM_MAX_DIMS; i++) reps[i] = (int64_t)P("reps", i, 1);
+    return loom_repeat(IN("x"), reps, n);
+  }
+  if (strcmp(op, "index_select") == 0)
+    return loom_index_select(IN("x"), (int)P("axis", 0, 0), IN("index"));
+  if (strcmp(op, "gather") == 0) return loom_gather(IN("x"), (int)P("axis", 0, 0), IN("index"));
   if (strcmp(op, "mha") == 0) {
-    loom_mha m = {IN("in_proj_weight"), IN("in_proj_bias"), IN("out_w"), IN("out_b"),
-                  (int64_t)P("heads", 0, 1), P("causal", 0, 0) != 0};
+    loom_mha m = {IN("in_proj_weight"), IN("in_proj_bias"),        IN("out_w"),
+                  IN("out_b"),          (int64_t)P("heads", 0, 1), P("causal", 0, 0) != 0};
     return loom_mha_forward(&m, IN("x"));
   }
   if (strcmp(op, "sdpa") == 0) {

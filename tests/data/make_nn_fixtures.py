@@ -248,6 +248,27 @@ case("mha_unbatched", "mha",
          mha(x, in_proj_weight, in_proj_bias, out_w, out_b, 3, False),
      params={"heads": 3})
 
+# composites (frontend/composites.c)
+case("var_axis1", "var", {"x": rn(3, 5, 4)}, lambda x: torch.var(x, 1, unbiased=True),
+     params={"axes": 1, "correction": 1})
+case("std_all_population", "std", {"x": rn(4, 6)}, lambda x: torch.std(x, unbiased=False),
+     params={"correction": 0})
+case("var_last_keepdim", "var", {"x": rn(2, 7)}, lambda x: torch.var(x, -1, keepdim=True),
+     params={"axes": -1, "correction": 1, "keepdim": 1})
+sign_x = rn(3, 4)
+sign_x[0, 1] = 0.0
+case("sign", "sign", {"x": sign_x}, lambda x: torch.sign(x))
+case("repeat", "repeat", {"x": rn(2, 3)}, lambda x: x.repeat(2, 1, 3), params={"reps": [2, 1, 3]})
+case("index_select_axis1", "index_select",
+     {"x": rn(3, 5, 2), "index": torch.tensor([4, 0, 0, 2])},
+     lambda x, index: torch.index_select(x, 1, index), params={"axis": 1})
+case("gather_axis1", "gather",
+     {"x": rn(3, 5), "index": torch.randint(0, 5, (3, 4))},
+     lambda x, index: torch.gather(x, 1, index), params={"axis": 1})
+case("gather_axis0_smaller", "gather",
+     {"x": rn(4, 3), "index": torch.randint(0, 4, (2, 2))},
+     lambda x, index: torch.gather(x, 0, index), params={"axis": 0})
+
 with open(OUT, "w") as f:
     f.write("\n".join(lines) + "\n")
 print("wrote %s (%d bytes)" % (OUT, os.path.getsize(OUT)))

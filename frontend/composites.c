@@ -1,0 +1,178 @@
+/* torch ops that the core ops express: var and std (with a correction),
+ * sign, repeat, index_select and gather. Each is a composition (its gradient
+ * the composition's: index_select's is the embedding's scatter-add, gather's
+ * the selection's), fused like any other. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "frontend/frontend.h"
+
+/* ------------------------------------------------------------ var, std */
+
+static loom_tensor *variance(const char *op, const loom_tensor *a, const int *axes, int naxes,
+                             double correction, bool keepdim, bool root) {
+  loom_tensor *err;
+  if ((err = lm_check(op, a))) return err;
+  if (!(correction >= 0) || isinf(correction))
+    return lm_error(LOOM_ERR_VALUE, "%s: correction %g is not a finite value >= 0", op, correction);
+  /* the reduced count, from the axes as loom_sum reads them (it checks them) */
+  const loom_shape *s = &a->node->shape;
+  int64_t count = 1;
+  bool seen[LOOM_MAX_DIMS] = {false};
+  for (int i = 0; i < (naxes ? naxes : s->ndim); i++) {
+    int ax = naxes ? axes[i] : i;
+    if (!lm_axis(&ax, s->ndim) || seen[ax]) break; /* loom_sum reports it */
+    seen[ax] = true;
+    count *= s->dim[ax];
+  }
+  int token = lm_composite_begin();
+  loom_tensor *x =
+      loom_dtype_is_float(a->node->dtype) ? loom_cast(a, a->node->dtype) : loom_cast(a, LOOM_F32);
+  loom_tensor *centered = loom_sub(x, loom_mean(x, axes, naxes, true));
+  loom_tensor *squares = loom_sum(loom_square(centered), axes, naxes, keepdim);
+  /* torch: max(0, N - correction); 0 gives inf or NaN, as torch */
+  double denominator = (double)count - correction > 0 ? (double)count - correction : 0;
+  loom_tensor *v = loom_div_s(squares, denominator);
+  return lm_composite_end(token, root ? loom_sqrt(v) : v);
+}
+
+LM_PUBLIC(loom_tensor *, loom_var,
+          (const loom_tensor *a, const int *axes, int naxes, double correction, bool keepdim),
+          (a, axes, naxes, correction, keepdim)) {
+  return variance("loom_var", a, axes, naxes, correction, keepdim, false);
+}
+
+LM_PUBLIC(loom_tensor *, loom_std,
+          (const loom_tensor *a, const int *axes, int naxes, double correction, bool keepdim),
+          (a, axes, naxes, correction, keepdim)) {
+  return variance("loom_std", a, axes, naxes, correction, keepdim, true);
+}
+
+/* ------------------------------------------------------------ sign */
+
+LM_PUBLIC(loom_tensor *, loom_sign, (const loom_tensor *a), (a)) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_sign", a))) return err;
+  if (a->node->dtype == LOOM_BOOL) return loom_cast(a, LOOM_BOOL);
+  int token = lm_composite_begin();
+  loom_dtype dt = a->node->dtype;
+  /* (a > 0) - (a < 0); NaN stays NaN, as torch */
+  loom_tensor *s = loom_sub(loom_cast(loom_gt_s(a, 0), dt), loom_cast(loom_lt_s(a, 0), dt));
+  if (loom_dtype_is_float(dt)) s = loom_where(loom_ne(a, a), a, s);
+  return lm_composite_end(token, s);
+}
+
+/* ------------------------------------------------------------ repeat */
+
+/* torch.Tensor.repeat: a tiled reps[i] times along each dim (reps may have
+ * more dims than a, which then gets leading dims of 1). */
+LM_PUBLIC(loom_tensor *, loom_repeat, (const loom_tensor *a, const int64_t *reps, int nreps),
+          (a, reps, nreps)) {
+  const char *op = "loom_repeat";
+  loom_tensor *err;
+  if ((err = lm_check(op, a))) return err;
+  const loom_shape *s = &a->node->shape;
+  if (!reps || nreps < s->ndim || nreps > LOOM_MAX_DIMS)
+    return lm_error(LOOM_ERR_VALUE, "%s: %d repeats for %d dims (need %d to %d)", op, nreps,
+                    s->ndim, s->ndim, LOOM_MAX_DIMS);
+  for (int i = 0; i < nreps; i++)
+    if (reps[i] < 0)
+      return lm_error(LOOM_ERR_VALUE, "%s: repeat %lld of dim %d is negative", op,
+                      (long long)reps[i], i);
+  int token = lm_composite_begin();
+  loom_shape lifted = {nreps, {0}};
+  for (int i = 0; i < nreps; i++)
+    lifted.dim[i] = i < nreps - s->ndim ? 1 : s->dim[i - (nreps - s->ndim)];
+  loom_tensor *cur = loom_reshape(a, lifted);
+  for (int i = 0; i < nreps; i++) { /* dim i: [.., d, ..] -> [.., 1, d, ..] -> [.., r d, ..] */
+    if (reps[i] == 1) continue;
+    loom_shape now = loom_shape_of(cur), merged = now;
+    merged.dim[i] *= reps[i];
+    if (now.ndim < LOOM_MAX_DIMS) {
+      loom_shape ex = {now.ndim + 1, {0}};
+      for (int d = 0, j = 0; d < now.ndim; d++) {
+        if (d == i) ex.dim[j++] = reps[i];
+        ex.dim[j++] = now.dim[d];
+      }
+      cur = loom_reshape(loom_expand(loom_unsqueeze(cur, i), ex), merged);
+    } else { /* no room for another dim: copies side by side */
+      loom_tensor **copies = malloc(sizeof *copies * (size_t)(reps[i] ? reps[i] : 1));
+      if (!copies) return lm_composite_end(token, lm_error(LOOM_ERR_OOM, "%s: out of memory", op));
+      for (int64_t c = 0; c < reps[i]; c++) copies[c] = cur;
+      cur = reps[i] ? loom_cat(copies, (int)reps[i], i) : loom_reshape(cur, merged);
+      free(copies);
+    }
+  }
+  return lm_composite_end(token, loom_contiguous(cur));
+}
+
+/* ------------------------------------------------------------ indexing */
+
+/* torch.index_select: a's slices at index (1-D integers) along axis, through
+ * the embedding's row gather with axis moved first. */
+LM_PUBLIC(loom_tensor *, loom_index_select,
+          (const loom_tensor *a, int axis, const loom_tensor *index), (a, axis, index)) {
+  const char *op = "loom_index_select";
+  loom_tensor *err;
+  if ((err = lm_check(op, a)) || (err = lm_check(op, index))) return err;
+  int nd = a->node->shape.ndim, ax = axis;
+  if (nd == 0 || !lm_axis(&ax, nd))
+    return lm_error(LOOM_ERR_AXIS, "%s: axis %d out of range for %d dims", op, axis, nd);
+  if (index->node->shape.ndim != 1) {
+    char si[128];
+    return lm_error(LOOM_ERR_SHAPE, "%s: the index must be 1-D, got %s", op,
+                    lm_shape_str(&index->node->shape, si, sizeof si));
+  }
+  int token = lm_composite_begin();
+  int to_front[LOOM_MAX_DIMS], back[LOOM_MAX_DIMS];
+  to_front[0] = ax;
+  for (int d = 0, j = 1; d < nd; d++)
+    if (d != ax) to_front[j++] = d;
+  for (int d = 0; d < nd; d++) back[to_front[d]] = d;
+  loom_tensor *rows = loom_embedding_f(index, loom_permute(a, to_front, nd));
+  return lm_composite_end(token, loom_permute(rows, back, nd));
+}
+
+/* torch.gather: out[i][j][k] = a[index[i][j][k]][j][k] along axis 0 (and so
+ * on for the others); index has a's rank, no dim larger than a's except
+ * along axis. Each output selects its element from a's line along axis (a
+ * one-hot comparison with that line, so a -inf elsewhere stays out). */
+LM_PUBLIC(loom_tensor *, loom_gather, (const loom_tensor *a, int axis, const loom_tensor *index),
+          (a, axis, index)) {
+  const char *op = "loom_gather";
+  loom_tensor *err;
+  if ((err = lm_check(op, a)) || (err = lm_check(op, index))) return err;
+  if (!lm_dtype_is_int(index->node->dtype))
+    return lm_error(LOOM_ERR_DTYPE, "%s: the index must be integers, got %s", op,
+                    loom_dtype_name(index->node->dtype));
+  const loom_shape *s = &a->node->shape, *is = &index->node->shape;
+  int nd = s->ndim, ax = axis;
+  if (nd == 0 || !lm_axis(&ax, nd))
+    return lm_error(LOOM_ERR_AXIS, "%s: axis %d out of range for %d dims", op, axis, nd);
+  bool fits = is->ndim == nd && nd < LOOM_MAX_DIMS;
+  for (int d = 0; fits && d < nd; d++) fits = d == ax || is->dim[d] <= s->dim[d];
+  if (!fits) {
+    char sa[128], si[128];
+    return lm_error(LOOM_ERR_SHAPE,
+                    "%s: the index %s needs the rank of %s and no dim larger except along axis %d",
+                    op, lm_shape_str(is, si, sizeof si), lm_shape_str(s, sa, sizeof sa), axis);
+  }
+  int token = lm_composite_begin();
+  /* a cut to the index's size off axis, with axis moved last and one
+   * broadcast dim for the index's positions along it: [.., 1, n] against
+   * the index's one-hot [.., m, n] */
+  loom_tensor *cut = (loom_tensor *)a;
+  for (int d = 0; d < nd; d++)
+    if (d != ax && is->dim[d] < s->dim[d]) cut = loom_slice(cut, d, 0, is->dim[d], 1);
+  int perm[LOOM_MAX_DIMS];
+  for (int d = 0, j = 0; d < nd; d++)
+    if (d != ax) perm[j++] = d;
+  perm[nd - 1] = ax;
+  loom_tensor *lines = loom_unsqueeze(loom_permute(cut, perm, nd), nd - 1); /* [.., 1, n] */
+  loom_tensor *picks = loom_permute(index, perm, nd);                       /* [.., m] */
+  loom_tensor *hit = loom_cast(loom_one_hot(picks, s->dim[ax]), LOOM_BOOL); /* [.., m, n] */
+  loom_tensor *chosen = loom_sum(loom_where_s(hit, lines, 0), (int[]){-1}, 1, false);
+  int back[LOOM_MAX_DIMS];
+  for (int d = 0; d < nd; d++) back[perm[d]] = d;
+  return lm_composite_end(token, loom_permute(chosen, back, nd));
+}
