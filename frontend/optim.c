@@ -113,6 +113,15 @@ double loom_optim_lr(const loom_optim *o) {
   return o->lr;
 }
 
+double loom_lr_warmup_cosine(int64_t step, int64_t warmup, int64_t total, double max_lr,
+                             double min_lr) {
+  if (step < 0 || warmup < 0 || warmup > total || !(max_lr >= 0) || !(min_lr >= 0)) return NAN;
+  if (step < warmup) return max_lr * (double)(step + 1) / (double)warmup;
+  if (step >= total) return min_lr;
+  double progress = (double)(step - warmup) / (double)(total - warmup);
+  return min_lr + 0.5 * (1 + cos(M_PI * progress)) * (max_lr - min_lr);
+}
+
 /* ------------------------------------------------------------ state */
 
 /* A computed zero tensor: state starts as data, not as a constant, so the

@@ -712,6 +712,15 @@ loom_status loom_optim_group(loom_optim *o,
                              bool (*select)(const char *name, loom_shape shape, void *ud), void *ud,
                              double lr_scale, double weight_decay);
 double loom_optim_lr(const loom_optim *o);
+/* Learning-rate schedules, as pure functions of the step (call
+ * loom_optim_set_lr with the value before each step; a rate is data, so
+ * changing it compiles nothing). Linear warmup from 0 over `warmup` steps to
+ * max_lr, then a cosine from max_lr down to min_lr at step `total`, min_lr
+ * after (the GPT-2 recipes' get_lr: step 0-based, max_lr * (step + 1) / warmup while
+ * warming up). NAN for negative steps, warmup >
+ * total or a negative rate. */
+double loom_lr_warmup_cosine(int64_t step, int64_t warmup, int64_t total, double max_lr,
+                             double min_lr);
 void loom_optim_free(loom_optim *o);
 
 /* ------------------------------------------------------------------ stats */

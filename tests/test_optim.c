@@ -581,6 +581,29 @@ static void test_param_groups(void) {
   loom_params_free(ps);
 }
 
+/* The schedule against the GPT-2 recipes' get_lr (warmup counts step + 1). */
+static void test_lr_schedule(void) {
+  const int64_t warmup = 10, total = 100;
+  const double max_lr = 6e-4, min_lr = 6e-5;
+  for (int64_t step = 0; step < 120; step++) {
+    double want;
+    if (step < warmup)
+      want = max_lr * (double)(step + 1) / (double)warmup;
+    else if (step > total)
+      want = min_lr;
+    else {
+      double ratio = (double)(step - warmup) / (double)(total - warmup);
+      want = min_lr + 0.5 * (1.0 + cos(M_PI * ratio)) * (max_lr - min_lr);
+    }
+    CHECK_NEAR(loom_lr_warmup_cosine(step, warmup, total, max_lr, min_lr), want, 1e-18);
+  }
+  CHECK_NEAR(loom_lr_warmup_cosine(warmup, warmup, total, max_lr, min_lr), max_lr, 1e-18);
+  CHECK(isnan(loom_lr_warmup_cosine(-1, warmup, total, max_lr, min_lr)));
+  CHECK(isnan(loom_lr_warmup_cosine(5, 200, total, max_lr, min_lr)));
+  CHECK(isnan(loom_lr_warmup_cosine(5, warmup, total, -1, min_lr)));
+  CHECK_NEAR(loom_lr_warmup_cosine(0, 0, 0, max_lr, min_lr), min_lr, 0);
+}
+
 /* A buffer is never updated, even one that has a gradient. */
 static void test_buffers_untouched(void) {
   double w0[4] = {1, 2, 3, 4}, r0[4] = {0.5, -1, 2, 0.25}, got[4];
@@ -720,6 +743,7 @@ int main(void) {
   test_validation();
   test_skips_params_without_grad();
   test_param_groups();
+  test_lr_schedule();
   test_buffers_untouched();
   test_steps_in_scopes();
   CHECK_EQ_INT(loom_get_stats().bytes_live, 0);
