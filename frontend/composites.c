@@ -176,3 +176,111 @@ LM_PUBLIC(loom_tensor *, loom_gather, (const loom_tensor *a, int axis, const loo
   for (int d = 0; d < nd; d++) back[perm[d]] = d;
   return lm_composite_end(token, loom_permute(chosen, back, nd));
 }
+
+/* ------------------------------------------------------------ topk, sampling */
+
+/* torch.topk for a k of a few hundred at most: k passes of argmax, each pick
+ * then masked out (ties: the first index). values = gather(a, indices), so
+ * their gradient reaches a at the picks. */
+LM_PUBLIC(loom_status, loom_topk,
+          (const loom_tensor *a, int64_t k, int axis, bool largest, loom_tensor **values,
+           loom_tensor **indices),
+          (a, k, axis, largest, values, indices)) {
+  const char *op = "loom_topk";
+  if (values) *values = NULL;
+  if (indices) *indices = NULL;
+  loom_tensor *err = lm_check(op, a);
+  int nd = err ? 0 : a->node->shape.ndim, ax = axis;
+  if (!err && !values && !indices) err = lm_error(LOOM_ERR_NULL, "%s: no output asked for", op);
+  if (!err && (nd == 0 || !lm_axis(&ax, nd)))
+    err = lm_error(LOOM_ERR_AXIS, "%s: axis %d out of range for %d dims", op, axis, nd);
+  int64_t len = err ? 0 : a->node->shape.dim[ax];
+  if (!err && (k < 0 || k > len))
+    err = lm_error(LOOM_ERR_VALUE, "%s: k %lld is outside [0, %lld] (the length of axis %d)", op,
+                   (long long)k, (long long)len, axis);
+  if (!err && k > LOOM_TOPK_MAX)
+    err = lm_error(LOOM_ERR_VALUE, "%s: k %lld is more than the %d this composition takes", op,
+                   (long long)k, LOOM_TOPK_MAX);
+  if (!err && a->node->dtype == LOOM_BOOL)
+    err = lm_error(LOOM_ERR_DTYPE, "%s: not supported for bool tensors", op);
+  if (err) {
+    loom_status st = loom_status_of(err);
+    loom_free(err);
+    return st;
+  }
+  int token = lm_composite_begin();
+  int perm[LOOM_MAX_DIMS], back[LOOM_MAX_DIMS];
+  for (int d = 0, j = 0; d < nd; d++)
+    if (d != ax) perm[j++] = d;
+  perm[nd - 1] = ax;
+  for (int d = 0; d < nd; d++) back[perm[d]] = d;
+  loom_tensor *lines = loom_permute(a, perm, nd); /* the axis last */
+  loom_tensor *scores = loom_dtype_is_float(a->node->dtype) ? lines : loom_cast(lines, LOOM_F64);
+  if (!largest) scores = loom_neg(scores);
+  loom_tensor **picks = malloc(sizeof *picks * (size_t)(k ? k : 1));
+  if (!picks) {
+    loom_free(lm_composite_end(token, NULL));
+    return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  }
+  for (int64_t i = 0; i < k; i++) {
+    picks[i] = loom_argmax(scores, -1, true); /* [.., 1] */
+    loom_tensor *taken = loom_cast(loom_one_hot(loom_squeeze(picks[i], -1), len), LOOM_BOOL);
+    scores = loom_masked_fill(scores, taken, -INFINITY);
+  }
+  loom_shape none = loom_shape_of(lines);
+  none.dim[nd - 1] = 0;
+  loom_tensor *idx = k ? loom_cat(picks, (int)k, -1) : loom_zeros(none, LOOM_I64, a->node->device);
+  free(picks);
+  /* the indices leave the composite for the caller's scope; the values are
+   * made there, from them */
+  loom_tensor *out_idx = lm_composite_end(token, loom_permute(idx, back, nd));
+  loom_status st = loom_status_of(out_idx);
+  loom_tensor *out_val = !st && values ? loom_gather(a, ax, out_idx) : NULL;
+  if (!st && out_val) st = loom_status_of(out_val);
+  if (st || !indices) loom_free(out_idx);
+  if (st) {
+    loom_free(out_val);
+    return st;
+  }
+  if (values) *values = out_val;
+  if (indices) *indices = out_idx;
+  return LOOM_OK;
+}
+
+/* torch.multinomial by the Gumbel-max trick: argmax(log p + g), g Gumbel
+ * noise drawn from key, is a draw from p / sum(p); n such draws are n
+ * independent draws, and the top n of one set of noisy scores are n draws
+ * without replacement (Gumbel-top-k). */
+LM_PUBLIC(loom_tensor *, loom_multinomial_key,
+          (loom_key key, const loom_tensor *probs, int64_t n, bool replacement),
+          (key, probs, n, replacement)) {
+  const char *op = "loom_multinomial_key";
+  loom_tensor *err;
+  if ((err = lm_check(op, probs))) return err;
+  const loom_shape *s = &probs->node->shape;
+  if (s->ndim < 1 || s->ndim > 2 || !loom_dtype_is_float(probs->node->dtype)) {
+    char sp[128];
+    return lm_error(LOOM_ERR_SHAPE, "%s: needs float probabilities [C] or [N, C], got %s %s", op,
+                    loom_dtype_name(probs->node->dtype), lm_shape_str(s, sp, sizeof sp));
+  }
+  int64_t classes = s->dim[s->ndim - 1];
+  if (n <= 0 || (!replacement && n > classes))
+    return lm_error(LOOM_ERR_VALUE, "%s: %lld draws %s from %lld categories", op, (long long)n,
+                    replacement ? "with replacement" : "without replacement", (long long)classes);
+  int token = lm_composite_begin();
+  loom_tensor *logp = loom_log(loom_cast(probs, LOOM_F64)), *draws;
+  if (replacement) { /* [.., n, C]: n noisy copies */
+    loom_shape wide = *s;
+    wide.ndim = s->ndim + 1;
+    wide.dim[wide.ndim - 1] = classes, wide.dim[wide.ndim - 2] = n;
+    loom_tensor *u = loom_rand_key(key, wide, LOOM_F64, probs->node->device);
+    loom_tensor *gumbel = loom_neg(loom_log(loom_neg(loom_log(u))));
+    draws = loom_argmax(loom_add(loom_unsqueeze(logp, -2), gumbel), -1, false);
+  } else {
+    loom_tensor *u = loom_rand_key(key, *s, LOOM_F64, probs->node->device);
+    loom_tensor *gumbel = loom_neg(loom_log(loom_neg(loom_log(u))));
+    loom_status st = loom_topk(loom_add(logp, gumbel), n, -1, true, NULL, &draws);
+    if (st) return lm_composite_end(token, lm_error_recorded(st));
+  }
+  return lm_composite_end(token, draws);
+}

@@ -362,6 +362,18 @@ loom_tensor *loom_index_select(const loom_tensor *a, int axis, const loom_tensor
 /* torch.gather: out[..i..] = a[..index[..i..]..] along axis; index has a's
  * rank and no dim larger than a's except along axis. */
 loom_tensor *loom_gather(const loom_tensor *a, int axis, const loom_tensor *index);
+/* torch.topk: the k largest (or smallest) along axis, in order (ties: the
+ * first index), as *values (a's dtype, differentiable) and *indices (I64);
+ * either may be NULL. k passes over the axis: k up to LOOM_TOPK_MAX. */
+#define LOOM_TOPK_MAX 1024
+loom_status loom_topk(const loom_tensor *a, int64_t k, int axis, bool largest, loom_tensor **values,
+                      loom_tensor **indices);
+/* torch.multinomial with a key: n category indices (I64, [n] or [N, n]) drawn
+ * from probs [C] or [N, C] (non-negative weights, not necessarily summing to
+ * 1), with or without replacement; the Gumbel-max trick, so the draws are
+ * exact and fuse. */
+loom_tensor *loom_multinomial_key(loom_key key, const loom_tensor *probs, int64_t n,
+                                  bool replacement);
 /* The lower (tril: column - row <= diagonal) or upper (triu: >= diagonal)
  * triangle of the last two dims, the rest zero (torch.tril, torch.triu). */
 loom_tensor *loom_tril(const loom_tensor *a, int64_t diagonal);

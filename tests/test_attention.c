@@ -196,10 +196,58 @@ static void test_mha_layer(void) {
   }
 }
 
+/* topk's indices in order (ties: the first), and sampling: draws with
+ * replacement follow the probabilities (4 standard deviations), a zero
+ * never drawn; without replacement, distinct. */
+static void test_topk_and_sampling(void) {
+  LOOM_SCOPE {
+    float v[8] = {3, -1, 7, 7, 0, 2, 9, -4};
+    loom_tensor *x = loom_from_data(v, LOOM_SHAPE(2, 4), LOOM_F32, test_device()), *val, *idx;
+    CHECK_OK(loom_topk(x, 3, 1, true, &val, &idx));
+    int64_t got[6];
+    CHECK_OK(loom_copy_to_host(idx, got, sizeof got));
+    const int64_t want[6] = {2, 3, 0, 2, 1, 0}; /* row 0: 7 (first), 7, 3; row 1: 9, 2, 0 */
+    for (int i = 0; i < 6; i++) CHECK_EQ_INT(got[i], want[i]);
+    CHECK_OK(loom_topk(x, 1, 0, false, NULL, &idx));
+    CHECK_OK(loom_copy_to_host(idx, got, 4 * sizeof(int64_t)));
+    CHECK(got[0] == 1 && got[1] == 0 && got[2] == 0 && got[3] == 1);
+    CHECK_RC(loom_topk(x, 5, 1, true, &val, &idx), LOOM_ERR_VALUE);
+    CHECK_STR_CONTAINS(loom_last_error(), "loom_topk: k 5 is outside [0, 4]");
+    loom_clear_error();
+
+    float p[4] = {0.1f, 0, 0.6f, 0.3f};
+    loom_tensor *probs = loom_from_data(p, LOOM_SHAPE(4), LOOM_F32, test_device());
+    enum { N = 20000 };
+    loom_tensor *draws = loom_multinomial_key(loom_key_new(11), probs, N, true);
+    int64_t *d = malloc(sizeof(int64_t) * N), count[4] = {0};
+    CHECK_OK(loom_copy_to_host(draws, d, sizeof(int64_t) * N));
+    for (int i = 0; i < N; i++)
+      if (d[i] >= 0 && d[i] < 4) count[d[i]]++;
+    for (int c = 0; c < 4; c++) {
+      double expect = N * p[c], sd = sqrt(N * p[c] * (1 - p[c]));
+      CHECK_MSG(fabs((double)count[c] - expect) <= 4 * sd + (c == 1 ? 0 : 1),
+                "category %d drawn %lld times of %d, expected %.0f", c, (long long)count[c], N,
+                expect);
+    }
+    free(d);
+    loom_tensor *three = loom_multinomial_key(loom_key_new(12), probs, 3, false);
+    int64_t t3[3];
+    CHECK_OK(loom_copy_to_host(three, t3, sizeof t3));
+    bool seen[4] = {false};
+    for (int i = 0; i < 3; i++)
+      if (t3[i] >= 0 && t3[i] < 4) seen[t3[i]] = true;
+    CHECK(seen[0] && seen[2] && seen[3] && !seen[1]); /* every nonzero one, once */
+    CHECK_EQ_INT(loom_status_of(loom_multinomial_key(loom_key_new(1), probs, 5, false)),
+                 LOOM_ERR_VALUE);
+    loom_clear_error();
+  }
+}
+
 int main(void) {
   CHECK_OK(loom_set_default_device(test_device()));
   test_split_chunk();
   test_mha_layer();
+  test_topk_and_sampling();
   check_attention("plain", 2, 3, 3, 17, 8, false, false);
   check_attention("causal", 2, 2, 2, 33, 16, true, false);
   check_attention("grouped, causal", 1, 8, 2, 20, 8, true, false);

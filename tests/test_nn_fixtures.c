@@ -272,6 +272,12 @@ static loom_tensor *fx_compute(const fx_case *c, loom_tensor **ts) {
   if (strcmp(op, "index_select") == 0)
     return loom_index_select(IN("x"), (int)P("axis", 0, 0), IN("index"));
   if (strcmp(op, "gather") == 0) return loom_gather(IN("x"), (int)P("axis", 0, 0), IN("index"));
+  if (strcmp(op, "topk") == 0) {
+    loom_tensor *values = NULL;
+    loom_status st = loom_topk(IN("x"), (int64_t)P("k", 0, 1), (int)P("axis", 0, -1),
+                               P("largest", 0, 1) != 0, &values, NULL);
+    return st ? NULL : values;
+  }
   if (strcmp(op, "mha") == 0) {
     loom_mha m = {IN("in_proj_weight"), IN("in_proj_bias"),        IN("out_w"),
                   IN("out_b"),          (int64_t)P("heads", 0, 1), P("causal", 0, 0) != 0};

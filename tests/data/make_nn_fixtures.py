@@ -269,6 +269,11 @@ case("gather_axis0_smaller", "gather",
      {"x": rn(4, 3), "index": torch.randint(0, 4, (2, 2))},
      lambda x, index: torch.gather(x, 0, index), params={"axis": 0})
 
+case("topk_largest_last", "topk", {"x": rn(3, 7)}, lambda x: torch.topk(x, 3, -1).values,
+     params={"k": 3, "axis": -1, "largest": 1})
+case("topk_smallest_axis0", "topk", {"x": rn(5, 4)},
+     lambda x: torch.topk(x, 2, 0, largest=False).values, params={"k": 2, "axis": 0, "largest": 0})
+
 with open(OUT, "w") as f:
     f.write("\n".join(lines) + "\n")
 print("wrote %s (%d bytes)" % (OUT, os.path.getsize(OUT)))
