@@ -284,3 +284,69 @@ LM_PUBLIC(loom_tensor *, loom_multinomial_key,
   }
   return lm_composite_end(token, draws);
 }
+
+/* ------------------------------------------------------------ flip, cumsum */
+
+/* torch.flip along one axis: the slices in reverse, through index_select. */
+LM_PUBLIC(loom_tensor *, loom_flip, (const loom_tensor *a, int axis), (a, axis)) {
+  const char *op = "loom_flip";
+  loom_tensor *err;
+  if ((err = lm_check(op, a))) return err;
+  int nd = a->node->shape.ndim, ax = axis;
+  if (nd == 0 || !lm_axis(&ax, nd))
+    return lm_error(LOOM_ERR_AXIS, "%s: axis %d out of range for %d dims", op, axis, nd);
+  int64_t n = a->node->shape.dim[ax];
+  int token = lm_composite_begin();
+  loom_tensor *reversed = loom_arange((double)n - 1, -1, -1, LOOM_I64, a->node->device);
+  return lm_composite_end(token, loom_index_select(a, ax, reversed));
+}
+
+/* Inclusive prefix sums along the last axis of x (float), as products with
+ * an upper-triangular matrix of ones: directly up to CUMSUM_DIRECT terms,
+ * beyond in blocks of about sqrt(n), each block's sums then shifted by the
+ * (recursive) prefix sums of the blocks before it. O(n sqrt(n)) work, in
+ * GEMMs. */
+#define CUMSUM_DIRECT 256
+static loom_tensor *prefix_sums(loom_tensor *x) {
+  loom_shape s = loom_shape_of(x);
+  int nd = s.ndim;
+  int64_t n = s.dim[nd - 1];
+  loom_dtype dt = loom_dtype_of(x);
+  loom_device dev = loom_device_of(x);
+  if (n <= CUMSUM_DIRECT) { /* U[j][i] = j <= i */
+    loom_tensor *upper = loom_triu(loom_ones(LOOM_SHAPE(n, n), dt, dev), 0);
+    return loom_matmul(x, upper);
+  }
+  int64_t b = (int64_t)ceil(sqrt((double)n)), m = (n + b - 1) / b;
+  int64_t pad[2] = {0, m * b - n};
+  loom_shape blocks = s;
+  blocks.ndim = nd + 1;
+  blocks.dim[nd - 1] = m, blocks.dim[nd] = b;
+  loom_tensor *xb = loom_reshape(loom_pad(x, pad, 2, 0), blocks); /* [.., m, b] */
+  loom_tensor *within = prefix_sums(xb);
+  loom_tensor *totals = loom_sum(xb, (int[]){-1}, 1, false); /* [.., m] */
+  loom_tensor *before = loom_sub(prefix_sums(totals), totals);
+  loom_tensor *shifted = loom_add(within, loom_unsqueeze(before, -1));
+  loom_shape flat = s;
+  flat.dim[nd - 1] = m * b;
+  return loom_slice(loom_reshape(shifted, flat), -1, 0, n, 1);
+}
+
+/* torch.cumsum: integers and bools sum as I64 (exact below 2^53, through
+ * F64), floats in their dtype. */
+LM_PUBLIC(loom_tensor *, loom_cumsum, (const loom_tensor *a, int axis), (a, axis)) {
+  const char *op = "loom_cumsum";
+  loom_tensor *err;
+  if ((err = lm_check(op, a))) return err;
+  int nd = a->node->shape.ndim, ax = axis;
+  if (nd == 0) return loom_cast(a, loom_dtype_is_float(a->node->dtype) ? a->node->dtype : LOOM_I64);
+  if (!lm_axis(&ax, nd))
+    return lm_error(LOOM_ERR_AXIS, "%s: axis %d out of range for %d dims", op, axis, nd);
+  int token = lm_composite_begin();
+  bool is_float = loom_dtype_is_float(a->node->dtype);
+  loom_tensor *x =
+      loom_transpose(is_float ? loom_cast(a, a->node->dtype) : loom_cast(a, LOOM_F64), ax, nd - 1);
+  loom_tensor *sums = loom_transpose(prefix_sums(x), ax, nd - 1);
+  /* integer sums of integers in F64 are exact: the cast back loses nothing */
+  return lm_composite_end(token, is_float ? sums : loom_cast(sums, LOOM_I64));
+}

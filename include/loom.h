@@ -362,6 +362,12 @@ loom_tensor *loom_index_select(const loom_tensor *a, int axis, const loom_tensor
 /* torch.gather: out[..i..] = a[..index[..i..]..] along axis; index has a's
  * rank and no dim larger than a's except along axis. */
 loom_tensor *loom_gather(const loom_tensor *a, int axis, const loom_tensor *index);
+/* torch.flip along one axis. */
+loom_tensor *loom_flip(const loom_tensor *a, int axis);
+/* torch.cumsum: inclusive prefix sums along axis; integers and bools give I64
+ * (exact below 2^53). Products with triangular matrices of ones, in blocks of
+ * about sqrt(n): O(n sqrt(n)) work through the GEMM. */
+loom_tensor *loom_cumsum(const loom_tensor *a, int axis);
 /* torch.topk: the k largest (or smallest) along axis, in order (ties: the
  * first index), as *values (a's dtype, differentiable) and *indices (I64);
  * either may be NULL. k passes over the axis: k up to LOOM_TOPK_MAX. */

@@ -372,6 +372,18 @@ static void test_composite_edges(void) {
         0);
     CHECK(isnan(
         loom_item(loom_var(loom_ones(LOOM_SHAPE(1), LOOM_F32, test_device()), NULL, 0, 1, false))));
+    /* cumsum: integers exact as I64 over a long axis (three levels of blocks), floats */
+    loom_tensor *ones = loom_ones(LOOM_SHAPE(70001), LOOM_I32, test_device());
+    loom_tensor *counts = loom_cumsum(ones, 0);
+    CHECK_EQ_INT(loom_dtype_of(counts), LOOM_I64);
+    int64_t last = 0;
+    CHECK_OK(loom_item_i64(loom_slice(counts, 0, 70000, 70001, 1), &last));
+    CHECK_EQ_INT(last, 70001);
+    CHECK_OK(loom_item_i64(loom_slice(counts, 0, 12344, 12345, 1), &last));
+    CHECK_EQ_INT(last, 12345);
+    loom_tensor *ramp = loom_arange(0, 5000, 1, LOOM_F64, test_device());
+    CHECK_NEAR(loom_item(loom_slice(loom_cumsum(ramp, -1), 0, 4999, 5000, 1)), 4999.0 * 5000 / 2,
+               1e-6);
     int64_t far[2] = {1, 5};
     loom_tensor *g = loom_gather(loom_ones(LOOM_SHAPE(2, 3), LOOM_F32, test_device()), 1,
                                  loom_from_data(far, LOOM_SHAPE(2, 1), LOOM_I64, test_device()));

@@ -272,6 +272,8 @@ static loom_tensor *fx_compute(const fx_case *c, loom_tensor **ts) {
   if (strcmp(op, "index_select") == 0)
     return loom_index_select(IN("x"), (int)P("axis", 0, 0), IN("index"));
   if (strcmp(op, "gather") == 0) return loom_gather(IN("x"), (int)P("axis", 0, 0), IN("index"));
+  if (strcmp(op, "flip") == 0) return loom_flip(IN("x"), (int)P("axis", 0, 0));
+  if (strcmp(op, "cumsum") == 0) return loom_cumsum(IN("x"), (int)P("axis", 0, 0));
   if (strcmp(op, "topk") == 0) {
     loom_tensor *values = NULL;
     loom_status st = loom_topk(IN("x"), (int64_t)P("k", 0, 1), (int)P("axis", 0, -1),

@@ -274,6 +274,11 @@ case("topk_largest_last", "topk", {"x": rn(3, 7)}, lambda x: torch.topk(x, 3, -1
 case("topk_smallest_axis0", "topk", {"x": rn(5, 4)},
      lambda x: torch.topk(x, 2, 0, largest=False).values, params={"k": 2, "axis": 0, "largest": 0})
 
+case("flip_axis1", "flip", {"x": rn(2, 5, 3)}, lambda x: torch.flip(x, [1]), params={"axis": 1})
+case("cumsum_short", "cumsum", {"x": rn(3, 9)}, lambda x: torch.cumsum(x, 1), params={"axis": 1})
+case("cumsum_blocked_axis0", "cumsum", {"x": rn(300, 2)}, lambda x: torch.cumsum(x, 0),
+     params={"axis": 0})
+
 with open(OUT, "w") as f:
     f.write("\n".join(lines) + "\n")
 print("wrote %s (%d bytes)" % (OUT, os.path.getsize(OUT)))
