@@ -350,3 +350,53 @@ LM_PUBLIC(loom_tensor *, loom_cumsum, (const loom_tensor *a, int axis), (a, axis
   /* integer sums of integers in F64 are exact: the cast back loses nothing */
   return lm_composite_end(token, is_float ? sums : loom_cast(sums, LOOM_I64));
 }
+
+/* ------------------------------------------------------------ floor, ceil, round */
+
+/* x truncated toward zero, exactly: floats of this magnitude or more (and
+ * infinities, NaN) are integers already and stay; the rest go through I64. */
+static loom_tensor *truncated(loom_tensor *x) {
+  double whole = loom_dtype_of(x) == LOOM_F64 ? 0x1p52 : 0x1p23;
+  loom_tensor *t = loom_cast(loom_cast(x, LOOM_I64), loom_dtype_of(x));
+  loom_tensor *as_is = loom_logical_or(loom_ge_s(loom_abs(x), whole), loom_ne(x, x));
+  return loom_where(as_is, x, t);
+}
+
+typedef enum rounding { FLOOR, CEIL, ROUND } rounding;
+
+/* torch.floor / ceil / round (half to even) of floats, exact; integers are
+ * returned as they are; the gradient is zero, as torch's. */
+static loom_tensor *rounded(const char *op, const loom_tensor *a, rounding how) {
+  loom_tensor *err;
+  if ((err = lm_check(op, a))) return err;
+  if (a->node->dtype == LOOM_BOOL)
+    return lm_error(LOOM_ERR_DTYPE, "%s: not supported for bool tensors", op);
+  if (!loom_dtype_is_float(a->node->dtype)) return loom_detach(a);
+  int token = lm_composite_begin();
+  loom_tensor *x = loom_detach(a), *t = truncated(x), *r;
+  if (how == FLOOR) {
+    r = loom_sub(t, loom_cast(loom_lt(x, t), loom_dtype_of(x))); /* below a negative's trunc */
+  } else if (how == CEIL) {
+    r = loom_add(t, loom_cast(loom_gt(x, t), loom_dtype_of(x)));
+  } else { /* the fraction x - t is exact: away from t past a half, to even at one */
+    loom_tensor *frac = loom_abs(loom_sub(x, t)), *away = loom_sign(x);
+    loom_tensor *half = loom_mul_s(t, 0.5);
+    loom_tensor *odd = loom_ne(truncated(half), half);
+    loom_tensor *up =
+        loom_logical_or(loom_gt_s(frac, 0.5), loom_logical_and(loom_eq_s(frac, 0.5), odd));
+    r = loom_add(t, loom_where_s(up, away, 0));
+  }
+  /* a zero result takes x's sign, as torch's (ceil(-0.3) is -0) */
+  r = loom_where(loom_eq_s(r, 0), loom_mul_s(x, 0), r);
+  return lm_composite_end(token, r);
+}
+
+LM_PUBLIC(loom_tensor *, loom_floor, (const loom_tensor *a), (a)) {
+  return rounded("loom_floor", a, FLOOR);
+}
+LM_PUBLIC(loom_tensor *, loom_ceil, (const loom_tensor *a), (a)) {
+  return rounded("loom_ceil", a, CEIL);
+}
+LM_PUBLIC(loom_tensor *, loom_round, (const loom_tensor *a), (a)) {
+  return rounded("loom_round", a, ROUND);
+}

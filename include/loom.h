@@ -310,6 +310,11 @@ loom_tensor *loom_square(const loom_tensor *a);
 loom_tensor *loom_reciprocal(const loom_tensor *a);
 loom_tensor *loom_erf(const loom_tensor *a);
 loom_tensor *loom_sign(const loom_tensor *a); /* -1, 0 or 1 in a's dtype (NaN stays NaN) */
+/* torch.floor, ceil, round (half to even): exact for every float (infinities
+ * and NaN kept), integers returned as they are, gradient zero as torch's. */
+loom_tensor *loom_floor(const loom_tensor *a);
+loom_tensor *loom_ceil(const loom_tensor *a);
+loom_tensor *loom_round(const loom_tensor *a);
 /* min(max(a, lo), hi), as torch.clamp: an infinite bound leaves that side open, a NaN
  * bound or value gives NaN, lo > hi gives hi everywhere. The gradient flows where
  * lo <= a <= hi. Bounds promote like scalars (a non-integral bound makes an integer

@@ -384,6 +384,21 @@ static void test_composite_edges(void) {
     loom_tensor *ramp = loom_arange(0, 5000, 1, LOOM_F64, test_device());
     CHECK_NEAR(loom_item(loom_slice(loom_cumsum(ramp, -1), 0, 4999, 5000, 1)), 4999.0 * 5000 / 2,
                1e-6);
+    /* rounding in F32: the float just under a half, ties to even, zeros' signs, NaN */
+    float rv[6] = {0.49999997f, 2.5f, -0.3f, -0.5f, NAN, -8388609.0f}, out[6];
+    loom_tensor *rt = loom_from_data(rv, LOOM_SHAPE(6), LOOM_F32, test_device());
+    CHECK_OK(loom_copy_to_host(loom_round(rt), out, sizeof out));
+    CHECK(out[0] == 0 && out[1] == 2 && out[2] == 0 && signbit(out[2]) && signbit(out[3]) &&
+          isnan(out[4]) && out[5] == -8388609.0f);
+    CHECK_OK(loom_copy_to_host(loom_ceil(rt), out, sizeof out));
+    CHECK(out[0] == 1 && out[1] == 3 && out[2] == 0 && signbit(out[2]) && isnan(out[4]));
+    CHECK_OK(loom_copy_to_host(loom_floor(rt), out, sizeof out));
+    CHECK(out[0] == 0 && !signbit(out[0]) && out[1] == 2 && out[2] == -1 && out[3] == -1);
+    int32_t iv[3] = {-7, 0, 9}, io[3];
+    loom_tensor *it = loom_floor(loom_from_data(iv, LOOM_SHAPE(3), LOOM_I32, test_device()));
+    CHECK_EQ_INT(loom_dtype_of(it), LOOM_I32);
+    CHECK_OK(loom_copy_to_host(it, io, sizeof io));
+    CHECK(io[0] == -7 && io[2] == 9);
     int64_t far[2] = {1, 5};
     loom_tensor *g = loom_gather(loom_ones(LOOM_SHAPE(2, 3), LOOM_F32, test_device()), 1,
                                  loom_from_data(far, LOOM_SHAPE(2, 1), LOOM_I64, test_device()));

@@ -56,7 +56,7 @@ def case(name, op, inputs, fn, grads=None, params=None, after=()):
     for k, v in inputs.items():
         fmt_tensor(k, v)
     fmt_tensor("out", out)
-    if out.dtype == D:
+    if out.dtype == D and grads:
         w = torch.randn(out.shape, dtype=D)
         fmt_tensor("w", w)
         gs = torch.autograd.grad((out * w).sum(), [ins[k] for k in grads])
@@ -278,6 +278,12 @@ case("flip_axis1", "flip", {"x": rn(2, 5, 3)}, lambda x: torch.flip(x, [1]), par
 case("cumsum_short", "cumsum", {"x": rn(3, 9)}, lambda x: torch.cumsum(x, 1), params={"axis": 1})
 case("cumsum_blocked_axis0", "cumsum", {"x": rn(300, 2)}, lambda x: torch.cumsum(x, 0),
      params={"axis": 0})
+
+special = torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.49999999999999994, 0.49999999999999994,
+                        1e300, -3.7, 3.7, 4503599627370497.0, -4503599627370497.5, 2.0 ** 52 + 0.5,
+                        -0.0, 7.0, float("inf"), float("-inf")], dtype=D)
+for fn in ("floor", "ceil", "round"):
+    case(fn, fn, {"x": special.clone()}, lambda x, f=getattr(torch, fn): f(x), grads=[])
 
 with open(OUT, "w") as f:
     f.write("\n".join(lines) + "\n")
