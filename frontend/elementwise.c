@@ -191,6 +191,8 @@ UNARY(silu, LM_SILU, FLOAT_ONLY)
 UNARY(square, LM_SQUARE, BOOL_TO_I64)
 UNARY(reciprocal, LM_RECIPROCAL, FLOAT_ONLY)
 UNARY(erf, LM_ERF, FLOAT_ONLY)
+UNARY(log1p, LM_LOG1P, FLOAT_ONLY)
+UNARY(expm1, LM_EXPM1, FLOAT_ONLY)
 
 loom_tensor *loom_clamp(const loom_tensor *a, double lo, double hi) {
   loom_tensor *err;

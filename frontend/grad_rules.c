@@ -77,6 +77,8 @@ static lm_node *unary_grad(ctx *c, lm_node *g) {
   case LM_RELU: return where(c, bin(c, LM_LT, cst(c, x, 0), x), g, cst(c, g, 0));
   case LM_SQUARE: return mul(c, g, mul_s(c, x, 2));
   case LM_RECIPROCAL: return un(c, LM_NEG, mul(c, g, mul(c, n, n)));
+  case LM_LOG1P: return bin(c, LM_DIV, g, bin(c, LM_ADD, cst(c, x, 1), x));
+  case LM_EXPM1: return mul(c, g, bin(c, LM_ADD, n, cst(c, n, 1)));
   case LM_ERF: /* 2/sqrt(pi) exp(-x^2) */
     return mul(c, g, mul_s(c, un(c, LM_EXP, un(c, LM_NEG, mul(c, x, x))), 2 / sqrt(M_PI)));
   case LM_GELU: { /* Phi(x) + x phi(x) */

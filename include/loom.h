@@ -309,6 +309,9 @@ loom_tensor *loom_silu(const loom_tensor *a);
 loom_tensor *loom_square(const loom_tensor *a);
 loom_tensor *loom_reciprocal(const loom_tensor *a);
 loom_tensor *loom_erf(const loom_tensor *a);
+/* log(1 + a) and exp(a) - 1, accurate where a is small (torch.log1p, expm1). */
+loom_tensor *loom_log1p(const loom_tensor *a);
+loom_tensor *loom_expm1(const loom_tensor *a);
 loom_tensor *loom_sign(const loom_tensor *a); /* -1, 0 or 1 in a's dtype (NaN stays NaN) */
 /* torch.floor, ceil, round (half to even): exact for every float (infinities
  * and NaN kept), integers returned as they are, gradient zero as torch's. */

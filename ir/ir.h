@@ -46,6 +46,8 @@ typedef enum lm_op {
   LM_NOT,
   LM_CAST,
   LM_ERF,
+  LM_LOG1P, /* log(1 + x), accurate for small x */
+  LM_EXPM1, /* exp(x) - 1, accurate for small x */
   LM_CLAMP, /* min(max(x, arg.clamp.lo), arg.clamp.hi); an infinite bound is no bound */
   /* elementwise binary (sources share the node's shape and, except
      comparisons and logic, its dtype) */

@@ -70,6 +70,9 @@ static int op1(builder *b, lk_op op, loom_dtype dt, int a) {
 static int op2(builder *b, lk_op op, loom_dtype dt, int a, int c) {
   return emit(b, inst(op, dt, a, c, -1));
 }
+static int op3(builder *b, lk_op op, loom_dtype dt, int a, int c, int d) {
+  return emit(b, inst(op, dt, a, c, d));
+}
 
 /* Float constants a kernel keeps in its code: small integers (indices,
  * counts, the 1 of 1 + e^x), halves, infinities and NaN (identities, masks).
@@ -435,6 +438,20 @@ static int unary_value(builder *b, const lm_node *n, int x) {
   case LM_NOT: return op1(b, LK_NOT, LOOM_BOOL, x);
   case LM_CAST: return op1(b, LK_CAST, dt, x);
   case LM_ERF: return op1(b, LK_ERF, dt, x);
+  case LM_LOG1P: { /* log(u) * x / (u - 1), u = 1 + x (Goldberg): exact where u rounds */
+    int u = op2(b, LK_ADD, dt, cnst(b, dt, 1), x), d = op2(b, LK_SUB, dt, u, cnst(b, dt, 1));
+    int as_is = op2(b, LK_OR, LOOM_BOOL, op2(b, LK_CMPEQ, LOOM_BOOL, d, cnst(b, dt, 0)),
+                    op2(b, LK_CMPEQ, LOOM_BOOL, u, cnst(b, dt, INFINITY)));
+    int r = op2(b, LK_MUL, dt, op1(b, LK_LOG, dt, u), op2(b, LK_DIV, dt, x, d));
+    return op3(b, LK_WHERE, dt, as_is, x, r);
+  }
+  case LM_EXPM1: { /* (u - 1) * x / log(u), u = exp(x) (Kahan) */
+    int u = op1(b, LK_EXP, dt, x), um1 = op2(b, LK_SUB, dt, u, cnst(b, dt, 1));
+    int r = op2(b, LK_DIV, dt, op2(b, LK_MUL, dt, um1, x), op1(b, LK_LOG, dt, u));
+    r = op3(b, LK_WHERE, dt, op2(b, LK_CMPEQ, LOOM_BOOL, u, cnst(b, dt, INFINITY)), u, r);
+    r = op3(b, LK_WHERE, dt, op2(b, LK_CMPEQ, LOOM_BOOL, um1, cnst(b, dt, -1)), um1, r);
+    return op3(b, LK_WHERE, dt, op2(b, LK_CMPEQ, LOOM_BOOL, u, cnst(b, dt, 1)), x, r);
+  }
   case LM_CLAMP: { /* max(x, lo) keeps a NaN x and takes a NaN lo; so does min */
     int r = x;
     if (n->arg.clamp.lo != -INFINITY) r = op2(b, LK_MAX, dt, r, cnst(b, dt, n->arg.clamp.lo));

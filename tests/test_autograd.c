@@ -18,8 +18,9 @@
 U(neg)
 U(abs)
 U(exp)
-U(log) U(sqrt) U(rsqrt) U(sin) U(cos) U(tanh) U(sigmoid) U(relu) U(gelu) U(silu) U(square)
-    U(reciprocal) U(erf)
+U(log)
+U(sqrt) U(rsqrt) U(sin) U(cos) U(tanh) U(sigmoid) U(relu) U(gelu) U(silu) U(square) U(reciprocal)
+    U(erf) U(log1p) U(expm1)
 #define B(fn)                                                                                      \
   static loom_tensor *g_##fn(loom_tensor *const *in) { return loom_##fn(in[0], in[1]); }
         B(add) B(sub) B(mul) B(div) B(pow) B(maximum) B(minimum) B(matmul)
@@ -86,6 +87,8 @@ static const gcase cases[] = {
     {"square", g_square, 1, {LOOM_SHAPE(2, 3)}, ANY},
     {"reciprocal", g_reciprocal, 1, {LOOM_SHAPE(2, 3)}, POSITIVE},
     {"erf", g_erf, 1, {LOOM_SHAPE(2, 3)}, ANY},
+    {"log1p", g_log1p, 1, {LOOM_SHAPE(2, 3)}, POSITIVE},
+    {"expm1", g_expm1, 1, {LOOM_SHAPE(2, 3)}, ANY},
     {"add (broadcast)", g_add, 2, {LOOM_SHAPE(2, 3), LOOM_SHAPE(3)}, ANY},
     {"sub (broadcast)", g_sub, 2, {LOOM_SHAPE(2, 1), LOOM_SHAPE(1, 3)}, ANY},
     {"mul (broadcast)", g_mul, 2, {LOOM_SHAPE(2, 3), LOOM_SHAPE(2, 1)}, ANY},

@@ -966,8 +966,33 @@ static void test_zero_d_and_edges(void) {
   ref_release_all();
 }
 
+/* log1p and expm1 where log(1 + x) and exp(x) - 1 lose every digit: tiny x,
+ * the edges (-1, infinities, NaN), in both float widths against libm. */
+static void test_log1p_expm1(void) {
+  const double xs[] = {1e-30, -3e-12, 1e-7, 0.25, -0.5, 3, -1, 700, -700, INFINITY, -INFINITY, NAN};
+  const int n = (int)(sizeof xs / sizeof xs[0]);
+  for (int dt = LOOM_F32; dt <= LOOM_F64; dt++) LOOM_SCOPE {
+      loom_tensor *x =
+          loom_cast(loom_from_data(xs, LOOM_SHAPE(n), LOOM_F64, test_device()), (loom_dtype)dt);
+      double l[12], e[12];
+      CHECK_OK(loom_copy_to_host(loom_cast(loom_log1p(x), LOOM_F64), l, sizeof l));
+      CHECK_OK(loom_copy_to_host(loom_cast(loom_expm1(x), LOOM_F64), e, sizeof e));
+      for (int i = 0; i < n; i++) {
+        double v = dt == LOOM_F32 ? (double)(float)xs[i] : xs[i];
+        double wl = dt == LOOM_F32 ? (double)log1pf((float)v) : log1p(v);
+        double we = dt == LOOM_F32 ? (double)expm1f((float)v) : expm1(v);
+        double tol = dt == LOOM_F32 ? 4e-7 : 1e-15;
+        bool ok_l = (isnan(wl) && isnan(l[i])) || wl == l[i] || fabs(l[i] - wl) <= tol * fabs(wl);
+        bool ok_e = (isnan(we) && isnan(e[i])) || we == e[i] || fabs(e[i] - we) <= tol * fabs(we);
+        CHECK_MSG(ok_l, "%s log1p(%.17g) = %.17g, libm %.17g", loom_dtype_name(dt), v, l[i], wl);
+        CHECK_MSG(ok_e, "%s expm1(%.17g) = %.17g, libm %.17g", loom_dtype_name(dt), v, e[i], we);
+      }
+    }
+}
+
 int main(void) {
   ref_seed(0x1234);
+  test_log1p_expm1();
   test_creation();
   test_unary();
   test_binary();

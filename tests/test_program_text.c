@@ -131,6 +131,12 @@ static void chain(loom_tensor *const *in, loom_tensor **out) {
   out[0] = loom_tanh(loom_add_s(loom_mul_s(in[0], 2.0), 1.0));
 }
 
+/* ops added after the format: written and read by their table names */
+static void log1p_expm1(loom_tensor *const *in, loom_tensor **out) {
+  out[0] = loom_log1p(loom_abs(in[0]));
+  out[1] = loom_expm1(in[0]);
+}
+
 /* clamp's two bounds (one infinite) are the op's arguments in the text */
 static void clamps(loom_tensor *const *in, loom_tensor **out) {
   out[0] = loom_clamp(in[0], -0.25, 0.5);
@@ -221,6 +227,7 @@ static void normalized(loom_tensor *const *in, loom_tensor **out) {
 static const model models[] = {
     {"chain", 1, 1, {LOOM_SHAPE(37, 19)}, {LOOM_F32}, chain},
     {"clamp", 1, 2, {LOOM_SHAPE(6, 7)}, {LOOM_F32}, clamps},
+    {"log1p_expm1", 1, 2, {LOOM_SHAPE(5, 3)}, {LOOM_F32}, log1p_expm1},
     {"softmax", 1, 2, {LOOM_SHAPE(16, 100)}, {LOOM_F32}, softmaxes},
     {"mlp", 1, 1, {LOOM_SHAPE(8, 64)}, {LOOM_F32}, mlp},
     {"several",

@@ -495,6 +495,8 @@ static double unop_apply(ref_unop op, double x) {
   case REF_RELU: return x != x ? x : (x > 0 ? x : 0);
   case REF_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
   case REF_SILU: return x / (1.0 + exp(-x));
+  case REF_LOG1P: return log1p(x);
+  case REF_EXPM1: return expm1(x);
   case REF_SQUARE: return x * x;
   case REF_RECIPROCAL: return 1.0 / x;
   case REF_LOGICAL_NOT: return x == 0;
@@ -517,9 +519,10 @@ BIN(add, REF_ADD)
 BIN(sub, REF_SUB)
 BIN(mul, REF_MUL)
 BIN(div, REF_DIV)
-BIN(pow, REF_POW) BIN(maximum, REF_MAXIMUM) BIN(minimum, REF_MINIMUM) BIN(lt, REF_LT)
-    BIN(le, REF_LE) BIN(gt, REF_GT) BIN(ge, REF_GE) BIN(eq, REF_EQ) BIN(ne, REF_NE)
-        BIN(logical_and, REF_LOGICAL_AND) BIN(logical_or, REF_LOGICAL_OR)
+BIN(pow, REF_POW)
+BIN(maximum, REF_MAXIMUM) BIN(minimum, REF_MINIMUM) BIN(lt, REF_LT) BIN(le, REF_LE) BIN(gt, REF_GT)
+    BIN(ge, REF_GE) BIN(eq, REF_EQ) BIN(ne, REF_NE) BIN(logical_and, REF_LOGICAL_AND)
+        BIN(logical_or, REF_LOGICAL_OR)
 #undef BIN
 #define BINS(name, op)                                                                             \
   ref_t *ref_##name##_s(const ref_t *a, double s) { return ref_binary_s(op, a, s, false); }
@@ -538,12 +541,14 @@ UN(neg, REF_NEG)
 UN(abs, REF_ABS)
 UN(exp, REF_EXP)
 UN(log, REF_LOG)
-UN(sqrt, REF_SQRT) UN(rsqrt, REF_RSQRT) UN(sin, REF_SIN) UN(cos, REF_COS) UN(tanh, REF_TANH)
-    UN(sigmoid, REF_SIGMOID) UN(relu, REF_RELU) UN(gelu, REF_GELU) UN(silu, REF_SILU)
-        UN(square, REF_SQUARE) UN(reciprocal, REF_RECIPROCAL) UN(logical_not, REF_LOGICAL_NOT)
+UN(sqrt, REF_SQRT)
+UN(rsqrt, REF_RSQRT) UN(sin, REF_SIN) UN(cos, REF_COS) UN(tanh, REF_TANH) UN(sigmoid, REF_SIGMOID)
+    UN(relu, REF_RELU) UN(gelu, REF_GELU) UN(silu, REF_SILU) UN(log1p, REF_LOG1P)
+        UN(expm1, REF_EXPM1) UN(square, REF_SQUARE) UN(reciprocal, REF_RECIPROCAL)
+            UN(logical_not, REF_LOGICAL_NOT)
 #undef UN
 
-            ref_t *ref_where(const ref_t *c, const ref_t *a, const ref_t *b) {
+                ref_t *ref_where(const ref_t *c, const ref_t *a, const ref_t *b) {
   loom_shape s1, os;
   if (!c || !a || !b || c->dtype != LOOM_BOOL) return NULL;
   if (!ref_broadcast_shape(c->shape, a->shape, &s1) || !ref_broadcast_shape(s1, b->shape, &os))

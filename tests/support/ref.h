@@ -116,6 +116,8 @@ typedef enum ref_unop {
   REF_RELU,
   REF_GELU,
   REF_SILU,
+  REF_LOG1P,
+  REF_EXPM1,
   REF_SQUARE,
   REF_RECIPROCAL,
   REF_LOGICAL_NOT,
@@ -169,6 +171,8 @@ ref_t *ref_sigmoid(const ref_t *a);
 ref_t *ref_relu(const ref_t *a);
 ref_t *ref_gelu(const ref_t *a);
 ref_t *ref_silu(const ref_t *a);
+ref_t *ref_log1p(const ref_t *a);
+ref_t *ref_expm1(const ref_t *a);
 ref_t *ref_square(const ref_t *a);
 ref_t *ref_reciprocal(const ref_t *a);
 ref_t *ref_logical_not(const ref_t *a);
@@ -451,6 +455,8 @@ static const ref_unop_case ref_unops[] = {
     {"relu", loom_relu, REF_RELU, DOM_ANY, REF_TOL_SIMPLE, true},
     {"gelu", loom_gelu, REF_GELU, DOM_ANY, REF_TOL_TRANS, false},
     {"silu", loom_silu, REF_SILU, DOM_ANY, REF_TOL_TRANS, false},
+    {"log1p", loom_log1p, REF_LOG1P, DOM_POS, REF_TOL_TRANS, false},
+    {"expm1", loom_expm1, REF_EXPM1, DOM_ANY, REF_TOL_TRANS, false},
     {"square", loom_square, REF_SQUARE, DOM_ANY, REF_TOL_SIMPLE, false},
     {"reciprocal", loom_reciprocal, REF_RECIPROCAL, DOM_POS, REF_TOL_TRANS, false},
     {"logical_not", loom_logical_not, REF_LOGICAL_NOT, DOM_QUANT, REF_TOL_SIMPLE, false},
