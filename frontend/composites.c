@@ -179,6 +179,25 @@ LM_PUBLIC(loom_tensor *, loom_gather, (const loom_tensor *a, int axis, const loo
 
 /* ------------------------------------------------------------ topk, sampling */
 
+/* The checks topk and sort share: the outputs cleared, a good non-bool
+ * tensor, an output asked for, the axis (normalized into *ax). NULL or the
+ * error tensor. */
+static loom_tensor *check_selection(const char *op, const loom_tensor *a, int axis, int *ax,
+                                    loom_tensor **values, loom_tensor **indices) {
+  if (values) *values = NULL;
+  if (indices) *indices = NULL;
+  loom_tensor *err = lm_check(op, a);
+  if (err) return err;
+  int nd = a->node->shape.ndim;
+  *ax = axis;
+  if (!values && !indices) return lm_error(LOOM_ERR_NULL, "%s: no output asked for", op);
+  if (nd == 0 || !lm_axis(ax, nd))
+    return lm_error(LOOM_ERR_AXIS, "%s: axis %d out of range for %d dims", op, axis, nd);
+  if (a->node->dtype == LOOM_BOOL)
+    return lm_error(LOOM_ERR_DTYPE, "%s: not supported for bool tensors", op);
+  return NULL;
+}
+
 /* torch.topk for a k of a few hundred at most: k passes of argmax, each pick
  * then masked out (ties: the first index). values = gather(a, indices), so
  * their gradient reaches a at the picks. */
@@ -187,13 +206,9 @@ LM_PUBLIC(loom_status, loom_topk,
            loom_tensor **indices),
           (a, k, axis, largest, values, indices)) {
   const char *op = "loom_topk";
-  if (values) *values = NULL;
-  if (indices) *indices = NULL;
-  loom_tensor *err = lm_check(op, a);
-  int nd = err ? 0 : a->node->shape.ndim, ax = axis;
-  if (!err && !values && !indices) err = lm_error(LOOM_ERR_NULL, "%s: no output asked for", op);
-  if (!err && (nd == 0 || !lm_axis(&ax, nd)))
-    err = lm_error(LOOM_ERR_AXIS, "%s: axis %d out of range for %d dims", op, axis, nd);
+  int ax = axis;
+  loom_tensor *err = check_selection(op, a, axis, &ax, values, indices);
+  int nd = err ? 0 : a->node->shape.ndim;
   int64_t len = err ? 0 : a->node->shape.dim[ax];
   if (!err && (k < 0 || k > len))
     err = lm_error(LOOM_ERR_VALUE, "%s: k %lld is outside [0, %lld] (the length of axis %d)", op,
@@ -201,8 +216,6 @@ LM_PUBLIC(loom_status, loom_topk,
   if (!err && k > LOOM_TOPK_MAX)
     err = lm_error(LOOM_ERR_VALUE, "%s: k %lld is more than the %d this composition takes", op,
                    (long long)k, LOOM_TOPK_MAX);
-  if (!err && a->node->dtype == LOOM_BOOL)
-    err = lm_error(LOOM_ERR_DTYPE, "%s: not supported for bool tensors", op);
   if (err) {
     loom_status st = loom_status_of(err);
     loom_free(err);
@@ -399,4 +412,107 @@ LM_PUBLIC(loom_tensor *, loom_ceil, (const loom_tensor *a), (a)) {
 }
 LM_PUBLIC(loom_tensor *, loom_round, (const loom_tensor *a), (a)) {
   return rounded("loom_round", a, ROUND);
+}
+
+/* ------------------------------------------------------------ sort */
+
+/* Whether a belongs after b: keys in order (NaN the largest, as torch),
+ * padding (an index >= n) after every key. */
+static loom_tensor *after(const loom_tensor *a, const loom_tensor *b, const loom_tensor *ia,
+                          const loom_tensor *ib, int64_t n, bool descending) {
+  loom_tensor *a_nan = loom_ne(a, a), *b_nan = loom_ne(b, b);
+  loom_tensor *keys =
+      descending ? loom_logical_or(loom_lt(a, b), loom_logical_and(b_nan, loom_logical_not(a_nan)))
+                 : loom_logical_or(loom_gt(a, b), loom_logical_and(a_nan, loom_logical_not(b_nan)));
+  loom_tensor *pa = loom_ge_s(ia, (double)n), *pb = loom_ge_s(ib, (double)n);
+  loom_tensor *neither = loom_logical_not(loom_logical_or(pa, pb));
+  return loom_logical_or(loom_logical_and(pa, loom_logical_not(pb)),
+                         loom_logical_and(neither, keys));
+}
+
+/* torch.sort along one axis by a bitonic network: the axis padded to a power
+ * of two, log2(N) (log2(N) + 1) / 2 stages of compare-exchange over pairs at
+ * distance j in blocks of k, each stage a few elementwise ops over views.
+ * Not stable, as torch's default. */
+LM_PUBLIC(loom_status, loom_sort,
+          (const loom_tensor *a, int axis, bool descending, loom_tensor **values,
+           loom_tensor **indices),
+          (a, axis, descending, values, indices)) {
+  const char *op = "loom_sort";
+  int ax = axis;
+  loom_tensor *err = check_selection(op, a, axis, &ax, values, indices);
+  int nd = err ? 0 : a->node->shape.ndim;
+  if (err) {
+    loom_status st = loom_status_of(err);
+    loom_free(err);
+    return st;
+  }
+  int64_t n = a->node->shape.dim[ax], width = 1;
+  while (width < n) width *= 2;
+  int token = lm_composite_begin();
+  loom_device dev = a->node->device;
+  /* the axis last, padded; the values themselves are compared and carried
+   * (so the selections carry their gradient), their indices beside them */
+  loom_tensor *keys = loom_transpose(a, ax, nd - 1);
+  loom_shape s = loom_shape_of(keys);
+  int64_t pad[2] = {0, width - n};
+  keys = loom_contiguous(loom_pad(keys, pad, 2, 0));
+  loom_shape ws = s;
+  ws.dim[nd - 1] = width;
+  loom_tensor *idx = loom_contiguous(
+      loom_expand(loom_arange(0, (double)width, 1, LOOM_I64, dev), ws)); /* [.., width] */
+  bool ok = true;
+  for (int64_t k = 2; ok && k <= width; k *= 2)
+    for (int64_t j = k / 2; ok && j >= 1; j /= 2) {
+      int64_t blocks = width / (2 * j);
+      /* pairs (i, i + j) for i with bit j clear: [.., blocks, 2, j] */
+      loom_shape ps = ws;
+      ps.ndim = nd + 2;
+      ps.dim[nd - 1] = blocks, ps.dim[nd] = 2, ps.dim[nd + 1] = j;
+      loom_tensor *kp = loom_reshape(keys, ps), *ip = loom_reshape(idx, ps);
+      loom_tensor *ka = loom_slice(kp, nd, 0, 1, 1), *kb = loom_slice(kp, nd, 1, 2, 1);
+      loom_tensor *ia = loom_slice(ip, nd, 0, 1, 1), *ib = loom_slice(ip, nd, 1, 2, 1);
+      /* a block ascends where bit k of its first index is clear */
+      bool *up = malloc((size_t)blocks);
+      if (!up) {
+        ok = false;
+        break;
+      }
+      for (int64_t blk = 0; blk < blocks; blk++) up[blk] = ((blk * 2 * j) & k) == 0;
+      loom_shape us = {nd + 2, {0}};
+      for (int d = 0; d < nd + 2; d++) us.dim[d] = 1;
+      us.dim[nd - 1] = blocks;
+      loom_tensor *ascend = loom_from_data(up, us, LOOM_BOOL, dev);
+      free(up);
+      loom_tensor *swap = loom_where(ascend, after(ka, kb, ia, ib, n, descending),
+                                     after(kb, ka, ib, ia, n, descending));
+      loom_tensor *kpair[2] = {loom_where(swap, kb, ka), loom_where(swap, ka, kb)};
+      loom_tensor *ipair[2] = {loom_where(swap, ib, ia), loom_where(swap, ia, ib)};
+      keys = loom_contiguous(loom_reshape(loom_cat(kpair, 2, nd), ws));
+      idx = loom_contiguous(loom_reshape(loom_cat(ipair, 2, nd), ws));
+    }
+  if (!ok) {
+    loom_free(lm_composite_end(token, NULL));
+    return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  }
+  loom_tensor *sorted = loom_contiguous(loom_transpose(loom_slice(keys, -1, 0, n, 1), ax, nd - 1));
+  loom_tensor *order = loom_transpose(loom_slice(idx, -1, 0, n, 1), ax, nd - 1);
+  /* two results leave the composite: the indices as its result, the values
+   * by a reference of their own, then given to the caller's scope */
+  loom_status st = loom_status_of(sorted);
+  bool held = st == LOOM_OK, given = false;
+  if (held) sorted->refs++;
+  loom_tensor *out_idx = lm_composite_end(token, loom_contiguous(order));
+  if (!st) st = loom_status_of(out_idx);
+  if (!st && values) {
+    given = lm_scope_track(sorted);
+    if (!given) st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  }
+  if (held && !given) lm_tensor_release(sorted); /* not wanted, or an error */
+  if (!given) sorted = NULL;
+  if (st || !indices) loom_free(out_idx), out_idx = NULL;
+  if (st) return st;
+  if (values) *values = sorted;
+  if (indices) *indices = out_idx;
+  return LOOM_OK;
 }

@@ -382,6 +382,11 @@ loom_tensor *loom_cumsum(const loom_tensor *a, int axis);
 #define LOOM_TOPK_MAX 1024
 loom_status loom_topk(const loom_tensor *a, int64_t k, int axis, bool largest, loom_tensor **values,
                       loom_tensor **indices);
+/* torch.sort along axis (descending: the largest first; NaN count as the
+ * largest, as torch): *values (a's dtype, differentiable) and *indices (I64),
+ * either may be NULL. A bitonic network, O(n log^2 n), not stable. */
+loom_status loom_sort(const loom_tensor *a, int axis, bool descending, loom_tensor **values,
+                      loom_tensor **indices);
 /* torch.multinomial with a key: n category indices (I64, [n] or [N, n]) drawn
  * from probs [C] or [N, C] (non-negative weights, not necessarily summing to
  * 1), with or without replacement; the Gumbel-max trick, so the draws are

@@ -243,11 +243,55 @@ static void test_topk_and_sampling(void) {
   }
 }
 
+static int by_value(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+/* sort against qsort on 1,000 values with ties (a value at every index:
+ * the indices are checked through them), NaN last ascending and first
+ * descending, as torch. */
+static void test_sort(void) {
+  LOOM_SCOPE {
+    enum { N = 1000 };
+    float *v = malloc(sizeof(float) * N), *want = malloc(sizeof(float) * N);
+    float *got = malloc(sizeof(float) * N);
+    int64_t *idx = malloc(sizeof(int64_t) * N);
+    unsigned seed = 5;
+    for (int i = 0; i < N; i++) {
+      seed = seed * 1103515245u + 12345u;
+      v[i] = (float)((seed >> 8) % 200) - 100; /* many ties */
+    }
+    memcpy(want, v, sizeof(float) * N);
+    qsort(want, N, sizeof(float), by_value);
+    loom_tensor *x = loom_from_data(v, LOOM_SHAPE(N), LOOM_F32, test_device()), *sv, *si;
+    CHECK_OK(loom_sort(x, 0, false, &sv, &si));
+    CHECK_OK(loom_copy_to_host(sv, got, sizeof(float) * N));
+    CHECK_OK(loom_copy_to_host(si, idx, sizeof(int64_t) * N));
+    int wrong = 0;
+    for (int i = 0; i < N; i++)
+      wrong += got[i] != want[i] || idx[i] < 0 || idx[i] >= N || v[idx[i]] != got[i];
+    CHECK_EQ_INT(wrong, 0);
+    float w[5] = {2, NAN, -1, 7, 0}, out[5];
+    loom_tensor *with_nan = loom_from_data(w, LOOM_SHAPE(5), LOOM_F32, test_device());
+    CHECK_OK(loom_sort(with_nan, 0, false, &sv, NULL));
+    CHECK_OK(loom_copy_to_host(sv, out, sizeof out));
+    CHECK(out[0] == -1 && out[1] == 0 && out[2] == 2 && out[3] == 7 && isnan(out[4]));
+    CHECK_OK(loom_sort(with_nan, 0, true, &sv, NULL));
+    CHECK_OK(loom_copy_to_host(sv, out, sizeof out));
+    CHECK(isnan(out[0]) && out[1] == 7 && out[2] == 2 && out[3] == 0 && out[4] == -1);
+    CHECK_RC(loom_sort(with_nan, 1, false, &sv, NULL), LOOM_ERR_AXIS);
+    loom_clear_error();
+    free(v), free(want), free(got), free(idx);
+  }
+}
+
 int main(void) {
   CHECK_OK(loom_set_default_device(test_device()));
   test_split_chunk();
   test_mha_layer();
   test_topk_and_sampling();
+  test_sort();
   check_attention("plain", 2, 3, 3, 17, 8, false, false);
   check_attention("causal", 2, 2, 2, 33, 16, true, false);
   check_attention("grouped, causal", 1, 8, 2, 20, 8, true, false);

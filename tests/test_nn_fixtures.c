@@ -278,6 +278,12 @@ static loom_tensor *fx_compute(const fx_case *c, loom_tensor **ts) {
   if (strcmp(op, "ceil") == 0) return loom_ceil(IN("x"));
   if (strcmp(op, "round") == 0) return loom_round(IN("x"));
   if (strcmp(op, "cumsum") == 0) return loom_cumsum(IN("x"), (int)P("axis", 0, 0));
+  if (strcmp(op, "sort") == 0) {
+    loom_tensor *values = NULL;
+    loom_status st =
+        loom_sort(IN("x"), (int)P("axis", 0, -1), P("descending", 0, 0) != 0, &values, NULL);
+    return st ? NULL : values;
+  }
   if (strcmp(op, "topk") == 0) {
     loom_tensor *values = NULL;
     loom_status st = loom_topk(IN("x"), (int64_t)P("k", 0, 1), (int)P("axis", 0, -1),

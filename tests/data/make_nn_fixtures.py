@@ -285,6 +285,11 @@ special = torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.49999999999999994, 0
 for fn in ("floor", "ceil", "round"):
     case(fn, fn, {"x": special.clone()}, lambda x, f=getattr(torch, fn): f(x), grads=[])
 
+case("sort_last", "sort", {"x": rn(3, 7)}, lambda x: torch.sort(x, -1).values,
+     params={"axis": -1})
+case("sort_descending_axis0", "sort", {"x": rn(5, 4)},
+     lambda x: torch.sort(x, 0, descending=True).values, params={"axis": 0, "descending": 1})
+
 with open(OUT, "w") as f:
     f.write("\n".join(lines) + "\n")
 print("wrote %s (%d bytes)" % (OUT, os.path.getsize(OUT)))
