@@ -198,9 +198,10 @@ static loom_tensor *check_selection(const char *op, const loom_tensor *a, int ax
   return NULL;
 }
 
-/* torch.topk for a k of a few hundred at most: k passes of argmax, each pick
- * then masked out (ties: the first index). values = gather(a, indices), so
- * their gradient reaches a at the picks. */
+/* torch.topk: for a small k, k passes of argmax, each pick then masked out
+ * (ties: the first index), values = gather(a, indices) so that their
+ * gradient reaches a at the picks; for a k beyond the bitonic network's stage
+ * count, the first k of loom_sort. */
 LM_PUBLIC(loom_status, loom_topk,
           (const loom_tensor *a, int64_t k, int axis, bool largest, loom_tensor **values,
            loom_tensor **indices),
@@ -213,13 +214,21 @@ LM_PUBLIC(loom_status, loom_topk,
   if (!err && (k < 0 || k > len))
     err = lm_error(LOOM_ERR_VALUE, "%s: k %lld is outside [0, %lld] (the length of axis %d)", op,
                    (long long)k, (long long)len, axis);
-  if (!err && k > LOOM_TOPK_MAX)
-    err = lm_error(LOOM_ERR_VALUE, "%s: k %lld is more than the %d this composition takes", op,
-                   (long long)k, LOOM_TOPK_MAX);
   if (err) {
     loom_status st = loom_status_of(err);
     loom_free(err);
     return st;
+  }
+  int levels = 0;
+  while ((int64_t)1 << levels < len) levels++;
+  if (k > (int64_t)levels * (levels + 1) / 2) { /* fewer passes through a sort */
+    loom_tensor *sv = NULL, *si = NULL;
+    loom_status st = loom_sort(a, ax, largest, values ? &sv : NULL, indices ? &si : NULL);
+    if (st) return st;
+    if (values) *values = loom_slice(sv, ax, 0, k, 1);
+    if (indices) *indices = loom_slice(si, ax, 0, k, 1);
+    loom_free(sv), loom_free(si);
+    return LOOM_OK;
   }
   int token = lm_composite_begin();
   int perm[LOOM_MAX_DIMS], back[LOOM_MAX_DIMS];

@@ -376,10 +376,10 @@ loom_tensor *loom_flip(const loom_tensor *a, int axis);
  * (exact below 2^53). Products with triangular matrices of ones, in blocks of
  * about sqrt(n): O(n sqrt(n)) work through the GEMM. */
 loom_tensor *loom_cumsum(const loom_tensor *a, int axis);
-/* torch.topk: the k largest (or smallest) along axis, in order (ties: the
- * first index), as *values (a's dtype, differentiable) and *indices (I64);
- * either may be NULL. k passes over the axis: k up to LOOM_TOPK_MAX. */
-#define LOOM_TOPK_MAX 1024
+/* torch.topk: the k largest (or smallest) along axis, in order, as *values
+ * (a's dtype, differentiable) and *indices (I64); either may be NULL. A small
+ * k is k passes over the axis (ties: the first index); a larger one the first
+ * k of loom_sort (ties: any order, as torch). */
 loom_status loom_topk(const loom_tensor *a, int64_t k, int axis, bool largest, loom_tensor **values,
                       loom_tensor **indices);
 /* torch.sort along axis (descending: the largest first; NaN count as the

@@ -211,6 +211,16 @@ static void test_topk_and_sampling(void) {
     CHECK_OK(loom_topk(x, 1, 0, false, NULL, &idx));
     CHECK_OK(loom_copy_to_host(idx, got, 4 * sizeof(int64_t)));
     CHECK(got[0] == 1 && got[1] == 0 && got[2] == 0 && got[3] == 1);
+    /* a k past the network's stage count goes through the sort: the same answer */
+    float many[40];
+    for (int i = 0; i < 40; i++) many[i] = (float)((i * 17) % 40);
+    loom_tensor *m = loom_from_data(many, LOOM_SHAPE(40), LOOM_F32, test_device());
+    CHECK_OK(loom_topk(m, 30, 0, true, &val, &idx)); /* 6 levels: 21 stages < 30 */
+    float top[30];
+    CHECK_OK(loom_copy_to_host(val, top, sizeof top));
+    for (int i = 0; i < 30; i++) CHECK_NEAR(top[i], 39 - i, 0);
+    CHECK_OK(loom_copy_to_host(loom_slice(idx, 0, 0, 6, 1), got, sizeof(int64_t) * 6));
+    for (int i = 0; i < 6; i++) CHECK_NEAR(many[got[i]], 39 - i, 0);
     CHECK_RC(loom_topk(x, 5, 1, true, &val, &idx), LOOM_ERR_VALUE);
     CHECK_STR_CONTAINS(loom_last_error(), "loom_topk: k 5 is outside [0, 4]");
     loom_clear_error();
