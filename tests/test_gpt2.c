@@ -1,0 +1,164 @@
+/* A GPT-2 in the Hugging Face layout against PyTorch 1.13 (issue 18): the
+ * checkpoint tests/data/gpt2_tiny.safetensors (seeded random weights, written
+ * by tests/data/make_gpt2_fixture.py with its expected values) read with
+ * loom_safetensors_read, the model written with loom's ops in the layout as
+ * stored (Conv1D weights [in, out], q, k, v in one projection, the head tied
+ * to wte), and compared: logits, loss, the gradient of every tensor, and five
+ * AdamW steps' losses. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "loom.h"
+#include "test_device.h"
+
+enum { HEADS = 4 };
+
+static loom_tensor *w(const loom_params *ps, const char *name) {
+  loom_tensor *t = loom_params_get(ps, name);
+  CHECK_MSG(t != NULL, "no tensor '%s' in the checkpoint", name);
+  return t; /* a new reference, freed with the scope it was made in */
+}
+
+/* x @ W + b, W [in, out] (Hugging Face's Conv1D) */
+static loom_tensor *conv1d(const loom_params *ps, const char *prefix, loom_tensor *x) {
+  char name[96];
+  snprintf(name, sizeof name, "%s.weight", prefix);
+  loom_tensor *weight = w(ps, name);
+  snprintf(name, sizeof name, "%s.bias", prefix);
+  return loom_add(loom_matmul(x, weight), w(ps, name));
+}
+
+static loom_tensor *norm(const loom_params *ps, const char *prefix, loom_tensor *x) {
+  char a[96], b[96];
+  snprintf(a, sizeof a, "%s.weight", prefix), snprintf(b, sizeof b, "%s.bias", prefix);
+  return loom_layer_norm(x, 1, w(ps, a), w(ps, b), 1e-5);
+}
+
+/* tokens [B, T] -> logits [B, T, V] */
+static loom_tensor *gpt2_forward(const loom_params *ps, int layers, loom_tensor *tokens) {
+  loom_shape ts = loom_shape_of(tokens);
+  int64_t b = ts.dim[0], t = ts.dim[1];
+  loom_tensor *wte = w(ps, "wte.weight");
+  int64_t c = loom_shape_of(wte).dim[1], d = c / HEADS;
+  loom_tensor *x =
+      loom_add(loom_embedding_f(tokens, wte), loom_slice(w(ps, "wpe.weight"), 0, 0, t, 1));
+  for (int l = 0; l < layers; l++) {
+    char p[64];
+    snprintf(p, sizeof p, "h.%d.ln_1", l);
+    loom_tensor *h = norm(ps, p, x);
+    snprintf(p, sizeof p, "h.%d.attn.c_attn", l);
+    loom_tensor *qkv = conv1d(ps, p, h), *part[3];
+    CHECK_OK(loom_split(qkv, c, -1, part, 3, NULL));
+    for (int i = 0; i < 3; i++)
+      part[i] = loom_transpose(loom_reshape(part[i], LOOM_SHAPE(b, t, HEADS, d)), 1, 2);
+    loom_tensor *y = loom_scaled_dot_product_attention(part[0], part[1], part[2], NULL, true, 0);
+    y = loom_reshape(loom_transpose(y, 1, 2), LOOM_SHAPE(b, t, c));
+    snprintf(p, sizeof p, "h.%d.attn.c_proj", l);
+    x = loom_add(x, conv1d(ps, p, y));
+    snprintf(p, sizeof p, "h.%d.ln_2", l);
+    h = norm(ps, p, x);
+    snprintf(p, sizeof p, "h.%d.mlp.c_fc", l);
+    h = loom_gelu_tanh(conv1d(ps, p, h));
+    snprintf(p, sizeof p, "h.%d.mlp.c_proj", l);
+    x = loom_add(x, conv1d(ps, p, h));
+  }
+  x = norm(ps, "ln_f", x);
+  return loom_matmul(x, loom_transpose(wte, 0, 1));
+}
+
+/* The largest |got - want| over the largest |want|. */
+static double relative_error(loom_tensor *got, loom_tensor *want) {
+  int64_t n = 1;
+  loom_shape s = loom_shape_of(want);
+  for (int i = 0; i < s.ndim; i++) n *= s.dim[i];
+  double *g = malloc(sizeof(double) * (size_t)n), *e = malloc(sizeof(double) * (size_t)n);
+  double worst = INFINITY, scale = 0;
+  if (loom_copy_to_host(loom_cast(got, LOOM_F64), g, sizeof(double) * (size_t)n) == LOOM_OK &&
+      loom_copy_to_host(want, e, sizeof(double) * (size_t)n) == LOOM_OK) {
+    worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+      worst = fmax(worst, fabs(g[i] - e[i]));
+      scale = fmax(scale, fabs(e[i]));
+    }
+    worst = scale > 0 ? worst / scale : worst;
+  }
+  free(g), free(e);
+  return worst;
+}
+
+int main(void) {
+  CHECK_OK(loom_set_default_device(test_device()));
+  loom_params *file =
+      loom_safetensors_read(LOOM_SOURCE_DIR "/tests/data/gpt2_tiny.safetensors", test_device());
+  loom_params *want =
+      loom_safetensors_read(LOOM_SOURCE_DIR "/tests/data/gpt2_tiny_expected.safetensors", LOOM_CPU);
+  CHECK(file && want);
+  if (!file || !want) return check_report();
+  /* the checkpoint's tensors, trainable, in a collection of their own */
+  loom_params *ps = loom_params_new();
+  int layers = 0;
+  for (int i = 0; i < loom_params_count(file); i++) {
+    const char *name = loom_params_name(file, i);
+    loom_tensor *t = loom_params_at(file, i);
+    CHECK_OK(loom_params_add(ps, name, t));
+    loom_free(t);
+    if (!strncmp(name, "h.", 2) && atoi(name + 2) + 1 > layers) layers = atoi(name + 2) + 1;
+  }
+  CHECK_EQ_INT(layers, 2);
+  loom_scope_begin(); /* every tensor below is freed at its end */
+  loom_tensor *all = loom_params_get(want, "tokens");
+  loom_shape ts = loom_shape_of(all);
+  int64_t b = ts.dim[0], t = ts.dim[1] - 1, v = loom_shape_of(w(ps, "wte.weight")).dim[0];
+  loom_tensor *inputs = loom_to(loom_contiguous(loom_slice(all, 1, 0, t, 1)), test_device());
+  loom_tensor *targets =
+      loom_to(loom_reshape(loom_contiguous(loom_slice(all, 1, 1, t + 1, 1)), LOOM_SHAPE(b * t)),
+              test_device());
+
+  LOOM_SCOPE {
+    loom_tensor *logits = gpt2_forward(ps, layers, inputs);
+    loom_tensor *loss = loom_cross_entropy(loom_reshape(logits, LOOM_SHAPE(b * t, v)), targets);
+    CHECK_OK(loom_backward(loss));
+    double err = relative_error(logits, loom_params_get(want, "logits"));
+    CHECK_MSG(err <= 1e-5, "logits: relative error %.3g", err);
+    double l = loom_item(loss), lw = loom_item(loom_params_get(want, "loss"));
+    CHECK_MSG(fabs(l - lw) <= 1e-5 * fabs(lw), "loss %.9g, PyTorch %.9g", l, lw);
+    double worst = 0;
+    for (int i = 0; i < loom_params_count(ps); i++) {
+      char name[128];
+      snprintf(name, sizeof name, "grad.%s", loom_params_name(ps, i));
+      loom_tensor *g = loom_grad(loom_params_at(ps, i));
+      double e = g ? relative_error(g, loom_params_get(want, name)) : INFINITY;
+      CHECK_MSG(e <= 1e-5, "the gradient of %s: relative error %.3g", loom_params_name(ps, i), e);
+      worst = fmax(worst, e);
+    }
+    printf("GPT-2 (%d layers, %d heads) against PyTorch: logits %.2g, loss %.2g, gradients at most "
+           "%.2g relative\n",
+           layers, HEADS, err, fabs(l - lw) / fabs(lw), worst);
+  }
+  /* five AdamW steps, torch's defaults but lr 1e-2 and weight decay 0.1 */
+  loom_adam_opts o = LOOM_ADAMW_DEFAULTS;
+  o.lr = 1e-2, o.weight_decay = 0.1;
+  loom_optim *opt = loom_adamw(ps, o);
+  double losses[5], worst = 0;
+  CHECK_OK(loom_copy_to_host(loom_params_get(want, "adamw_losses"), losses, sizeof losses));
+  for (int step = 0; step < 5 && opt; step++) LOOM_SCOPE {
+      loom_optim_zero_grad(opt);
+      loom_tensor *logits = gpt2_forward(ps, layers, inputs);
+      loom_tensor *loss = loom_cross_entropy(loom_reshape(logits, LOOM_SHAPE(b * t, v)), targets);
+      CHECK_OK(loom_backward(loss));
+      CHECK_OK(loom_optim_step(opt));
+      double l = loom_item(loss), e = fabs(l - losses[step]) / fabs(losses[step]);
+      CHECK_MSG(e <= 1e-5, "AdamW step %d: loss %.9g, PyTorch %.9g", step, l, losses[step]);
+      worst = fmax(worst, e);
+    }
+  printf("five AdamW steps: losses within %.2g relative of PyTorch's\n", worst);
+  loom_optim_free(opt);
+  CHECK_OK(loom_scope_end());
+  loom_params_free(ps);
+  loom_params_free(file);
+  loom_params_free(want);
+  return check_report();
+}
