@@ -155,6 +155,24 @@ int main(void) {
       worst = fmax(worst, e);
     }
   printf("five AdamW steps: losses within %.2g relative of PyTorch's\n", worst);
+  /* greedy decoding with the trained weights: 8 tokens after 4, on a fixed
+   * window (causal attention keeps the later positions out), the same as
+   * PyTorch's on the growing sequence */
+  int64_t greedy[12], window[16] = {0};
+  CHECK_OK(loom_copy_to_host(loom_params_get(want, "greedy"), greedy, sizeof greedy));
+  memcpy(window, greedy, 4 * sizeof(int64_t));
+  int same = 0;
+  for (int n = 4; n < 12; n++) LOOM_NO_GRAD LOOM_SCOPE {
+      loom_tensor *tok = loom_from_data(window, LOOM_SHAPE(1, t), LOOM_I64, test_device());
+      loom_tensor *logits = gpt2_forward(ps, layers, tok);
+      loom_tensor *last = loom_slice(loom_reshape(logits, LOOM_SHAPE(t, v)), 0, n - 1, n, 1);
+      int64_t next = -1;
+      CHECK_OK(loom_item_i64(loom_argmax(last, -1, false), &next));
+      window[n] = next;
+      same += next == greedy[n];
+    }
+  CHECK_EQ_INT(same, 8);
+  printf("greedy decoding: %d of 8 tokens as PyTorch's\n", same);
   loom_optim_free(opt);
   CHECK_OK(loom_scope_end());
   loom_params_free(ps);

@@ -44,17 +44,17 @@ tokens = torch.randint(0, V, (B, T + 1))
 
 
 def forward(w, idx):
-    t = idx.shape[1]
+    b, t = idx.shape
     x = w["wte.weight"][idx] + w["wpe.weight"][:t]
     for i in range(L):
         p = "h.%d." % i
         h = F.layer_norm(x, (C,), w[p + "ln_1.weight"], w[p + "ln_1.bias"], 1e-5)
         qkv = h @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]
         q, k, v = qkv.split(C, dim=-1)
-        q, k, v = (z.view(B, t, H, C // H).transpose(1, 2) for z in (q, k, v))
+        q, k, v = (z.view(b, t, H, C // H).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(C // H)
         att = att.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf"))
-        y = (torch.softmax(att, -1) @ v).transpose(1, 2).reshape(B, t, C)
+        y = (torch.softmax(att, -1) @ v).transpose(1, 2).reshape(b, t, C)
         x = x + y @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
         h = F.layer_norm(x, (C,), w[p + "ln_2.weight"], w[p + "ln_2.bias"], 1e-5)
         h = F.gelu(h @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"], approximate="tanh")
@@ -81,6 +81,14 @@ for step in range(5):
     opt.step()
     losses.append(l.item())
 expected["adamw_losses"] = torch.tensor(losses, dtype=torch.float64)
+
+# greedy decoding from the first 4 tokens, 8 new ones, with the trained weights
+with torch.no_grad():
+    seq = tokens[:1, :4].clone()
+    for _ in range(8):
+        nxt = forward(w, seq)[:, -1].argmax(-1, keepdim=True)
+        seq = torch.cat([seq, nxt], 1)
+expected["greedy"] = seq.reshape(-1)
 
 
 def write(path, tensors):
