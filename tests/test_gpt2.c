@@ -1,73 +1,21 @@
 /* A GPT-2 in the Hugging Face layout against PyTorch 1.13 (issue 18): the
  * checkpoint tests/data/gpt2_tiny.safetensors (seeded random weights, written
  * by tests/data/make_gpt2_fixture.py with its expected values) read with
- * loom_safetensors_read, the model written with loom's ops in the layout as
- * stored (Conv1D weights [in, out], q, k, v in one projection, the head tied
- * to wte), and compared: logits, loss, the gradient of every tensor, and five
- * AdamW steps' losses. */
+ * loom_safetensors_read, run through examples/gpt2_model.h (the layout as
+ * stored: Conv1D weights [in, out], q, k, v in one projection, the head tied
+ * to wte), and compared: logits, loss, the gradient of every tensor, five
+ * AdamW steps' losses and greedy decoding. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../examples/gpt2_model.h"
 #include "check.h"
 #include "loom.h"
 #include "test_device.h"
 
 enum { HEADS = 4 };
-
-static loom_tensor *w(const loom_params *ps, const char *name) {
-  loom_tensor *t = loom_params_get(ps, name);
-  CHECK_MSG(t != NULL, "no tensor '%s' in the checkpoint", name);
-  return t; /* a new reference, freed with the scope it was made in */
-}
-
-/* x @ W + b, W [in, out] (Hugging Face's Conv1D) */
-static loom_tensor *conv1d(const loom_params *ps, const char *prefix, loom_tensor *x) {
-  char name[96];
-  snprintf(name, sizeof name, "%s.weight", prefix);
-  loom_tensor *weight = w(ps, name);
-  snprintf(name, sizeof name, "%s.bias", prefix);
-  return loom_add(loom_matmul(x, weight), w(ps, name));
-}
-
-static loom_tensor *norm(const loom_params *ps, const char *prefix, loom_tensor *x) {
-  char a[96], b[96];
-  snprintf(a, sizeof a, "%s.weight", prefix), snprintf(b, sizeof b, "%s.bias", prefix);
-  return loom_layer_norm(x, 1, w(ps, a), w(ps, b), 1e-5);
-}
-
-/* tokens [B, T] -> logits [B, T, V] */
-static loom_tensor *gpt2_forward(const loom_params *ps, int layers, loom_tensor *tokens) {
-  loom_shape ts = loom_shape_of(tokens);
-  int64_t b = ts.dim[0], t = ts.dim[1];
-  loom_tensor *wte = w(ps, "wte.weight");
-  int64_t c = loom_shape_of(wte).dim[1], d = c / HEADS;
-  loom_tensor *x =
-      loom_add(loom_embedding_f(tokens, wte), loom_slice(w(ps, "wpe.weight"), 0, 0, t, 1));
-  for (int l = 0; l < layers; l++) {
-    char p[64];
-    snprintf(p, sizeof p, "h.%d.ln_1", l);
-    loom_tensor *h = norm(ps, p, x);
-    snprintf(p, sizeof p, "h.%d.attn.c_attn", l);
-    loom_tensor *qkv = conv1d(ps, p, h), *part[3];
-    CHECK_OK(loom_split(qkv, c, -1, part, 3, NULL));
-    for (int i = 0; i < 3; i++)
-      part[i] = loom_transpose(loom_reshape(part[i], LOOM_SHAPE(b, t, HEADS, d)), 1, 2);
-    loom_tensor *y = loom_scaled_dot_product_attention(part[0], part[1], part[2], NULL, true, 0);
-    y = loom_reshape(loom_transpose(y, 1, 2), LOOM_SHAPE(b, t, c));
-    snprintf(p, sizeof p, "h.%d.attn.c_proj", l);
-    x = loom_add(x, conv1d(ps, p, y));
-    snprintf(p, sizeof p, "h.%d.ln_2", l);
-    h = norm(ps, p, x);
-    snprintf(p, sizeof p, "h.%d.mlp.c_fc", l);
-    h = loom_gelu_tanh(conv1d(ps, p, h));
-    snprintf(p, sizeof p, "h.%d.mlp.c_proj", l);
-    x = loom_add(x, conv1d(ps, p, h));
-  }
-  x = norm(ps, "ln_f", x);
-  return loom_matmul(x, loom_transpose(wte, 0, 1));
-}
 
 /* The largest |got - want| over the largest |want|. */
 static double relative_error(loom_tensor *got, loom_tensor *want) {
@@ -99,26 +47,26 @@ int main(void) {
   if (!file || !want) return check_report();
   /* the checkpoint's tensors, trainable, in a collection of their own */
   loom_params *ps = loom_params_new();
-  int layers = 0;
   for (int i = 0; i < loom_params_count(file); i++) {
-    const char *name = loom_params_name(file, i);
     loom_tensor *t = loom_params_at(file, i);
-    CHECK_OK(loom_params_add(ps, name, t));
+    CHECK_OK(loom_params_add(ps, loom_params_name(file, i), t));
     loom_free(t);
-    if (!strncmp(name, "h.", 2) && atoi(name + 2) + 1 > layers) layers = atoi(name + 2) + 1;
   }
-  CHECK_EQ_INT(layers, 2);
+  gpt2_config cfg = {0};
+  CHECK(gpt2_config_of(ps, HEADS, &cfg));
+  CHECK_EQ_INT(cfg.layers, 2);
+  int layers = cfg.layers;
   loom_scope_begin(); /* every tensor below is freed at its end */
   loom_tensor *all = loom_params_get(want, "tokens");
   loom_shape ts = loom_shape_of(all);
-  int64_t b = ts.dim[0], t = ts.dim[1] - 1, v = loom_shape_of(w(ps, "wte.weight")).dim[0];
+  int64_t b = ts.dim[0], t = ts.dim[1] - 1, v = cfg.vocab;
   loom_tensor *inputs = loom_to(loom_contiguous(loom_slice(all, 1, 0, t, 1)), test_device());
   loom_tensor *targets =
       loom_to(loom_reshape(loom_contiguous(loom_slice(all, 1, 1, t + 1, 1)), LOOM_SHAPE(b * t)),
               test_device());
 
   LOOM_SCOPE {
-    loom_tensor *logits = gpt2_forward(ps, layers, inputs);
+    loom_tensor *logits = gpt2_forward(ps, cfg, inputs);
     loom_tensor *loss = loom_cross_entropy(loom_reshape(logits, LOOM_SHAPE(b * t, v)), targets);
     CHECK_OK(loom_backward(loss));
     double err = relative_error(logits, loom_params_get(want, "logits"));
@@ -146,7 +94,7 @@ int main(void) {
   CHECK_OK(loom_copy_to_host(loom_params_get(want, "adamw_losses"), losses, sizeof losses));
   for (int step = 0; step < 5 && opt; step++) LOOM_SCOPE {
       loom_optim_zero_grad(opt);
-      loom_tensor *logits = gpt2_forward(ps, layers, inputs);
+      loom_tensor *logits = gpt2_forward(ps, cfg, inputs);
       loom_tensor *loss = loom_cross_entropy(loom_reshape(logits, LOOM_SHAPE(b * t, v)), targets);
       CHECK_OK(loom_backward(loss));
       CHECK_OK(loom_optim_step(opt));
@@ -164,7 +112,7 @@ int main(void) {
   int same = 0;
   for (int n = 4; n < 12; n++) LOOM_NO_GRAD LOOM_SCOPE {
       loom_tensor *tok = loom_from_data(window, LOOM_SHAPE(1, t), LOOM_I64, test_device());
-      loom_tensor *logits = gpt2_forward(ps, layers, tok);
+      loom_tensor *logits = gpt2_forward(ps, cfg, tok);
       loom_tensor *last = loom_slice(loom_reshape(logits, LOOM_SHAPE(t, v)), 0, n - 1, n, 1);
       int64_t next = -1;
       CHECK_OK(loom_item_i64(loom_argmax(last, -1, false), &next));

@@ -1,0 +1,135 @@
+/* GPT-2 in the Hugging Face layout, written with loom's ops: the tensors of
+ * a model.safetensors as stored (wte, wpe, h.<i>.ln_1, h.<i>.attn.c_attn and
+ * c_proj as Conv1D weights [in, out], h.<i>.ln_2, h.<i>.mlp.c_fc and c_proj,
+ * ln_f; the head tied to wte), so a checkpoint loads with no renaming or
+ * transposing. Used by examples/gpt2.c and tests/test_gpt2.c (which checks
+ * it against PyTorch). */
+#ifndef LOOM_EXAMPLES_GPT2_MODEL_H
+#define LOOM_EXAMPLES_GPT2_MODEL_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom.h"
+
+typedef struct gpt2_config {
+  int layers, heads;
+  int64_t vocab, context, embed;
+} gpt2_config;
+
+/* The tensor named name in ps (a new reference, in the current scope). */
+static inline loom_tensor *gpt2_tensor(const loom_params *ps, const char *name) {
+  loom_tensor *t = loom_params_get(ps, name);
+  if (!t) fprintf(stderr, "gpt2: the model has no tensor '%s'\n", name);
+  return t;
+}
+
+/* The configuration a checkpoint's shapes give (the heads are not among
+ * them: GPT-2 keeps them in config.json); false when a tensor is missing. */
+static inline bool gpt2_config_of(const loom_params *ps, int heads, gpt2_config *c) {
+  loom_tensor *wte = loom_params_get(ps, "wte.weight"), *wpe = loom_params_get(ps, "wpe.weight");
+  bool ok = wte && wpe;
+  *c = (gpt2_config){0};
+  if (ok) {
+    c->vocab = loom_shape_of(wte).dim[0], c->embed = loom_shape_of(wte).dim[1];
+    c->context = loom_shape_of(wpe).dim[0], c->heads = heads, c->layers = 0;
+    for (int i = 0; i < loom_params_count(ps); i++) {
+      const char *name = loom_params_name(ps, i);
+      if (!strncmp(name, "h.", 2) && atoi(name + 2) + 1 > c->layers) c->layers = atoi(name + 2) + 1;
+    }
+  }
+  loom_free(wte), loom_free(wpe);
+  return ok && c->layers > 0 && heads > 0 && c->embed % heads == 0;
+}
+
+/* A new model with GPT-2's initialization: weights N(0, 0.02^2) (the
+ * residual projections' scaled by 1/sqrt(2 layers)), wpe N(0, 0.01^2), zero
+ * biases, unit norms. */
+static inline loom_params *gpt2_new(gpt2_config c, loom_key key) {
+  loom_params *ps = loom_params_new();
+  int64_t e = c.embed;
+  int n = 0;
+  char name[96];
+#define GPT2_ADD(label, shape, std, one)                                                           \
+  do {                                                                                             \
+    loom_tensor *t_ = (std) > 0 ? loom_mul_s(loom_randn_key(loom_key_fold(key, (uint64_t)n++),     \
+                                                            shape, LOOM_F32, LOOM_CPU),            \
+                                             (std))                                                \
+                                : loom_full(shape, (one) ? 1 : 0, LOOM_F32, LOOM_CPU);             \
+    loom_realize(t_);                                                                              \
+    loom_params_add(ps, label, t_);                                                                \
+    loom_free(t_);                                                                                 \
+  } while (0)
+  LOOM_SCOPE {
+    GPT2_ADD("wte.weight", LOOM_SHAPE(c.vocab, e), 0.02, false);
+    GPT2_ADD("wpe.weight", LOOM_SHAPE(c.context, e), 0.01, false);
+    double proj_std = 0.02 / sqrt(2.0 * c.layers);
+    for (int l = 0; l < c.layers; l++) {
+      const char *fields[] = {"ln_1", "attn.c_attn", "attn.c_proj",
+                              "ln_2", "mlp.c_fc",    "mlp.c_proj"};
+      const int64_t ins[] = {0, e, e, 0, e, 4 * e}, outs[] = {e, 3 * e, e, e, 4 * e, e};
+      for (int f = 0; f < 6; f++) {
+        bool is_norm = ins[f] == 0;
+        double std = strstr(fields[f], "c_proj") ? proj_std : 0.02;
+        snprintf(name, sizeof name, "h.%d.%s.weight", l, fields[f]);
+        if (is_norm)
+          GPT2_ADD(name, LOOM_SHAPE(outs[f]), 0, true);
+        else
+          GPT2_ADD(name, LOOM_SHAPE(ins[f], outs[f]), std, false);
+        snprintf(name, sizeof name, "h.%d.%s.bias", l, fields[f]);
+        GPT2_ADD(name, LOOM_SHAPE(outs[f]), 0, false);
+      }
+    }
+    GPT2_ADD("ln_f.weight", LOOM_SHAPE(e), 0, true);
+    GPT2_ADD("ln_f.bias", LOOM_SHAPE(e), 0, false);
+  }
+#undef GPT2_ADD
+  return ps;
+}
+
+/* x @ W + b, W [in, out] (Hugging Face's Conv1D) */
+static inline loom_tensor *gpt2_conv1d(const loom_params *ps, const char *prefix, loom_tensor *x) {
+  char wn[96], bn[96];
+  snprintf(wn, sizeof wn, "%s.weight", prefix), snprintf(bn, sizeof bn, "%s.bias", prefix);
+  return loom_add(loom_matmul(x, gpt2_tensor(ps, wn)), gpt2_tensor(ps, bn));
+}
+
+static inline loom_tensor *gpt2_norm(const loom_params *ps, const char *prefix, loom_tensor *x) {
+  char wn[96], bn[96];
+  snprintf(wn, sizeof wn, "%s.weight", prefix), snprintf(bn, sizeof bn, "%s.bias", prefix);
+  return loom_layer_norm(x, 1, gpt2_tensor(ps, wn), gpt2_tensor(ps, bn), 1e-5);
+}
+
+/* tokens [B, T] (I64) -> logits [B, T, vocab]. Call it inside a scope. */
+static inline loom_tensor *gpt2_forward(const loom_params *ps, gpt2_config c, loom_tensor *tokens) {
+  loom_shape ts = loom_shape_of(tokens);
+  int64_t b = ts.dim[0], t = ts.dim[1], e = c.embed, d = e / c.heads;
+  loom_tensor *wte = gpt2_tensor(ps, "wte.weight");
+  loom_tensor *x = loom_add(loom_embedding_f(tokens, wte),
+                            loom_slice(gpt2_tensor(ps, "wpe.weight"), 0, 0, t, 1));
+  for (int l = 0; l < c.layers; l++) {
+    char p[64];
+    snprintf(p, sizeof p, "h.%d.ln_1", l);
+    loom_tensor *h = gpt2_norm(ps, p, x), *part[3] = {NULL, NULL, NULL};
+    snprintf(p, sizeof p, "h.%d.attn.c_attn", l);
+    if (loom_split(gpt2_conv1d(ps, p, h), e, -1, part, 3, NULL) != LOOM_OK)
+      return loom_retain(x);    /* the error is recorded; x carries on */
+    for (int i = 0; i < 3; i++) /* [B, T, E] -> [B, H, T, E/H] */
+      part[i] = loom_transpose(loom_reshape(part[i], LOOM_SHAPE(b, t, c.heads, d)), 1, 2);
+    loom_tensor *y = loom_scaled_dot_product_attention(part[0], part[1], part[2], NULL, true, 0);
+    y = loom_reshape(loom_transpose(y, 1, 2), LOOM_SHAPE(b, t, e));
+    snprintf(p, sizeof p, "h.%d.attn.c_proj", l);
+    x = loom_add(x, gpt2_conv1d(ps, p, y));
+    snprintf(p, sizeof p, "h.%d.ln_2", l);
+    h = gpt2_norm(ps, p, x);
+    snprintf(p, sizeof p, "h.%d.mlp.c_fc", l);
+    h = loom_gelu_tanh(gpt2_conv1d(ps, p, h));
+    snprintf(p, sizeof p, "h.%d.mlp.c_proj", l);
+    x = loom_add(x, gpt2_conv1d(ps, p, h));
+  }
+  return loom_matmul(gpt2_norm(ps, "ln_f", x), loom_transpose(wte, 0, 1));
+}
+
+#endif
