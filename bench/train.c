@@ -2,6 +2,7 @@
  * updates) realized as one program, the way a training loop runs it. */
 #include <stdlib.h>
 
+#include "../examples/gpt2_model.h"
 #include "bench.h"
 
 typedef struct mlp_state {
@@ -114,6 +115,59 @@ static void cnn_teardown(void *state) {
   free(s);
 }
 
+/* ------------------------------------------------------------ a small GPT-2, AdamW */
+
+/* issue 18's "L4 H4 C256, V256, B=8" with a context of 64 */
+enum {
+  GPT_LAYERS = 4,
+  GPT_HEADS = 4,
+  GPT_EMBED = 256,
+  GPT_VOCAB = 256,
+  GPT_BATCH = 8,
+  GPT_CONTEXT = 64
+};
+
+typedef struct gpt_state {
+  loom_params *ps;
+  gpt2_config c;
+  loom_optim *opt;
+  loom_tensor *x, *y;
+} gpt_state;
+
+static loom_status gpt_setup(void **state) {
+  gpt_state *s = calloc(1, sizeof *s);
+  if (!s) return LOOM_ERR_OOM;
+  s->c = (gpt2_config){GPT_LAYERS, GPT_HEADS, GPT_VOCAB, GPT_CONTEXT, GPT_EMBED};
+  s->ps = gpt2_new(s->c, loom_key_new(11));
+  s->opt = loom_adamw(s->ps, LOOM_ADAMW_DEFAULTS);
+  int64_t n = GPT_BATCH * GPT_CONTEXT, *tokens = malloc(sizeof(int64_t) * (size_t)(n + 1));
+  if (!tokens) return LOOM_ERR_OOM;
+  for (int64_t i = 0; i <= n; i++) tokens[i] = (i * 37 + 11) % GPT_VOCAB;
+  s->x =
+      loom_from_data(tokens, LOOM_SHAPE(GPT_BATCH, GPT_CONTEXT), LOOM_I64, loom_default_device());
+  s->y = loom_from_data(tokens + 1, LOOM_SHAPE(n), LOOM_I64, loom_default_device());
+  free(tokens);
+  *state = s;
+  return !s->opt || loom_last_error() ? LOOM_ERR_VALUE : LOOM_OK;
+}
+
+static loom_status gpt_run(void *state, bench_call_report *report) {
+  (void)report;
+  gpt_state *s = state;
+  loom_scope_begin();
+  loom_tensor *logits = gpt2_forward(s->ps, s->c, s->x);
+  loom_tensor *flat = loom_reshape(logits, LOOM_SHAPE(GPT_BATCH * GPT_CONTEXT, GPT_VOCAB));
+  return finish_step(s->opt, loom_cross_entropy(flat, s->y));
+}
+
+static void gpt_teardown(void *state) {
+  gpt_state *s = state;
+  loom_optim_free(s->opt);
+  loom_params_free(s->ps);
+  loom_free(s->x), loom_free(s->y);
+  free(s);
+}
+
 const bench_workload bench_train_workloads[] = {
     {
         .name = "mlp_train_step",
@@ -137,6 +191,22 @@ const bench_workload bench_train_workloads[] = {
         .setup = cnn_setup,
         .run = cnn_run,
         .teardown = cnn_teardown,
+    },
+    {
+        .name = "gpt_small_train_step",
+        .what = "GPT-2 layout, 4 layers, 4 heads, C 256, vocab 256, batch 8 x 64 tokens; AdamW: "
+                "one whole step",
+        .metric = BENCH_FLOPS,
+        /* 6 per parameter and token (blocks and the tied head), and attention's
+         * two products, forward and backward */
+        .work = 6.0 * GPT_BATCH * GPT_CONTEXT *
+                    (12.0 * GPT_LAYERS * GPT_EMBED * GPT_EMBED + (double)GPT_VOCAB * GPT_EMBED) +
+                6.0 * 2 * GPT_LAYERS * GPT_BATCH * (double)GPT_CONTEXT * GPT_CONTEXT * GPT_EMBED,
+        .measure_peak = true,
+        .compare_unfused = false,
+        .setup = gpt_setup,
+        .run = gpt_run,
+        .teardown = gpt_teardown,
     },
 };
 const int bench_train_count = (int)(sizeof bench_train_workloads / sizeof bench_train_workloads[0]);

@@ -126,6 +126,52 @@ def cnn_train_step():
     return train_step(model, opt, torch.rand(64, 1, 28, 28), labels(64))
 
 
+def gpt_small_train_step():
+    """bench/train.c's GPT-2 (4 layers, 4 heads, C 256, vocab 256, batch 8 x 64), AdamW."""
+    layers, heads, c, v, b, t = 4, 4, 256, 256, 8, 64
+    def p(*shape, std=0.02):
+        return (torch.randn(*shape) * std).requires_grad_(True)
+    def zeros(n):
+        return torch.zeros(n, requires_grad=True)
+    def ones(n):
+        return torch.ones(n, requires_grad=True)
+    w = {"wte": p(v, c), "wpe": p(t, c, std=0.01), "lnf.w": ones(c), "lnf.b": zeros(c)}
+    for i in range(layers):
+        for name, (n_in, n_out) in {"attn": (c, 3 * c), "proj": (c, c), "fc": (c, 4 * c),
+                                    "mproj": (4 * c, c)}.items():
+            w["%d.%s.w" % (i, name)], w["%d.%s.b" % (i, name)] = p(n_in, n_out), zeros(n_out)
+        for name in ("ln1", "ln2"):
+            w["%d.%s.w" % (i, name)], w["%d.%s.b" % (i, name)] = ones(c), zeros(c)
+    tokens = (torch.arange(b * t + 1) * 37 + 11) % v
+    x, y = tokens[:-1].view(b, t), tokens[1:]
+    causal = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
+    def forward():
+        h = w["wte"][x] + w["wpe"][:t]
+        for i in range(layers):
+            a = F.layer_norm(h, (c,), w["%d.ln1.w" % i], w["%d.ln1.b" % i])
+            q, k, val = (a @ w["%d.attn.w" % i] + w["%d.attn.b" % i]).split(c, -1)
+            q, k, val = (z.view(b, t, heads, c // heads).transpose(1, 2) for z in (q, k, val))
+            att = ((q @ k.transpose(-2, -1)) / (c // heads) ** 0.5).masked_fill(causal, -inf)
+            o = (att.softmax(-1) @ val).transpose(1, 2).reshape(b, t, c)
+            h = h + o @ w["%d.proj.w" % i] + w["%d.proj.b" % i]
+            a = F.layer_norm(h, (c,), w["%d.ln2.w" % i], w["%d.ln2.b" % i])
+            m = F.gelu(a @ w["%d.fc.w" % i] + w["%d.fc.b" % i], approximate="tanh")
+            h = h + m @ w["%d.mproj.w" % i] + w["%d.mproj.b" % i]
+        h = F.layer_norm(h, (c,), w["lnf.w"], w["lnf.b"])
+        return F.cross_entropy((h @ w["wte"].t()).view(-1, v), y)
+    opt = torch.optim.AdamW(w.values())
+    def call():
+        with torch.enable_grad():
+            opt.zero_grad()
+            loss = forward()
+            loss.backward()
+            opt.step()
+        return loss.item()
+    return call
+
+
+inf = float("inf")
+
 common.run("torch", {
     "ew_chain_16M": [("eager", ew_chain_eager), ("out=", ew_chain_out)],
     "softmax_4096x1024": [("torch.softmax", softmax)],
@@ -137,4 +183,5 @@ common.run("torch", {
     "dispatch_small": [("eager", dispatch_small)],
     "mlp_train_step": [("eager", mlp_train_step)],
     "cnn_train_step": [("eager", cnn_train_step)],
+    "gpt_small_train_step": [("eager", gpt_small_train_step)],
 }, args)
