@@ -79,24 +79,17 @@ LM_PUBLIC(loom_tensor *, loom_triu, (const loom_tensor *a, int64_t diagonal), (a
 static loom_status pieces(const char *op, const loom_tensor *a, int64_t size, int axis,
                           loom_tensor **out, int cap, int *n) {
   *n = 0;
+  int ax = axis;
   loom_tensor *err = lm_check(op, a);
   if (!err && !out) err = lm_error(LOOM_ERR_NULL, "%s: no array for the pieces", op);
-  int nd = err ? 0 : a->node->shape.ndim, ax = axis;
-  if (!err && (nd == 0 || !lm_axis(&ax, nd)))
-    err = lm_error(LOOM_ERR_AXIS, "%s: axis %d out of range for %d dims", op, axis, nd);
-  if (err) {
-    loom_status st = loom_status_of(err);
-    loom_free(err);
-    return st;
-  }
+  if (!err) err = lm_check_axis(op, &ax, a->node->shape.ndim);
+  if (err) return lm_error_status(err);
   int64_t len = a->node->shape.dim[ax];
   int64_t count = len == 0 ? 1 : (len + size - 1) / size;
-  if (count > cap) {
-    loom_free(lm_error(LOOM_ERR_VALUE,
-                       "%s: %lld pieces of %lld along axis %d (length %lld), room for %d", op,
-                       (long long)count, (long long)size, axis, (long long)len, cap));
-    return LOOM_ERR_VALUE;
-  }
+  if (count > cap)
+    return lm_fail(LOOM_ERR_VALUE,
+                   "%s: %lld pieces of %lld along axis %d (length %lld), room for %d", op,
+                   (long long)count, (long long)size, axis, (long long)len, cap);
   for (int64_t i = 0; i < count; i++) {
     int64_t start = i * size, end = start + size < len ? start + size : len;
     out[i] = loom_slice(a, ax, start, end, 1);
@@ -115,12 +108,9 @@ LM_PUBLIC(loom_status, loom_split,
           (a, size, axis, out, cap, n)) {
   int ignored;
   if (!n) n = &ignored;
-  if (size <= 0) {
-    *n = 0;
-    loom_free(
-        lm_error(LOOM_ERR_VALUE, "loom_split: piece size %lld is not positive", (long long)size));
-    return LOOM_ERR_VALUE;
-  }
+  *n = 0;
+  if (size <= 0)
+    return lm_fail(LOOM_ERR_VALUE, "loom_split: piece size %lld is not positive", (long long)size);
   return pieces("loom_split", a, size, axis, out, cap, n);
 }
 
@@ -130,19 +120,11 @@ LM_PUBLIC(loom_status, loom_chunk,
   int ignored;
   if (!n) n = &ignored;
   *n = 0;
-  if (chunks <= 0) {
-    loom_free(lm_error(LOOM_ERR_VALUE, "loom_chunk: %d chunks is not positive", chunks));
-    return LOOM_ERR_VALUE;
-  }
+  if (chunks <= 0) return lm_fail(LOOM_ERR_VALUE, "loom_chunk: %d chunks is not positive", chunks);
+  int ax = axis;
   loom_tensor *err = lm_check("loom_chunk", a);
-  int nd = err ? 0 : a->node->shape.ndim, ax = axis;
-  if (!err && (nd == 0 || !lm_axis(&ax, nd)))
-    err = lm_error(LOOM_ERR_AXIS, "loom_chunk: axis %d out of range for %d dims", axis, nd);
-  if (err) {
-    loom_status st = loom_status_of(err);
-    loom_free(err);
-    return st;
-  }
+  if (!err) err = lm_check_axis("loom_chunk", &ax, a->node->shape.ndim);
+  if (err) return lm_error_status(err);
   int64_t len = a->node->shape.dim[ax];
   int64_t size = (len + chunks - 1) / chunks; /* torch.chunk: ceil, so maybe fewer chunks */
   return pieces("loom_chunk", a, size > 0 ? size : 1, axis, out, chunks, n);

@@ -121,3 +121,22 @@ loom_tensor *lm_pair_error(loom_status st, const char *op, const loom_shape *a, 
   return lm_error(st, "%s: %s %s %s: %s", op, lm_shape_str(a, sa, sizeof sa), sep,
                   lm_shape_str(b, sb, sizeof sb), what);
 }
+
+loom_tensor *lm_check_axis(const char *op, int *axis, int ndim) {
+  int given = *axis;
+  if (ndim > 0 && lm_axis(axis, ndim)) return NULL;
+  return lm_error(LOOM_ERR_AXIS, "%s: axis %d out of range for %d dims", op, given, ndim);
+}
+
+void lm_axis_last(int nd, int ax, int *perm, int *back) {
+  for (int d = 0, j = 0; d < nd; d++)
+    if (d != ax) perm[j++] = d;
+  perm[nd - 1] = ax;
+  for (int d = 0; back && d < nd; d++) back[perm[d]] = d;
+}
+
+loom_status lm_error_status(loom_tensor *err) {
+  loom_status st = err ? loom_status_of(err) : LOOM_OK;
+  loom_free(err);
+  return st;
+}

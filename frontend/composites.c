@@ -116,8 +116,7 @@ LM_PUBLIC(loom_tensor *, loom_index_select,
   loom_tensor *err;
   if ((err = lm_check(op, a)) || (err = lm_check(op, index))) return err;
   int nd = a->node->shape.ndim, ax = axis;
-  if (nd == 0 || !lm_axis(&ax, nd))
-    return lm_error(LOOM_ERR_AXIS, "%s: axis %d out of range for %d dims", op, axis, nd);
+  if ((err = lm_check_axis(op, &ax, nd))) return err;
   if (index->node->shape.ndim != 1) {
     char si[128];
     return lm_error(LOOM_ERR_SHAPE, "%s: the index must be 1-D, got %s", op,
@@ -147,8 +146,7 @@ LM_PUBLIC(loom_tensor *, loom_gather, (const loom_tensor *a, int axis, const loo
                     loom_dtype_name(index->node->dtype));
   const loom_shape *s = &a->node->shape, *is = &index->node->shape;
   int nd = s->ndim, ax = axis;
-  if (nd == 0 || !lm_axis(&ax, nd))
-    return lm_error(LOOM_ERR_AXIS, "%s: axis %d out of range for %d dims", op, axis, nd);
+  if ((err = lm_check_axis(op, &ax, nd))) return err;
   bool fits = is->ndim == nd && nd < LOOM_MAX_DIMS;
   for (int d = 0; fits && d < nd; d++) fits = d == ax || is->dim[d] <= s->dim[d];
   if (!fits) {
@@ -164,16 +162,12 @@ LM_PUBLIC(loom_tensor *, loom_gather, (const loom_tensor *a, int axis, const loo
   loom_tensor *cut = (loom_tensor *)a;
   for (int d = 0; d < nd; d++)
     if (d != ax && is->dim[d] < s->dim[d]) cut = loom_slice(cut, d, 0, is->dim[d], 1);
-  int perm[LOOM_MAX_DIMS];
-  for (int d = 0, j = 0; d < nd; d++)
-    if (d != ax) perm[j++] = d;
-  perm[nd - 1] = ax;
+  int perm[LOOM_MAX_DIMS], back[LOOM_MAX_DIMS];
+  lm_axis_last(nd, ax, perm, back);
   loom_tensor *lines = loom_unsqueeze(loom_permute(cut, perm, nd), nd - 1); /* [.., 1, n] */
   loom_tensor *picks = loom_permute(index, perm, nd);                       /* [.., m] */
   loom_tensor *hit = loom_cast(loom_one_hot(picks, s->dim[ax]), LOOM_BOOL); /* [.., m, n] */
   loom_tensor *chosen = loom_sum(loom_where_s(hit, lines, 0), (int[]){-1}, 1, false);
-  int back[LOOM_MAX_DIMS];
-  for (int d = 0; d < nd; d++) back[perm[d]] = d;
   return lm_composite_end(token, loom_permute(chosen, back, nd));
 }
 
@@ -191,8 +185,7 @@ static loom_tensor *check_selection(const char *op, const loom_tensor *a, int ax
   int nd = a->node->shape.ndim;
   *ax = axis;
   if (!values && !indices) return lm_error(LOOM_ERR_NULL, "%s: no output asked for", op);
-  if (nd == 0 || !lm_axis(ax, nd))
-    return lm_error(LOOM_ERR_AXIS, "%s: axis %d out of range for %d dims", op, axis, nd);
+  if ((err = lm_check_axis(op, ax, nd))) return err;
   if (a->node->dtype == LOOM_BOOL)
     return lm_error(LOOM_ERR_DTYPE, "%s: not supported for bool tensors", op);
   return NULL;
@@ -209,16 +202,12 @@ LM_PUBLIC(loom_status, loom_topk,
   const char *op = "loom_topk";
   int ax = axis;
   loom_tensor *err = check_selection(op, a, axis, &ax, values, indices);
-  int nd = err ? 0 : a->node->shape.ndim;
-  int64_t len = err ? 0 : a->node->shape.dim[ax];
-  if (!err && (k < 0 || k > len))
-    err = lm_error(LOOM_ERR_VALUE, "%s: k %lld is outside [0, %lld] (the length of axis %d)", op,
+  if (err) return lm_error_status(err);
+  int nd = a->node->shape.ndim;
+  int64_t len = a->node->shape.dim[ax];
+  if (k < 0 || k > len)
+    return lm_fail(LOOM_ERR_VALUE, "%s: k %lld is outside [0, %lld] (the length of axis %d)", op,
                    (long long)k, (long long)len, axis);
-  if (err) {
-    loom_status st = loom_status_of(err);
-    loom_free(err);
-    return st;
-  }
   int levels = 0;
   while ((int64_t)1 << levels < len) levels++;
   if (k > (int64_t)levels * (levels + 1) / 2) { /* fewer passes through a sort */
@@ -232,10 +221,7 @@ LM_PUBLIC(loom_status, loom_topk,
   }
   int token = lm_composite_begin();
   int perm[LOOM_MAX_DIMS], back[LOOM_MAX_DIMS];
-  for (int d = 0, j = 0; d < nd; d++)
-    if (d != ax) perm[j++] = d;
-  perm[nd - 1] = ax;
-  for (int d = 0; d < nd; d++) back[perm[d]] = d;
+  lm_axis_last(nd, ax, perm, back);
   loom_tensor *lines = loom_permute(a, perm, nd); /* the axis last */
   loom_tensor *scores = loom_dtype_is_float(a->node->dtype) ? lines : loom_cast(lines, LOOM_F64);
   if (!largest) scores = loom_neg(scores);
@@ -314,9 +300,8 @@ LM_PUBLIC(loom_tensor *, loom_flip, (const loom_tensor *a, int axis), (a, axis))
   const char *op = "loom_flip";
   loom_tensor *err;
   if ((err = lm_check(op, a))) return err;
-  int nd = a->node->shape.ndim, ax = axis;
-  if (nd == 0 || !lm_axis(&ax, nd))
-    return lm_error(LOOM_ERR_AXIS, "%s: axis %d out of range for %d dims", op, axis, nd);
+  int ax = axis;
+  if ((err = lm_check_axis(op, &ax, a->node->shape.ndim))) return err;
   int64_t n = a->node->shape.dim[ax];
   int token = lm_composite_begin();
   loom_tensor *reversed = loom_arange((double)n - 1, -1, -1, LOOM_I64, a->node->device);
@@ -362,8 +347,7 @@ LM_PUBLIC(loom_tensor *, loom_cumsum, (const loom_tensor *a, int axis), (a, axis
   if ((err = lm_check(op, a))) return err;
   int nd = a->node->shape.ndim, ax = axis;
   if (nd == 0) return loom_cast(a, loom_dtype_is_float(a->node->dtype) ? a->node->dtype : LOOM_I64);
-  if (!lm_axis(&ax, nd))
-    return lm_error(LOOM_ERR_AXIS, "%s: axis %d out of range for %d dims", op, axis, nd);
+  if ((err = lm_check_axis(op, &ax, nd))) return err;
   int token = lm_composite_begin();
   bool is_float = loom_dtype_is_float(a->node->dtype);
   loom_tensor *x =
@@ -371,56 +355,6 @@ LM_PUBLIC(loom_tensor *, loom_cumsum, (const loom_tensor *a, int axis), (a, axis
   loom_tensor *sums = loom_transpose(prefix_sums(x), ax, nd - 1);
   /* integer sums of integers in F64 are exact: the cast back loses nothing */
   return lm_composite_end(token, is_float ? sums : loom_cast(sums, LOOM_I64));
-}
-
-/* ------------------------------------------------------------ floor, ceil, round */
-
-/* x truncated toward zero, exactly: floats of this magnitude or more (and
- * infinities, NaN) are integers already and stay; the rest go through I64. */
-static loom_tensor *truncated(loom_tensor *x) {
-  double whole = loom_dtype_of(x) == LOOM_F64 ? 0x1p52 : 0x1p23;
-  loom_tensor *t = loom_cast(loom_cast(x, LOOM_I64), loom_dtype_of(x));
-  loom_tensor *as_is = loom_logical_or(loom_ge_s(loom_abs(x), whole), loom_ne(x, x));
-  return loom_where(as_is, x, t);
-}
-
-typedef enum rounding { FLOOR, CEIL, ROUND } rounding;
-
-/* torch.floor / ceil / round (half to even) of floats, exact; integers are
- * returned as they are; the gradient is zero, as torch's. */
-static loom_tensor *rounded(const char *op, const loom_tensor *a, rounding how) {
-  loom_tensor *err;
-  if ((err = lm_check(op, a))) return err;
-  if (a->node->dtype == LOOM_BOOL)
-    return lm_error(LOOM_ERR_DTYPE, "%s: not supported for bool tensors", op);
-  if (!loom_dtype_is_float(a->node->dtype)) return loom_detach(a);
-  int token = lm_composite_begin();
-  loom_tensor *x = loom_detach(a), *t = truncated(x), *r;
-  if (how == FLOOR) {
-    r = loom_sub(t, loom_cast(loom_lt(x, t), loom_dtype_of(x))); /* below a negative's trunc */
-  } else if (how == CEIL) {
-    r = loom_add(t, loom_cast(loom_gt(x, t), loom_dtype_of(x)));
-  } else { /* the fraction x - t is exact: away from t past a half, to even at one */
-    loom_tensor *frac = loom_abs(loom_sub(x, t)), *away = loom_sign(x);
-    loom_tensor *half = loom_mul_s(t, 0.5);
-    loom_tensor *odd = loom_ne(truncated(half), half);
-    loom_tensor *up =
-        loom_logical_or(loom_gt_s(frac, 0.5), loom_logical_and(loom_eq_s(frac, 0.5), odd));
-    r = loom_add(t, loom_where_s(up, away, 0));
-  }
-  /* a zero result takes x's sign, as torch's (ceil(-0.3) is -0) */
-  r = loom_where(loom_eq_s(r, 0), loom_mul_s(x, 0), r);
-  return lm_composite_end(token, r);
-}
-
-LM_PUBLIC(loom_tensor *, loom_floor, (const loom_tensor *a), (a)) {
-  return rounded("loom_floor", a, FLOOR);
-}
-LM_PUBLIC(loom_tensor *, loom_ceil, (const loom_tensor *a), (a)) {
-  return rounded("loom_ceil", a, CEIL);
-}
-LM_PUBLIC(loom_tensor *, loom_round, (const loom_tensor *a), (a)) {
-  return rounded("loom_round", a, ROUND);
 }
 
 /* ------------------------------------------------------------ sort */
@@ -450,12 +384,8 @@ LM_PUBLIC(loom_status, loom_sort,
   const char *op = "loom_sort";
   int ax = axis;
   loom_tensor *err = check_selection(op, a, axis, &ax, values, indices);
-  int nd = err ? 0 : a->node->shape.ndim;
-  if (err) {
-    loom_status st = loom_status_of(err);
-    loom_free(err);
-    return st;
-  }
+  if (err) return lm_error_status(err);
+  int nd = a->node->shape.ndim;
   int64_t n = a->node->shape.dim[ax], width = 1;
   while (width < n) width *= 2;
   int token = lm_composite_begin();

@@ -194,6 +194,19 @@ UNARY(erf, LM_ERF, FLOAT_ONLY)
 UNARY(log1p, LM_LOG1P, FLOAT_ONLY)
 UNARY(expm1, LM_EXPM1, FLOAT_ONLY)
 
+/* torch.floor / ceil / round of an integer tensor is its values */
+static loom_tensor *rounding(const char *name, lm_op op, const loom_tensor *a) {
+  loom_tensor *err;
+  if ((err = lm_check(name, a))) return err;
+  if (a->node->dtype == LOOM_BOOL)
+    return lm_error(LOOM_ERR_DTYPE, "%s: not supported for bool tensors", name);
+  if (!loom_dtype_is_float(a->node->dtype)) return loom_detach(a);
+  return lm_result(nb_unary(op, a->node));
+}
+loom_tensor *loom_floor(const loom_tensor *a) { return rounding("loom_floor", LM_FLOOR, a); }
+loom_tensor *loom_ceil(const loom_tensor *a) { return rounding("loom_ceil", LM_CEIL, a); }
+loom_tensor *loom_round(const loom_tensor *a) { return rounding("loom_round", LM_ROUND, a); }
+
 loom_tensor *loom_clamp(const loom_tensor *a, double lo, double hi) {
   loom_tensor *err;
   if ((err = lm_check("loom_clamp", a))) return err;

@@ -28,6 +28,15 @@ loom_tensor *lm_check_device(const char *op, loom_device device);
 loom_tensor *lm_check_same_device(const char *op, const lm_node *a, const lm_node *b);
 /* Normalizes a possibly negative axis for a tensor of `ndim` dims. */
 bool lm_axis(int *axis, int ndim);
+/* NULL when *axis names one of ndim dims (normalized in place), else an
+ * LOOM_ERR_AXIS error tensor naming op, the axis and the rank. */
+loom_tensor *lm_check_axis(const char *op, int *axis, int ndim);
+/* perm moves dim ax of nd last, the others in order; back (may be NULL)
+ * undoes it. */
+void lm_axis_last(int nd, int ax, int *perm, int *back);
+/* For calls that return a status: err's status (LOOM_OK for NULL), err
+ * freed; its message stays recorded as the thread's error. */
+loom_status lm_error_status(loom_tensor *err);
 /* The result of a builder: a handle, or an OOM error tensor for NULL. */
 loom_tensor *lm_result(lm_node *n);
 

@@ -264,8 +264,7 @@ loom_tensor *loom_cat(loom_tensor *const *ts, int n, int axis) {
   int nd = first->shape.ndim, ax = axis;
   if (nd == 0)
     return lm_error(LOOM_ERR_SHAPE, "%s: zero-dimensional tensors cannot be joined", name);
-  if (!lm_axis(&ax, nd))
-    return lm_error(LOOM_ERR_AXIS, "%s: axis %d out of range for %d dims", name, axis, nd);
+  if ((err = lm_check_axis(name, &ax, nd))) return err;
   loom_dtype dt = first->dtype;
   loom_shape s = first->shape;
   s.dim[ax] = 0;

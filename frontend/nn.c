@@ -458,9 +458,7 @@ LM_PUBLIC(loom_tensor *, loom_cross_entropy_ex,
   int token = lm_composite_begin();
   /* classes last: [N, d..., C] */
   int perm[LOOM_MAX_DIMS];
-  for (int i = 0, j = 0; i < s->ndim; i++)
-    if (i != class_axis) perm[j++] = i;
-  perm[s->ndim - 1] = class_axis;
+  lm_axis_last(s->ndim, class_axis, perm, NULL);
   loom_tensor *scores =
       single ? loom_retain((loom_tensor *)logits) : loom_permute(logits, perm, s->ndim);
   loom_tensor *log_probs = loom_log_softmax(scores, -1);

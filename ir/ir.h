@@ -48,6 +48,9 @@ typedef enum lm_op {
   LM_ERF,
   LM_LOG1P, /* log(1 + x), accurate for small x */
   LM_EXPM1, /* exp(x) - 1, accurate for small x */
+  LM_FLOOR,
+  LM_CEIL,
+  LM_ROUND, /* half to even */
   LM_CLAMP, /* min(max(x, arg.clamp.lo), arg.clamp.hi); an infinite bound is no bound */
   /* elementwise binary (sources share the node's shape and, except
      comparisons and logic, its dtype) */

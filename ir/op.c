@@ -39,6 +39,10 @@ const lm_op_info lm_op_table[LM_NUM_OPS] = {
     [LM_ERF] = EW("erf", 1, LM_RES_SOURCE, true, true, 4),
     [LM_LOG1P] = EW("log1p", 1, LM_RES_SOURCE, true, true, 6),
     [LM_EXPM1] = EW("expm1", 1, LM_RES_SOURCE, true, true, 6),
+    /* not differentiable: torch's gradient of a rounding is zero */
+    [LM_FLOOR] = EW("floor", 1, LM_RES_SOURCE, true, false, 1),
+    [LM_CEIL] = EW("ceil", 1, LM_RES_SOURCE, true, false, 1),
+    [LM_ROUND] = EW("round", 1, LM_RES_SOURCE, true, false, 4),
     [LM_CLAMP] = {"clamp", LM_OPC_ELEMENTWISE, 1, LM_ARG_CLAMP, LM_RES_SOURCE, false, true, 2},
     [LM_ADD] = EW("add", 2, LM_RES_SOURCE, false, true, 1),
     [LM_SUB] = EW("sub", 2, LM_RES_SOURCE, false, true, 1),

@@ -445,6 +445,21 @@ static int unary_value(builder *b, const lm_node *n, int x) {
     int r = op2(b, LK_MUL, dt, op1(b, LK_LOG, dt, u), op2(b, LK_DIV, dt, x, d));
     return op3(b, LK_WHERE, dt, as_is, x, r);
   }
+  case LM_FLOOR: return op1(b, LK_FLOOR, dt, x);
+  case LM_CEIL: /* -floor(-x): ceil(-0.3) is -0, as torch */
+    return op1(b, LK_NEG, dt, op1(b, LK_FLOOR, dt, op1(b, LK_NEG, dt, x)));
+  case LM_ROUND: { /* floor, up past a half or at one to an even result; x - f is exact */
+    int f = op1(b, LK_FLOOR, dt, x), frac = op2(b, LK_SUB, dt, x, f);
+    int half_f = op2(b, LK_MUL, dt, f, cnst(b, dt, 0.5));
+    int odd = op2(b, LK_CMPNE, LOOM_BOOL, op1(b, LK_FLOOR, dt, half_f), half_f);
+    int at_half =
+        op2(b, LK_AND, LOOM_BOOL, op2(b, LK_CMPEQ, LOOM_BOOL, frac, cnst(b, dt, 0.5)), odd);
+    int up = op2(b, LK_OR, LOOM_BOOL, op2(b, LK_CMPLT, LOOM_BOOL, cnst(b, dt, 0.5), frac), at_half);
+    int r = op2(b, LK_ADD, dt, f, op3(b, LK_WHERE, dt, up, cnst(b, dt, 1), cnst(b, dt, 0)));
+    /* a zero result takes x's sign (round(-0.3) is -0, as torch) */
+    int zero = op2(b, LK_CMPEQ, LOOM_BOOL, r, cnst(b, dt, 0));
+    return op3(b, LK_WHERE, dt, zero, op2(b, LK_MUL, dt, x, cnst(b, dt, 0)), r);
+  }
   case LM_EXPM1: { /* (u - 1) * x / log(u), u = exp(x) (Kahan) */
     int u = op1(b, LK_EXP, dt, x), um1 = op2(b, LK_SUB, dt, u, cnst(b, dt, 1));
     int r = op2(b, LK_DIV, dt, op2(b, LK_MUL, dt, um1, x), op1(b, LK_LOG, dt, u));

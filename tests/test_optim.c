@@ -465,11 +465,19 @@ static void test_validation(void) {
   loom_params_free(ps);
 }
 
+/* A parameter's values against the reference's after a step. */
+static void check_param(loom_tensor *t, const double *want, int n, const char *what, int step) {
+  double got[MAXEL];
+  read_param(t, LOOM_F64, got, n);
+  CHECK_MSG(max_rel_error(got, want, n) <= 1e-12, "%s at step %d: %.17g, want %.17g", what, step,
+            got[0], want[0]);
+}
+
 /* Parameters without a gradient are skipped (no update, no state, no step
  * count: Adam's bias correction of one that joins later starts at t = 1). */
 static void test_skips_params_without_grad(void) {
   double a0[3] = {1, 2, 3}, b0[3] = {-1, 0.5, 2}, c[3] = {0.5, 0.5, 0.5};
-  double want_a[3], want_b[3], ga[3], gb[3], got[3];
+  double want_a[3], want_b[3], ga[3], gb[3];
   memcpy(want_a, a0, sizeof a0), memcpy(want_b, b0, sizeof b0);
   loom_params *ps = loom_params_new();
   loom_tensor *a = loom_from_data(a0, LOOM_SHAPE(3), LOOM_F64, test_device());
@@ -499,12 +507,8 @@ static void test_skips_params_without_grad(void) {
     for (int i = 0; i < 3; i++) ga[i] = 2 * (want_a[i] - c[i]), gb[i] = 2 * (want_b[i] - c[i]);
     ref_step(&oc, oc.adam.lr, &ra, want_a, ga, 3);
     if (with_b) ref_step(&oc, oc.adam.lr, &rb, want_b, gb, 3);
-    read_param(a, LOOM_F64, got, 3);
-    CHECK_MSG(max_rel_error(got, want_a, 3) <= 1e-12, "a at step %d: %.17g, want %.17g", step,
-              got[0], want_a[0]);
-    read_param(b, LOOM_F64, got, 3);
-    CHECK_MSG(max_rel_error(got, want_b, 3) <= 1e-12, "b at step %d: %.17g, want %.17g", step,
-              got[0], want_b[0]);
+    check_param(a, want_a, 3, "a", step);
+    check_param(b, want_b, 3, "b", step);
     loom_free(loss);
   }
   /* no gradient at all: nothing recorded, nothing pending */
@@ -537,7 +541,7 @@ static bool named_nothing(const char *name, loom_shape shape, void *ud) {
  * recipe), each against torch's formulas with its own options; a group that
  * selects nothing is refused. A weight decay of 0 is none (it once meant 1e-2). */
 static void test_param_groups(void) {
-  double w0[4] = {1, -2, 0.5, 3}, b0[2] = {0.25, -1}, want_w[4], want_b[2], gw[4], gb[2], got[4];
+  double w0[4] = {1, -2, 0.5, 3}, b0[2] = {0.25, -1}, want_w[4], want_b[2], gw[4], gb[2];
   memcpy(want_w, w0, sizeof w0), memcpy(want_b, b0, sizeof b0);
   loom_params *ps = loom_params_new();
   loom_tensor *w = loom_from_data(w0, LOOM_SHAPE(2, 2), LOOM_F64, test_device());
@@ -568,12 +572,8 @@ static void test_param_groups(void) {
     for (int i = 0; i < 2; i++) gb[i] = 3;
     ref_step(&cw, ow.lr, &rw, want_w, gw, 4);
     ref_step(&cb, ow.lr * 0.5, &rb, want_b, gb, 2);
-    read_param(w, LOOM_F64, got, 4);
-    CHECK_MSG(max_rel_error(got, want_w, 4) <= 1e-12, "weight at step %d: %.17g, want %.17g", step,
-              got[0], want_w[0]);
-    read_param(b, LOOM_F64, got, 2);
-    CHECK_MSG(max_rel_error(got, want_b, 2) <= 1e-12, "bias at step %d: %.17g, want %.17g", step,
-              got[0], want_b[0]);
+    check_param(w, want_w, 4, "weight", step);
+    check_param(b, want_b, 2, "bias", step);
     loom_free(loss);
   }
   loom_optim_free(o);
