@@ -667,6 +667,48 @@ static void gen_column_reduction(lm_cg *g, plan *p) {
 
 /* ------------------------------------------------------------------ functions */
 
+/* Whether a kernel is bound by its vector instructions rather than by memory:
+ * it evaluates vector math (exp, log, tanh, erf, sin, cos, pow), and either
+ * its rows come from cache (a row kernel reads each row again for its points)
+ * or its outputs are few enough for cache (a GEMM epilogue's, run in blocks,
+ * always are); and it is not so small that compiling costs more than running.
+ * Measured on an AVX-512 Xeon, two threads: 512-bit vectors made an erf GELU
+ * over [256, 3072] 0.33 -> 0.24 ms and a softmax over [4096, 1024] 1.45 ->
+ * 1.12 ms, but a tanh and sigmoid chain over 16M values from memory 8.8 -> 9.8
+ * ms, and compiled that chain on 1024 values in 17 instead of 13 ms. */
+#define WIDE_VECTORS_MIN_POINTS (1 << 16)
+#define WIDE_VECTORS_MAX_POINTS (1 << 21)
+static bool wide_vectors_pay(const lk_kernel *k) {
+  bool math = false;
+  for (int i = 0; i < k->ninst; i++) switch (k->inst[i].op) {
+    case LK_EXP:
+    case LK_LOG:
+    case LK_TANH:
+    case LK_ERF:
+    case LK_SIN:
+    case LK_COS:
+    case LK_POW: math = true; break;
+    default: break;
+    }
+  int64_t points = 1;
+  for (int d = 0; d < k->ndim; d++) points *= k->dom[d];
+  if (!math || points < WIDE_VECTORS_MIN_POINTS) return false;
+  return k->nstats > 0 || points <= WIDE_VECTORS_MAX_POINTS;
+}
+
+/* LLVM vectorizes at 256 bits on AVX-512 CPUs it tunes for narrower vectors
+ * (Skylake-X through Sapphire Rapids); a kernel bound by its vector
+ * instructions needs half as many at the full width. */
+static void prefer_full_vectors(lm_cg *g, LLVMValueRef fn) {
+  char width[16];
+  snprintf(width, sizeof width, "%d", lm_target_vector_bytes() * 8);
+  const char *keys[2] = {"prefer-vector-width", "min-legal-vector-width"};
+  for (int i = 0; i < 2; i++)
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
+                            LLVMCreateStringAttribute(g->ctx, keys[i], (unsigned)strlen(keys[i]),
+                                                      width, (unsigned)strlen(width)));
+}
+
 static LLVMValueRef create_body_function(lm_cg *g) {
   const lk_kernel *k = g->k;
   int n = k->nslots;
@@ -688,6 +730,7 @@ static LLVMValueRef create_body_function(lm_cg *g) {
   LLVMSetLinkage(fn, LLVMInternalLinkage);
   add_attr(g, fn, LLVMAttributeFunctionIndex, "alwaysinline");
   add_attr(g, fn, LLVMAttributeFunctionIndex, "nounwind");
+  if (wide_vectors_pay(k)) prefer_full_vectors(g, fn);
   for (int s = 0; s < n; s++) {
     add_attr(g, fn, (LLVMAttributeIndex)s + 1, "noalias");
     add_attr(g, fn, (LLVMAttributeIndex)s + 1, "nocapture");
@@ -708,6 +751,7 @@ static bool create_entry_function(lm_cg *g, LLVMValueRef body) {
   add_attr(g, fn, 1, "noalias");
   add_attr(g, fn, 1, "nocapture");
   add_attr(g, fn, 1, "readonly");
+  if (wide_vectors_pay(g->k)) prefer_full_vectors(g, fn); /* the body is inlined here */
   LLVMValueRef *call_args = malloc((size_t)(n + 2) * sizeof *call_args);
   if (!call_args) return false;
   LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(g->ctx, fn, "entry"));

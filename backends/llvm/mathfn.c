@@ -3,7 +3,7 @@
  * instruction each). exp log sin cos tanh erf pow are the straight-line vector
  * math of vecmath_*.c: no libm calls, so loops using them vectorize. It works
  * in double (F32 operands are widened and the result rounded once), except F32
- * exp and tanh, which have float versions.
+ * exp, tanh and erf, which run in float.
  */
 #include <string.h>
 
@@ -37,9 +37,11 @@ static lm_vm float_vm(lm_cg *g) {
 /* One vecmath function in double; F32 values are widened and rounded back. */
 static LLVMValueRef vector_math(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef x, LLVMValueRef y) {
   lm_vm v = double_vm(g, dt == LOOM_F32);
-  if (v.single && (op == LK_EXP || op == LK_TANH)) { /* the hottest get float versions */
+  if (v.single && (op == LK_EXP || op == LK_TANH || op == LK_ERF)) { /* the hottest: in float */
     v = float_vm(g);
-    return op == LK_EXP ? lm_vm_exp_f32(&v, x) : lm_vm_tanh_f32(&v, x);
+    return op == LK_EXP    ? lm_vm_exp_f32(&v, x)
+           : op == LK_TANH ? lm_vm_tanh_f32(&v, x)
+                           : lm_vm_erf(&v, x);
   }
   if (v.single) {
     x = LLVMBuildFPExt(g->b, x, g->t_f64, "");
