@@ -138,10 +138,11 @@ LM_PUBLIC(loom_tensor *, loom_gelu_tanh, (const loom_tensor *a), (a)) {
   loom_tensor *err;
   if ((err = lm_check("loom_gelu_tanh", a))) return err;
   int token = lm_composite_begin();
-  loom_tensor *x = loom_cast(a, loom_dtype_is_float(a->node->dtype) ? a->node->dtype : LOOM_F32);
+  loom_dtype out = lm_float_result(a->node->dtype);
+  loom_tensor *x = loom_cast(a, lm_compute_dtype(out)); /* BF16, F16: in F32, rounded once */
   loom_tensor *inner = loom_add(x, loom_mul_s(loom_mul(loom_square(x), x), 0.044715));
   loom_tensor *t = loom_tanh(loom_mul_s(inner, sqrt(2.0 / M_PI)));
-  return lm_composite_end(token, loom_mul(loom_mul_s(x, 0.5), loom_add_s(t, 1)));
+  return lm_composite_end(token, loom_cast(loom_mul(loom_mul_s(x, 0.5), loom_add_s(t, 1)), out));
 }
 
 /* ------------------------------------------------------------ attention */

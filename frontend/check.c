@@ -73,12 +73,17 @@ loom_tensor *lm_result(lm_node *n) {
 /* PyTorch's categories (bool < integer < float), wider wins inside one. The
  * enum is not in that order, so rank explicitly. */
 static int rank(loom_dtype d) {
-  static const int ranks[LOOM_NUM_DTYPES] = {[LOOM_BOOL] = 0, [LOOM_U8] = 1,  [LOOM_I32] = 2,
-                                             [LOOM_I64] = 3,  [LOOM_F32] = 4, [LOOM_F64] = 5};
+  static const int ranks[LOOM_NUM_DTYPES] = {
+      [LOOM_BOOL] = 0, [LOOM_U8] = 1,  [LOOM_I32] = 2, [LOOM_I64] = 3,
+      [LOOM_BF16] = 4, [LOOM_F16] = 4, [LOOM_F32] = 5, [LOOM_F64] = 6};
   return ranks[d];
 }
 
-loom_dtype lm_promote(loom_dtype a, loom_dtype b) { return rank(a) >= rank(b) ? a : b; }
+/* BF16 with F16 gives F32: neither holds the other (torch's rule). */
+loom_dtype lm_promote(loom_dtype a, loom_dtype b) {
+  if (a != b && rank(a) == rank(b)) return LOOM_F32;
+  return rank(a) >= rank(b) ? a : b;
+}
 
 static int category(loom_dtype d) { return d == LOOM_BOOL ? 0 : loom_dtype_is_float(d) ? 2 : 1; }
 

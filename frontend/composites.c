@@ -26,14 +26,14 @@ static loom_tensor *variance(const char *op, const loom_tensor *a, const int *ax
     count *= s->dim[ax];
   }
   int token = lm_composite_begin();
-  loom_tensor *x =
-      loom_dtype_is_float(a->node->dtype) ? loom_cast(a, a->node->dtype) : loom_cast(a, LOOM_F32);
+  loom_dtype out = lm_float_result(a->node->dtype);
+  loom_tensor *x = loom_cast(a, lm_compute_dtype(out)); /* BF16, F16: in F32, rounded once */
   loom_tensor *centered = loom_sub(x, loom_mean(x, axes, naxes, true));
   loom_tensor *squares = loom_sum(loom_square(centered), axes, naxes, keepdim);
   /* torch: max(0, N - correction); 0 gives inf or NaN, as torch */
   double denominator = (double)count - correction > 0 ? (double)count - correction : 0;
   loom_tensor *v = loom_div_s(squares, denominator);
-  return lm_composite_end(token, root ? loom_sqrt(v) : v);
+  return lm_composite_end(token, loom_cast(root ? loom_sqrt(v) : v, out));
 }
 
 LM_PUBLIC(loom_tensor *, loom_var,

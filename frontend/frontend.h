@@ -46,6 +46,14 @@ loom_dtype lm_promote(loom_dtype a, loom_dtype b);
 loom_dtype lm_result_dtype(const lm_node *a, const lm_node *b);
 /* The dtype an op with a tensor of `t` and a scalar `s` computes in. */
 loom_dtype lm_scalar_promote(loom_dtype t, double s);
+/* What a composite torch computes in float runs in: F32 for BF16, F16 and the
+ * integers, the dtype itself for F32 and F64; and the dtype it returns in. */
+static inline loom_dtype lm_compute_dtype(loom_dtype dt) {
+  return dt == LOOM_F64 ? LOOM_F64 : LOOM_F32;
+}
+static inline loom_dtype lm_float_result(loom_dtype dt) {
+  return loom_dtype_is_float(dt) ? dt : LOOM_F32;
+}
 bool lm_broadcast_shape(const loom_shape *a, const loom_shape *b, loom_shape *out);
 
 /* ------------------------------------------------------------ node builders */

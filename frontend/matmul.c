@@ -66,6 +66,11 @@ loom_tensor *loom_matmul(const loom_tensor *a, const loom_tensor *b) {
                          loom_dtype_name(a->node->dtype), loom_dtype_name(b->node->dtype));
   if (a->node->dtype == LOOM_BOOL)
     return lm_error(LOOM_ERR_DTYPE, "%s: bool tensors cannot be multiplied", name);
+  if (lm_dtype_is_half(a->node->dtype)) { /* an F32 product, rounded once, as torch's */
+    int token = lm_composite_begin();
+    loom_tensor *p = loom_matmul(loom_cast(a, LOOM_F32), loom_cast(b, LOOM_F32));
+    return lm_composite_end(token, loom_cast(p, a->node->dtype));
+  }
   if (A->ndim == 0 || B->ndim == 0)
     return lm_pair_error(LOOM_ERR_SHAPE, name, A, "@", B, "both arguments need at least 1 dim");
   /* 1-D operands become matrices; their dim is removed from the result. */

@@ -380,8 +380,10 @@ LM_PUBLIC(loom_tensor *, loom_layer_norm,
   }
   int token = lm_composite_begin();
   loom_tensor *mean, *var;
-  loom_tensor *y = normalize(x, axes, ndims, eps, &mean, &var);
-  return lm_composite_end(token, affine(y, weight, bias, wshape));
+  loom_dtype out = lm_float_result(x->node->dtype), dt = lm_compute_dtype(out);
+  loom_tensor *w = weight ? loom_cast(weight, dt) : NULL, *b = bias ? loom_cast(bias, dt) : NULL;
+  loom_tensor *y = normalize(loom_cast(x, dt), axes, ndims, eps, &mean, &var);
+  return lm_composite_end(token, loom_cast(affine(y, w, b, wshape), out));
 }
 
 /* ------------------------------------------------------------ losses */
@@ -389,7 +391,11 @@ LM_PUBLIC(loom_tensor *, loom_layer_norm,
 LM_PUBLIC(loom_tensor *, loom_mse_loss, (const loom_tensor *pred, const loom_tensor *target),
           (pred, target)) {
   int token = lm_composite_begin();
-  return lm_composite_end(token, loom_mean_all(loom_square(loom_sub(pred, target))));
+  loom_tensor *d = loom_sub(pred, target), *err; /* then BF16, F16 in F32, rounded once */
+  if ((err = lm_check("loom_mse_loss", d))) return lm_composite_end(token, err);
+  loom_dtype out = lm_float_result(d->node->dtype);
+  loom_tensor *m = loom_mean_all(loom_square(loom_cast(d, lm_compute_dtype(out))));
+  return lm_composite_end(token, loom_cast(m, out));
 }
 
 /* [N, C] scores and [N] integer labels, or an error naming the op. */
@@ -424,7 +430,9 @@ LM_PUBLIC(loom_tensor *, loom_cross_entropy, (const loom_tensor *logits, const l
   loom_tensor *err;
   if ((err = check_scores("loom_cross_entropy", logits, labels))) return err;
   int token = lm_composite_begin();
-  return lm_composite_end(token, loom_nll_loss(loom_log_softmax(logits, 1), labels));
+  loom_dtype out = lm_float_result(logits->node->dtype); /* BF16, F16: in F32, rounded once */
+  loom_tensor *log_probs = loom_log_softmax(loom_cast(logits, lm_compute_dtype(out)), 1);
+  return lm_composite_end(token, loom_cast(loom_nll_loss(log_probs, labels), out));
 }
 
 /* torch's F.cross_entropy(logits, labels, ignore_index, reduction,
@@ -459,8 +467,9 @@ LM_PUBLIC(loom_tensor *, loom_cross_entropy_ex,
   /* classes last: [N, d..., C] */
   int perm[LOOM_MAX_DIMS];
   lm_axis_last(s->ndim, class_axis, perm, NULL);
-  loom_tensor *scores =
-      single ? loom_retain((loom_tensor *)logits) : loom_permute(logits, perm, s->ndim);
+  loom_dtype out = lm_float_result(logits->node->dtype); /* BF16, F16: in F32, rounded once */
+  loom_tensor *wide = loom_cast(logits, lm_compute_dtype(out));
+  loom_tensor *scores = single ? wide : loom_permute(wide, perm, s->ndim);
   loom_tensor *log_probs = loom_log_softmax(scores, -1);
   loom_tensor *valid = o.ignore ? loom_ne_s(labels, (double)o.ignore_index)
                                 : loom_ones(*l, LOOM_BOOL, labels->node->device);
@@ -481,7 +490,7 @@ LM_PUBLIC(loom_tensor *, loom_cross_entropy_ex,
     r = loom_sum_all(per);
   else /* over the labels not ignored: NaN when every one is, as torch */
     r = loom_div(loom_sum_all(per), loom_sum_all(loom_cast(valid, per->node->dtype)));
-  return lm_composite_end(token, r);
+  return lm_composite_end(token, loom_cast(r, out));
 }
 
 /* max(x, 0) - x*y + log(1 + exp(-|x|)): stable for large |x|. */

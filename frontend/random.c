@@ -48,7 +48,8 @@ static loom_tensor *draw(const char *name, loom_key key, lm_rand_kind kind, doub
       (err = lm_check_device(name, device)))
     return err;
   if (kind != LM_RAND_BERNOULLI && !loom_dtype_is_float(dtype))
-    return lm_error(LOOM_ERR_DTYPE, "%s: needs F32 or F64, got %s", name, loom_dtype_name(dtype));
+    return lm_error(LOOM_ERR_DTYPE, "%s: needs a float dtype (f32, f64, bf16, f16), got %s", name,
+                    loom_dtype_name(dtype));
   if (kind == LM_RAND_BERNOULLI && !(p >= 0 && p <= 1))
     return lm_error(LOOM_ERR_VALUE, "%s: probability %g is outside [0, 1]", name, p);
   lm_node *n = lm_node_new(LM_RAND, 0, NULL, shape, dtype, device);

@@ -79,12 +79,14 @@ loom_tensor *loom_mean(const loom_tensor *a, const int *axes, int naxes, bool ke
   if (!loom_dtype_is_float(a->node->dtype))
     return lm_error(LOOM_ERR_DTYPE, "loom_mean: needs a float tensor, got %s (cast it first)",
                     loom_dtype_name(a->node->dtype));
-  lm_node *s = reduce_node(LM_RSUM, a->node, a->node->dtype, mask, keepdim);
+  /* BF16 and F16 sum and divide in F32, rounded once (as torch) */
+  lm_node *s = reduce_node(LM_RSUM, a->node, lm_compute_dtype(a->node->dtype), mask, keepdim);
   lm_node *n = s ? nb_const((double)(a->node->shape.ndim ? reduced_count(a->node, mask) : 1),
                             s->shape, s->dtype, s->device)
                  : NULL;
-  lm_node *r = nb_binary(LM_DIV, s, n);
-  nb_drop(s, n, NULL, NULL);
+  lm_node *q = nb_binary(LM_DIV, s, n);
+  lm_node *r = nb_cast(q, a->node->dtype);
+  nb_drop(s, n, q, NULL);
   return lm_result(r);
 }
 
@@ -168,19 +170,20 @@ static loom_tensor *row(const char *name, rowwise kind, const loom_tensor *a, in
   uint32_t mask;
   if ((err = lm_check(name, a)) || (err = axes_mask(name, a->node, &axis, 1, &mask))) return err;
   bool scalar_in = a->node->shape.ndim == 0;
-  loom_dtype dt = loom_dtype_is_float(a->node->dtype) ? a->node->dtype : LOOM_F32;
+  loom_dtype out = lm_float_result(a->node->dtype), dt = lm_compute_dtype(out);
   lm_node *one_d = as_at_least_1d(a->node);
   lm_node *x = nb_cast(one_d, dt);
   lm_node *r = NULL;
   if (kind != LOGSUMEXP) {
     lm_node *y = softmax_of(x, mask, kind == LOG_SOFTMAX);
-    r = scalar_in ? nb_reshape(y, LOOM_SHAPE0) : (lm_node_retain(y), y);
-    nb_drop(y, NULL, NULL, NULL);
+    lm_node *c = nb_cast(y, out); /* BF16 and F16: computed in F32, rounded once */
+    r = scalar_in ? nb_reshape(c, LOOM_SHAPE0) : (lm_node_retain(c), c);
+    nb_drop(y, c, NULL, NULL);
   } else {
     lm_node *lse = nb_reduce(LM_RLSE, x, mask);
     if (lse) lse->dtype = LOOM_F64; /* an F32 x still takes its max and exps in float */
     lm_node *l = scalar_in ? nb_reshape(lse, LOOM_SHAPE0) : nb_squeeze_axes(lse, mask);
-    r = nb_cast(l, dt);
+    r = nb_cast(l, out);
     nb_drop(lse, l, NULL, NULL);
   }
   nb_drop(one_d, x, NULL, NULL);

@@ -56,7 +56,7 @@ typedef struct st_dtype {
 
 static const st_dtype st_dtypes[] = {
     {"F32", 4, LOOM_F32}, {"F64", 8, LOOM_F64},   {"I32", 4, LOOM_I32}, {"I64", 8, LOOM_I64},
-    {"U8", 1, LOOM_U8},   {"BOOL", 1, LOOM_BOOL}, {"F16", 2, -1},       {"BF16", 2, -1},
+    {"U8", 1, LOOM_U8},   {"BOOL", 1, LOOM_BOOL}, {"F16", 2, LOOM_F16}, {"BF16", 2, LOOM_BF16},
     {"I8", 1, -1},        {"I16", 2, -1},         {"U16", 2, -1},       {"U32", 4, -1},
     {"U64", 8, -1},       {"F8_E4M3", 1, -1},     {"F8_E5M2", 1, -1},   {"F8_E8M0", 1, -1},
     {"C64", 8, -1},
@@ -497,31 +497,12 @@ static loom_status match_collection(const st_file *sf, const loom_params *ps, st
 
 /* ------------------------------------------------------------ converting */
 
-static float f32_from_bits(uint32_t bits) {
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-static float from_bf16(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
-
-/* IEEE half: subnormals, infinities and NaNs included. */
-static float from_f16(uint16_t h) {
-  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  if (exp == 0x1f) return f32_from_bits(sign | 0x7f800000u | (man << 13));
-  if (exp == 0) { /* zero or subnormal: man * 2^-24 */
-    float v = (float)man * 0x1p-24f;
-    return sign ? -v : v;
-  }
-  return f32_from_bits(sign | ((exp + 112) << 23) | (man << 13));
-}
-
 /* One element of a (little-endian) entry of dtype `from` as a double. */
 static double element(const st_dtype *from, const unsigned char *p) {
   const char *n = from->name;
   if (!strcmp(n, "F16") || !strcmp(n, "BF16")) {
     uint16_t h = (uint16_t)(p[0] | p[1] << 8);
-    return n[0] == 'F' ? from_f16(h) : from_bf16(h);
+    return n[0] == 'F' ? loom_f16_to_float(h) : loom_bf16_to_float(h);
   }
   if (!strcmp(n, "F32")) {
     float f;
@@ -542,11 +523,10 @@ static double element(const st_dtype *from, const unsigned char *p) {
 }
 
 /* The loom dtype an entry of dtype d is read as by loom_safetensors_read:
- * its own, or the smallest that holds every value (16-bit floats as F32,
- * small integers as I32, U32 as I64); -1 when none does. */
+ * its own, or the smallest that holds every value (small integers as I32,
+ * U32 as I64); -1 when none does. */
 static int read_dtype(const st_dtype *d) {
   if (d->loom >= 0) return d->loom;
-  if (!strcmp(d->name, "F16") || !strcmp(d->name, "BF16")) return LOOM_F32;
   if (!strcmp(d->name, "I8") || !strcmp(d->name, "I16") || !strcmp(d->name, "U16")) return LOOM_I32;
   if (!strcmp(d->name, "U32")) return LOOM_I64;
   return -1;
@@ -555,15 +535,10 @@ static int read_dtype(const st_dtype *d) {
 /* raw (n elements of dtype `from`) as n elements of loom dtype `to`. */
 static void convert(const st_dtype *from, const unsigned char *raw, loom_dtype to, void *out,
                     int64_t n) {
-  for (int64_t i = 0; i < n; i++) {
-    double v = element(from, raw + (size_t)i * from->size);
-    switch (to) {
-    case LOOM_F32: ((float *)out)[i] = (float)v; break;
-    case LOOM_F64: ((double *)out)[i] = v; break;
-    case LOOM_I32: ((int32_t *)out)[i] = (int32_t)v; break;
-    default: ((int64_t *)out)[i] = (int64_t)v; break;
-    }
-  }
+  size_t size = loom_dtype_size(to);
+  for (int64_t i = 0; i < n; i++)
+    lm_dtype_store_double(to, (char *)out + (size_t)i * size,
+                          element(from, raw + (size_t)i * from->size));
 }
 
 /* A computed node holding entry e's values as a tensor of shape, dtype and

@@ -46,6 +46,8 @@ typedef enum loom_dtype {
   LOOM_I64,
   LOOM_U8,
   LOOM_BOOL,
+  LOOM_BF16, /* bfloat16 and IEEE half: stored in 2 bytes, computed in float with */
+  LOOM_F16,  /* every op's result rounded (nearest even) to the dtype, as torch */
   LOOM_NUM_DTYPES
 } loom_dtype;
 
@@ -173,6 +175,12 @@ loom_status loom_fprint(FILE *f, loom_tensor *t);
 size_t loom_dtype_size(loom_dtype dtype);
 const char *loom_dtype_name(loom_dtype dtype);
 bool loom_dtype_is_float(loom_dtype dtype);
+/* BF16 and F16 elements are their bits (uint16_t). Float to them rounds to
+ * nearest even (overflow to inf, NaN stays a quiet NaN), as torch converts. */
+float loom_bf16_to_float(uint16_t bits);
+uint16_t loom_float_to_bf16(float value);
+float loom_f16_to_float(uint16_t bits);
+uint16_t loom_float_to_f16(float value);
 
 /* Lazy assignment: t now names value's data (same shape, dtype and device),
  * computed by the next realization on this thread, in the same program as
@@ -634,8 +642,8 @@ loom_status loom_params_load_ex(loom_params *ps, const char *path, loom_load_opt
 void loom_load_report_free(loom_load_report *report);
 /* Every tensor of a safetensors file, in the file's order and under its names
  * (as safetensors' load_file), in a new collection of buffers (not trainable)
- * on device: loom_params_get(ps, "wte.weight") reads one. F16 and BF16 are
- * read as F32, I8, I16 and U16 as I32, U32 as I64 (every value exact); a
+ * on device: loom_params_get(ps, "wte.weight") reads one. Every entry keeps
+ * its dtype, but I8, I16 and U16 are read as I32, U32 as I64 (exact); a
  * dtype no loom dtype holds (U64, F8, C64) is an error naming it. NULL on an
  * error (loom_last_error says which). */
 loom_params *loom_safetensors_read(const char *path, loom_device device);

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 const lm_dtype_info lm_dtype_table[LOOM_NUM_DTYPES + 1] = {
     [LOOM_F32] = {"f32", 4, LM_DTYPE_FLOAT, 32, 24, "float", "float", "F32", "torch.float32"},
@@ -11,6 +12,10 @@ const lm_dtype_info lm_dtype_table[LOOM_NUM_DTYPES + 1] = {
     [LOOM_I64] = {"i64", 8, LM_DTYPE_SIGNED, 64, 0, "int64_t", "long long", "I64", "torch.int64"},
     [LOOM_U8] = {"u8", 1, LM_DTYPE_UNSIGNED, 8, 0, "uint8_t", "unsigned char", "U8", "torch.uint8"},
     [LOOM_BOOL] = {"bool", 1, LM_DTYPE_BOOL, 1, 0, "uint8_t", "bool", "BOOL", "torch.bool"},
+    [LOOM_BF16] = {"bf16", 2, LM_DTYPE_FLOAT, 16, 8, "uint16_t", "unsigned short", "BF16",
+                   "torch.bfloat16"},
+    [LOOM_F16] = {"f16", 2, LM_DTYPE_FLOAT, 16, 11, "uint16_t", "unsigned short", "F16",
+                  "torch.float16"},
     [LOOM_NUM_DTYPES] = {"?", 0, LM_DTYPE_SIGNED, 64, 0, "?", "?", "?", "?"},
 };
 
@@ -21,7 +26,9 @@ bool loom_dtype_is_float(loom_dtype d) { return lm_dtype_is_float(d); }
 bool lm_dtype_holds(loom_dtype d, double v) {
   switch (d) {
   case LOOM_F32:
-  case LOOM_F64: return true;
+  case LOOM_F64:
+  case LOOM_BF16:
+  case LOOM_F16: return true;
   case LOOM_I32: return v == floor(v) && v >= -2147483648.0 && v <= 2147483647.0;
   case LOOM_I64: return v == floor(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0;
   case LOOM_U8: return v == floor(v) && v >= 0 && v <= 255;
@@ -39,9 +46,73 @@ double lm_dtype_load_double(loom_dtype d, const void *p) {
   case LOOM_I64: return (double)*(const int64_t *)p;
   case LOOM_U8: return *(const uint8_t *)p;
   case LOOM_BOOL: return *(const uint8_t *)p ? 1.0 : 0.0;
+  case LOOM_BF16: return loom_bf16_to_float(*(const uint16_t *)p);
+  case LOOM_F16: return loom_f16_to_float(*(const uint16_t *)p);
   case LOOM_NUM_DTYPES: break;
   }
   return NAN;
+}
+
+void lm_dtype_store_double(loom_dtype d, void *p, double v) {
+  switch (d) {
+  case LOOM_F32: *(float *)p = (float)v; break;
+  case LOOM_F64: *(double *)p = v; break;
+  case LOOM_BF16: *(uint16_t *)p = loom_float_to_bf16((float)v); break;
+  case LOOM_F16: *(uint16_t *)p = loom_float_to_f16((float)v); break;
+  case LOOM_I32: *(int32_t *)p = (int32_t)lm_dtype_saturate(v, d); break;
+  case LOOM_I64: *(int64_t *)p = lm_dtype_saturate(v, d); break;
+  case LOOM_U8:
+  case LOOM_BOOL: *(uint8_t *)p = (uint8_t)lm_dtype_saturate(v, d); break;
+  case LOOM_NUM_DTYPES: break;
+  }
+}
+
+/* ------------------------------------------------------------------ 16-bit floats */
+
+static uint32_t float_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static float bits_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+float loom_bf16_to_float(uint16_t bits) { return bits_float((uint32_t)bits << 16); }
+
+/* The top half of the float, rounded to nearest even on the bits cut off; a
+ * NaN keeps its sign and top payload, made quiet. */
+uint16_t loom_float_to_bf16(float value) {
+  uint32_t u = float_bits(value);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+float loom_f16_to_float(uint16_t bits) {
+  uint32_t sign = (uint32_t)(bits & 0x8000u) << 16, exp = (bits >> 10) & 0x1fu, man = bits & 0x3ffu;
+  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (man << 13)); /* inf, NaN */
+  if (exp != 0) return bits_float(sign | ((exp + 112u) << 23) | (man << 13));
+  /* zero or subnormal: man * 2^-24, exact in a float */
+  float mag = (float)man * 0x1p-24f;
+  return sign ? -mag : mag;
+}
+
+/* Nearest even (Giesen's float_to_half_fast3_rtne): overflow to inf from
+ * 65520 (the midpoint past the largest half), gradual underflow below 2^-14
+ * by one float addition, whose rounding is the subnormal's. */
+uint16_t loom_float_to_f16(float value) {
+  uint32_t u = float_bits(value), sign = (u >> 16) & 0x8000u, abs = u & 0x7fffffffu;
+  if (abs >= 0x47800000u) /* 65536 and up: inf, or a quiet NaN keeping its top payload */
+    return (uint16_t)(sign | (abs > 0x7f800000u ? 0x7e00u | ((abs >> 13) & 0x1ffu) : 0x7c00u));
+  if (abs < 0x38800000u) /* below 2^-14: 0.5 + |x| leaves the subnormal's bits at the bottom */
+    return (uint16_t)(sign | (float_bits(bits_float(abs) + 0.5f) - 0x3f000000u));
+  uint32_t h = abs - 0x38000000u; /* rebiased: exponent 127 - 15 = 112 less */
+  h += 0xfffu + ((h >> 13) & 1u); /* nearest even on the 13 bits cut off; 65520 carries to inf */
+  return (uint16_t)(sign | (h >> 13));
 }
 
 int64_t lm_dtype_saturate(double v, loom_dtype d) {

@@ -63,6 +63,11 @@ bool lm_dtype_holds(loom_dtype d, double v);
 /* The element of dtype d at p as a double (BOOL 0 or 1; I64 beyond 2^53 rounds;
  * NaN outside the enum). */
 double lm_dtype_load_double(loom_dtype d, const void *p);
+/* Stores v as an element of dtype d at p (floats rounded to nearest, BF16 and
+ * F16 through float as torch converts; integers as lm_dtype_saturate). */
+void lm_dtype_store_double(loom_dtype d, void *p, double v);
+/* BF16 and F16 live in float registers: computed in float, rounded per op. */
+static inline bool lm_dtype_is_half(loom_dtype d) { return d == LOOM_BF16 || d == LOOM_F16; }
 /* v as integer dtype d: truncated toward zero, saturated at d's limits, NaN 0
  * (what a float -> integer cast computes, and integer constants from doubles:
  * converting an out-of-range double in C is undefined). BOOL is v != 0. */

@@ -38,6 +38,20 @@ static bool op_valid(lk_op op) { return (int)op >= 0 && op < LK_NUM_OPS; }
 
 const char *lk_op_name(lk_op op) { return op_valid(op) ? OPS[op].name : "?"; }
 
+bool lk_inst_rounds(const lk_inst *in) {
+  if (!lm_dtype_is_half(in->dtype)) return false;
+  switch (in->op) {
+  case LK_LOAD:
+  case LK_WHERE:
+  case LK_NEG:
+  case LK_ABS:
+  case LK_FLOOR:
+  case LK_MAX:
+  case LK_MIN: return false; /* values of the dtype already */
+  default: return true;
+  }
+}
+
 static int operand(const lk_inst *in, int which) {
   return which == 0 ? in->a : which == 1 ? in->b : in->c;
 }
@@ -379,7 +393,7 @@ static const char *check_reduce_dtype(lk_reduce r, loom_dtype acc) {
   if ((r == LK_RED_ARGMAX || r == LK_RED_ARGMIN) && acc != LOOM_I64)
     return "argmax/argmin accumulate i64";
   if (r == LK_RED_SUM && acc == LOOM_BOOL) return "sum of bool is not allowed";
-  if (r == LK_RED_LSE && acc != LOOM_F32 && acc != LOOM_F64) return "lse accumulates f32 or f64";
+  if (r == LK_RED_LSE && !lm_dtype_is_float(acc)) return "lse accumulates a float dtype";
   return NULL;
 }
 

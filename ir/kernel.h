@@ -27,6 +27,10 @@
  * points whose row-major linear index over the outer dims lies in [begin, end).
  * It must be correct for any split of [0, outer numel) into ranges, so the
  * caller can run ranges on several threads.
+ *
+ * BF16 and F16 values are floats in registers: an instruction of either dtype
+ * yields its float result rounded to the dtype (nearest even), and a
+ * reduction of them accumulates in float, rounded where its result is read.
  */
 #ifndef LOOM_IR_KERNEL_H
 #define LOOM_IR_KERNEL_H
@@ -179,6 +183,10 @@ void lk_affine_analyze(const lk_kernel *k, lk_affine *af);
  * The same values, over longer rows and affine offsets. Returns out's
  * instructions (the caller frees them), NULL when out of memory. */
 lk_inst *lk_kernel_regroup_dims(const lk_kernel *k, lk_kernel *out);
+/* Whether a backend rounds instruction `in`'s float result to its dtype: a
+ * BF16 or F16 result of anything but a load, select, negation, abs, floor, max
+ * or min (which give values of the dtype already). */
+bool lk_inst_rounds(const lk_inst *in);
 /* Readable listing, for LOOM_DEBUG and tests. */
 void lk_kernel_print(const lk_kernel *k, FILE *f);
 const char *lk_op_name(lk_op op);

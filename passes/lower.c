@@ -374,27 +374,38 @@ static int view_value(builder *b, const lm_node *n, const int *idx) {
 
 /* ------------------------------------------------------------ leaves */
 
+/* BF16 and F16 draw in F32 and round the result; a uniform draw is floored to
+ * the dtype's grid first (k 2^-p, p its significand bits), since rounding
+ * could make 1 of a draw below it. */
 static int rand_value(builder *b, const lm_node *n, const int *idx) {
   int ctr = linear(b, &n->shape, idx);
   int key = slot_for(b, n, true);
-  loom_dtype ut = n->arg.rand.kind == LM_RAND_BERNOULLI ? LOOM_F32 : n->dtype;
+  bool half = lm_dtype_is_half(n->dtype);
+  loom_dtype dt = half ? LOOM_F32 : n->dtype;
+  loom_dtype ut = n->arg.rand.kind == LM_RAND_BERNOULLI ? LOOM_F32 : dt;
   lk_inst u = inst(LK_RAND, ut, ctr, -1, -1);
   u.slot = key;
   int u1 = emit(b, u);
-  if (n->arg.rand.kind == LM_RAND_UNIFORM) return u1;
   if (n->arg.rand.kind == LM_RAND_BERNOULLI) {
     int wide = op1(b, LK_CAST, LOOM_F64, u1);
     return op2(b, LK_CMPLT, LOOM_BOOL, wide, cnst(b, LOOM_F64, n->arg.rand.p));
   }
-  /* Box-Muller on two streams: z = sqrt(-2 log(1 - u1)) cos(2 pi u2) */
-  loom_dtype dt = n->dtype;
-  u.imm_i = 1;
-  int u2 = emit(b, u);
-  int one_minus = op2(b, LK_SUB, dt, cnst(b, dt, 1.0), u1);
-  int radius =
-      op1(b, LK_SQRT, dt, op2(b, LK_MUL, dt, cnst(b, dt, -2.0), op1(b, LK_LOG, dt, one_minus)));
-  int angle = op2(b, LK_MUL, dt, cnst(b, dt, 2.0 * M_PI), u2);
-  return op2(b, LK_MUL, dt, radius, op1(b, LK_COS, dt, angle));
+  int v;
+  if (n->arg.rand.kind == LM_RAND_UNIFORM) {
+    if (!half) return u1;
+    double grid = ldexp(1.0, lm_dtype_info_of(n->dtype)->mantissa);
+    v = op2(b, LK_DIV, dt, op1(b, LK_FLOOR, dt, op2(b, LK_MUL, dt, u1, cnst(b, dt, grid))),
+            cnst(b, dt, grid));
+  } else { /* Box-Muller on two streams: z = sqrt(-2 log(1 - u1)) cos(2 pi u2) */
+    u.imm_i = 1;
+    int u2 = emit(b, u);
+    int one_minus = op2(b, LK_SUB, dt, cnst(b, dt, 1.0), u1);
+    int radius =
+        op1(b, LK_SQRT, dt, op2(b, LK_MUL, dt, cnst(b, dt, -2.0), op1(b, LK_LOG, dt, one_minus)));
+    int angle = op2(b, LK_MUL, dt, cnst(b, dt, 2.0 * M_PI), u2);
+    v = op2(b, LK_MUL, dt, radius, op1(b, LK_COS, dt, angle));
+  }
+  return half ? op1(b, LK_CAST, n->dtype, v) : v;
 }
 
 static int iota_value(builder *b, const lm_node *n, const int *idx) {
@@ -420,8 +431,7 @@ static int gather_value(builder *b, const lm_node *n, const int *idx) {
 
 /* ------------------------------------------------------------ elementwise */
 
-static int unary_value(builder *b, const lm_node *n, int x) {
-  loom_dtype dt = n->dtype;
+static int unary_value(builder *b, const lm_node *n, loom_dtype dt, int x) {
   switch (n->op) {
   case LM_NEG: return op1(b, LK_NEG, dt, x);
   case LM_ABS: return dt == LOOM_BOOL ? x : op1(b, LK_ABS, dt, x);
@@ -488,14 +498,27 @@ static int unary_value(builder *b, const lm_node *n, int x) {
   }
 }
 
-static int binary_value(builder *b, const lm_node *n, int x, int y) {
+static int binary_value(builder *b, const lm_node *n, loom_dtype dt, int x, int y) {
   static const lk_op map[LM_NUM_OPS] = {
       [LM_ADD] = LK_ADD,  [LM_SUB] = LK_SUB,  [LM_MUL] = LK_MUL,  [LM_DIV] = LK_DIV,
       [LM_POW] = LK_POW,  [LM_MAX] = LK_MAX,  [LM_MIN] = LK_MIN,  [LM_LT] = LK_CMPLT,
       [LM_LE] = LK_CMPLE, [LM_EQ] = LK_CMPEQ, [LM_NE] = LK_CMPNE, [LM_AND] = LK_AND,
       [LM_OR] = LK_OR,
   };
-  return op2(b, map[n->op], n->dtype, x, y);
+  return op2(b, map[n->op], dt, x, y);
+}
+
+/* An op of BF16 or F16 values runs in F32 and rounds once, as torch's kernels
+ * for them do (GELU's erf and products are not rounded one by one). */
+static int half_value(builder *b, const lm_node *n, const int *idx) {
+  int x[2];
+  for (int i = 0; i < n->nsrc; i++) {
+    x[i] = value(b, n->src[i], idx);
+    if (n->src[i]->dtype != LOOM_F32) x[i] = op1(b, LK_CAST, LOOM_F32, x[i]);
+  }
+  int r =
+      n->nsrc == 1 ? unary_value(b, n, LOOM_F32, x[0]) : binary_value(b, n, LOOM_F32, x[0], x[1]);
+  return op1(b, LK_CAST, n->dtype, r);
 }
 
 /* The value of node n at multi-index idx (instruction ids of I64 indices in
@@ -519,11 +542,13 @@ static int value(builder *b, const lm_node *n, const int *idx) {
   }
   default: break;
   }
+  bool elementwise = lm_op_is_elementwise(n->op) && (n->nsrc == 1 || n->nsrc == 2);
+  if (elementwise && lm_dtype_is_half(n->dtype) && n->op != LM_CAST) return half_value(b, n, idx);
   if (lm_op_is_elementwise(n->op) && n->nsrc == 1)
-    return unary_value(b, n, value(b, n->src[0], idx));
+    return unary_value(b, n, n->dtype, value(b, n->src[0], idx));
   if (lm_op_is_elementwise(n->op) && n->nsrc == 2) {
     int x = value(b, n->src[0], idx);
-    return binary_value(b, n, x, value(b, n->src[1], idx));
+    return binary_value(b, n, n->dtype, x, value(b, n->src[1], idx));
   }
   b->fail = "a reduction or matmul was not materialized";
   return 0;

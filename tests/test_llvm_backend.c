@@ -50,19 +50,18 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static size_t dsize(loom_dtype dt) {
-  switch (dt) {
-  case LOOM_F64:
-  case LOOM_I64: return 8;
-  case LOOM_F32:
-  case LOOM_I32: return 4;
-  default: return 1;
-  }
+static size_t dsize(loom_dtype dt) { return loom_dtype_size(dt); }
+static bool is_float(loom_dtype dt) { return loom_dtype_is_float(dt); }
+static bool is_half(loom_dtype dt) { return dt == LOOM_BF16 || dt == LOOM_F16; }
+static const char *dname(loom_dtype dt) { return loom_dtype_name(dt); }
+
+/* A BF16 or F16 element as a float, and a float rounded to one. */
+static float half_get(loom_dtype dt, const void *p, size_t i) {
+  uint16_t h = ((const uint16_t *)p)[i];
+  return dt == LOOM_BF16 ? loom_bf16_to_float(h) : loom_f16_to_float(h);
 }
-static bool is_float(loom_dtype dt) { return dt == LOOM_F32 || dt == LOOM_F64; }
-static const char *dname(loom_dtype dt) {
-  static const char *n[] = {"f32", "f64", "i32", "i64", "u8", "bool"};
-  return n[dt];
+static void half_put(loom_dtype dt, void *p, size_t i, float v) {
+  ((uint16_t *)p)[i] = dt == LOOM_BF16 ? loom_float_to_bf16(v) : loom_float_to_f16(v);
 }
 
 /* ------------------------------------------------------------------ kernel builder */
@@ -179,6 +178,8 @@ static bool same_elements_tol(loom_dtype dt, const void *got, const void *want, 
     bool ok;
     if (dt == LOOM_F32)
       ok = same_float(((const float *)got)[i], ((const float *)want)[i], rel, abs_tol);
+    else if (is_half(dt))
+      ok = same_float(half_get(dt, got, i), half_get(dt, want, i), rel, abs_tol);
     else if (dt == LOOM_F64)
       ok = same_float(((const double *)got)[i], ((const double *)want)[i], rel, abs_tol);
     else
@@ -203,6 +204,8 @@ static double elem_as_double(loom_dtype dt, const void *p, size_t i) {
   case LOOM_F64: return ((const double *)p)[i];
   case LOOM_I32: return ((const int32_t *)p)[i];
   case LOOM_I64: return (double)((const int64_t *)p)[i];
+  case LOOM_BF16:
+  case LOOM_F16: return half_get(dt, p, i);
   default: return ((const uint8_t *)p)[i];
   }
 }
@@ -266,7 +269,20 @@ static const int64_t I64V[] = {0,   1,         -1,        7,         -7,
 static const uint8_t U8V[] = {0, 1, 7, 100, 128, 200, 255};
 static const uint8_t BOOLV[] = {0, 1};
 
+/* The F32 spot values rounded to BF16 and F16 (1e10 is inf in F16), plus each
+ * one's largest finite value and smallest subnormal. */
+static uint16_t BF16V[sizeof F32V / sizeof *F32V + 2], F16V[sizeof F32V / sizeof *F32V + 2];
+
 static const void *spot_values(loom_dtype dt, size_t *n) {
+  if (is_half(dt)) {
+    uint16_t *v = dt == LOOM_BF16 ? BF16V : F16V;
+    size_t nf = sizeof F32V / sizeof *F32V;
+    for (size_t i = 0; i < nf; i++) half_put(dt, v, i, F32V[i]);
+    v[nf] = dt == LOOM_BF16 ? 0x7f7f : 0x7bff;
+    v[nf + 1] = 0x0001;
+    *n = nf + 2;
+    return v;
+  }
   switch (dt) {
   case LOOM_F32: *n = sizeof F32V / sizeof *F32V; return F32V;
   case LOOM_F64: *n = sizeof F64V / sizeof *F64V; return F64V;
@@ -351,6 +367,15 @@ static void ref_elementwise(lk_op op, loom_dtype dt, const void *A, const void *
     CASE(LOOM_I64, int64_t, ref_i64)
     CASE(LOOM_U8, uint8_t, ref_u8)
 #undef CASE
+  case LOOM_BF16:
+  case LOOM_F16: { /* in float, then rounded: what the op computes */
+    float a = half_get(dt, A, i), b = B ? half_get(dt, B, i) : 0.0f;
+    if (cmp)
+      ((uint8_t *)out)[i] = REF_CMP(op, a, b);
+    else
+      half_put(dt, out, i, ref_f32(op, a, b));
+    break;
+  }
   case LOOM_BOOL: {
     uint8_t a = ((const uint8_t *)A)[i], b = B ? ((const uint8_t *)B)[i] : 0;
     uint8_t r = cmp ? REF_CMP(op, a, b) : op == LK_AND ? (a && b) : op == LK_OR ? (a || b) : !a;
@@ -387,7 +412,7 @@ static double op_tolerance(lk_op op, loom_dtype dt) {
   case LK_SIN:
   case LK_COS:
   case LK_TANH:
-  case LK_ERF: return dt == LOOM_F32 ? 1e-6 : 1e-14;
+  case LK_ERF: return is_half(dt) ? 0x1p-7 : dt == LOOM_F32 ? 1e-6 : 1e-14; /* halves: 1 ulp */
   default: return 0;
   }
 }
@@ -498,9 +523,10 @@ static void test_consts(void) {
     double f;
     int64_t i;
   } cases[] = {
-      {LOOM_F32, 0.1, 0},  {LOOM_F32, -INFINITY, 0}, {LOOM_F32, NAN, 0},       {LOOM_F64, 0.1, 0},
-      {LOOM_F64, -0.0, 0}, {LOOM_I32, 0, INT32_MIN}, {LOOM_I64, 0, INT64_MIN}, {LOOM_I64, 0, -5},
-      {LOOM_U8, 0, 255},   {LOOM_BOOL, 0, 1},        {LOOM_BOOL, 0, 0},
+      {LOOM_F32, 0.1, 0},   {LOOM_F32, -INFINITY, 0}, {LOOM_F32, NAN, 0},       {LOOM_F64, 0.1, 0},
+      {LOOM_F64, -0.0, 0},  {LOOM_I32, 0, INT32_MIN}, {LOOM_I64, 0, INT64_MIN}, {LOOM_I64, 0, -5},
+      {LOOM_U8, 0, 255},    {LOOM_BOOL, 0, 1},        {LOOM_BOOL, 0, 0},        {LOOM_BF16, 0.1, 0},
+      {LOOM_BF16, 1e39, 0}, {LOOM_F16, 0.1, 0},       {LOOM_F16, 70000, 0},     {LOOM_F16, 1e-7, 0},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     loom_dtype dt = cases[c].dt;
@@ -519,6 +545,8 @@ static void test_consts(void) {
     case LOOM_F64: *(double *)want = cases[c].f; break;
     case LOOM_I32: *(int32_t *)want = (int32_t)cases[c].i; break;
     case LOOM_I64: *(int64_t *)want = cases[c].i; break;
+    case LOOM_BF16:
+    case LOOM_F16: half_put(dt, want, 0, (float)cases[c].f); break;
     default: *(uint8_t *)want = (uint8_t)cases[c].i; break;
     }
     size_t bad;
@@ -531,7 +559,8 @@ static void test_consts(void) {
 /* ------------------------------------------------------------------ 3. casts */
 
 #define READ_AS(T, src, from, i)                                                                   \
-  ((from) == LOOM_F32   ? (T)((const float *)(src))[i]                                             \
+  (is_half(from)        ? (T)half_get(from, src, i)                                                \
+   : (from) == LOOM_F32 ? (T)((const float *)(src))[i]                                             \
    : (from) == LOOM_F64 ? (T)((const double *)(src))[i]                                            \
    : (from) == LOOM_I32 ? (T)((const int32_t *)(src))[i]                                           \
    : (from) == LOOM_I64 ? (T)((const int64_t *)(src))[i]                                           \
@@ -543,6 +572,8 @@ static void ref_cast(loom_dtype from, loom_dtype to, const void *src, size_t i, 
   case LOOM_F64: ((double *)dst)[i] = READ_AS(double, src, from, i); break;
   case LOOM_I32: ((int32_t *)dst)[i] = READ_AS(int32_t, src, from, i); break;
   case LOOM_I64: ((int64_t *)dst)[i] = READ_AS(int64_t, src, from, i); break;
+  case LOOM_BF16: /* through float, as torch converts (and doubles round twice) */
+  case LOOM_F16: half_put(to, dst, i, READ_AS(float, src, from, i)); break;
   case LOOM_U8: ((uint8_t *)dst)[i] = READ_AS(uint8_t, src, from, i); break;
   default: ((uint8_t *)dst)[i] = READ_AS(bool, src, from, i); break;
   }
@@ -558,12 +589,18 @@ static size_t cast_sources(loom_dtype from, loom_dtype to, void *buf) {
     const double *src = to == LOOM_U8 ? to_u8 : to_signed;
     size_t ns = to == LOOM_U8 ? sizeof to_u8 / sizeof *to_u8 : sizeof to_signed / sizeof *to_signed;
     for (size_t i = 0; i < ns; i++, n++) {
-      if (from == LOOM_F32)
+      if (from == LOOM_F16 && fabs(src[i]) > 65504) { /* inf: C's conversion is undefined */
+        n--;
+        continue;
+      }
+      if (is_half(from))
+        half_put(from, buf, n, (float)src[i]);
+      else if (from == LOOM_F32)
         ((float *)buf)[n] = (float)src[i];
       else
         ((double *)buf)[n] = src[i];
     }
-    if (to == LOOM_I64)
+    if (to == LOOM_I64 && !is_half(from)) /* beyond F16's range, and rounded in BF16 */
       for (size_t i = 0; i < 2; i++, n++) {
         if (from == LOOM_F32)
           ((float *)buf)[n] = (float)to_i64_extra[i];

@@ -623,7 +623,7 @@ static void test_non_strict_and_cast(void) {
   if (all) {
     CHECK_EQ_INT(loom_params_count(all), 4);
     const char *names[4] = {"w", "b", "s", "lm_head"};
-    const loom_dtype dtypes[4] = {LOOM_F32, LOOM_F32, LOOM_F64, LOOM_U8};
+    const loom_dtype dtypes[4] = {LOOM_F16, LOOM_BF16, LOOM_F64, LOOM_U8}; /* each its own */
     for (int i = 0; i < 4 && i < loom_params_count(all); i++) {
       CHECK(strcmp(loom_params_name(all, i), names[i]) == 0);
       CHECK(!loom_params_trainable(all, i));
@@ -633,8 +633,14 @@ static void test_non_strict_and_cast(void) {
     }
     t = loom_params_get(all, "w");
     CHECK_EQ_INT(loom_shape_of(t).ndim, 2);
-    CHECK_OK(loom_copy_to_host(t, got, sizeof got));
-    CHECK(got[2] == 0x1p-24f && got[4] == INFINITY);
+    uint16_t bits[6];
+    CHECK_OK(loom_copy_to_host(t, bits, sizeof bits));
+    for (int i = 0; i < 6; i++) CHECK(loom_f16_to_float(bits[i]) == f16_values[i]);
+    CHECK(bits[2] == 0x0001 && bits[4] == 0x7c00); /* 2^-24 and inf, bit for bit */
+    loom_free(t);
+    t = loom_params_get(all, "b");
+    CHECK_OK(loom_copy_to_host(t, bits, 3 * sizeof *bits));
+    for (int i = 0; i < 3; i++) CHECK(loom_bf16_to_float(bits[i]) == bf16_values[i]);
     loom_free(t);
     loom_params_free(all);
   }

@@ -333,13 +333,13 @@ static void gen_point(lm_cg *g, plan *p, LLVMValueRef out_index) {
     LLVMValueRef comp = LLVMBuildGEP2(g->b, g->t_f64, p->col_comp, &local, 1, "");
     if (p->point == POINT_FLUSH) { /* total += out[i]; out[i] = 0 */
       LLVMValueRef x = lm_emit_load(g, k->out_dtype, 0, out_index);
-      if (k->out_dtype == LOOM_F32) x = LLVMBuildFPExt(g->b, x, g->t_f64, "");
+      if (lm_in_float(k->out_dtype)) x = LLVMBuildFPExt(g->b, x, g->t_f64, "");
       lm_neumaier_add(g, total, comp, x);
       v = LLVMConstNull(lm_type(g, k->out_dtype));
     } else { /* out[i] = total + comp, rounded once */
       v = LLVMBuildFAdd(g->b, LLVMBuildLoad2(g->b, g->t_f64, total, ""),
                         LLVMBuildLoad2(g->b, g->t_f64, comp, ""), "");
-      if (k->out_dtype == LOOM_F32) v = LLVMBuildFPTrunc(g->b, v, g->t_f32, "");
+      if (lm_in_float(k->out_dtype)) v = LLVMBuildFPTrunc(g->b, v, g->t_f32, "");
     }
   } else if (p->point == POINT_FINISH) { /* the epilogue on the finished sum */
     g->acc = lm_emit_load(g, k->acc_dtype, 0, out_index);
@@ -584,9 +584,10 @@ static void gen_outer_iteration(lm_cg *g, plan *p) {
 #define COLUMN_MAX_OUTPUTS 4096
 
 static bool column_shaped(const lk_kernel *k, const unsigned char *needed) {
+  /* BF16 and F16 outputs would sum at their own precision there */
   if (k->reduce != LK_RED_SUM || k->nouter == 0 || k->nouter == k->ndim ||
-      k->acc_dtype != k->out_dtype || extent_product(k, 0, k->nouter) > COLUMN_MAX_OUTPUTS ||
-      k->dom[k->nouter - 1] < 4)
+      k->acc_dtype != k->out_dtype || lm_dtype_is_half(k->out_dtype) ||
+      extent_product(k, 0, k->nouter) > COLUMN_MAX_OUTPUTS || k->dom[k->nouter - 1] < 4)
     return false;
   lk_affine *af = malloc(sizeof *af * (size_t)k->nbody);
   if (!af) return false;

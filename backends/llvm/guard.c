@@ -25,7 +25,7 @@
 
 static bool same_const(const lk_inst *a, const lk_inst *b) {
   if (a->dtype != b->dtype) return false;
-  if (a->dtype == LOOM_F32 || a->dtype == LOOM_F64)
+  if (lm_dtype_is_float(a->dtype))
     return memcmp(&a->imm_f, &b->imm_f, sizeof a->imm_f) == 0; /* -0 and NaN by bits */
   return a->imm_i == b->imm_i;
 }

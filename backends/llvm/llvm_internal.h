@@ -87,7 +87,12 @@ bool lm_guards_analyze(lm_cg *g);
 void lm_guards_free(lm_cg *g);
 LLVMValueRef lm_emit_guarded_load(lm_cg *g, int i);
 
-/* ops.c: types, memory access, one instruction. */
+/* ops.c: types, memory access, one instruction. BF16 and F16 are floats in
+ * registers (stored as i16): every instruction of theirs that can make a value
+ * the dtype cannot hold is rounded to it (lm_emit_round), so a fused kernel
+ * computes what the ops would one at a time, as torch does. */
+static inline bool lm_in_float(loom_dtype dt) { return dt == LOOM_F32 || lm_dtype_is_half(dt); }
+LLVMValueRef lm_emit_round(lm_cg *g, loom_dtype dt, LLVMValueRef v);
 LLVMTypeRef lm_type(const lm_cg *g, loom_dtype dt);     /* in registers (BOOL is i1) */
 LLVMTypeRef lm_mem_type(const lm_cg *g, loom_dtype dt); /* in memory (BOOL is i8) */
 LLVMValueRef lm_emit_load(lm_cg *g, loom_dtype dt, int slot, LLVMValueRef offset);

@@ -36,7 +36,7 @@ static lm_vm float_vm(lm_cg *g) {
 
 /* One vecmath function in double; F32 values are widened and rounded back. */
 static LLVMValueRef vector_math(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef x, LLVMValueRef y) {
-  lm_vm v = double_vm(g, dt == LOOM_F32);
+  lm_vm v = double_vm(g, lm_in_float(dt));
   if (v.single && (op == LK_EXP || op == LK_TANH || op == LK_ERF)) { /* the hottest: in float */
     v = float_vm(g);
     return op == LK_EXP    ? lm_vm_exp_f32(&v, x)

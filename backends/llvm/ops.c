@@ -10,12 +10,34 @@
  * (BOOL i1; outside the enum i64, unreachable for a checked kernel). */
 LLVMTypeRef lm_type(const lm_cg *g, loom_dtype dt) {
   const lm_dtype_info *d = lm_dtype_info_of(dt);
-  if (d->cls == LM_DTYPE_FLOAT) return d->mantissa == 24 ? g->t_f32 : g->t_f64;
+  if (d->cls == LM_DTYPE_FLOAT) return d->mantissa <= 24 ? g->t_f32 : g->t_f64;
   return LLVMIntTypeInContext(g->ctx, (unsigned)d->bits);
 }
 
 LLVMTypeRef lm_mem_type(const lm_cg *g, loom_dtype dt) {
+  if (lm_dtype_is_half(dt)) return LLVMInt16TypeInContext(g->ctx);
   return dt == LOOM_BOOL ? g->t_i8 : lm_type(g, dt);
+}
+
+static LLVMValueRef i32_const(lm_cg *g, uint32_t bits) { return LLVMConstInt(g->t_i32, bits, 0); }
+
+/* A float rounded to nearest even at BF16's 8 significant bits (a NaN made
+ * quiet), or to F16 (through LLVM's half, which handles its range). */
+LLVMValueRef lm_emit_round(lm_cg *g, loom_dtype dt, LLVMValueRef v) {
+  if (dt == LOOM_F16) {
+    LLVMValueRef h = LLVMBuildFPTrunc(g->b, v, LLVMHalfTypeInContext(g->ctx), "");
+    return LLVMBuildFPExt(g->b, h, g->t_f32, "");
+  }
+  if (dt != LOOM_BF16) return v;
+  LLVMValueRef u = LLVMBuildBitCast(g->b, v, g->t_i32, "");
+  LLVMValueRef odd =
+      LLVMBuildAnd(g->b, LLVMBuildLShr(g->b, u, i32_const(g, 16), ""), i32_const(g, 1), "");
+  LLVMValueRef up = LLVMBuildAdd(g->b, u, LLVMBuildAdd(g->b, odd, i32_const(g, 0x7fff), ""), "");
+  LLVMValueRef nan = LLVMBuildFCmp(g->b, LLVMRealUNO, v, v, "");
+  LLVMValueRef quiet = LLVMBuildOr(g->b, u, i32_const(g, 0x00400000u), "");
+  LLVMValueRef r =
+      LLVMBuildAnd(g->b, LLVMBuildSelect(g->b, nan, quiet, up, ""), i32_const(g, 0xffff0000u), "");
+  return LLVMBuildBitCast(g->b, r, g->t_f32, "");
 }
 
 /* &((T *)slot)[offset] for the memory type of dt. */
@@ -30,12 +52,27 @@ LLVMValueRef lm_emit_load(lm_cg *g, loom_dtype dt, int slot, LLVMValueRef offset
       LLVMBuildLoad2(g->b, lm_mem_type(g, dt), element_address(g, dt, slot, offset), "");
   LLVMSetAlignment(v, (unsigned)loom_dtype_size(dt));
   if (dt == LOOM_BOOL) v = LLVMBuildICmp(g->b, LLVMIntNE, v, LLVMConstNull(g->t_i8), "");
+  if (dt == LOOM_F16)
+    v = LLVMBuildFPExt(g->b, LLVMBuildBitCast(g->b, v, LLVMHalfTypeInContext(g->ctx), ""), g->t_f32,
+                       "");
+  if (dt == LOOM_BF16) {
+    LLVMValueRef u = LLVMBuildShl(g->b, LLVMBuildZExt(g->b, v, g->t_i32, ""), i32_const(g, 16), "");
+    v = LLVMBuildBitCast(g->b, u, g->t_f32, "");
+  }
   return v;
 }
 
 void lm_emit_store_output(lm_cg *g, LLVMValueRef offset, LLVMValueRef v) {
   loom_dtype dt = g->k->out_dtype;
   if (dt == LOOM_BOOL) v = LLVMBuildZExt(g->b, v, g->t_i8, "");
+  if (dt == LOOM_F16) /* the value is a half already: exact */
+    v = LLVMBuildBitCast(g->b, LLVMBuildFPTrunc(g->b, v, LLVMHalfTypeInContext(g->ctx), ""),
+                         LLVMInt16TypeInContext(g->ctx), "");
+  if (dt == LOOM_BF16) { /* rounded again: a reduction's result reaches here unrounded */
+    LLVMValueRef u = LLVMBuildBitCast(g->b, lm_emit_round(g, dt, v), g->t_i32, "");
+    v = LLVMBuildTrunc(g->b, LLVMBuildLShr(g->b, u, i32_const(g, 16), ""),
+                       LLVMInt16TypeInContext(g->ctx), "");
+  }
   LLVMValueRef st = LLVMBuildStore(g->b, v, element_address(g, dt, 0, offset));
   LLVMSetAlignment(st, (unsigned)loom_dtype_size(dt));
 }
@@ -141,8 +178,10 @@ static LLVMValueRef emit_cast(lm_cg *g, loom_dtype from, loom_dtype to, LLVMValu
     return lm_dtype_is_float(from) ? LLVMBuildFCmp(g->b, LLVMRealUNE, v, zero, "")
                                    : LLVMBuildICmp(g->b, LLVMIntNE, v, zero, "");
   }
-  if (lm_dtype_is_float(from) && lm_dtype_is_float(to))
-    return from == LOOM_F32 ? LLVMBuildFPExt(g->b, v, t, "") : LLVMBuildFPTrunc(g->b, v, t, "");
+  if (lm_dtype_is_float(from) && lm_dtype_is_float(to)) { /* then rounded to a 16-bit `to` */
+    if (LLVMTypeOf(v) == t) return v;
+    return lm_in_float(from) ? LLVMBuildFPExt(g->b, v, t, "") : LLVMBuildFPTrunc(g->b, v, t, "");
+  }
   if (lm_dtype_is_float(from)) return float_to_int(g, v, to);
   if (lm_dtype_is_float(to))
     return lm_dtype_is_unsigned(from) ? LLVMBuildUIToFP(g->b, v, t, "")
@@ -162,7 +201,15 @@ static LLVMValueRef operand_value(lm_cg *g, int i, int which) {
   return g->val[which];
 }
 
+static LLVMValueRef emit_inst_unrounded(lm_cg *g, int i);
+
 LLVMValueRef lm_emit_inst(lm_cg *g, int i) {
+  const lk_inst *in = &g->k->inst[i];
+  LLVMValueRef v = emit_inst_unrounded(g, i);
+  return v && lk_inst_rounds(in) ? lm_emit_round(g, in->dtype, v) : v;
+}
+
+static LLVMValueRef emit_inst_unrounded(lm_cg *g, int i) {
   const lk_inst *in = &g->k->inst[i];
   LLVMValueRef a = operand_value(g, i, in->a);
   LLVMValueRef b = operand_value(g, i, in->b);

@@ -37,7 +37,9 @@ static LLVMValueRef extreme(lm_cg *g, loom_dtype dt, bool highest) {
   LLVMTypeRef t = lm_type(g, dt);
   switch (dt) {
   case LOOM_F32:
-  case LOOM_F64: return LLVMConstReal(t, highest ? INFINITY : -INFINITY);
+  case LOOM_F64:
+  case LOOM_BF16:
+  case LOOM_F16: return LLVMConstReal(t, highest ? INFINITY : -INFINITY);
   case LOOM_I32:
     return LLVMConstInt(t, highest ? (uint64_t)INT32_MAX : (uint64_t)(int64_t)INT32_MIN, 1);
   case LOOM_I64: return LLVMConstInt(t, highest ? (uint64_t)INT64_MAX : (uint64_t)INT64_MIN, 1);
@@ -66,7 +68,7 @@ static bool uses_keys_for(lk_reduce reduce, loom_dtype dt, int64_t extent) {
 }
 
 static LLVMTypeRef key_type(lm_cg *g, loom_dtype dt) {
-  return dt == LOOM_F32 ? g->t_i32 : g->t_i64;
+  return lm_in_float(dt) ? g->t_i32 : g->t_i64;
 }
 
 /*
@@ -141,7 +143,7 @@ void lm_acc_flush(lm_cg *g, const lm_acc *acc) {
   LLVMTypeRef t = lm_type(g, acc->dt);
   LLVMValueRef slot = chunk_slot(acc);
   LLVMValueRef x = LLVMBuildLoad2(g->b, t, slot, "chunk");
-  if (acc->dt == LOOM_F32) x = LLVMBuildFPExt(g->b, x, g->t_f64, "");
+  if (lm_in_float(acc->dt)) x = LLVMBuildFPExt(g->b, x, g->t_f64, "");
   lm_neumaier_add(g, acc->total, acc->comp, x);
   LLVMBuildStore(g->b, LLVMConstNull(t), slot);
 }
@@ -171,7 +173,7 @@ void lm_acc_reset(lm_cg *g, lm_acc *acc) {
 }
 
 static LLVMValueRef float_sum(lm_cg *g, loom_dtype dt, LLVMValueRef a, LLVMValueRef b) {
-  const char *name = dt == LOOM_F32 ? "lm.fadd.reassoc.f32" : "lm.fadd.reassoc.f64";
+  const char *name = lm_in_float(dt) ? "lm.fadd.reassoc.f32" : "lm.fadd.reassoc.f64";
   LLVMValueRef fn = LLVMGetNamedFunction(g->mod, name);
   if (!fn) return lm_cg_fail(g, "prelude function %s is missing", name);
   LLVMValueRef args[2] = {a, b};
@@ -299,23 +301,23 @@ void lm_acc_begin_second_pass(lm_cg *g, lm_acc *acc) {
 LLVMValueRef lm_acc_result(lm_cg *g, const lm_acc *acc) {
   if (acc->sum) { /* LSE: shift + log(sum), rounded once */
     LLVMValueRef shift = LLVMBuildLoad2(g->b, lm_type(g, acc->dt), acc->best, "");
-    if (acc->dt == LOOM_F32) shift = LLVMBuildFPExt(g->b, shift, g->t_f64, "");
+    if (lm_in_float(acc->dt)) shift = LLVMBuildFPExt(g->b, shift, g->t_f64, "");
     LLVMValueRef sum;
     if (acc->total) { /* the skipped second pass left 0 or 1 in sum: the flush adds it */
       sum = chunked_value(g, acc);
     } else {
       sum = LLVMBuildLoad2(g->b, lm_type(g, acc->dt), acc->sum, "");
-      if (acc->dt == LOOM_F32) sum = LLVMBuildFPExt(g->b, sum, g->t_f64, "");
+      if (lm_in_float(acc->dt)) sum = LLVMBuildFPExt(g->b, sum, g->t_f64, "");
     }
     LLVMValueRef lg = lm_emit_math(g, LK_LOG, LOOM_F64, sum, NULL);
     if (!lg) return NULL;
     LLVMValueRef r = LLVMBuildFAdd(g->b, shift, lg, "");
-    return acc->out_dt == LOOM_F32 ? LLVMBuildFPTrunc(g->b, r, g->t_f32, "") : r;
+    return lm_in_float(acc->out_dt) ? LLVMBuildFPTrunc(g->b, r, g->t_f32, "") : r;
   }
   if (acc->index) return LLVMBuildLoad2(g->b, g->t_i64, acc->index, "");
   if (acc->total) {
     LLVMValueRef v = chunked_value(g, acc);
-    return acc->dt == LOOM_F32 ? LLVMBuildFPTrunc(g->b, v, g->t_f32, "") : v;
+    return lm_in_float(acc->dt) ? LLVMBuildFPTrunc(g->b, v, g->t_f32, "") : v;
   }
   return LLVMBuildLoad2(g->b, lm_type(g, acc->dt), acc->best, "");
 }

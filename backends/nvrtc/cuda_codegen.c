@@ -120,10 +120,19 @@ typedef struct cg {
   int gemm_slot; /* a fused GEMM epilogue: the slot whose loads are the product, else 0 */
 } cg;
 
-static const char *ctype(loom_dtype dt) { return lm_dtype_info_of(dt)->cuda_type; }
+/* In registers BF16 and F16 are floats; every instruction of theirs that can
+ * make a value they cannot hold is rounded to them (as on the CPU). */
+static const char *ctype(loom_dtype dt) {
+  return lm_dtype_is_half(dt) ? "float" : lm_dtype_info_of(dt)->cuda_type;
+}
 
-/* In memory BOOL is one byte, 0 or 1. */
-static const char *mtype(loom_dtype dt) { return dt == LOOM_BOOL ? "unsigned char" : ctype(dt); }
+/* In memory BOOL is one byte, 0 or 1; BF16 and F16 their bits. */
+static const char *mtype(loom_dtype dt) {
+  return dt == LOOM_BOOL ? "unsigned char" : lm_dtype_info_of(dt)->cuda_type;
+}
+
+/* "bf16" or "f16": the prelude's lm_from_<h>, lm_to_<h> and lm_round_<h>. */
+static const char *half_name(loom_dtype dt) { return loom_dtype_name(dt); }
 
 static void line(cg *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void line(cg *g, const char *fmt, ...) {
@@ -162,7 +171,7 @@ static int64_t extent_product(const lk_kernel *k, int from, int to) {
 /* A float constant exactly: hexadecimal, rounded to float first for F32 (as
  * LLVMConstReal does); infinities and NaN through the prelude's bit casts. */
 static void put_float(sb *s, loom_dtype dt, double v) {
-  bool f32 = dt == LOOM_F32;
+  bool f32 = dt != LOOM_F64;
   double x = f32 ? (double)(float)v : v;
   if (isnan(x))
     sb_printf(s, "%s", f32 ? "LM_NAN_F" : "LM_NAN_D");
@@ -197,7 +206,9 @@ static void put_const(sb *s, const lk_inst *in) {
 static void put_extreme(sb *s, loom_dtype dt, bool highest) {
   switch (dt) {
   case LOOM_F32:
-  case LOOM_F64: put_float(s, dt, highest ? INFINITY : -INFINITY); break;
+  case LOOM_F64:
+  case LOOM_BF16:
+  case LOOM_F16: put_float(s, dt, highest ? INFINITY : -INFINITY); break;
   case LOOM_I32: sb_printf(s, "%s", highest ? "2147483647" : "(-2147483647 - 1)"); break;
   case LOOM_I64: put_int(s, dt, highest ? INT64_MAX : INT64_MIN); break;
   case LOOM_U8: sb_printf(s, "((unsigned char)%d)", highest ? 255 : 0); break;
@@ -264,12 +275,24 @@ static void put_cast(sb *s, const lk_kernel *k, const lk_inst *in) {
 
 static void put_load(cg *g, const lk_inst *in, int i, bool vector) {
   const char *bool_test = in->dtype == LOOM_BOOL ? " != 0" : "";
-  if (g->gemm_slot > 0 && in->slot == g->gemm_slot) /* at the point's own index */
+  bool half = lm_dtype_is_half(in->dtype);
+  if (g->gemm_slot > 0 && in->slot == g->gemm_slot) { /* at the point's own index */
     sb_printf(&g->s, "lm_gemm_v");
-  else if (vector && g->chunk_of[i] >= 0)
+    return;
+  }
+  if (half) sb_printf(&g->s, "lm_from_%s", half_name(in->dtype));
+  if (vector && g->chunk_of[i] >= 0)
     sb_printf(&g->s, "(lm_c%d.v[lm_j]%s)", g->chunk_of[i], bool_test);
   else
     sb_printf(&g->s, "(((const %s *)s%d)[v%d]%s)", mtype(in->dtype), in->slot, in->a, bool_test);
+}
+
+/* A float value of `v` stored as out dtype dt: BF16 and F16 as their bits. */
+static void put_stored(sb *s, loom_dtype dt, int v) {
+  if (lm_dtype_is_half(dt))
+    sb_printf(s, "lm_to_%s(v%d)", half_name(dt), v);
+  else
+    sb_printf(s, "(%s)v%d", mtype(dt), v);
 }
 
 static void put_expr(cg *g, int i, bool vector) {
@@ -326,9 +349,11 @@ static void put_expr(cg *g, int i, bool vector) {
 static void emit_eval(cg *g, const unsigned char *needed, int upto, bool vector) {
   for (int i = 0; i <= upto; i++) {
     if (!needed[i]) continue;
-    sb_printf(&g->s, "%*sconst %s v%d = ", g->ind, "", ctype(g->k->inst[i].dtype), i);
+    const lk_inst *in = &g->k->inst[i];
+    sb_printf(&g->s, "%*sconst %s v%d = ", g->ind, "", ctype(in->dtype), i);
+    if (lk_inst_rounds(in)) sb_printf(&g->s, "lm_round_%s(", half_name(in->dtype));
     put_expr(g, i, vector);
-    sb_printf(&g->s, ";\n");
+    sb_printf(&g->s, lk_inst_rounds(in) ? ");\n" : ";\n");
   }
 }
 
@@ -356,7 +381,9 @@ static void emit_unravel(cg *g, const char *var, const char *q, int from, int to
 
 static void emit_store(cg *g, const char *at, int value) {
   loom_dtype dt = g->k->out_dtype;
-  line(g, "((%s *)s0)[%s] = (%s)v%d;", mtype(dt), at, mtype(dt), value);
+  sb_printf(&g->s, "%*s((%s *)s0)[%s] = ", g->ind, "", mtype(dt), at);
+  put_stored(&g->s, dt, value);
+  sb_printf(&g->s, ";\n");
 }
 
 /* ------------------------------------------------------------------ header */
@@ -470,7 +497,9 @@ static void emit_vector_path(cg *g) {
   line(g, "const long long lm_p = lm_base + lm_j;");
   emit_unravel(g, "lm_p", "lm_q", 0, k->nouter);
   emit_eval(g, g->body_needed, k->value, true);
-  line(g, "lm_out.v[lm_j] = (%s)v%d;", out, k->value);
+  sb_printf(&g->s, "%*slm_out.v[lm_j] = ", g->ind, "");
+  put_stored(&g->s, k->out_dtype, k->value);
+  sb_printf(&g->s, ";\n");
   close_block(g);
   line(g, "lm_store4((%s *)s0 + lm_base, lm_out);", out);
 }
@@ -633,7 +662,7 @@ static void emit_pass(cg *g, int pass) {
 static void emit_lse_second_pass(cg *g) {
   const char *t = ctype(value_dtype(g));
   line(g, "const %s lm_shift = lm_a != lm_a ? lm_a : (lm_fabs(lm_a) == (%s)%s ? (%s)0 : lm_a);", t,
-       t, value_dtype(g) == LOOM_F32 ? "LM_INF_F" : "LM_INF_D", t);
+       t, value_dtype(g) != LOOM_F64 ? "LM_INF_F" : "LM_INF_D", t);
   line(g, "double lm_s = 0.0;");
   if (value_dtype(g) == LOOM_F64) line(g, "double lm_sc = 0.0;");
   open_block(g, "if (lm_a == lm_a)");

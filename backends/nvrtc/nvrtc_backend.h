@@ -23,7 +23,7 @@
 
 /* Bumped whenever the generated CUDA C changes for the same kernel: part of
  * the cubin cache keys. */
-#define LM_CUDA_CODEGEN_VERSION 5
+#define LM_CUDA_CODEGEN_VERSION 6
 
 /* Threads per block of every generated kernel (its __launch_bounds__). */
 #define LM_CUDA_BLOCK 256

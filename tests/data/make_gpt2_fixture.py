@@ -6,13 +6,13 @@ head tied to wte) with seeded random weights, and
 tests/data/gpt2_tiny_expected.safetensors: PyTorch 1.13's logits, loss and
 every gradient (F64) for a fixed batch, and the losses of 5 AdamW steps.
 Read by tests/test_gpt2.c.  Run:  python3 tests/data/make_gpt2_fixture.py"""
-import json
 import math
 import os
-import struct
 
 import torch
 import torch.nn.functional as F
+
+from safetensors_write import write
 
 torch.manual_seed(0)
 L, H, C, V, T, B = 2, 4, 32, 64, 16, 2
@@ -89,22 +89,6 @@ with torch.no_grad():
         nxt = forward(w, seq)[:, -1].argmax(-1, keepdim=True)
         seq = torch.cat([seq, nxt], 1)
 expected["greedy"] = seq.reshape(-1)
-
-
-def write(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        t = t.contiguous()
-        dtype = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64"}[t.dtype]
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": dtype, "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
 write(os.path.join(HERE, "gpt2_tiny.safetensors"), params)

@@ -53,6 +53,16 @@ static inline float __int_as_float(int i) {
   __builtin_memcpy(&f, &i, 4);
   return f;
 }
+static inline float __uint_as_float(unsigned int u) {
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+static inline unsigned int __float_as_uint(float f) {
+  unsigned int u;
+  __builtin_memcpy(&u, &f, 4);
+  return u;
+}
 static inline double __longlong_as_double(long long i) {
   double d;
   __builtin_memcpy(&d, &i, 8);
@@ -76,6 +86,7 @@ static inline unsigned int __umulhi(unsigned int a, unsigned int b) {
 LM_EMU_VEC4(float4, float)
 LM_EMU_VEC4(int4, int)
 LM_EMU_VEC4(uchar4, unsigned char)
+LM_EMU_VEC4(ushort4, unsigned short)
 LM_EMU_VEC2(double2, double)
 LM_EMU_VEC2(longlong2, long long)
 
