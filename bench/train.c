@@ -115,36 +115,44 @@ static void cnn_teardown(void *state) {
   free(s);
 }
 
-/* ------------------------------------------------------------ a small GPT-2, AdamW */
+/* ------------------------------------------------------------ GPT-2s, AdamW */
 
-/* issue 18's "L4 H4 C256, V256, B=8" with a context of 64 */
-enum {
-  GPT_LAYERS = 4,
-  GPT_HEADS = 4,
-  GPT_EMBED = 256,
-  GPT_VOCAB = 256,
-  GPT_BATCH = 8,
-  GPT_CONTEXT = 64
-};
+/* issue 18's shapes: "L4 H4 C256, V256, B=8" with a context of 64, and GPT-2
+ * 124M (1024 positions) at B=4, T=64 */
+typedef struct gpt_shape {
+  int layers, heads;
+  int64_t embed, vocab, positions, batch, tokens;
+} gpt_shape;
+
+static const gpt_shape GPT_SMALL = {4, 4, 256, 256, 64, 8, 64};
+static const gpt_shape GPT2_124M = {12, 12, 768, 50257, 1024, 4, 64};
+
+/* 6 per parameter and token (blocks and the tied head), and attention's two
+ * products, forward and backward */
+#define GPT_WORK(g)                                                                                \
+  (6.0 * (g).batch * (g).tokens *                                                                  \
+       (12.0 * (g).layers * (g).embed * (g).embed + (double)(g).vocab * (g).embed) +               \
+   6.0 * 2 * (g).layers * (g).batch * (double)(g).tokens * (g).tokens * (g).embed)
 
 typedef struct gpt_state {
   loom_params *ps;
   gpt2_config c;
+  gpt_shape g;
   loom_optim *opt;
   loom_tensor *x, *y;
 } gpt_state;
 
-static loom_status gpt_setup(void **state) {
+static loom_status gpt_setup(void **state, const gpt_shape *g) {
   gpt_state *s = calloc(1, sizeof *s);
   if (!s) return LOOM_ERR_OOM;
-  s->c = (gpt2_config){GPT_LAYERS, GPT_HEADS, GPT_VOCAB, GPT_CONTEXT, GPT_EMBED};
+  s->g = *g;
+  s->c = (gpt2_config){g->layers, g->heads, g->vocab, g->positions, g->embed};
   s->ps = gpt2_new(s->c, loom_key_new(11));
   s->opt = loom_adamw(s->ps, LOOM_ADAMW_DEFAULTS);
-  int64_t n = GPT_BATCH * GPT_CONTEXT, *tokens = malloc(sizeof(int64_t) * (size_t)(n + 1));
+  int64_t n = g->batch * g->tokens, *tokens = malloc(sizeof(int64_t) * (size_t)(n + 1));
   if (!tokens) return LOOM_ERR_OOM;
-  for (int64_t i = 0; i <= n; i++) tokens[i] = (i * 37 + 11) % GPT_VOCAB;
-  s->x =
-      loom_from_data(tokens, LOOM_SHAPE(GPT_BATCH, GPT_CONTEXT), LOOM_I64, loom_default_device());
+  for (int64_t i = 0; i <= n; i++) tokens[i] = (i * 37 + 11) % g->vocab;
+  s->x = loom_from_data(tokens, LOOM_SHAPE(g->batch, g->tokens), LOOM_I64, loom_default_device());
   s->y = loom_from_data(tokens + 1, LOOM_SHAPE(n), LOOM_I64, loom_default_device());
   free(tokens);
   *state = s;
@@ -156,7 +164,7 @@ static loom_status gpt_run(void *state, bench_call_report *report) {
   gpt_state *s = state;
   loom_scope_begin();
   loom_tensor *logits = gpt2_forward(s->ps, s->c, s->x);
-  loom_tensor *flat = loom_reshape(logits, LOOM_SHAPE(GPT_BATCH * GPT_CONTEXT, GPT_VOCAB));
+  loom_tensor *flat = loom_reshape(logits, LOOM_SHAPE(s->g.batch * s->g.tokens, s->g.vocab));
   return finish_step(s->opt, loom_cross_entropy(flat, s->y));
 }
 
@@ -167,6 +175,9 @@ static void gpt_teardown(void *state) {
   loom_free(s->x), loom_free(s->y);
   free(s);
 }
+
+static loom_status gpt_small_setup(void **state) { return gpt_setup(state, &GPT_SMALL); }
+static loom_status gpt2_124m_setup(void **state) { return gpt_setup(state, &GPT2_124M); }
 
 const bench_workload bench_train_workloads[] = {
     {
@@ -197,14 +208,22 @@ const bench_workload bench_train_workloads[] = {
         .what = "GPT-2 layout, 4 layers, 4 heads, C 256, vocab 256, batch 8 x 64 tokens; AdamW: "
                 "one whole step",
         .metric = BENCH_FLOPS,
-        /* 6 per parameter and token (blocks and the tied head), and attention's
-         * two products, forward and backward */
-        .work = 6.0 * GPT_BATCH * GPT_CONTEXT *
-                    (12.0 * GPT_LAYERS * GPT_EMBED * GPT_EMBED + (double)GPT_VOCAB * GPT_EMBED) +
-                6.0 * 2 * GPT_LAYERS * GPT_BATCH * (double)GPT_CONTEXT * GPT_CONTEXT * GPT_EMBED,
+        .work = GPT_WORK(GPT_SMALL),
         .measure_peak = true,
         .compare_unfused = false,
-        .setup = gpt_setup,
+        .setup = gpt_small_setup,
+        .run = gpt_run,
+        .teardown = gpt_teardown,
+    },
+    {
+        .name = "gpt2_124m_train_step",
+        .what = "GPT-2 124M (12 layers, 12 heads, C 768, vocab 50257), batch 4 x 64 tokens; "
+                "AdamW: one whole step",
+        .metric = BENCH_FLOPS,
+        .work = GPT_WORK(GPT2_124M),
+        .measure_peak = true,
+        .compare_unfused = false,
+        .setup = gpt2_124m_setup,
         .run = gpt_run,
         .teardown = gpt_teardown,
     },

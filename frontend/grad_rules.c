@@ -144,9 +144,25 @@ static lm_node *reduce_grad(ctx *c, lm_node *g) {
   return mul(c, wide, bin(c, LM_DIV, hit, keep(c->a, nb_expand(count, x->shape))));
 }
 
+/* Whether x is a transpose of its last two dims (a weight read as W^T). */
+static bool is_transpose_last(const lm_node *x) {
+  int nd = x->shape.ndim;
+  if (x->op != LM_PERMUTE || nd < 2) return false;
+  for (int d = 0; d < nd - 2; d++)
+    if (x->arg.perm[d] != d) return false;
+  return x->arg.perm[nd - 2] == nd - 1 && x->arg.perm[nd - 1] == nd - 2;
+}
+
+/* d/dA = G B^T, d/dB = A^T G. When B is W^T, d/dB is computed as (G^T A)^T,
+ * so that W's gradient G^T A is stored in W's own layout: as A^T G it was
+ * stored transposed, and whatever read it as W's (an optimizer's update, the
+ * sum with an embedding's gradient) read it column by column. */
 static lm_node *matmul_grad(ctx *c, int which, lm_node *g) {
   lm_node *n = (lm_node *)c->n;
   if (which == 0) return keep(c->a, nb_matmul(g, keep(c->a, nb_transpose_last(n->src[1]))));
+  if (is_transpose_last(n->src[1]))
+    return keep(c->a, nb_transpose_last(
+                          keep(c->a, nb_matmul(keep(c->a, nb_transpose_last(g)), n->src[0]))));
   return keep(c->a, nb_matmul(keep(c->a, nb_transpose_last(n->src[0])), g));
 }
 
@@ -245,7 +261,61 @@ static lm_node *view_grad(ctx *c, int which, lm_node *g) {
   }
 }
 
-/* d/d(table) of a gather: one-hot(indices)^T @ g, a scatter-add through BLAS. */
+/* 0, 1, ... along `axis` of an I64 tensor of `shape`. */
+static lm_node *iota(ctx *c, loom_shape shape) {
+  lm_node *i = keep(c->a, lm_node_new(LM_IOTA, 0, NULL, shape, LOOM_I64, c->n->device));
+  if (i) i->arg.iota.start = 0, i->arg.iota.step = 1;
+  return i;
+}
+
+static lm_node *expand(ctx *c, lm_node *x, loom_shape shape) {
+  return keep(c->a, nb_expand(x, shape));
+}
+
+/* The number of true entries of each row of a [rows, n] BOOL. */
+static lm_node *count_rows(ctx *c, lm_node *hits) {
+  lm_node *ones = keep(c->a, nb_cast(hits, LOOM_I64));
+  return keep(c->a, nb_squeeze_axes(keep(c->a, nb_reduce(LM_RSUM, ones, 2u)), 2u));
+}
+
+/*
+ * A table's rows from count gradient rows g [count, rest] at row indices col
+ * [count, 1], when the table has more rows than there are indices (a
+ * vocabulary's embedding): the one-hot GEMM would cost rows * count * rest.
+ * Instead, with each index's stable rank r_i (its place in sorted order) and
+ * cum[k] = sum of g_i over r_i < k (in F64: a [count+1, count] GEMM), row v
+ * is cum[hi_v] - cum[lo_v], lo_v and hi_v the numbers of indices below v and
+ * up to v: rows * count comparisons and one pass over the table.
+ */
+static lm_node *rows_by_rank(ctx *c, lm_node *col, lm_node *flat, int64_t rows) {
+  int64_t count = col->shape.dim[0], rest = flat->shape.dim[1];
+  lm_node *row_of = keep(c->a, nb_reshape(col, LOOM_SHAPE(1, count)));
+  loom_shape pairs = LOOM_SHAPE(count, count); /* [i, j]: does j sort before i? */
+  lm_node *vi = expand(c, col, pairs), *vj = expand(c, row_of, pairs);
+  lm_node *earlier = bin(c, LM_LT, expand(c, iota(c, LOOM_SHAPE(1, count)), pairs),
+                         expand(c, iota(c, LOOM_SHAPE(count, 1)), pairs));
+  lm_node *before =
+      bin(c, LM_OR, bin(c, LM_LT, vj, vi), bin(c, LM_AND, bin(c, LM_EQ, vj, vi), earlier));
+  lm_node *rank = keep(c->a, nb_reshape(count_rows(c, before), LOOM_SHAPE(1, count)));
+  loom_shape prefixes = LOOM_SHAPE(count + 1, count); /* [k, i]: r_i < k */
+  lm_node *below_k = bin(c, LM_LT, expand(c, rank, prefixes),
+                         expand(c, iota(c, LOOM_SHAPE(count + 1, 1)), prefixes));
+  lm_node *cum = keep(
+      c->a, nb_matmul(keep(c->a, nb_cast(below_k, LOOM_F64)), keep(c->a, nb_cast(flat, LOOM_F64))));
+  loom_shape per_row = LOOM_SHAPE(rows, count); /* [v, i] */
+  lm_node *v = expand(c, iota(c, LOOM_SHAPE(rows, 1)), per_row), *iv = expand(c, row_of, per_row);
+  lm_node *lo = count_rows(c, bin(c, LM_LT, iv, v)), *hi = count_rows(c, bin(c, LM_LE, iv, v));
+  lm_node *at_lo[2] = {cum, lo}, *at_hi[2] = {cum, hi};
+  loom_shape out = LOOM_SHAPE(rows, rest);
+  lm_node *a =
+      cum && lo ? keep(c->a, lm_node_new(LM_GATHER, 2, at_lo, out, LOOM_F64, c->n->device)) : NULL;
+  lm_node *b =
+      cum && hi ? keep(c->a, lm_node_new(LM_GATHER, 2, at_hi, out, LOOM_F64, c->n->device)) : NULL;
+  return keep(c->a, nb_cast(bin(c, LM_SUB, b, a), flat->dtype));
+}
+
+/* d/d(table) of a gather: a scatter-add of g's rows, as one-hot(indices)^T @ g
+ * (one GEMM) or, for tables of more rows than indices, by rank. */
 static lm_node *gather_grad(ctx *c, lm_node *g) {
   lm_node *n = (lm_node *)c->n, *table = n->src[0], *indices = n->src[1];
   int64_t rows = table->shape.dim[0], count = lm_shape_numel(&indices->shape);
@@ -256,13 +326,12 @@ static lm_node *gather_grad(ctx *c, lm_node *g) {
   lm_node *hi =
       keep(c->a, nb_const((double)(rows - 1), col ? col->shape : LOOM_SHAPE0, LOOM_I64, n->device));
   col = bin(c, LM_MIN, bin(c, LM_MAX, col, lo), hi); /* the rows the forward read */
-  lm_node *iota =
-      keep(c->a, lm_node_new(LM_IOTA, 0, NULL, LOOM_SHAPE(1, rows), LOOM_I64, n->device));
-  if (iota) iota->arg.iota.start = 0, iota->arg.iota.step = 1;
-  loom_shape both = LOOM_SHAPE(count, rows);
-  lm_node *hot = bin(c, LM_EQ, keep(c->a, nb_expand(col, both)), keep(c->a, nb_expand(iota, both)));
-  lm_node *onehot = keep(c->a, nb_cast(hot, g->dtype));
   lm_node *flat = keep(c->a, nb_reshape(g, LOOM_SHAPE(count, rest)));
+  if (rows > count && count > 0 && col && flat)
+    return keep(c->a, nb_reshape(rows_by_rank(c, col, flat, rows), table->shape));
+  loom_shape both = LOOM_SHAPE(count, rows);
+  lm_node *hot = bin(c, LM_EQ, expand(c, col, both), expand(c, iota(c, LOOM_SHAPE(1, rows)), both));
+  lm_node *onehot = keep(c->a, nb_cast(hot, g->dtype));
   lm_node *rows_grad = keep(c->a, nb_matmul(keep(c->a, nb_transpose_last(onehot)), flat));
   return keep(c->a, nb_reshape(rows_grad, table->shape));
 }

@@ -259,6 +259,11 @@ static loom_tensor *g_embedding(loom_tensor *const *in) {
   int64_t idx[5] = {3, 0, 3, 1, 2};
   return loom_embedding_f(loom_from_data(idx, LOOM_SHAPE(5), LOOM_I64, test_device()), in[0]);
 }
+/* more rows than indices, some repeated: the gradient by rank, not the one-hot GEMM */
+static loom_tensor *g_embedding_wide(loom_tensor *const *in) {
+  int64_t idx[6] = {3, 0, 10, 3, 9, 3};
+  return loom_embedding_f(loom_from_data(idx, LOOM_SHAPE(2, 3), LOOM_I64, test_device()), in[0]);
+}
 static loom_tensor *g_batchnorm(loom_tensor *const *in) {
   return loom_batch_norm(in[0], NULL, NULL, in[1], in[2], true, 0.1, 1e-5);
 }
@@ -292,6 +297,7 @@ static const gcase grads[] = {
     {"max_pool2d (odd, cropped)", g_maxpool_odd, 1, {LOOM_SHAPE(1, 2, 5, 7)}, DISTINCT},
     {"avg_pool2d (stride = kernel)", g_avgpool_odd, 1, {LOOM_SHAPE(1, 2, 7, 8)}, ANY},
     {"embedding", g_embedding, 1, {LOOM_SHAPE(4, 3)}, ANY},
+    {"embedding_wide", g_embedding_wide, 1, {LOOM_SHAPE(11, 3)}, ANY},
     {"batch_norm", g_batchnorm, 3, {LOOM_SHAPE(3, 2, 2, 2), LOOM_SHAPE(2), LOOM_SHAPE(2)}, ANY},
     {"layer_norm", g_layernorm, 3, {LOOM_SHAPE(3, 5), LOOM_SHAPE(5), LOOM_SHAPE(5)}, ANY},
     {"cross_entropy", g_cross_entropy, 1, {LOOM_SHAPE(4, 3)}, ANY},

@@ -126,16 +126,15 @@ def cnn_train_step():
     return train_step(model, opt, torch.rand(64, 1, 28, 28), labels(64))
 
 
-def gpt_small_train_step():
-    """bench/train.c's GPT-2 (4 layers, 4 heads, C 256, vocab 256, batch 8 x 64), AdamW."""
-    layers, heads, c, v, b, t = 4, 4, 256, 256, 8, 64
+def gpt_train_step(layers, heads, c, v, positions, b, t):
+    """bench/train.c's GPT-2s: one AdamW step on b x t tokens."""
     def p(*shape, std=0.02):
         return (torch.randn(*shape) * std).requires_grad_(True)
     def zeros(n):
         return torch.zeros(n, requires_grad=True)
     def ones(n):
         return torch.ones(n, requires_grad=True)
-    w = {"wte": p(v, c), "wpe": p(t, c, std=0.01), "lnf.w": ones(c), "lnf.b": zeros(c)}
+    w = {"wte": p(v, c), "wpe": p(positions, c, std=0.01), "lnf.w": ones(c), "lnf.b": zeros(c)}
     for i in range(layers):
         for name, (n_in, n_out) in {"attn": (c, 3 * c), "proj": (c, c), "fc": (c, 4 * c),
                                     "mproj": (4 * c, c)}.items():
@@ -170,6 +169,14 @@ def gpt_small_train_step():
     return call
 
 
+def gpt_small_train_step():
+    return gpt_train_step(4, 4, 256, 256, 64, 8, 64)
+
+
+def gpt2_124m_train_step():
+    return gpt_train_step(12, 12, 768, 50257, 1024, 4, 64)
+
+
 inf = float("inf")
 
 common.run("torch", {
@@ -184,4 +191,5 @@ common.run("torch", {
     "mlp_train_step": [("eager", mlp_train_step)],
     "cnn_train_step": [("eager", cnn_train_step)],
     "gpt_small_train_step": [("eager", gpt_small_train_step)],
+    "gpt2_124m_train_step": [("eager", gpt2_124m_train_step)],
 }, args)

@@ -290,6 +290,11 @@ case("sort_last", "sort", {"x": rn(3, 7)}, lambda x: torch.sort(x, -1).values,
 case("sort_descending_axis0", "sort", {"x": rn(5, 4)},
      lambda x: torch.sort(x, 0, descending=True).values, params={"axis": 0, "descending": 1})
 
+# a table of more rows than indices (repeats among them): the gradient by rank
+case("embedding_wide", "embedding",
+     {"indices": torch.tensor([[5, 39, 5, 0], [17, 5, 38, 17]]), "weight": rn(40, 3)},
+     lambda indices, weight: F.embedding(indices, weight))
+
 with open(OUT, "w") as f:
     f.write("\n".join(lines) + "\n")
 print("wrote %s (%d bytes)" % (OUT, os.path.getsize(OUT)))
