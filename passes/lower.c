@@ -408,7 +408,19 @@ static int rand_value(builder *b, const lm_node *n, const int *idx) {
   return half ? op1(b, LK_CAST, n->dtype, v) : v;
 }
 
+/* start + i * step: in I64 for an integer dtype whose every value, with start
+ * and step, is an integer the dtype holds (a one-hot's class index then
+ * compares without a round trip through F64), else in F64 and cast. */
 static int iota_value(builder *b, const lm_node *n, const int *idx) {
+  double start = n->arg.iota.start, step = n->arg.iota.step;
+  double last = start + step * (double)(lm_shape_numel(&n->shape) - 1);
+  if (lm_dtype_is_int(n->dtype) && lm_dtype_holds(n->dtype, start) &&
+      lm_dtype_holds(n->dtype, last) && step == floor(step) && fabs(step) < 0x1p53) {
+    int lin = linear(b, &n->shape, idx);
+    int v = step == 1 ? lin : op2(b, LK_MUL, LOOM_I64, lin, cnst(b, LOOM_I64, step));
+    if (start != 0) v = op2(b, LK_ADD, LOOM_I64, v, cnst(b, LOOM_I64, start));
+    return n->dtype == LOOM_I64 ? v : op1(b, LK_CAST, n->dtype, v);
+  }
   int i = op1(b, LK_CAST, LOOM_F64, linear(b, &n->shape, idx));
   int v = op2(b, LK_ADD, LOOM_F64, op2(b, LK_MUL, LOOM_F64, i, cnst(b, LOOM_F64, n->arg.iota.step)),
               cnst(b, LOOM_F64, n->arg.iota.start));
