@@ -151,6 +151,14 @@ lm_node *nb_matmul(lm_node *a, lm_node *b) {
   return make(LM_MATMUL, 2, src, shape, a->dtype);
 }
 
+bool nb_is_transpose_last(const lm_node *x) {
+  int nd = x->shape.ndim;
+  if (x->op != LM_PERMUTE || nd < 2) return false;
+  for (int d = 0; d < nd - 2; d++)
+    if (x->arg.perm[d] != d) return false;
+  return x->arg.perm[nd - 2] == nd - 1 && x->arg.perm[nd - 1] == nd - 2;
+}
+
 lm_node *nb_transpose_last(lm_node *a) {
   if (!a) return NULL;
   int perm[LOOM_MAX_DIMS], nd = a->shape.ndim;

@@ -77,6 +77,8 @@ lm_node *nb_pad(lm_node *a, const int64_t *lo, const int64_t *hi, double value);
 lm_node *nb_matmul(lm_node *a, lm_node *b);
 /* Swaps the last two dims. */
 lm_node *nb_transpose_last(lm_node *a);
+/* Whether x is a transpose of its last two dims (a weight read as W^T). */
+bool nb_is_transpose_last(const lm_node *x);
 /* Releases up to four builder results (NULL ignored). */
 void nb_drop(lm_node *a, lm_node *b, lm_node *c, lm_node *d);
 

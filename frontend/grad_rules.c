@@ -144,15 +144,6 @@ static lm_node *reduce_grad(ctx *c, lm_node *g) {
   return mul(c, wide, bin(c, LM_DIV, hit, keep(c->a, nb_expand(count, x->shape))));
 }
 
-/* Whether x is a transpose of its last two dims (a weight read as W^T). */
-static bool is_transpose_last(const lm_node *x) {
-  int nd = x->shape.ndim;
-  if (x->op != LM_PERMUTE || nd < 2) return false;
-  for (int d = 0; d < nd - 2; d++)
-    if (x->arg.perm[d] != d) return false;
-  return x->arg.perm[nd - 2] == nd - 1 && x->arg.perm[nd - 1] == nd - 2;
-}
-
 /* d/dA = G B^T, d/dB = A^T G. When B is W^T, d/dB is computed as (G^T A)^T,
  * so that W's gradient G^T A is stored in W's own layout: as A^T G it was
  * stored transposed, and whatever read it as W's (an optimizer's update, the
@@ -160,7 +151,7 @@ static bool is_transpose_last(const lm_node *x) {
 static lm_node *matmul_grad(ctx *c, int which, lm_node *g) {
   lm_node *n = (lm_node *)c->n;
   if (which == 0) return keep(c->a, nb_matmul(g, keep(c->a, nb_transpose_last(n->src[1]))));
-  if (is_transpose_last(n->src[1]))
+  if (nb_is_transpose_last(n->src[1]))
     return keep(c->a, nb_transpose_last(
                           keep(c->a, nb_matmul(keep(c->a, nb_transpose_last(g)), n->src[0]))));
   return keep(c->a, nb_matmul(keep(c->a, nb_transpose_last(n->src[0])), g));

@@ -55,6 +55,17 @@ static loom_tensor *folded_matmul(lm_node *a, lm_node *b, int64_t M, int64_t K, 
   return lm_result(f);
 }
 
+/* t as F32; a transposed view is widened before its transpose, so the cast
+ * reads and writes rows (W^T of a BF16 weight: W widened in W's layout, which
+ * the GEMM reads as B^T; cast after the transpose it read W column by column:
+ * [3072, 768] 1.74 ms). */
+static loom_tensor *widen(const loom_tensor *t) {
+  if (!nb_is_transpose_last(t->node)) return loom_cast(t, LOOM_F32);
+  lm_node *c = nb_cast(t->node->src[0], LOOM_F32), *r = nb_transpose_last(c);
+  nb_drop(c, NULL, NULL, NULL);
+  return lm_result(r);
+}
+
 loom_tensor *loom_matmul(const loom_tensor *a, const loom_tensor *b) {
   const char *name = "loom_matmul";
   loom_tensor *err;
@@ -68,7 +79,7 @@ loom_tensor *loom_matmul(const loom_tensor *a, const loom_tensor *b) {
     return lm_error(LOOM_ERR_DTYPE, "%s: bool tensors cannot be multiplied", name);
   if (lm_dtype_is_half(a->node->dtype)) { /* an F32 product, rounded once, as torch's */
     int token = lm_composite_begin();
-    loom_tensor *p = loom_matmul(loom_cast(a, LOOM_F32), loom_cast(b, LOOM_F32));
+    loom_tensor *p = loom_matmul(widen(a), widen(b));
     return lm_composite_end(token, loom_cast(p, a->node->dtype));
   }
   if (A->ndim == 0 || B->ndim == 0)

@@ -195,6 +195,8 @@ static void test_against_torch(loom_params *file, const char *prefix, loom_dtype
     compare(&fx, "sum", loom_sum(x, (int[]){-1}, 1, false), 1, true);
     compare(&fx, "mean", loom_mean(x, (int[]){-1}, 1, false), 1, true);
     compare(&fx, "matmul", loom_matmul(x, m), 1, true);
+    loom_tensor *m_t = loom_contiguous(loom_transpose(m, 0, 1)); /* a weight read as W^T */
+    compare(&fx, "matmul", loom_matmul(x, loom_transpose(m_t, 0, 1)), 1, true);
     compare(&fx, "cross_entropy", loom_cross_entropy(x, labels), 1, false);
     /* gradients of sum(gelu(x * w)): each backward op rounds (torch's F16
      * reference here ran in F32), against the largest value */
