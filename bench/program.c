@@ -184,7 +184,7 @@ const bench_workload bench_program_workloads[] = {
     },
     {
         .name = "cnn_infer_so",
-        .what = "the same exported: <name>_run (one thread)",
+        .what = "the same exported: <name>_run (its own threads, as many as the CPUs)",
         .metric = BENCH_LATENCY,
         .calls_per_sample = 10,
         .setup = cnn_setup,

@@ -141,6 +141,16 @@ static const char *buffer(const lm_export_layout *l, int pos, char *buf, size_t 
   return buf;
 }
 
+/* Below this many element visits a kernel runs on the calling thread, and
+ * below this many multiply-adds a GEMM (as in runtime/exec.c and gemm.c). */
+#define EXPORT_PARALLEL_WORK 32768
+#define EXPORT_GEMM_PARALLEL_WORK (1 << 21)
+#define EXPORT_GEMM_MIN_ROWS 32
+#define EXPORT_GEMM_MIN_COLS 64
+
+/* One part's GEMM panels, 64-byte aligned. */
+static int64_t pack_stride(const lm_export_layout *l) { return (l->pack_bytes + 63) / 64 * 64; }
+
 static void write_kernel_step(const lm_export_layout *l, int i, FILE *f) {
   const lm_step *s = &l->p->plan->steps[i];
   char b[96];
@@ -159,7 +169,16 @@ static void write_kernel_step(const lm_export_layout *l, int i, FILE *f) {
     else
       fprintf(f, ", %s", buffer(l, s->arg_pos[a], b, sizeof b));
   }
-  fprintf(f, "};\n    %s(args, 0, %" PRId64 ");\n  }\n", l->symbol[i], s->outer);
+  int64_t inner = 1;
+  for (int d = s->kernel.nouter; d < s->kernel.ndim; d++) inner *= s->kernel.dom[d];
+  if (s->outer * (inner > 0 ? inner : 1) < EXPORT_PARALLEL_WORK) {
+    fprintf(f, "};\n    %s(args, 0, %" PRId64 ");\n  }\n", l->symbol[i], s->outer);
+    return;
+  }
+  fprintf(f,
+          "};\n    const struct kernel_job job = {%s, args, %" PRId64 "};\n"
+          "    run_parts(kernel_part, &job, pool.threads);\n  }\n",
+          l->symbol[i], s->outer);
 }
 
 static void write_gemm_step(const lm_export_layout *l, int i, FILE *f) {
@@ -193,7 +212,18 @@ static void write_gemm_step(const lm_export_layout *l, int i, FILE *f) {
           ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", pack, %d};\n",
           g->M, g->N, g->K, a_row, a_col, b_row, b_col, g->M * g->N, g->N, mc, kc, nc,
           (int)lk_gemm_b_in_place(&l->tile[i], g->M, kc, b_col));
-  fprintf(f, "      %s(&args);\n    }\n  }\n", l->symbol[i]);
+  /* rows over the pool (32 or more a part), or columns (64 or more) for few
+   * rows: each part packs into its own panels */
+  int by_rows = g->M >= 2 * EXPORT_GEMM_MIN_ROWS ? 1 : g->N >= 2 * EXPORT_GEMM_MIN_COLS ? 0 : -1;
+  if (g->M * g->N * g->K < EXPORT_GEMM_PARALLEL_WORK || by_rows < 0) {
+    fprintf(f, "      %s(&args);\n    }\n  }\n", l->symbol[i]);
+    return;
+  }
+  fprintf(f,
+          "      const struct gemm_job job = {%s, &args, %d, %d, pack, %" PRId64 "};\n"
+          "      run_parts(gemm_part, &job, gemm_parts(%" PRId64 ", %d));\n    }\n  }\n",
+          l->symbol[i], (int)loom_dtype_size(g->dtype), by_rows, pack_stride(l),
+          by_rows ? g->M : g->N, by_rows ? EXPORT_GEMM_MIN_ROWS : EXPORT_GEMM_MIN_COLS);
 }
 
 /* The block functions' argument (ir/kernel.h's lk_gemm_args) and their
@@ -252,14 +282,164 @@ static void write_weights_loader(const lm_export_layout *l, FILE *f) {
       LM_EXPORT_WEIGHTS_MAGIC, l->weight_bytes, LM_EXPORT_WEIGHTS_HEADER);
 }
 
+/* The worker threads every call shares: <NAME>_THREADS of them (the CPUs
+ * online by default) counting the caller, started at the first call. One call
+ * at a time runs its steps' parts on them; a call that finds them busy runs
+ * its parts itself. A part's outputs are its own and every one is computed as
+ * on one thread, so the bits never depend on the threads. */
+static void write_pool(const lm_export_layout *l, FILE *f) {
+  fprintf(
+      f,
+      "typedef void (*part_fn)(const void *job, int part, int parts);\n"
+      "static struct {\n"
+      "  pthread_mutex_t busy; /* held by the call using the workers */\n"
+      "  pthread_mutex_t lock; /* guards the waits */\n"
+      "  pthread_cond_t go, done;\n"
+      "  _Atomic unsigned long long round; /* a new job: fn, job, parts are set */\n"
+      "  _Atomic int pending;               /* workers yet to finish this round */\n"
+      "  int threads, parts, quit;\n"
+      "  part_fn fn;\n"
+      "  const void *job;\n"
+      "  pthread_t workers[256];\n"
+      "} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,\n"
+      "          PTHREAD_COND_INITIALIZER, 0, 0, 1, 0, 0, NULL, NULL, {0}};\n"
+      "static pthread_once_t pool_once = PTHREAD_ONCE_INIT;\n\n"
+      "/* Steps take tens of microseconds and waking a thread about as long: a\n"
+      " * worker done with a part, and a caller waiting for the parts, spin this\n"
+      " * long before they sleep. */\n"
+      "#define SPIN_NS 200000\n"
+      "#if defined(__x86_64__) || defined(__i386__)\n"
+      "#define CPU_RELAX() __builtin_ia32_pause()\n"
+      "#else\n"
+      "#define CPU_RELAX() ((void)0)\n"
+      "#endif\n\n"
+      "static int64_t now_ns(void) {\n"
+      "  struct timespec t;\n"
+      "  clock_gettime(CLOCK_MONOTONIC, &t);\n"
+      "  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;\n"
+      "}\n\n"
+      "static void *worker(void *arg) {\n"
+      "  int id = (int)(intptr_t)arg;\n"
+      "  unsigned long long seen = 0;\n"
+      "  for (;;) {\n"
+      "    for (int64_t t0 = now_ns(); atomic_load(&pool.round) == seen && now_ns() - t0 < "
+      "SPIN_NS;)\n"
+      "      CPU_RELAX();\n"
+      "    pthread_mutex_lock(&pool.lock);\n"
+      "    while (atomic_load(&pool.round) == seen && !pool.quit)\n"
+      "      pthread_cond_wait(&pool.go, &pool.lock);\n"
+      "    int quit = pool.quit;\n"
+      "    pthread_mutex_unlock(&pool.lock);\n"
+      "    if (quit) return NULL;\n"
+      "    seen = atomic_load(&pool.round);\n"
+      "    if (id < pool.parts) pool.fn(pool.job, id, pool.parts);\n"
+      "    if (atomic_fetch_sub(&pool.pending, 1) == 1) {\n"
+      "      pthread_mutex_lock(&pool.lock);\n"
+      "      pthread_cond_signal(&pool.done);\n"
+      "      pthread_mutex_unlock(&pool.lock);\n"
+      "    }\n"
+      "  }\n"
+      "}\n\n"
+      "/* dlclose: the workers end before the code they run is unmapped */\n"
+      "__attribute__((destructor)) static void stop_pool(void) {\n"
+      "  pthread_mutex_lock(&pool.lock);\n"
+      "  pool.quit = 1;\n"
+      "  pthread_cond_broadcast(&pool.go);\n"
+      "  pthread_mutex_unlock(&pool.lock);\n"
+      "  for (int i = 1; i < pool.threads; i++) pthread_join(pool.workers[i], NULL);\n"
+      "}\n\n"
+      "static void start_pool(void) {\n"
+      "  const char *e = getenv(\"%s_THREADS\");\n"
+      "  long n = e && *e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);\n"
+      "  if (n < 1) n = 1;\n"
+      "  if (n > 256) n = 256;\n"
+      "  pthread_attr_t attr;\n"
+      "  if (n > 1 && pthread_attr_init(&attr) == 0) {\n"
+      "    pthread_attr_setstacksize(&attr, (size_t)1 << 20);\n"
+      "    for (long i = 1; i < n; i++) {\n"
+      "      if (pthread_create(&pool.workers[i], &attr, worker, (void *)(intptr_t)i) != 0) "
+      "break;\n"
+      "      pool.threads++;\n"
+      "    }\n"
+      "    pthread_attr_destroy(&attr);\n"
+      "  }\n"
+      "}\n\n"
+      "static void run_parts(part_fn fn, const void *job, int parts) {\n"
+      "  if (parts > pool.threads) parts = pool.threads;\n"
+      "  if (parts > 1 && pthread_mutex_trylock(&pool.busy) == 0) {\n"
+      "    pool.fn = fn, pool.job = job, pool.parts = parts;\n"
+      "    atomic_store(&pool.pending, pool.threads - 1);\n"
+      "    pthread_mutex_lock(&pool.lock);\n"
+      "    atomic_fetch_add(&pool.round, 1);\n"
+      "    pthread_cond_broadcast(&pool.go);\n"
+      "    pthread_mutex_unlock(&pool.lock);\n"
+      "    fn(job, 0, parts);\n"
+      "    for (int64_t t0 = now_ns(); atomic_load(&pool.pending) > 0 && now_ns() - t0 < "
+      "SPIN_NS;)\n"
+      "      CPU_RELAX();\n"
+      "    pthread_mutex_lock(&pool.lock);\n"
+      "    while (atomic_load(&pool.pending) > 0) pthread_cond_wait(&pool.done, &pool.lock);\n"
+      "    pthread_mutex_unlock(&pool.lock);\n"
+      "    pthread_mutex_unlock(&pool.busy);\n"
+      "    return;\n"
+      "  }\n"
+      "  for (int p = 0; p < parts; p++) fn(job, p, parts);\n"
+      "}\n\n"
+      "struct kernel_job {\n"
+      "  void (*fn)(void *const *args, int64_t begin, int64_t end);\n"
+      "  void *const *args;\n"
+      "  int64_t points;\n"
+      "};\n\n"
+      "static void kernel_part(const void *job, int part, int parts) {\n"
+      "  const struct kernel_job *k = job;\n"
+      "  int64_t begin = k->points * part / parts, end = k->points * (part + 1) / parts;\n"
+      "  if (end > begin) k->fn(k->args, begin, end);\n"
+      "}\n\n",
+      l->upper);
+  if (!l->uses_gemm) return;
+  fputs(
+      "struct gemm_job {\n"
+      "  void (*fn)(const struct gemm_args *args);\n"
+      "  const struct gemm_args *args;\n"
+      "  int element, by_rows;\n"
+      "  unsigned char *pack;\n"
+      "  int64_t pack_stride;\n"
+      "};\n\n"
+      "/* rows (or columns) [m * part / parts, m * (part + 1) / parts) of C */\n"
+      "static void gemm_part(const void *job, int part, int parts) {\n"
+      "  const struct gemm_job *g = job;\n"
+      "  struct gemm_args a = *g->args;\n"
+      "  int64_t m = g->by_rows ? a.m : a.n, lo = m * part / parts, hi = m * (part + 1) / parts;\n"
+      "  if (hi <= lo) return;\n"
+      "  if (g->by_rows) {\n"
+      "    a.m = hi - lo;\n"
+      "    a.a = (const char *)a.a + lo * a.a_row * g->element;\n"
+      "    a.c = (char *)a.c + lo * a.ldc * g->element;\n"
+      "  } else {\n"
+      "    a.n = hi - lo;\n"
+      "    a.b = (const char *)a.b + lo * a.b_col * g->element;\n"
+      "    a.c = (char *)a.c + lo * g->element;\n"
+      "  }\n"
+      "  a.pack = g->pack + part * g->pack_stride;\n"
+      "  g->fn(&a);\n"
+      "}\n\n"
+      "static int gemm_parts(int64_t extent, int64_t at_least) {\n"
+      "  int64_t n = extent / at_least;\n"
+      "  return n < pool.threads ? (int)(n > 0 ? n : 1) : pool.threads;\n"
+      "}\n\n",
+      f);
+}
+
 static void write_prelude(const lm_export_layout *l, FILE *f) {
   const loom_program *p = l->p;
   fprintf(f, "/* Generated by loom %s from a compiled program: the wrapper of lib%s.so. */\n",
           LOOM_VERSION_STRING, l->name);
-  fputs("#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n", f);
+  fputs("#include <pthread.h>\n#include <stdatomic.h>\n#include <stdint.h>\n#include <stdlib.h>\n"
+        "#include <string.h>\n#include <time.h>\n#include <unistd.h>\n",
+        f);
   if (!l->embed)
-    fputs("#include <dlfcn.h>\n#include <fcntl.h>\n#include <pthread.h>\n#include <stdio.h>\n"
-          "#include <sys/mman.h>\n#include <sys/stat.h>\n#include <unistd.h>\n",
+    fputs("#include <dlfcn.h>\n#include <fcntl.h>\n#include <stdio.h>\n#include <sys/mman.h>\n"
+          "#include <sys/stat.h>\n",
           f);
   fprintf(f, "\n#include \"%s.h\"\n\n", l->name);
   fputs("/* The kernels: object code from loom's LLVM backend, linked in. */\n", f);
@@ -278,6 +458,7 @@ static void write_prelude(const lm_export_layout *l, FILE *f) {
               k[1]);
     }
   if (l->uses_gemm) write_gemm_declarations(l, f);
+  write_pool(l, f);
   if (l->embed)
     fprintf(f, "extern const unsigned char %s_weights_blob[]; /* weights.S */\n\n", l->name);
   else
@@ -322,7 +503,7 @@ void lm_export_write_source(const lm_export_layout *l, FILE *f) {
             "  if (!weights) return %s_ERR_WEIGHTS;\n",
             l->upper);
   }
-  fprintf(f, "  (void)weights;\n");
+  fprintf(f, "  (void)weights;\n  pthread_once(&pool_once, start_pool);\n");
   if (l->arena_bytes > 0) {
     fprintf(f, "  unsigned char *scratch = malloc(%" PRId64 "); /* the memory plan */\n",
             l->arena_bytes);
@@ -330,11 +511,12 @@ void lm_export_write_source(const lm_export_layout *l, FILE *f) {
   } else {
     fputs("  unsigned char *scratch = NULL; /* the memory plan: nothing between steps */\n", f);
   }
-  if (l->pack_bytes > 0) {
+  if (l->pack_bytes > 0) { /* GEMM panels, one set per part */
     fprintf(f,
-            "  void *pack = aligned_alloc(64, %" PRId64 "); /* GEMM panels */\n"
+            "  unsigned char *pack = aligned_alloc(64, (size_t)%" PRId64
+            " * (size_t)pool.threads);\n"
             "  if (!pack) {\n    free(scratch);\n    return %s_ERR_OOM;\n  }\n",
-            (l->pack_bytes + 63) / 64 * 64, l->upper);
+            pack_stride(l), l->upper);
   }
   for (int i = 0; i < p->plan->nsteps; i++) {
     const lm_step *s = &p->plan->steps[i];
@@ -387,11 +569,15 @@ void lm_export_write_header(const lm_export_layout *l, FILE *f) {
           " * %s_OUTPUT<i>_*). Returns %s_OK (0) or a %s_ERR_* status;\n"
           " * %s_status_string says what it means.\n *\n"
           " * Threads: %s_run keeps no state between calls (its scratch memory, %s_SCRATCH_BYTES,\n"
-          " * is allocated per call), so several threads may call it at once.\n *\n"
+          " * is allocated per call), so several threads may call it at once. Its steps run\n"
+          " * on %s_THREADS threads (the environment variable, read at the first call;\n"
+          " * default: the CPUs online), started at the first call and kept; a call made\n"
+          " * while another one uses them runs on its own thread. The results do not\n"
+          " * depend on the number of threads.\n *\n"
           " * Weights: %s.\n *\n"
           " * The kernels are native code for the CPU that exported them (%s); the library\n"
           " * needs libc, libm, pthreads%s, not loom.\n */\n",
-          n, LOOM_VERSION_STRING, n, n, u, u, u, u, n, n, u,
+          n, LOOM_VERSION_STRING, n, n, u, u, u, u, n, n, u, u,
           l->embed ? "embedded in the library (read-only data)"
                    : "in the file named by WEIGHTS_FILE below, beside the library, mapped at the\n"
                      " * first call and checked (length and checksum)",

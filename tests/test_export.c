@@ -463,6 +463,52 @@ static void test_awkward_paths(void) {
   loom_program_free(p);
 }
 
+/* Steps big enough for the library's threads (a GEMM split by rows, one of
+ * few rows split by columns, kernels of 32768+ points): the same bits on one
+ * thread and on three (<NAME>_THREADS), and as the program's. */
+static void test_library_threads(void) {
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(256, 300), LOOM_F32, LOOM_CPU);
+    /* scaled so that products stay near 1: F32 sums in BLAS's order and in
+     * loom's GEMM's then agree within check_same's 1e-6 through the softmax */
+    loom_tensor *w =
+        loom_mul_s(loom_randn_key(loom_key_new(3), LOOM_SHAPE(300, 200), LOOM_F32, LOOM_CPU), 0.05);
+    loom_tensor *v = loom_mul_s(
+        loom_randn_key(loom_key_new(4), LOOM_SHAPE(300, 1024), LOOM_F32, LOOM_CPU), 0.05);
+    loom_tensor *outs[2] = {
+        loom_softmax(loom_relu(loom_matmul(x, w)), -1),
+        loom_tanh(loom_matmul(loom_slice(x, 0, 0, 16, 1), v)), /* 16 rows */
+    };
+    loom_program *p = loom_compile(outs, 2, &x, 1);
+    CHECK(p != NULL);
+    CHECK_OK(loom_program_export(p, dir, "thr1"));
+    CHECK_OK(loom_program_export(p, dir, "thr3"));
+    setenv("THR1_THREADS", "1", 1);
+    setenv("THR3_THREADS", "3", 1);
+    void *one = open_lib("thr1"), *three = open_lib("thr3");
+    run_fn run1 = find_run(one, "thr1"), run3 = find_run(three, "thr3");
+    if (run1 && run3) {
+      check_same(p, run3, 5);
+      float *in = malloc(sizeof(float) * 256 * 300);
+      float *a0 = malloc(sizeof(float) * 256 * 200), *a1 = malloc(sizeof(float) * 16 * 1024);
+      float *b0 = malloc(sizeof(float) * 256 * 200), *b1 = malloc(sizeof(float) * 16 * 1024);
+      check_fill_uniform(in, 256 * 300, 9);
+      const void *ins[] = {in};
+      void *oa[] = {a0, a1}, *ob[] = {b0, b1};
+      CHECK_EQ_INT(run1(ins, oa), 0);
+      CHECK_EQ_INT(run3(ins, ob), 0);
+      CHECK(memcmp(a0, b0, sizeof(float) * 256 * 200) == 0);
+      CHECK(memcmp(a1, b1, sizeof(float) * 16 * 1024) == 0);
+      free(in), free(a0), free(a1), free(b0), free(b1);
+    }
+    unsetenv("THR1_THREADS");
+    unsetenv("THR3_THREADS");
+    if (one) dlclose(one); /* its workers end first */
+    if (three) dlclose(three);
+    loom_program_free(p);
+  }
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/loom-test-export-%d", (int)getpid());
   mkdir(dir, 0700);
@@ -471,6 +517,7 @@ int main(void) {
   test_errors();
   test_command_line();
   test_awkward_paths();
+  test_library_threads();
   if (!check_failures) check_remove_dir(dir);
   return check_report();
 }
