@@ -2,6 +2,7 @@
  * intermediates freed after their last reader. On the CPU kernels split over
  * the pool and GEMMs go through OpenBLAS; a CUDA device has its own step
  * runner (runtime/cuda.h). Realization and compiled programs share it. */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,41 +195,79 @@ static void release_code(lm_schedule *p) {
   }
 }
 
-/* Compiles the kernels of steps [begin, end) (a pool part). A failure leaves
- * fn NULL; the caller reports it on its own thread. */
+/* What a program's compile runs on the pool: step indices, the first GEMM
+ * step of each distinct tile first (a GEMM block function is the longest
+ * compile, 0.4-2 s cold), then every kernel step. */
+typedef struct compile_job {
+  lm_schedule *p;
+  const int *order;
+  int n;
+  _Atomic int next; /* the next of order[] to take: each thread takes one at a time */
+} compile_job;
+
+/* A pool part: compiles steps from order[] until none is left. A failure
+ * leaves fn NULL; the caller reports it on its own thread. */
 static void compile_steps(void *ctx, int64_t begin, int64_t end) {
-  lm_schedule *p = ctx;
-  for (int64_t i = begin; i < end; i++) {
-    lm_step *s = &p->steps[i];
-    if (s->kind == LM_STEP_KERNEL && lm_kernel_function(&s->kernel, &s->fn, &s->code) != LOOM_OK)
+  (void)begin, (void)end;
+  compile_job *j = ctx;
+  for (int i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) {
+    lm_step *s = &j->p->steps[j->order[i]];
+    if (s->kind == LM_STEP_GEMM) {
+      if (lm_gemm_prepare(&s->gemm, &s->code) != LOOM_OK) s->gemm.fn = NULL;
+    } else if (lm_kernel_function(&s->kernel, &s->fn, &s->code) != LOOM_OK) {
       s->fn = NULL;
+    }
   }
 }
 
-/* A new program's kernels compile in parallel (LLVM work dominates a cold
- * start); cached ones come back at once. Each step holds its code until the
- * schedule is freed. */
+static bool same_tile(const lk_gemm *a, const lk_gemm *b) {
+  return a->dtype == b->dtype && a->mr == b->mr && a->nr == b->nr;
+}
+
+/* The steps compile_steps runs, in order (n of them). */
+static int compile_order(const lm_schedule *p, int *order) {
+  int n = 0;
+  lk_gemm tiles[16]; /* dtypes x tiles; more would only compile later, serially */
+  int ntiles = 0;
+  for (int i = 0; i < p->nsteps; i++) {
+    const lm_gemm *g = &p->steps[i].gemm;
+    if (p->steps[i].kind != LM_STEP_GEMM) continue;
+    lk_gemm t;
+    lm_gemm_tile_for(g->dtype, g->M, g->N, &t);
+    bool seen = false;
+    for (int k = 0; k < ntiles && !seen; k++) seen = same_tile(&tiles[k], &t);
+    if (seen || ntiles == (int)(sizeof tiles / sizeof *tiles)) continue;
+    tiles[ntiles++] = t;
+    order[n++] = i;
+  }
+  for (int i = 0; i < p->nsteps; i++)
+    if (p->steps[i].kind == LM_STEP_KERNEL) order[n++] = i;
+  return n;
+}
+
+/* A new program's kernels and GEMM functions compile in parallel (LLVM work
+ * dominates a cold start), one pool part each; cached ones come back at once.
+ * Each step holds its code until the schedule is freed. */
 loom_status lm_exec_compile(lm_schedule *p, loom_device device) {
   release_code(p); /* compiled before: for another device, say */
   p->release_code = release_code;
   if (device.type == LOOM_DEVICE_CUDA) return lm_cuda_exec_compile(p, device.index);
-  int kernels = 0;
-  for (int i = 0; i < p->nsteps; i++) {
-    if (p->steps[i].kind != LM_STEP_KERNEL) continue;
-    kernels++;
-    if (lm_env_flag("LOOM_DEBUG")) lk_kernel_print(&p->steps[i].kernel, stderr);
-  }
-  int parts = kernels > 1 ? loom_num_threads() : 1;
-  lm_parallel_for(p->nsteps, parts < p->nsteps ? parts : p->nsteps, compile_steps, p);
-  for (int i = 0; i < p->nsteps; i++) {
+  for (int i = 0; i < p->nsteps; i++)
+    if (p->steps[i].kind == LM_STEP_KERNEL && lm_env_flag("LOOM_DEBUG"))
+      lk_kernel_print(&p->steps[i].kernel, stderr);
+  int *order = malloc(sizeof(int) * (size_t)(p->nsteps + 1));
+  if (!order) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory compiling a program");
+  compile_job job = {p, order, compile_order(p, order), 0};
+  int threads = loom_num_threads();
+  lm_parallel_for(threads, job.n > 1 ? threads : 1, compile_steps, &job);
+  free(order);
+  for (int i = 0; i < p->nsteps; i++) { /* failures again, to report here; the rest */
     lm_step *s = &p->steps[i];
-    if (s->kind != LM_STEP_KERNEL || s->fn) continue;
-    loom_status st = lm_kernel_function(&s->kernel, &s->fn, &s->code); /* again, to report here */
-    if (st != LOOM_OK) return st;
-  }
-  for (int i = 0; i < p->nsteps; i++) {
-    if (p->steps[i].kind != LM_STEP_GEMM) continue;
-    loom_status st = lm_gemm_prepare(&p->steps[i].gemm, &p->steps[i].code);
+    loom_status st = LOOM_OK;
+    if (s->kind == LM_STEP_KERNEL && !s->fn)
+      st = lm_kernel_function(&s->kernel, &s->fn, &s->code);
+    else if (s->kind == LM_STEP_GEMM && !s->code)
+      st = lm_gemm_prepare(&s->gemm, &s->code);
     if (st != LOOM_OK) return st;
   }
   return LOOM_OK;
