@@ -252,6 +252,88 @@ static void test_fused_equals_op_by_op(loom_dtype dt) {
   }
 }
 
+/* ------------------------------------------------------------ random graphs, fused and not */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static unsigned next_rand(unsigned n) {
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (unsigned)(rng % n);
+}
+
+/* A random graph of elementwise ops (and, with `sums`, row sums broadcast
+ * back) over two [7, 13] tensors of dtype dt. */
+static loom_tensor *random_graph(loom_tensor *x, loom_tensor *y, int depth, bool sums) {
+  loom_tensor *v[16] = {x, y};
+  int n = 2;
+  for (int d = 0; d < depth && n < 16; d++) {
+    loom_tensor *a = v[next_rand((unsigned)n)], *b = v[next_rand((unsigned)n)], *r;
+    switch (next_rand(sums ? 15 : 13)) {
+    case 0: r = loom_add(a, b); break;
+    case 1: r = loom_sub(a, b); break;
+    case 2: r = loom_mul(a, b); break;
+    case 3: r = loom_div(a, loom_add_s(loom_abs(b), 0.5)); break;
+    case 4: r = loom_exp(loom_mul_s(a, 0.25)); break;
+    case 5: r = loom_tanh(a); break;
+    case 6: r = loom_sigmoid(a); break;
+    case 7: r = loom_gelu(a); break;
+    case 8: r = loom_maximum(a, b); break;
+    case 9: r = loom_where(loom_gt(a, b), a, loom_neg(b)); break;
+    case 10: r = loom_sqrt(loom_abs(a)); break;
+    case 11: r = loom_mul_s(a, 1.3); break;
+    case 12:
+      r = loom_cast(loom_add(loom_cast(a, LOOM_F32), loom_cast(b, LOOM_F32)), loom_dtype_of(a));
+      break;
+    case 13: r = loom_add(a, loom_sum(b, (int[]){1}, 1, true)); break;
+    default: r = loom_mul(a, loom_mean(b, (int[]){0}, 1, true)); break;
+    }
+    v[n++] = r;
+  }
+  return v[n - 1];
+}
+
+/* The same graphs realized fused and with fusion off: every op rounds once
+ * either way, so elementwise graphs agree bit for bit; with sums (whose order
+ * the two plans may take differently), within one ulp. */
+static void test_random_graphs_fused(loom_dtype dt) {
+  int exact_bad = 0, ulp_bad = 0;
+  for (int g = 0; g < 60; g++) {
+    bool sums = g % 2 == 1;
+    LOOM_SCOPE {
+      loom_tensor *x = loom_cast(
+          loom_randn_key(loom_key_new((uint64_t)g), LOOM_SHAPE(7, 13), LOOM_F32, test_device()),
+          dt);
+      loom_tensor *y = loom_cast(loom_randn_key(loom_key_new((uint64_t)g + 1000), LOOM_SHAPE(7, 13),
+                                                LOOM_F32, test_device()),
+                                 dt);
+      CHECK_OK(loom_realize(x));
+      CHECK_OK(loom_realize(y));
+      uint64_t state = rng;
+      loom_tensor *fused = random_graph(x, y, 8, sums);
+      rng = state;
+      loom_set_fusion(false);
+      loom_tensor *plain = random_graph(x, y, 8, sums);
+      CHECK_OK(loom_realize(plain));
+      loom_set_fusion(true);
+      CHECK_OK(loom_realize(fused));
+      uint16_t a[91], b[91];
+      CHECK_OK(loom_copy_to_host(loom_cast(fused, dt), a, sizeof a));
+      CHECK_OK(loom_copy_to_host(loom_cast(plain, dt), b, sizeof b));
+      for (int i = 0; i < 91; i++) {
+        float fa = to_float(dt, a[i]), fb = to_float(dt, b[i]);
+        if (a[i] == b[i] || (isnan(fa) && isnan(fb))) continue;
+        if (!sums)
+          exact_bad++;
+        else if (ulps(dt, fa, fb) > 1)
+          ulp_bad++;
+      }
+    }
+  }
+  CHECK_MSG(exact_bad == 0, "%s: %d elements of elementwise graphs differ fused and not",
+            loom_dtype_name(dt), exact_bad);
+  CHECK_MSG(ulp_bad == 0, "%s: %d elements of graphs with sums differ by more than 1 ulp",
+            loom_dtype_name(dt), ulp_bad);
+}
+
 /* ------------------------------------------------------------ random draws */
 
 static void test_random(loom_dtype dt) {
@@ -374,6 +456,7 @@ int main(void) {
   for (int d = 0; d < 2; d++) {
     loom_dtype dt = d ? LOOM_F16 : LOOM_BF16;
     test_fused_equals_op_by_op(dt);
+    test_random_graphs_fused(dt);
     test_random(dt);
     test_checkpoint_and_program(dt);
   }
