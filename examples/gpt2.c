@@ -11,9 +11,10 @@
  * warmup-cosine learning rate, gradient clipping at 1, one compiled program
  * per step. A loaded checkpoint brings its own sizes (the heads come from
  * --heads: GPT-2 keeps them in config.json) and its tokens are ids (loom has
- * no BPE tokenizer). Sampling runs on a fixed window with the tokens at its
- * start: causal attention keeps later positions out of a token's logits, so
- * one compiled program serves every token. */
+ * no BPE tokenizer). Sampling decodes a token at a time with a KV cache
+ * (examples/gpt2_model.h gpt2_decode: each position's keys and values written
+ * into a cache of the context's length, the position a tensor), so one
+ * compiled program serves every position. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,28 +90,37 @@ static int train(loom_params *ps, gpt2_config c, const char *path, int steps) {
   return 0;
 }
 
-/* n tokens in window[0..n), more appended up to `count`: temperature and top-k */
+/* n tokens in window[0..n), more appended up to `count`: temperature and
+ * top-k, one token at a time through the KV cache (one compiled program for
+ * every position); a full window slides and the cache is filled again. */
 static void sample(const loom_params *ps, gpt2_config c, int64_t *window, int n, int count,
                    double temperature, int top_k, bool bytes) {
   int64_t t = c.context;
   loom_key key = loom_key_new(3);
+  gpt2_cache *cache = gpt2_cache_new(c, 1);
+  if (!cache) return;
+  int fed = 0; /* window[0..fed) is in the cache */
   for (int made = 0; made < count; made++) {
     if (n == t) { /* the window is full: slide it */
       memmove(window, window + 1, sizeof(int64_t) * (size_t)(t - 1));
-      n--;
+      n--, fed = 0;
     }
     int64_t next = 0;
-    LOOM_NO_GRAD LOOM_SCOPE {
-      loom_tensor *tokens = loom_from_data(window, LOOM_SHAPE(1, t), LOOM_I64, LOOM_CPU);
-      loom_tensor *logits = loom_reshape(gpt2_forward(ps, c, tokens), LOOM_SHAPE(t, c.vocab));
-      loom_tensor *last = loom_div_s(loom_slice(logits, 0, n - 1, n, 1), temperature);
-      loom_tensor *top = NULL, *at = NULL;
-      if (loom_topk(last, top_k < c.vocab ? top_k : c.vocab, -1, true, &top, &at) == LOOM_OK) {
-        loom_tensor *pick = loom_multinomial_key(loom_key_fold(key, (uint64_t)made),
-                                                 loom_softmax(top, -1), 1, true);
-        loom_item_i64(loom_gather(at, 1, pick), &next);
+    for (; fed < n; fed++) LOOM_NO_GRAD LOOM_SCOPE {
+        int64_t at = fed;
+        loom_tensor *tokens = loom_from_data(&window[fed], LOOM_SHAPE(1, 1), LOOM_I64, LOOM_CPU);
+        loom_tensor *logits =
+            gpt2_decode(ps, c, cache, tokens, loom_from_data(&at, LOOM_SHAPE0, LOOM_I64, LOOM_CPU));
+        loom_realize(logits); /* and the cache */
+        if (fed < n - 1) continue;
+        loom_tensor *last = loom_div_s(logits, temperature), *top = NULL, *pick_at = NULL;
+        if (loom_topk(last, top_k < c.vocab ? top_k : c.vocab, -1, true, &top, &pick_at) ==
+            LOOM_OK) {
+          loom_tensor *pick = loom_multinomial_key(loom_key_fold(key, (uint64_t)made),
+                                                   loom_softmax(top, -1), 1, true);
+          loom_item_i64(loom_gather(pick_at, 1, pick), &next);
+        }
       }
-    }
     window[n++] = next;
     if (bytes)
       putchar(next == '\n' || (next >= 32 && next < 127) ? (int)next : '?');
@@ -119,6 +129,7 @@ static void sample(const loom_params *ps, gpt2_config c, int64_t *window, int n,
     fflush(stdout);
   }
   printf("\n");
+  gpt2_cache_free(cache);
 }
 
 int main(int argc, char **argv) {

@@ -102,34 +102,123 @@ static inline loom_tensor *gpt2_norm(const loom_params *ps, const char *prefix, 
   return loom_layer_norm(x, 1, gpt2_tensor(ps, wn), gpt2_tensor(ps, bn), 1e-5);
 }
 
+/* Layer l's queries, keys and values of x [B, T, E], each [B, H, T, E/H];
+ * false (the error recorded) when they cannot be made. */
+static inline bool gpt2_qkv(const loom_params *ps, gpt2_config c, int l, loom_tensor *x,
+                            loom_tensor **part) {
+  loom_shape xs = loom_shape_of(x);
+  int64_t b = xs.dim[0], t = xs.dim[1], e = c.embed;
+  char p[64];
+  snprintf(p, sizeof p, "h.%d.ln_1", l);
+  loom_tensor *h = gpt2_norm(ps, p, x);
+  snprintf(p, sizeof p, "h.%d.attn.c_attn", l);
+  if (loom_split(gpt2_conv1d(ps, p, h), e, -1, part, 3, NULL) != LOOM_OK) return false;
+  for (int i = 0; i < 3; i++) /* [B, T, E] -> [B, H, T, E/H] */
+    part[i] = loom_transpose(loom_reshape(part[i], LOOM_SHAPE(b, t, c.heads, e / c.heads)), 1, 2);
+  return true;
+}
+
+/* The rest of layer l after attention gave y [B, H, T, E/H]: its
+ * projection's residual, then the MLP's. */
+static inline loom_tensor *gpt2_block_rest(const loom_params *ps, int l, loom_tensor *x,
+                                           loom_tensor *y) {
+  loom_shape xs = loom_shape_of(x);
+  char p[64];
+  y = loom_reshape(loom_transpose(y, 1, 2), xs);
+  snprintf(p, sizeof p, "h.%d.attn.c_proj", l);
+  x = loom_add(x, gpt2_conv1d(ps, p, y));
+  snprintf(p, sizeof p, "h.%d.ln_2", l);
+  loom_tensor *h = gpt2_norm(ps, p, x);
+  snprintf(p, sizeof p, "h.%d.mlp.c_fc", l);
+  h = loom_gelu_tanh(gpt2_conv1d(ps, p, h));
+  snprintf(p, sizeof p, "h.%d.mlp.c_proj", l);
+  return loom_add(x, gpt2_conv1d(ps, p, h));
+}
+
 /* tokens [B, T] (I64) -> logits [B, T, vocab]. Call it inside a scope. */
 static inline loom_tensor *gpt2_forward(const loom_params *ps, gpt2_config c, loom_tensor *tokens) {
-  loom_shape ts = loom_shape_of(tokens);
-  int64_t b = ts.dim[0], t = ts.dim[1], e = c.embed, d = e / c.heads;
+  int64_t t = loom_shape_of(tokens).dim[1];
   loom_tensor *wte = gpt2_tensor(ps, "wte.weight");
   loom_tensor *x = loom_add(loom_embedding_f(tokens, wte),
                             loom_slice(gpt2_tensor(ps, "wpe.weight"), 0, 0, t, 1));
   for (int l = 0; l < c.layers; l++) {
-    char p[64];
-    snprintf(p, sizeof p, "h.%d.ln_1", l);
-    loom_tensor *h = gpt2_norm(ps, p, x), *part[3] = {NULL, NULL, NULL};
-    snprintf(p, sizeof p, "h.%d.attn.c_attn", l);
-    if (loom_split(gpt2_conv1d(ps, p, h), e, -1, part, 3, NULL) != LOOM_OK)
-      return loom_retain(x);    /* the error is recorded; x carries on */
-    for (int i = 0; i < 3; i++) /* [B, T, E] -> [B, H, T, E/H] */
-      part[i] = loom_transpose(loom_reshape(part[i], LOOM_SHAPE(b, t, c.heads, d)), 1, 2);
+    loom_tensor *part[3] = {NULL, NULL, NULL};
+    if (!gpt2_qkv(ps, c, l, x, part)) return loom_retain(x); /* the error is recorded */
     loom_tensor *y = loom_scaled_dot_product_attention(part[0], part[1], part[2], NULL, true, 0);
-    y = loom_reshape(loom_transpose(y, 1, 2), LOOM_SHAPE(b, t, e));
-    snprintf(p, sizeof p, "h.%d.attn.c_proj", l);
-    x = loom_add(x, gpt2_conv1d(ps, p, y));
-    snprintf(p, sizeof p, "h.%d.ln_2", l);
-    h = gpt2_norm(ps, p, x);
-    snprintf(p, sizeof p, "h.%d.mlp.c_fc", l);
-    h = loom_gelu_tanh(gpt2_conv1d(ps, p, h));
-    snprintf(p, sizeof p, "h.%d.mlp.c_proj", l);
-    x = loom_add(x, gpt2_conv1d(ps, p, h));
+    x = gpt2_block_rest(ps, l, x, y);
   }
   return loom_matmul(gpt2_norm(ps, "ln_f", x), loom_transpose(wte, 0, 1));
+}
+
+/*
+ * Decoding with a KV cache: per layer, the keys and values of every position
+ * so far, [B, H, context, E/H], each token's written at its position (a
+ * select against the position, not a growing tensor), so one compiled
+ * program serves every position: the graph of a step is the same whatever
+ * the position, a tensor of its own.
+ */
+typedef struct gpt2_cache {
+  int layers;
+  loom_tensor **k, **v; /* [layers] each, owned (in no scope) */
+} gpt2_cache;
+
+static inline void gpt2_cache_free(gpt2_cache *cache) {
+  if (!cache) return;
+  for (int l = 0; l < cache->layers; l++) {
+    if (cache->k) loom_free(cache->k[l]);
+    if (cache->v) loom_free(cache->v[l]);
+  }
+  free(cache->k), free(cache->v), free(cache);
+}
+
+/* Zeros for batch rows, on the default device; NULL when out of memory. */
+static inline gpt2_cache *gpt2_cache_new(gpt2_config c, int64_t batch) {
+  gpt2_cache *cache = calloc(1, sizeof *cache);
+  if (!cache) return NULL;
+  cache->k = calloc((size_t)c.layers, sizeof *cache->k);
+  cache->v = calloc((size_t)c.layers, sizeof *cache->v);
+  if (!cache->k || !cache->v) {
+    gpt2_cache_free(cache);
+    return NULL;
+  }
+  cache->layers = c.layers;
+  loom_shape s = LOOM_SHAPE(batch, c.heads, c.context, c.embed / c.heads);
+  for (int l = 0; l < c.layers; l++) {
+    cache->k[l] = loom_zeros(s, LOOM_F32, loom_default_device());
+    cache->v[l] = loom_zeros(s, LOOM_F32, loom_default_device());
+    loom_realize(cache->k[l]), loom_realize(cache->v[l]);
+  }
+  return cache;
+}
+
+/* One token per batch row, tokens [B, 1] (I64), at position pos (a 0-d I64
+ * tensor, below the context) -> the next token's logits [B, vocab]; the
+ * cache takes this position's keys and values at the same realization (its
+ * tensors are assigned). Call it inside a scope. */
+static inline loom_tensor *gpt2_decode(const loom_params *ps, gpt2_config c, gpt2_cache *cache,
+                                       loom_tensor *tokens, loom_tensor *pos) {
+  int64_t b = loom_shape_of(tokens).dim[0];
+  loom_tensor *wte = gpt2_tensor(ps, "wte.weight");
+  loom_tensor *x =
+      loom_add(loom_embedding_f(tokens, wte),
+               loom_embedding_f(loom_reshape(pos, LOOM_SHAPE(1)), gpt2_tensor(ps, "wpe.weight")));
+  /* [1, 1, context, 1]: this position, and the positions up to it */
+  loom_tensor *at =
+      loom_reshape(loom_arange(0, (double)c.context, 1, LOOM_I64, loom_device_of(tokens)),
+                   LOOM_SHAPE(1, 1, c.context, 1));
+  loom_tensor *here = loom_eq(at, pos), *seen = loom_le(at, pos);
+  loom_tensor *mask = loom_transpose(seen, 2, 3); /* [1, 1, 1, context] over the keys */
+  for (int l = 0; l < c.layers; l++) {
+    loom_tensor *part[3] = {NULL, NULL, NULL};
+    if (!gpt2_qkv(ps, c, l, x, part)) return loom_retain(x); /* the error is recorded */
+    loom_tensor *keys = loom_where(here, part[1], cache->k[l]);
+    loom_tensor *values = loom_where(here, part[2], cache->v[l]);
+    loom_assign(cache->k[l], keys), loom_assign(cache->v[l], values);
+    loom_tensor *y = loom_scaled_dot_product_attention(part[0], keys, values, mask, false, 0);
+    x = gpt2_block_rest(ps, l, x, y);
+  }
+  loom_tensor *logits = loom_matmul(gpt2_norm(ps, "ln_f", x), loom_transpose(wte, 0, 1));
+  return loom_reshape(logits, LOOM_SHAPE(b, c.vocab));
 }
 
 #endif

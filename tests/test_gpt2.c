@@ -121,6 +121,38 @@ int main(void) {
     }
   CHECK_EQ_INT(same, 8);
   printf("greedy decoding: %d of 8 tokens as PyTorch's\n", same);
+  /* the same with the KV cache: the prompt a token at a time, then 8 more;
+   * each step's logits as the full forward's at that position */
+  gpt2_cache *cache = gpt2_cache_new(cfg, 1);
+  CHECK(cache != NULL);
+  int cached_same = 0;
+  double worst_logit = 0;
+  int64_t next = greedy[0];
+  uint64_t programs = 0; /* the decode steps' programs compiled from the second on: none */
+  for (int n = 0; cache && n < 11; n++) LOOM_NO_GRAD LOOM_SCOPE {
+      int64_t tok = n < 4 ? greedy[n] : next, at = n;
+      loom_tensor *logits = gpt2_decode(
+          ps, cfg, cache, loom_from_data(&tok, LOOM_SHAPE(1, 1), LOOM_I64, test_device()),
+          loom_from_data(&at, LOOM_SHAPE0, LOOM_I64, test_device()));
+      uint64_t before = loom_get_stats().graphs_compiled;
+      CHECK_OK(loom_realize(logits)); /* with the cache's assignments */
+      if (n > 0) programs += loom_get_stats().graphs_compiled - before;
+      window[n] = tok;
+      loom_tensor *full =
+          gpt2_forward(ps, cfg, loom_from_data(window, LOOM_SHAPE(1, t), LOOM_I64, test_device()));
+      loom_tensor *row = loom_reshape(
+          loom_slice(loom_reshape(full, LOOM_SHAPE(t, v)), 0, n, n + 1, 1), LOOM_SHAPE(1, v));
+      worst_logit = fmax(worst_logit, relative_error(logits, loom_cast(row, LOOM_F64)));
+      CHECK_OK(loom_item_i64(loom_argmax(logits, -1, false), &next));
+      if (n >= 3) cached_same += next == greedy[n + 1];
+    }
+  CHECK_EQ_INT(cached_same, 8);
+  CHECK_EQ_INT((int)programs, 0); /* one program for every position */
+  CHECK_MSG(worst_logit <= 1e-5, "KV-cache logits %.3g from the full forward's", worst_logit);
+  printf("KV-cache decoding: %d of 8 tokens as PyTorch's, logits within %.2g of the full "
+         "forward's\n",
+         cached_same, worst_logit);
+  gpt2_cache_free(cache);
   loom_optim_free(opt);
   CHECK_OK(loom_scope_end());
   loom_params_free(ps);
