@@ -179,6 +179,61 @@ static void gpt_teardown(void *state) {
 static loom_status gpt_small_setup(void **state) { return gpt_setup(state, &GPT_SMALL); }
 static loom_status gpt2_124m_setup(void **state) { return gpt_setup(state, &GPT2_124M); }
 
+/* ------------------------------------------------------------ GPT-2 124M decoding */
+
+/* One token through GPT-2 124M with a KV cache of `length` positions, the
+ * token at the last: ms per token with that many in context, batch 1. */
+typedef struct decode_state {
+  loom_params *ps;
+  gpt2_config c;
+  gpt2_cache *cache;
+  loom_tensor *token, *pos;
+} decode_state;
+
+static loom_status decode_setup(void **state, int64_t length) {
+  decode_state *s = calloc(1, sizeof *s);
+  if (!s) return LOOM_ERR_OOM;
+  *state = s;
+  s->c = (gpt2_config){GPT2_124M.layers, GPT2_124M.heads, GPT2_124M.vocab, GPT2_124M.positions,
+                       GPT2_124M.embed};
+  s->ps = gpt2_new(s->c, loom_key_new(11));
+  s->cache = gpt2_cache_new(s->c, 1, length);
+  int64_t token = 11, at = length - 1;
+  s->token = loom_from_data(&token, LOOM_SHAPE(1, 1), LOOM_I64, loom_default_device());
+  s->pos = loom_from_data(&at, LOOM_SHAPE0, LOOM_I64, loom_default_device());
+  return !s->cache || loom_last_error() ? LOOM_ERR_VALUE : LOOM_OK;
+}
+
+static loom_status decode_run(void *state, bench_call_report *report) {
+  (void)report;
+  decode_state *s = state;
+  loom_status st;
+  LOOM_NO_GRAD LOOM_SCOPE {
+    st = loom_realize(gpt2_decode(s->ps, s->c, s->cache, s->token, s->pos)); /* and the cache */
+  }
+  return st;
+}
+
+static void decode_teardown(void *state) {
+  decode_state *s = state;
+  gpt2_cache_free(s->cache);
+  loom_params_free(s->ps);
+  loom_free(s->token), loom_free(s->pos);
+  free(s);
+}
+
+static loom_status decode128_setup(void **state) { return decode_setup(state, 128); }
+static loom_status decode512_setup(void **state) { return decode_setup(state, 512); }
+static loom_status decode1024_setup(void **state) { return decode_setup(state, 1024); }
+
+#define DECODE_WORKLOAD(length)                                                                    \
+  {                                                                                                \
+    .name = "gpt2_decode_ctx" #length,                                                             \
+    .what = "GPT-2 124M, one token with a KV cache of " #length " positions, batch 1",             \
+    .metric = BENCH_LATENCY, .setup = decode##length##_setup, .run = decode_run,                   \
+    .teardown = decode_teardown,                                                                   \
+  }
+
 const bench_workload bench_train_workloads[] = {
     {
         .name = "mlp_train_step",
@@ -227,5 +282,8 @@ const bench_workload bench_train_workloads[] = {
         .run = gpt_run,
         .teardown = gpt_teardown,
     },
+    DECODE_WORKLOAD(128),
+    DECODE_WORKLOAD(512),
+    DECODE_WORKLOAD(1024),
 };
 const int bench_train_count = (int)(sizeof bench_train_workloads / sizeof bench_train_workloads[0]);

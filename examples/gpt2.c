@@ -97,7 +97,7 @@ static void sample(const loom_params *ps, gpt2_config c, int64_t *window, int n,
                    double temperature, int top_k, bool bytes) {
   int64_t t = c.context;
   loom_key key = loom_key_new(3);
-  gpt2_cache *cache = gpt2_cache_new(c, 1);
+  gpt2_cache *cache = gpt2_cache_new(c, 1, c.context);
   if (!cache) return;
   int fed = 0; /* window[0..fed) is in the cache */
   for (int made = 0; made < count; made++) {

@@ -152,7 +152,7 @@ static inline loom_tensor *gpt2_forward(const loom_params *ps, gpt2_config c, lo
 
 /*
  * Decoding with a KV cache: per layer, the keys and values of every position
- * so far, [B, H, context, E/H], each token's written at its position (a
+ * so far, [B, H, length, E/H], each token's written at its position (a
  * select against the position, not a growing tensor), so one compiled
  * program serves every position: the graph of a step is the same whatever
  * the position, a tensor of its own.
@@ -171,8 +171,9 @@ static inline void gpt2_cache_free(gpt2_cache *cache) {
   free(cache->k), free(cache->v), free(cache);
 }
 
-/* Zeros for batch rows, on the default device; NULL when out of memory. */
-static inline gpt2_cache *gpt2_cache_new(gpt2_config c, int64_t batch) {
+/* Zeros for batch rows and `length` positions (at most the context), on the
+ * default device; NULL when out of memory. */
+static inline gpt2_cache *gpt2_cache_new(gpt2_config c, int64_t batch, int64_t length) {
   gpt2_cache *cache = calloc(1, sizeof *cache);
   if (!cache) return NULL;
   cache->k = calloc((size_t)c.layers, sizeof *cache->k);
@@ -182,7 +183,7 @@ static inline gpt2_cache *gpt2_cache_new(gpt2_config c, int64_t batch) {
     return NULL;
   }
   cache->layers = c.layers;
-  loom_shape s = LOOM_SHAPE(batch, c.heads, c.context, c.embed / c.heads);
+  loom_shape s = LOOM_SHAPE(batch, c.heads, length, c.embed / c.heads);
   for (int l = 0; l < c.layers; l++) {
     cache->k[l] = loom_zeros(s, LOOM_F32, loom_default_device());
     cache->v[l] = loom_zeros(s, LOOM_F32, loom_default_device());
@@ -192,7 +193,7 @@ static inline gpt2_cache *gpt2_cache_new(gpt2_config c, int64_t batch) {
 }
 
 /* One token per batch row, tokens [B, 1] (I64), at position pos (a 0-d I64
- * tensor, below the context) -> the next token's logits [B, vocab]; the
+ * tensor, below the cache's length) -> the next token's logits [B, vocab]; the
  * cache takes this position's keys and values at the same realization (its
  * tensors are assigned). Call it inside a scope. */
 static inline loom_tensor *gpt2_decode(const loom_params *ps, gpt2_config c, gpt2_cache *cache,
@@ -202,12 +203,13 @@ static inline loom_tensor *gpt2_decode(const loom_params *ps, gpt2_config c, gpt
   loom_tensor *x =
       loom_add(loom_embedding_f(tokens, wte),
                loom_embedding_f(loom_reshape(pos, LOOM_SHAPE(1)), gpt2_tensor(ps, "wpe.weight")));
-  /* [1, 1, context, 1]: this position, and the positions up to it */
+  /* [1, 1, length, 1]: this position, and the positions up to it */
+  int64_t length = loom_shape_of(cache->k[0]).dim[2];
   loom_tensor *at =
-      loom_reshape(loom_arange(0, (double)c.context, 1, LOOM_I64, loom_device_of(tokens)),
-                   LOOM_SHAPE(1, 1, c.context, 1));
+      loom_reshape(loom_arange(0, (double)length, 1, LOOM_I64, loom_device_of(tokens)),
+                   LOOM_SHAPE(1, 1, length, 1));
   loom_tensor *here = loom_eq(at, pos), *seen = loom_le(at, pos);
-  loom_tensor *mask = loom_transpose(seen, 2, 3); /* [1, 1, 1, context] over the keys */
+  loom_tensor *mask = loom_transpose(seen, 2, 3); /* [1, 1, 1, length] over the keys */
   for (int l = 0; l < c.layers; l++) {
     loom_tensor *part[3] = {NULL, NULL, NULL};
     if (!gpt2_qkv(ps, c, l, x, part)) return loom_retain(x); /* the error is recorded */

@@ -113,6 +113,7 @@ static bool loom_takes(const lm_gemm *g, int64_t m, int64_t n, int64_t k) {
   int64_t a_row, a_col, b_row, b_col;
   lm_gemm_strides(g, &a_row, &a_col, &b_row, &b_col);
   if (lk_gemm_unpacked(m, n, k, a_col, b_row)) return true;
+  if (m == 1) return false; /* BLAS's matrix-vector product (block_beta) */
   const lk_gemm *t = &g->tile;
   return (m + t->mr - 1) / t->mr <= LK_GEMM_IN_PLACE_MAX_TILES && n >= LOOM_WIDE_TILES * t->nr;
 }
@@ -136,9 +137,20 @@ static void block_beta(const lm_gemm *g, const char *a, const char *b, part p, c
     loom_block(g, ar, b, r1 - r0, c1 - c0, p.k1 - p.k0, c, ldc_, accumulate);
     return;
   }
+  /* one row against B (a token through a layer stored [in, out]): BLAS's
+   * matrix-vector product streams B once, where its GEMM packed all of it */
+  blasint incx = (blasint)(g->a_trans ? g->lda : 1);
+  enum CBLAS_TRANSPOSE tv = g->b_trans ? CblasNoTrans : CblasTrans;
+  blasint vrows = g->b_trans ? n : k, vcols = g->b_trans ? k : n;
   if (k == 0) {
     for (int64_t r = r0; r < r1 && !accumulate; r++)
       memset(c + (r - r0) * ldc_ * (int64_t)es, 0, (size_t)n * es);
+  } else if (m == 1 && g->dtype == LOOM_F32) {
+    cblas_sgemv(CblasRowMajor, tv, vrows, vcols, 1.0f, (const float *)b, (blasint)g->ldb,
+                (const float *)ar, incx, accumulate ? 1.0f : 0.0f, (float *)c, 1);
+  } else if (m == 1) {
+    cblas_dgemv(CblasRowMajor, tv, vrows, vcols, 1.0, (const double *)b, (blasint)g->ldb,
+                (const double *)ar, incx, accumulate ? 1.0 : 0.0, (double *)c, 1);
   } else if (g->dtype == LOOM_F32) {
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, (const float *)ar, (blasint)g->lda,
                 (const float *)b, (blasint)g->ldb, accumulate ? 1.0f : 0.0f, (float *)c, ldc);
@@ -235,6 +247,9 @@ static void add_partials(const lm_gemm *g, const char *partials, int parts, int6
  * rows, splits columns: split by rows, every thread packed all of B (GPT-2's
  * head, [256, 768] @ [768, 50257]: 142 -> 103 ms on two threads). */
 #define GEMM_SHARED_B_BYTES (4 << 20)
+/* A B of more bytes than this, against a few rows, is split however little
+ * the arithmetic: reading B is the work (GPT-2 124M's decoding, one token). */
+#define GEMM_STREAM_B_BYTES (1 << 20)
 /* Few outputs (up to this many) and a long sum split the sum instead. */
 #define GEMM_SPLIT_SUM_OUTPUTS 4096
 #define GEMM_MIN_SUM_PART 1024
@@ -248,7 +263,11 @@ void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t ba
   const char *ab = (const char *)a + ao * (int64_t)es, *bb = (const char *)b + bo * (int64_t)es;
   lm_blas_single_threaded();
   int64_t n = r1 - r0, threads = loom_num_threads(), parts = threads;
-  if (n * g->N * g->K < GEMM_PARALLEL_WORK) parts = 1;
+  /* a few rows against a B past the caches are bound by reading B: threads
+   * add bandwidth even for little arithmetic */
+  bool streams_b =
+      n <= LK_GEMM_DOT_MAX_ROWS && (double)g->N * (double)g->K * (double)es > GEMM_STREAM_B_BYTES;
+  if (n * g->N * g->K < GEMM_PARALLEL_WORK && !streams_b) parts = 1;
   if (parts > 1 && n / GEMM_MIN_ROWS < parts && g->N / GEMM_MIN_COLS < 2 &&
       n * g->N <= GEMM_SPLIT_SUM_OUTPUTS && g->K / GEMM_MIN_SUM_PART >= 2) {
     /* few outputs, a long sum (a convolution's weight gradient [O, C*KH*KW]

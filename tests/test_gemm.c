@@ -257,6 +257,10 @@ static void test_shapes(void) {
       {0, 0, 33, 37, 5000, false, false, LOOM_F32},  /* few outputs, a long sum */
       {0, 0, 70, 80, 1, false, false, LOOM_F32},     /* K = 1 */
       {0, 0, 1, 768, 300, false, true, LOOM_F32},    /* M = 1 */
+      {0, 0, 1, 2304, 768, false, false, LOOM_F32},  /* M = 1 against [in, out]: a GEMV */
+      {0, 0, 1, 700, 300, true, false, LOOM_F32},    /* M = 1, A's row strided */
+      {0, 0, 1, 1000, 300, false, false, LOOM_F64},  /* M = 1, F64 */
+      {4, 0, 1, 600, 500, false, false, LOOM_F32},   /* one row per batch, a shared weight */
       {0, 0, 300, 1, 200, false, false, LOOM_F32},   /* N = 1 */
       {0, 0, 67, 61, 59, true, true, LOOM_F32},      /* odd, both transposed */
       {4, 4, 33, 29, 17, false, false, LOOM_F32},    /* batched */

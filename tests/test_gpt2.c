@@ -123,7 +123,7 @@ int main(void) {
   printf("greedy decoding: %d of 8 tokens as PyTorch's\n", same);
   /* the same with the KV cache: the prompt a token at a time, then 8 more;
    * each step's logits as the full forward's at that position */
-  gpt2_cache *cache = gpt2_cache_new(cfg, 1);
+  gpt2_cache *cache = gpt2_cache_new(cfg, 1, cfg.context);
   CHECK(cache != NULL);
   int cached_same = 0;
   double worst_logit = 0;

@@ -169,6 +169,44 @@ def gpt_train_step(layers, heads, c, v, positions, b, t):
     return call
 
 
+def gpt2_decode(length):
+    """GPT-2 124M, batch 1: one token after length - 1 in a Hugging Face-style KV cache
+    (keys and values concatenated per layer, attention over all of them)."""
+    layers, heads, c, v = 12, 12, 768, 50257
+    d = c // heads
+    g = torch.Generator().manual_seed(0)
+    def p(*shape):
+        return torch.randn(*shape, generator=g) * 0.02
+    w = {"wte": p(v, c), "wpe": p(1024, c), "lnf.w": torch.ones(c), "lnf.b": torch.zeros(c)}
+    for i in range(layers):
+        for name, (n_in, n_out) in {"attn": (c, 3 * c), "proj": (c, c), "fc": (c, 4 * c),
+                                    "mproj": (4 * c, c)}.items():
+            w["%d.%s.w" % (i, name)], w["%d.%s.b" % (i, name)] = p(n_in, n_out), torch.zeros(n_out)
+        for name in ("ln1", "ln2"):
+            w["%d.%s.w" % (i, name)], w["%d.%s.b" % (i, name)] = torch.ones(c), torch.zeros(c)
+    past = [(torch.randn(1, heads, length - 1, d), torch.randn(1, heads, length - 1, d))
+            for _ in range(layers)]
+    token = torch.tensor([[11]])
+    def call():
+        with torch.no_grad():
+            h = w["wte"][token] + w["wpe"][length - 1]
+            for i in range(layers):
+                a = F.layer_norm(h, (c,), w["%d.ln1.w" % i], w["%d.ln1.b" % i])
+                q, k, val = (a @ w["%d.attn.w" % i] + w["%d.attn.b" % i]).split(c, -1)
+                q, k, val = (z.view(1, 1, heads, d).transpose(1, 2) for z in (q, k, val))
+                k = torch.cat([past[i][0], k], 2)  # as HF's cache: a new tensor per token
+                val = torch.cat([past[i][1], val], 2)
+                att = ((q @ k.transpose(-2, -1)) / d ** 0.5).softmax(-1)
+                o = (att @ val).transpose(1, 2).reshape(1, 1, c)
+                h = h + o @ w["%d.proj.w" % i] + w["%d.proj.b" % i]
+                a = F.layer_norm(h, (c,), w["%d.ln2.w" % i], w["%d.ln2.b" % i])
+                m = F.gelu(a @ w["%d.fc.w" % i] + w["%d.fc.b" % i], approximate="tanh")
+                h = h + m @ w["%d.mproj.w" % i] + w["%d.mproj.b" % i]
+            h = F.layer_norm(h, (c,), w["lnf.w"], w["lnf.b"])
+            return (h @ w["wte"].t())[0, 0, 0].item()
+    return call
+
+
 def gpt_small_train_step():
     return gpt_train_step(4, 4, 256, 256, 64, 8, 64)
 
@@ -192,4 +230,7 @@ common.run("torch", {
     "cnn_train_step": [("eager", cnn_train_step)],
     "gpt_small_train_step": [("eager", gpt_small_train_step)],
     "gpt2_124m_train_step": [("eager", gpt2_124m_train_step)],
+    "gpt2_decode_ctx128": [("eager, KV cache", lambda: gpt2_decode(128))],
+    "gpt2_decode_ctx512": [("eager, KV cache", lambda: gpt2_decode(512))],
+    "gpt2_decode_ctx1024": [("eager, KV cache", lambda: gpt2_decode(1024))],
 }, args)
