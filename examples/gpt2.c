@@ -1,7 +1,7 @@
 /* gpt2: GPT-2 in the Hugging Face layout (examples/gpt2_model.h): train a
  * byte-level one on a text, or load a model.safetensors, then sample.
  *
- *   build/gpt2 [--train text] [--steps N] [--save out.safetensors]
+ *   build/gpt2 [--train text] [--steps N] [--bf16] [--save out.safetensors]
  *   build/gpt2 --load model.safetensors [--heads 12] [--prompt-ids 464,3290]
  *   common: [--prompt "text"] [--tokens N] [--temperature 0.8] [--top-k 20]
  *
@@ -137,8 +137,13 @@ int main(int argc, char **argv) {
   const char *prompt = "The GNU General Public License", *ids = NULL;
   int steps = 600, heads = 12, count = 200, top_k = 20;
   double temperature = 0.8;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const char *k = argv[i], *v = argv[i + 1];
+  bool bf16 = false; /* mixed precision: F32 weights, the forward in BF16 */
+  for (int i = 1; i < argc; i += 2) {
+    const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+    if (!strcmp(k, "--bf16")) {
+      bf16 = true, i--;
+      continue;
+    }
     if (!strcmp(k, "--train"))
       text = v;
     else if (!strcmp(k, "--steps"))
@@ -178,6 +183,7 @@ int main(int argc, char **argv) {
     c = (gpt2_config){.layers = 2, .heads = 4, .vocab = 256, .context = 64, .embed = 96};
     ps = gpt2_new(c, loom_key_new(1));
   }
+  if (bf16) c.compute = LOOM_BF16;
   printf("gpt2: %d layers, %d heads, %lld wide, context %lld, vocabulary %lld\n", c.layers, c.heads,
          (long long)c.embed, (long long)c.context, (long long)c.vocab);
   if (!load && train(ps, c, text, steps) != 0) return 1;

@@ -17,6 +17,10 @@
 typedef struct gpt2_config {
   int layers, heads;
   int64_t vocab, context, embed;
+  /* what the forward computes in (LOOM_F32, the zero value, or LOOM_BF16 /
+   * LOOM_F16: mixed precision, each weight cast from its stored dtype where
+   * it is used, so gradients and the optimizer stay in the stored dtype) */
+  loom_dtype compute;
 } gpt2_config;
 
 /* The tensor named name in ps (a new reference, in the current scope). */
@@ -44,7 +48,7 @@ static inline bool gpt2_config_of(const loom_params *ps, int heads, gpt2_config 
   return ok && c->layers > 0 && heads > 0 && c->embed % heads == 0;
 }
 
-/* A new model with GPT-2's initialization: weights N(0, 0.02^2) (the
+/* A new model on the default device, with GPT-2's initialization: weights N(0, 0.02^2) (the
  * residual projections' scaled by 1/sqrt(2 layers)), wpe N(0, 0.01^2), zero
  * biases, unit norms. */
 static inline loom_params *gpt2_new(gpt2_config c, loom_key key) {
@@ -54,10 +58,11 @@ static inline loom_params *gpt2_new(gpt2_config c, loom_key key) {
   char name[96];
 #define GPT2_ADD(label, shape, std, one)                                                           \
   do {                                                                                             \
-    loom_tensor *t_ = (std) > 0 ? loom_mul_s(loom_randn_key(loom_key_fold(key, (uint64_t)n++),     \
-                                                            shape, LOOM_F32, LOOM_CPU),            \
-                                             (std))                                                \
-                                : loom_full(shape, (one) ? 1 : 0, LOOM_F32, LOOM_CPU);             \
+    loom_tensor *t_ = (std) > 0                                                                    \
+                          ? loom_mul_s(loom_randn_key(loom_key_fold(key, (uint64_t)n++), shape,    \
+                                                      LOOM_F32, loom_default_device()),            \
+                                       (std))                                                      \
+                          : loom_full(shape, (one) ? 1 : 0, LOOM_F32, loom_default_device());      \
     loom_realize(t_);                                                                              \
     loom_params_add(ps, label, t_);                                                                \
     loom_free(t_);                                                                                 \
@@ -89,17 +94,23 @@ static inline loom_params *gpt2_new(gpt2_config c, loom_key key) {
   return ps;
 }
 
+/* Tensor `name` of ps in x's dtype (the forward's compute dtype). */
+static inline loom_tensor *gpt2_like(const loom_params *ps, const char *name,
+                                     const loom_tensor *x) {
+  return loom_cast(gpt2_tensor(ps, name), loom_dtype_of(x));
+}
+
 /* x @ W + b, W [in, out] (Hugging Face's Conv1D) */
 static inline loom_tensor *gpt2_conv1d(const loom_params *ps, const char *prefix, loom_tensor *x) {
   char wn[96], bn[96];
   snprintf(wn, sizeof wn, "%s.weight", prefix), snprintf(bn, sizeof bn, "%s.bias", prefix);
-  return loom_add(loom_matmul(x, gpt2_tensor(ps, wn)), gpt2_tensor(ps, bn));
+  return loom_add(loom_matmul(x, gpt2_like(ps, wn, x)), gpt2_like(ps, bn, x));
 }
 
 static inline loom_tensor *gpt2_norm(const loom_params *ps, const char *prefix, loom_tensor *x) {
   char wn[96], bn[96];
   snprintf(wn, sizeof wn, "%s.weight", prefix), snprintf(bn, sizeof bn, "%s.bias", prefix);
-  return loom_layer_norm(x, 1, gpt2_tensor(ps, wn), gpt2_tensor(ps, bn), 1e-5);
+  return loom_layer_norm(x, 1, gpt2_like(ps, wn, x), gpt2_like(ps, bn, x), 1e-5);
 }
 
 /* Layer l's queries, keys and values of x [B, T, E], each [B, H, T, E/H];
@@ -138,9 +149,10 @@ static inline loom_tensor *gpt2_block_rest(const loom_params *ps, int l, loom_te
 /* tokens [B, T] (I64) -> logits [B, T, vocab]. Call it inside a scope. */
 static inline loom_tensor *gpt2_forward(const loom_params *ps, gpt2_config c, loom_tensor *tokens) {
   int64_t t = loom_shape_of(tokens).dim[1];
-  loom_tensor *wte = gpt2_tensor(ps, "wte.weight");
+  loom_dtype dt = c.compute; /* LOOM_F32 is 0 */
+  loom_tensor *wte = loom_cast(gpt2_tensor(ps, "wte.weight"), dt);
   loom_tensor *x = loom_add(loom_embedding_f(tokens, wte),
-                            loom_slice(gpt2_tensor(ps, "wpe.weight"), 0, 0, t, 1));
+                            loom_cast(loom_slice(gpt2_tensor(ps, "wpe.weight"), 0, 0, t, 1), dt));
   for (int l = 0; l < c.layers; l++) {
     loom_tensor *part[3] = {NULL, NULL, NULL};
     if (!gpt2_qkv(ps, c, l, x, part)) return loom_retain(x); /* the error is recorded */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../examples/gpt2_model.h"
 #include "check.h"
 #include "loom.h"
 #include "scratch.h"
@@ -411,6 +412,50 @@ static void test_checkpoint_and_program(loom_dtype dt) {
   }
 }
 
+/* ------------------------------------------------------------ mixed precision */
+
+/* A small GPT-2 trained 40 AdamW steps with F32 weights, its forward in F32
+ * and in dt (each weight cast where used): the gradients stay F32 and the
+ * losses follow the F32 run's. */
+static double train_small_gpt(loom_dtype compute, bool *grads_f32) {
+  gpt2_config c = {2, 2, 64, 16, 32, compute};
+  loom_params *ps = gpt2_new(c, loom_key_new(21));
+  loom_optim *opt = loom_adamw(ps, LOOM_ADAMW_DEFAULTS);
+  double last = NAN;
+  int64_t x[4 * 16], y[4 * 16];
+  *grads_f32 = true;
+  for (int step = 0; step < 40; step++) {
+    for (int i = 0; i < 4 * 16; i++) x[i] = (i * 7 + step) % 64, y[i] = (i * 7 + step + 1) % 64;
+    LOOM_SCOPE {
+      loom_tensor *logits =
+          gpt2_forward(ps, c, loom_from_data(x, LOOM_SHAPE(4, 16), LOOM_I64, test_device()));
+      loom_tensor *loss =
+          loom_cross_entropy(loom_reshape(logits, LOOM_SHAPE(64, 64)),
+                             loom_from_data(y, LOOM_SHAPE(64), LOOM_I64, test_device()));
+      loom_optim_zero_grad(opt);
+      CHECK_OK(loom_backward(loss));
+      loom_tensor *g = loom_grad(loom_params_get(ps, "h.0.attn.c_attn.weight"));
+      *grads_f32 = *grads_f32 && g && loom_dtype_of(g) == LOOM_F32;
+      CHECK_OK(loom_optim_step(opt));
+      last = loom_item(loss);
+    }
+  }
+  loom_optim_free(opt);
+  loom_params_free(ps);
+  return last;
+}
+
+static void test_mixed_precision(loom_dtype dt) {
+  bool f32_grads = false, half_grads = false;
+  double full = train_small_gpt(LOOM_F32, &f32_grads), half = train_small_gpt(dt, &half_grads);
+  printf("  small GPT, 40 AdamW steps: loss %.4f in F32, %.4f with the forward in %s\n", full, half,
+         loom_dtype_name(dt));
+  CHECK(f32_grads && half_grads);
+  CHECK(full < log(64.0) - 0.5); /* it learned */
+  CHECK_MSG(fabs(half - full) <= 0.05 * full, "%s forward: loss %.4f, F32 %.4f",
+            loom_dtype_name(dt), half, full);
+}
+
 /* ------------------------------------------------------------ promotion and errors */
 
 static void test_promotion(void) {
@@ -459,6 +504,7 @@ int main(void) {
     test_random_graphs_fused(dt);
     test_random(dt);
     test_checkpoint_and_program(dt);
+    test_mixed_precision(dt);
   }
   test_promotion();
   check_remove_dir(test_dir);
