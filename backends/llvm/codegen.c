@@ -731,7 +731,6 @@ static LLVMValueRef create_body_function(lm_cg *g) {
   LLVMSetLinkage(fn, LLVMInternalLinkage);
   add_attr(g, fn, LLVMAttributeFunctionIndex, "alwaysinline");
   add_attr(g, fn, LLVMAttributeFunctionIndex, "nounwind");
-  if (wide_vectors_pay(k)) prefer_full_vectors(g, fn);
   for (int s = 0; s < n; s++) {
     add_attr(g, fn, (LLVMAttributeIndex)s + 1, "noalias");
     add_attr(g, fn, (LLVMAttributeIndex)s + 1, "nocapture");
@@ -752,7 +751,6 @@ static bool create_entry_function(lm_cg *g, LLVMValueRef body) {
   add_attr(g, fn, 1, "noalias");
   add_attr(g, fn, 1, "nocapture");
   add_attr(g, fn, 1, "readonly");
-  if (wide_vectors_pay(g->k)) prefer_full_vectors(g, fn); /* the body is inlined here */
   LLVMValueRef *call_args = malloc((size_t)(n + 2) * sizeof *call_args);
   if (!call_args) return false;
   LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(g->ctx, fn, "entry"));
@@ -883,6 +881,11 @@ static loom_status generate(lm_cg *g, plan *p) {
     lm_set_err(g->err, g->errlen, "kernel %s: out of memory in codegen", g->symbol);
     return LOOM_ERR_OOM;
   }
+  if (wide_vectors_pay(g->k)) { /* the body is inlined into the entry: both ask */
+    prefer_full_vectors(g, g->fn);
+    prefer_full_vectors(g, LLVMGetNamedFunction(g->mod, g->symbol));
+  }
+
   gen_body(g, p);
   return g->failed ? LOOM_ERR_COMPILE : LOOM_OK;
 }

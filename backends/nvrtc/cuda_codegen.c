@@ -131,9 +131,6 @@ static const char *mtype(loom_dtype dt) {
   return dt == LOOM_BOOL ? "unsigned char" : lm_dtype_info_of(dt)->cuda_type;
 }
 
-/* "bf16" or "f16": the prelude's lm_from_<h>, lm_to_<h> and lm_round_<h>. */
-static const char *half_name(loom_dtype dt) { return loom_dtype_name(dt); }
-
 static void line(cg *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void line(cg *g, const char *fmt, ...) {
   sb_printf(&g->s, "%*s", g->ind, "");
@@ -280,7 +277,7 @@ static void put_load(cg *g, const lk_inst *in, int i, bool vector) {
     sb_printf(&g->s, "lm_gemm_v");
     return;
   }
-  if (half) sb_printf(&g->s, "lm_from_%s", half_name(in->dtype));
+  if (half) sb_printf(&g->s, "lm_from_%s", loom_dtype_name(in->dtype));
   if (vector && g->chunk_of[i] >= 0)
     sb_printf(&g->s, "(lm_c%d.v[lm_j]%s)", g->chunk_of[i], bool_test);
   else
@@ -290,7 +287,7 @@ static void put_load(cg *g, const lk_inst *in, int i, bool vector) {
 /* A float value of `v` stored as out dtype dt: BF16 and F16 as their bits. */
 static void put_stored(sb *s, loom_dtype dt, int v) {
   if (lm_dtype_is_half(dt))
-    sb_printf(s, "lm_to_%s(v%d)", half_name(dt), v);
+    sb_printf(s, "lm_to_%s(v%d)", loom_dtype_name(dt), v);
   else
     sb_printf(s, "(%s)v%d", mtype(dt), v);
 }
@@ -351,7 +348,7 @@ static void emit_eval(cg *g, const unsigned char *needed, int upto, bool vector)
     if (!needed[i]) continue;
     const lk_inst *in = &g->k->inst[i];
     sb_printf(&g->s, "%*sconst %s v%d = ", g->ind, "", ctype(in->dtype), i);
-    if (lk_inst_rounds(in)) sb_printf(&g->s, "lm_round_%s(", half_name(in->dtype));
+    if (lk_inst_rounds(in)) sb_printf(&g->s, "lm_round_%s(", loom_dtype_name(in->dtype));
     put_expr(g, i, vector);
     sb_printf(&g->s, lk_inst_rounds(in) ? ");\n" : ";\n");
   }
