@@ -18,6 +18,19 @@ static loom_status matmul_setup(void **state) {
 
 static loom_tensor *build_matmul(loom_tensor *const *in) { return loom_matmul(in[0], in[1]); }
 
+/* the same operands rounded to BF16 (F32 sums, the product rounded to BF16) */
+static loom_status matmul_bf16_setup(void **state) {
+  loom_status st = matmul_setup(state);
+  bench_inputs *in = *state;
+  for (int i = 0; st == LOOM_OK && i < in->n; i++) {
+    loom_tensor *half = loom_cast(in->t[i], LOOM_BF16);
+    st = loom_realize(half);
+    loom_free(in->t[i]);
+    in->t[i] = half;
+  }
+  return st;
+}
+
 static loom_status matmul_run(void *state, bench_call_report *report) {
   (void)report;
   return bench_realize_in_scope(build_matmul, state);
@@ -194,6 +207,18 @@ const bench_workload bench_matmul_workloads[] = {
         .teardown = bench_inputs_free,
         .direct_seconds = direct_matmul_seconds,
         .cuda_direct_seconds = cublas_matmul_seconds,
+    },
+    {
+        .name = "matmul_1024_bf16",
+        .what = "a @ b in BF16 (F32 sums, rounded once), [1024,1024] x [1024,1024]: AMX tiles "
+                "where the CPU has them",
+        .metric = BENCH_FLOPS,
+        .work = 2.0 * MM_N * MM_N * MM_N,
+        .compare_unfused = false,
+        .measure_peak = true,
+        .setup = matmul_bf16_setup,
+        .run = matmul_run,
+        .teardown = bench_inputs_free,
     },
     {
         .name = "linear_bias_relu_4096x1024x1024",

@@ -122,10 +122,12 @@ static void cnn_teardown(void *state) {
 typedef struct gpt_shape {
   int layers, heads;
   int64_t embed, vocab, positions, batch, tokens;
+  loom_dtype compute; /* the forward's (mixed precision: F32 weights, AdamW) */
 } gpt_shape;
 
-static const gpt_shape GPT_SMALL = {4, 4, 256, 256, 64, 8, 64};
-static const gpt_shape GPT2_124M = {12, 12, 768, 50257, 1024, 4, 64};
+static const gpt_shape GPT_SMALL = {4, 4, 256, 256, 64, 8, 64, LOOM_F32};
+static const gpt_shape GPT2_124M = {12, 12, 768, 50257, 1024, 4, 64, LOOM_F32};
+static const gpt_shape GPT2_124M_BF16 = {12, 12, 768, 50257, 1024, 4, 64, LOOM_BF16};
 
 /* 6 per parameter and token (blocks and the tied head), and attention's two
  * products, forward and backward */
@@ -146,7 +148,7 @@ static loom_status gpt_setup(void **state, const gpt_shape *g) {
   gpt_state *s = calloc(1, sizeof *s);
   if (!s) return LOOM_ERR_OOM;
   s->g = *g;
-  s->c = (gpt2_config){g->layers, g->heads, g->vocab, g->positions, g->embed, LOOM_F32};
+  s->c = (gpt2_config){g->layers, g->heads, g->vocab, g->positions, g->embed, g->compute};
   s->ps = gpt2_new(s->c, loom_key_new(11));
   s->opt = loom_adamw(s->ps, LOOM_ADAMW_DEFAULTS);
   int64_t n = g->batch * g->tokens, *tokens = malloc(sizeof(int64_t) * (size_t)(n + 1));
@@ -178,6 +180,7 @@ static void gpt_teardown(void *state) {
 
 static loom_status gpt_small_setup(void **state) { return gpt_setup(state, &GPT_SMALL); }
 static loom_status gpt2_124m_setup(void **state) { return gpt_setup(state, &GPT2_124M); }
+static loom_status gpt2_124m_bf16_setup(void **state) { return gpt_setup(state, &GPT2_124M_BF16); }
 
 /* ------------------------------------------------------------ GPT-2 124M decoding */
 
@@ -279,6 +282,18 @@ const bench_workload bench_train_workloads[] = {
         .measure_peak = true,
         .compare_unfused = false,
         .setup = gpt2_124m_setup,
+        .run = gpt_run,
+        .teardown = gpt_teardown,
+    },
+    {
+        .name = "gpt2_124m_train_step_bf16",
+        .what = "GPT-2 124M as above, mixed precision: F32 weights and AdamW, the forward and "
+                "backward in BF16 (on AMX tiles where the CPU has them)",
+        .metric = BENCH_FLOPS,
+        .work = GPT_WORK(GPT2_124M),
+        .measure_peak = true,
+        .compare_unfused = false,
+        .setup = gpt2_124m_bf16_setup,
         .run = gpt_run,
         .teardown = gpt_teardown,
     },

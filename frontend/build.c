@@ -145,15 +145,22 @@ lm_node *nb_pad(lm_node *a, const int64_t *lo, const int64_t *hi, double value) 
 
 lm_node *nb_matmul(lm_node *a, lm_node *b) {
   if (!a || !b) return NULL;
-  if (lm_dtype_is_half(a->dtype)) { /* an F32 product rounded once, as loom_matmul's */
-    lm_node *wa = nb_cast(a, LOOM_F32), *wb = nb_cast(b, LOOM_F32);
-    lm_node *p = nb_matmul(wa, wb), *r = nb_cast(p, a->dtype);
-    nb_drop(wa, wb, p, NULL);
-    return r;
-  }
   lm_node *src[2] = {a, b};
   loom_shape shape = a->shape;
   shape.dim[shape.ndim - 1] = b->shape.dim[b->shape.ndim - 1];
+  if (lm_dtype_is_half(a->dtype)) { /* F32 sums rounded once, as loom_matmul's */
+    lm_node *wa = a, *wb = b, *p;
+    if (a->device.type != LOOM_DEVICE_CPU) { /* (CUDA's GEMM reads F32 and F64) */
+      wa = nb_cast(a, LOOM_F32), wb = nb_cast(b, LOOM_F32);
+      p = nb_matmul(wa, wb);
+      nb_drop(wa, wb, NULL, NULL);
+    } else {
+      p = wa && wb ? make(LM_MATMUL, 2, src, shape, LOOM_F32) : NULL;
+    }
+    lm_node *r = nb_cast(p, a->dtype);
+    nb_drop(p, NULL, NULL, NULL);
+    return r;
+  }
   return make(LM_MATMUL, 2, src, shape, a->dtype);
 }
 

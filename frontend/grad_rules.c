@@ -150,6 +150,10 @@ static lm_node *reduce_grad(ctx *c, lm_node *g) {
  * sum with an embedding's gradient) read it column by column. */
 static lm_node *matmul_grad(ctx *c, int which, lm_node *g) {
   lm_node *n = (lm_node *)c->n;
+  /* F32 sums of BF16 / F16 operands: the gradient products take the operands'
+   * dtype, as torch's do (loom_matmul's gradient arrives through its cast, so
+   * it is of that dtype already and this is exact) */
+  if (n->src[0]->dtype != n->dtype) g = keep(c->a, nb_cast(g, n->src[0]->dtype));
   if (which == 0) return keep(c->a, nb_matmul(g, keep(c->a, nb_transpose_last(n->src[1]))));
   if (nb_is_transpose_last(n->src[1]))
     return keep(c->a, nb_transpose_last(

@@ -1,5 +1,6 @@
-/* matmul with torch.matmul's rules. Floats go to BLAS (LM_MATMUL); integers
- * become a generated reduction kernel (broadcast multiply, sum over K). */
+/* matmul with torch.matmul's rules. Floats are GEMMs (LM_MATMUL; BF16 / F16
+ * operands give F32 sums, rounded once); integers become a generated
+ * reduction kernel (broadcast multiply, sum over K). */
 #include "frontend/frontend.h"
 
 static lm_node *int_matmul(lm_node *a, lm_node *b, int nb) {
@@ -41,12 +42,12 @@ static bool folds_into_rows(const lm_node *a, const loom_shape *ba, const loom_s
 /* reshape(reshape(a, [rows, K]) @ reshape(b, [K, N]), batch + [M, N]), dropping
  * N when b was 1-D. */
 static loom_tensor *folded_matmul(lm_node *a, lm_node *b, int64_t M, int64_t K, int64_t N,
-                                  const loom_shape *batch, int b_ndim) {
+                                  const loom_shape *batch, int b_ndim, loom_dtype sums) {
   int64_t rows = M * lm_shape_numel(batch);
   lm_node *ra = nb_reshape(a, LOOM_SHAPE(rows, K)), *rb = nb_reshape(b, LOOM_SHAPE(K, N));
   lm_node *src[2] = {ra, rb};
   lm_node *r =
-      ra && rb ? lm_node_new(LM_MATMUL, 2, src, LOOM_SHAPE(rows, N), a->dtype, a->device) : NULL;
+      ra && rb ? lm_node_new(LM_MATMUL, 2, src, LOOM_SHAPE(rows, N), sums, a->device) : NULL;
   loom_shape final = *batch;
   final.dim[final.ndim++] = M;
   if (b_ndim > 1) final.dim[final.ndim++] = N;
@@ -66,6 +67,8 @@ static loom_tensor *widen(const loom_tensor *t) {
   return lm_result(r);
 }
 
+static loom_tensor *matmul_sums(const loom_tensor *a, const loom_tensor *b, loom_dtype sums);
+
 loom_tensor *loom_matmul(const loom_tensor *a, const loom_tensor *b) {
   const char *name = "loom_matmul";
   loom_tensor *err;
@@ -77,11 +80,23 @@ loom_tensor *loom_matmul(const loom_tensor *a, const loom_tensor *b) {
                          loom_dtype_name(a->node->dtype), loom_dtype_name(b->node->dtype));
   if (a->node->dtype == LOOM_BOOL)
     return lm_error(LOOM_ERR_DTYPE, "%s: bool tensors cannot be multiplied", name);
-  if (lm_dtype_is_half(a->node->dtype)) { /* an F32 product, rounded once, as torch's */
+  loom_dtype dt = a->node->dtype;
+  if (lm_dtype_is_half(dt)) { /* F32 sums, rounded once, as torch's */
     int token = lm_composite_begin();
-    loom_tensor *p = loom_matmul(widen(a), widen(b));
-    return lm_composite_end(token, loom_cast(p, a->node->dtype));
+    /* the CPU's GEMM widens as it packs (and BF16 runs on AMX tiles); CUDA's
+     * tiled GEMM reads F32 and F64 only */
+    loom_tensor *p = a->node->device.type == LOOM_DEVICE_CPU ? matmul_sums(a, b, LOOM_F32)
+                                                             : loom_matmul(widen(a), widen(b));
+    return lm_composite_end(token, loom_cast(p, dt));
   }
+  return matmul_sums(a, b, dt);
+}
+
+/* a @ b (checked alike) with sums of dtype `sums`. */
+static loom_tensor *matmul_sums(const loom_tensor *a, const loom_tensor *b, loom_dtype sums) {
+  const char *name = "loom_matmul";
+  loom_tensor *err;
+  const loom_shape *A = &a->node->shape, *B = &b->node->shape;
   if (A->ndim == 0 || B->ndim == 0)
     return lm_pair_error(LOOM_ERR_SHAPE, name, A, "@", B, "both arguments need at least 1 dim");
   /* 1-D operands become matrices; their dim is removed from the result. */
@@ -109,7 +124,7 @@ loom_tensor *loom_matmul(const loom_tensor *a, const loom_tensor *b) {
   out.dim[nb] = M, out.dim[nb + 1] = N;
   if ((err = lm_check_shape(name, &out, a->node->dtype))) return err;
   if (!integer && folds_into_rows(a->node, &ba, &bb))
-    return folded_matmul(a->node, b->node, M, K, N, &batch, B->ndim);
+    return folded_matmul(a->node, b->node, M, K, N, &batch, B->ndim, sums);
   lm_node *ra = nb_reshape(a->node, a2), *rb = nb_reshape(b->node, b2);
   lm_node *ea = nb_broadcast(ra, fa), *eb = nb_broadcast(rb, fb);
   lm_node *r = NULL;
@@ -117,7 +132,7 @@ loom_tensor *loom_matmul(const loom_tensor *a, const loom_tensor *b) {
     r = ea && eb ? int_matmul(ea, eb, nb) : NULL;
   } else if (ea && eb) {
     lm_node *src[2] = {ea, eb};
-    r = lm_node_new(LM_MATMUL, 2, src, out, a->node->dtype, a->node->device);
+    r = lm_node_new(LM_MATMUL, 2, src, out, sums, a->node->device);
   }
   /* drop the dims 1-D operands added */
   loom_shape final = batch;

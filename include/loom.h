@@ -835,6 +835,11 @@ const char *loom_target_id(void);
  * OpenBLAS fell back to older kernels than the CPU has). Any pointer may be NULL. */
 void loom_blas_info(const char **library, const char **version, const char **core,
                     const char **reason);
+/* Whether BF16 matrix products run on the CPU's AMX tiles (loom's own GEMM):
+ * the CPU has AMX-BF16, Linux granted the tiles to this process and LOOM_AMX
+ * is not 0. Otherwise they widen to F32 as they are packed, and *why_not (may
+ * be NULL) says why; NULL when they do. */
+bool loom_cpu_amx(const char **why_not);
 
 #ifdef __cplusplus
 }

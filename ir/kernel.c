@@ -154,6 +154,8 @@ lk_hash lk_gemm_hash(const lk_gemm *g) {
   hw_i64(&w, g->dtype);
   hw_i64(&w, g->mr);
   hw_i64(&w, g->nr);
+  hw_i64(&w, g->in_dtype);
+  hw_i64(&w, g->amx);
   return hw_digest(&w);
 }
 
@@ -161,12 +163,22 @@ const char *lk_gemm_check(const lk_gemm *g) {
   if (!g) return "no GEMM description";
   if (g->dtype != LOOM_F32 && g->dtype != LOOM_F64) return "GEMM dtype is not F32 or F64";
   if (g->mr < 1 || g->mr > 32 || g->nr < 1 || g->nr > 256) return "GEMM tile out of range";
+  bool half_in = g->in_dtype == LOOM_BF16 || g->in_dtype == LOOM_F16;
+  if (g->in_dtype != g->dtype && !(half_in && g->dtype == LOOM_F32))
+    return "GEMM operands are not of its dtype, nor BF16/F16 with F32 sums";
+  if (g->amx &&
+      (g->in_dtype != LOOM_BF16 || g->mr != LK_GEMM_AMX_TILE || g->nr != LK_GEMM_AMX_TILE))
+    return "an AMX GEMM is BF16 with a 32 x 32 tile";
   return NULL;
 }
 
 static int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
 size_t lk_gemm_pack_bytes(const lk_gemm *g, int64_t mc, int64_t kc, int64_t nc) {
+  if (g->amx) { /* BF16 panels, padded to whole tiles both ways */
+    int64_t kp = round_up(kc, LK_GEMM_AMX_K);
+    return (size_t)((round_up(nc, g->nr) + round_up(mc, g->mr)) * kp + 64) * 2;
+  }
   /* B's panel first, A's block after it, each a whole number of slivers;
    * packing A may write up to 64 elements past it (backends/llvm/gemm.c) */
   int64_t elems = (round_up(nc, g->nr) + round_up(mc, g->mr)) * kc + 64;

@@ -203,10 +203,18 @@ const char *lk_kernel_check(const lk_kernel *k);
  * function per dtype and tile serves every layout.
  */
 typedef struct lk_gemm {
-  loom_dtype dtype; /* F32 or F64: operands, sums and C */
-  int mr, nr;       /* the microkernel's tile: rows x columns of sums in
-                       registers (nr a multiple of the vector width) */
+  loom_dtype dtype;    /* F32 or F64: sums and C */
+  loom_dtype in_dtype; /* A's and B's: dtype, or BF16 / F16 with F32 sums
+                          (widened to F32 as they are packed) */
+  int mr, nr;          /* the microkernel's tile: rows x columns of sums in
+                          registers (nr a multiple of the vector width) */
+  bool amx;            /* BF16 through the CPU's matrix tiles (AMX-BF16):
+                          mr = nr = LK_GEMM_AMX_TILE, four 16 x 16 tiles of
+                          sums; the caller has the OS's leave to use them */
 } lk_gemm;
+#define LK_GEMM_AMX_TILE 32
+/* AMX sums 32 terms a tile step: its kc is a multiple of this */
+#define LK_GEMM_AMX_K 32
 
 /* What the generated function reads (every field 8 bytes, in this order). */
 typedef struct lk_gemm_args {
@@ -246,7 +254,7 @@ static inline bool lk_gemm_unpacked(int64_t m, int64_t n, int64_t k, int64_t a_c
 #define LK_GEMM_IN_PLACE_MAX_TILES 5
 #define LK_GEMM_IN_PLACE_SHORT_KC 64
 static inline bool lk_gemm_b_in_place(const lk_gemm *t, int64_t m, int64_t kc, int64_t b_col) {
-  return b_col == 1 &&
+  return b_col == 1 && t->in_dtype == t->dtype && !t->amx &&
          ((m + t->mr - 1) / t->mr <= LK_GEMM_IN_PLACE_MAX_TILES || kc <= LK_GEMM_IN_PLACE_SHORT_KC);
 }
 

@@ -382,8 +382,9 @@ static bool check_matmul(const verdict *v) {
   const lm_node *n = v->n, *a = n->src[0], *b = n->src[1];
   int nd = n->shape.ndim;
   char sa[200], sb[200];
-  if (!lm_dtype_is_float(n->dtype))
-    return refuse(v, "matmul is f32 or f64 (the frontend reduces integer products)");
+  if (n->dtype != LOOM_F32 && n->dtype != LOOM_F64)
+    return refuse(v, "matmul is f32 or f64 (the frontend reduces integer products; a product of "
+                     "bf16 or f16 operands is f32, its sums, which a cast rounds)");
   if (nd < 2 || a->shape.ndim != nd || b->shape.ndim != nd)
     return refuse(v,
                   "%s @ %s: matmul takes [.., M, K] @ [.., K, N], 2 or more dims each, as many "
@@ -396,8 +397,11 @@ static bool check_matmul(const verdict *v) {
   if (!fits)
     return refuse(v, "%s @ %s: inner dims or batch dims differ",
                   shape_str(&a->shape, sa, sizeof sa), shape_str(&b->shape, sb, sizeof sb));
-  return shape_is(v, &want, "[.., M, N]") && source_dtype_is(v, 0, n->dtype, "the node's dtype") &&
-         source_dtype_is(v, 1, n->dtype, "the node's dtype");
+  /* operands of the node's dtype, or both BF16 or both F16 with F32 sums */
+  loom_dtype in = lm_dtype_is_half(a->dtype) && n->dtype == LOOM_F32 ? a->dtype : n->dtype;
+  return shape_is(v, &want, "[.., M, N]") &&
+         source_dtype_is(v, 0, in, "the node's dtype (or bf16 / f16 for an f32 node)") &&
+         source_dtype_is(v, 1, in, "the first operand's dtype");
 }
 
 /* src[0] a table [V, ..], src[1] integer indices of shape S: S + [..]. */

@@ -54,6 +54,7 @@ void lm_plan_gemm(const lm_planner *pl, lm_node *n, lm_step *step) {
   lm_gemm_operand(pl, b, &bbase, &bv);
   int nd = n->shape.ndim;
   g->dtype = n->dtype;
+  g->in_dtype = a->dtype; /* BF16 / F16 operands give F32 (ir/verify.c) */
   g->nbatch = nd - 2;
   for (int d = 0; d < nd - 2; d++) {
     g->batch[d] = n->shape.dim[d];
@@ -171,7 +172,9 @@ static bool makes_gemm_operand(const lm_graph *g, const lm_schedule *p, const lm
   for (int i = 0; i < p->nsteps; i++) {
     const lm_step *s = &p->steps[i];
     if (s->kind == LM_STEP_GEMM && (s->gemm.a_pos == e->out || s->gemm.b_pos == e->out)) {
-      if (!reads_whole_b(s, e->out) || s->deferred) return false; /* (one with an epilogue) */
+      /* (one with an epilogue; widened operands are not made in blocks) */
+      if (!reads_whole_b(s, e->out) || s->deferred || s->gemm.in_dtype != s->gemm.dtype)
+        return false;
       readers++;
     }
     for (int a = 1; s->kind == LM_STEP_KERNEL && a < s->kernel.nslots; a++)

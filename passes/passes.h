@@ -30,7 +30,9 @@ typedef enum lm_step_kind { LM_STEP_KERNEL, LM_STEP_GEMM } lm_step_kind;
 
 /* C[b] = A[b] @ B[b] for every batch index b, C contiguous [batch.., M, N]. */
 typedef struct lm_gemm {
-  loom_dtype dtype;
+  loom_dtype dtype;    /* C's and the sums' */
+  loom_dtype in_dtype; /* A's and B's: dtype, or BF16 / F16 (with F32 sums:
+                          only loom's own GEMM takes them) */
   int nbatch;
   int64_t batch[LOOM_MAX_DIMS];
   int64_t a_bstride[LOOM_MAX_DIMS], b_bstride[LOOM_MAX_DIMS]; /* elements */

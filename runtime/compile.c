@@ -7,6 +7,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "backends/llvm/llvm_backend.h"
 #include "runtime/compile.h"
@@ -186,8 +189,47 @@ static lm_hash128 gemm_disk_key(const lk_gemm *d) {
   return lm_disk_key_text(ident);
 }
 
-void lm_gemm_tile_for(loom_dtype dtype, int64_t m, int64_t n, lk_gemm *tile) {
-  lm_llvm_gemm_tile(dtype, m, n, tile);
+/* Written once under pthread_once, read-only afterwards. */
+static struct amx_state {
+  bool usable;
+  const char *why_not;
+} amx;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_ask(void) {
+  const char *env = getenv("LOOM_AMX");
+  if (env && strcmp(env, "0") == 0) {
+    amx.why_not = "LOOM_AMX=0";
+    return;
+  }
+  if (!lm_llvm_has_amx_bf16()) {
+    amx.why_not = "the CPU has no AMX-BF16";
+    return;
+  }
+#if defined(__linux__) && defined(__x86_64__)
+  /* the tiles' state is large, so Linux hands it out only when asked */
+  enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+  if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
+    amx.why_not = "the kernel refused the tiles (arch_prctl ARCH_REQ_XCOMP_PERM)";
+    return;
+  }
+  amx.usable = true;
+#else
+  amx.why_not = "loom asks for the tiles on Linux x86-64 only";
+#endif
+}
+
+bool lm_cpu_amx_usable(const char **why_not) {
+  pthread_once(&amx_once, amx_ask);
+  if (why_not) *why_not = amx.usable ? NULL : amx.why_not;
+  return amx.usable;
+}
+
+bool loom_cpu_amx(const char **why_not) { return lm_cpu_amx_usable(why_not); }
+
+void lm_gemm_tile_for(loom_dtype in_dtype, int64_t m, int64_t n, lk_gemm *tile) {
+  bool amx_ok = in_dtype == LOOM_BF16 && lm_cpu_amx_usable(NULL);
+  lm_llvm_gemm_tile(in_dtype, amx_ok, m, n, tile);
 }
 
 loom_status lm_gemm_function(const lk_gemm *d, lk_gemm_fn *fn, lm_code **code) {

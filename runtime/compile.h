@@ -69,7 +69,11 @@ loom_status lm_kernel_object(const lk_kernel *k, char symbol[36], void **obj, si
 /* The same for GEMM block functions (backends/llvm/gemm.c): the tile that
  * suits an m x n product of dtype on the host; the function of tile d (with
  * the reference keeping it loaded); the object of d and its symbol. */
-void lm_gemm_tile_for(loom_dtype dtype, int64_t m, int64_t n, lk_gemm *tile);
+void lm_gemm_tile_for(loom_dtype in_dtype, int64_t m, int64_t n, lk_gemm *tile);
+/* Whether this process may use the CPU's AMX tiles: the CPU has them, the OS
+ * granted them (Linux's ARCH_REQ_XCOMP_PERM, asked once) and LOOM_AMX is not
+ * 0. Why not, in words, for `loom info`. */
+bool lm_cpu_amx_usable(const char **why_not);
 loom_status lm_gemm_function(const lk_gemm *d, lk_gemm_fn *fn, lm_code **code);
 void lm_gemm_symbol(const lk_gemm *d, char symbol[36]);
 loom_status lm_gemm_object(const lk_gemm *d, char symbol[36], void **obj, size_t *len);

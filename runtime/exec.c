@@ -221,7 +221,8 @@ static void compile_steps(void *ctx, int64_t begin, int64_t end) {
 }
 
 static bool same_tile(const lk_gemm *a, const lk_gemm *b) {
-  return a->dtype == b->dtype && a->mr == b->mr && a->nr == b->nr;
+  return a->dtype == b->dtype && a->in_dtype == b->in_dtype && a->amx == b->amx && a->mr == b->mr &&
+         a->nr == b->nr;
 }
 
 /* The steps compile_steps runs, in order (n of them). */
@@ -233,7 +234,7 @@ static int compile_order(const lm_schedule *p, int *order) {
     const lm_gemm *g = &p->steps[i].gemm;
     if (p->steps[i].kind != LM_STEP_GEMM) continue;
     lk_gemm t;
-    lm_gemm_tile_for(g->dtype, g->M, g->N, &t);
+    lm_gemm_tile_for(g->in_dtype, g->M, g->N, &t);
     bool seen = false;
     for (int k = 0; k < ntiles && !seen; k++) seen = same_tile(&tiles[k], &t);
     if (seen || ntiles == (int)(sizeof tiles / sizeof *tiles)) continue;

@@ -29,6 +29,7 @@ typedef struct lm_export_layout {
   int64_t pack_bytes; /* the largest GEMM step's packed panels */
   bool embed;         /* weights inside the .so (else <name>.weights) */
   bool uses_gemm;
+  bool uses_amx; /* a GEMM runs on AMX tiles: the library asks Linux for them */
 } lm_export_layout;
 
 /* Scratch offsets by liveness (the plan's frees), weight offsets, outputs,

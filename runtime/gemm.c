@@ -60,8 +60,9 @@ static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo :
 void lm_gemm_blocking(const lk_gemm *t, int64_t m, int64_t n, int64_t k, int64_t *mc, int64_t *kc,
                       int64_t *nc) {
   pthread_once(&caches_once, read_caches);
-  int64_t es = (int64_t)loom_dtype_size(t->dtype);
-  int64_t kb = clamp64(caches.l1 / 2 / (t->nr * es) / 8 * 8, 32, 1024);
+  int64_t es = (int64_t)loom_dtype_size(t->amx ? t->in_dtype : t->dtype); /* packed */
+  int64_t step = t->amx ? LK_GEMM_AMX_K : 8; /* AMX sums whole tiles of terms */
+  int64_t kb = clamp64(caches.l1 / 2 / (t->nr * es) / step * step, 32, 1024);
   int64_t mb = clamp64(caches.l2 / 2 / (kb * es) / t->mr * t->mr, t->mr, 4096);
   *mc = clamp64(m, 1, mb);
   *kc = clamp64(k, 1, kb);
@@ -122,7 +123,7 @@ static bool loom_takes(const lm_gemm *g, int64_t m, int64_t n, int64_t k) {
  * into c, which points at the part's first element (row stride ldc). */
 static void block_beta(const lm_gemm *g, const char *a, const char *b, part p, char *c,
                        int64_t ldc_, bool accumulate) {
-  size_t es = loom_dtype_size(g->dtype);
+  size_t es = loom_dtype_size(g->in_dtype); /* of A and B; BLAS's are C's too */
   int64_t r0 = p.r0, r1 = p.r1, c0 = p.c0, c1 = p.c1;
   /* A row r starts at r * lda (not transposed) or at column r (transposed),
    * its element k k further on (or k rows down); B's column j at j (not
@@ -260,13 +261,15 @@ void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t ba
   size_t es = loom_dtype_size(g->dtype);
   int64_t ao, bo;
   lm_gemm_batch_offsets(g, batch, &ao, &bo);
-  const char *ab = (const char *)a + ao * (int64_t)es, *bb = (const char *)b + bo * (int64_t)es;
+  size_t in_es = loom_dtype_size(g->in_dtype);
+  const char *ab = (const char *)a + ao * (int64_t)in_es,
+             *bb = (const char *)b + bo * (int64_t)in_es;
   lm_blas_single_threaded();
   int64_t n = r1 - r0, threads = loom_num_threads(), parts = threads;
   /* a few rows against a B past the caches are bound by reading B: threads
    * add bandwidth even for little arithmetic */
-  bool streams_b =
-      n <= LK_GEMM_DOT_MAX_ROWS && (double)g->N * (double)g->K * (double)es > GEMM_STREAM_B_BYTES;
+  bool streams_b = n <= LK_GEMM_DOT_MAX_ROWS &&
+                   (double)g->N * (double)g->K * (double)in_es > GEMM_STREAM_B_BYTES;
   if (n * g->N * g->K < GEMM_PARALLEL_WORK && !streams_b) parts = 1;
   if (parts > 1 && n / GEMM_MIN_ROWS < parts && g->N / GEMM_MIN_COLS < 2 &&
       n * g->N <= GEMM_SPLIT_SUM_OUTPUTS && g->K / GEMM_MIN_SUM_PART >= 2) {
@@ -283,7 +286,8 @@ void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t ba
       return;
     }
   }
-  bool b_dominates = g->N > n && (double)g->K * (double)g->N * (double)es > GEMM_SHARED_B_BYTES &&
+  bool b_dominates = g->N > n &&
+                     (double)g->K * (double)g->N * (double)in_es > GEMM_SHARED_B_BYTES &&
                      g->N / GEMM_MIN_COLS >= parts;
   if (parts > 1 && ((n / GEMM_MIN_ROWS < parts && g->N / GEMM_MIN_COLS >= 2) || b_dominates)) {
     /* few rows, many columns (a convolution's [O, N*OH*OW]), or a B larger than
@@ -394,8 +398,10 @@ loom_status lm_gemm_prepare(lm_gemm *g, lm_code **code) {
   if (force && *force && !all && !none && strcmp(force, "auto") != 0)
     return lm_fail(LOOM_ERR_VALUE, "loom_realize: LOOM_GEMM=%s: expected loom, blas or auto",
                    force);
-  if (none) return LOOM_OK;
-  g->fn_for_all = all;
-  lm_gemm_tile_for(g->dtype, g->M, g->N, &g->tile);
+  /* BLAS has no products of BF16 / F16: loom's takes them whatever LOOM_GEMM says */
+  bool widened = g->in_dtype != g->dtype;
+  if (none && !widened) return LOOM_OK;
+  g->fn_for_all = all || widened;
+  lm_gemm_tile_for(g->in_dtype, g->M, g->N, &g->tile);
   return lm_gemm_function(&g->tile, &g->fn, code);
 }

@@ -296,6 +296,25 @@ static void check_threads(const loom_program *p, run_fn run) {
 
 /* ------------------------------------------------------------ tests */
 
+/* BF16 products (on AMX tiles where the CPU has them: the library asks Linux
+ * for them itself), a weight read as is and one read transposed. */
+static loom_program *bf16_program(void) {
+  loom_program *p = NULL;
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(100, 300), LOOM_F32, LOOM_CPU);
+    loom_tensor *w = loom_cast(
+        loom_mul_s(loom_randn_key(loom_key_new(5), LOOM_SHAPE(300, 200), LOOM_F32, LOOM_CPU), 0.05),
+        LOOM_BF16);
+    loom_tensor *v = loom_cast(
+        loom_mul_s(loom_randn_key(loom_key_new(6), LOOM_SHAPE(64, 200), LOOM_F32, LOOM_CPU), 0.05),
+        LOOM_BF16);
+    loom_tensor *h = loom_relu(loom_matmul(loom_cast(x, LOOM_BF16), w));
+    loom_tensor *y = loom_cast(loom_matmul(h, loom_transpose(v, 0, 1)), LOOM_F32);
+    p = loom_compile(&y, 1, &x, 1);
+  }
+  return p;
+}
+
 static void test_programs(void) {
   loom_program *p = chain_program();
   export_and_compare(p, "chain");
@@ -324,6 +343,11 @@ static void test_programs(void) {
   export_and_compare(p, "multi");
   loom_program_free(p);
   loom_free(w);
+  p = bf16_program();
+  CHECK(p != NULL);
+  export_and_compare(p, "bf16");
+  check_needed("bf16");
+  loom_program_free(p);
 }
 
 static bool file_contains(const char *path, const char *what) {

@@ -27,28 +27,28 @@ static double value_at(unsigned seed, int64_t i) {
   return (double)(x >> 11) / (double)(1ull << 53) * 2.0 - 1.0;
 }
 
+static void put(loom_dtype dt, void *m, int64_t i, double v) {
+  if (dt == LOOM_F32)
+    ((float *)m)[i] = (float)v;
+  else if (dt == LOOM_BF16)
+    ((uint16_t *)m)[i] = loom_float_to_bf16((float)v);
+  else if (dt == LOOM_F16)
+    ((uint16_t *)m)[i] = loom_float_to_f16((float)v);
+  else
+    ((double *)m)[i] = v;
+}
+
 static void *matrix(loom_dtype dt, int64_t count, unsigned seed) {
   size_t es = loom_dtype_size(dt);
   void *m = malloc((size_t)(count > 0 ? count : 1) * es);
-  for (int64_t i = 0; i < count; i++) {
-    double v = value_at(seed, i);
-    if (dt == LOOM_F32)
-      ((float *)m)[i] = (float)v;
-    else
-      ((double *)m)[i] = v;
-  }
+  for (int64_t i = 0; i < count; i++) put(dt, m, i, value_at(seed, i));
   return m;
 }
 
 static double get(loom_dtype dt, const void *m, int64_t i) {
+  if (dt == LOOM_BF16) return loom_bf16_to_float(((const uint16_t *)m)[i]);
+  if (dt == LOOM_F16) return loom_f16_to_float(((const uint16_t *)m)[i]);
   return dt == LOOM_F32 ? (double)((const float *)m)[i] : ((const double *)m)[i];
-}
-
-static void put(loom_dtype dt, void *m, int64_t i, double v) {
-  if (dt == LOOM_F32)
-    ((float *)m)[i] = (float)v;
-  else
-    ((double *)m)[i] = v;
 }
 
 /* ------------------------------------------------------------ the block function */
@@ -62,13 +62,15 @@ typedef struct layout {
   bool in_place; /* lk_gemm_args.b_in_place: B's whole slivers read where they are */
 } layout;
 
-static void run_block(loom_dtype dt, lk_gemm_fn fn, const lk_gemm *tile, layout l) {
+/* A and B of the tile's in_dtype, C of its dtype */
+static void run_block(lk_gemm_fn fn, const lk_gemm *tile, layout l) {
+  loom_dtype dt = tile->dtype, in = tile->in_dtype;
   int64_t m = l.m, n = l.n, k = l.k;
   /* stored matrices: A m x k (or k x m), B k x n (or n x k), C m x n, rows padded */
   int64_t a_rows = l.a_trans ? k : m, a_cols = (l.a_trans ? m : k) + l.pad;
   int64_t b_rows = l.b_trans ? n : k, b_cols = (l.b_trans ? k : n) + l.pad;
   int64_t ldc = n + l.pad;
-  void *a = matrix(dt, a_rows * a_cols, 1), *b = matrix(dt, b_rows * b_cols, 2);
+  void *a = matrix(in, a_rows * a_cols, 1), *b = matrix(in, b_rows * b_cols, 2);
   void *c = matrix(dt, m * ldc, 3), *before = matrix(dt, m * ldc, 3);
   for (int64_t i = 0; i < m; i++)
     for (int64_t j = 0; j < n && !l.accumulate; j++) put(dt, c, i * ldc + j, NAN);
@@ -106,29 +108,32 @@ static void run_block(loom_dtype dt, lk_gemm_fn fn, const lk_gemm *tile, layout 
       }
       double want = l.accumulate ? old : 0, sumabs = fabs(want);
       for (int64_t p = 0; p < k; p++) {
-        double x = get(dt, a, l.a_trans ? p * a_cols + i : i * a_cols + p);
-        double y = get(dt, b, l.b_trans ? j * b_cols + p : p * b_cols + j);
+        double x = get(in, a, l.a_trans ? p * a_cols + i : i * a_cols + p);
+        double y = get(in, b, l.b_trans ? j * b_cols + p : p * b_cols + j);
         want += x * y, sumabs += fabs(x * y);
       }
       double tol = check_sum_bound(dt == LOOM_F32, (double)k + 1, sumabs);
       if (!(fabs(got - want) <= tol)) {
         bad++;
         check_fail_at(__FILE__, __LINE__,
-                      "%s %lldx%lldx%lld ta=%d tb=%d pad=%lld acc=%d blocks %lld/%lld/%lld: "
+                      "%s%s %lldx%lldx%lld ta=%d tb=%d pad=%lld acc=%d blocks %lld/%lld/%lld: "
                       "C[%lld][%lld] = %.9g, want %.9g",
-                      loom_dtype_name(dt), (long long)m, (long long)n, (long long)k, l.a_trans,
-                      l.b_trans, (long long)l.pad, l.accumulate, (long long)l.mc, (long long)l.kc,
-                      (long long)l.nc, (long long)i, (long long)j, got, want);
+                      loom_dtype_name(in), tile->amx ? " (AMX)" : "", (long long)m, (long long)n,
+                      (long long)k, l.a_trans, l.b_trans, (long long)l.pad, l.accumulate,
+                      (long long)l.mc, (long long)l.kc, (long long)l.nc, (long long)i, (long long)j,
+                      got, want);
       }
     }
   if (!bad) check_passes++;
   free(a), free(b), free(c), free(before), free(pack);
 }
 
-/* Every tile the host has for dt, B packed and read in place. */
-static void test_block_function(loom_dtype dt) {
+/* Every tile the host has for operands of dt (with amx: BF16's AMX one, when
+ * this process may use it), B packed and read in place. */
+static void test_block_function(loom_dtype dt, bool amx) {
+  if (amx && !lm_cpu_amx_usable(NULL)) return;
   lk_gemm tiles[LM_GEMM_MAX_TILES];
-  int ntiles = lm_llvm_gemm_tiles(dt, tiles, NULL);
+  int ntiles = lm_llvm_gemm_tiles(dt, amx, tiles, NULL);
   for (int ti = 0; ti < ntiles; ti++) {
     const lk_gemm tile = tiles[ti];
     lk_gemm_fn fn = NULL;
@@ -157,18 +162,17 @@ static void test_block_function(loom_dtype dt) {
       l.mc = (pick >> 24) & 1 ? l.m : (int64_t)(1 + (pick >> 25) % (unsigned)(2 * mr));
       l.kc = (pick >> 26) & 1 ? l.k : (int64_t)(1 + (pick >> 27) % 9u);
       l.nc = (pick >> 28) & 1 ? l.n : (int64_t)(1 + (pick >> 29) % (unsigned)(2 * nr));
-      run_block(dt, fn, &tile, l);
+      run_block(fn, &tile, l);
     }
     for (int in_place = 0; in_place < 2; in_place++) {
       /* larger, with the runtime's kind of blocking */
-      run_block(dt, fn, &tile,
-                (layout){203, 517, 301, false, false, 0, false, 84, 96, 256, in_place});
-      run_block(dt, fn, &tile, (layout){203, 517, 301, true, true, 5, true, 84, 96, 256, in_place});
-      run_block(dt, fn, &tile,
+      run_block(fn, &tile, (layout){203, 517, 301, false, false, 0, false, 84, 96, 256, in_place});
+      run_block(fn, &tile, (layout){203, 517, 301, true, true, 5, true, 84, 96, 256, in_place});
+      run_block(fn, &tile,
                 (layout){32, 2 * nr + 5, 144, false, false, 3, false, 32, 144, 4096, in_place});
       /* no terms: C = 0, or left as it is */
-      run_block(dt, fn, &tile, (layout){5, 7, 0, false, false, 1, false, 5, 1, 7, in_place});
-      run_block(dt, fn, &tile, (layout){5, 7, 0, false, true, 1, true, 5, 1, 7, in_place});
+      run_block(fn, &tile, (layout){5, 7, 0, false, false, 1, false, 5, 1, 7, in_place});
+      run_block(fn, &tile, (layout){5, 7, 0, false, true, 1, true, 5, 1, 7, in_place});
     }
     lm_code_release(code);
   }
@@ -178,7 +182,7 @@ static void test_block_function(loom_dtype dt) {
  * speed (backends/llvm/gemm.c). */
 static void test_tile_choice(void) {
   lk_gemm tiles[LM_GEMM_MAX_TILES], t;
-  int ntiles = lm_llvm_gemm_tiles(LOOM_F32, tiles, NULL);
+  int ntiles = lm_llvm_gemm_tiles(LOOM_F32, false, tiles, NULL);
   lm_gemm_tile_for(LOOM_F32, 1024, 1024, &t);
   CHECK(t.mr == tiles[0].mr && t.nr == tiles[0].nr); /* large: the first */
   if (ntiles < 3) return;
@@ -232,7 +236,10 @@ static void run_matmul(mm_case c) {
             want += x, sumabs += fabs(x);
           }
           double v = got[(q * c.m + i) * c.n + j];
-          double tol = check_sum_bound(c.dt == LOOM_F32, (double)c.k, sumabs);
+          bool half = c.dt == LOOM_BF16 || c.dt == LOOM_F16;
+          double tol = check_sum_bound(c.dt != LOOM_F64, (double)c.k, sumabs);
+          /* F32 sums of halves, rounded once to the half */
+          if (half) tol += fabs(want) * (c.dt == LOOM_BF16 ? 0x1p-8 : 0x1p-11) + 0x1p-24;
           if (!(fabs(v - want) <= tol)) {
             bad++;
             check_fail_at(__FILE__, __LINE__,
@@ -268,6 +275,24 @@ static void test_shapes(void) {
       {1, 5, 19, 23, 31, true, false, LOOM_F32},     /* a broadcast batch */
       {0, 0, 130, 129, 131, false, true, LOOM_F64},  /* F64 */
       {3, 3, 45, 50, 60, true, false, LOOM_F64},     /* F64 batched */
+      /* BF16 (on AMX tiles where the CPU has them) and F16, F32 sums */
+      {0, 0, 256, 256, 256, false, false, LOOM_BF16},
+      {0, 0, 1000, 3, 500, false, false, LOOM_BF16},
+      {0, 0, 3, 700, 900, false, true, LOOM_BF16},
+      {0, 0, 40, 4000, 9, true, false, LOOM_BF16},
+      {0, 0, 33, 37, 5000, false, false, LOOM_BF16},
+      {0, 0, 70, 80, 1, false, false, LOOM_BF16},
+      {0, 0, 1, 768, 300, false, true, LOOM_BF16},
+      {0, 0, 1, 2304, 768, false, false, LOOM_BF16},
+      {0, 0, 300, 1, 200, false, false, LOOM_BF16},
+      {0, 0, 67, 61, 59, true, true, LOOM_BF16},
+      {4, 4, 33, 29, 17, false, false, LOOM_BF16},
+      {4, 0, 33, 29, 17, false, true, LOOM_BF16},
+      {1, 5, 19, 23, 31, true, false, LOOM_BF16},
+      {0, 0, 200, 300, 100, false, false, LOOM_F16},
+      {0, 0, 1, 768, 300, false, true, LOOM_F16},
+      {0, 0, 67, 61, 59, true, true, LOOM_F16},
+      {4, 0, 33, 29, 17, false, true, LOOM_F16},
   };
   for (int t = 1; t <= 4; t++) {
     loom_set_num_threads(t);
@@ -282,18 +307,18 @@ static void test_shapes(void) {
 }
 
 /* A NaN in A's row i makes C's row i NaN; an Inf times a zero is NaN, an Inf
- * times a nonzero Inf; as BLAS and PyTorch give them. */
-static void test_nan_inf(void) {
+ * times a nonzero Inf; as BLAS and PyTorch give them (and AMX's BF16 tiles). */
+static void test_nan_inf(loom_dtype dt) {
   LOOM_SCOPE {
     int64_t m = 20, k = 30, n = 40;
-    float *a = matrix(LOOM_F32, m * k, 21), *b = matrix(LOOM_F32, k * n, 22);
-    a[3 * k + 7] = NAN;
-    a[5 * k + 2] = INFINITY;
-    for (int64_t j = 0; j < n; j++) b[2 * n + j] = j == 11 ? 0.0f : 1.0f;
+    void *a = matrix(dt, m * k, 21), *b = matrix(dt, k * n, 22);
+    put(dt, a, 3 * k + 7, NAN);
+    put(dt, a, 5 * k + 2, INFINITY);
+    for (int64_t j = 0; j < n; j++) put(dt, b, 2 * n + j, j == 11 ? 0.0 : 1.0);
     float *c = malloc(sizeof(float) * (size_t)(m * n));
-    loom_tensor *y = loom_matmul(loom_from_data(a, LOOM_SHAPE(m, k), LOOM_F32, LOOM_CPU),
-                                 loom_from_data(b, LOOM_SHAPE(k, n), LOOM_F32, LOOM_CPU));
-    CHECK(loom_copy_to_host(y, c, sizeof(float) * (size_t)(m * n)) == LOOM_OK);
+    loom_tensor *y = loom_matmul(loom_from_data(a, LOOM_SHAPE(m, k), dt, LOOM_CPU),
+                                 loom_from_data(b, LOOM_SHAPE(k, n), dt, LOOM_CPU));
+    CHECK(loom_copy_to_host(loom_cast(y, LOOM_F32), c, sizeof(float) * (size_t)(m * n)) == LOOM_OK);
     int row3 = 0, row5_nan = 0, row5_inf = 0, others = 0;
     for (int64_t j = 0; j < n; j++) {
       row3 += isnan(c[3 * n + j]) != 0;
@@ -311,9 +336,13 @@ static void test_nan_inf(void) {
 
 int main(void) {
   test_tile_choice();
-  test_block_function(LOOM_F32);
-  test_block_function(LOOM_F64);
+  test_block_function(LOOM_F32, false);
+  test_block_function(LOOM_F64, false);
+  test_block_function(LOOM_BF16, false);
+  test_block_function(LOOM_F16, false);
+  test_block_function(LOOM_BF16, true);
   test_shapes();
-  test_nan_inf();
+  test_nan_inf(LOOM_F32);
+  test_nan_inf(LOOM_BF16);
   return check_report();
 }

@@ -541,6 +541,19 @@ static void test_broken_library(void) {
   refused("matmul dtypes",
           node(LM_MATMUL, S(2, 4), F32, leaf(F32, S(2, 3)), leaf(LOOM_F64, S(3, 4)), NULL),
           "source 1 is f64, it must be f32");
+  accepted("matmul of bf16, f32 sums",
+           node(LM_MATMUL, S(2, 4), F32, leaf(LOOM_BF16, S(2, 3)), leaf(LOOM_BF16, S(3, 4)), NULL));
+  refused("matmul of bf16 and f16",
+          node(LM_MATMUL, S(2, 4), F32, leaf(LOOM_BF16, S(2, 3)), leaf(LOOM_F16, S(3, 4)), NULL),
+          "source 1 is f16, it must be bf16");
+  refused(
+      "matmul bf16 node",
+      node(LM_MATMUL, S(2, 4), LOOM_BF16, leaf(LOOM_BF16, S(2, 3)), leaf(LOOM_BF16, S(3, 4)), NULL),
+      "a product of bf16 or f16 operands is f32");
+  refused(
+      "matmul f64 sums of f16",
+      node(LM_MATMUL, S(2, 4), LOOM_F64, leaf(LOOM_F16, S(2, 3)), leaf(LOOM_F16, S(3, 4)), NULL),
+      "source 0 is f16, it must be f64");
   accepted("gather",
            node(LM_GATHER, S(2, 3, 4), F32, leaf(F32, S(10, 4)), leaf(LOOM_U8, S(2, 3)), NULL));
   refused("gather float indices",

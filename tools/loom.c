@@ -60,6 +60,11 @@ static int command_info(void) {
   loom_blas_info(&library, &version, &core, &reason);
   printf("blas:      %s, core %s (%s)\n", library, core, reason);
   printf("           %s\n", version);
+  const char *no_amx;
+  if (loom_cpu_amx(&no_amx))
+    printf("amx:       BF16 matrix products on the CPU's AMX tiles\n");
+  else
+    printf("amx:       not used (%s); BF16 products widen to F32\n", no_amx);
   if (loom_cuda_available())
     printf("cuda:      available, %d device(s)\n", loom_cuda_device_count());
   else {

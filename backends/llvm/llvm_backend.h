@@ -23,7 +23,7 @@
  * reused. */
 #define LM_LLVM_CODEGEN_VERSION 24
 /* The same for GEMM block functions (backends/llvm/gemm.c). */
-#define LM_LLVM_GEMM_VERSION 7
+#define LM_LLVM_GEMM_VERSION 9
 
 /* Compiles a kernel to a callable function named lk_<32 hex digits of its
  * hash>. Thread-safe; the LLJIT is created on first use. Compiling a kernel
@@ -59,13 +59,19 @@ bool lm_llvm_release(lm_llvm_object *o);
 size_t lm_llvm_objects_loaded(void);
 
 /* GEMM block functions (ir/kernel.h's lk_gemm): the tiles that fit the
- * host's registers for dtype (F32 or F64), with each one's speed on a large
+ * host's registers for operands of in_dtype (F32, F64; BF16 and F16 with F32
+ * sums; with amx, BF16 through the host's AMX tiles if it has them, which the
+ * caller must have the OS's leave to use), with each one's speed on a large
  * product relative to the first; the one an m x n product wastes least on;
  * the symbol ("lg_" + 32 hex digits); the object defining it (*obj malloc'd).
  * Load it with lm_llvm_load_object and call it as an lk_gemm_fn. */
 #define LM_GEMM_MAX_TILES 4
-int lm_llvm_gemm_tiles(loom_dtype dtype, lk_gemm out[LM_GEMM_MAX_TILES], double speed[]);
-void lm_llvm_gemm_tile(loom_dtype dtype, int64_t m, int64_t n, lk_gemm *out);
+int lm_llvm_gemm_tiles(loom_dtype in_dtype, bool amx, lk_gemm out[LM_GEMM_MAX_TILES],
+                       double speed[]);
+void lm_llvm_gemm_tile(loom_dtype in_dtype, bool amx, int64_t m, int64_t n, lk_gemm *out);
+/* The host CPU has AMX tiles with BF16 products (whether the OS lets a
+ * process use them is the runtime's question). */
+bool lm_llvm_has_amx_bf16(void);
 void lm_llvm_gemm_symbol_name(const lk_gemm *d, char buf[36]);
 loom_status lm_llvm_emit_gemm_object(const lk_gemm *d, const char *symbol, void **obj,
                                      size_t *objlen, char *err, size_t errlen);

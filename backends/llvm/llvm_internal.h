@@ -28,6 +28,8 @@ bool lm_target_init(char *err, size_t errlen);
 LLVMTargetMachineRef lm_target_machine_create(char *err, size_t errlen);
 /* The widest vector registers the host has, in bytes (64 AVX-512, 32 AVX, 16 else). */
 int lm_target_vector_bytes(void);
+/* The host has AMX's tiles and their BF16 products (and AVX-512 for the rest). */
+bool lm_target_has_amx_bf16(void);
 
 /* ------------------------------------------------------------------ gemm.c */
 

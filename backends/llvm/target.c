@@ -83,3 +83,9 @@ int lm_target_vector_bytes(void) {
   if (strstr(host.features, "+avx")) return 32;
   return 16;
 }
+
+bool lm_target_has_amx_bf16(void) {
+  pthread_once(&host_once, host_init);
+  return host.ok && strstr(host.features, "+amx-tile") && strstr(host.features, "+amx-bf16") &&
+         strstr(host.features, "+avx512f");
+}

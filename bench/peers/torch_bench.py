@@ -126,8 +126,9 @@ def cnn_train_step():
     return train_step(model, opt, torch.rand(64, 1, 28, 28), labels(64))
 
 
-def gpt_train_step(layers, heads, c, v, positions, b, t):
-    """bench/train.c's GPT-2s: one AdamW step on b x t tokens."""
+def gpt_train_step(layers, heads, c, v, positions, b, t, autocast=False):
+    """bench/train.c's GPT-2s: one AdamW step on b x t tokens (autocast: the forward
+    under torch.autocast to BF16, F32 weights and optimizer, as loom's mixed precision)."""
     def p(*shape, std=0.02):
         return (torch.randn(*shape) * std).requires_grad_(True)
     def zeros(n):
@@ -162,7 +163,8 @@ def gpt_train_step(layers, heads, c, v, positions, b, t):
     def call():
         with torch.enable_grad():
             opt.zero_grad()
-            loss = forward()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = forward()
             loss.backward()
             opt.step()
         return loss.item()
@@ -215,6 +217,15 @@ def gpt2_124m_train_step():
     return gpt_train_step(12, 12, 768, 50257, 1024, 4, 64)
 
 
+def gpt2_124m_train_step_bf16():
+    return gpt_train_step(12, 12, 768, 50257, 1024, 4, 64, autocast=True)
+
+
+def matmul_bf16():
+    a, b = uniform(1024, 1024).bfloat16(), uniform(1024, 1024).bfloat16()
+    return lambda: a @ b
+
+
 inf = float("inf")
 
 common.run("torch", {
@@ -224,12 +235,14 @@ common.run("torch", {
                             ("F.layer_norm", layernorm_op)],
     "sum_16M": [("sum", sum_all)],
     "matmul_1024": [("matmul", matmul)],
+    "matmul_1024_bf16": [("matmul", matmul_bf16)],
     "linear_bias_relu_4096x1024x1024": [("relu(F.linear)", linear)],
     "dispatch_small": [("eager", dispatch_small)],
     "mlp_train_step": [("eager", mlp_train_step)],
     "cnn_train_step": [("eager", cnn_train_step)],
     "gpt_small_train_step": [("eager", gpt_small_train_step)],
     "gpt2_124m_train_step": [("eager", gpt2_124m_train_step)],
+    "gpt2_124m_train_step_bf16": [("eager, autocast", gpt2_124m_train_step_bf16)],
     "gpt2_decode_ctx128": [("eager, KV cache", lambda: gpt2_decode(128))],
     "gpt2_decode_ctx512": [("eager, KV cache", lambda: gpt2_decode(512))],
     "gpt2_decode_ctx1024": [("eager, KV cache", lambda: gpt2_decode(1024))],
