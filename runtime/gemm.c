@@ -57,16 +57,33 @@ static void read_caches(void) {
 
 static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
+/* AMX's tile products outrun L2: its A block stays in L1 too, two thirds of
+ * it beside a B sliver in the rest, and the sum splits into equal blocks of
+ * whole tiles. One thread, 512 x 1024 x 1024 BF16 on an AVX-512 Xeon (48 KiB
+ * L1): kc 384 / mc 512 (the F32 rule) 1.22 ms, kc 256 / mc 64 0.87-0.90 ms. */
+static void amx_blocking(const lk_gemm *t, int64_t m, int64_t k, int64_t *mc, int64_t *kc) {
+  int64_t es = (int64_t)loom_dtype_size(t->in_dtype), step = LK_GEMM_AMX_K;
+  int64_t kb = clamp64(caches.l1 / 3 / (t->nr * es) / step * step, step, 1024);
+  int64_t blocks = (k + kb - 1) / kb;
+  blocks = blocks > 0 ? blocks : 1;
+  *kc = clamp64(((k + blocks - 1) / blocks + step - 1) / step * step, step, 1024);
+  int64_t mb = clamp64(caches.l1 * 2 / 3 / (*kc * es) / t->mr * t->mr, t->mr, 4096);
+  *mc = clamp64(m, 1, mb);
+}
+
 void lm_gemm_blocking(const lk_gemm *t, int64_t m, int64_t n, int64_t k, int64_t *mc, int64_t *kc,
                       int64_t *nc) {
   pthread_once(&caches_once, read_caches);
-  int64_t es = (int64_t)loom_dtype_size(t->amx ? t->in_dtype : t->dtype); /* packed */
-  int64_t step = t->amx ? LK_GEMM_AMX_K : 8; /* AMX sums whole tiles of terms */
-  int64_t kb = clamp64(caches.l1 / 2 / (t->nr * es) / step * step, 32, 1024);
+  *nc = clamp64(n, 1, GEMM_NC);
+  if (t->amx) {
+    amx_blocking(t, m, k, mc, kc);
+    return;
+  }
+  int64_t es = (int64_t)loom_dtype_size(t->dtype); /* packed */
+  int64_t kb = clamp64(caches.l1 / 2 / (t->nr * es) / 8 * 8, 32, 1024);
   int64_t mb = clamp64(caches.l2 / 2 / (kb * es) / t->mr * t->mr, t->mr, 4096);
   *mc = clamp64(m, 1, mb);
   *kc = clamp64(k, 1, kb);
-  *nc = clamp64(n, 1, GEMM_NC);
 }
 
 void lm_gemm_strides(const lm_gemm *g, int64_t *a_row, int64_t *a_col, int64_t *b_row,
