@@ -185,6 +185,13 @@ static void test_tile_choice(void) {
   int ntiles = lm_llvm_gemm_tiles(LOOM_F32, false, tiles, NULL);
   lm_gemm_tile_for(LOOM_F32, 1024, 1024, &t);
   CHECK(t.mr == tiles[0].mr && t.nr == tiles[0].nr); /* large: the first */
+  /* BF16: AMX where this process may use it, but not for a few rows */
+  lm_gemm_tile_for(LOOM_BF16, 1024, 1024, &t);
+  CHECK(t.amx == lm_cpu_amx_usable(NULL) && t.in_dtype == LOOM_BF16 && t.dtype == LOOM_F32);
+  lm_gemm_tile_for(LOOM_BF16, LK_GEMM_DOT_MAX_ROWS, 3072, &t);
+  CHECK(!t.amx && t.in_dtype == LOOM_BF16);
+  lm_gemm_tile_for(LOOM_F16, 1024, 1024, &t);
+  CHECK(!t.amx && t.in_dtype == LOOM_F16 && t.dtype == LOOM_F32);
   if (ntiles < 3) return;
   lm_gemm_tile_for(LOOM_F32, 32, 1568, &t); /* rows a multiple of 8 */
   CHECK_EQ_INT(t.mr, 8);
