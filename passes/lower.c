@@ -67,7 +67,27 @@ static lk_inst inst(lk_op op, loom_dtype dt, int a, int bb, int c) {
 static int op1(builder *b, lk_op op, loom_dtype dt, int a) {
   return emit(b, inst(op, dt, a, -1, -1));
 }
+/* Whether i is (x / k) * k and j is x % k (the same x and k, instructions
+ * of b): their sum is x. */
+static bool split_and_rest(const builder *b, int i, int j, int *x) {
+  if (b->fail || i < 0 || j < 0) return false;
+  const lk_inst *mul = &b->inst[i], *rest = &b->inst[j];
+  if (mul->op != LK_MUL || rest->op != LK_IMOD) return false;
+  const lk_inst *quot = &b->inst[mul->a];
+  if (quot->op != LK_IDIV || quot->b != mul->b || rest->b != mul->b || quot->a != rest->a)
+    return false;
+  *x = rest->a;
+  return true;
+}
+
 static int op2(builder *b, lk_op op, loom_dtype dt, int a, int c) {
+  /* (x / k) * k + x % k is x: a reshape undone by another (a [b*t, V] cast
+   * viewed as [b, t, V], and back) keeps its loads affine, so backends see
+   * their strides */
+  int x;
+  if (op == LK_ADD && dt == LOOM_I64 &&
+      (split_and_rest(b, a, c, &x) || split_and_rest(b, c, a, &x)))
+    return x;
   return emit(b, inst(op, dt, a, c, -1));
 }
 static int op3(builder *b, lk_op op, loom_dtype dt, int a, int c, int d) {

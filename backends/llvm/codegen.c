@@ -597,7 +597,10 @@ static bool column_shaped(const lk_kernel *k, const unsigned char *needed) {
     const lk_inst *in = &k->inst[i];
     if (in->op != LK_LOAD || !needed[i]) continue;
     const lk_affine *o = &af[in->a];
-    if (!o->ok) continue;
+    if (!o->ok) { /* its order through memory is unknown: rows are the safe choice */
+      along++;
+      continue;
+    }
     along += o->c[k->ndim - 1] == 1;
     across += o->c[k->nouter - 1] == 1 && o->c[k->ndim - 1] != 1;
   }
