@@ -211,6 +211,14 @@ static loom_status step_code(const lm_schedule *p, lm_step *s, int dev) {
   lm_code **code = &s->code;
   char name[40];
   loom_status st;
+  const lm_gemm *gm = s->kind == LM_STEP_GEMM ? &s->gemm
+                      : s->gemm_partner >= 0  ? &p->steps[s->gemm_partner].gemm
+                                              : NULL;
+  if (gm && gm->in_dtype != gm->dtype) /* the frontend widens them for CUDA */
+    return lm_fail(LOOM_ERR_DTYPE,
+                   "loom_realize: CUDA's GEMM takes F32 or F64 operands, not %s (a product "
+                   "recorded for the CPU; cast the operands to F32 first)",
+                   loom_dtype_name(gm->in_dtype));
   if (s->kind == LM_STEP_KERNEL && s->gemm_partner >= 0) {
     fused_ctx f = {s, &p->steps[s->gemm_partner].gemm};
     lm_cuda_gemm_epilogue_name(&s->kernel, s->gemm_slot, f.gemm->dtype, f.gemm->a_trans,
