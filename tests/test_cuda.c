@@ -24,6 +24,7 @@
 
 #include "backends/nvrtc/nvrtc_backend.h"
 #include "check.h"
+#include "frontend/frontend.h"
 #include "loom.h"
 #include "runtime/cuda.h"
 #include "runtime/runtime.h"
@@ -117,12 +118,14 @@ typedef struct launch_info {
   unsigned long long params[64];
 } launch_info;
 
-static launch_info last_launch(void) {
+/* Launch i (from the first recorded). */
+static launch_info launch_at(long i) {
   launch_info l = {.nparams = -1};
-  long n = fake.counts().launches;
-  l.nparams = fake.launch(n - 1, l.name, sizeof l.name, l.grid, l.block, l.params, 64);
+  l.nparams = fake.launch(i, l.name, sizeof l.name, l.grid, l.block, l.params, 64);
   return l;
 }
+
+static launch_info last_launch(void) { return launch_at(fake.counts().launches - 1); }
 
 static const void *data_of(const loom_tensor *t) { return t->node->data; }
 
@@ -294,6 +297,23 @@ static void fake_gemm(void) {
   CHECK_EQ_INT(l.grid[1], 1);
   CHECK_EQ_INT(l.grid[2], 1);
   CHECK_EQ_INT(l.block[0], 256);
+  /* BF16 operands: widened for CUDA's F32 GEMM (cast kernels, then the GEMM with the cast
+   * back as its epilogue, one lf_ kernel) */
+  loom_tensor *ah = loom_cast(a, LOOM_BF16), *bh = loom_cast(b, LOOM_BF16);
+  CHECK_OK(loom_realize(ah));
+  CHECK_OK(loom_realize(bh));
+  CHECK_OK(loom_realize(loom_matmul(ah, bh)));
+  bool gemm_f32 = false;
+  for (long i = before + 1; i < fake.counts().launches && !gemm_f32; i++)
+    gemm_f32 = strncmp(launch_at(i).name, "lf_", 3) == 0 ||
+               strcmp(launch_at(i).name, "lm_gemm_f32_nn") == 0;
+  CHECK_MSG(gemm_f32, "%s", "a BF16 product on CUDA ran no F32 GEMM");
+  /* a product of BF16 operands recorded as the CPU records it: refused */
+  lm_node *src[2] = {ah->node, bh->node};
+  loom_tensor *raw =
+      lm_result(lm_node_new(LM_MATMUL, 2, src, LOOM_SHAPE(64, 48), LOOM_F32, LOOM_CUDA(0)));
+  CHECK_RC(loom_realize(raw), LOOM_ERR_DTYPE);
+  CHECK(strstr(loom_last_error(), "CUDA's GEMM takes F32 or F64 operands, not bf16") != NULL);
   /* transposed B, batched, with a bias + relu epilogue (F64) */
   double xd[2 * 64 * 32], wd[2 * 48 * 32], bias[48];
   for (int i = 0; i < 2 * 64 * 32; i++) xd[i] = x[i];
