@@ -236,6 +236,8 @@ void lm_buffer_free(void *data, size_t bytes);
 /* Returns the allocator's cached free blocks to the system (tests that count
  * allocations, and the memory-profile test). */
 void lm_buffer_trim(void);
+/* Bytes the allocator holds in its free blocks now. */
+size_t lm_buffer_cached_bytes(void);
 /* Frees data of a node on device d: lm_buffer_free on the CPU, the device's
  * allocator on CUDA (runtime/device.c). */
 void lm_data_free(loom_device d, void *data, size_t bytes);

@@ -121,6 +121,13 @@ void lm_buffer_free(void *data, size_t bytes) {
   if (!keep) free(data);
 }
 
+size_t lm_buffer_cached_bytes(void) {
+  pthread_mutex_lock(&pool.lock);
+  size_t bytes = pool.cached_bytes;
+  pthread_mutex_unlock(&pool.lock);
+  return bytes;
+}
+
 void lm_buffer_trim(void) {
   pthread_mutex_lock(&pool.lock);
   for (int c = 0; c < NUM_CLASSES; c++)
