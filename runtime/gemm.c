@@ -94,6 +94,10 @@ void lm_gemm_strides(const lm_gemm *g, int64_t *a_row, int64_t *a_col, int64_t *
   *b_col = g->b_trans ? g->ldb : 1;
 }
 
+/* Packed panels of the smallest blocks (mr x 32 and 32 x nr): every tile a
+ * backend generates fits (nr at most 8 vectors of 16 floats: 20.3 KiB). */
+#define GEMM_STACK_PACK_BYTES (32 << 10)
+
 /* C (m x n, row stride ldc) = or += A @ B, A at a and B at b as g lays them
  * out, through g->fn with scratch of its own. */
 static void loom_block(const lm_gemm *g, const char *a, const char *b, int64_t m, int64_t n,
@@ -104,6 +108,18 @@ static void loom_block(const lm_gemm *g, const char *a, const char *b, int64_t m
   lm_gemm_blocking(&g->tile, m, n, k, &args.mc, &args.kc, &args.nc);
   size_t bytes = lk_gemm_pack_bytes(&g->tile, args.mc, args.kc, args.nc);
   void *pack = lm_buffer_alloc(bytes);
+  if (!pack && g->in_dtype != g->dtype) {
+    /* BLAS has no product of these operands: the smallest blocks, packed on
+     * the stack, still make it */
+    _Alignas(64) unsigned char small[GEMM_STACK_PACK_BYTES];
+    args.mc = g->tile.mr, args.kc = LK_GEMM_AMX_K, args.nc = g->tile.nr;
+    if (lk_gemm_pack_bytes(&g->tile, args.mc, args.kc, args.nc) <= sizeof small) {
+      args.pack = small;
+      g->fn(&args);
+      lm_stat_add(LM_STAT_GEMM_CALLS, 1);
+      return;
+    }
+  }
   if (!pack) { /* the product must still be made: BLAS needs no scratch of ours */
     lm_gemm plain = *g;
     plain.fn = NULL;
