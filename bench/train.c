@@ -144,11 +144,15 @@ typedef struct gpt_state {
   loom_tensor *x, *y;
 } gpt_state;
 
+static gpt2_config config_of(const gpt_shape *g) {
+  return (gpt2_config){g->layers, g->heads, g->vocab, g->positions, g->embed, g->compute};
+}
+
 static loom_status gpt_setup(void **state, const gpt_shape *g) {
   gpt_state *s = calloc(1, sizeof *s);
   if (!s) return LOOM_ERR_OOM;
   s->g = *g;
-  s->c = (gpt2_config){g->layers, g->heads, g->vocab, g->positions, g->embed, g->compute};
+  s->c = config_of(g);
   s->ps = gpt2_new(s->c, loom_key_new(11));
   s->opt = loom_adamw(s->ps, LOOM_ADAMW_DEFAULTS);
   int64_t n = g->batch * g->tokens, *tokens = malloc(sizeof(int64_t) * (size_t)(n + 1));
@@ -197,8 +201,7 @@ static loom_status decode_setup(void **state, int64_t length) {
   decode_state *s = calloc(1, sizeof *s);
   if (!s) return LOOM_ERR_OOM;
   *state = s;
-  s->c = (gpt2_config){GPT2_124M.layers,    GPT2_124M.heads, GPT2_124M.vocab,
-                       GPT2_124M.positions, GPT2_124M.embed, LOOM_F32};
+  s->c = config_of(&GPT2_124M);
   s->ps = gpt2_new(s->c, loom_key_new(11));
   s->cache = gpt2_cache_new(s->c, 1, length);
   int64_t token = 11, at = length - 1;

@@ -53,6 +53,18 @@ static LLVMValueRef min_i64(gemm_cg *g, LLVMValueRef a, LLVMValueRef b) {
   return LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, a, b, ""), a, b, "");
 }
 
+/* The mask of n lanes l < limit (an i64). */
+static LLVMValueRef lanes_below(gemm_cg *g, int n, LLVMValueRef limit) {
+  LLVMTypeRef i64v = LLVMVectorType(g->t_i64, (unsigned)n);
+  LLVMValueRef offs[64];
+  for (int l = 0; l < n; l++) offs[l] = i64c(g, l);
+  LLVMValueRef splat =
+      LLVMBuildInsertElement(g->b, LLVMGetUndef(i64v), limit, LLVMConstInt(g->t_i32, 0, 0), "");
+  splat = LLVMBuildShuffleVector(g->b, splat, LLVMGetUndef(i64v),
+                                 LLVMConstNull(LLVMVectorType(g->t_i32, (unsigned)n)), "");
+  return LLVMBuildICmp(g->b, LLVMIntSLT, LLVMConstVector(offs, (unsigned)n), splat, "");
+}
+
 /* &p[i] for a T* p */
 static LLVMValueRef at(gemm_cg *g, LLVMValueRef p, LLVMValueRef i) {
   return LLVMBuildInBoundsGEP2(g->b, g->t, p, &i, 1, "");
@@ -528,17 +540,9 @@ static LLVMValueRef gen_micro(gemm_cg *g, const char *symbol, bool in_place) {
   LLVMBuildRetVoid(g->b);
 
   LLVMPositionBuilderAtEnd(g->b, edge_bb);
-  LLVMTypeRef i64v = LLVMVectorType(g->t_i64, (unsigned)w);
-  LLVMValueRef nr_v =
-      LLVMBuildInsertElement(g->b, LLVMGetUndef(i64v), nr, LLVMConstInt(g->t_i32, 0, 0), "");
-  nr_v = LLVMBuildShuffleVector(g->b, nr_v, LLVMGetUndef(i64v),
-                                LLVMConstNull(LLVMVectorType(g->t_i32, (unsigned)w)), "");
   LLVMValueRef mask[8];
-  for (int v = 0; v < nv; v++) {
-    LLVMValueRef offs[64];
-    for (int l = 0; l < w; l++) offs[l] = i64c(g, v * w + l);
-    mask[v] = LLVMBuildICmp(g->b, LLVMIntSLT, LLVMConstVector(offs, (unsigned)w), nr_v, "");
-  }
+  for (int v = 0; v < nv; v++)
+    mask[v] = lanes_below(g, w, LLVMBuildNSWSub(g->b, nr, i64c(g, v * w), ""));
   for (int r = 0; r < MR; r++) {
     LLVMBasicBlockRef join = if_begin(g, LLVMBuildICmp(g->b, LLVMIntSLT, i64c(g, r), mr, ""));
     LLVMValueRef crow = at(g, c, LLVMBuildNSWMul(g->b, i64c(g, r), ldc, ""));
@@ -601,14 +605,7 @@ static LLVMValueRef gen_dot(gemm_cg *g, const char *symbol, int R, int J) {
     } else {
       LLVMValueRef from = chunked_part(g, k);
       gloop_begin(g, &p, from, k); /* runs once when k % W != 0 */
-      LLVMValueRef offs[64], left = LLVMBuildNSWSub(g->b, k, p.iv, "");
-      for (int l = 0; l < g->w; l++) offs[l] = i64c(g, l);
-      LLVMTypeRef i64v = LLVMVectorType(g->t_i64, (unsigned)g->w);
-      LLVMValueRef splat =
-          LLVMBuildInsertElement(g->b, LLVMGetUndef(i64v), left, LLVMConstInt(g->t_i32, 0, 0), "");
-      splat = LLVMBuildShuffleVector(g->b, splat, LLVMGetUndef(i64v),
-                                     LLVMConstNull(LLVMVectorType(g->t_i32, (unsigned)g->w)), "");
-      mask = LLVMBuildICmp(g->b, LLVMIntSLT, LLVMConstVector(offs, (unsigned)g->w), splat, "");
+      mask = lanes_below(g, g->w, LLVMBuildNSWSub(g->b, k, p.iv, ""));
     }
     LLVMValueRef av[DOT_MAX_ROWS], bv[4];
     for (int r = 0; r < R; r++) av[r] = load_op_vec(g, op_at(g, arow[r], p.iv), mask);
@@ -930,18 +927,6 @@ static LLVMValueRef i8_ptr(gemm_cg *g, LLVMValueRef p) {
   return LLVMBuildBitCast(g->b, p, LLVMPointerType(LLVMInt8TypeInContext(g->ctx), 0), "");
 }
 
-/* <n x i16> lanes l < limit (an i64) */
-static LLVMValueRef lanes_below(gemm_cg *g, int n, LLVMValueRef limit) {
-  LLVMTypeRef i64v = LLVMVectorType(g->t_i64, (unsigned)n);
-  LLVMValueRef offs[64];
-  for (int l = 0; l < n; l++) offs[l] = i64c(g, l);
-  LLVMValueRef splat =
-      LLVMBuildInsertElement(g->b, LLVMGetUndef(i64v), limit, LLVMConstInt(g->t_i32, 0, 0), "");
-  splat = LLVMBuildShuffleVector(g->b, splat, LLVMGetUndef(i64v),
-                                 LLVMConstNull(LLVMVectorType(g->t_i32, (unsigned)n)), "");
-  return LLVMBuildICmp(g->b, LLVMIntSLT, LLVMConstVector(offs, (unsigned)n), splat, "");
-}
-
 static LLVMValueRef load_i16x32(gemm_cg *g, LLVMValueRef p, LLVMValueRef mask) {
   LLVMTypeRef vt = LLVMVectorType(g->op_t, 32), vp = LLVMPointerType(vt, 0);
   LLVMTypeRef types[2] = {vt, vp};
@@ -953,6 +938,14 @@ static LLVMValueRef load_i16x32(gemm_cg *g, LLVMValueRef p, LLVMValueRef mask) {
 /* v at p (an i16 pointer), 2-byte aligned */
 static void store_op_vec(gemm_cg *g, LLVMValueRef v, LLVMValueRef p) {
   store_aligned(g, v, LLVMBuildBitCast(g->b, p, LLVMPointerType(LLVMTypeOf(v), 0), ""), 2);
+}
+
+/* *to = ok ? *from : 0, one operand element (read only when ok) */
+static void copy_op_or_zero(gemm_cg *g, LLVMValueRef ok, LLVMValueRef from, LLVMValueRef to) {
+  store_aligned(g, LLVMConstNull(g->op_t), to, 2);
+  LLVMBasicBlockRef join = if_begin(g, ok);
+  store_aligned(g, load_aligned(g, g->op_t, from, 2), to, 2);
+  if_end(g, join);
 }
 
 static LLVMValueRef round_up_iv(gemm_cg *g, LLVMValueRef v, int to) {
@@ -1036,13 +1029,8 @@ static LLVMValueRef gen_amx_pack_a(gemm_cg *g, const char *symbol) {
     gloop p;
     gloop_begin(g, &p, done_k, kp);
     LLVMValueRef ok = LLVMBuildAnd(g->b, inside, LLVMBuildICmp(g->b, LLVMIntSLT, p.iv, kc, ""), "");
-    LLVMValueRef slot = op_at(g, to, p.iv);
-    store_aligned(g, LLVMConstNull(g->op_t), slot, 2);
-    LLVMBasicBlockRef join = if_begin(g, ok);
-    store_aligned(g,
-                  load_aligned(g, g->op_t, op_at(g, line, LLVMBuildNSWMul(g->b, p.iv, col, "")), 2),
-                  slot, 2);
-    if_end(g, join);
+    copy_op_or_zero(g, ok, op_at(g, line, LLVMBuildNSWMul(g->b, p.iv, col, "")),
+                    op_at(g, to, p.iv));
     gloop_end(g, &p, i64c(g, 1));
     LLVMBuildBr(g->b, next_bb);
   }
@@ -1155,13 +1143,8 @@ static LLVMValueRef gen_amx_pack_b(gemm_cg *g, const char *symbol) {
                               LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, j.iv, i64c(g, 2), ""),
                                               LLVMBuildSRem(g->b, p.iv, i64c(g, 2), ""), ""),
                               ""));
-    store_aligned(g, LLVMConstNull(g->op_t), slot, 2);
-    LLVMBasicBlockRef join =
-        if_begin(g, LLVMBuildAnd(g->b, jin, LLVMBuildICmp(g->b, LLVMIntSLT, p.iv, kc, ""), ""));
-    store_aligned(g,
-                  load_aligned(g, g->op_t, op_at(g, line, LLVMBuildNSWMul(g->b, p.iv, row, "")), 2),
-                  slot, 2);
-    if_end(g, join);
+    copy_op_or_zero(g, LLVMBuildAnd(g->b, jin, LLVMBuildICmp(g->b, LLVMIntSLT, p.iv, kc, ""), ""),
+                    op_at(g, line, LLVMBuildNSWMul(g->b, p.iv, row, "")), slot);
     gloop_end(g, &p, i64c(g, 1));
     gloop_end(g, &j, i64c(g, 1));
     LLVMBuildBr(g->b, next_bb);
@@ -1222,18 +1205,14 @@ static LLVMValueRef gen_amx_micro(gemm_cg *g, const char *symbol) {
   /* where the sums start from and end: C itself, or the block on the stack */
   LLVMBasicBlockRef edge_in = LLVMAppendBasicBlockInContext(g->ctx, fn, "edge_in");
   LLVMBasicBlockRef place = LLVMAppendBasicBlockInContext(g->ctx, fn, "place");
-  LLVMBasicBlockRef here = LLVMGetInsertBlock(g->b);
   LLVMBuildCondBr(g->b, LLVMBuildAnd(g->b, LLVMBuildNot(g->b, whole, ""), load_c, ""), edge_in,
                   place);
   LLVMPositionBuilderAtEnd(g->b, edge_in);
   amx_edge_copy(g, c, ldc, block, mr, nr, true);
-  LLVMBasicBlockRef edge_done = LLVMGetInsertBlock(g->b);
   LLVMBuildBr(g->b, place);
   LLVMPositionBuilderAtEnd(g->b, place);
-  (void)here;
   LLVMValueRef base = LLVMBuildSelect(g->b, whole, c, block, "");
   LLVMValueRef stride = LLVMBuildSelect(g->b, whole, ldc_bytes, i64c(g, T * 4), "");
-  (void)edge_done;
   LLVMValueRef tile_at[4];
   for (int t = 0; t < 4; t++)
     tile_at[t] = i8_ptr(

@@ -23,7 +23,7 @@
  * reused. */
 #define LM_LLVM_CODEGEN_VERSION 25
 /* The same for GEMM block functions (backends/llvm/gemm.c). */
-#define LM_LLVM_GEMM_VERSION 9
+#define LM_LLVM_GEMM_VERSION 10
 
 /* Compiles a kernel to a callable function named lk_<32 hex digits of its
  * hash>. Thread-safe; the LLJIT is created on first use. Compiling a kernel
