@@ -765,23 +765,26 @@ void loom_optim_free(loom_optim *o);
 /* ------------------------------------------------------------------ stats */
 
 typedef struct loom_stats {
-  uint64_t graphs_compiled;   /* graph -> program cache misses */
-  uint64_t graph_cache_hits;  /* graph -> program cache hits */
-  uint64_t kernels_compiled;  /* kernels built by a backend */
-  uint64_t kernel_cache_hits; /* in-memory kernel cache hits */
-  uint64_t disk_cache_hits;   /* kernels loaded from the disk cache */
-  uint64_t kernels_launched;  /* generated kernels run */
-  uint64_t gemm_calls;        /* BLAS calls */
-  uint64_t compile_ns;        /* time spent compiling kernels */
-  uint64_t realizations;      /* programs run */
-  uint64_t nodes_recorded;    /* IR nodes created */
-  uint64_t bytes_live;        /* tensor buffer bytes allocated now */
-  uint64_t bytes_peak;        /* most bytes_live since the last reset */
-  uint64_t device_bytes_live; /* CUDA device buffer bytes allocated now (all devices) */
-  uint64_t device_bytes_peak; /* most device_bytes_live since the last reset */
-  uint64_t kernels_loaded;    /* compiled code loaded now (CPU JIT objects, CUDA modules) */
-  uint64_t kernels_unloaded;  /* code unloaded: evicted from the kernel cache, run by no
-                                 program (LOOM_JIT_MAX_KERNELS bounds what stays) */
+  uint64_t graphs_compiled;          /* graph -> program cache misses */
+  uint64_t graph_cache_hits;         /* graph -> program cache hits */
+  uint64_t kernels_compiled;         /* kernels built by a backend */
+  uint64_t kernel_cache_hits;        /* in-memory kernel cache hits */
+  uint64_t disk_cache_hits;          /* kernels loaded from the disk cache */
+  uint64_t kernels_launched;         /* generated kernels run */
+  uint64_t gemm_calls;               /* BLAS calls */
+  uint64_t compile_ns;               /* time spent compiling kernels */
+  uint64_t realizations;             /* programs run */
+  uint64_t nodes_recorded;           /* IR nodes created */
+  uint64_t bytes_live;               /* tensor buffer bytes allocated now */
+  uint64_t bytes_peak;               /* most bytes_live since the last reset */
+  uint64_t device_bytes_live;        /* CUDA device buffer bytes allocated now (all devices) */
+  uint64_t device_bytes_peak;        /* most device_bytes_live since the last reset */
+  uint64_t kernels_loaded;           /* compiled code loaded now (CPU JIT objects, CUDA modules) */
+  uint64_t kernels_unloaded;         /* code unloaded: evicted from the kernel cache, run by no
+                                        program (LOOM_JIT_MAX_KERNELS bounds what stays) */
+  uint64_t generic_kernels_compiled; /* of kernels_compiled, shape-generic ones (they
+                                        read their sizes at run time: loom_set_dynamic) */
+  uint64_t generic_kernel_uses;      /* kernel steps compiled to a generic kernel (new or cached) */
 } loom_stats;
 
 loom_stats loom_get_stats(void);
@@ -811,6 +814,18 @@ int loom_num_threads(void);
  * LOOM_NO_FUSE=1 turns it off at start. */
 void loom_set_fusion(bool enabled);
 bool loom_fusion_enabled(void);
+/* Shape-generic kernels on the CPU. A kernel that loom has compiled before
+ * for other sizes (the same computation over a batch of 7 instead of 3, a
+ * sequence one longer) is compiled once more, reading the sizes that changed
+ * at run time, and then serves every size: AUTO (the default), as
+ * torch.compile's automatic dynamic shapes. ALWAYS compiles every kernel
+ * generic at first sight (its extents and index constants other than -1, 0
+ * and 1 read at run time); OFF specializes every kernel to its sizes. Empty
+ * kernels are always specialized, and so is every CUDA kernel. LOOM_DYNAMIC=
+ * auto|off|always sets it at start. Stats: generic_kernels_compiled. */
+typedef enum loom_dynamic { LOOM_DYNAMIC_AUTO, LOOM_DYNAMIC_OFF, LOOM_DYNAMIC_ALWAYS } loom_dynamic;
+loom_status loom_set_dynamic(loom_dynamic mode);
+loom_dynamic loom_dynamic_mode(void);
 
 /* The on-disk kernel cache: LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else
  * ~/.cache/loom. NULL when it is unusable (then kernels are cached in memory

@@ -31,7 +31,7 @@ static const op_info OPS[LK_NUM_OPS] = {
     [LK_CMPLT] = {"cmplt", 2}, [LK_CMPLE] = {"cmple", 2}, [LK_CMPEQ] = {"cmpeq", 2},
     [LK_CMPNE] = {"cmpne", 2}, [LK_AND] = {"and", 2},     [LK_OR] = {"or", 2},
     [LK_NOT] = {"not", 1},     [LK_WHERE] = {"where", 3}, [LK_CAST] = {"cast", 1},
-    [LK_STAT] = {"stat", 0},   [LK_PARAM] = {"param", 0},
+    [LK_STAT] = {"stat", 0},   [LK_PARAM] = {"param", 0}, [LK_SIZE] = {"size", 0},
 };
 
 static bool op_valid(lk_op op) { return (int)op >= 0 && op < LK_NUM_OPS; }
@@ -58,10 +58,12 @@ static int operand(const lk_inst *in, int which) {
 
 /* Which of slot / imm_i / imm_f an op reads: the others are normalized away when
  * hashing, so garbage left in an unused field never splits the cache. */
-static bool op_uses_slot(lk_op op) { return op == LK_LOAD || op == LK_RAND || op == LK_PARAM; }
+static bool op_uses_slot(lk_op op) {
+  return op == LK_LOAD || op == LK_RAND || op == LK_PARAM || op == LK_SIZE;
+}
 static bool op_uses_imm_i(const lk_inst *in) {
   return in->op == LK_DIM || in->op == LK_RAND || in->op == LK_STAT || in->op == LK_PARAM ||
-         (in->op == LK_CONST && !lm_dtype_is_float(in->dtype));
+         in->op == LK_SIZE || (in->op == LK_CONST && !lm_dtype_is_float(in->dtype));
 }
 static bool op_uses_imm_f(const lk_inst *in) {
   return in->op == LK_CONST && lm_dtype_is_float(in->dtype);
@@ -112,11 +114,19 @@ static lk_hash hw_digest(hash_writer *w) {
   return (lk_hash){h.low64, h.high64};
 }
 
-lk_hash lk_kernel_hash(const lk_kernel *k) {
+/* The kernel's serialization; `sizes` false leaves out its sizes (the extents
+ * and I64 constants: lk_kernel_shape_hash). An ordinary kernel hashes as it did
+ * before generic kernels existed, so their cache entries stay valid. */
+static lk_hash kernel_hash(const lk_kernel *k, bool sizes) {
   hash_writer w;
-  hw_begin(&w, 0x6c6b65726e656cULL); /* "lkernel" */
+  hw_begin(&w, sizes ? 0x6c6b65726e656cULL : 0x6c6b7368617065ULL); /* "lkernel", "lkshape" */
   hw_i64(&w, k->ndim);
-  for (int d = 0; d < k->ndim && d < LOOM_MAX_DIMS; d++) hw_i64(&w, k->dom[d]);
+  for (int d = 0; d < k->ndim && d < LOOM_MAX_DIMS; d++) hw_i64(&w, sizes ? k->dom[d] : 0);
+  if (lk_kernel_is_generic(k)) {
+    hw_i64(&w, k->size_slot);
+    hw_i64(&w, k->nsizes);
+    for (int d = 0; d < k->ndim && d < LOOM_MAX_DIMS; d++) hw_i64(&w, k->dom_size[d]);
+  }
   hw_i64(&w, k->nouter);
   hw_i64(&w, k->reduce);
   hw_i64(&w, k->reduce == LK_RED_NONE ? -1 : (int64_t)k->acc_dtype);
@@ -140,11 +150,16 @@ lk_hash lk_kernel_hash(const lk_kernel *k) {
     hw_i64(&w, in->b);
     hw_i64(&w, in->c);
     hw_i64(&w, op_uses_slot(in->op) ? in->slot : -1);
-    hw_i64(&w, op_uses_imm_i(in) ? in->imm_i : 0);
-    hw_f64(&w, op_uses_imm_f(in) ? in->imm_f : 0.0);
+    bool erased = !sizes && lk_inst_is_size(in);
+    hw_i64(&w, op_uses_imm_i(in) && !erased ? in->imm_i : 0);
+    hw_f64(&w, op_uses_imm_f(in) && !erased ? in->imm_f : 0.0);
   }
   return hw_digest(&w);
 }
+
+lk_hash lk_kernel_hash(const lk_kernel *k) { return kernel_hash(k, true); }
+
+lk_hash lk_kernel_shape_hash(const lk_kernel *k) { return kernel_hash(k, false); }
 
 /* ------------------------------------------------------------------ GEMM blocks */
 
@@ -271,7 +286,8 @@ static void print_inst(const lk_kernel *k, int i, FILE *f) {
     break;
   case LK_LOAD: fprintf(f, " slot%d [%%%d]", in->slot, in->a); break;
   case LK_RAND: fprintf(f, " slot%d stream %" PRId64 " [%%%d]", in->slot, in->imm_i, in->a); break;
-  case LK_PARAM: fprintf(f, " slot%d [%" PRId64 "]", in->slot, in->imm_i); break;
+  case LK_PARAM:
+  case LK_SIZE: fprintf(f, " slot%d [%" PRId64 "]", in->slot, in->imm_i); break;
   case LK_CAST: fprintf(f, " %%%d", in->a); break;
   default: {
     int arity = op_valid(in->op) ? OPS[in->op].arity : 3;
@@ -292,7 +308,10 @@ static void print_inst(const lk_kernel *k, int i, FILE *f) {
 void lk_kernel_print(const lk_kernel *k, FILE *f) {
   fprintf(f, "kernel dom [");
   for (int d = 0; d < k->ndim && d < LOOM_MAX_DIMS; d++)
-    fprintf(f, "%s%" PRId64, d ? ", " : "", k->dom[d]);
+    if (lk_dim_is_sized(k, d))
+      fprintf(f, "%ssize[%d]", d ? ", " : "", k->dom_size[d] - 1);
+    else
+      fprintf(f, "%s%" PRId64, d ? ", " : "", k->dom[d]);
   fprintf(f, "] nouter %d reduce %s", k->nouter, reduce_name(k->reduce));
   if (k->reduce != LK_RED_NONE) fprintf(f, " acc %s", loom_dtype_name(k->acc_dtype));
   fprintf(f, " out %s slots %d", loom_dtype_name(k->out_dtype), k->nslots);
@@ -345,6 +364,12 @@ static const char *check_inst_dtypes(const lk_kernel *k, const lk_inst *in) {
     if (!lm_dtype_is_float(dt)) return "param must be f32 or f64";
     if (in->slot < 1 || in->slot >= k->nslots) return "param slot out of range";
     if (in->imm_i < 0 || in->imm_i > INT32_MAX) return "param index out of range";
+    return NULL;
+  case LK_SIZE:
+    if (dt != LOOM_I64 && !lm_dtype_is_float(dt)) return "size must be i64 or a float";
+    if (!lk_kernel_is_generic(k) || in->slot != k->size_slot)
+      return "size slot is not the kernel's";
+    if (in->imm_i < 0 || in->imm_i >= k->nsizes) return "size index out of range";
     return NULL;
   case LK_STAT:
     if (in->imm_i < 0 || in->imm_i >= k->nstats) return "stat index out of range";
@@ -430,6 +455,7 @@ static const char *check_header(const lk_kernel *k) {
   int64_t numel = 1;
   for (int d = 0; d < k->ndim; d++) {
     if (k->dom[d] < 0) return "negative domain extent";
+    if (k->dom_size[d] > 0) continue; /* a run-time extent (from a valid kernel) */
     if (__builtin_mul_overflow(numel, k->dom[d], &numel)) return "domain size overflows int64";
   }
   if ((int)k->reduce < LK_RED_NONE || k->reduce > LK_RED_LSE) return "unknown reduction";
@@ -442,6 +468,11 @@ static const char *check_header(const lk_kernel *k) {
     if (bad) return bad;
   }
   if (k->nslots < 1) return "nslots must be at least 1 (slot 0 is the output)";
+  if (k->size_slot < 0 || k->size_slot >= k->nslots) return "size slot out of range";
+  if (k->nsizes < 0 || (k->nsizes > 0 && !lk_kernel_is_generic(k)))
+    return "sizes without a size slot";
+  for (int d = 0; d < k->ndim; d++)
+    if (k->dom_size[d] < 0 || k->dom_size[d] > k->nsizes) return "extent's size index out of range";
   if (k->ninst < 1 || !k->inst) return "kernel has no instructions";
   if (k->nbody < 1 || k->nbody > k->ninst) return "nbody out of range";
   if (k->reduce == LK_RED_NONE && k->nbody != k->ninst) return "epilogue without a reduction";

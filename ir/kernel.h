@@ -85,6 +85,9 @@ typedef enum lk_op {
   LK_PARAM, /* a float scalar of `dtype`: ((const double *)args[slot])[imm_i],
                rounded once to dtype. Constants the planner does not fold: the
                kernel (and its cache entry) serves every value              */
+  LK_SIZE,  /* a size of a shape-generic kernel: ((const int64_t *)
+               args[slot])[imm_i] (slot is the kernel's size_slot), as I64
+               or converted to a float `dtype` (a count: a mean's divisor)   */
   LK_NUM_OPS
 } lk_op;
 
@@ -155,6 +158,11 @@ typedef struct lk_kernel {
   lk_inst *inst;
   int nstats; /* row statistics, evaluated before the row's points */
   lk_stat stat[LK_MAX_STATS];
+  /* A shape-generic kernel (below) reads sizes at run time from the int64
+   * array in slot size_slot (0: none, an ordinary kernel). */
+  int size_slot, nsizes;
+  int dom_size[LOOM_MAX_DIMS]; /* 0: dom[d] is the extent; i + 1: sizes[i] is,
+                                  and dom[d] holds LK_GENERIC_EXTENT_GUESS */
 } lk_kernel;
 
 /* 128-bit hash of the kernel's canonical description (stable across runs). */
@@ -183,6 +191,48 @@ void lk_affine_analyze(const lk_kernel *k, lk_affine *af);
  * The same values, over longer rows and affine offsets. Returns out's
  * instructions (the caller frees them), NULL when out of memory. */
 lk_inst *lk_kernel_regroup_dims(const lk_kernel *k, lk_kernel *out);
+/*
+ * Shape-generic kernels (ir/kernel_generic.c). A kernel's SIZES are its domain
+ * extents and the values of its size constants, in that order (dom[0..ndim),
+ * then each such LK_CONST in instruction order): every I64 constant (strides,
+ * offsets, bounds) and every float constant holding an integer of magnitude
+ * at most 65536 other than -0 (a count: the n of a mean). Its SHAPE HASH covers all the
+ * rest: the same computation over other sizes (a batch of 7 instead of 3, a
+ * sequence one longer) has the same shape hash. Generalizing a kernel makes
+ * the sizes marked in `lift` run-time values: lifted extents are dom_size
+ * entries, lifted constants LK_SIZE instructions, all read from one int64
+ * array in a new last slot. The generic kernel, given the concrete kernel's
+ * values of the lifted sizes, computes exactly what the concrete kernel does,
+ * and so does it for any other kernel of the same shape hash whose sizes
+ * agree with it where it did not lift (lk_kernel_generic_serves).
+ *
+ * Backends choose strategies (vector widths, chunked sums, row blocking) from
+ * constant extents; a lifted extent counts as LK_GENERIC_EXTENT_GUESS where a
+ * guess serves, and as unknown where the choice must hold for every size.
+ * Lifted extents must be >= 1 (an empty kernel is never generalized).
+ */
+#define LK_GENERIC_EXTENT_GUESS 4096
+static inline bool lk_inst_is_size(const lk_inst *in) {
+  if (in->op != LK_CONST) return false;
+  if (in->dtype == LOOM_I64) return true;
+  double v = in->imm_f;
+  return lm_dtype_is_float(in->dtype) && v >= -65536 && v <= 65536 && v == (double)(int64_t)v &&
+         !(v == 0 && __builtin_signbit(v));
+}
+int lk_kernel_count_sizes(const lk_kernel *k);
+void lk_kernel_sizes(const lk_kernel *k, int64_t *sizes); /* count entries */
+lk_hash lk_kernel_shape_hash(const lk_kernel *k);
+/* out = k generalized over the sizes i with lift[i] set (count entries), and
+ * values[0..out->nsizes) the lifted sizes' values in k: the array the generic
+ * kernel is run with. k must not be generic already. Returns out's
+ * instructions (the caller frees them); NULL when out of memory. */
+lk_inst *lk_kernel_generalize(const lk_kernel *k, const unsigned char *lift, lk_kernel *out,
+                              int64_t *values);
+static inline bool lk_kernel_is_generic(const lk_kernel *k) { return k->size_slot > 0; }
+/* Whether a size of the kernel is one a backend may read as an extent at run
+ * time, in generic kernel k: dim d's extent is sizes[k->dom_size[d] - 1]. */
+static inline bool lk_dim_is_sized(const lk_kernel *k, int d) { return k->dom_size[d] > 0; }
+
 /* Whether a backend rounds instruction `in`'s float result to its dtype: a
  * BF16 or F16 result of anything but a load, select, negation, abs, floor, max
  * or min (which give values of the dtype already). */

@@ -18,6 +18,10 @@
  * c[d] == dom[d+1] * c[d+1]: then with dim d read as 0 and dim d + 1 as the
  * merged index m = i_d dom[d+1] + i_{d+1}, each such offset is unchanged,
  * since the arithmetic in between is linear.
+ *
+ * A shape-generic kernel is left as it is: the runtime regroups a kernel
+ * before generalizing it (kernel.h), so that kernels over other sizes
+ * regroup alike and share the generic one.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -142,7 +146,9 @@ lk_inst *lk_kernel_regroup_dims(const lk_kernel *k, lk_kernel *out) {
     free(dep);
     return NULL;
   }
-  int64_t q = split_factor(k);
+  /* a generic kernel was regrouped before it was generalized (its strides
+   * and extents are run-time values now, which the rules cannot weigh) */
+  int64_t q = lk_kernel_is_generic(k) ? 0 : split_factor(k);
   if (q) {
     split(k, q, out, inst, map);
   } else {
@@ -151,7 +157,7 @@ lk_inst *lk_kernel_regroup_dims(const lk_kernel *k, lk_kernel *out) {
     out->inst = inst;
   }
   int split_at = q ? k->nouter - 1 : -1; /* keep the new pair apart */
-  for (int d = out->ndim - 2; d >= 0; d--) {
+  for (int d = out->ndim - 2; d >= 0 && !lk_kernel_is_generic(k); d--) {
     if (d == split_at) continue;
     lk_affine_analyze(out, af);
     if (mergeable(out, d, af, dep)) merge(out, d);

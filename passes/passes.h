@@ -66,7 +66,10 @@ typedef struct lm_step {
                               or LM_PARAMS_SLOT */
   double *params;          /* the values of the kernel's LK_PARAMs */
   int nparams;
-  bool *arg_key; /* per slot: true when it binds the key of an LM_RAND node */
+  bool *arg_key;  /* per slot: true when it binds the key of an LM_RAND node */
+  int64_t *sizes; /* filled in by the runtime when fn is a shape-generic kernel's:
+                     the sizes it reads (bound after the kernel's last slot) */
+  int nsizes;
   /* LM_STEP_GEMM */
   lm_gemm gemm;
   /* GEMM epilogues: a GEMM whose only reader is an elementwise kernel runs

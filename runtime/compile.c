@@ -77,9 +77,10 @@ static loom_status build_and_store(const char *op, lm_hash128 disk_key, const lm
 }
 
 loom_status lm_code_get(const char *op, lm_cache *cache, lm_hash128 memory_key, lm_hash128 disk_key,
-                        const lm_code_backend *b, void *ctx, lm_code **code) {
+                        const lm_code_backend *b, void *ctx, lm_code **code, lm_stat *counted) {
   lm_cache_set_capacity(cache, lm_code_cache_capacity());
   *code = lm_cache_get(cache, memory_key, code_acquire);
+  if (counted) *counted = LM_STAT_KERNEL_CACHE_HITS;
   if (*code) {
     lm_stat_add(LM_STAT_KERNEL_CACHE_HITS, 1);
     return LOOM_OK;
@@ -111,10 +112,11 @@ loom_status lm_code_get(const char *op, lm_cache *cache, lm_hash128 memory_key, 
    * then hands all of them one function), those that did not insert it found
    * it in memory; identical runs once differed by the number of such races
    * (462 and 465 kernels compiled) */
-  lm_stat_add(!inserted   ? LM_STAT_KERNEL_CACHE_HITS
-              : from_disk ? LM_STAT_DISK_CACHE_HITS
-                          : LM_STAT_KERNELS_COMPILED,
-              1);
+  lm_stat how = !inserted   ? LM_STAT_KERNEL_CACHE_HITS
+                : from_disk ? LM_STAT_DISK_CACHE_HITS
+                            : LM_STAT_KERNELS_COMPILED;
+  lm_stat_add(how, 1);
+  if (counted) *counted = how;
   *code = stored;
   return LOOM_OK;
 }
@@ -169,14 +171,153 @@ loom_status lm_kernel_object(const lk_kernel *k, char symbol[36], void **obj, si
   return LOOM_OK;
 }
 
-loom_status lm_kernel_function(const lk_kernel *k, lk_fn *fn, lm_code **code) {
+static loom_status kernel_function(const lk_kernel *k, lk_fn *fn, lm_code **code, lm_stat *how) {
   lk_hash h = lk_kernel_hash(k);
   cpu_kernel c = {k, NULL, {0}};
   lm_llvm_symbol_name(k, c.symbol);
   loom_status st = lm_code_get("loom_realize", &cpu_code, (lm_hash128){h.lo, h.hi},
-                               lm_disk_key(h.lo, h.hi), &cpu_backend, &c, code);
+                               lm_disk_key(h.lo, h.hi), &cpu_backend, &c, code, how);
   *fn = st == LOOM_OK ? (lk_fn)(uintptr_t)lm_code_fn(*code) : NULL;
   return st;
+}
+
+loom_status lm_kernel_function(const lk_kernel *k, lk_fn *fn, lm_code **code) {
+  return kernel_function(k, fn, code, NULL);
+}
+
+/* ------------------------------------------------------------ shape-generic kernels */
+
+/*
+ * What the runtime remembers of each kernel shape (lk_kernel_shape_hash of a
+ * regrouped kernel) it has been asked for: the sizes it saw first, and which
+ * sizes have differed since (lift). A table of SHAPE_SLOTS records, open
+ * addressing; when it fills up it starts over (forgetting costs at most one
+ * more specialized compile per shape). Guarded by shapes_lock: kernels of a
+ * program compile on the pool's threads at once.
+ */
+#define SHAPE_SLOTS 4096
+typedef struct shape_record {
+  lm_hash128 shape;
+  int nsizes;
+  int64_t *first;
+  unsigned char *lift;
+} shape_record;
+static pthread_mutex_t shapes_lock = PTHREAD_MUTEX_INITIALIZER;
+static shape_record *shapes; /* SHAPE_SLOTS records once allocated; nsizes 0: empty */
+static size_t nshapes;
+
+static void forget_shapes(void) {
+  for (size_t i = 0; i < SHAPE_SLOTS; i++) {
+    free(shapes[i].first);
+    free(shapes[i].lift);
+    shapes[i] = (shape_record){0};
+  }
+  nshapes = 0;
+}
+
+/* ALWAYS lifts every extent and every index constant but -1, 0 and 1 at first
+ * sight (strides of 1 keep their loops contiguous, offsets of 0 vanish). */
+static void lift_always(const int64_t *sizes, int ndim, int n, unsigned char *lift) {
+  for (int i = 0; i < n; i++) lift[i] = i < ndim || sizes[i] < -1 || sizes[i] > 1;
+}
+
+/* lift = which of the n sizes the generic kernel of this shape reads at run
+ * time: those that differed from the first kernel of the shape, ever (or,
+ * with `always`, the lift_always set too). Records the shape when new.
+ * Returns whether anything is lifted; false (specialize) when out of memory. */
+static bool shape_lift(lm_hash128 shape, const int64_t *sizes, int ndim, int n, bool always,
+                       unsigned char *lift) {
+  bool any = false;
+  pthread_mutex_lock(&shapes_lock);
+  if (!shapes) shapes = calloc(SHAPE_SLOTS, sizeof *shapes);
+  if (!shapes) goto done;
+  if (nshapes >= SHAPE_SLOTS / 2) forget_shapes();
+  size_t at = (size_t)(shape.lo % SHAPE_SLOTS);
+  while (shapes[at].nsizes && (shapes[at].shape.lo != shape.lo || shapes[at].shape.hi != shape.hi))
+    at = (at + 1) % SHAPE_SLOTS;
+  shape_record *r = &shapes[at];
+  if (!r->nsizes) { /* first sight */
+    int64_t *first = malloc(sizeof *first * (size_t)n);
+    unsigned char *initial = calloc((size_t)n, 1);
+    if (!first || !initial) {
+      free(first);
+      free(initial);
+      goto done;
+    }
+    memcpy(first, sizes, sizeof *first * (size_t)n);
+    if (always) lift_always(sizes, ndim, n, initial);
+    *r = (shape_record){shape, n, first, initial};
+    nshapes++;
+  }
+  if (r->nsizes != n) goto done; /* a hash collision: specialize */
+  for (int i = 0; i < n; i++) {
+    r->lift[i] |= sizes[i] != r->first[i];
+    lift[i] = r->lift[i];
+    any |= lift[i];
+  }
+done:
+  pthread_mutex_unlock(&shapes_lock);
+  return any;
+}
+
+/* The generic kernel for k, when its shape has one: *fn, *code, and the sizes
+ * it runs with (*sizes, malloc'd, *nsizes of them). *generic false: specialize. */
+static loom_status generic_function(const lk_kernel *k, bool always, bool *generic, lk_fn *fn,
+                                    lm_code **code, int64_t **sizes, int *nsizes) {
+  *generic = false;
+  lk_kernel r, gk;
+  lk_inst *regrouped = lk_kernel_regroup_dims(k, &r), *ginst = NULL;
+  int n = regrouped ? lk_kernel_count_sizes(&r) : 0;
+  int64_t *all = regrouped ? malloc(sizeof *all * (size_t)n) : NULL;
+  int64_t *values = regrouped ? malloc(sizeof *values * (size_t)n) : NULL;
+  unsigned char *lift = regrouped ? malloc((size_t)n) : NULL;
+  loom_status st = LOOM_OK;
+  if (!regrouped || !all || !values || !lift) {
+    st = lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory compiling a kernel");
+    goto done;
+  }
+  lk_kernel_sizes(&r, all);
+  lk_hash shape = lk_kernel_shape_hash(&r);
+  if (!shape_lift((lm_hash128){shape.lo, shape.hi}, all, r.ndim, n, always, lift)) goto done;
+  if (!(ginst = lk_kernel_generalize(&r, lift, &gk, values))) {
+    st = lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory compiling a kernel");
+    goto done;
+  }
+  if (lm_env_flag("LOOM_DEBUG")) {
+    fputs("generic:\n", stderr);
+    lk_kernel_print(&gk, stderr);
+  }
+  lm_stat how;
+  if ((st = kernel_function(&gk, fn, code, &how)) != LOOM_OK) goto done;
+  if (how == LM_STAT_KERNELS_COMPILED) lm_stat_add(LM_STAT_GENERIC_KERNELS_COMPILED, 1);
+  lm_stat_add(LM_STAT_GENERIC_KERNEL_USES, 1);
+  *generic = true;
+  *sizes = values;
+  *nsizes = gk.nsizes;
+  values = NULL;
+done:
+  free(regrouped);
+  free(ginst);
+  free(all);
+  free(values);
+  free(lift);
+  return st;
+}
+
+loom_status lm_kernel_function_sized(const lk_kernel *k, lk_fn *fn, lm_code **code, int64_t **sizes,
+                                     int *nsizes) {
+  *sizes = NULL;
+  *nsizes = 0;
+  loom_dynamic mode = loom_dynamic_mode();
+  bool empty = false;
+  for (int d = 0; d < k->ndim; d++) empty |= k->dom[d] == 0;
+  if (mode != LOOM_DYNAMIC_OFF && !empty && !lk_kernel_is_generic(k)) {
+    bool generic;
+    loom_status st =
+        generic_function(k, mode == LOOM_DYNAMIC_ALWAYS, &generic, fn, code, sizes, nsizes);
+    if (st != LOOM_OK || generic) return st;
+  }
+  return lm_kernel_function(k, fn, code);
 }
 
 /* ------------------------------------------------------------ CPU GEMM blocks */
@@ -237,8 +378,8 @@ loom_status lm_gemm_function(const lk_gemm *d, lk_gemm_fn *fn, lm_code **code) {
   cpu_kernel c = {NULL, d, {0}};
   lm_llvm_gemm_symbol_name(d, c.symbol);
   lm_hash128 memory_key = {h.lo, h.hi ^ 0x6a09e667f3bcc909ull}; /* apart from kernels' */
-  loom_status st =
-      lm_code_get("loom_realize", &cpu_code, memory_key, gemm_disk_key(d), &cpu_backend, &c, code);
+  loom_status st = lm_code_get("loom_realize", &cpu_code, memory_key, gemm_disk_key(d),
+                               &cpu_backend, &c, code, NULL);
   *fn = st == LOOM_OK ? (lk_gemm_fn)(uintptr_t)lm_code_fn(*code) : NULL;
   return st;
 }

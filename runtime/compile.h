@@ -7,6 +7,7 @@
 
 #include "ir/kernel.h"
 #include "runtime/cache.h"
+#include "runtime/runtime.h"
 
 /* What a backend's load hands over: what callers run (a CPU function, the
  * CUDA backend's launchable record) and the handle its unload takes. */
@@ -43,12 +44,13 @@ typedef struct lm_code lm_code;
 /*
  * A reference to the code cached under memory_key, else the binary under
  * disk_key loaded, else built, stored on disk and loaded; counted in the stats
- * (kernel cache hits, disk cache hits, kernels compiled, compile time). When
- * two threads build the same code, one is kept. op names the call for errors.
- * The caller releases *code.
+ * (kernel cache hits, disk cache hits, kernels compiled, compile time; which
+ * of the first three it counted in *counted, when not NULL). When two threads
+ * build the same code, one is kept. op names the call for errors. The caller
+ * releases *code.
  */
 loom_status lm_code_get(const char *op, lm_cache *cache, lm_hash128 memory_key, lm_hash128 disk_key,
-                        const lm_code_backend *b, void *ctx, lm_code **code);
+                        const lm_code_backend *b, void *ctx, lm_code **code, lm_stat *counted);
 const void *lm_code_fn(const lm_code *code);
 void lm_code_release(lm_code *code); /* NULL: nothing */
 /* The capacity of the code caches (LOOM_JIT_MAX_KERNELS, default 4096); the
@@ -61,6 +63,11 @@ void lm_code_cache_free(void *code);
 /* The CPU function of kernel k (backends/llvm), with the reference that keeps
  * it loaded (*code, released by the caller). */
 loom_status lm_kernel_function(const lk_kernel *k, lk_fn *fn, lm_code **code);
+/* The same, or the shape-generic kernel serving k (loom_set_dynamic), and then
+ * the sizes it runs with: *sizes (malloc'd; the caller frees it) is bound to
+ * the slot after k's last, *nsizes of them. *sizes NULL: k's own function. */
+loom_status lm_kernel_function_sized(const lk_kernel *k, lk_fn *fn, lm_code **code, int64_t **sizes,
+                                     int *nsizes);
 /* The relocatable object file defining k (from the disk cache, or emitted):
  * the same code the JIT runs, for ahead-of-time export. *obj is malloc'd;
  * symbol gets the function's name ("lk_" + 32 hex digits). */

@@ -85,7 +85,11 @@ static loom_status run_gemm_epilogue(const lm_exec *x, const lm_step *s, void **
   return LOOM_OK;
 }
 
-/* Slots 1.. of kernel step s: the buffers (or Philox keys) they bind to. */
+/* The slots kernel step s's function takes: its kernel's, and the sizes of
+ * a shape-generic kernel after them. */
+static int step_slots(const lm_step *s) { return s->kernel.nslots + (s->sizes != NULL); }
+
+/* Slots 1.. of kernel step s: the buffers (or Philox keys, or sizes) they bind to. */
 static void bind_slots(const lm_exec *x, const lm_step *s, void **args) {
   for (int a = 1; a < s->kernel.nslots; a++) {
     int pos = s->arg_pos[a];
@@ -93,13 +97,14 @@ static void bind_slots(const lm_exec *x, const lm_step *s, void **args) {
               : s->arg_key[a]       ? x->keys[pos]
                                     : x->bufs[pos];
   }
+  if (s->sizes) args[s->kernel.nslots] = s->sizes;
 }
 
 static loom_status cpu_kernel(const lm_exec *x, const lm_step *s) {
   if (s->outer == 0) return LOOM_OK;
   void *args_small[16];
-  void **args =
-      s->kernel.nslots <= 16 ? args_small : malloc(sizeof(void *) * (size_t)s->kernel.nslots);
+  int nslots = step_slots(s);
+  void **args = nslots <= 16 ? args_small : malloc(sizeof(void *) * (size_t)nslots);
   if (!args) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
   args[0] = x->bufs[s->out];
   bind_slots(x, s, args);
@@ -124,8 +129,8 @@ typedef struct prologue_call {
 
 static void fill_columns(void *ctx, int64_t c0, int64_t c1, void *dst) {
   const prologue_call *p = ctx;
-  void *args[LM_PROLOGUE_MAX_SLOTS];
-  memcpy(args, p->args, sizeof(void *) * (size_t)p->s->kernel.nslots);
+  void *args[LM_PROLOGUE_MAX_SLOTS + 1];
+  memcpy(args, p->args, sizeof(void *) * (size_t)step_slots(p->s));
   size_t es = loom_dtype_size(p->s->dtype);
   for (int64_t r = 0; r < p->rows; r++) {
     int64_t first = r * p->cols + c0, to = r * (c1 - c0);
@@ -141,7 +146,7 @@ static loom_status cpu_gemm(const lm_exec *x, const lm_step *s) {
     return LOOM_OK;
   }
   const lm_step *e = &x->program->steps[s->b_producer];
-  void *args[LM_PROLOGUE_MAX_SLOTS] = {NULL};
+  void *args[LM_PROLOGUE_MAX_SLOTS + 1] = {NULL};
   bind_slots(x, e, args);
   prologue_call call = {e, args, g->b_trans ? g->N : g->K, g->b_trans ? g->K : g->N};
   return lm_run_gemm_filled(g, x->bufs[g->a_pos], fill_columns, &call, x->bufs[s->out]);
@@ -192,6 +197,9 @@ static void release_code(lm_schedule *p) {
   for (int i = 0; i < p->nsteps; i++) {
     lm_code_release(p->steps[i].code);
     p->steps[i].code = NULL;
+    free(p->steps[i].sizes);
+    p->steps[i].sizes = NULL;
+    p->steps[i].nsizes = 0;
   }
 }
 
@@ -214,7 +222,8 @@ static void compile_steps(void *ctx, int64_t begin, int64_t end) {
     lm_step *s = &j->p->steps[j->order[i]];
     if (s->kind == LM_STEP_GEMM) {
       if (lm_gemm_prepare(&s->gemm, &s->code) != LOOM_OK) s->gemm.fn = NULL;
-    } else if (lm_kernel_function(&s->kernel, &s->fn, &s->code) != LOOM_OK) {
+    } else if (lm_kernel_function_sized(&s->kernel, &s->fn, &s->code, &s->sizes, &s->nsizes) !=
+               LOOM_OK) {
       s->fn = NULL;
     }
   }
@@ -266,7 +275,7 @@ loom_status lm_exec_compile(lm_schedule *p, loom_device device) {
     lm_step *s = &p->steps[i];
     loom_status st = LOOM_OK;
     if (s->kind == LM_STEP_KERNEL && !s->fn)
-      st = lm_kernel_function(&s->kernel, &s->fn, &s->code);
+      st = lm_kernel_function_sized(&s->kernel, &s->fn, &s->code, &s->sizes, &s->nsizes);
     else if (s->kind == LM_STEP_GEMM && !s->code)
       st = lm_gemm_prepare(&s->gemm, &s->code);
     if (st != LOOM_OK) return st;

@@ -48,6 +48,8 @@ loom_stats loom_get_stats(void) {
   s.device_bytes_peak = (uint64_t)atomic_load(&device_peak);
   s.kernels_loaded = lm_llvm_objects_loaded() + lm_cuda_modules_loaded();
   s.kernels_unloaded = atomic_load(&counters[LM_STAT_KERNELS_UNLOADED]);
+  s.generic_kernels_compiled = atomic_load(&counters[LM_STAT_GENERIC_KERNELS_COMPILED]);
+  s.generic_kernel_uses = atomic_load(&counters[LM_STAT_GENERIC_KERNEL_USES]);
   return s;
 }
 

@@ -176,6 +176,7 @@ int main(int argc, char **argv) {
     snprintf(bound, sizeof bound, "%d", JIT_BOUND);
     setenv("LOOM_CACHE_DIR", argv[2], 1);
     setenv("LOOM_JIT_MAX_KERNELS", bound, 1);
+    loom_set_dynamic(LOOM_DYNAMIC_OFF); /* every size its own kernel: many to unload */
     return jit_bound_main();
   }
   if (is_child) {

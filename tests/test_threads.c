@@ -230,6 +230,11 @@ static void test_concurrent_compile_counted_once(void) {
 }
 
 int main(void) {
+  /* Bit for bit alone and together: with shape-generic kernels (AUTO), which
+   * threads saw a kernel's other sizes first would decide whether its sum runs
+   * generic or specialized, and those may round differently
+   * (tests/test_dynamic.c runs threads over shared shapes). */
+  loom_set_dynamic(LOOM_DYNAMIC_OFF);
   test_concurrent_compile_counted_once();
   CHECK_OK(loom_set_default_device(test_device())); /* the training step's layer */
   float w[D * D], b[D];

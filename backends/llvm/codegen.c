@@ -84,10 +84,31 @@ typedef struct plan {
   int64_t col_chunk_step;
 } plan;
 
+/* A generic kernel's run-time extents count as LK_GENERIC_EXTENT_GUESS here:
+ * for choices a guess serves (positive: a generic kernel is never empty). */
 static int64_t extent_product(const lk_kernel *k, int from, int to) {
   int64_t n = 1;
-  for (int d = from; d < to; d++) n *= k->dom[d];
+  for (int d = from; d < to; d++)
+    if (__builtin_mul_overflow(n, k->dom[d], &n)) return INT64_MAX; /* guesses only */
   return n;
+}
+
+static bool any_sized(const lk_kernel *k, int from, int to) {
+  for (int d = from; d < to; d++)
+    if (lk_dim_is_sized(k, d)) return true;
+  return false;
+}
+
+/* The points a reduction over dims [from, to) sums, for the accumulator's
+ * choices: a run-time extent may be any size, so it counts as unbounded. */
+static int64_t reduced_points(const lk_kernel *k, int from, int to) {
+  return any_sized(k, from, to) ? INT64_MAX : extent_product(k, from, to);
+}
+
+/* Dim d's extent: a constant, or a generic kernel's size read at run time. */
+static LLVMValueRef extent(lm_cg *g, int d) {
+  if (lk_dim_is_sized(g->k, d)) return lm_emit_size(g, g->k->dom_size[d] - 1);
+  return const_i64(g, g->k->dom[d]);
 }
 
 /* Emits the needed instructions up to `target` in the current context (dims and
@@ -187,7 +208,7 @@ static void loop_end(lm_cg *g, loop *l, bool may_unroll) {
 static int chunk_split(const lk_kernel *k, int first, int64_t chunk, int64_t *step) {
   int64_t inner = 1;
   for (int d = k->ndim - 1; d >= first; d--) {
-    if (inner * k->dom[d] > chunk) {
+    if (lk_dim_is_sized(k, d) || inner * k->dom[d] > chunk) { /* a run-time extent may hold more */
       *step = chunk / inner > 1 ? chunk / inner : 1;
       return d;
     }
@@ -198,9 +219,8 @@ static int chunk_split(const lk_kernel *k, int first, int64_t chunk, int64_t *st
 
 /* for (c = 0; c < n; c += step) for (iv = c; iv < min(c + step, n); iv++): leaves the
  * builder in the inner body; close with loop_end(inner) then loop_end_step(chunks). */
-static void chunk_loops_begin(lm_cg *g, loop *chunks, loop *inner, int64_t n, int64_t step,
+static void chunk_loops_begin(lm_cg *g, loop *chunks, loop *inner, LLVMValueRef end, int64_t step,
                               const char *name) {
-  LLVMValueRef end = const_i64(g, n);
   loop_begin(g, chunks, const_i64(g, 0), end, "chunk");
   LLVMValueRef hi = LLVMBuildNSWAdd(g->b, chunks->iv, const_i64(g, step), "");
   hi = LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, hi, end, ""), hi, end, "");
@@ -220,7 +240,9 @@ static void chunk_loops_begin(lm_cg *g, loop *chunks, loop *inner, int64_t n, in
  * pooling kernels 0.29 -> 0.44 and 0.43 -> 0.93 ms). */
 static bool fold_tail_pays(const lk_kernel *k) {
   int last = k->nouter - 1;
-  if (last < 0 || k->dom[last] < FOLD_TAIL_FROM || k->dom[last] >= FOLD_TAIL_BELOW) return false;
+  if (last < 0 || lk_dim_is_sized(k, last) || k->dom[last] < FOLD_TAIL_FROM ||
+      k->dom[last] >= FOLD_TAIL_BELOW)
+    return false;
   if (k->dom[last] % 16 == 0) /* no tail for any vector width: masks would only cost */
     return false;
   bool *along = calloc((size_t)k->ninst, sizeof *along); /* depends on the row's index */
@@ -249,8 +271,7 @@ static LLVMValueRef reduced_linear_index(lm_cg *g, int first_dim) {
   const lk_kernel *k = g->k;
   LLVMValueRef lin = const_i64(g, 0);
   for (int d = first_dim; d < k->ndim; d++)
-    lin = LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, lin, const_i64(g, k->dom[d]), ""), g->dim[d],
-                          "");
+    lin = LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, lin, extent(g, d), ""), g->dim[d], "");
   return lin;
 }
 
@@ -268,7 +289,7 @@ static void gen_reduced_dims(lm_cg *g, reduction *r, int d) {
   loop l;
   if (d == r->chunk_dim && lm_acc_chunked(&r->acc)) { /* each chunk, then a flush */
     loop chunks;
-    chunk_loops_begin(g, &chunks, &l, k->dom[d], r->chunk_step, "red");
+    chunk_loops_begin(g, &chunks, &l, extent(g, d), r->chunk_step, "red");
     g->dim[d] = l.iv;
     gen_reduced_dims(g, r, d + 1);
     loop_end(g, &l, true);
@@ -277,7 +298,7 @@ static void gen_reduced_dims(lm_cg *g, reduction *r, int d) {
     g->dim[d] = NULL;
     return;
   }
-  loop_begin(g, &l, const_i64(g, 0), const_i64(g, k->dom[d]), "red");
+  loop_begin(g, &l, const_i64(g, 0), extent(g, d), "red");
   g->dim[d] = l.iv;
   gen_reduced_dims(g, r, d + 1);
   loop_end(g, &l, true);
@@ -377,7 +398,7 @@ static void gen_row_stats(lm_cg *g, plan *p, LLVMValueRef row_at) {
 /* The points [start, start + n) of the current row, output indices from at. */
 static void gen_row_points(lm_cg *g, plan *p, LLVMValueRef start, LLVMValueRef n, LLVMValueRef at) {
   int last = g->k->nouter - 1;
-  int64_t len = g->k->dom[last];
+  int64_t len = lk_dim_is_sized(g->k, last) ? 0 : g->k->dom[last];
   loop l;
   loop_begin(g, &l, const_i64(g, 0), n, "inner");
   g->dim[last] = LLVMBuildNSWAdd(g->b, start, l.iv, "");
@@ -394,7 +415,7 @@ static void gen_cached_row(lm_cg *g, plan *p, LLVMValueRef start, LLVMValueRef n
   int last = g->k->nouter - 1;
   LLVMValueRef whole =
       LLVMBuildAnd(g->b, LLVMBuildICmp(g->b, LLVMIntEQ, start, const_i64(g, 0), ""),
-                   LLVMBuildICmp(g->b, LLVMIntEQ, n, const_i64(g, g->k->dom[last]), ""), "whole");
+                   LLVMBuildICmp(g->b, LLVMIntEQ, n, extent(g, last), ""), "whole");
   LLVMBasicBlockRef cached = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "row.cached");
   LLVMBasicBlockRef computed = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "row.computed");
   LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "row.done");
@@ -437,8 +458,7 @@ static void gen_carry(lm_cg *g, LLVMValueRef *idx, LLVMBasicBlockRef next) {
         LLVMBuildNSWAdd(g->b, LLVMBuildLoad2(g->b, g->t_i64, idx[d], ""), const_i64(g, 1), "");
     LLVMBasicBlockRef fits = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "carry.fits");
     LLVMBasicBlockRef wraps = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "carry.wraps");
-    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, v, const_i64(g, k->dom[d]), ""), fits,
-                    wraps);
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, v, extent(g, d), ""), fits, wraps);
     LLVMPositionBuilderAtEnd(g->b, fits);
     LLVMBuildStore(g->b, v, idx[d]);
     LLVMBuildBr(g->b, next);
@@ -468,8 +488,8 @@ static void gen_row(lm_cg *g, plan *p, LLVMValueRef start, LLVMValueRef n, LLVMV
 
 static bool block_rows_pay(const lk_kernel *k) {
   int last = k->nouter - 1;
-  return last >= 1 && k->nstats == 0 && k->dom[last] <= BLOCK_MAX_ROW &&
-         k->dom[last - 1] >= BLOCK_MIN_ROWS;
+  return last >= 1 && k->nstats == 0 && !any_sized(k, last - 1, last + 1) &&
+         k->dom[last] <= BLOCK_MAX_ROW && k->dom[last - 1] >= BLOCK_MIN_ROWS;
 }
 
 /* At the start of a whole block in the range (both last dims at 0), the block
@@ -535,12 +555,12 @@ static void gen_outer_iteration(lm_cg *g, plan *p) {
   for (int d = 0; d < k->nouter; d++) idx[d] = lm_entry_alloca(g, g->t_i64, "idx");
   LLVMValueRef pos = lm_entry_alloca(g, g->t_i64, "pos");
 
-  /* Unravel `begin` once (extents are constants: the divisions become multiplies). */
+  /* Unravel `begin` once (constant extents: the divisions become multiplies). */
   LLVMValueRef rem = g->begin;
   for (int d = last; d > 0; d--) {
-    LLVMValueRef extent = const_i64(g, k->dom[d]);
-    LLVMBuildStore(g->b, LLVMBuildURem(g->b, rem, extent, ""), idx[d]);
-    rem = LLVMBuildUDiv(g->b, rem, extent, "");
+    LLVMValueRef e = extent(g, d);
+    LLVMBuildStore(g->b, LLVMBuildURem(g->b, rem, e, ""), idx[d]);
+    rem = LLVMBuildUDiv(g->b, rem, e, "");
   }
   LLVMBuildStore(g->b, rem, idx[0]);
   LLVMBuildStore(g->b, g->begin, pos);
@@ -558,7 +578,7 @@ static void gen_outer_iteration(lm_cg *g, plan *p) {
   LLVMPositionBuilderAtEnd(g->b, row);
   for (int d = 0; d < last; d++) g->dim[d] = LLVMBuildLoad2(g->b, g->t_i64, idx[d], "");
   LLVMValueRef start = LLVMBuildLoad2(g->b, g->t_i64, idx[last], "start");
-  LLVMValueRef room = LLVMBuildNSWSub(g->b, const_i64(g, k->dom[last]), start, "");
+  LLVMValueRef room = LLVMBuildNSWSub(g->b, extent(g, last), start, "");
   LLVMValueRef left = LLVMBuildNSWSub(g->b, g->end, at, "");
   LLVMValueRef n =
       LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, room, left, ""), room, left, "n");
@@ -585,9 +605,11 @@ static void gen_outer_iteration(lm_cg *g, plan *p) {
 
 static bool column_shaped(const lk_kernel *k, const unsigned char *needed) {
   /* BF16 and F16 outputs would sum at their own precision there */
+  /* (and outputs of a known count: their totals live on the stack) */
   if (k->reduce != LK_RED_SUM || k->nouter == 0 || k->nouter == k->ndim ||
-      k->acc_dtype != k->out_dtype || lm_dtype_is_half(k->out_dtype) ||
-      extent_product(k, 0, k->nouter) > COLUMN_MAX_OUTPUTS || k->dom[k->nouter - 1] < 4)
+      any_sized(k, 0, k->nouter) || k->acc_dtype != k->out_dtype ||
+      lm_dtype_is_half(k->out_dtype) || extent_product(k, 0, k->nouter) > COLUMN_MAX_OUTPUTS ||
+      k->dom[k->nouter - 1] < 4)
     return false;
   lk_affine *af = malloc(sizeof *af * (size_t)k->nbody);
   if (!af) return false;
@@ -620,9 +642,9 @@ static void gen_column_dims(lm_cg *g, plan *p, int d) {
   loop chunks, l;
   bool chunked = d == p->col_chunk_dim;
   if (chunked)
-    chunk_loops_begin(g, &chunks, &l, g->k->dom[d], p->col_chunk_step, "col.red");
+    chunk_loops_begin(g, &chunks, &l, extent(g, d), p->col_chunk_step, "col.red");
   else
-    loop_begin(g, &l, const_i64(g, 0), const_i64(g, g->k->dom[d]), "col.red");
+    loop_begin(g, &l, const_i64(g, 0), extent(g, d), "col.red");
   g->dim[d] = l.iv;
   gen_column_dims(g, p, d + 1);
   loop_end(g, &l, false);
@@ -694,8 +716,7 @@ static bool wide_vectors_pay(const lk_kernel *k) {
     case LK_POW: math = true; break;
     default: break;
     }
-  int64_t points = 1;
-  for (int d = 0; d < k->ndim; d++) points *= k->dom[d];
+  int64_t points = extent_product(k, 0, k->ndim);
   if (!math || points < WIDE_VECTORS_MIN_POINTS) return false;
   return k->nstats > 0 || points <= WIDE_VECTORS_MAX_POINTS;
 }
@@ -784,7 +805,7 @@ static void gen_body(lm_cg *g, plan *p) {
     p->main.first_dim = k->nouter;
     p->main.reports_index = k->reduce == LK_RED_ARGMAX || k->reduce == LK_RED_ARGMIN;
     lm_acc_create(g, &p->main.acc, k->reduce, k->inst[k->value].dtype, k->acc_dtype,
-                  extent_product(k, k->nouter, k->ndim));
+                  reduced_points(k, k->nouter, k->ndim));
     p->main.chunk_dim =
         p->main.acc.total ? chunk_split(k, k->nouter, LM_SUM_CHUNK, &p->main.chunk_step) : -1;
   }
@@ -793,7 +814,7 @@ static void gen_body(lm_cg *g, plan *p) {
     r->value = k->stat[s].value;
     r->first_dim = k->ndim - 1;
     lm_acc_create(g, &r->acc, k->stat[s].reduce, k->inst[r->value].dtype, k->stat[s].acc_dtype,
-                  k->dom[k->ndim - 1]);
+                  reduced_points(k, k->ndim - 1, k->ndim));
     r->chunk_dim = r->acc.total ? chunk_split(k, k->ndim - 1, LM_SUM_CHUNK, &r->chunk_step) : -1;
   }
   /* Outer numel 0 is never launched; emit nothing that would divide by it. */

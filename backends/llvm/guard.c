@@ -11,7 +11,8 @@
  * so it is needed only where every c holds, and there each clamp whose
  * condition is one of those c (or part of one, through `and`) is its
  * unclamped %e. The load is emitted under a branch on the conditions, at that
- * unclamped index, and the wrappers pass its value on: a phi of the load and z.
+ * unclamped index (computed before the branch), and the wrappers pass its
+ * value on: a phi of the load and z.
  * The loop vectorizer turns the branch into a masked contiguous load.
  *
  * Only 4- and 8-byte loads are guarded: x86 has masked loads for those (AVX),
@@ -156,13 +157,17 @@ LLVMValueRef lm_emit_guarded_load(lm_cg *g, int i) {
   }
   LLVMValueRef fill = lm_emit_inst(g, gd->fill);
   if (!fill) return NULL;
+  /* The index before the branch: it cannot trap (divisors are positive), and
+   * a division by a run-time size (a generic kernel's) inside the guarded
+   * block is one LLVM 14's vectorizer predicates on the first lane only,
+   * leaving the other lanes' address poison when that lane is masked off. */
+  LLVMValueRef index = unclamped_index(g, gd, in->a);
+  if (!index) return NULL;
   LLVMBasicBlockRef from = LLVMGetInsertBlock(g->b);
   LLVMBasicBlockRef load = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "guard.load");
   LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "guard.done");
   LLVMBuildCondBr(g->b, when, load, done);
   LLVMPositionBuilderAtEnd(g->b, load);
-  LLVMValueRef index = unclamped_index(g, gd, in->a);
-  if (!index) return NULL;
   LLVMValueRef v = lm_emit_load(g, in->dtype, in->slot, index);
   LLVMBasicBlockRef loaded = LLVMGetInsertBlock(g->b);
   LLVMBuildBr(g->b, done);

@@ -21,7 +21,7 @@
 /* Bumped whenever the generated code changes for the same kernel; part of
  * lm_llvm_target_id() so cached objects from an older code generator are not
  * reused. */
-#define LM_LLVM_CODEGEN_VERSION 25
+#define LM_LLVM_CODEGEN_VERSION 26
 /* The same for GEMM block functions (backends/llvm/gemm.c). */
 #define LM_LLVM_GEMM_VERSION 10
 

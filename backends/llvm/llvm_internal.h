@@ -81,6 +81,9 @@ LLVMValueRef lm_cg_fail(lm_cg *g, const char *fmt, ...) __attribute__((format(pr
 /* codegen.c: the whole module for (checked) kernel k, defining `symbol`. */
 loom_status lm_codegen_module(LLVMContextRef ctx, const lk_kernel *k, const char *symbol,
                               LLVMModuleRef *out, char *err, size_t errlen);
+/* Size `index` of a generic kernel (LK_SIZE, a run-time extent), loaded in the
+ * entry block: nothing the kernel writes aliases it. */
+LLVMValueRef lm_emit_size(lm_cg *g, int64_t index);
 /* A new alloca of type t in the entry block (so mem2reg promotes it). */
 LLVMValueRef lm_entry_alloca(lm_cg *g, LLVMTypeRef t, const char *name);
 

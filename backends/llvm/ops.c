@@ -111,6 +111,16 @@ static LLVMValueRef emit_param(lm_cg *g, const lk_inst *in) {
   return in->dtype == LOOM_F64 ? v : LLVMBuildFPTrunc(g->entry, v, lm_type(g, in->dtype), "");
 }
 
+LLVMValueRef lm_emit_size(lm_cg *g, int64_t index) {
+  LLVMValueRef base =
+      LLVMBuildBitCast(g->entry, g->slot[g->k->size_slot], LLVMPointerType(g->t_i64, 0), "sizes");
+  LLVMValueRef at = LLVMConstInt(g->t_i64, (unsigned long long)index, 0);
+  LLVMValueRef v = LLVMBuildLoad2(g->entry, g->t_i64,
+                                  LLVMBuildInBoundsGEP2(g->entry, g->t_i64, base, &at, 1, ""), "");
+  LLVMSetAlignment(v, 8);
+  return v;
+}
+
 static LLVMValueRef emit_arith(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef a, LLVMValueRef b) {
   bool f = lm_dtype_is_float(dt);
   switch (op) {
@@ -224,6 +234,9 @@ static LLVMValueRef emit_inst_unrounded(lm_cg *g, int i) {
     return g->dim[in->imm_i];
   case LK_CONST: return emit_const(g, in);
   case LK_PARAM: return emit_param(g, in);
+  case LK_SIZE: /* a count as a float: the integer is exact in double */
+    return dt == LOOM_I64 ? lm_emit_size(g, in->imm_i)
+                          : LLVMBuildSIToFP(g->b, lm_emit_size(g, in->imm_i), lm_type(g, dt), "");
   case LK_LOAD: return lm_emit_load(g, dt, in->slot, a);
   case LK_RAND: return lm_emit_rand(g, dt, in->slot, (uint32_t)in->imm_i, a);
   case LK_ACC:

@@ -872,6 +872,8 @@ loom_status lm_cuda_source(const lk_kernel *k, char **source, char name[36], lm_
                            char *err, size_t errlen) {
   *source = NULL;
   const char *bad = lk_kernel_check(k);
+  /* the runtime generalizes CPU kernels only */
+  if (!bad && lk_kernel_is_generic(k)) bad = "a shape-generic kernel (run-time sizes) is CPU-only";
   if (bad) {
     snprintf(err, errlen, "CUDA codegen: invalid kernel: %s", bad);
     return LOOM_ERR_COMPILE;
@@ -942,6 +944,7 @@ loom_status lm_cuda_gemm_epilogue_source(const lk_kernel *k, int gemm_slot, loom
   *source = NULL;
   const char *bad = lk_kernel_check(k);
   if (!bad && (k->reduce != LK_RED_NONE || k->nstats > 0)) bad = "not an elementwise kernel";
+  if (!bad && lk_kernel_is_generic(k)) bad = "a shape-generic kernel (run-time sizes) is CPU-only";
   if (!bad && (gemm_slot < 1 || gemm_slot >= k->nslots)) bad = "the GEMM's slot is out of range";
   if (!bad && gemm_dtype != LOOM_F32 && gemm_dtype != LOOM_F64) bad = "the GEMM is not F32/F64";
   if (bad) {

@@ -170,7 +170,7 @@ static loom_status find_code(int dev, const char *name, source_fn make, const vo
   const lm_cu_device *d = lm_cu_device_at(dev);
   cuda_build b = {dev, d->sm, make, ctx, NULL, {0}};
   loom_status st = lm_code_get("loom_realize", &codes, memory_key(name, dev), disk_key(name, d->sm),
-                               &cuda_backend, &b, out);
+                               &cuda_backend, &b, out, NULL);
   free(b.source);
   return st;
 }
