@@ -40,6 +40,8 @@ typedef struct bench_workload {
   double work;          /* bytes (BENCH_BANDWIDTH) or flops (BENCH_FLOPS) per call */
   int calls_per_sample; /* calls timed together per sample (0 means 1) */
   bool compare_unfused; /* time it again with loom_set_fusion(false) */
+  bool compare_generic; /* time it again with every kernel shape-generic
+                           (loom_set_dynamic(LOOM_DYNAMIC_ALWAYS)) */
   bool measure_peak;    /* report bytes_peak over one call */
   loom_status (*setup)(void **state);
   /* One call. report is zeroed before; fill it only for work done elsewhere. */
@@ -148,7 +150,8 @@ typedef struct bench_result {
   uint64_t live_before_bytes; /* bytes_live before that call (the inputs) */
   double unfused_median_s;    /* 0 when not measured */
   double unfused_kernels_per_call;
-  double direct_s; /* 0 when not measured */
+  double generic_median_s; /* 0 when not measured */
+  double direct_s;         /* 0 when not measured */
   char note[256];
 } bench_result;
 

@@ -48,6 +48,7 @@ const bench_workload bench_elementwise_workloads[] = {
         .metric = BENCH_BANDWIDTH,
         .work = 3.0 * EW_N * sizeof(float),
         .compare_unfused = true,
+        .compare_generic = true,
         .measure_peak = true,
         .setup = ew_chain_setup,
         .run = ew_chain_run,

@@ -90,17 +90,17 @@ void bench_print_limits(FILE *out, const bench_limits *limits) {
           limits->threads, limits->copy_gbs, limits->triad_gbs, limits->sgemm_gflops);
 }
 
-#define ROW_FORMAT "%-32s %10s %10s %-14s %18s %6s %9s %10s %9s %9s\n"
+#define ROW_FORMAT "%-32s %10s %10s %-14s %18s %6s %9s %10s %9s %9s %9s\n"
 
 static void print_header(FILE *out) {
   fprintf(out, ROW_FORMAT, "workload", "median", "first", "first from", "rate", "limit",
-          "kern/call", "peak", "unfused/", "loom/");
-  fprintf(out, ROW_FORMAT, "", "", "", "", "", "", "", "", "fused", "BLAS");
+          "kern/call", "peak", "unfused/", "generic/", "loom/");
+  fprintf(out, ROW_FORMAT, "", "", "", "", "", "", "", "", "fused", "special", "BLAS");
 }
 
 static void print_row(FILE *out, const bench_result *r, const bench_limits *limits) {
   char median[32], first[32], cache[64], rate[48], limit[16], kernels[24], peak[24], unfused[16],
-      direct[16];
+      generic[16], direct[16];
   if (r->status != LOOM_OK) {
     fprintf(out, "%-32s FAILED: %s\n", r->workload->name, r->error);
     return;
@@ -121,6 +121,7 @@ static void print_row(FILE *out, const bench_result *r, const bench_limits *limi
           bench_format_seconds(r->first_s, first, sizeof first),
           first_cache_text(r, cache, sizeof cache), rate, limit, kernels, peak,
           ratio_text(r->unfused_median_s, r->median_s, unfused, sizeof unfused),
+          ratio_text(r->generic_median_s, r->median_s, generic, sizeof generic),
           ratio_text(r->median_s, r->direct_s, direct, sizeof direct));
 }
 
@@ -174,6 +175,10 @@ static void add_optional_measures(json_t *o, const bench_result *r) {
     set_real(o, "unfused_median_s", r->unfused_median_s);
     set_real(o, "unfused_kernels_per_call", r->unfused_kernels_per_call);
     set_real(o, "unfused_over_fused", r->unfused_median_s / r->median_s);
+  }
+  if (r->generic_median_s > 0.0) {
+    set_real(o, "generic_median_s", r->generic_median_s);
+    set_real(o, "generic_over_specialized", r->generic_median_s / r->median_s);
   }
   if (r->direct_s > 0.0) {
     set_real(o, "direct_blas_s", r->direct_s);

@@ -142,6 +142,20 @@ static loom_status measure_unfused(const bench_workload *w, void *state, const b
   return status;
 }
 
+/* The same calls with every kernel compiled shape-generic: what reading the
+ * sizes at run time costs against kernels specialized to them. */
+static loom_status measure_generic(const bench_workload *w, void *state, const bench_options *opts,
+                                   bench_result *r) {
+  double kernels, gemm;
+  loom_dynamic was = loom_dynamic_mode();
+  loom_set_dynamic(LOOM_DYNAMIC_ALWAYS);
+  loom_status status = warm_up(w, state, opts->warmup > 0 ? opts->warmup : 1);
+  if (status == LOOM_OK)
+    status = measure_repeats(w, state, opts->repeats, &r->generic_median_s, &kernels, &gemm);
+  loom_set_dynamic(was);
+  return status;
+}
+
 static void record_error(bench_result *r) {
   const char *message = loom_last_error();
   snprintf(r->error, sizeof r->error, "%s: %s", loom_status_name(r->status),
@@ -158,6 +172,8 @@ static loom_status measure_all(const bench_workload *w, void *state, const bench
                              &r->gemm_per_call);
   if (status == LOOM_OK && w->measure_peak) status = measure_peak(w, state, r);
   if (status == LOOM_OK && w->compare_unfused) status = measure_unfused(w, state, opts, r);
+  if (status == LOOM_OK && w->compare_generic && opts->device.type == LOOM_DEVICE_CPU)
+    status = measure_generic(w, state, opts, r);
   bool cuda = opts->device.type == LOOM_DEVICE_CUDA;
   if (status == LOOM_OK && (cuda ? w->cuda_direct_seconds != NULL : w->direct_seconds != NULL)) {
     double direct = cuda ? w->cuda_direct_seconds(opts->repeats, opts->device.index)
