@@ -75,10 +75,15 @@ extern const bench_workload bench_train_workloads[];
 extern const int bench_train_count;
 extern const bench_workload bench_program_workloads[];
 extern const int bench_program_count;
+extern const bench_workload bench_dynamic_workloads[];
+extern const int bench_dynamic_count;
 
 /* ------------------------------------------------------------------ helpers */
 
 double bench_now(void);                     /* CLOCK_MONOTONIC, seconds */
+/* The MLP 784-512-256-10 of mlp_train_step (layers fc1..fc3, key 5), its
+ * parameters new; NULL tensors and loom_last_error when it fails. */
+loom_params *bench_mlp_784_new(loom_linear fc[3]);
 double bench_median(double *values, int n); /* sorts values */
 
 /* A realized F32 tensor of uniform [lo, hi) values, outside any scope (the

@@ -16,6 +16,7 @@ static const family families[] = {
     {bench_compile_workloads, &bench_compile_count},
     {bench_train_workloads, &bench_train_count},
     {bench_program_workloads, &bench_program_count},
+    {bench_dynamic_workloads, &bench_dynamic_count},
 };
 #define NUM_FAMILIES ((int)(sizeof families / sizeof families[0]))
 

@@ -42,16 +42,20 @@ static loom_status finish_step(loom_optim *opt, loom_tensor *loss) {
 
 /* ------------------------------------------------------------ MLP 784-512-256-10, Adam */
 
+loom_params *bench_mlp_784_new(loom_linear fc[3]) {
+  loom_key k[3];
+  loom_key_split(loom_key_new(5), k, 3);
+  loom_params *ps = loom_params_new();
+  int64_t sizes[4] = {784, 512, 256, 10};
+  const char *names[3] = {"fc1", "fc2", "fc3"};
+  for (int i = 0; i < 3; i++) fc[i] = loom_linear_new(ps, names[i], sizes[i], sizes[i + 1], k[i]);
+  return ps;
+}
+
 static loom_status mlp_setup(void **state) {
   mlp_state *s = calloc(1, sizeof *s);
   if (!s) return LOOM_ERR_OOM;
-  loom_key k[3];
-  loom_key_split(loom_key_new(5), k, 3);
-  s->ps = loom_params_new();
-  int64_t sizes[4] = {784, 512, 256, 10};
-  const char *names[3] = {"fc1", "fc2", "fc3"};
-  for (int i = 0; i < 3; i++)
-    s->fc[i] = loom_linear_new(s->ps, names[i], sizes[i], sizes[i + 1], k[i]);
+  s->ps = bench_mlp_784_new(s->fc);
   s->opt = loom_adam(s->ps, LOOM_ADAM_DEFAULTS);
   loom_status st = bench_uniform_input(6, LOOM_SHAPE(256, 784), 0, 1, &s->x);
   s->y = labels(256);

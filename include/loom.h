@@ -814,14 +814,17 @@ int loom_num_threads(void);
  * LOOM_NO_FUSE=1 turns it off at start. */
 void loom_set_fusion(bool enabled);
 bool loom_fusion_enabled(void);
-/* Shape-generic kernels on the CPU. A kernel that loom has compiled before
+/* Shape-generic kernels (CPU and CUDA). A kernel that loom has compiled before
  * for other sizes (the same computation over a batch of 7 instead of 3, a
  * sequence one longer) is compiled once more, reading the sizes that changed
  * at run time, and then serves every size: AUTO (the default), as
  * torch.compile's automatic dynamic shapes. ALWAYS compiles every kernel
  * generic at first sight (its extents and index constants other than -1, 0
  * and 1 read at run time); OFF specializes every kernel to its sizes. Empty
- * kernels are always specialized, and so is every CUDA kernel. LOOM_DYNAMIC=
+ * kernels are always specialized. A generic kernel's sums may round
+ * differently from the specialized kernel's (a reassociated sum vectorizes
+ * otherwise over a run-time length), so which sizes came first can change the
+ * last bits of a result; OFF gives results that depend on nothing else. LOOM_DYNAMIC=
  * auto|off|always sets it at start. Stats: generic_kernels_compiled. */
 typedef enum loom_dynamic { LOOM_DYNAMIC_AUTO, LOOM_DYNAMIC_OFF, LOOM_DYNAMIC_ALWAYS } loom_dynamic;
 loom_status loom_set_dynamic(loom_dynamic mode);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "backends/llvm/llvm_backend.h"
+#include "backends/nvrtc/nvrtc_backend.h"
 #include "runtime/compile.h"
 #include "runtime/disk_cache.h"
 #include "runtime/runtime.h"
@@ -260,64 +261,75 @@ done:
   return any;
 }
 
-/* The generic kernel for k, when its shape has one: *fn, *code, and the sizes
- * it runs with (*sizes, malloc'd, *nsizes of them). *generic false: specialize. */
-static loom_status generic_function(const lk_kernel *k, bool always, bool *generic, lk_fn *fn,
-                                    lm_code **code, int64_t **sizes, int *nsizes) {
-  *generic = false;
-  lk_kernel r, gk;
-  lk_inst *regrouped = lk_kernel_regroup_dims(k, &r), *ginst = NULL;
-  int n = regrouped ? lk_kernel_count_sizes(&r) : 0;
-  int64_t *all = regrouped ? malloc(sizeof *all * (size_t)n) : NULL;
-  int64_t *values = regrouped ? malloc(sizeof *values * (size_t)n) : NULL;
-  unsigned char *lift = regrouped ? malloc((size_t)n) : NULL;
+loom_status lm_kernel_generalized(const lk_kernel *k, lm_generic_target target, lk_kernel *out,
+                                  int64_t **sizes) {
+  *sizes = NULL;
+  loom_dynamic mode = loom_dynamic_mode();
+  bool empty = false;
+  for (int d = 0; d < k->ndim; d++) empty |= k->dom[d] == 0;
+  if (mode == LOOM_DYNAMIC_OFF || empty || lk_kernel_is_generic(k)) return LOOM_OK;
+  bool cpu = target == LM_GENERIC_CPU;
+  lk_kernel r;
+  lk_inst *base = cpu ? lk_kernel_regroup_dims(k, &r) : NULL;
+  if (!cpu) r = *k; /* the CUDA generator takes kernels as lowered */
+  int n = cpu && !base ? 0 : lk_kernel_count_sizes(&r);
+  int64_t *all = malloc(sizeof *all * (size_t)(n + 1));
+  int64_t *values = malloc(sizeof *values * (size_t)(n + 1));
+  unsigned char *lift = malloc((size_t)n + 1);
   loom_status st = LOOM_OK;
-  if (!regrouped || !all || !values || !lift) {
+  if ((cpu && !base) || !all || !values || !lift) {
     st = lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory compiling a kernel");
     goto done;
   }
   lk_kernel_sizes(&r, all);
-  lk_hash shape = lk_kernel_shape_hash(&r);
-  if (!shape_lift((lm_hash128){shape.lo, shape.hi}, all, r.ndim, n, always, lift)) goto done;
-  if (!(ginst = lk_kernel_generalize(&r, lift, &gk, values))) {
+  lk_hash h = lk_kernel_shape_hash(&r);
+  lm_hash128 shape = {h.lo, h.hi ^ (cpu ? 0 : 0x2545f4914f6cdd1dull)}; /* apart per target */
+  if (!shape_lift(shape, all, r.ndim, n, mode == LOOM_DYNAMIC_ALWAYS, lift)) goto done;
+  int lifted = 0;
+  for (int i = 0; i < n; i++) lifted += lift[i];
+  if (!cpu && lifted > LM_CUDA_MAX_SIZES) goto done; /* more than a launch passes */
+  lk_inst *inst = lk_kernel_generalize(&r, lift, out, values);
+  if (!inst) {
     st = lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory compiling a kernel");
     goto done;
   }
+  out->inst = inst;
   if (lm_env_flag("LOOM_DEBUG")) {
     fputs("generic:\n", stderr);
-    lk_kernel_print(&gk, stderr);
+    lk_kernel_print(out, stderr);
   }
-  lm_stat how;
-  if ((st = kernel_function(&gk, fn, code, &how)) != LOOM_OK) goto done;
-  if (how == LM_STAT_KERNELS_COMPILED) lm_stat_add(LM_STAT_GENERIC_KERNELS_COMPILED, 1);
-  lm_stat_add(LM_STAT_GENERIC_KERNEL_USES, 1);
-  *generic = true;
   *sizes = values;
-  *nsizes = gk.nsizes;
   values = NULL;
 done:
-  free(regrouped);
-  free(ginst);
+  free(base);
   free(all);
   free(values);
   free(lift);
   return st;
 }
 
+void lm_generic_counted(lm_stat how) {
+  if (how == LM_STAT_KERNELS_COMPILED) lm_stat_add(LM_STAT_GENERIC_KERNELS_COMPILED, 1);
+  lm_stat_add(LM_STAT_GENERIC_KERNEL_USES, 1);
+}
+
 loom_status lm_kernel_function_sized(const lk_kernel *k, lk_fn *fn, lm_code **code, int64_t **sizes,
                                      int *nsizes) {
-  *sizes = NULL;
   *nsizes = 0;
-  loom_dynamic mode = loom_dynamic_mode();
-  bool empty = false;
-  for (int d = 0; d < k->ndim; d++) empty |= k->dom[d] == 0;
-  if (mode != LOOM_DYNAMIC_OFF && !empty && !lk_kernel_is_generic(k)) {
-    bool generic;
-    loom_status st =
-        generic_function(k, mode == LOOM_DYNAMIC_ALWAYS, &generic, fn, code, sizes, nsizes);
-    if (st != LOOM_OK || generic) return st;
+  lk_kernel g;
+  loom_status st = lm_kernel_generalized(k, LM_GENERIC_CPU, &g, sizes);
+  if (st != LOOM_OK || !*sizes) return st != LOOM_OK ? st : lm_kernel_function(k, fn, code);
+  lm_stat how;
+  st = kernel_function(&g, fn, code, &how);
+  free(g.inst);
+  if (st != LOOM_OK) {
+    free(*sizes);
+    *sizes = NULL;
+    return st;
   }
-  return lm_kernel_function(k, fn, code);
+  lm_generic_counted(how);
+  *nsizes = g.nsizes;
+  return LOOM_OK;
 }
 
 /* ------------------------------------------------------------ CPU GEMM blocks */

@@ -63,6 +63,16 @@ void lm_code_cache_free(void *code);
 /* The CPU function of kernel k (backends/llvm), with the reference that keeps
  * it loaded (*code, released by the caller). */
 loom_status lm_kernel_function(const lk_kernel *k, lk_fn *fn, lm_code **code);
+/* Shape-generic kernels (loom_set_dynamic; docs/ARCHITECTURE.md): when k's
+ * shape has one for target, *out is it (out->inst malloc'd) and *sizes the
+ * values it runs with (malloc'd, out->nsizes of them); else *sizes is NULL
+ * and k is compiled as it is. The CPU's is generalized from k regrouped
+ * (lk_kernel_regroup_dims), CUDA's from k as lowered. */
+typedef enum lm_generic_target { LM_GENERIC_CPU, LM_GENERIC_CUDA } lm_generic_target;
+loom_status lm_kernel_generalized(const lk_kernel *k, lm_generic_target target, lk_kernel *out,
+                                  int64_t **sizes);
+/* Counts a generic kernel's use (and its compile, when `how` says it was built). */
+void lm_generic_counted(lm_stat how);
 /* The same, or the shape-generic kernel serving k (loom_set_dynamic), and then
  * the sizes it runs with: *sizes (malloc'd; the caller frees it) is bound to
  * the slot after k's last, *nsizes of them. *sizes NULL: k's own function. */

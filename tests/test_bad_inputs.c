@@ -354,6 +354,7 @@ ROW_T(size_bernoulli, loom_bernoulli_key(loom_key_new(1), -0.1, LOOM_SHAPE(2), L
 ROW_T(size_pool, loom_max_pool2d(loom_reshape(a234, LOOM_SHAPE(1, 2, 3, 4)), 0, 1, 0))
 ROW_S(size_eval, loom_eval(&f23, -1))
 ROW_S(size_threads, loom_set_num_threads(0))
+ROW_S(value_dynamic, loom_set_dynamic((loom_dynamic)9))
 ROW_P(size_lr, loom_adam(params, (loom_adam_opts){.lr = -1}))
 ROW_P(size_beta, loom_adam(params, (loom_adam_opts){.beta1 = 1.5}))
 static loom_status size_layer(char *msg, size_t len) {
@@ -743,6 +744,8 @@ static const row table[] = {
     ROW("bad size", "loom_eval(ts, -1)", size_eval, LOOM_ERR_VALUE, "loom_eval: negative count -1"),
     ROW("bad size", "loom_set_num_threads(0)", size_threads, LOOM_ERR_VALUE,
         "0 is outside [1, 256]"),
+    ROW("bad value", "loom_set_dynamic(9)", value_dynamic, LOOM_ERR_VALUE,
+        "9 is not LOOM_DYNAMIC_AUTO, _OFF or _ALWAYS"),
     ROW("bad size", "loom_adam(ps, lr -1)", size_lr, LOOM_ERR_VALUE, "invalid lr: -1"),
     ROW("bad size", "loom_adam(ps, beta1 1.5)", size_beta, LOOM_ERR_VALUE, "invalid beta1: 1.5"),
     ROW("bad size", "loom_linear_new(ps, in -3)", size_layer, LOOM_ERR_VALUE,

@@ -1,7 +1,8 @@
 /* Shape-generic kernels (loom_set_dynamic): the kernel description's run-time
  * sizes, generalization, and the lazy API over sizes that change (batches, a
  * growing sequence), each size against values computed here in double, with
- * the compiles counted. */
+ * the compiles counted; on test_device() (CUDA's generic kernels with
+ * LOOM_TEST_DEVICE=cuda: the dynamic_cuda_emulated test). */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "ir/kernel.h"
 #include "loom.h"
 #include "runtime/compile.h"
+#include "test_device.h"
 
 /* Kernels a backend built or the disk cache gave: what a new size costs. */
 static uint64_t kernels_made(void) {
@@ -198,7 +200,7 @@ static bool mlp_batch(int batch, loom_tensor *w1, loom_tensor *b1, loom_tensor *
     float *x = malloc(sizeof(float) * (size_t)(batch * IN));
     float *got = malloc(sizeof(float) * (size_t)(batch * OUT));
     for (int i = 0; i < batch * IN; i++) x[i] = (float)wave(i, 1.0);
-    loom_tensor *tx = loom_from_data(x, LOOM_SHAPE(batch, IN), LOOM_F32, LOOM_CPU);
+    loom_tensor *tx = loom_from_data(x, LOOM_SHAPE(batch, IN), LOOM_F32, test_device());
     loom_tensor *h = loom_relu(loom_add(loom_matmul(tx, w1), b1));
     loom_tensor *y = loom_softmax(loom_add(loom_matmul(h, w2), b2), -1);
     CHECK_OK(loom_copy_to_host(y, got, sizeof(float) * (size_t)(batch * OUT)));
@@ -237,10 +239,10 @@ static void test_mlp_batches(void) {
   for (int i = 0; i < HID * OUT; i++) hw2[i] = (float)(0.3 * wave(i, 1.7));
   for (int i = 0; i < OUT; i++) hb2[i] = (float)(0.1 * wave(i, 0.9));
   LOOM_SCOPE {
-    loom_tensor *w1 = loom_from_data(hw1, LOOM_SHAPE(IN, HID), LOOM_F32, LOOM_CPU);
-    loom_tensor *b1 = loom_from_data(hb1, LOOM_SHAPE(HID), LOOM_F32, LOOM_CPU);
-    loom_tensor *w2 = loom_from_data(hw2, LOOM_SHAPE(HID, OUT), LOOM_F32, LOOM_CPU);
-    loom_tensor *b2 = loom_from_data(hb2, LOOM_SHAPE(OUT), LOOM_F32, LOOM_CPU);
+    loom_tensor *w1 = loom_from_data(hw1, LOOM_SHAPE(IN, HID), LOOM_F32, test_device());
+    loom_tensor *b1 = loom_from_data(hb1, LOOM_SHAPE(HID), LOOM_F32, test_device());
+    loom_tensor *w2 = loom_from_data(hw2, LOOM_SHAPE(HID, OUT), LOOM_F32, test_device());
+    loom_tensor *b2 = loom_from_data(hb2, LOOM_SHAPE(OUT), LOOM_F32, test_device());
     uint64_t before = kernels_made();
     CHECK(mlp_batch(16, w1, b1, w2, b2, hw1, hb1, hw2, hb2));
     uint64_t one = kernels_made() - before;
@@ -274,7 +276,7 @@ static bool attend_prefix(int T) {
     float *x = malloc(sizeof(float) * (size_t)(T * D)),
           *got = malloc(sizeof(float) * (size_t)(T * D));
     for (int i = 0; i < T * D; i++) x[i] = (float)wave(i, 0.7);
-    loom_tensor *tx = loom_from_data(x, LOOM_SHAPE(T, D), LOOM_F32, LOOM_CPU);
+    loom_tensor *tx = loom_from_data(x, LOOM_SHAPE(T, D), LOOM_F32, test_device());
     loom_tensor *n = loom_layer_norm(tx, 1, NULL, NULL, 1e-5);
     loom_tensor *scores = loom_mul_s(loom_matmul(n, loom_transpose(n, 0, 1)), 0.25);
     loom_tensor *p = loom_softmax(loom_tril(scores, 0), -1); /* zeros above: still weighs them */
@@ -350,7 +352,7 @@ static void test_changing_reductions(void) {
     LOOM_SCOPE {
       double *x = malloc(sizeof(double) * (size_t)(n * C));
       for (int i = 0; i < n * C; i++) x[i] = wave(i, 1.3);
-      loom_tensor *t = loom_from_data(x, LOOM_SHAPE(n, C), LOOM_F64, LOOM_CPU);
+      loom_tensor *t = loom_from_data(x, LOOM_SHAPE(n, C), LOOM_F64, test_device());
       double col_sum[C], col_mean[C];
       int axis0 = 0;
       CHECK_OK(loom_copy_to_host(loom_sum(t, &axis0, 1, false), col_sum, sizeof col_sum));
@@ -372,7 +374,7 @@ static void test_changing_reductions(void) {
         CHECK_EQ_INT(am[c], best);
       }
       /* the cache one row longer */
-      loom_tensor *row = loom_full(LOOM_SHAPE(1, C), 0.5, LOOM_F64, LOOM_CPU);
+      loom_tensor *row = loom_full(LOOM_SHAPE(1, C), 0.5, LOOM_F64, test_device());
       loom_tensor *parts[2] = {t, row};
       double *grown = malloc(sizeof(double) * (size_t)((n + 1) * C));
       CHECK_OK(loom_copy_to_host(loom_mul_s(loom_cat(parts, 2, 0), 2.0), grown,
@@ -407,8 +409,8 @@ static bool conv_size(int H, int W) {
     double w[O * C * K * K];
     for (int i = 0; i < N * C * H * W; i++) x[i] = wave(i, 0.9);
     for (int i = 0; i < O * C * K * K; i++) w[i] = 0.5 * wave(i, 1.9);
-    loom_tensor *tx = loom_from_data(x, LOOM_SHAPE(N, C, H, W), LOOM_F64, LOOM_CPU);
-    loom_tensor *tw = loom_from_data(w, LOOM_SHAPE(O, C, K, K), LOOM_F64, LOOM_CPU);
+    loom_tensor *tx = loom_from_data(x, LOOM_SHAPE(N, C, H, W), LOOM_F64, test_device());
+    loom_tensor *tw = loom_from_data(w, LOOM_SHAPE(O, C, K, K), LOOM_F64, test_device());
     CHECK_OK(loom_set_requires_grad(tx, true));
     loom_tensor *ty = loom_conv2d_f(tx, tw, NULL, (loom_conv2d_opts){{2, 2}, {1, 1}, {1, 1}, 1});
     CHECK_OK(loom_backward(loom_sum_all(loom_mul(ty, ty))));
@@ -474,7 +476,7 @@ static void *rows_over_sizes(void *arg) {
     LOOM_SCOPE {
       double x[40 * 7], got[40];
       for (int k = 0; k < n * 7; k++) x[k] = wave(k, 0.3 * n);
-      loom_tensor *t = loom_from_data(x, LOOM_SHAPE(n, 7), LOOM_F64, LOOM_CPU);
+      loom_tensor *t = loom_from_data(x, LOOM_SHAPE(n, 7), LOOM_F64, test_device());
       int last = 1;
       loom_tensor *r = loom_sum(loom_mul(loom_softmax(t, 1), t), &last, 1, false);
       if (loom_copy_to_host(r, got, sizeof(double) * (size_t)n) != LOOM_OK) j->failures++;

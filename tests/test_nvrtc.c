@@ -184,6 +184,23 @@ static void add_gemm_kernels(void) {
     }
 }
 
+/* The kernel shape-generic as LOOM_DYNAMIC=always makes it (every extent and
+ * every size constant but -1, 0 and 1 read at run time), compiled too: NVRTC
+ * checks the CUDA C that generic kernels are, which the emulated device runs
+ * with the host's compiler. */
+static lk_inst *generic_of(const lk_kernel *k, lk_kernel *g) {
+  int n = lk_kernel_count_sizes(k);
+  int64_t *sizes = malloc(sizeof *sizes * (size_t)n), *values = malloc(sizeof *values * (size_t)n);
+  unsigned char *lift = malloc((size_t)n);
+  if (!sizes || !values || !lift) abort();
+  lk_kernel_sizes(k, sizes);
+  int lifted = 0;
+  for (int i = 0; i < n; i++) lifted += lift[i] = i < k->ndim || sizes[i] < -1 || sizes[i] > 1;
+  lk_inst *inst = lifted <= LM_CUDA_MAX_SIZES ? lk_kernel_generalize(k, lift, g, values) : NULL;
+  free(sizes), free(values), free(lift);
+  return inst;
+}
+
 /* Plans the graph behind the targets (and this thread's pending assignments)
  * fused and, with `unfused`, also one kernel per op; collects every kernel
  * step. Nothing runs. */
@@ -209,6 +226,13 @@ static void collect(const char *label, loom_tensor *const *ts, int n, bool unfus
         add_kernel(label, &step->kernel);
         if (step->gemm_partner >= 0)
           add_fused(label, &step->kernel, step->gemm_slot, &p->steps[step->gemm_partner].gemm);
+        lk_kernel generic;
+        lk_inst *inst = fuse ? generic_of(&step->kernel, &generic) : NULL;
+        if (inst && step->gemm_partner >= 0)
+          add_fused(label, &generic, step->gemm_slot, &p->steps[step->gemm_partner].gemm);
+        else if (inst)
+          add_kernel(label, &generic);
+        free(inst);
       }
       lm_schedule_free(p);
     }
@@ -602,8 +626,8 @@ static void collect_all(void) {
 }
 
 static void check_coverage(void) {
-  for (int op = 0; op < LK_NUM_OPS; op++) /* generic kernels (LK_SIZE) are the CPU's only */
-    CHECK_MSG(op_seen[op] || op == LK_SIZE, "no kernel uses lk_op %s", lk_op_name((lk_op)op));
+  for (int op = 0; op < LK_NUM_OPS; op++)
+    CHECK_MSG(op_seen[op], "no kernel uses lk_op %s", lk_op_name((lk_op)op));
   for (int r = LK_RED_SUM; r <= LK_RED_LSE; r++)
     CHECK_MSG(reduce_seen[r], "no kernel uses reduction kind %d", r);
   for (int m = 0; m <= LM_CUDA_ROWS; m++)

@@ -55,6 +55,10 @@ static int command_info(void) {
   printf("target:    %s\n", loom_target_id());
   printf("threads:   %d\n", loom_num_threads());
   printf("fusion:    %s\n", loom_fusion_enabled() ? "on" : "off");
+  static const char *const dynamic[] = {
+      "auto (a kernel met again over other sizes is compiled once more, shape-generic)",
+      "off (every kernel specialized to its sizes)", "always (every CPU kernel shape-generic)"};
+  printf("dynamic:   %s\n", dynamic[loom_dynamic_mode()]);
   printf("cache dir: %s\n", dir ? dir : "(none: kernels are cached in memory only)");
   const char *library, *version, *core, *reason;
   loom_blas_info(&library, &version, &core, &reason);

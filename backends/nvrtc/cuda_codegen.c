@@ -157,10 +157,44 @@ static void close_block(cg *g) {
   line(g, "}");
 }
 
+/* A generic kernel's run-time extents count as LK_GENERIC_EXTENT_GUESS here
+ * (never 0: a generic kernel is never empty); where a choice must hold for
+ * every size, the callers ask any_sized. */
 static int64_t extent_product(const lk_kernel *k, int from, int to) {
   int64_t n = 1;
-  for (int d = from; d < to; d++) n *= k->dom[d];
+  for (int d = from; d < to; d++)
+    if (__builtin_mul_overflow(n, k->dom[d], &n)) return INT64_MAX;
   return n;
+}
+
+static bool any_sized(const lk_kernel *k, int from, int to) {
+  for (int d = from; d < to; d++)
+    if (lk_dim_is_sized(k, d)) return true;
+  return false;
+}
+
+/* The extent of dim d as C: a constant, or the generic kernel's size parameter. */
+static const char *extent_c(const lk_kernel *k, int d, char *buf, size_t len) {
+  if (lk_dim_is_sized(k, d))
+    snprintf(buf, len, "lm_z%d", k->dom_size[d] - 1);
+  else
+    snprintf(buf, len, "%" PRId64 "LL", k->dom[d]);
+  return buf;
+}
+
+/* The points of dims [from, to) as a C expression. */
+static const char *points_c(const lk_kernel *k, int from, int to, char *buf, size_t len) {
+  if (!any_sized(k, from, to)) {
+    snprintf(buf, len, "%" PRId64 "LL", extent_product(k, from, to));
+    return buf;
+  }
+  size_t at = (size_t)snprintf(buf, len, "(1LL");
+  for (int d = from; d < to && at < len; d++) {
+    char e[32];
+    at += (size_t)snprintf(buf + at, len - at, " * %s", extent_c(k, d, e, sizeof e));
+  }
+  if (at < len) snprintf(buf + at, len - at, ")");
+  return buf;
 }
 
 /* ------------------------------------------------------------------ literals */
@@ -311,6 +345,12 @@ static void put_expr(cg *g, int i, bool vector) {
     return;
   case LK_ACC: sb_printf(s, "lm_acc"); return;
   case LK_STAT: sb_printf(s, "lm_stat%d", (int)in->imm_i); return;
+  case LK_SIZE: /* a generic kernel's size parameter */
+    if (in->dtype == LOOM_I64)
+      sb_printf(s, "lm_z%lld", (long long)in->imm_i);
+    else
+      sb_printf(s, "((%s)lm_z%lld)", ctype(in->dtype), (long long)in->imm_i);
+    return;
   case LK_PARAM: /* the planner binds these on the CPU only; a device array here */
     sb_printf(s, "((%s)((const double *)s%d)[%lld])", ctype(in->dtype), in->slot,
               (long long)in->imm_i);
@@ -362,10 +402,15 @@ static void emit_eval(cg *g, const unsigned char *needed, int upto, bool vector)
 static void emit_unravel(cg *g, const char *var, const char *q, int from, int to) {
   const lk_kernel *k = g->k;
   if (from == to) return;
-  bool narrow = extent_product(k, from, to) <= (int64_t)UINT32_MAX;
+  bool narrow = !any_sized(k, from, to) && extent_product(k, from, to) <= (int64_t)UINT32_MAX;
   const char *ut = narrow ? "unsigned int" : "unsigned long long", *suffix = narrow ? "u" : "ull";
   line(g, "%s %s = (%s)%s;", ut, q, ut, var);
   for (int d = to - 1; d > from; d--) {
+    if (lk_dim_is_sized(k, d)) {
+      line(g, "const long long d%d = (long long)(%s %% (%s)lm_z%d);", d, q, ut, k->dom_size[d] - 1);
+      line(g, "%s /= (%s)lm_z%d;", q, ut, k->dom_size[d] - 1);
+      continue;
+    }
     if (k->dom[d] == 1) {
       line(g, "const long long d%d = 0;", d);
       continue;
@@ -388,7 +433,10 @@ static void emit_store(cg *g, const char *at, int value) {
 static void emit_signature(cg *g, const char *name) {
   sb_printf(&g->s, "extern \"C\" __global__ void __launch_bounds__(%d) %s(void *s0", LM_CUDA_BLOCK,
             name);
-  for (int s = 1; s < g->k->nslots; s++) sb_printf(&g->s, ", const void *s%d", s);
+  for (int s = 1; s < g->k->nslots; s++)
+    if (s != g->k->size_slot) sb_printf(&g->s, ", const void *s%d", s);
+  for (int z = 0; z < g->k->nsizes; z++) /* a generic kernel's sizes, by value */
+    sb_printf(&g->s, ", const long long lm_z%d", z);
   sb_printf(&g->s, ", long long begin, long long end) {\n");
   g->ind = 2;
 }
@@ -433,7 +481,7 @@ static void emit_listing(cg *g, const char *name) {
 /* The load reads the point's own row-major index + shift (dims of extent 1
  * always have index 0, so their coefficient does not matter). */
 static bool contiguous(const lk_kernel *k, const lk_affine *off, int64_t *shift) {
-  if (!off->ok) return false;
+  if (!off->ok || any_sized(k, 0, k->nouter)) return false;
   int64_t stride = 1;
   for (int d = k->nouter - 1; d >= 0; d--) {
     if (k->dom[d] != 1 && off->c[d] != stride) return false;
@@ -646,7 +694,9 @@ static void emit_pass(cg *g, int pass) {
                       : g->mode == LM_CUDA_RED_WARP ? "lm_lane"
                                                     : "threadIdx.x";
   int step = g->mode == LM_CUDA_RED_THREAD ? 1 : g->mode == LM_CUDA_RED_WARP ? 32 : LM_CUDA_BLOCK;
-  open_block(g, "for (long long lm_r = %s; lm_r < %" PRId64 "LL; lm_r += %d)", start, g->red, step);
+  char red[256];
+  open_block(g, "for (long long lm_r = %s; lm_r < %s; lm_r += %d)", start,
+             points_c(k, g->red_first, k->ndim, red, sizeof red), step);
   emit_unravel(g, "lm_r", "lm_qr", g->red_first, k->ndim);
   emit_eval(g, g->needed, g->value, false);
   emit_acc_step(g, pass);
@@ -760,11 +810,11 @@ static void select_reduction(cg *g, lk_reduce reduce, loom_dtype acc_dtype, int 
 static void gen_rows(cg *g) {
   const lk_kernel *k = g->k;
   int last = k->ndim - 1;
-  int64_t len = k->dom[last];
+  char len[32];
+  extent_c(k, last, len, sizeof len);
   line(g, "const int lm_lane = threadIdx.x & 31;");
   line(g, "const int lm_warp = threadIdx.x >> 5;");
-  line(g, "const long long lm_first = begin / %" PRId64 "LL, lm_last = (end - 1) / %" PRId64 "LL;",
-       len, len);
+  line(g, "const long long lm_first = begin / %s, lm_last = (end - 1) / %s;", len, len);
   open_block(
       g, "for (long long lm_row = lm_first + blockIdx.x; lm_row <= lm_last; lm_row += gridDim.x)");
   emit_unravel(g, "lm_row", "lm_q", 0, last);
@@ -784,9 +834,8 @@ static void gen_rows(cg *g) {
     close_block(g);
   }
   g->mode = LM_CUDA_ROWS;
-  open_block(g, "for (long long lm_j = threadIdx.x; lm_j < %" PRId64 "LL; lm_j += %d)", len,
-             LM_CUDA_BLOCK);
-  line(g, "const long long lm_p = lm_row * %" PRId64 "LL + lm_j;", len);
+  open_block(g, "for (long long lm_j = threadIdx.x; lm_j < %s; lm_j += %d)", len, LM_CUDA_BLOCK);
+  line(g, "const long long lm_p = lm_row * %s + lm_j;", len);
   line(g, "if (lm_p < begin || lm_p >= end) continue;");
   line(g, "const long long d%d = lm_j;", last);
   emit_eval(g, g->body_needed, k->value, false);
@@ -806,6 +855,8 @@ static void choose_shape(cg *g) {
     g->mode = LM_CUDA_ROWS;
   else if (k->reduce == LK_RED_NONE)
     g->mode = LM_CUDA_ELEMENTWISE;
+  else if (any_sized(k, k->nouter, k->ndim)) /* a reduction of any length: a block's */
+    g->mode = LM_CUDA_RED_BLOCK;
   else if (g->red <= THREAD_ROW_MAX)
     g->mode = LM_CUDA_RED_THREAD;
   else if (g->red <= WARP_ROW_MAX)
@@ -823,7 +874,10 @@ static void fill_launch(const cg *g, lm_cuda_launch *launch) {
   case LM_CUDA_RED_THREAD: launch->points_per_block = LM_CUDA_BLOCK; break;
   case LM_CUDA_RED_WARP: launch->points_per_block = LM_CUDA_BLOCK / 32; break;
   case LM_CUDA_RED_BLOCK: launch->points_per_block = 1; break;
-  case LM_CUDA_ROWS: launch->points_per_block = (int)g->k->dom[g->k->ndim - 1]; break;
+  case LM_CUDA_ROWS: /* a row of run-time length: 0, the launch reads it */
+    launch->points_per_block =
+        lk_dim_is_sized(g->k, g->k->ndim - 1) ? 0 : (int)g->k->dom[g->k->ndim - 1];
+    break;
   }
 }
 
@@ -872,8 +926,7 @@ loom_status lm_cuda_source(const lk_kernel *k, char **source, char name[36], lm_
                            char *err, size_t errlen) {
   *source = NULL;
   const char *bad = lk_kernel_check(k);
-  /* the runtime generalizes CPU kernels only */
-  if (!bad && lk_kernel_is_generic(k)) bad = "a shape-generic kernel (run-time sizes) is CPU-only";
+  if (!bad && k->nsizes > LM_CUDA_MAX_SIZES) bad = "more run-time sizes than a launch passes";
   if (bad) {
     snprintf(err, errlen, "CUDA codegen: invalid kernel: %s", bad);
     return LOOM_ERR_COMPILE;
@@ -914,7 +967,9 @@ void lm_cuda_gemm_epilogue_name(const lk_kernel *k, int gemm_slot, loom_dtype ge
 static void emit_epilogue_signature(cg *g, const char *name, const char *t) {
   sb_printf(&g->s, "extern \"C\" __global__ void __launch_bounds__(%d) %s(void *s0", LM_CUDA_BLOCK,
             name);
-  for (int s = 1; s < g->k->nslots; s++) sb_printf(&g->s, ", const void *s%d", s);
+  for (int s = 1; s < g->k->nslots; s++)
+    if (s != g->k->size_slot) sb_printf(&g->s, ", const void *s%d", s);
+  for (int z = 0; z < g->k->nsizes; z++) sb_printf(&g->s, ", const long long lm_z%d", z);
   sb_printf(&g->s,
             ",\n    const %s *a, const %s *b, long long M, long long N, long long K, long long lda,"
             " long long ldb,\n    " LM_CUDA_GEMM_BATCH_PARAMS ") {\n",
@@ -944,7 +999,7 @@ loom_status lm_cuda_gemm_epilogue_source(const lk_kernel *k, int gemm_slot, loom
   *source = NULL;
   const char *bad = lk_kernel_check(k);
   if (!bad && (k->reduce != LK_RED_NONE || k->nstats > 0)) bad = "not an elementwise kernel";
-  if (!bad && lk_kernel_is_generic(k)) bad = "a shape-generic kernel (run-time sizes) is CPU-only";
+  if (!bad && k->nsizes > LM_CUDA_MAX_SIZES) bad = "more run-time sizes than a launch passes";
   if (!bad && (gemm_slot < 1 || gemm_slot >= k->nslots)) bad = "the GEMM's slot is out of range";
   if (!bad && gemm_dtype != LOOM_F32 && gemm_dtype != LOOM_F64) bad = "the GEMM is not F32/F64";
   if (bad) {

@@ -27,6 +27,9 @@
 
 /* Threads per block of every generated kernel (its __launch_bounds__). */
 #define LM_CUDA_BLOCK 256
+/* A shape-generic kernel's sizes ride as parameters (one long long each): at
+ * most this many, so that its parameters stay within CUDA's 4 KiB. */
+#define LM_CUDA_MAX_SIZES 64
 /* Output points one thread computes per grid-stride step of an elementwise kernel. */
 #define LM_CUDA_VEC 4
 
@@ -56,7 +59,11 @@ typedef struct lm_cuda_launch {
  * computing the output points whose row-major index over the outer dims lies
  * in [begin, end), with the values of the CPU kernel (see docs/ARCHITECTURE.md
  * for where they may differ: math function accuracy, summation order). Slot i
- * is parameter s<i> (a device pointer; a key slot points to two uint32).
+ * is parameter s<i> (a device pointer; a key slot points to two uint32). A
+ * shape-generic kernel (ir/kernel.h) takes its sizes by value instead of its
+ * size slot: `const long long lm_z0, ...` after the slots, and a row kernel over a
+ * run-time row length reports points_per_block 0 (the launch uses the row's
+ * length).
  * <name> is the LLVM backend's symbol: "lk_" + 32 hex digits of the hash.
  *
  * *source is malloc'd (the caller frees it); name needs 36 bytes; launch may be

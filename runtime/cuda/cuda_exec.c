@@ -166,11 +166,11 @@ static const lm_code_backend cuda_backend = {cuda_prepare, cuda_compile, cuda_lo
 
 /* The cached code for name on dev, or compiled from make(ctx)'s source. */
 static loom_status find_code(int dev, const char *name, source_fn make, const void *ctx,
-                             lm_code **out) {
+                             lm_code **out, lm_stat *how) {
   const lm_cu_device *d = lm_cu_device_at(dev);
   cuda_build b = {dev, d->sm, make, ctx, NULL, {0}};
   loom_status st = lm_code_get("loom_realize", &codes, memory_key(name, dev), disk_key(name, d->sm),
-                               &cuda_backend, &b, out, NULL);
+                               &cuda_backend, &b, out, how);
   free(b.source);
   return st;
 }
@@ -191,7 +191,8 @@ static loom_status gemm_source(const void *ctx, char **source, cuda_code *c, cha
 
 /* A kernel step with its deferred GEMM fused in. */
 typedef struct fused_ctx {
-  const lm_step *step;
+  const lk_kernel *kernel; /* the step's, or the generic one serving it */
+  int gemm_slot;
   const lm_gemm *gemm;
 } fused_ctx;
 
@@ -200,8 +201,8 @@ static loom_status fused_source(const void *ctx, char **source, cuda_code *c, ch
   const fused_ctx *f = ctx;
   char name[36];
   loom_status st =
-      lm_cuda_gemm_epilogue_source(&f->step->kernel, f->step->gemm_slot, f->gemm->dtype,
-                                   f->gemm->a_trans, f->gemm->b_trans, source, name, err, errlen);
+      lm_cuda_gemm_epilogue_source(f->kernel, f->gemm_slot, f->gemm->dtype, f->gemm->a_trans,
+                                   f->gemm->b_trans, source, name, err, errlen);
   memcpy(c->name, name, sizeof name);
   c->launch = (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0}; /* launched as a GEMM */
   return st;
@@ -219,19 +220,36 @@ static loom_status step_code(const lm_schedule *p, lm_step *s, int dev) {
                    "loom_realize: CUDA's GEMM takes F32 or F64 operands, not %s (a product "
                    "recorded for the CPU; cast the operands to F32 first)",
                    loom_dtype_name(gm->in_dtype));
-  if (s->kind == LM_STEP_KERNEL && s->gemm_partner >= 0) {
-    fused_ctx f = {s, &p->steps[s->gemm_partner].gemm};
-    lm_cuda_gemm_epilogue_name(&s->kernel, s->gemm_slot, f.gemm->dtype, f.gemm->a_trans,
-                               f.gemm->b_trans, name);
-    st = find_code(dev, name, fused_source, &f, code);
-  } else if (s->kind == LM_STEP_KERNEL) {
-    lk_hash h = lk_kernel_hash(&s->kernel);
-    snprintf(name, sizeof name, "lk_%016" PRIx64 "%016" PRIx64, h.hi, h.lo);
-    st = find_code(dev, name, kernel_source, &s->kernel, code);
-  } else {
+  if (s->kind == LM_STEP_GEMM) {
     snprintf(name, sizeof name, "lm_gemm_%s_%c%c", loom_dtype_name(s->gemm.dtype),
              s->gemm.a_trans ? 't' : 'n', s->gemm.b_trans ? 't' : 'n');
-    st = find_code(dev, name, gemm_source, &s->gemm, code);
+    st = find_code(dev, name, gemm_source, &s->gemm, code, NULL);
+  } else {
+    /* the shape-generic kernel serving this one, when its shape has one */
+    lk_kernel generic;
+    int64_t *sizes = NULL;
+    if ((st = lm_kernel_generalized(&s->kernel, LM_GENERIC_CUDA, &generic, &sizes)) != LOOM_OK)
+      return st;
+    const lk_kernel *k = sizes ? &generic : &s->kernel;
+    lm_stat how;
+    if (s->gemm_partner >= 0) { /* with its deferred GEMM fused in */
+      fused_ctx f = {k, s->gemm_slot, gm};
+      lm_cuda_gemm_epilogue_name(k, s->gemm_slot, gm->dtype, gm->a_trans, gm->b_trans, name);
+      st = find_code(dev, name, fused_source, &f, code, &how);
+    } else {
+      lk_hash h = lk_kernel_hash(k);
+      snprintf(name, sizeof name, "lk_%016" PRIx64 "%016" PRIx64, h.hi, h.lo);
+      st = find_code(dev, name, kernel_source, k, code, &how);
+    }
+    if (sizes) {
+      free(generic.inst);
+      if (st == LOOM_OK) {
+        lm_generic_counted(how);
+        s->sizes = sizes, s->nsizes = generic.nsizes;
+      } else {
+        free(sizes);
+      }
+    }
   }
   s->device_code = st == LOOM_OK ? lm_code_fn(*code) : NULL;
   return st;
@@ -366,7 +384,9 @@ static loom_status gemm_step(const lm_exec *x, const lm_step *s) {
 static loom_status launch_kernel(const lm_exec *x, const lm_step *s, uint64_t *v) {
   const cuda_code *c = s->device_code;
   int n = s->kernel.nslots;
+  for (int z = 0; z < s->nsizes; z++) v[n++] = (uint64_t)s->sizes[z]; /* after the slots */
   int64_t points = s->outer, per = c->launch.points_per_block;
+  if (per == 0) per = s->kernel.dom[s->kernel.ndim - 1]; /* rows of run-time length */
   int64_t blocks = (points + per - 1) / per, cap = BLOCKS_PER_SM;
   const lm_cu_device *d = lm_cu_device_at(x->device.index);
   if (d && d->multiprocessors > 0) cap *= d->multiprocessors;
@@ -382,7 +402,8 @@ static loom_status launch_kernel(const lm_exec *x, const lm_step *s, uint64_t *v
 static loom_status kernel_step(const lm_exec *x, const lm_step *s) {
   if (s->outer == 0) return LOOM_OK;
   int n = s->kernel.nslots;
-  int room = n + GEMM_PARAMS; /* the slots, then begin and end or the GEMM's parameters */
+  /* the slots, a generic kernel's sizes, then begin and end or the GEMM's parameters */
+  int room = n + s->nsizes + GEMM_PARAMS;
   uint64_t small[32], *v = room <= 32 ? small : malloc(sizeof(uint64_t) * (size_t)room);
   if (!v) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
   v[0] = ptr_value(x->bufs[s->out]);
@@ -397,7 +418,8 @@ static loom_status kernel_step(const lm_exec *x, const lm_step *s) {
   loom_status st;
   if (s->gemm_partner >= 0) { /* the product never goes to memory */
     v[s->gemm_slot] = 0;
-    st = launch_gemm(x, &x->program->steps[s->gemm_partner].gemm, s->device_code, v, n);
+    for (int z = 0; z < s->nsizes; z++) v[n + z] = (uint64_t)s->sizes[z]; /* after the slots */
+    st = launch_gemm(x, &x->program->steps[s->gemm_partner].gemm, s->device_code, v, n + s->nsizes);
   } else {
     st = launch_kernel(x, s, v);
   }

@@ -1,0 +1,163 @@
+/* Sizes that change, through the lazy API: an MLP forward over every batch
+ * size from 1 to 256, and greedy decoding with a small GPT over a growing
+ * prefix (no KV cache: each token runs the whole prefix, a new length each
+ * time). The first call meets every size new (its kernels compiled, counted
+ * in "first from"); later calls meet them cached. The note says what the
+ * first call compiled and what its tokens cost once the generic kernels were
+ * there, against the later calls' (every length's program cached). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../examples/gpt2_model.h"
+#include "bench.h"
+
+/* ------------------------------------------------------------ MLP over batch sizes */
+
+#define MLP_BATCHES 256
+
+typedef struct batches_state {
+  loom_params *ps;
+  loom_linear fc[3];
+  loom_tensor *x;           /* [MLP_BATCHES, 784]: each batch size its first rows */
+  loom_stats before, after; /* around the first call */
+  int calls;
+} batches_state;
+
+static loom_status batches_setup(void **state) {
+  batches_state *s = calloc(1, sizeof *s);
+  if (!s) return LOOM_ERR_OOM;
+  *state = s;
+  s->ps = bench_mlp_784_new(s->fc);
+  loom_status st = bench_uniform_input(6, LOOM_SHAPE(MLP_BATCHES, 784), 0, 1, &s->x);
+  return !st && loom_last_error() ? LOOM_ERR_VALUE : st;
+}
+
+static loom_status batches_run(void *state, bench_call_report *report) {
+  (void)report;
+  batches_state *s = state;
+  if (s->calls == 0) s->before = loom_get_stats();
+  loom_status st = LOOM_OK;
+  for (int64_t b = 1; b <= MLP_BATCHES && st == LOOM_OK; b++) LOOM_NO_GRAD LOOM_SCOPE {
+      loom_tensor *h = loom_relu(loom_linear_forward(&s->fc[0], loom_slice(s->x, 0, 0, b, 1)));
+      h = loom_relu(loom_linear_forward(&s->fc[1], h));
+      st = bench_realize(loom_softmax(loom_linear_forward(&s->fc[2], h), -1));
+    }
+  if (s->calls++ == 0) s->after = loom_get_stats();
+  return st;
+}
+
+static void stats_note(const loom_stats *before, const loom_stats *after, char *buf, size_t size) {
+  snprintf(buf, size,
+           "first call: %llu graphs planned, %llu kernels compiled (%llu shape-generic) + %llu "
+           "from disk",
+           (unsigned long long)(after->graphs_compiled - before->graphs_compiled),
+           (unsigned long long)(after->kernels_compiled - before->kernels_compiled),
+           (unsigned long long)(after->generic_kernels_compiled - before->generic_kernels_compiled),
+           (unsigned long long)(after->disk_cache_hits - before->disk_cache_hits));
+}
+
+static void batches_describe(void *state, char *buf, size_t size) {
+  batches_state *s = state;
+  stats_note(&s->before, &s->after, buf, size);
+}
+
+static void batches_teardown(void *state) {
+  batches_state *s = state;
+  loom_params_free(s->ps);
+  loom_free(s->x);
+  free(s);
+}
+
+/* ------------------------------------------------------------ GPT decoding over a growing prefix
+ */
+
+#define DECODE_PROMPT 8
+#define DECODE_NEW 256
+
+typedef struct grow_state {
+  loom_params *ps;
+  gpt2_config c;
+  loom_stats before, after;
+  double first_token_s[DECODE_NEW]; /* the first call's, token by token */
+  double call_s;                    /* the latest call's whole time */
+  int calls;
+} grow_state;
+
+static loom_status grow_setup(void **state) {
+  grow_state *s = calloc(1, sizeof *s);
+  if (!s) return LOOM_ERR_OOM;
+  *state = s;
+  s->c = (gpt2_config){4, 4, 256, DECODE_PROMPT + DECODE_NEW, 256, LOOM_F32};
+  s->ps = gpt2_new(s->c, loom_key_new(11));
+  return loom_last_error() ? LOOM_ERR_VALUE : LOOM_OK;
+}
+
+static loom_status grow_run(void *state, bench_call_report *report) {
+  (void)report;
+  grow_state *s = state;
+  int64_t tokens[DECODE_PROMPT + DECODE_NEW];
+  for (int i = 0; i < DECODE_PROMPT; i++) tokens[i] = (i * 37 + 11) % 256;
+  if (s->calls == 0) s->before = loom_get_stats();
+  double start = bench_now();
+  loom_status st = LOOM_OK;
+  for (int n = 0; n < DECODE_NEW && st == LOOM_OK; n++) {
+    int64_t t = DECODE_PROMPT + n;
+    double t0 = bench_now();
+    LOOM_NO_GRAD LOOM_SCOPE {
+      loom_tensor *x = loom_from_data(tokens, LOOM_SHAPE(1, t), LOOM_I64, loom_default_device());
+      loom_tensor *logits = gpt2_forward(s->ps, s->c, x);
+      loom_tensor *last = loom_reshape(loom_slice(logits, 1, t - 1, t, 1), LOOM_SHAPE(256));
+      st = loom_copy_to_host(loom_argmax(last, 0, false), &tokens[t], sizeof(int64_t));
+    }
+    if (s->calls == 0) s->first_token_s[n] = bench_now() - t0;
+  }
+  s->call_s = bench_now() - start;
+  if (s->calls++ == 0) s->after = loom_get_stats();
+  return st;
+}
+
+static void grow_describe(void *state, char *buf, size_t size) {
+  grow_state *s = state;
+  char stats[256];
+  stats_note(&s->before, &s->after, stats, sizeof stats);
+  /* the first call's tokens from the third length on (the first two compile
+   * the specialized and the generic kernels), against a cached call's */
+  double rest = 0;
+  for (int n = 2; n < DECODE_NEW; n++) rest += s->first_token_s[n];
+  snprintf(buf, size,
+           "%s; first call %.2f ms/token from its third length on (planning each new length), "
+           "%.2f ms/token once every length is cached",
+           stats, 1e3 * rest / (DECODE_NEW - 2), 1e3 * s->call_s / DECODE_NEW);
+}
+
+static void grow_teardown(void *state) {
+  grow_state *s = state;
+  loom_params_free(s->ps);
+  free(s);
+}
+
+const bench_workload bench_dynamic_workloads[] = {
+    {
+        .name = "mlp_forward_batches_1_256",
+        .what = "MLP 784-512-256-10 forward (lazy, no grad) at every batch size 1..256: one call",
+        .metric = BENCH_LATENCY,
+        .setup = batches_setup,
+        .run = batches_run,
+        .teardown = batches_teardown,
+        .describe = batches_describe,
+        .cpu_only = true,
+    },
+    {
+        .name = "gpt_small_decode_grow_256",
+        .what = "GPT L4 H4 C256 V256: 256 greedy tokens after 8, each over the whole prefix "
+                "(lengths 8..263, no KV cache): one call",
+        .metric = BENCH_LATENCY,
+        .setup = grow_setup,
+        .run = grow_run,
+        .teardown = grow_teardown,
+        .describe = grow_describe,
+        .cpu_only = true,
+    },
+};
+const int bench_dynamic_count =
+    (int)(sizeof bench_dynamic_workloads / sizeof *bench_dynamic_workloads);
