@@ -3,7 +3,8 @@
 # about 10 minutes on a 16-core machine, most of it the build): build, the
 # driver-path suites, the GPU suite on LOOM_CUDA(0) against the CPU
 # (tests/test_cuda_gpu.c), the op, view, gradient, layer, optimizer,
-# random-graph and thread suites with LOOM_TEST_DEVICE=cuda (all of which pass
+# random-graph and thread suites with LOOM_TEST_DEVICE=cuda, shape-generic
+# kernels on the device (all of which pass
 # on the emulated device in every CI run), the digits MLP with --device cuda,
 # and the benchmarks on cuda:0 (GB/s against the device's peak; the matmuls
 # against cuBLAS where the toolkit has it).
@@ -32,6 +33,12 @@ timeout 300 "$build/test_cuda_gpu"
 step "the op, view, gradient, layer, optimizer, random-graph and thread suites on cuda:0"
 for t in ops views autograd nn optim random_graphs threads; do
   LOOM_TEST_DEVICE=cuda timeout 300 "$build/test_$t" | tail -1
+done
+
+step "shape-generic kernels on cuda:0 (sizes read at run time)"
+LOOM_TEST_DEVICE=cuda timeout 300 "$build/test_dynamic" | tail -3
+for t in nn sums; do
+  LOOM_DYNAMIC=always LOOM_TEST_DEVICE=cuda timeout 300 "$build/test_$t" | tail -1
 done
 
 step "digits MLP on cuda:0 (and on the CPU, for the same accuracy)"
