@@ -5,13 +5,16 @@
  * LOOM_TEST_DEVICE=cuda: the dynamic_cuda_emulated test). */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "ir/kernel.h"
 #include "loom.h"
 #include "runtime/compile.h"
+#include "scratch.h"
 #include "test_device.h"
 
 /* Kernels a backend built or the disk cache gave: what a new size costs. */
@@ -462,6 +465,62 @@ static void test_conv_sizes(void) {
   check_set_ctx(" ");
 }
 
+/* ------------------------------------------------------------ across processes */
+
+/* A child (--child): softmax rows over 3, 5 and 7 rows, each checked; prints
+ * "<compiled> <from disk> <ok>". */
+static int child_sizes(void) {
+  int ok = 1;
+  for (int n = 3; n <= 7; n += 2) LOOM_SCOPE {
+      double x[7 * 9], got[7 * 9];
+      for (int i = 0; i < n * 9; i++) x[i] = wave(i, 0.5);
+      loom_tensor *t = loom_from_data(x, LOOM_SHAPE(n, 9), LOOM_F64, LOOM_CPU);
+      ok &= loom_copy_to_host(loom_softmax(loom_mul_s(t, 3.0), 1), got,
+                              sizeof(double) * (size_t)(n * 9)) == LOOM_OK;
+      for (int r = 0; r < n; r++) {
+        double m = -INFINITY, sum = 0;
+        for (int c = 0; c < 9; c++) m = fmax(m, 3 * x[r * 9 + c]);
+        for (int c = 0; c < 9; c++) sum += exp(3 * x[r * 9 + c] - m);
+        for (int c = 0; c < 9; c++)
+          ok &= fabs(got[r * 9 + c] - exp(3 * x[r * 9 + c] - m) / sum) < 1e-12;
+      }
+    }
+  loom_stats s = loom_get_stats();
+  printf("%llu %llu %d\n", (unsigned long long)s.kernels_compiled,
+         (unsigned long long)s.disk_cache_hits, ok);
+  return 0;
+}
+
+/* The disk cache keeps generic kernels like any other: a second process over
+ * the same sizes compiles nothing (its first size's kernel and the generic one
+ * from disk). */
+static void test_across_processes(void) {
+  char self[4096], base[] = "/tmp/loom-dynamic-XXXXXX", cmd[8500];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  CHECK(n > 0 && mkdtemp(base) != NULL);
+  if (n <= 0) return;
+  self[n] = 0;
+  unsigned long long compiled[2] = {0, 0}, disk[2] = {0, 0};
+  int ok[2] = {0, 0};
+  for (int run = 0; run < 2; run++) {
+    snprintf(cmd, sizeof cmd,
+             "LOOM_CACHE_DIR='%s/cache' LOOM_DYNAMIC=auto timeout 120 '%s' --child", base, self);
+    FILE *p = popen(cmd, "r");
+    if (!p || fscanf(p, "%llu %llu %d", &compiled[run], &disk[run], &ok[run]) != 3) ok[run] = 0;
+    if (p) pclose(p);
+  }
+  CHECK_MSG(ok[0] && ok[1], "children: %d %d", ok[0], ok[1]);
+  CHECK_MSG(compiled[0] >= 2 && disk[0] == 0, "first child: %llu compiled, %llu from disk",
+            compiled[0], disk[0]);
+  CHECK_MSG(compiled[1] == 0 && disk[1] == compiled[0],
+            "second child: %llu compiled, %llu from disk (the first compiled %llu)", compiled[1],
+            disk[1], compiled[0]);
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s/cache", base);
+  check_remove_dir(dir);
+  check_remove_dir(base);
+}
+
 /* ------------------------------------------------------------ threads */
 
 /* Threads over the same shapes in opposite orders: the shapes table is shared
@@ -503,7 +562,8 @@ static void test_threads(void) {
   CHECK_EQ_INT(down.failures, 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--child") == 0) return child_sizes();
   CHECK_OK(loom_set_dynamic(LOOM_DYNAMIC_AUTO)); /* the counts below are AUTO's */
   test_generalize();
   test_guarded_division();
@@ -513,5 +573,6 @@ int main(void) {
   test_changing_reductions();
   test_conv_sizes();
   test_threads();
+  if (test_device().type == LOOM_DEVICE_CPU) test_across_processes();
   return check_report();
 }
