@@ -448,6 +448,51 @@ static void run_bf16_gemm_sweep(void) {
   CHECK(faults > 0);
 }
 
+/* A shape-generic kernel's path: softmax rows over a new row count each trial
+ * (the first trial's generic compile, later trials' regrouping, lookup and
+ * generalizing), a fault at every allocation in turn: each ends in a clean
+ * LOOM_ERR_OOM or the right values. */
+static void run_generic_sweep(void) {
+  enum { C = 9, MAXR = 200 };
+  static double x[MAXR * C], got[MAXR * C];
+  for (int i = 0; i < MAXR * C; i++) x[i] = (double)((i * 7 % 23) - 11) / 8.0;
+  LOOM_SCOPE { /* the shape's first sight: a specialized kernel */
+    loom_tensor *t = loom_from_data(x, LOOM_SHAPE(3, C), LOOM_F64, LOOM_CPU);
+    CHECK_OK(loom_copy_to_host(loom_softmax(loom_mul_s(t, 3.0), 1), got, sizeof(double) * 3 * C));
+  }
+  long faults = 0, oom = 0;
+  for (long n = 1; n + 4 <= MAXR; n++) {
+    int rows = (int)n + 4;
+    bool fired = false;
+    LOOM_SCOPE {
+      loom_tensor *t = loom_from_data(x, LOOM_SHAPE(rows, C), LOOM_F64, LOOM_CPU);
+      arm(n, false);
+      loom_tensor *y = loom_softmax(loom_mul_s(t, 3.0), 1);
+      loom_status st = loom_realize(y);
+      fired = disarm();
+      if (st == LOOM_OK) {
+        CHECK_OK(loom_copy_to_host(y, got, sizeof(double) * (size_t)(rows * C)));
+        for (int r = 0; r < rows; r++) {
+          double m = -INFINITY, sum = 0;
+          for (int c = 0; c < C; c++) m = fmax(m, 3 * x[r * C + c]);
+          for (int c = 0; c < C; c++) sum += exp(3 * x[r * C + c] - m);
+          for (int c = 0; c < C; c++)
+            CHECK_MSG(fabs(got[r * C + c] - exp(3 * x[r * C + c] - m) / sum) < 1e-12,
+                      "generic softmax, fault %ld, %d rows: wrong values", n, rows);
+        }
+      } else {
+        CHECK_MSG(st == LOOM_ERR_OOM, "generic softmax, fault %ld: %s", n, loom_status_name(st));
+        oom++;
+      }
+    }
+    if (!fired) break;
+    faults++;
+  }
+  printf("generic kernels: %ld faults, %ld ended in LOOM_ERR_OOM, the rest absorbed\n", faults,
+         oom);
+  CHECK(faults > 0);
+}
+
 int main(void) {
   const char *s = getenv("LOOM_FAULT_STRIDE"), *only = getenv("LOOM_FAULT_ONLY");
   long stride = s && atol(s) > 0 ? atol(s) : 1;
@@ -458,6 +503,7 @@ int main(void) {
   for (int sw = 0; sw < NUM_SWEEPS; sw++) run_sweep((sweep)sw, stride);
   run_bn_sweep(stride);
   run_bf16_gemm_sweep();
+  run_generic_sweep();
   /* The library is usable afterwards. */
   model m;
   CHECK(model_new(&m));
