@@ -228,6 +228,12 @@ lk_hash lk_kernel_shape_hash(const lk_kernel *k);
  * instructions (the caller frees them); NULL when out of memory. */
 lk_inst *lk_kernel_generalize(const lk_kernel *k, const unsigned char *lift, lk_kernel *out,
                               int64_t *values);
+/* out = k with a size constant of its own for every use: value numbering
+ * merges constants that happen to be equal (a cat's boundary of 16 with a
+ * row stride of 16), which would make that size's kernel another shape. The
+ * same values; the runtime hashes and generalizes this form. Returns out's
+ * instructions (the caller frees them), NULL when out of memory. */
+lk_inst *lk_kernel_unshare_sizes(const lk_kernel *k, lk_kernel *out);
 static inline bool lk_kernel_is_generic(const lk_kernel *k) { return k->size_slot > 0; }
 /* Whether a size of the kernel is one a backend may read as an extent at run
  * time, in generic kernel k: dim d's extent is sizes[k->dom_size[d] - 1]. */

@@ -52,3 +52,51 @@ lk_inst *lk_kernel_generalize(const lk_kernel *k, const unsigned char *lift, lk_
   out->nsizes = n;
   return inst;
 }
+
+lk_inst *lk_kernel_unshare_sizes(const lk_kernel *k, lk_kernel *out) {
+  unsigned char *root = calloc((size_t)k->ninst, 1);
+  int *map = malloc(sizeof *map * (size_t)k->ninst), uses = 0;
+  for (int i = 0; i < k->ninst; i++) {
+    const int ops[3] = {k->inst[i].a, k->inst[i].b, k->inst[i].c};
+    for (int o = 0; o < 3; o++) uses += ops[o] >= 0;
+  }
+  lk_inst *inst = malloc(sizeof *inst * (size_t)(k->ninst + uses));
+  if (!root || !map || !inst) {
+    free(root), free(map), free(inst);
+    return NULL;
+  }
+  /* what is read from outside the list keeps its place */
+  root[k->value] = root[k->result] = 1;
+  for (int s = 0; s < k->nstats; s++) root[k->stat[s].value] = 1;
+  *out = *k;
+  out->inst = inst;
+  int n = 0;
+  for (int i = 0; i < k->ninst; i++) {
+    if (i == k->nbody) out->nbody = n;
+    lk_inst in = k->inst[i];
+    if (lk_inst_is_size(&in) && !root[i]) {
+      map[i] = -1; /* a copy before each use instead */
+      continue;
+    }
+    int *ops[3] = {&in.a, &in.b, &in.c};
+    for (int o = 0; o < 3; o++) {
+      if (*ops[o] < 0) continue;
+      if (map[*ops[o]] >= 0) {
+        *ops[o] = map[*ops[o]];
+      } else {
+        inst[n] = k->inst[*ops[o]];
+        *ops[o] = n++;
+      }
+    }
+    inst[n] = in;
+    map[i] = n++;
+  }
+  if (k->nbody == k->ninst) out->nbody = n;
+  out->ninst = n;
+  out->value = map[k->value];
+  out->result = map[k->result];
+  for (int s = 0; s < k->nstats; s++) out->stat[s].value = map[k->stat[s].value];
+  free(root);
+  free(map);
+  return inst;
+}

@@ -269,15 +269,17 @@ loom_status lm_kernel_generalized(const lk_kernel *k, lm_generic_target target, 
   for (int d = 0; d < k->ndim; d++) empty |= k->dom[d] == 0;
   if (mode == LOOM_DYNAMIC_OFF || empty || lk_kernel_is_generic(k)) return LOOM_OK;
   bool cpu = target == LM_GENERIC_CPU;
-  lk_kernel r;
-  lk_inst *base = cpu ? lk_kernel_regroup_dims(k, &r) : NULL;
-  if (!cpu) r = *k; /* the CUDA generator takes kernels as lowered */
-  int n = cpu && !base ? 0 : lk_kernel_count_sizes(&r);
+  lk_kernel grouped, r;
+  lk_inst *regrouped = cpu ? lk_kernel_regroup_dims(k, &grouped) : NULL;
+  if (!cpu) grouped = *k; /* the CUDA generator takes kernels as lowered */
+  lk_inst *base = cpu && !regrouped ? NULL : lk_kernel_unshare_sizes(&grouped, &r);
+  free(regrouped);
+  int n = !base ? 0 : lk_kernel_count_sizes(&r);
   int64_t *all = malloc(sizeof *all * (size_t)(n + 1));
   int64_t *values = malloc(sizeof *values * (size_t)(n + 1));
   unsigned char *lift = malloc((size_t)n + 1);
   loom_status st = LOOM_OK;
-  if ((cpu && !base) || !all || !values || !lift) {
+  if (!base || !all || !values || !lift) {
     st = lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory compiling a kernel");
     goto done;
   }

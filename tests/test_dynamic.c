@@ -179,6 +179,64 @@ static void test_guarded_division(void) {
   free(ginst);
 }
 
+/* out[r, c] = x[r * S + c] + (c < B ? 1 : 0): with S == B value numbering
+ * shares one constant; unshared, that kernel has the shape of any other S, B. */
+static void test_unshare(void) {
+  lk_inst shared[] = {
+      {LK_DIM, LOOM_I64, -1, -1, -1, -1, 0, 0},   {LK_DIM, LOOM_I64, -1, -1, -1, -1, 1, 0},
+      {LK_CONST, LOOM_I64, -1, -1, -1, -1, 8, 0}, {LK_MUL, LOOM_I64, 0, 2, -1, -1, 0, 0},
+      {LK_ADD, LOOM_I64, 3, 1, -1, -1, 0, 0},     {LK_LOAD, LOOM_F32, 4, -1, -1, 1, 0, 0},
+      {LK_CMPLT, LOOM_BOOL, 1, 2, -1, -1, 0, 0},  {LK_CAST, LOOM_F32, 6, -1, -1, -1, 0, 0},
+      {LK_ADD, LOOM_F32, 5, 7, -1, -1, 0, 0},
+  };
+  lk_inst apart[] = {
+      {LK_DIM, LOOM_I64, -1, -1, -1, -1, 0, 0},   {LK_DIM, LOOM_I64, -1, -1, -1, -1, 1, 0},
+      {LK_CONST, LOOM_I64, -1, -1, -1, -1, 8, 0}, {LK_MUL, LOOM_I64, 0, 2, -1, -1, 0, 0},
+      {LK_ADD, LOOM_I64, 3, 1, -1, -1, 0, 0},     {LK_LOAD, LOOM_F32, 4, -1, -1, 1, 0, 0},
+      {LK_CONST, LOOM_I64, -1, -1, -1, -1, 6, 0}, {LK_CMPLT, LOOM_BOOL, 1, 6, -1, -1, 0, 0},
+      {LK_CAST, LOOM_F32, 7, -1, -1, -1, 0, 0},   {LK_ADD, LOOM_F32, 5, 8, -1, -1, 0, 0},
+  };
+  lk_kernel a = {.ndim = 2,
+                 .dom = {4, 8},
+                 .nouter = 2,
+                 .out_dtype = LOOM_F32,
+                 .nslots = 2,
+                 .ninst = 9,
+                 .nbody = 9,
+                 .value = 8,
+                 .result = 8,
+                 .inst = shared};
+  lk_kernel b = a;
+  b.inst = apart, b.ninst = b.nbody = 10, b.value = b.result = 9;
+  CHECK(lk_kernel_check(&a) == NULL && lk_kernel_check(&b) == NULL);
+  CHECK(lk_kernel_shape_hash(&a).lo != lk_kernel_shape_hash(&b).lo);
+  lk_kernel ua, ub;
+  lk_inst *ia = lk_kernel_unshare_sizes(&a, &ua), *ib = lk_kernel_unshare_sizes(&b, &ub);
+  CHECK(ia && ib);
+  if (!ia || !ib) return;
+  CHECK(lk_kernel_check(&ua) == NULL && lk_kernel_check(&ub) == NULL);
+  CHECK_EQ_INT(ua.ninst, 10);
+  CHECK(lk_kernel_shape_hash(&ua).lo == lk_kernel_shape_hash(&ub).lo);
+  CHECK(lk_kernel_shape_hash(&ua).hi == lk_kernel_shape_hash(&ub).hi);
+  /* the same values as the shared form */
+  lk_fn f1 = NULL, f2 = NULL;
+  lm_code *c1 = NULL, *c2 = NULL;
+  CHECK_OK(lm_kernel_function(&a, &f1, &c1));
+  CHECK_OK(lm_kernel_function(&ua, &f2, &c2));
+  float x[32], o1[32], o2[32];
+  for (int i = 0; i < 32; i++) x[i] = (float)i;
+  void *args1[2] = {o1, x}, *args2[2] = {o2, x};
+  if (f1 && f2) {
+    f1(args1, 0, 32);
+    f2(args2, 0, 32);
+    CHECK(memcmp(o1, o2, sizeof o1) == 0);
+  }
+  lm_code_release(c1);
+  lm_code_release(c2);
+  free(ia);
+  free(ib);
+}
+
 /* ------------------------------------------------------------ the option */
 
 static void test_option(void) {
@@ -465,6 +523,78 @@ static void test_conv_sizes(void) {
   check_set_ctx(" ");
 }
 
+/* ------------------------------------------------------------ a KV cache grown by cat */
+
+/* Decoding the natural way: one attention head whose keys and values grow by
+ * one row a token (loom_cat), each token's output against the whole prefix
+ * computed here; the cache's new length every token compiles nothing once the
+ * generic kernels exist. */
+static void test_kv_cache_by_cat(void) {
+  enum { D = 16, STEPS = 24 };
+  float wq[D * D], wk[D * D], wv[D * D], xs[STEPS * D];
+  for (int i = 0; i < D * D; i++) {
+    wq[i] = (float)(0.3 * wave(i, 1.1));
+    wk[i] = (float)(0.3 * wave(i, 1.7));
+    wv[i] = (float)(0.3 * wave(i, 2.3));
+  }
+  for (int i = 0; i < STEPS * D; i++) xs[i] = (float)wave(i, 0.45);
+  loom_device dev = test_device();
+  loom_tensor *tq = loom_from_data(wq, LOOM_SHAPE(D, D), LOOM_F32, dev);
+  loom_tensor *tk = loom_from_data(wk, LOOM_SHAPE(D, D), LOOM_F32, dev);
+  loom_tensor *tv = loom_from_data(wv, LOOM_SHAPE(D, D), LOOM_F32, dev);
+  loom_tensor *keys = NULL, *values = NULL; /* [t, D], realized, outside any scope */
+  uint64_t before = 0;
+  for (int t = 0; t < STEPS; t++) {
+    if (t == 3) before = kernels_made();
+    float y[D];
+    LOOM_SCOPE {
+      loom_tensor *x = loom_from_data(xs + t * D, LOOM_SHAPE(1, D), LOOM_F32, dev);
+      loom_tensor *k = loom_matmul(x, tk), *v = loom_matmul(x, tv);
+      loom_tensor *kparts[2] = {keys, k}, *vparts[2] = {values, v};
+      loom_tensor *nk = keys ? loom_cat(kparts, 2, 0) : k,
+                  *nv = values ? loom_cat(vparts, 2, 0) : v;
+      loom_tensor *scores =
+          loom_mul_s(loom_matmul(loom_matmul(x, tq), loom_transpose(nk, 0, 1)), 0.25);
+      CHECK_OK(loom_copy_to_host(loom_matmul(loom_softmax(scores, -1), nv), y, sizeof y));
+      CHECK_OK(loom_realize(nk));
+      CHECK_OK(loom_realize(nv));
+      loom_free(keys), loom_free(values);
+      keys = loom_keep(loom_retain(nk)), values = loom_keep(loom_retain(nv));
+    }
+    /* the reference over the whole prefix */
+    double q[D], w[STEPS], m = -INFINITY, s = 0;
+    for (int j = 0; j < D; j++) {
+      q[j] = 0;
+      for (int i = 0; i < D; i++) q[j] += (double)xs[t * D + i] * wq[i * D + j];
+    }
+    double kk[STEPS][D], vv[STEPS][D];
+    for (int u = 0; u <= t; u++)
+      for (int j = 0; j < D; j++) {
+        kk[u][j] = vv[u][j] = 0;
+        for (int i = 0; i < D; i++) {
+          kk[u][j] += (double)xs[u * D + i] * wk[i * D + j];
+          vv[u][j] += (double)xs[u * D + i] * wv[i * D + j];
+        }
+      }
+    for (int u = 0; u <= t; u++) {
+      w[u] = 0;
+      for (int j = 0; j < D; j++) w[u] += q[j] * kk[u][j];
+      w[u] *= 0.25;
+      m = fmax(m, w[u]);
+    }
+    for (int u = 0; u <= t; u++) s += exp(w[u] - m);
+    for (int j = 0; j < D; j++) {
+      double want = 0;
+      for (int u = 0; u <= t; u++) want += exp(w[u] - m) / s * vv[u][j];
+      CHECK_NEAR(y[j], want, 1e-4);
+    }
+  }
+  printf("  KV cache grown by cat over 24 tokens: %llu kernels after the third\n",
+         (unsigned long long)(kernels_made() - before));
+  CHECK(kernels_made() - before <= 2);
+  loom_free(keys), loom_free(values), loom_free(tq), loom_free(tk), loom_free(tv);
+}
+
 /* ------------------------------------------------------------ across processes */
 
 /* A child (--child): softmax rows over 3, 5 and 7 rows, each checked; prints
@@ -567,11 +697,13 @@ int main(int argc, char **argv) {
   CHECK_OK(loom_set_dynamic(LOOM_DYNAMIC_AUTO)); /* the counts below are AUTO's */
   test_generalize();
   test_guarded_division();
+  test_unshare();
   test_option();
   test_mlp_batches();
   test_growing_sequence();
   test_changing_reductions();
   test_conv_sizes();
+  test_kv_cache_by_cat();
   test_threads();
   if (test_device().type == LOOM_DEVICE_CPU) test_across_processes();
   return check_report();
