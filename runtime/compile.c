@@ -216,7 +216,7 @@ static void forget_shapes(void) {
   nshapes = 0;
 }
 
-/* ALWAYS lifts every extent and every index constant but -1, 0 and 1 at first
+/* ALWAYS lifts every extent and every size constant but -1, 0 and 1 at first
  * sight (strides of 1 keep their loops contiguous, offsets of 0 vanish). */
 static void lift_always(const int64_t *sizes, int ndim, int n, unsigned char *lift) {
   for (int i = 0; i < n; i++) lift[i] = i < ndim || sizes[i] < -1 || sizes[i] > 1;
