@@ -40,8 +40,9 @@ static void print_step(const lm_step *s, int i, double ms) {
   const lk_kernel *k = &s->kernel;
   fprintf(stderr, "kernel %lld points, dom [", (long long)s->outer);
   for (int d = 0; d < k->ndim; d++) fprintf(stderr, "%s%lld", d ? "," : "", (long long)k->dom[d]);
-  fprintf(stderr, "] outer %d%s%s%s\n", k->nouter, k->reduce != LK_RED_NONE ? ", reduction" : "",
-          k->nstats ? ", row statistics" : "", s->gemm_partner >= 0 ? ", with its GEMM" : "");
+  fprintf(stderr, "] outer %d%s%s%s%s\n", k->nouter, k->reduce != LK_RED_NONE ? ", reduction" : "",
+          k->nstats ? ", row statistics" : "", s->gemm_partner >= 0 ? ", with its GEMM" : "",
+          s->sizes ? ", shape-generic" : "");
 }
 
 void lm_profile_report(const lm_schedule *p, const double *ms) {
