@@ -196,15 +196,16 @@ lk_inst *lk_kernel_regroup_dims(const lk_kernel *k, lk_kernel *out);
  * extents and the values of its size constants, in that order (dom[0..ndim),
  * then each such LK_CONST in instruction order): every I64 constant (strides,
  * offsets, bounds) and every float constant holding an integer of magnitude
- * at most 65536 other than -0 (a count: the n of a mean). Its SHAPE HASH covers all the
- * rest: the same computation over other sizes (a batch of 7 instead of 3, a
- * sequence one longer) has the same shape hash. Generalizing a kernel makes
- * the sizes marked in `lift` run-time values: lifted extents are dom_size
- * entries, lifted constants LK_SIZE instructions, all read from one int64
- * array in a new last slot. The generic kernel, given the concrete kernel's
- * values of the lifted sizes, computes exactly what the concrete kernel does,
- * and so does it for any other kernel of the same shape hash whose sizes
- * agree with it where it did not lift (lk_kernel_generic_serves).
+ * at most 65536 other than -0 (a count: the n of a mean). Its SHAPE HASH
+ * covers all the rest: the same computation over other sizes (a batch of 7
+ * instead of 3, a sequence one longer) has the same shape hash. Generalizing
+ * a kernel makes the sizes marked in `lift` run-time values: lifted extents
+ * are dom_size entries, lifted constants LK_SIZE instructions, all read from
+ * one int64 array in a new last slot. The generic kernel, given the concrete
+ * kernel's values of the lifted sizes, computes exactly what the concrete
+ * kernel does, and so it does for any other kernel of the same shape hash
+ * whose sizes agree with it where it did not lift (the runtime's record of
+ * the shape knows which those are: runtime/compile.c).
  *
  * Backends choose strategies (vector widths, chunked sums, row blocking) from
  * constant extents; a lifted extent counts as LK_GENERIC_EXTENT_GUESS where a
@@ -235,8 +236,8 @@ lk_inst *lk_kernel_generalize(const lk_kernel *k, const unsigned char *lift, lk_
  * instructions (the caller frees them), NULL when out of memory. */
 lk_inst *lk_kernel_unshare_sizes(const lk_kernel *k, lk_kernel *out);
 static inline bool lk_kernel_is_generic(const lk_kernel *k) { return k->size_slot > 0; }
-/* Whether a size of the kernel is one a backend may read as an extent at run
- * time, in generic kernel k: dim d's extent is sizes[k->dom_size[d] - 1]. */
+/* Whether dim d's extent is a run-time size of generic kernel k:
+ * sizes[k->dom_size[d] - 1]. */
 static inline bool lk_dim_is_sized(const lk_kernel *k, int d) { return k->dom_size[d] > 0; }
 
 /* Whether a backend rounds instruction `in`'s float result to its dtype: a
