@@ -239,6 +239,32 @@ static inline bool lk_kernel_is_generic(const lk_kernel *k) { return k->size_slo
 /* Whether dim d's extent is a run-time size of generic kernel k:
  * sizes[k->dom_size[d] - 1]. */
 static inline bool lk_dim_is_sized(const lk_kernel *k, int d) { return k->dom_size[d] > 0; }
+static inline bool lk_dims_sized(const lk_kernel *k, int from, int to) {
+  for (int d = from; d < to; d++)
+    if (lk_dim_is_sized(k, d)) return true;
+  return false;
+}
+/* The points of dims [from, to) for a backend's choices: a run-time extent
+ * counts as LK_GENERIC_EXTENT_GUESS (never 0: a generic kernel is never
+ * empty), and a product past int64 as INT64_MAX; where a choice must hold for
+ * every size, backends ask lk_dims_sized. */
+static inline int64_t lk_extent_product(const lk_kernel *k, int from, int to) {
+  int64_t n = 1;
+  for (int d = from; d < to; d++)
+    if (__builtin_mul_overflow(n, k->dom[d], &n)) return INT64_MAX;
+  return n;
+}
+/* After rebuilding k's instructions into out (n of them, instruction i of k
+ * now at map[i]): out's count and the roots read from outside the list. */
+static inline void lk_kernel_remap_roots(const lk_kernel *k, lk_kernel *out, const int *map,
+                                         int n) {
+  if (k->nbody == k->ninst) out->nbody = n;
+  out->ninst = n;
+  out->value = map[k->value];
+  out->result = map[k->result];
+  for (int s = 0; s < k->nstats && s < LK_MAX_STATS; s++)
+    out->stat[s].value = map[k->stat[s].value];
+}
 
 /* Whether a backend rounds instruction `in`'s float result to its dtype: a
  * BF16 or F16 result of anything but a load, select, negation, abs, floor, max

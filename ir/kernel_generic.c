@@ -91,11 +91,7 @@ lk_inst *lk_kernel_unshare_sizes(const lk_kernel *k, lk_kernel *out) {
     inst[n] = in;
     map[i] = n++;
   }
-  if (k->nbody == k->ninst) out->nbody = n;
-  out->ninst = n;
-  out->value = map[k->value];
-  out->result = map[k->result];
-  for (int s = 0; s < k->nstats; s++) out->stat[s].value = map[k->stat[s].value];
+  lk_kernel_remap_roots(k, out, map, n);
   free(root);
   free(map);
   return inst;

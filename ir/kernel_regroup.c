@@ -122,10 +122,7 @@ static void split(const lk_kernel *k, int64_t q, lk_kernel *out, lk_inst *inst, 
     inst[n] = in;
     map[i] = n++;
   }
-  if (k->nbody == k->ninst) out->nbody = n;
-  out->ninst = n;
-  out->value = map[k->value];
-  out->result = map[k->result];
+  lk_kernel_remap_roots(k, out, map, n); /* no stats: a kernel with stats is never split */
   for (int j = k->ndim; j > d + 1; j--) out->dom[j] = k->dom[j - 1];
   out->dom[d] = k->dom[d] / q;
   out->dom[d + 1] = q;

@@ -287,15 +287,15 @@ loom_status lm_kernel_generalized(const lk_kernel *k, lm_generic_target target, 
   lk_hash h = lk_kernel_shape_hash(&r);
   lm_hash128 shape = {h.lo, h.hi ^ (cpu ? 0 : 0x2545f4914f6cdd1dull)}; /* apart per target */
   if (!shape_lift(shape, all, r.ndim, n, mode == LOOM_DYNAMIC_ALWAYS, lift)) goto done;
-  int lifted = 0;
-  for (int i = 0; i < n; i++) lifted += lift[i];
-  if (!cpu && lifted > LM_CUDA_MAX_SIZES) goto done; /* more than a launch passes */
   lk_inst *inst = lk_kernel_generalize(&r, lift, out, values);
   if (!inst) {
     st = lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory compiling a kernel");
     goto done;
   }
-  out->inst = inst;
+  if (!cpu && out->nsizes > LM_CUDA_MAX_SIZES) { /* more than a launch passes: specialize */
+    free(inst);
+    goto done;
+  }
   if (lm_env_flag("LOOM_DEBUG")) {
     fputs("generic:\n", stderr);
     lk_kernel_print(out, stderr);

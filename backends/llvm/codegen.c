@@ -84,25 +84,10 @@ typedef struct plan {
   int64_t col_chunk_step;
 } plan;
 
-/* A generic kernel's run-time extents count as LK_GENERIC_EXTENT_GUESS here:
- * for choices a guess serves (positive: a generic kernel is never empty). */
-static int64_t extent_product(const lk_kernel *k, int from, int to) {
-  int64_t n = 1;
-  for (int d = from; d < to; d++)
-    if (__builtin_mul_overflow(n, k->dom[d], &n)) return INT64_MAX; /* guesses only */
-  return n;
-}
-
-static bool any_sized(const lk_kernel *k, int from, int to) {
-  for (int d = from; d < to; d++)
-    if (lk_dim_is_sized(k, d)) return true;
-  return false;
-}
-
 /* The points a reduction over dims [from, to) sums, for the accumulator's
  * choices: a run-time extent may be any size, so it counts as unbounded. */
 static int64_t reduced_points(const lk_kernel *k, int from, int to) {
-  return any_sized(k, from, to) ? INT64_MAX : extent_product(k, from, to);
+  return lk_dims_sized(k, from, to) ? INT64_MAX : lk_extent_product(k, from, to);
 }
 
 /* Dim d's extent: a constant, or a generic kernel's size read at run time. */
@@ -323,7 +308,7 @@ static void gen_second_pass(lm_cg *g, reduction *r) {
 static LLVMValueRef gen_reduction(lm_cg *g, reduction *r) {
   lm_acc_reset(g, &r->acc);
   /* A reduced extent of 0 leaves the accumulator at its identity. */
-  if (extent_product(g->k, r->first_dim, g->k->ndim) > 0) {
+  if (lk_extent_product(g->k, r->first_dim, g->k->ndim) > 0) {
     gen_reduced_dims(g, r, r->first_dim);
     if (lm_acc_has_second_pass(&r->acc) && !g->failed) gen_second_pass(g, r);
   }
@@ -488,7 +473,7 @@ static void gen_row(lm_cg *g, plan *p, LLVMValueRef start, LLVMValueRef n, LLVMV
 
 static bool block_rows_pay(const lk_kernel *k) {
   int last = k->nouter - 1;
-  return last >= 1 && k->nstats == 0 && !any_sized(k, last - 1, last + 1) &&
+  return last >= 1 && k->nstats == 0 && !lk_dims_sized(k, last - 1, last + 1) &&
          k->dom[last] <= BLOCK_MAX_ROW && k->dom[last - 1] >= BLOCK_MIN_ROWS;
 }
 
@@ -607,8 +592,8 @@ static bool column_shaped(const lk_kernel *k, const unsigned char *needed) {
   /* BF16 and F16 outputs would sum at their own precision there */
   /* (and outputs of a known count: their totals live on the stack) */
   if (k->reduce != LK_RED_SUM || k->nouter == 0 || k->nouter == k->ndim ||
-      any_sized(k, 0, k->nouter) || k->acc_dtype != k->out_dtype ||
-      lm_dtype_is_half(k->out_dtype) || extent_product(k, 0, k->nouter) > COLUMN_MAX_OUTPUTS ||
+      lk_dims_sized(k, 0, k->nouter) || k->acc_dtype != k->out_dtype ||
+      lm_dtype_is_half(k->out_dtype) || lk_extent_product(k, 0, k->nouter) > COLUMN_MAX_OUTPUTS ||
       k->dom[k->nouter - 1] < 4)
     return false;
   lk_affine *af = malloc(sizeof *af * (size_t)k->nbody);
@@ -716,7 +701,7 @@ static bool wide_vectors_pay(const lk_kernel *k) {
     case LK_POW: math = true; break;
     default: break;
     }
-  int64_t points = extent_product(k, 0, k->ndim);
+  int64_t points = lk_extent_product(k, 0, k->ndim);
   if (!math || points < WIDE_VECTORS_MIN_POINTS) return false;
   return k->nstats > 0 || points <= WIDE_VECTORS_MAX_POINTS;
 }
@@ -818,7 +803,7 @@ static void gen_body(lm_cg *g, plan *p) {
     r->chunk_dim = r->acc.total ? chunk_split(k, k->ndim - 1, LM_SUM_CHUNK, &r->chunk_step) : -1;
   }
   /* Outer numel 0 is never launched; emit nothing that would divide by it. */
-  if (extent_product(k, 0, k->nouter) > 0) {
+  if (lk_extent_product(k, 0, k->nouter) > 0) {
     if (k->nouter == 0)
       gen_single_point(g, p);
     else if (column_shaped(k, p->body_needed))

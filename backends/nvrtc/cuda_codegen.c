@@ -157,22 +157,6 @@ static void close_block(cg *g) {
   line(g, "}");
 }
 
-/* A generic kernel's run-time extents count as LK_GENERIC_EXTENT_GUESS here
- * (never 0: a generic kernel is never empty); where a choice must hold for
- * every size, the callers ask any_sized. */
-static int64_t extent_product(const lk_kernel *k, int from, int to) {
-  int64_t n = 1;
-  for (int d = from; d < to; d++)
-    if (__builtin_mul_overflow(n, k->dom[d], &n)) return INT64_MAX;
-  return n;
-}
-
-static bool any_sized(const lk_kernel *k, int from, int to) {
-  for (int d = from; d < to; d++)
-    if (lk_dim_is_sized(k, d)) return true;
-  return false;
-}
-
 /* The extent of dim d as C: a constant, or the generic kernel's size parameter. */
 static const char *extent_c(const lk_kernel *k, int d, char *buf, size_t len) {
   if (lk_dim_is_sized(k, d))
@@ -184,8 +168,8 @@ static const char *extent_c(const lk_kernel *k, int d, char *buf, size_t len) {
 
 /* The points of dims [from, to) as a C expression. */
 static const char *points_c(const lk_kernel *k, int from, int to, char *buf, size_t len) {
-  if (!any_sized(k, from, to)) {
-    snprintf(buf, len, "%" PRId64 "LL", extent_product(k, from, to));
+  if (!lk_dims_sized(k, from, to)) {
+    snprintf(buf, len, "%" PRId64 "LL", lk_extent_product(k, from, to));
     return buf;
   }
   size_t at = (size_t)snprintf(buf, len, "(1LL");
@@ -402,7 +386,8 @@ static void emit_eval(cg *g, const unsigned char *needed, int upto, bool vector)
 static void emit_unravel(cg *g, const char *var, const char *q, int from, int to) {
   const lk_kernel *k = g->k;
   if (from == to) return;
-  bool narrow = !any_sized(k, from, to) && extent_product(k, from, to) <= (int64_t)UINT32_MAX;
+  bool narrow =
+      !lk_dims_sized(k, from, to) && lk_extent_product(k, from, to) <= (int64_t)UINT32_MAX;
   const char *ut = narrow ? "unsigned int" : "unsigned long long", *suffix = narrow ? "u" : "ull";
   line(g, "%s %s = (%s)%s;", ut, q, ut, var);
   for (int d = to - 1; d > from; d--) {
@@ -481,7 +466,7 @@ static void emit_listing(cg *g, const char *name) {
 /* The load reads the point's own row-major index + shift (dims of extent 1
  * always have index 0, so their coefficient does not matter). */
 static bool contiguous(const lk_kernel *k, const lk_affine *off, int64_t *shift) {
-  if (!off->ok || any_sized(k, 0, k->nouter)) return false;
+  if (!off->ok || lk_dims_sized(k, 0, k->nouter)) return false;
   int64_t stride = 1;
   for (int d = k->nouter - 1; d >= 0; d--) {
     if (k->dom[d] != 1 && off->c[d] != stride) return false;
@@ -792,7 +777,7 @@ static void select_reduction(cg *g, lk_reduce reduce, loom_dtype acc_dtype, int 
   g->value = value;
   g->needed = needed;
   g->red_first = first;
-  g->red = extent_product(g->k, first, g->k->ndim);
+  g->red = lk_extent_product(g->k, first, g->k->ndim);
   g->want_max = reduce == LK_RED_MAX || reduce == LK_RED_ARGMAX || reduce == LK_RED_LSE;
   if (reduce == LK_RED_SUM)
     g->acc = ACC_SUM;
@@ -848,14 +833,14 @@ static void gen_rows(cg *g) {
 
 static void choose_shape(cg *g) {
   const lk_kernel *k = g->k;
-  g->outer = extent_product(k, 0, k->nouter);
+  g->outer = lk_extent_product(k, 0, k->nouter);
   if (k->reduce != LK_RED_NONE)
     select_reduction(g, k->reduce, k->acc_dtype, k->value, g->body_needed, k->nouter);
   if (k->nstats > 0)
     g->mode = LM_CUDA_ROWS;
   else if (k->reduce == LK_RED_NONE)
     g->mode = LM_CUDA_ELEMENTWISE;
-  else if (any_sized(k, k->nouter, k->ndim)) /* a reduction of any length: a block's */
+  else if (lk_dims_sized(k, k->nouter, k->ndim)) /* a reduction of any length: a block's */
     g->mode = LM_CUDA_RED_BLOCK;
   else if (g->red <= THREAD_ROW_MAX)
     g->mode = LM_CUDA_RED_THREAD;
