@@ -855,9 +855,14 @@ void loom_blas_info(const char **library, const char **version, const char **cor
                     const char **reason);
 /* Whether BF16 matrix products run on the CPU's AMX tiles (loom's own GEMM):
  * the CPU has AMX-BF16, Linux granted the tiles to this process and LOOM_AMX
- * is not 0. Otherwise they widen to F32 as they are packed, and *why_not (may
- * be NULL) says why; NULL when they do. */
+ * is not 0. Otherwise *why_not (may be NULL) says why; NULL when they do. */
 bool loom_cpu_amx(const char **why_not);
+/* How BF16 matrix products of more than a few rows run on this CPU:
+ * "amx" (AMX tiles, as loom_cpu_amx), "avx512-bf16" (AVX512-BF16's dot
+ * products of term pairs, vdpbf16ps), or "widened" (operands widened to F32
+ * as they are packed, F32 products). Every way sums in F32; the first two
+ * flush denormal operands and products to zero, as the instructions do. */
+const char *loom_cpu_bf16_products(void);
 
 #ifdef __cplusplus
 }

@@ -171,6 +171,7 @@ lk_hash lk_gemm_hash(const lk_gemm *g) {
   hw_i64(&w, g->nr);
   hw_i64(&w, g->in_dtype);
   hw_i64(&w, g->amx);
+  if (g->dot_pairs) hw_i64(&w, 1); /* earlier tiles keep their hashes */
   return hw_digest(&w);
 }
 
@@ -184,13 +185,15 @@ const char *lk_gemm_check(const lk_gemm *g) {
   if (g->amx &&
       (g->in_dtype != LOOM_BF16 || g->mr != LK_GEMM_AMX_TILE || g->nr != LK_GEMM_AMX_TILE))
     return "an AMX GEMM is BF16 with a 32 x 32 tile";
+  if (g->dot_pairs && (g->amx || g->in_dtype != LOOM_BF16 || g->nr != LK_GEMM_AMX_TILE))
+    return "a pair-product GEMM is BF16 with 32 columns, not AMX";
   return NULL;
 }
 
 static int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
 size_t lk_gemm_pack_bytes(const lk_gemm *g, int64_t mc, int64_t kc, int64_t nc) {
-  if (g->amx) { /* BF16 panels, padded to whole tiles both ways */
+  if (lk_gemm_paired(g)) { /* BF16 panels, padded to whole tiles both ways */
     int64_t kp = round_up(kc, LK_GEMM_AMX_K);
     return (size_t)((round_up(nc, g->nr) + round_up(mc, g->mr)) * kp + 64) * 2;
   }

@@ -294,10 +294,18 @@ typedef struct lk_gemm {
   bool amx;            /* BF16 through the CPU's matrix tiles (AMX-BF16):
                           mr = nr = LK_GEMM_AMX_TILE, four 16 x 16 tiles of
                           sums; the caller has the OS's leave to use them */
+  bool dot_pairs;      /* BF16 through AVX512-BF16's dot products of term
+                          pairs (vdpbf16ps): packed as for AMX, nr =
+                          LK_GEMM_AMX_TILE columns, mr rows of vectors */
 } lk_gemm;
 #define LK_GEMM_AMX_TILE 32
-/* AMX sums 32 terms a tile step: its kc is a multiple of this */
+/* AMX sums 32 terms a tile step: its kc is a multiple of this, and the
+ * panels of both paired tiles are padded to it */
 #define LK_GEMM_AMX_K 32
+
+/* The tile packs A's rows and B's term pairs for BF16 pair products (AMX's
+ * layout, backends/llvm/gemm.c), not the F32 slivers. */
+static inline bool lk_gemm_paired(const lk_gemm *t) { return t->amx || t->dot_pairs; }
 
 /* What the generated function reads (every field 8 bytes, in this order). */
 typedef struct lk_gemm_args {
@@ -337,7 +345,7 @@ static inline bool lk_gemm_unpacked(int64_t m, int64_t n, int64_t k, int64_t a_c
 #define LK_GEMM_IN_PLACE_MAX_TILES 5
 #define LK_GEMM_IN_PLACE_SHORT_KC 64
 static inline bool lk_gemm_b_in_place(const lk_gemm *t, int64_t m, int64_t kc, int64_t b_col) {
-  return b_col == 1 && t->in_dtype == t->dtype && !t->amx &&
+  return b_col == 1 && t->in_dtype == t->dtype && !lk_gemm_paired(t) &&
          ((m + t->mr - 1) / t->mr <= LK_GEMM_IN_PLACE_MAX_TILES || kc <= LK_GEMM_IN_PLACE_SHORT_KC);
 }
 

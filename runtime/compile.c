@@ -382,6 +382,12 @@ bool lm_cpu_amx_usable(const char **why_not) {
 
 bool loom_cpu_amx(const char **why_not) { return lm_cpu_amx_usable(why_not); }
 
+const char *loom_cpu_bf16_products(void) {
+  lk_gemm tile;
+  lm_gemm_tile_for(LOOM_BF16, 1024, 1024, &tile);
+  return tile.amx ? "amx" : tile.dot_pairs ? "avx512-bf16" : "widened";
+}
+
 void lm_gemm_tile_for(loom_dtype in_dtype, int64_t m, int64_t n, lk_gemm *tile) {
   bool amx_ok = in_dtype == LOOM_BF16 && lm_cpu_amx_usable(NULL);
   lm_llvm_gemm_tile(in_dtype, amx_ok, m, n, tile);

@@ -230,8 +230,8 @@ static void compile_steps(void *ctx, int64_t begin, int64_t end) {
 }
 
 static bool same_tile(const lk_gemm *a, const lk_gemm *b) {
-  return a->dtype == b->dtype && a->in_dtype == b->in_dtype && a->amx == b->amx && a->mr == b->mr &&
-         a->nr == b->nr;
+  return a->dtype == b->dtype && a->in_dtype == b->in_dtype && a->amx == b->amx &&
+         a->dot_pairs == b->dot_pairs && a->mr == b->mr && a->nr == b->nr;
 }
 
 /* The steps compile_steps runs, in order (n of them). */

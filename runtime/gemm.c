@@ -57,17 +57,26 @@ static void read_caches(void) {
 
 static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-/* AMX's tile products outrun L2: its A block stays in L1 too, two thirds of
- * it beside a B sliver in the rest, and the sum splits into equal blocks of
- * whole tiles. One thread, 512 x 1024 x 1024 BF16 on an AVX-512 Xeon (48 KiB
- * L1): kc 384 / mc 512 (the F32 rule) 1.22 ms, kc 256 / mc 64 0.87-0.90 ms. */
-static void amx_blocking(const lk_gemm *t, int64_t m, int64_t k, int64_t *mc, int64_t *kc) {
-  int64_t es = (int64_t)loom_dtype_size(t->in_dtype), step = LK_GEMM_AMX_K;
-  int64_t kb = clamp64(caches.l1 / 3 / (t->nr * es) / step * step, step, 1024);
+/* The sum split into equal blocks of whole steps of `step` terms, at most
+ * kb each: a paired tile pads every block to whole steps. */
+static int64_t even_kc(int64_t k, int64_t kb, int64_t step) {
   int64_t blocks = (k + kb - 1) / kb;
   blocks = blocks > 0 ? blocks : 1;
-  *kc = clamp64(((k + blocks - 1) / blocks + step - 1) / step * step, step, 1024);
-  int64_t mb = clamp64(caches.l1 * 2 / 3 / (*kc * es) / t->mr * t->mr, t->mr, 4096);
+  return clamp64(((k + blocks - 1) / blocks + step - 1) / step * step, step, 1024);
+}
+
+/* AMX's tile products outrun L2: its A block stays in L1 too, two thirds of
+ * it beside a B sliver in the rest. One thread, 512 x 1024 x 1024 BF16 on an
+ * AVX-512 Xeon (48 KiB L1): kc 384 / mc 512 (the F32 rule) 1.22 ms, kc 256 /
+ * mc 64 0.87-0.90 ms. AVX512-BF16's pair products keep BLIS's rule (a B
+ * sliver in half of L1, an A block in half of L2) on 2-byte panels. */
+static void paired_blocking(const lk_gemm *t, int64_t m, int64_t k, int64_t *mc, int64_t *kc) {
+  int64_t es = (int64_t)loom_dtype_size(t->in_dtype), step = LK_GEMM_AMX_K;
+  int64_t sliver_share = t->amx ? 3 : 2;
+  *kc =
+      even_kc(k, clamp64(caches.l1 / sliver_share / (t->nr * es) / step * step, step, 1024), step);
+  int64_t block_room = t->amx ? caches.l1 * 2 / 3 : caches.l2 / 2;
+  int64_t mb = clamp64(block_room / (*kc * es) / t->mr * t->mr, t->mr, 4096);
   *mc = clamp64(m, 1, mb);
 }
 
@@ -75,8 +84,8 @@ void lm_gemm_blocking(const lk_gemm *t, int64_t m, int64_t n, int64_t k, int64_t
                       int64_t *nc) {
   pthread_once(&caches_once, read_caches);
   *nc = clamp64(n, 1, GEMM_NC);
-  if (t->amx) {
-    amx_blocking(t, m, k, mc, kc);
+  if (lk_gemm_paired(t)) {
+    paired_blocking(t, m, k, mc, kc);
     return;
   }
   int64_t es = (int64_t)loom_dtype_size(t->dtype); /* packed */

@@ -118,22 +118,29 @@ static void run_block(lk_gemm_fn fn, const lk_gemm *tile, layout l) {
         check_fail_at(__FILE__, __LINE__,
                       "%s%s %lldx%lldx%lld ta=%d tb=%d pad=%lld acc=%d blocks %lld/%lld/%lld: "
                       "C[%lld][%lld] = %.9g, want %.9g",
-                      loom_dtype_name(in), tile->amx ? " (AMX)" : "", (long long)m, (long long)n,
-                      (long long)k, l.a_trans, l.b_trans, (long long)l.pad, l.accumulate,
-                      (long long)l.mc, (long long)l.kc, (long long)l.nc, (long long)i, (long long)j,
-                      got, want);
+                      loom_dtype_name(in),
+                      tile->amx         ? " (AMX)"
+                      : tile->dot_pairs ? " (pairs)"
+                                        : "",
+                      (long long)m, (long long)n, (long long)k, l.a_trans, l.b_trans,
+                      (long long)l.pad, l.accumulate, (long long)l.mc, (long long)l.kc,
+                      (long long)l.nc, (long long)i, (long long)j, got, want);
       }
     }
   if (!bad) check_passes++;
   free(a), free(b), free(c), free(before), free(pack);
 }
 
-/* Every tile the host has for operands of dt (with amx: BF16's AMX one, when
- * this process may use it), B packed and read in place. */
-static void test_block_function(loom_dtype dt, bool amx) {
+/* Every tile the host has for operands of dt (with pairs: BF16's native
+ * pair-product tile, AMX's when amx and this process may use it, else
+ * AVX512-BF16's), B packed and read in place. */
+static void test_block_function(loom_dtype dt, bool pairs, bool amx) {
   if (amx && !lm_cpu_amx_usable(NULL)) return;
+  if (pairs && !amx && !lm_llvm_has_avx512_bf16()) return;
   lk_gemm tiles[LM_GEMM_MAX_TILES];
-  int ntiles = lm_llvm_gemm_tiles(dt, amx, tiles, NULL);
+  int ntiles = lm_llvm_gemm_tiles(dt, pairs, amx, tiles, NULL);
+  if (pairs && dt == LOOM_BF16)
+    CHECK(ntiles == 1 && tiles[0].amx == amx && tiles[0].dot_pairs == !amx);
   for (int ti = 0; ti < ntiles; ti++) {
     const lk_gemm tile = tiles[ti];
     lk_gemm_fn fn = NULL;
@@ -182,16 +189,19 @@ static void test_block_function(loom_dtype dt, bool amx) {
  * speed (backends/llvm/gemm.c). */
 static void test_tile_choice(void) {
   lk_gemm tiles[LM_GEMM_MAX_TILES], t;
-  int ntiles = lm_llvm_gemm_tiles(LOOM_F32, false, tiles, NULL);
+  int ntiles = lm_llvm_gemm_tiles(LOOM_F32, false, false, tiles, NULL);
   lm_gemm_tile_for(LOOM_F32, 1024, 1024, &t);
   CHECK(t.mr == tiles[0].mr && t.nr == tiles[0].nr); /* large: the first */
-  /* BF16: AMX where this process may use it, but not for a few rows */
+  /* BF16: AMX where this process may use it, else AVX512-BF16's pair
+   * products where the CPU has them, but neither for a few rows */
   lm_gemm_tile_for(LOOM_BF16, 1024, 1024, &t);
-  CHECK(t.amx == lm_cpu_amx_usable(NULL) && t.in_dtype == LOOM_BF16 && t.dtype == LOOM_F32);
+  bool amx = lm_cpu_amx_usable(NULL);
+  CHECK(t.amx == amx && t.in_dtype == LOOM_BF16 && t.dtype == LOOM_F32);
+  CHECK(t.dot_pairs == (!amx && lm_llvm_has_avx512_bf16()));
   lm_gemm_tile_for(LOOM_BF16, LK_GEMM_DOT_MAX_ROWS, 3072, &t);
-  CHECK(!t.amx && t.in_dtype == LOOM_BF16);
+  CHECK(!t.amx && !t.dot_pairs && t.in_dtype == LOOM_BF16);
   lm_gemm_tile_for(LOOM_F16, 1024, 1024, &t);
-  CHECK(!t.amx && t.in_dtype == LOOM_F16 && t.dtype == LOOM_F32);
+  CHECK(!t.amx && !t.dot_pairs && t.in_dtype == LOOM_F16 && t.dtype == LOOM_F32);
   if (ntiles < 3) return;
   lm_gemm_tile_for(LOOM_F32, 32, 1568, &t); /* rows a multiple of 8 */
   CHECK_EQ_INT(t.mr, 8);
@@ -343,11 +353,12 @@ static void test_nan_inf(loom_dtype dt) {
 
 int main(void) {
   test_tile_choice();
-  test_block_function(LOOM_F32, false);
-  test_block_function(LOOM_F64, false);
-  test_block_function(LOOM_BF16, false);
-  test_block_function(LOOM_F16, false);
-  test_block_function(LOOM_BF16, true);
+  test_block_function(LOOM_F32, false, false);
+  test_block_function(LOOM_F64, false, false);
+  test_block_function(LOOM_BF16, false, false);
+  test_block_function(LOOM_F16, false, false);
+  test_block_function(LOOM_BF16, true, false);
+  test_block_function(LOOM_BF16, true, true);
   test_shapes();
   test_nan_inf(LOOM_F32);
   test_nan_inf(LOOM_BF16);

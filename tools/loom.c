@@ -68,7 +68,12 @@ static int command_info(void) {
   if (loom_cpu_amx(&no_amx))
     printf("amx:       BF16 matrix products on the CPU's AMX tiles\n");
   else
-    printf("amx:       not used (%s); BF16 products widen to F32\n", no_amx);
+    printf("amx:       not used (%s)\n", no_amx);
+  const char *bf16 = loom_cpu_bf16_products();
+  printf("bf16 gemm: %s\n", strcmp(bf16, "amx") == 0 ? "AMX tiles"
+                            : strcmp(bf16, "avx512-bf16") == 0
+                                ? "AVX512-BF16 dot products of term pairs (vdpbf16ps)"
+                                : "operands widened to F32 as they are packed");
   if (loom_cuda_available())
     printf("cuda:      available, %d device(s)\n", loom_cuda_device_count());
   else {

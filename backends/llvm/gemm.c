@@ -476,6 +476,41 @@ static void store_tile_vector(gemm_cg *g, LLVMValueRef sum, LLVMValueRef dst, LL
   }
 }
 
+/* The microkernel's MR x (nv vectors) sums (allocas) to C's mr x nr tile at
+ * c, added to C's old values when load_c; returns from the function. */
+static void store_tile(gemm_cg *g, LLVMValueRef *sums, LLVMValueRef c, LLVMValueRef ldc,
+                       LLVMValueRef mr, LLVMValueRef nr, LLVMValueRef load_c) {
+  int MR = g->d->mr, NR = g->d->nr, nv = g->nv, w = g->w;
+  LLVMValueRef whole = LLVMBuildAnd(g->b, LLVMBuildICmp(g->b, LLVMIntEQ, mr, i64c(g, MR), ""),
+                                    LLVMBuildICmp(g->b, LLVMIntEQ, nr, i64c(g, NR), ""), "");
+  LLVMBasicBlockRef whole_bb = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "whole");
+  LLVMBasicBlockRef edge_bb = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "edge");
+  LLVMBuildCondBr(g->b, whole, whole_bb, edge_bb);
+
+  LLVMPositionBuilderAtEnd(g->b, whole_bb);
+  for (int r = 0; r < MR; r++) {
+    LLVMValueRef crow = at(g, c, LLVMBuildNSWMul(g->b, i64c(g, r), ldc, ""));
+    for (int v = 0; v < nv; v++)
+      store_tile_vector(g, LLVMBuildLoad2(g->b, g->vec, sums[r * nv + v], ""),
+                        at(g, crow, i64c(g, v * w)), NULL, load_c);
+  }
+  LLVMBuildRetVoid(g->b);
+
+  LLVMPositionBuilderAtEnd(g->b, edge_bb);
+  LLVMValueRef mask[8];
+  for (int v = 0; v < nv; v++)
+    mask[v] = lanes_below(g, w, LLVMBuildNSWSub(g->b, nr, i64c(g, v * w), ""));
+  for (int r = 0; r < MR; r++) {
+    LLVMBasicBlockRef join = if_begin(g, LLVMBuildICmp(g->b, LLVMIntSLT, i64c(g, r), mr, ""));
+    LLVMValueRef crow = at(g, c, LLVMBuildNSWMul(g->b, i64c(g, r), ldc, ""));
+    for (int v = 0; v < nv; v++)
+      store_tile_vector(g, LLVMBuildLoad2(g->b, g->vec, sums[r * nv + v], ""),
+                        at(g, crow, i64c(g, v * w)), mask[v], load_c);
+    if_end(g, join);
+  }
+  LLVMBuildRetVoid(g->b);
+}
+
 /*
  * micro(kc, pa, pb, c, ldc, mr, nr, load_c, pb_row): C's mr x nr tile (mr <=
  * MR, nr <= NR) = A sliver @ B sliver, plus the tile's old values when
@@ -524,34 +559,7 @@ static LLVMValueRef gen_micro(gemm_cg *g, const char *symbol, bool in_place) {
   }
   gloop_end(g, &p, i64c(g, 1));
 
-  LLVMValueRef whole = LLVMBuildAnd(g->b, LLVMBuildICmp(g->b, LLVMIntEQ, mr, i64c(g, MR), ""),
-                                    LLVMBuildICmp(g->b, LLVMIntEQ, nr, i64c(g, NR), ""), "");
-  LLVMBasicBlockRef whole_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "whole");
-  LLVMBasicBlockRef edge_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "edge");
-  LLVMBuildCondBr(g->b, whole, whole_bb, edge_bb);
-
-  LLVMPositionBuilderAtEnd(g->b, whole_bb);
-  for (int r = 0; r < MR; r++) {
-    LLVMValueRef crow = at(g, c, LLVMBuildNSWMul(g->b, i64c(g, r), ldc, ""));
-    for (int v = 0; v < nv; v++)
-      store_tile_vector(g, LLVMBuildLoad2(g->b, g->vec, sums[r * nv + v], ""),
-                        at(g, crow, i64c(g, v * w)), NULL, load_c);
-  }
-  LLVMBuildRetVoid(g->b);
-
-  LLVMPositionBuilderAtEnd(g->b, edge_bb);
-  LLVMValueRef mask[8];
-  for (int v = 0; v < nv; v++)
-    mask[v] = lanes_below(g, w, LLVMBuildNSWSub(g->b, nr, i64c(g, v * w), ""));
-  for (int r = 0; r < MR; r++) {
-    LLVMBasicBlockRef join = if_begin(g, LLVMBuildICmp(g->b, LLVMIntSLT, i64c(g, r), mr, ""));
-    LLVMValueRef crow = at(g, c, LLVMBuildNSWMul(g->b, i64c(g, r), ldc, ""));
-    for (int v = 0; v < nv; v++)
-      store_tile_vector(g, LLVMBuildLoad2(g->b, g->vec, sums[r * nv + v], ""),
-                        at(g, crow, i64c(g, v * w)), mask[v], load_c);
-    if_end(g, join);
-  }
-  LLVMBuildRetVoid(g->b);
+  store_tile(g, sums, c, ldc, mr, nr, load_c);
   return fn;
 }
 
@@ -963,7 +971,7 @@ static LLVMValueRef gen_amx_pack_a(gemm_cg *g, const char *symbol) {
   LLVMValueRef mc = LLVMGetParam(fn, 0), kc = LLVMGetParam(fn, 1), a = LLVMGetParam(fn, 2),
                row = LLVMGetParam(fn, 3), col = LLVMGetParam(fn, 4), dst = LLVMGetParam(fn, 5);
   LLVMValueRef kp = round_up_iv(g, kc, LK_GEMM_AMX_K);
-  LLVMValueRef rows = round_up_iv(g, mc, LK_GEMM_AMX_TILE);
+  LLVMValueRef rows = round_up_iv(g, mc, g->d->mr);
   LLVMValueRef contiguous = LLVMBuildICmp(g->b, LLVMIntEQ, col, i64c(g, 1), "");
   /* columns contiguous (A^T: a weight gradient's activations): 32 x 32
    * blocks through registers, whole rows of blocks and terms; the rest below */
@@ -1181,18 +1189,26 @@ static void amx_edge_copy(gemm_cg *g, LLVMValueRef c, LLVMValueRef ldc, LLVMValu
   gloop_end(g, &i, i64c(g, 1));
 }
 
-/* amx_micro(kp, pa, pb, c, ldc, mr, nr, load_c): C's mr x nr block (<= 32 x
- * 32) = A's 32 packed rows @ B's packed sliver, plus C's old values when
- * load_c. */
-static LLVMValueRef gen_amx_micro(gemm_cg *g, const char *symbol) {
+/* A paired tile's microkernel, (kp, pa, pb, c, ldc, mr, nr, load_c): C's
+ * mr x nr block = A's packed rows @ B's packed sliver, plus C's old values
+ * when load_c; its parameters in p. */
+static LLVMValueRef begin_paired_micro(gemm_cg *g, const char *symbol, const char *kind,
+                                       LLVMValueRef p[8]) {
   char name[64];
-  snprintf(name, sizeof name, "%s.amx_micro", symbol);
+  snprintf(name, sizeof name, "%s.%s", symbol, kind);
   LLVMTypeRef params[8] = {g->t_i64, g->op_tp, g->op_tp, g->tp,
                            g->t_i64, g->t_i64, g->t_i64, g->t_i1};
   LLVMValueRef fn = begin_function(g, name, params, 8, true);
-  LLVMValueRef kp = LLVMGetParam(fn, 0), pa = LLVMGetParam(fn, 1), pb = LLVMGetParam(fn, 2),
-               c = LLVMGetParam(fn, 3), ldc = LLVMGetParam(fn, 4), mr = LLVMGetParam(fn, 5),
-               nr = LLVMGetParam(fn, 6), load_c = LLVMGetParam(fn, 7);
+  for (unsigned i = 0; i < 8; i++) p[i] = LLVMGetParam(fn, i);
+  return fn;
+}
+
+/* amx_micro: C's mr x nr block (<= 32 x 32) from A's 32 packed rows. */
+static LLVMValueRef gen_amx_micro(gemm_cg *g, const char *symbol) {
+  LLVMValueRef p[8];
+  LLVMValueRef fn = begin_paired_micro(g, symbol, "amx_micro", p);
+  LLVMValueRef kp = p[0], pa = p[1], pb = p[2], c = p[3], ldc = p[4], mr = p[5], nr = p[6],
+               load_c = p[7];
   const int T = LK_GEMM_AMX_TILE, H = T / 2;
   LLVMTypeRef amx = LLVMX86AMXTypeInContext(g->ctx);
   LLVMValueRef block =
@@ -1291,17 +1307,79 @@ static LLVMValueRef gen_amx_micro(gemm_cg *g, const char *symbol) {
   return fn;
 }
 
-static void gen_amx_entry(gemm_cg *g, const char *symbol, LLVMValueRef pack_a, LLVMValueRef pack_b,
-                          LLVMValueRef micro) {
+/* ------------------------------------------------------------------ AVX512-BF16 pairs */
+
+/*
+ * Without AMX, AVX512-BF16's dot product of term pairs (vdpbf16ps: each F32
+ * lane += a0 * b0 + a1 * b1) reads AMX's packed layouts as they are: B's term
+ * pair q of a 32-column sliver is two vectors of 16 columns' pairs, and A's
+ * row i holds its pair q as one 32-bit word at pa + i * kp + 2q, broadcast to
+ * every lane. The tile is MR rows x 32 columns of F32 sums in registers, as
+ * the F32 microkernel's, and shares its stores.
+ *
+ * pairs_micro: C's mr x nr block (<= MR x 32) from A's MR packed rows.
+ */
+static LLVMValueRef gen_pairs_micro(gemm_cg *g, const char *symbol) {
+  LLVMValueRef p[8];
+  LLVMValueRef fn = begin_paired_micro(g, symbol, "pairs_micro", p);
+  for (unsigned i = 1; i <= 3; i++) add_attr(g, fn, i + 1, "noalias");
+  LLVMValueRef kp = p[0], pa = p[1], pb = p[2], c = p[3], ldc = p[4], mr = p[5], nr = p[6],
+               load_c = p[7];
+  int MR = g->d->mr, nv = g->nv, w = g->w;
+  LLVMTypeRef words = LLVMVectorType(g->t_i32, (unsigned)w);
+  LLVMTypeRef word_p = LLVMPointerType(g->t_i32, 0), words_p = LLVMPointerType(words, 0);
+  LLVMValueRef sums[32 * 2]; /* lk_gemm_check: MR <= 32; 32 columns of F32 are 2 vectors */
+  for (int s = 0; s < MR * nv; s++) sums[s] = new_var(g, g->vec, LLVMConstNull(g->vec));
+
+  gloop q;
+  gloop_begin(g, &q, i64c(g, 0), LLVMBuildSDiv(g->b, kp, i64c(g, 2), ""));
+  {
+    LLVMValueRef pair_row = op_at(g, pb, LLVMBuildNSWMul(g->b, q.iv, i64c(g, 2 * g->d->nr), ""));
+    LLVMValueRef bv[2];
+    for (int v = 0; v < nv; v++)
+      bv[v] = load_aligned(
+          g, words, LLVMBuildBitCast(g->b, op_at(g, pair_row, i64c(g, 2 * v * w)), words_p, ""), 4);
+    LLVMValueRef term = LLVMBuildNSWMul(g->b, q.iv, i64c(g, 2), "");
+    for (int r = 0; r < MR; r++) {
+      LLVMValueRef x = load_aligned(
+          g, g->t_i32,
+          LLVMBuildBitCast(
+              g->b,
+              op_at(g, pa,
+                    LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, i64c(g, r), kp, ""), term, "")),
+              word_p, ""),
+          4);
+      LLVMValueRef one =
+          LLVMBuildInsertElement(g->b, LLVMGetUndef(words), x, LLVMConstInt(g->t_i32, 0, 0), "");
+      LLVMValueRef splat =
+          LLVMBuildShuffleVector(g->b, one, LLVMGetUndef(words), LLVMConstNull(words), "");
+      for (int v = 0; v < nv; v++) {
+        LLVMValueRef acc = LLVMBuildLoad2(g->b, g->vec, sums[r * nv + v], "");
+        LLVMValueRef args[3] = {acc, splat, bv[v]};
+        LLVMBuildStore(g->b, intrinsic(g, "llvm.x86.avx512bf16.dpbf16ps.512", NULL, 0, args, 3),
+                       sums[r * nv + v]);
+      }
+    }
+  }
+  gloop_end(g, &q, i64c(g, 1));
+  store_tile(g, sums, c, ldc, mr, nr, load_c);
+  return fn;
+}
+
+/* The loops around a paired tile's microkernel (AMX's or the pair
+ * products'): the five of the F32 GEMM, with panels padded to whole steps of
+ * LK_GEMM_AMX_K terms. */
+static void gen_paired_entry(gemm_cg *g, const char *symbol, LLVMValueRef pack_a,
+                             LLVMValueRef pack_b, LLVMValueRef micro) {
   entry_args e;
   begin_entry(g, symbol, g->op_tp, &e);
   LLVMValueRef m = e.m, n = e.n, k = e.k, a = e.a, a_row = e.a_row, a_col = e.a_col, b = e.b,
                b_row = e.b_row, b_col = e.b_col, c = e.c, ldc = e.ldc, mc = e.mc, kc = e.kc,
                nc = e.nc, pack = e.pack, accumulate = e.accumulate;
-  const int T = LK_GEMM_AMX_TILE;
+  const int MR = g->d->mr, NR = g->d->nr;
   LLVMValueRef kcp = round_up_iv(g, kc, LK_GEMM_AMX_K);
   LLVMValueRef pb = pack,
-               pa = op_at(g, pack, LLVMBuildNSWMul(g->b, round_up_iv(g, nc, T), kcp, ""));
+               pa = op_at(g, pack, LLVMBuildNSWMul(g->b, round_up_iv(g, nc, NR), kcp, ""));
   gloop jc;
   gloop_begin(g, &jc, i64c(g, 0), n);
   LLVMValueRef ncur = min_i64(g, nc, LLVMBuildNSWSub(g->b, n, jc.iv, ""));
@@ -1326,18 +1404,18 @@ static void gen_amx_entry(gemm_cg *g, const char *symbol, LLVMValueRef pack_a, L
           at(g, c, LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, ic.iv, ldc, ""), jc.iv, ""));
       gloop jr;
       gloop_begin(g, &jr, i64c(g, 0), ncur);
-      LLVMValueRef nr = min_i64(g, i64c(g, T), LLVMBuildNSWSub(g->b, ncur, jr.iv, ""));
+      LLVMValueRef nr = min_i64(g, i64c(g, NR), LLVMBuildNSWSub(g->b, ncur, jr.iv, ""));
       LLVMValueRef bsliver = op_at(g, pb, LLVMBuildNSWMul(g->b, jr.iv, kp, ""));
       gloop ir;
       gloop_begin(g, &ir, i64c(g, 0), mcur);
-      LLVMValueRef mr = min_i64(g, i64c(g, T), LLVMBuildNSWSub(g->b, mcur, ir.iv, ""));
+      LLVMValueRef mr = min_i64(g, i64c(g, MR), LLVMBuildNSWSub(g->b, mcur, ir.iv, ""));
       LLVMValueRef arows = op_at(g, pa, LLVMBuildNSWMul(g->b, ir.iv, kp, ""));
       LLVMValueRef ctile =
           at(g, cblock, LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, ir.iv, ldc, ""), jr.iv, ""));
       LLVMValueRef m_args[8] = {kp, arows, bsliver, ctile, ldc, mr, nr, load_c};
       call(g, micro, m_args, 8);
-      gloop_end(g, &ir, i64c(g, T));
-      gloop_end(g, &jr, i64c(g, T));
+      gloop_end(g, &ir, i64c(g, MR));
+      gloop_end(g, &jr, i64c(g, NR));
     }
     gloop_end(g, &ic, mc);
     gloop_end(g, &pc, kc);
@@ -1373,10 +1451,10 @@ loom_status lm_gemm_module(LLVMContextRef ctx, const lk_gemm *d, const char *sym
   g.mod = LLVMModuleCreateWithNameInContext(symbol, ctx);
   g.b = LLVMCreateBuilderInContext(ctx);
   g.entry = LLVMCreateBuilderInContext(ctx);
-  if (d->amx) {
+  if (lk_gemm_paired(d)) {
     LLVMValueRef pack_a = gen_amx_pack_a(&g, symbol), pack_b = gen_amx_pack_b(&g, symbol),
-                 micro = gen_amx_micro(&g, symbol);
-    gen_amx_entry(&g, symbol, pack_a, pack_b, micro);
+                 micro = d->amx ? gen_amx_micro(&g, symbol) : gen_pairs_micro(&g, symbol);
+    gen_paired_entry(&g, symbol, pack_a, pack_b, micro);
   } else {
     LLVMValueRef pack_a = gen_pack_a(&g, symbol), pack_b = gen_pack_b(&g, symbol),
                  micro = gen_micro(&g, symbol, false),
@@ -1389,11 +1467,12 @@ loom_status lm_gemm_module(LLVMContextRef ctx, const lk_gemm *d, const char *sym
   return LOOM_OK;
 }
 
-int lm_llvm_gemm_tiles(loom_dtype in_dtype, bool amx, lk_gemm out[LM_GEMM_MAX_TILES],
+int lm_llvm_gemm_tiles(loom_dtype in_dtype, bool pairs, bool amx, lk_gemm out[LM_GEMM_MAX_TILES],
                        double speed[]) {
   bool half = in_dtype == LOOM_BF16 || in_dtype == LOOM_F16;
   loom_dtype dtype = half ? LOOM_F32 : in_dtype;
-  if (amx && in_dtype == LOOM_BF16 && lm_target_has_amx_bf16()) {
+  pairs = pairs && in_dtype == LOOM_BF16;
+  if (pairs && amx && lm_target_has_amx_bf16()) {
     /* measured on a Xeon with AMX: ~1600 GMAC/s a core in the tile products
      * against ~110 with AVX-512 FMAs; packing bounds it well below that */
     out[0] = (lk_gemm){.dtype = LOOM_F32,
@@ -1401,6 +1480,18 @@ int lm_llvm_gemm_tiles(loom_dtype in_dtype, bool amx, lk_gemm out[LM_GEMM_MAX_TI
                        .mr = LK_GEMM_AMX_TILE,
                        .nr = LK_GEMM_AMX_TILE,
                        .amx = true};
+    if (speed) speed[0] = 1.0;
+    return 1;
+  }
+  if (pairs && lm_target_has_avx512_bf16()) {
+    /* 14 rows of two vectors, as the F32 tile: 28 sums beside B's two pair
+     * vectors, A's pair broadcast from memory. Each instruction makes twice
+     * an F32 FMA's products. */
+    out[0] = (lk_gemm){.dtype = LOOM_F32,
+                       .in_dtype = LOOM_BF16,
+                       .mr = 14,
+                       .nr = LK_GEMM_AMX_TILE,
+                       .dot_pairs = true};
     if (speed) speed[0] = 1.0;
     return 1;
   }
@@ -1425,17 +1516,18 @@ int lm_llvm_gemm_tiles(loom_dtype in_dtype, bool amx, lk_gemm out[LM_GEMM_MAX_TI
 }
 
 bool lm_llvm_has_amx_bf16(void) { return lm_target_has_amx_bf16(); }
+bool lm_llvm_has_avx512_bf16(void) { return lm_target_has_avx512_bf16(); }
 
 static double round_up_to(int64_t v, int64_t to) { return (double)((v + to - 1) / to * to); }
 
 void lm_llvm_gemm_tile(loom_dtype in_dtype, bool amx, int64_t m, int64_t n, lk_gemm *out) {
   lk_gemm tiles[LM_GEMM_MAX_TILES];
   double speed[LM_GEMM_MAX_TILES];
-  /* a few rows waste most of AMX's 32 and gain its dot path without packing
+  /* a few rows waste most of a paired tile and gain the dot path without packing
    * (BF16, 2 threads, x [m, 768] @ W^T [768, 3072] on an AVX-512 Xeon: m = 1
    * 69 us widened against 384 on AMX, m = 4 116 against 213; m = 8 324
    * against 223) */
-  int count = lm_llvm_gemm_tiles(in_dtype, amx && m > LK_GEMM_DOT_MAX_ROWS, tiles, speed);
+  int count = lm_llvm_gemm_tiles(in_dtype, m > LK_GEMM_DOT_MAX_ROWS, amx, tiles, speed);
   /* the tile whose padding (sums computed past m x n) costs least */
   int best = 0;
   double best_cost = 0;

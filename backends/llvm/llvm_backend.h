@@ -60,18 +60,21 @@ size_t lm_llvm_objects_loaded(void);
 
 /* GEMM block functions (ir/kernel.h's lk_gemm): the tiles that fit the
  * host's registers for operands of in_dtype (F32, F64; BF16 and F16 with F32
- * sums; with amx, BF16 through the host's AMX tiles if it has them, which the
- * caller must have the OS's leave to use), with each one's speed on a large
- * product relative to the first; the one an m x n product wastes least on;
- * the symbol ("lg_" + 32 hex digits); the object defining it (*obj malloc'd).
- * Load it with lm_llvm_load_object and call it as an lk_gemm_fn. */
+ * sums, widened as they are packed), with each one's speed on a large
+ * product relative to the first. With pairs, BF16 gets the one tile that
+ * multiplies term pairs natively where the host can: AMX's when amx (the
+ * caller has the OS's leave to use the tiles) and the host has them, else
+ * AVX512-BF16's pair products. Then: the tile an m x n product wastes least
+ * on; the symbol ("lg_" + 32 hex digits); the object defining it (*obj
+ * malloc'd). Load it with lm_llvm_load_object and call it as an lk_gemm_fn. */
 #define LM_GEMM_MAX_TILES 4
-int lm_llvm_gemm_tiles(loom_dtype in_dtype, bool amx, lk_gemm out[LM_GEMM_MAX_TILES],
+int lm_llvm_gemm_tiles(loom_dtype in_dtype, bool pairs, bool amx, lk_gemm out[LM_GEMM_MAX_TILES],
                        double speed[]);
 void lm_llvm_gemm_tile(loom_dtype in_dtype, bool amx, int64_t m, int64_t n, lk_gemm *out);
 /* The host CPU has AMX tiles with BF16 products (whether the OS lets a
- * process use them is the runtime's question). */
+ * process use them is the runtime's question); AVX512-BF16's pair products. */
 bool lm_llvm_has_amx_bf16(void);
+bool lm_llvm_has_avx512_bf16(void);
 void lm_llvm_gemm_symbol_name(const lk_gemm *d, char buf[36]);
 loom_status lm_llvm_emit_gemm_object(const lk_gemm *d, const char *symbol, void **obj,
                                      size_t *objlen, char *err, size_t errlen);

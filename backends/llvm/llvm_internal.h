@@ -30,6 +30,7 @@ LLVMTargetMachineRef lm_target_machine_create(char *err, size_t errlen);
 int lm_target_vector_bytes(void);
 /* The host has AMX's tiles and their BF16 products (and AVX-512 for the rest). */
 bool lm_target_has_amx_bf16(void);
+bool lm_target_has_avx512_bf16(void);
 
 /* ------------------------------------------------------------------ gemm.c */
 

@@ -84,6 +84,11 @@ int lm_target_vector_bytes(void) {
   return 16;
 }
 
+bool lm_target_has_avx512_bf16(void) {
+  pthread_once(&host_once, host_init);
+  return host.ok && strstr(host.features, "+avx512bf16") && strstr(host.features, "+avx512f");
+}
+
 bool lm_target_has_amx_bf16(void) {
   pthread_once(&host_once, host_init);
   return host.ok && strstr(host.features, "+amx-tile") && strstr(host.features, "+amx-bf16") &&
