@@ -19,6 +19,8 @@ typedef struct batches_state {
   loom_params *ps;
   loom_linear fc[3];
   loom_tensor *x;           /* [MLP_BATCHES, 784]: each batch size its first rows */
+  loom_program *program;    /* the symbolic program's workload */
+  float *host_x;            /* x's values, each batch size its first rows */
   loom_stats before, after; /* around the first call */
   int calls;
 } batches_state;
@@ -46,11 +48,47 @@ static loom_status batches_run(void *state, bench_call_report *report) {
   return st;
 }
 
+/* The same through one symbolic program (loom_compile_symbolic, the batch
+ * dim named): planned once per size it keeps, its kernels generic. */
+static loom_status program_batches_setup(void **state) {
+  loom_status st = batches_setup(state);
+  batches_state *s = *state;
+  if (st != LOOM_OK) return st;
+  loom_tensor *x = loom_input("x", LOOM_SHAPE(8, 784), LOOM_F32, LOOM_CPU), *out = NULL;
+  LOOM_NO_GRAD {
+    loom_tensor *h = loom_relu(loom_linear_forward(&s->fc[0], x));
+    h = loom_relu(loom_linear_forward(&s->fc[1], h));
+    out = loom_softmax(loom_linear_forward(&s->fc[2], h), -1);
+  }
+  loom_symbolic_dim batch = {0, 0, "batch"};
+  s->program = loom_compile_symbolic(&out, 1, &x, 1, &batch, 1);
+  loom_free(out), loom_free(x);
+  if (!s->program) return loom_last_status();
+  size_t bytes = sizeof(float) * MLP_BATCHES * 784;
+  if (!(s->host_x = malloc(bytes))) return LOOM_ERR_OOM;
+  return loom_copy_to_host(s->x, s->host_x, bytes);
+}
+
+static loom_status program_batches_run(void *state, bench_call_report *report) {
+  (void)report;
+  batches_state *s = state;
+  if (s->calls == 0) s->before = loom_get_stats();
+  loom_status st = LOOM_OK;
+  for (int64_t b = 1; b <= MLP_BATCHES && st == LOOM_OK; b++) LOOM_SCOPE {
+      loom_tensor *in = loom_from_data(s->host_x, LOOM_SHAPE(b, 784), LOOM_F32, LOOM_CPU);
+      loom_tensor *out = NULL;
+      st = loom_program_run(s->program, &in, &out);
+    }
+  if (s->calls++ == 0) s->after = loom_get_stats();
+  return st;
+}
+
 static void stats_note(const loom_stats *before, const loom_stats *after, char *buf, size_t size) {
   snprintf(buf, size,
-           "first call: %llu graphs planned, %llu kernels compiled (%llu shape-generic) + %llu "
-           "from disk",
+           "first call: %llu graphs planned, %llu program sizes planned, %llu kernels compiled "
+           "(%llu shape-generic) + %llu from disk",
            (unsigned long long)(after->graphs_compiled - before->graphs_compiled),
+           (unsigned long long)(after->program_sizes_planned - before->program_sizes_planned),
            (unsigned long long)(after->kernels_compiled - before->kernels_compiled),
            (unsigned long long)(after->generic_kernels_compiled - before->generic_kernels_compiled),
            (unsigned long long)(after->disk_cache_hits - before->disk_cache_hits));
@@ -65,6 +103,8 @@ static void batches_teardown(void *state) {
   batches_state *s = state;
   loom_params_free(s->ps);
   loom_free(s->x);
+  loom_program_free(s->program);
+  free(s->host_x);
   free(s);
 }
 
@@ -78,6 +118,7 @@ typedef struct grow_state {
   loom_params *ps;
   gpt2_config c;
   loom_stats before, after;
+  loom_program *program;            /* the symbolic program's workload */
   double first_token_s[DECODE_NEW]; /* the first call's, token by token */
   double call_s;                    /* the latest call's whole time */
   int calls;
@@ -116,6 +157,52 @@ static loom_status grow_run(void *state, bench_call_report *report) {
   return st;
 }
 
+/* The same decoding through one symbolic program over the prefix length
+ * (traced at 37 tokens: no constant of the model is near it), each token's
+ * logits read back and the last row's argmax taken here. */
+#define DECODE_TRACE 37
+
+static loom_status program_grow_setup(void **state) {
+  loom_status st = grow_setup(state);
+  grow_state *s = *state;
+  if (st != LOOM_OK) return st;
+  loom_tensor *x = loom_input("tokens", LOOM_SHAPE(1, DECODE_TRACE), LOOM_I64, LOOM_CPU);
+  loom_tensor *logits = NULL;
+  LOOM_NO_GRAD logits = gpt2_forward(s->ps, s->c, x);
+  loom_symbolic_dim length = {0, 1, "t"};
+  s->program = loom_compile_symbolic(&logits, 1, &x, 1, &length, 1);
+  loom_free(logits), loom_free(x);
+  return s->program ? LOOM_OK : loom_last_status();
+}
+
+static loom_status program_grow_run(void *state, bench_call_report *report) {
+  (void)report;
+  grow_state *s = state;
+  int64_t tokens[DECODE_PROMPT + DECODE_NEW];
+  static float logits[(DECODE_PROMPT + DECODE_NEW) * 256];
+  for (int i = 0; i < DECODE_PROMPT; i++) tokens[i] = (i * 37 + 11) % 256;
+  if (s->calls == 0) s->before = loom_get_stats();
+  double start = bench_now();
+  loom_status st = LOOM_OK;
+  for (int n = 0; n < DECODE_NEW && st == LOOM_OK; n++) {
+    int64_t t = DECODE_PROMPT + n;
+    double t0 = bench_now();
+    LOOM_SCOPE {
+      loom_tensor *x = loom_from_data(tokens, LOOM_SHAPE(1, t), LOOM_I64, LOOM_CPU), *out = NULL;
+      st = loom_program_run(s->program, &x, &out);
+      if (st == LOOM_OK) st = loom_copy_to_host(out, logits, sizeof(float) * (size_t)(t * 256));
+    }
+    const float *last = logits + (t - 1) * 256;
+    int best = 0;
+    for (int v = 1; v < 256; v++) best = last[v] > last[best] ? v : best;
+    tokens[t] = best;
+    if (s->calls == 0) s->first_token_s[n] = bench_now() - t0;
+  }
+  s->call_s = bench_now() - start;
+  if (s->calls++ == 0) s->after = loom_get_stats();
+  return st;
+}
+
 static void grow_describe(void *state, char *buf, size_t size) {
   grow_state *s = state;
   char stats[256];
@@ -133,6 +220,7 @@ static void grow_describe(void *state, char *buf, size_t size) {
 static void grow_teardown(void *state) {
   grow_state *s = state;
   loom_params_free(s->ps);
+  loom_program_free(s->program);
   free(s);
 }
 
@@ -148,12 +236,34 @@ const bench_workload bench_dynamic_workloads[] = {
         .cpu_only = true,
     },
     {
+        .name = "mlp_program_batches_1_256",
+        .what = "the same through one symbolic program (loom_compile_symbolic, batch named): "
+                "one call",
+        .metric = BENCH_LATENCY,
+        .setup = program_batches_setup,
+        .run = program_batches_run,
+        .teardown = batches_teardown,
+        .describe = batches_describe,
+        .cpu_only = true,
+    },
+    {
         .name = "gpt_small_decode_grow_256",
         .what = "GPT L4 H4 C256 V256: 256 greedy tokens after 8, each over the whole prefix "
                 "(lengths 8..263, no KV cache): one call",
         .metric = BENCH_LATENCY,
         .setup = grow_setup,
         .run = grow_run,
+        .teardown = grow_teardown,
+        .describe = grow_describe,
+        .cpu_only = true,
+    },
+    {
+        .name = "gpt_small_decode_program_256",
+        .what = "the same through one symbolic program over the prefix length "
+                "(loom_compile_symbolic, traced at 37 tokens): one call",
+        .metric = BENCH_LATENCY,
+        .setup = program_grow_setup,
+        .run = program_grow_run,
         .teardown = grow_teardown,
         .describe = grow_describe,
         .cpu_only = true,

@@ -670,6 +670,37 @@ loom_tensor *loom_input(const char *name, loom_shape shape, loom_dtype dtype, lo
  * program takes them) and outs. Every placeholder the outputs depend on must
  * be among ins. NULL on failure (loom_last_error says why). */
 loom_program *loom_compile(loom_tensor *const *outs, int nout, loom_tensor *const *ins, int nin);
+/* A dim of a program's input that takes any size when the program runs:
+ * ins[input]'s dim `axis`, named `symbol` (1-64 letters, digits or '_', not
+ * starting with a digit); dims named alike take one size. */
+typedef struct loom_symbolic_dim {
+  int input, axis;
+  const char *symbol;
+} loom_symbolic_dim;
+/* loom_compile with input dims that take any size of at least 1 (at most 8
+ * symbols). The placeholders' sizes are the traced example, at least 2 on a
+ * symbolic dim. Every other dim follows the symbols as the traced graph says
+ * (b*t after a flatten, 2*b after a cat, t-1 after a slice to the end), and
+ * loom_program_run checks each run's sizes against them. A run at sizes not
+ * yet seen plans the graph at them once (its kernels from the caches,
+ * shape-generic from the second size on); the plans of the sizes used last
+ * are kept: up to 256, and at least 16, as 2^18 nodes allow. Refused with LOOM_ERR_SHAPE, naming
+ * the node: a symbolic dim meeting a fixed one (a weight's dim), a reshape that splits a symbolic
+ * dim in no way or in more than one way at the example sizes (trace with
+ * distinct sizes), sliding windows over a symbolic dim, and a constant
+ * within 1 of a symbolic dim's traced size (from 3 up) or of its reciprocal,
+ * which may have been computed from it and would not follow it (a mean's and
+ * a variance's counts do follow), and likewise a slice of a symbolic dim
+ * with a start, or a length short of its end, within 1 of the traced size
+ * (slicing the last row: take it after the run, or slice to the end). loom_program_save/load keep the symbols;
+ * exporting such a program is refused (LOOM_ERR_VALUE) for now. */
+loom_program *loom_compile_symbolic(loom_tensor *const *outs, int nout, loom_tensor *const *ins,
+                                    int nin, const loom_symbolic_dim *dims, int ndims);
+/* The symbols of a program (0 for one compiled by loom_compile), their names,
+ * and the symbol input i's dim `axis` takes (NULL when it is fixed). */
+int loom_program_num_symbols(const loom_program *p);
+const char *loom_program_symbol_name(const loom_program *p, int i);
+const char *loom_program_input_dim_symbol(const loom_program *p, int i, int axis);
 /* Runs p on ins (one tensor per input, matching its shape and dtype; lazy ones
  * are realized first) and stores new tensors in outs[0..nout) (registered
  * with the current scope, like any op's result). On failure every outs[i] is
@@ -785,6 +816,8 @@ typedef struct loom_stats {
   uint64_t generic_kernels_compiled; /* of kernels_compiled, shape-generic ones (they
                                         read their sizes at run time: loom_set_dynamic) */
   uint64_t generic_kernel_uses;      /* kernel steps compiled to a generic kernel (new or cached) */
+  uint64_t program_sizes_planned;    /* symbolic programs planned at sizes they had not run at
+                                        (loom_compile_symbolic) */
 } loom_stats;
 
 loom_stats loom_get_stats(void);

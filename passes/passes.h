@@ -110,4 +110,55 @@ typedef struct lm_schedule {
 loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, size_t errlen);
 void lm_schedule_free(lm_schedule *p);
 
+/* ------------------------------------------------------------ symbolic dims (symbolic.c) */
+
+/* A dim's size as a polynomial over a program's symbols (at most
+ * LM_SYM_MAX_SYMBOLS): terms c * s0^p0 * s1^p1 ..., sorted, no zero
+ * coefficient; 0 is no terms. */
+#define LM_SYM_MAX_SYMBOLS 8
+#define LM_SYM_TERMS 6
+#define LM_SYM_MAX_NODES 65536 /* a symbolic program's graph, at most */
+typedef struct lm_sym_term {
+  int64_t coef;
+  uint8_t pow[LM_SYM_MAX_SYMBOLS];
+} lm_sym_term;
+typedef struct lm_sym_expr {
+  int nterms;
+  lm_sym_term t[LM_SYM_TERMS];
+} lm_sym_expr;
+
+lm_sym_expr lm_sym_const(int64_t v);
+lm_sym_expr lm_sym_symbol(int s);
+bool lm_sym_eq(const lm_sym_expr *a, const lm_sym_expr *b);
+bool lm_sym_is_const(const lm_sym_expr *e);
+int lm_sym_as_symbol(const lm_sym_expr *e); /* the one symbol e is, or -1 */
+/* e at the symbols' values; INT64_MIN on overflow. */
+int64_t lm_sym_eval(const lm_sym_expr *e, const int64_t *values);
+const char *lm_sym_str(const lm_sym_expr *e, const char *const *names, char *buf, size_t len);
+
+/* Input dim (pos, axis) of a graph is symbol `symbol`. */
+typedef struct lm_sym_seed {
+  int pos, axis, symbol;
+} lm_sym_seed;
+
+/* A constant whose value is a count of symbolic dims (a mean's divisor):
+ * its value at other sizes. */
+typedef struct lm_sym_count {
+  int pos;
+  lm_sym_expr value;
+} lm_sym_count;
+
+/* Every dim of g's nodes as an expression over the symbols (dims[pos *
+ * LOOM_MAX_DIMS + d]), given which input dims are which symbols and the
+ * symbols' sizes in the traced graph (each at least 2), and the constants
+ * that count symbolic dims (counts[0..*ncounts), room for g->n). Refuses
+ * (with err) a symbol meeting a fixed size, a reshape that splits a symbolic
+ * dim other than one way, sliding windows over a symbolic dim, and any other
+ * constant equal to the traced size of a symbolic dim or its reciprocal
+ * (it may have been computed from it, and would not follow it). */
+loom_status lm_sym_infer(const lm_graph *g, int nsym, const char *const *names,
+                         const int64_t *example, const lm_sym_seed *seeds, int nseeds,
+                         lm_sym_expr *dims, lm_sym_count *counts, int *ncounts, char *err,
+                         size_t errlen);
+
 #endif

@@ -376,6 +376,11 @@ static loom_status build(job *j) {
 loom_status loom_program_export(const loom_program *p, const char *dir, const char *name) {
   loom_status st = check_args(p, dir, name);
   if (st != LOOM_OK) return st;
+  if (p->nsym > 0)
+    return lm_fail(LOOM_ERR_VALUE,
+                   OP ": the program takes symbolic sizes ('%s'); exported libraries take fixed "
+                      "sizes only yet: compile it with loom_compile to export it",
+                   p->sym_names[0]);
   lm_export_layout layout;
   if ((st = lm_export_layout_make(&layout, p, name, embed_limit())) != LOOM_OK) {
     lm_export_layout_free(&layout);

@@ -16,6 +16,7 @@ const char *lm_program_output_label(int i, char buf[16]) {
 
 static void program_free(loom_program *p) {
   if (!p) return;
+  lm_program_free_symbols(p);
   for (int i = 0; p->nodes && i < p->n; i++) lm_node_release(p->nodes[i]);
   for (int i = 0; p->in_nodes && i < p->nin; i++) lm_node_release(p->in_nodes[i]);
   if (p->plan) lm_schedule_free(p->plan);
@@ -257,20 +258,22 @@ loom_program *loom_compile(loom_tensor *const *outs, int nout, loom_tensor *cons
 
 /* ------------------------------------------------------------ running */
 
-static loom_status check_run_inputs(const loom_program *p, loom_tensor *const *ins) {
+loom_status lm_program_check_inputs(const loom_program *p, loom_tensor *const *ins,
+                                    const loom_shape *want_shape) {
   const char *op = "loom_program_run";
   for (int i = 0; i < p->nin; i++) {
     const loom_tensor *t = ins[i];
     const lm_node *want = p->in_nodes[i];
+    const loom_shape *shape = want_shape ? &want_shape[i] : &want->shape;
     char a[96], b[96];
     if (!t) return lm_fail(LOOM_ERR_NULL, "%s: input %d ('%s') is NULL", op, i, want->label);
     if (!t->node)
       return lm_fail(t->status, "%s: input %d ('%s') is an error tensor: %s", op, i, want->label,
                      t->message ? t->message : "");
-    if (!lm_shape_eq(&t->node->shape, &want->shape))
+    if (!lm_shape_eq(&t->node->shape, shape))
       return lm_fail(LOOM_ERR_SHAPE, "%s: input %d ('%s') has shape %s, the program takes %s", op,
                      i, want->label, lm_shape_str(&t->node->shape, a, sizeof a),
-                     lm_shape_str(&want->shape, b, sizeof b));
+                     lm_shape_str(shape, b, sizeof b));
     if (t->node->dtype != want->dtype)
       return lm_fail(LOOM_ERR_DTYPE, "%s: input %d ('%s') is %s, the program takes %s", op, i,
                      want->label, loom_dtype_name(t->node->dtype), loom_dtype_name(want->dtype));
@@ -284,11 +287,11 @@ static loom_status check_run_inputs(const loom_program *p, loom_tensor *const *i
 
 /* Output i: the buffer the run computed, or a copy (of a leaf, or of an
  * earlier output with the same value), on the program's device. */
-static loom_status output_node(const loom_program *p, int i, void **bufs, size_t *sizes,
-                               lm_node *const *earlier, lm_node **result) {
+static loom_status output_node(const loom_program *p, lm_node *const *nodes, int i, void **bufs,
+                               size_t *sizes, lm_node *const *earlier, lm_node **result) {
   const char *op = "loom_program_run";
   int pos = p->out_pos[i];
-  const lm_node *n = p->nodes[pos];
+  const lm_node *n = nodes[pos];
   lm_node *out = lm_node_new(LM_BUFFER, 0, NULL, n->shape, n->dtype, p->device);
   *result = out;
   if (!out) return lm_fail(LOOM_ERR_OOM, "%s: out of memory for output %d", op, i);
@@ -330,27 +333,38 @@ loom_status loom_program_run(const loom_program *p, loom_tensor *const *ins, loo
   if (!p || !outs || (p->nin > 0 && !ins))
     return lm_fail(LOOM_ERR_NULL, "%s: program, ins or outs is NULL", op);
   for (int i = 0; i < p->nout; i++) outs[i] = NULL;
-  loom_status st = check_run_inputs(p, ins);
+  lm_binding *bound = NULL; /* the plan at other sizes of its symbols */
+  loom_status st =
+      p->symbolic ? lm_program_bind(p, ins, &bound) : lm_program_check_inputs(p, ins, NULL);
   if (st != LOOM_OK) return st;
-  int nbufs = p->n + p->plan->ntemps;
+  lm_schedule *plan = bound ? bound->plan : p->plan;
+  lm_node *const *nodes = bound ? bound->nodes : p->nodes;
+  int nbufs = p->n + plan->ntemps;
   void **bufs = calloc((size_t)nbufs, sizeof *bufs);
   size_t *sizes = calloc((size_t)nbufs, sizeof *sizes);
   if (!bufs || !sizes) st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
   if (st == LOOM_OK) st = bind_inputs(p, ins, bufs);
-  if (st == LOOM_OK) st = lm_exec_run(&(lm_exec){p->plan, bufs, sizes, p->keys, p->device});
+  if (st == LOOM_OK) st = lm_exec_run(&(lm_exec){plan, bufs, sizes, p->keys, p->device});
   lm_node *results[64], **res = results;
   if (st == LOOM_OK && p->nout > 64 && !(res = calloc((size_t)p->nout, sizeof *res)))
     st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
   for (int i = 0; i < p->nout && st == LOOM_OK; i++) {
-    st = output_node(p, i, bufs, sizes, res, &res[i]);
+    st = output_node(p, nodes, i, bufs, sizes, res, &res[i]);
     for (int j = 0; j < i && st != LOOM_OK; j++) lm_node_release(res[j]);
   }
-  for (int i = 0; i < p->nout && st == LOOM_OK; i++) outs[i] = lm_tensor_wrap(res[i]);
+  for (int i = 0; i < p->nout && st == LOOM_OK; i++) {
+    outs[i] = lm_tensor_wrap(res[i]); /* releases res[i] when it fails */
+    if ((st = loom_status_of(outs[i])) == LOOM_OK) continue;
+    st = lm_fail(st, "%s: out of memory for output %d's handle", op, i);
+    for (int j = 0; j <= i; j++) loom_free(outs[j]), outs[j] = NULL;
+    for (int j = i + 1; j < p->nout; j++) lm_node_release(res[j]);
+  }
   if (res != results) free(res);
   for (int pos = 0; bufs && sizes && pos < nbufs; pos++)
     if (pos >= p->n || p->kind[pos] == LM_SLOT_NODE) lm_data_free(p->device, bufs[pos], sizes[pos]);
   free(bufs);
   free(sizes);
+  lm_program_unbind(p, bound);
   return st;
 }
 

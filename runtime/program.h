@@ -3,6 +3,8 @@
 #ifndef LOOM_RUNTIME_PROGRAM_H
 #define LOOM_RUNTIME_PROGRAM_H
 
+#include <pthread.h>
+
 #include "ir/ir.h"
 #include "passes/passes.h"
 
@@ -25,8 +27,8 @@ struct loom_program {
   int *input_of;      /* [n] the input index of an LM_SLOT_INPUT position, else -1 */
   int *src_start;     /* [n + 1] node pos's sources are src_pos[src_start[pos]..] */
   int *src_pos;
-  int *kernel_of;   /* [n] the step whose kernel computes (or inlines) it, or -1 */
-  void **keys;      /* [n] an LM_RAND position's key words, else NULL */
+  int *kernel_of;    /* [n] the step whose kernel computes (or inlines) it, or -1 */
+  void **keys;       /* [n] an LM_RAND position's key words, else NULL */
   lm_schedule *plan; /* steps (compiled), memory plan */
   int nin, nout;
   int *in_pos;        /* [nin] graph position of each input, or -1 when unused */
@@ -34,7 +36,50 @@ struct loom_program {
   int *out_pos;       /* [nout] */
   char **out_names;   /* [nout] "out0", ... */
   loom_device device; /* where it runs: every node, input and output is there */
+  /* Symbolic dims (loom_compile_symbolic; nsym 0 otherwise): the symbols,
+   * their traced sizes, which input dims take them, every node dim's size as
+   * an expression over them, and the plans made at other sizes. */
+  bool symbolic; /* the fields below are set (bind_lock too) */
+  int nsym;
+  char **sym_names;     /* [nsym] */
+  int64_t *sym_example; /* [nsym] */
+  int *in_sym;          /* [nin * LOOM_MAX_DIMS] symbol of input i's dim d, or -1 */
+  lm_sym_expr *dims;    /* [n * LOOM_MAX_DIMS] */
+  lm_sym_count *counts; /* [ncounts] constants that count symbolic dims */
+  int ncounts;
+  struct lm_binding *bound;  /* most recently used first (LM_PROGRAM_PLANS*) */
+  pthread_mutex_t bind_lock; /* guards `bound` and its entries' users */
 };
+
+/* A program's graph at other sizes of its symbols: nodes with those shapes
+ * (weights shared) in the program's positions, planned and compiled. */
+#define LM_PROGRAM_PLANS 256            /* at most */
+#define LM_PROGRAM_PLANS_KEPT 16        /* always, past the node budget */
+#define LM_PROGRAM_PLAN_NODES (1 << 18) /* nodes the plans past those hold, at most */
+typedef struct lm_binding {
+  struct lm_binding *next;
+  int64_t values[LM_SYM_MAX_SYMBOLS];
+  lm_node **nodes; /* [n] one reference each */
+  lm_schedule *plan;
+  int users; /* runs using it now */
+} lm_binding;
+
+/* For a run of symbolic program p with inputs ins: checks them (sizes
+ * consistent with the symbols, fixed dims, dtypes, devices) and gives the
+ * plan to run, NULL meaning the program's own (the traced sizes). A binding
+ * given must be handed back with lm_program_unbind. */
+loom_status lm_program_bind(const loom_program *p, loom_tensor *const *ins, lm_binding **out);
+void lm_program_unbind(const loom_program *p, lm_binding *b);
+void lm_program_free_symbols(loom_program *p);
+/* Makes compiled program p take any size along dims (loom_compile_symbolic's
+ * checks and inference; its placeholders' sizes are the example). On failure
+ * p is left for the caller to free. */
+loom_status lm_program_make_symbolic(const char *op, loom_program *p, const loom_symbolic_dim *dims,
+                                     int ndims);
+/* Checks a run's inputs against the shapes it takes (want[i]), dtypes and
+ * devices. */
+loom_status lm_program_check_inputs(const loom_program *p, loom_tensor *const *ins,
+                                    const loom_shape *want);
 
 /* Compiles the graph between placeholders and targets (borrowed) into a new
  * program. The op name prefixes error messages. */
@@ -46,13 +91,18 @@ const char *lm_program_output_label(int i, char buf[16]);
 
 /* ------------------------------------------------------------ text form */
 /* docs/PROGRAM_FORMAT.md describes it. The first line is the magic word and
- * the version; this loom writes and reads version LM_PROGRAM_VERSION. */
+ * the version; this loom writes and reads versions LM_PROGRAM_VERSION and
+ * LM_PROGRAM_VERSION_SYMBOLS. */
 #define LM_PROGRAM_MAGIC "loom-program"
 #define LM_PROGRAM_VERSION 1
+/* Version 2: version 1 and the symbol lines of a symbolic program (written
+ * only for those). */
+#define LM_PROGRAM_VERSION_SYMBOLS 2
 /* Limits a reader enforces before allocating for them. */
 #define LM_PROGRAM_MAX_TEXT ((size_t)1 << 28) /* bytes of a program file */
 #define LM_PROGRAM_MAX_ITEMS (1 << 20)        /* positions, inputs, outputs (each) */
 #define LM_PROGRAM_MAX_NAME 64                /* characters of an input or weight name */
+#define LM_PROGRAM_MAX_SYMBOL_LINES 64        /* symbol lines (symbolic input dims) */
 
 /* Parses a program's text form and compiles it. `weights` holds the tensors
  * its weight lines name (realized, same dtypes and shapes, no others); NULL

@@ -47,6 +47,9 @@ typedef struct parser {
   int nin, in_cap;
   int *outs; /* [nout] positions */
   int nout, out_cap;
+  int version;
+  loom_symbolic_dim syms[LM_PROGRAM_MAX_SYMBOL_LINES]; /* symbol lines (names owned) */
+  int nsyms;
   lm_node *srcs[LM_CAT_MAX_SOURCES]; /* one node line's sources */
   /* weights: bound from `weights`, or declared into `declared` */
   const loom_params *weights;
@@ -465,6 +468,41 @@ static loom_status parse_input_declaration(parser *p) {
   return LOOM_OK;
 }
 
+/* "symbol <input> <axis> <name>": a declared input's dim that takes any size
+ * (format version 2), in increasing input and axis order. */
+static loom_status parse_symbol(parser *p) {
+  token t[2], name;
+  char q[72];
+  int64_t v[2];
+  const char *what[2] = {"the symbol's input", "the symbol's axis"};
+  loom_status st = LOOM_OK;
+  for (int k = 0; k < 2 && st == LOOM_OK; k++) {
+    st = take_expected(p, &t[k], what[k]);
+    if (st == LOOM_OK && !parse_i64(t[k].s, t[k].len, &v[k]))
+      st = bad(p, "%s '%s' is not a number", what[k], quote(t[k], q));
+  }
+  if (st == LOOM_OK && (v[0] < 0 || v[0] >= p->nin))
+    st = bad(p, "symbol on input %lld, which is not declared (there are %d inputs)",
+             (long long)v[0], p->nin);
+  if (st == LOOM_OK && (v[1] < 0 || v[1] >= p->inputs[v[0]]->shape.ndim))
+    st = bad(p, "symbol on dim %lld of input %lld, which has %d dims", (long long)v[1],
+             (long long)v[0], p->inputs[v[0]]->shape.ndim);
+  if (st == LOOM_OK && p->nsyms > 0) {
+    const loom_symbolic_dim *last = &p->syms[p->nsyms - 1];
+    if (last->input > v[0] || (last->input == v[0] && last->axis >= v[1]))
+      st = bad(p, "symbol lines come in increasing input and axis order");
+  }
+  if (st == LOOM_OK) st = take_name(p, "the symbol's name", &name);
+  if (st == LOOM_OK) st = line_done(p, "the symbol's name");
+  if (st == LOOM_OK && p->nsyms == LM_PROGRAM_MAX_SYMBOL_LINES)
+    st = bad(p, "more than %d symbol lines", LM_PROGRAM_MAX_SYMBOL_LINES);
+  if (st != LOOM_OK) return st;
+  char *symbol = strndup(name.s, name.len);
+  if (!symbol) return out_of_memory(p);
+  p->syms[p->nsyms++] = (loom_symbolic_dim){(int)v[0], (int)v[1], symbol};
+  return LOOM_OK;
+}
+
 /* "%k = input <i>": where input i enters the graph. */
 static loom_status parse_input_use(parser *p, lm_node **out) {
   token t;
@@ -663,15 +701,16 @@ static loom_status parse_header(parser *p) {
   take(p, &word);
   if (!take(p, &version) || !parse_i64(version.s, version.len, &v) || v < 0)
     return bad(p, "the format version '%s' is not a number", quote(version, q));
-  if (v != LM_PROGRAM_VERSION)
-    return bad(p, "written by format version %lld, this loom reads version %d", (long long)v,
-               LM_PROGRAM_VERSION);
+  if (v != LM_PROGRAM_VERSION && v != LM_PROGRAM_VERSION_SYMBOLS)
+    return bad(p, "written by format version %lld, this loom reads versions %d and %d",
+               (long long)v, LM_PROGRAM_VERSION, LM_PROGRAM_VERSION_SYMBOLS);
+  p->version = (int)v;
   return line_done(p, "the version");
 }
 
 /* Inputs, positions, outputs, in that order, then "end" and nothing more. */
 static loom_status parse_body(parser *p) {
-  enum { INPUTS, POSITIONS, OUTPUTS } section = INPUTS;
+  enum { INPUTS, SYMBOLS, POSITIONS, OUTPUTS } section = INPUTS;
   char q[72];
   for (;;) {
     bool got;
@@ -682,10 +721,22 @@ static loom_status parse_body(parser *p) {
     take(p, &first);
     if (is(first, "input")) {
       st = section == INPUTS ? parse_input_declaration(p)
-                             : bad(p, "input declarations come before the positions");
+                             : bad(p, "input declarations come before the symbols and positions");
+    } else if (is(first, "symbol")) {
+      st = p->version != LM_PROGRAM_VERSION_SYMBOLS
+               ? bad(p, "symbol lines need format version %d", LM_PROGRAM_VERSION_SYMBOLS)
+           : section <= SYMBOLS ? parse_symbol(p)
+                                : bad(p, "symbol lines come before the positions");
+      section = SYMBOLS;
     } else if (first.s[0] == '%') {
-      st = section != OUTPUTS ? parse_position(p, first)
-                              : bad(p, "positions come before the outputs");
+      if (section < SYMBOLS && p->version == LM_PROGRAM_VERSION_SYMBOLS)
+        st = bad(p,
+                 "format version %d has symbol lines before the positions (version %d has "
+                 "none)",
+                 LM_PROGRAM_VERSION_SYMBOLS, LM_PROGRAM_VERSION);
+      else
+        st = section != OUTPUTS ? parse_position(p, first)
+                                : bad(p, "positions come before the outputs");
       section = POSITIONS;
     } else if (is(first, "output")) {
       st = p->n > 0 ? parse_output(p) : bad(p, "an output before any position");
@@ -695,7 +746,8 @@ static loom_status parse_body(parser *p) {
       if ((st = line_done(p, "'end'")) != LOOM_OK) return st;
       break;
     } else {
-      st = bad(p, "expected 'input', '%%<position>', 'output' or 'end', got '%s'", quote(first, q));
+      st = bad(p, "expected 'input', 'symbol', '%%<position>', 'output' or 'end', got '%s'",
+               quote(first, q));
     }
     if (st != LOOM_OK) return st;
   }
@@ -766,6 +818,7 @@ static void parser_free(parser *p) {
   free(p->input_pos);
   free(p->outs);
   free(p->weight_used);
+  for (int i = 0; i < p->nsyms; i++) free((char *)p->syms[i].symbol);
 }
 
 /* ------------------------------------------------------------ entry points */
@@ -782,6 +835,12 @@ static loom_status parse_and_build(const char *op, const char *name, const char 
   if (st == LOOM_OK) {
     for (int i = 0; i < p.nout; i++) outs[i] = p.nodes[p.outs[i]];
     st = lm_program_build(op, outs, p.nout, p.inputs, p.nin, out);
+  }
+  if (st == LOOM_OK && p.nsyms > 0 &&
+      (st = lm_program_make_symbolic(op, *out, p.syms, p.nsyms)) != LOOM_OK) {
+    loom_program_free(*out); /* a text edited into symbols the graph cannot follow */
+    *out = NULL;
+    if (st != LOOM_ERR_OOM) st = LOOM_ERR_CORRUPT; /* the message names op and the node */
   }
   free(outs);
   parser_free(&p);

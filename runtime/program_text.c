@@ -199,11 +199,16 @@ static void put_input_declaration(text *t, const loom_program *p, int i) {
 /* ------------------------------------------------------------ the file */
 
 static void put_program(text *t, const loom_program *p, const int *wnum) {
-  put(t, "%s %d\n", LM_PROGRAM_MAGIC, LM_PROGRAM_VERSION);
+  put(t, "%s %d\n", LM_PROGRAM_MAGIC,
+      p->nsym > 0 ? LM_PROGRAM_VERSION_SYMBOLS : LM_PROGRAM_VERSION);
   for (int i = 0; i < p->nin; i++) {
     put_input_declaration(t, p, i);
     put(t, "\n");
   }
+  for (int i = 0; i < p->nin && p->nsym > 0; i++)
+    for (int d = 0; d < p->in_nodes[i]->shape.ndim; d++)
+      if (p->in_sym[i * LOOM_MAX_DIMS + d] >= 0)
+        put(t, "symbol %d %d %s\n", i, d, p->sym_names[p->in_sym[i * LOOM_MAX_DIMS + d]]);
   for (int pos = 0; pos < p->n; pos++) {
     put_position(t, p, pos, wnum);
     put(t, "\n");

@@ -96,6 +96,7 @@ typedef enum lm_stat {
   LM_STAT_KERNELS_UNLOADED,
   LM_STAT_GENERIC_KERNELS_COMPILED,
   LM_STAT_GENERIC_KERNEL_USES,
+  LM_STAT_PROGRAM_SIZES_PLANNED,
   LM_NUM_STATS
 } lm_stat;
 void lm_stat_add(lm_stat which, uint64_t amount);

@@ -50,6 +50,7 @@ loom_stats loom_get_stats(void) {
   s.kernels_unloaded = atomic_load(&counters[LM_STAT_KERNELS_UNLOADED]);
   s.generic_kernels_compiled = atomic_load(&counters[LM_STAT_GENERIC_KERNELS_COMPILED]);
   s.generic_kernel_uses = atomic_load(&counters[LM_STAT_GENERIC_KERNEL_USES]);
+  s.program_sizes_planned = atomic_load(&counters[LM_STAT_PROGRAM_SIZES_PLANNED]);
   return s;
 }
 

@@ -448,6 +448,19 @@ static void run_bf16_gemm_sweep(void) {
   CHECK(faults > 0);
 }
 
+/* got ([rows, cols]) against softmax(3 x) over each row, in double. */
+static void check_softmax3(const double *x, const double *got, int rows, int cols, const char *what,
+                           long fault) {
+  for (int r = 0; r < rows; r++) {
+    double m = -INFINITY, sum = 0;
+    for (int c = 0; c < cols; c++) m = fmax(m, 3 * x[r * cols + c]);
+    for (int c = 0; c < cols; c++) sum += exp(3 * x[r * cols + c] - m);
+    for (int c = 0; c < cols; c++)
+      CHECK_MSG(fabs(got[r * cols + c] - exp(3 * x[r * cols + c] - m) / sum) < 1e-12,
+                "%s, fault %ld, %d rows: wrong values", what, fault, rows);
+  }
+}
+
 /* A shape-generic kernel's path: softmax rows over a new row count each trial
  * (the first trial's generic compile, later trials' regrouping, lookup and
  * generalizing), a fault at every allocation in turn: each ends in a clean
@@ -472,14 +485,7 @@ static void run_generic_sweep(void) {
       fired = disarm();
       if (st == LOOM_OK) {
         CHECK_OK(loom_copy_to_host(y, got, sizeof(double) * (size_t)(rows * C)));
-        for (int r = 0; r < rows; r++) {
-          double m = -INFINITY, sum = 0;
-          for (int c = 0; c < C; c++) m = fmax(m, 3 * x[r * C + c]);
-          for (int c = 0; c < C; c++) sum += exp(3 * x[r * C + c] - m);
-          for (int c = 0; c < C; c++)
-            CHECK_MSG(fabs(got[r * C + c] - exp(3 * x[r * C + c] - m) / sum) < 1e-12,
-                      "generic softmax, fault %ld, %d rows: wrong values", n, rows);
-        }
+        check_softmax3(x, got, rows, C, "generic softmax", n);
       } else {
         CHECK_MSG(st == LOOM_ERR_OOM, "generic softmax, fault %ld: %s", n, loom_status_name(st));
         oom++;
@@ -489,6 +495,71 @@ static void run_generic_sweep(void) {
     faults++;
   }
   printf("generic kernels: %ld faults, %ld ended in LOOM_ERR_OOM, the rest absorbed\n", faults,
+         oom);
+  CHECK(faults > 0);
+}
+
+/* A symbolic program (loom_compile_symbolic) under a failure at each
+ * allocation in turn: compiling it (the inference's tables), and running it at
+ * a new size each trial (the graph instantiated, planned, its plan kept):
+ * each ends in a clean LOOM_ERR_OOM or the right values, and the program runs
+ * afterwards. */
+static void run_symbolic_sweep(void) {
+  enum { C = 9, MAXR = 200 };
+  static double x[MAXR * C], got[MAXR * C];
+  for (int i = 0; i < MAXR * C; i++) x[i] = (double)((i * 5 % 19) - 9) / 8.0;
+  long faults = 0, oom = 0;
+  loom_program *p = NULL;
+  for (long n = 1;; n++) {
+    bool fired = false;
+    LOOM_SCOPE {
+      loom_tensor *in = loom_input("x", LOOM_SHAPE(11, C), LOOM_F64, LOOM_CPU);
+      loom_tensor *y = loom_softmax(loom_mul_s(in, 3.0), 1);
+      loom_symbolic_dim rows = {0, 0, "rows"};
+      arm(n, false);
+      loom_program *q = loom_compile_symbolic(&y, 1, &in, 1, &rows, 1);
+      fired = disarm();
+      if (!q) {
+        CHECK_MSG(loom_last_status() == LOOM_ERR_OOM, "symbolic compile, fault %ld: %s", n,
+                  loom_last_error());
+        oom++;
+      } else if (fired) {
+        loom_program_free(q);
+      } else {
+        p = q;
+      }
+      loom_clear_error();
+    }
+    if (!fired) break;
+    faults++;
+  }
+  for (long n = 1; p && n + 4 <= MAXR; n++) {
+    int rows = (int)n + 4;
+    bool fired = false;
+    LOOM_SCOPE {
+      loom_tensor *t = loom_from_data(x, LOOM_SHAPE(rows, C), LOOM_F64, LOOM_CPU), *y = NULL;
+      arm(n, false);
+      loom_status st = loom_program_run(p, &t, &y);
+      fired = disarm();
+      if (st == LOOM_OK) {
+        CHECK_OK(loom_copy_to_host(y, got, sizeof(double) * (size_t)(rows * C)));
+        check_softmax3(x, got, rows, C, "symbolic program", n);
+      } else {
+        CHECK_MSG(st == LOOM_ERR_OOM, "symbolic program, fault %ld: %s", n, loom_status_name(st));
+        oom++;
+      }
+      loom_clear_error();
+    }
+    if (!fired) break;
+    faults++;
+  }
+  CHECK(p != NULL);
+  if (p) LOOM_SCOPE { /* after every failure, the sizes it failed at run */
+      loom_tensor *t = loom_from_data(x, LOOM_SHAPE(7, C), LOOM_F64, LOOM_CPU), *y = NULL;
+      CHECK_OK(loom_program_run(p, &t, &y));
+    }
+  loom_program_free(p);
+  printf("symbolic programs: %ld faults, %ld ended in LOOM_ERR_OOM, the rest absorbed\n", faults,
          oom);
   CHECK(faults > 0);
 }
@@ -504,6 +575,7 @@ int main(void) {
   run_bn_sweep(stride);
   run_bf16_gemm_sweep();
   run_generic_sweep();
+  run_symbolic_sweep();
   /* The library is usable afterwards. */
   model m;
   CHECK(model_new(&m));

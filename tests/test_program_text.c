@@ -595,7 +595,8 @@ static void test_hand_written(void) {
   snprintf(text, sizeof text, "%s%%0 = input 0\noutput %%0\n%%1 = neg f32[2] %%0\nend\n", head);
   refused_text("position after outputs", text, "<text>:5: positions come before the outputs");
   snprintf(text, sizeof text, "%s%%0 = input 0\ninput 1 y f32[2]\noutput %%0\nend\n", head);
-  refused_text("late input", text, "<text>:4: input declarations come before the positions");
+  refused_text("late input", text,
+               "<text>:4: input declarations come before the symbols and positions");
   snprintf(text, sizeof text, "%s%%0 = input 0\noutput %%0\nend\nend\n", head);
   refused_text("after end", text, "<text>:6: text after 'end'");
   snprintf(text, sizeof text, "%s%%0 = input 0\n%%1 = weight w0 f32[2]\noutput %%1\nend\n", head);
@@ -649,11 +650,50 @@ static void test_hand_written(void) {
                "ELF\x02\x01",
                "not a loom program");
   refused_text("no newline", "loom-program 1", "<text>:1: the line does not end with a newline");
-  refused_text("version 2", "loom-program 2\n",
-               "<text>:1: written by format version 2, this loom reads version 1");
+  refused_text("version 3", "loom-program 3\n",
+               "<text>:1: written by format version 3, this loom reads versions 1 and 2");
   refused_text("version 0", "loom-program 0\n%0 = const f32[] value=0x0p+0\n",
-               "written by format version 0, this loom reads version 1");
+               "written by format version 0, this loom reads versions 1 and 2");
   refused_text("version x", "loom-program one\n", "the format version 'one' is not a number");
+  /* symbol lines (version 2): an input dim that takes any size */
+  const char *rows = "%0 = input 0\n%1 = relu f32[5,3] %0\noutput %1\nend\n";
+  char sym[512];
+  snprintf(sym, sizeof sym, "loom-program 2\ninput 0 x f32[5,3]\nsymbol 0 0 rows\n%s", rows);
+  CHECK_OK(parse(sym, &p));
+  if (p) {
+    CHECK_STR_EQ(loom_program_input_dim_symbol(p, 0, 0), "rows");
+    LOOM_SCOPE {
+      float x[6] = {1, -2, 3, -4, 5, -6}, y[6];
+      loom_tensor *in = loom_from_data(x, LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU), *out = NULL;
+      CHECK_OK(loom_program_run(p, &in, &out));
+      CHECK_OK(loom_copy_to_host(out, y, sizeof y));
+      CHECK(y[0] == 1 && y[1] == 0 && y[4] == 5 && y[5] == 0);
+    }
+    loom_program_free(p);
+  }
+  const struct {
+    const char *what, *version, *dims, *symbols, *says;
+  } sym_bad[] = {
+      {"symbol in version 1", "1", "5,3", "symbol 0 0 rows\n",
+       "<text>:3: symbol lines need format version 2"},
+      {"version 2 without symbols", "2", "5,3", "",
+       "<text>:3: format version 2 has symbol lines before the positions"},
+      {"symbol on no input", "2", "5,3", "symbol 1 0 rows\n",
+       "symbol on input 1, which is not declared"},
+      {"symbol past the dims", "2", "5,3", "symbol 0 2 rows\n",
+       "symbol on dim 2 of input 0, which has 2 dims"},
+      {"symbols out of order", "2", "5,3", "symbol 0 1 cols\nsymbol 0 0 rows\n",
+       "increasing input and axis order"},
+      {"symbol name", "2", "5,3", "symbol 0 0 9rows\n", "<text>:3:"},
+      {"symbol traced at 1", "2", "1,3", "symbol 0 0 rows\n", "a size of at least 2"},
+  };
+  for (int i = 0; i < (int)(sizeof sym_bad / sizeof sym_bad[0]); i++) {
+    snprintf(sym, sizeof sym,
+             "loom-program %s\ninput 0 x f32[%s]\n%s%%0 = input 0\n%%1 = relu f32[%s] %%0\n"
+             "output %%1\nend\n",
+             sym_bad[i].version, sym_bad[i].dims, sym_bad[i].symbols, sym_bad[i].dims);
+    refused_text(sym_bad[i].what, sym, sym_bad[i].says);
+  }
   refused_text("tab", "loom-program\t1\n", "not a loom program");
   refused_text("crlf", "loom-program 1\r\n", "<text>:1: byte 0x0d at column 15");
   refused_bytes("nul", "loom-program 1\n%0\0", 18,
@@ -990,9 +1030,9 @@ static void mutate_lines(const text_lines *ls, bool one_output) {
     }
     if (one_output) refused_line(ls, i, NULL, LOOM_ERR_CORRUPT, mutant, "deleted");
     if (i == 0) {
-      snprintf(needle, sizeof needle, "%s written by format version 2, this loom reads version 1",
-               at);
-      refused_line(ls, i, "loom-program 2", LOOM_ERR_CORRUPT, needle, "version");
+      snprintf(needle, sizeof needle,
+               "%s written by format version 3, this loom reads versions 1 and 2", at);
+      refused_line(ls, i, "loom-program 3", LOOM_ERR_CORRUPT, needle, "version");
     } else if (strcmp(ws.w[0], "input") == 0) {
       mutate_declaration(ls, i, ws, at);
     } else if (strcmp(ws.w[0], "output") == 0) {

@@ -22,7 +22,7 @@ elif [ "${1:-}" = "--tsan" ]; then
   # LLVM and OpenBLAS are not instrumented: tools/tsan.supp names what TSan
   # cannot see through in them.
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tools/tsan.supp"
-  targets=(--target test_threads test_program test_cache test_disk_cache test_dynamic)
+  targets=(--target test_threads test_program test_cache test_disk_cache test_dynamic test_symbolic)
   select=(-L threads)
 fi
 cmake -S . -B "$dir" "${flags[@]}" >/dev/null

@@ -57,3 +57,16 @@ void check_fill_uniform(float *x, int64_t n, unsigned seed) {
     x[i] = (float)((seed >> 8) % 2001) / 1000.0f - 1.0f;
   }
 }
+
+int check_softmax_dot_rows(const double *x, int n, int cols, const double *got) {
+  int misses = 0;
+  for (int row = 0; row < n; row++) {
+    const double *r = x + (size_t)row * (size_t)cols;
+    double m = -INFINITY, s = 0, want = 0;
+    for (int c = 0; c < cols; c++) m = fmax(m, r[c]);
+    for (int c = 0; c < cols; c++) s += exp(r[c] - m);
+    for (int c = 0; c < cols; c++) want += exp(r[c] - m) / s * r[c];
+    misses += fabs(got[row] - want) > 1e-12;
+  }
+  return misses;
+}

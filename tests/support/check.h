@@ -42,6 +42,10 @@ void check_fill_uniform(float *x, int64_t n, unsigned seed);
  */
 double check_sum_tolerance(bool f32, double n, double sumsq, double sum);
 double check_sum_bound(bool f32, double n, double sumabs);
+/* How many of the n rows of x ([n, cols]) got[row] misses by more than
+ * 1e-12: sum(softmax(row) * row), computed here in double (the threads
+ * suites' computation over sizes that change). */
+int check_softmax_dot_rows(const double *x, int n, int cols, const double *got);
 /* Prints "N passed, M failed" and returns the exit code of the suite. */
 int check_report(void);
 

@@ -1,0 +1,700 @@
+/*
+ * Symbolic dimensions of a program's graph: which of every node's dims follow
+ * the sizes named on its inputs, and how.
+ *
+ * A program is recorded at example sizes; some input dims are declared
+ * symbols. Every dim of every node (a slot) gets an expression over the
+ * symbols: a polynomial with integer coefficients (b * t after a flatten,
+ * 2 * b after a cat, t - 1 after a slice to the end). Slots that must be equal
+ * (an elementwise node and its sources, a matrix product's inner dims, a
+ * permuted dim and its source) are joined in one class; a derived slot (a
+ * reshape's merged dims, a cat's axis) gets an expression from its sources'
+ * once they are known. A dim nothing ties to an input (a constant's, a
+ * broadcast's) stays open until its consumers tie it; what stays open is a
+ * fixed size; so is a slice of a fixed dim (a position table's first t rows
+ * follow t). Two expressions meeting in one class must be the same
+ * polynomial: a symbol meeting a fixed size (a weight's) is refused.
+ *
+ * A reshape splitting a symbolic dim ([b * t, C] -> [b, t, C]) is told apart
+ * by the example sizes: each new dim takes the part of the product whose
+ * example value it has. Example sizes of symbols must therefore be at least 2
+ * (a size of 1 is a broadcast) and the split must be unique.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/passes.h"
+
+/* ------------------------------------------------------------ polynomials */
+
+static int term_cmp(const lm_sym_term *a, const lm_sym_term *b) {
+  return memcmp(a->pow, b->pow, sizeof a->pow);
+}
+
+/* Sorted terms, like ones merged, zeros dropped; false on overflow or too
+ * many terms. */
+static bool normalize(lm_sym_expr *e) {
+  for (int i = 1; i < e->nterms; i++) /* insertion sort: a few terms */
+    for (int j = i; j > 0 && term_cmp(&e->t[j - 1], &e->t[j]) > 0; j--) {
+      lm_sym_term tmp = e->t[j];
+      e->t[j] = e->t[j - 1], e->t[j - 1] = tmp;
+    }
+  int out = 0;
+  for (int i = 0; i < e->nterms; i++) {
+    if (out > 0 && term_cmp(&e->t[out - 1], &e->t[i]) == 0) {
+      if (__builtin_add_overflow(e->t[out - 1].coef, e->t[i].coef, &e->t[out - 1].coef))
+        return false;
+    } else {
+      e->t[out++] = e->t[i];
+    }
+    if (out > 0 && e->t[out - 1].coef == 0) out--;
+  }
+  e->nterms = out;
+  return true;
+}
+
+lm_sym_expr lm_sym_const(int64_t v) {
+  lm_sym_expr e = {0};
+  if (v != 0) e.nterms = 1, e.t[0].coef = v;
+  return e;
+}
+
+lm_sym_expr lm_sym_symbol(int s) {
+  lm_sym_expr e = {.nterms = 1};
+  e.t[0].coef = 1;
+  e.t[0].pow[s] = 1;
+  return e;
+}
+
+bool lm_sym_eq(const lm_sym_expr *a, const lm_sym_expr *b) {
+  if (a->nterms != b->nterms) return false;
+  for (int i = 0; i < a->nterms; i++)
+    if (a->t[i].coef != b->t[i].coef || term_cmp(&a->t[i], &b->t[i]) != 0) return false;
+  return true;
+}
+
+bool lm_sym_is_const(const lm_sym_expr *e) {
+  return e->nterms == 0 || (e->nterms == 1 && term_cmp(&e->t[0], &(lm_sym_term){0}) == 0);
+}
+
+/* The one symbol e is (coefficient 1, power 1), or -1. */
+int lm_sym_as_symbol(const lm_sym_expr *e) {
+  if (e->nterms != 1 || e->t[0].coef != 1) return -1;
+  int found = -1;
+  for (int s = 0; s < LM_SYM_MAX_SYMBOLS; s++) {
+    if (e->t[0].pow[s] == 0) continue;
+    if (e->t[0].pow[s] != 1 || found >= 0) return -1;
+    found = s;
+  }
+  return found;
+}
+
+static bool sym_add(const lm_sym_expr *a, const lm_sym_expr *b, lm_sym_expr *out) {
+  lm_sym_expr r = *a;
+  for (int i = 0; i < b->nterms; i++) {
+    int j = 0;
+    while (j < r.nterms && term_cmp(&r.t[j], &b->t[i]) != 0) j++;
+    if (j < r.nterms) {
+      if (__builtin_add_overflow(r.t[j].coef, b->t[i].coef, &r.t[j].coef)) return false;
+    } else {
+      if (r.nterms == LM_SYM_TERMS) return false;
+      r.t[r.nterms++] = b->t[i];
+    }
+  }
+  if (!normalize(&r)) return false;
+  *out = r;
+  return true;
+}
+
+static bool sym_mul(const lm_sym_expr *a, const lm_sym_expr *b, lm_sym_expr *out) {
+  lm_sym_expr r = {0};
+  for (int i = 0; i < a->nterms; i++)
+    for (int j = 0; j < b->nterms; j++) {
+      lm_sym_term t = {0};
+      if (__builtin_mul_overflow(a->t[i].coef, b->t[j].coef, &t.coef)) return false;
+      for (int s = 0; s < LM_SYM_MAX_SYMBOLS; s++) {
+        int p = a->t[i].pow[s] + b->t[j].pow[s];
+        if (p > 8) return false;
+        t.pow[s] = (uint8_t)p;
+      }
+      lm_sym_expr one = {.nterms = 1, .t = {t}};
+      if (!sym_add(&r, &one, &r)) return false;
+    }
+  *out = r;
+  return true;
+}
+
+int64_t lm_sym_eval(const lm_sym_expr *e, const int64_t *values) {
+  int64_t sum = 0;
+  for (int i = 0; i < e->nterms; i++) {
+    int64_t v = e->t[i].coef;
+    for (int s = 0; s < LM_SYM_MAX_SYMBOLS; s++)
+      for (int p = 0; p < e->t[i].pow[s]; p++)
+        if (__builtin_mul_overflow(v, values[s], &v)) return INT64_MIN;
+    if (__builtin_add_overflow(sum, v, &sum)) return INT64_MIN;
+  }
+  return sum;
+}
+
+const char *lm_sym_str(const lm_sym_expr *e, const char *const *names, char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = 0;
+  if (e->nterms == 0) {
+    snprintf(buf, len, "0");
+    return buf;
+  }
+  for (int i = 0; i < e->nterms && used < len; i++) {
+    int64_t c = e->t[i].coef;
+    bool constant = term_cmp(&e->t[i], &(lm_sym_term){0}) == 0;
+    if (i > 0)
+      used += (size_t)snprintf(buf + used, len - used, c < 0 ? " - " : " + ");
+    else if (c < 0)
+      used += (size_t)snprintf(buf + used, len - used, "-");
+    int64_t m = c < 0 ? -c : c;
+    bool first = true;
+    if (m != 1 || constant) {
+      used += (size_t)snprintf(buf + used, len - used, "%lld", (long long)m);
+      first = false;
+    }
+    for (int s = 0; s < LM_SYM_MAX_SYMBOLS && used < len; s++)
+      for (int p = 0; p < e->t[i].pow[s] && used < len; p++) {
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", first ? "" : "*", names[s]);
+        first = false;
+      }
+  }
+  return buf;
+}
+
+/* ------------------------------------------------------------ inference */
+
+typedef struct infer {
+  const lm_graph *g;
+  const char *const *names;
+  const int64_t *example;
+  int nsym;
+  int *parent;       /* union-find over slots (pos * LOOM_MAX_DIMS + d) */
+  bool *known;       /* per class root */
+  lm_sym_expr *expr; /* per class root, when known */
+  bool changed;
+  char *err;
+  size_t errlen;
+  bool failed;
+} infer;
+
+static int slot(int pos, int d) { return pos * LOOM_MAX_DIMS + d; }
+
+static int find(infer *f, int s) {
+  while (f->parent[s] != s) {
+    f->parent[s] = f->parent[f->parent[s]];
+    s = f->parent[s];
+  }
+  return s;
+}
+
+static int64_t concrete(const infer *f, int s) {
+  return f->g->nodes[s / LOOM_MAX_DIMS]->shape.dim[s % LOOM_MAX_DIMS];
+}
+
+static void fail_at(infer *f, int pos, const char *fmt, const char *a, const char *b) {
+  if (f->failed) return;
+  f->failed = true;
+  const lm_node *n = f->g->nodes[pos];
+  char shape[96];
+  lm_shape_str(&n->shape, shape, sizeof shape);
+  char what[512];
+  snprintf(what, sizeof what, fmt, a, b);
+  snprintf(f->err, f->errlen, "%s (at node %d, %s %s)", what, pos, lm_op_name(n->op), shape);
+}
+
+static void set_expr(infer *f, int s, const lm_sym_expr *e) {
+  int r = find(f, s);
+  if (f->known[r]) {
+    if (!lm_sym_eq(&f->expr[r], e)) {
+      char a[128], b[128];
+      fail_at(f, s / LOOM_MAX_DIMS, "a dim would be both %s and %s",
+              lm_sym_str(&f->expr[r], f->names, a, sizeof a), lm_sym_str(e, f->names, b, sizeof b));
+    }
+    return;
+  }
+  f->known[r] = true;
+  f->expr[r] = *e;
+  f->changed = true;
+}
+
+static void join(infer *f, int a, int b) {
+  int ra = find(f, a), rb = find(f, b);
+  if (ra == rb) return;
+  if (f->known[ra] && f->known[rb] && !lm_sym_eq(&f->expr[ra], &f->expr[rb])) {
+    char x[128], y[128];
+    const lm_sym_expr *ea = &f->expr[ra], *eb = &f->expr[rb];
+    if (lm_sym_is_const(ea) != lm_sym_is_const(eb))
+      fail_at(f, b / LOOM_MAX_DIMS,
+              "a dim of size %s meets a fixed dim of size %s (a weight's, or another input's): "
+              "make both follow the symbol or neither",
+              lm_sym_str(lm_sym_is_const(ea) ? eb : ea, f->names, x, sizeof x),
+              lm_sym_str(lm_sym_is_const(ea) ? ea : eb, f->names, y, sizeof y));
+    else
+      fail_at(f, b / LOOM_MAX_DIMS, "dims of sizes %s and %s must be equal",
+              lm_sym_str(ea, f->names, x, sizeof x), lm_sym_str(eb, f->names, y, sizeof y));
+    return;
+  }
+  if (f->known[rb] && !f->known[ra]) {
+    int t = ra;
+    ra = rb, rb = t;
+  }
+  f->parent[rb] = ra;
+  f->changed = true;
+}
+
+static const lm_sym_expr *known_expr(infer *f, int s) {
+  int r = find(f, s);
+  return f->known[r] ? &f->expr[r] : NULL;
+}
+
+static int64_t example_of(const infer *f, const lm_sym_expr *e) {
+  return lm_sym_eval(e, f->example);
+}
+
+/* The ways to split a term (c * symbols) over a reshape's new dims of the
+ * given example sizes, each dim a part of the symbols times a factor of c
+ * (counting stops at 2); the first way found in first[]. */
+typedef struct splitter {
+  const int64_t *example, *sizes;
+  int nout, ways;
+  long budget; /* picks left: a hostile product of many powers ends here */
+  lm_sym_term cur[LOOM_MAX_DIMS], first[LOOM_MAX_DIMS];
+} splitter;
+
+static void split(splitter *sp, int k, lm_sym_term rest) {
+  if (sp->ways >= 2 || sp->budget <= 0) return;
+  if (k == sp->nout) {
+    bool whole = rest.coef == 1;
+    for (int s = 0; s < LM_SYM_MAX_SYMBOLS; s++) whole = whole && rest.pow[s] == 0;
+    if (whole && sp->ways++ == 0) memcpy(sp->first, sp->cur, sizeof sp->cur);
+    return;
+  }
+  uint8_t pick[LM_SYM_MAX_SYMBOLS] = {0}; /* an odometer up to rest's powers */
+  for (; sp->budget > 0; sp->budget--) {
+    int64_t value = 1;
+    bool over = false;
+    for (int s = 0; s < LM_SYM_MAX_SYMBOLS; s++)
+      for (int p = 0; p < pick[s] && !over; p++)
+        over = __builtin_mul_overflow(value, sp->example[s], &value);
+    if (!over && value > 0 && sp->sizes[k] % value == 0 &&
+        rest.coef % (sp->sizes[k] / value) == 0) {
+      lm_sym_term part = {.coef = sp->sizes[k] / value}, left = rest;
+      left.coef = rest.coef / part.coef;
+      for (int s = 0; s < LM_SYM_MAX_SYMBOLS; s++) {
+        part.pow[s] = pick[s];
+        left.pow[s] = (uint8_t)(rest.pow[s] - pick[s]);
+      }
+      sp->cur[k] = part;
+      split(sp, k + 1, left);
+    }
+    int s = 0;
+    while (s < LM_SYM_MAX_SYMBOLS && pick[s] == rest.pow[s]) pick[s++] = 0;
+    if (s == LM_SYM_MAX_SYMBOLS) return;
+    pick[s]++;
+  }
+}
+
+/* A reshape: dims grouped where the running products of the example sizes
+ * meet; a group of one dim on either side maps through a product. */
+static void infer_reshape(infer *f, int pos, const lm_node *n, int src_pos) {
+  const loom_shape *in = &f->g->nodes[src_pos]->shape, *out = &n->shape;
+  int i = 0, o = 0;
+  while (i < in->ndim || o < out->ndim) {
+    /* a size-1 dim is a group of its own */
+    if (o < out->ndim && out->dim[o] == 1) {
+      lm_sym_expr one = lm_sym_const(1);
+      set_expr(f, slot(pos, o++), &one);
+      continue;
+    }
+    if (i < in->ndim && in->dim[i] == 1) {
+      i++;
+      continue;
+    }
+    int i0 = i, o0 = o;
+    int64_t pi = i < in->ndim ? in->dim[i++] : 1, po = o < out->ndim ? out->dim[o++] : 1;
+    while (pi != po) {
+      if (pi < po && i < in->ndim)
+        pi *= in->dim[i++];
+      else if (o < out->ndim)
+        po *= out->dim[o++];
+      else
+        break;
+    }
+    if (pi != po) { /* only with zeros: no symbol can be told */
+      for (; o0 < o; o0++) {
+        lm_sym_expr c = lm_sym_const(out->dim[o0]);
+        set_expr(f, slot(pos, o0), &c);
+      }
+      continue;
+    }
+    if (i - i0 == 1 && o - o0 == 1) {
+      join(f, slot(src_pos, i0), slot(pos, o0));
+      continue;
+    }
+    /* the group's product, from the side that is known */
+    lm_sym_expr prod = lm_sym_const(1);
+    bool in_known = true;
+    for (int k = i0; k < i && in_known; k++) {
+      const lm_sym_expr *e = known_expr(f, slot(src_pos, k));
+      if (!e || !sym_mul(&prod, e, &prod)) in_known = false;
+    }
+    if (!in_known) {
+      if (i - i0 != 1) continue;
+      lm_sym_expr back = lm_sym_const(1);
+      for (int k = o0; k < o; k++) {
+        const lm_sym_expr *e = known_expr(f, slot(pos, k));
+        if (!e || !sym_mul(&back, e, &back)) return;
+      }
+      set_expr(f, slot(src_pos, i0), &back);
+      continue;
+    }
+    if (o - o0 == 1) {
+      set_expr(f, slot(pos, o0), &prod);
+      continue;
+    }
+    if (lm_sym_is_const(&prod)) {
+      for (int k = o0; k < o; k++) {
+        lm_sym_expr c = lm_sym_const(out->dim[k]);
+        set_expr(f, slot(pos, k), &c);
+      }
+      continue;
+    }
+    char a[128];
+    if (prod.nterms != 1) {
+      fail_at(f, pos, "a reshape splits the dim %s%s, which is not a product",
+              lm_sym_str(&prod, f->names, a, sizeof a), "");
+      return;
+    }
+    splitter sp = {
+        .example = f->example, .sizes = &out->dim[o0], .nout = o - o0, .budget = 1 << 16};
+    split(&sp, 0, prod.t[0]);
+    if (sp.budget <= 0) {
+      fail_at(f, pos, "a reshape splits %s in too many ways to try%s",
+              lm_sym_str(&prod, f->names, a, sizeof a), "");
+      return;
+    }
+    if (sp.ways != 1) {
+      fail_at(f, pos,
+              sp.ways ? "a reshape splits %s in more than one way at these example sizes%s: trace "
+                        "with distinct sizes for the symbols"
+                      : "a reshape splits %s into dims that do not follow its symbols%s",
+              lm_sym_str(&prod, f->names, a, sizeof a), "");
+      return;
+    }
+    for (int k = o0; k < o; k++) {
+      lm_sym_expr e = {.nterms = 1, .t = {sp.first[k - o0]}};
+      set_expr(f, slot(pos, k), &e);
+    }
+  }
+}
+
+/* v within 1 of a traced size (from 3 up: small bounds are everywhere) */
+static bool near_size(int64_t v, int64_t traced) {
+  return v >= 3 && v - traced <= 1 && traced - v <= 1;
+}
+
+static void infer_node(infer *f, int pos) {
+  const lm_graph *g = f->g;
+  const lm_node *n = g->nodes[pos];
+  int nd = n->shape.ndim;
+  if (lm_is_computed(n)) return; /* seeded */
+  int src[LM_CAT_MAX_SOURCES];
+  for (int s = 0; s < n->nsrc && s < LM_CAT_MAX_SOURCES; s++) src[s] = lm_graph_pos(g, n->src[s]);
+  switch (lm_op_info_of(n->op)->cls) {
+  case LM_OPC_LEAF: /* CONST IOTA RAND: open, tied by their consumers */ return;
+  case LM_OPC_ELEMENTWISE:
+    for (int s = 0; s < n->nsrc; s++)
+      if (g->nodes[src[s]]->shape.ndim == nd)
+        for (int d = 0; d < nd; d++) join(f, slot(pos, d), slot(src[s], d));
+    return;
+  case LM_OPC_REDUCE:
+    for (int d = 0; d < nd; d++) {
+      if (n->arg.axes & (1u << d)) {
+        lm_sym_expr one = lm_sym_const(1);
+        set_expr(f, slot(pos, d), &one);
+      } else {
+        join(f, slot(pos, d), slot(src[0], d));
+      }
+    }
+    return;
+  case LM_OPC_LIBRARY: { /* [..., M, K] @ [..., K, N] */
+    for (int d = 0; d < nd - 2; d++) {
+      join(f, slot(pos, d), slot(src[0], d));
+      join(f, slot(pos, d), slot(src[1], d));
+    }
+    join(f, slot(pos, nd - 2), slot(src[0], nd - 2));
+    join(f, slot(pos, nd - 1), slot(src[1], nd - 1));
+    join(f, slot(src[0], nd - 1), slot(src[1], nd - 2));
+    return;
+  }
+  case LM_OPC_GATHER: { /* table [V, ..], indices S: S + table's dims after the first */
+    int ni = g->nodes[src[1]]->shape.ndim;
+    for (int d = 0; d < ni; d++) join(f, slot(pos, d), slot(src[1], d));
+    for (int d = ni; d < nd; d++) join(f, slot(pos, d), slot(src[0], d - ni + 1));
+    return;
+  }
+  case LM_OPC_COPY: return;
+  case LM_OPC_VIEW: break;
+  }
+  const lm_node *in = g->nodes[src[0]];
+  switch (n->op) {
+  case LM_RESHAPE: infer_reshape(f, pos, n, src[0]); return;
+  case LM_PERMUTE:
+    for (int d = 0; d < nd; d++) join(f, slot(pos, d), slot(src[0], n->arg.perm[d]));
+    return;
+  case LM_EXPAND: /* a broadcast dim is open */
+    for (int d = 0; d < nd; d++)
+      if (in->shape.dim[d] == n->shape.dim[d]) join(f, slot(pos, d), slot(src[0], d));
+    return;
+  case LM_SLICE:
+    for (int d = 0; d < nd; d++) {
+      int64_t start = n->arg.slice.start[d], step = n->arg.slice.step[d];
+      int64_t len = n->shape.dim[d], from = in->shape.dim[d];
+      if (start == 0 && step == 1 && len == from) {
+        join(f, slot(pos, d), slot(src[0], d));
+        continue;
+      }
+      const lm_sym_expr *e = known_expr(f, slot(src[0], d));
+      /* a part of a fixed dim is open: its consumers may make its length a
+       * symbol (the first t rows of a position table) */
+      if (!e || lm_sym_is_const(e)) continue;
+      lm_sym_expr out = lm_sym_const(len);
+      bool to_end = step == 1 && start + len == from;
+      if (!lm_sym_is_const(e)) {
+        /* a bound near the traced size was likely computed from it (the last
+         * row: start = t - 1) and would not follow it */
+        int64_t near = near_size(start, from) ? start : !to_end && near_size(len, from) ? len : -1;
+        if (near >= 0) {
+          char a[128], b[160];
+          snprintf(b, sizeof b, "%lld (the dim is traced at %lld)", (long long)near,
+                   (long long)from);
+          fail_at(f, pos,
+                  "a slice of a dim of size %s has a bound of %s: a bound computed from a "
+                  "symbolic size would not follow it; slice to the end, or trace at a size far "
+                  "from the slice's bounds",
+                  lm_sym_str(e, f->names, a, sizeof a), b);
+          return;
+        }
+      }
+      if (!lm_sym_is_const(e) && to_end) {
+        lm_sym_expr minus = lm_sym_const(-start);
+        if (!sym_add(e, &minus, &out)) out = lm_sym_const(len);
+      }
+      set_expr(f, slot(pos, d), &out);
+    }
+    return;
+  case LM_PAD:
+    for (int d = 0; d < nd; d++) {
+      int64_t grow = n->shape.dim[d] - in->shape.dim[d];
+      if (grow == 0) {
+        join(f, slot(pos, d), slot(src[0], d));
+        continue;
+      }
+      const lm_sym_expr *e = known_expr(f, slot(src[0], d));
+      lm_sym_expr more = lm_sym_const(grow), out;
+      if (e && sym_add(e, &more, &out)) set_expr(f, slot(pos, d), &out);
+    }
+    return;
+  case LM_CAT: {
+    int ax = n->arg.axis;
+    lm_sym_expr sum = lm_sym_const(0);
+    bool all = true;
+    for (int s = 0; s < n->nsrc; s++) {
+      for (int d = 0; d < nd; d++)
+        if (d != ax) join(f, slot(pos, d), slot(src[s], d));
+      const lm_sym_expr *e = known_expr(f, slot(src[s], ax));
+      if (!e || !sym_add(&sum, e, &sum)) all = false;
+    }
+    if (all) set_expr(f, slot(pos, ax), &sum);
+    return;
+  }
+  case LM_WINDOW: { /* [.., H, W] -> [.., OH, OW, KH, KW] */
+    int lead = in->shape.ndim - 2;
+    for (int d = 0; d < lead; d++) join(f, slot(pos, d), slot(src[0], d));
+    for (int d = lead; d < nd; d++) {
+      const lm_sym_expr *e = d < lead + 2 ? known_expr(f, slot(src[0], d)) : NULL;
+      if (e && !lm_sym_is_const(e)) {
+        char a[128];
+        fail_at(f, pos, "sliding windows over a dim of size %s%s: the window dims must be fixed",
+                lm_sym_str(e, f->names, a, sizeof a), "");
+        return;
+      }
+      if (d >= lead + 2 || e) {
+        lm_sym_expr c = lm_sym_const(n->shape.dim[d]);
+        set_expr(f, slot(pos, d), &c);
+      }
+    }
+    return;
+  }
+  default: return;
+  }
+}
+
+/* ------------------------------------------------------------ size-valued constants */
+
+/* A mean over symbolic dims divides their sum by a constant holding the
+ * count (frontend/reduce.c), a variance by the count less its correction
+ * (frontend/composites.c): DIV(RSUM(x), CONST), the sum maybe reshaped and
+ * the constant a broadcast scalar, with
+ * the constant equal to the reduced dims' product, or that less 1. That
+ * constant becomes the product's expression (less 1). */
+static bool mean_count(const lm_graph *g, const lm_sym_expr *dims, const lm_node *n,
+                       lm_sym_count *out) {
+  if (n->op != LM_DIV) return false;
+  const lm_node *sum = n->src[0], *c = n->src[1];
+  while (sum->op == LM_RESHAPE) sum = sum->src[0];
+  while (c->op == LM_RESHAPE || c->op == LM_EXPAND) c = c->src[0]; /* a scalar broadcast */
+  if (sum->op != LM_RSUM || c->op != LM_CONST) return false;
+  const lm_node *x = sum->src[0];
+  int xpos = lm_graph_pos(g, x);
+  lm_sym_expr count = lm_sym_const(1);
+  int64_t concrete_count = 1;
+  for (int d = 0; d < x->shape.ndim; d++) {
+    if (!(sum->arg.axes & (1u << d))) continue;
+    concrete_count *= x->shape.dim[d];
+    if (!sym_mul(&count, &dims[slot(xpos, d)], &count)) return false;
+  }
+  double less = (double)concrete_count - c->arg.f;
+  if (lm_sym_is_const(&count) || !(less == 0 || less == 1)) return false;
+  lm_sym_expr correction = lm_sym_const(-(int64_t)less);
+  if (!sym_add(&count, &correction, &out->value)) return false;
+  out->pos = lm_graph_pos(g, c);
+  return true;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* The traced sizes of symbolic dims, and one more or less: what a constant
+ * computed from one would hold (from 3 up: 1, 2 and 0.5 are everywhere).
+ * sizes: the traced sizes of symbolic dims, sorted. */
+static bool is_symbolic_size(const int64_t *sizes, int nsizes, double v) {
+  if (!(v >= 3 && v <= 9007199254740992.0) || v != floor(v)) return false;
+  for (int64_t k = (int64_t)v - 1; k <= (int64_t)v + 1; k++)
+    if (bsearch(&k, sizes, (size_t)nsizes, sizeof *sizes, cmp_i64)) return true;
+  return false;
+}
+
+static loom_status find_counts(const lm_graph *g, const char *const *names, const lm_sym_expr *dims,
+                               lm_sym_count *counts, int *ncounts, char *err, size_t errlen) {
+  *ncounts = 0;
+  int64_t *sizes = malloc(sizeof *sizes * ((size_t)g->n * LOOM_MAX_DIMS + 1));
+  if (!sizes) {
+    snprintf(err, errlen, "out of memory");
+    return LOOM_ERR_OOM;
+  }
+  int nsizes = 0;
+  for (int pos = 0; pos < g->n; pos++)
+    for (int d = 0; d < g->nodes[pos]->shape.ndim; d++)
+      if (!lm_sym_is_const(&dims[slot(pos, d)])) sizes[nsizes++] = g->nodes[pos]->shape.dim[d];
+  qsort(sizes, (size_t)nsizes, sizeof *sizes, cmp_i64);
+  for (int pos = 0; pos < g->n; pos++) {
+    lm_sym_count c;
+    if (mean_count(g, dims, g->nodes[pos], &c)) {
+      bool seen = false;
+      for (int i = 0; i < *ncounts && !seen; i++) seen = counts[i].pos == c.pos;
+      if (!seen) counts[(*ncounts)++] = c;
+    }
+  }
+  for (int pos = 0; pos < g->n; pos++) {
+    const lm_node *n = g->nodes[pos];
+    if (n->op != LM_CONST) continue;
+    bool counted = false;
+    for (int i = 0; i < *ncounts && !counted; i++) counted = counts[i].pos == pos;
+    double v = fabs(n->arg.f);
+    if (counted ||
+        !(is_symbolic_size(sizes, nsizes, v) || (v > 0 && is_symbolic_size(sizes, nsizes, 1 / v))))
+      continue;
+    (void)names;
+    free(sizes);
+    snprintf(err, errlen,
+             "a constant %.17g (at node %d) is within 1 of the traced size of a symbolic dim, or "
+             "of its reciprocal: a value computed from a symbolic size (other than a mean's or "
+             "a variance's count) would not follow it. Trace at sizes no constant of the graph "
+             "is near",
+             n->arg.f, pos);
+    return LOOM_ERR_SHAPE;
+  }
+  free(sizes);
+  return LOOM_OK;
+}
+
+loom_status lm_sym_infer(const lm_graph *g, int nsym, const char *const *names,
+                         const int64_t *example, const lm_sym_seed *seeds, int nseeds,
+                         lm_sym_expr *dims, lm_sym_count *counts, int *ncounts, char *err,
+                         size_t errlen) {
+  if (g->n > LM_SYM_MAX_NODES) {
+    snprintf(err, errlen, "the graph has %d nodes; a symbolic program has at most %d", g->n,
+             LM_SYM_MAX_NODES);
+    return LOOM_ERR_VALUE;
+  }
+  int nslots = g->n * LOOM_MAX_DIMS;
+  infer f = {
+      .g = g, .names = names, .example = example, .nsym = nsym, .err = err, .errlen = errlen};
+  f.parent = malloc(sizeof(int) * (size_t)(nslots + 1));
+  f.known = calloc((size_t)nslots + 1, sizeof(bool));
+  f.expr = calloc((size_t)nslots + 1, sizeof(lm_sym_expr));
+  if (!f.parent || !f.known || !f.expr) {
+    free(f.parent), free(f.known), free(f.expr);
+    snprintf(err, errlen, "out of memory");
+    return LOOM_ERR_OOM;
+  }
+  for (int s = 0; s < nslots; s++) f.parent[s] = s;
+  /* leaves with data and inputs: their sizes, or the symbols named on them */
+  for (int pos = 0; pos < g->n; pos++) {
+    const lm_node *n = g->nodes[pos];
+    if (!lm_is_computed(n)) continue;
+    for (int d = 0; d < n->shape.ndim; d++) {
+      lm_sym_expr c = lm_sym_const(n->shape.dim[d]);
+      for (int i = 0; i < nseeds; i++)
+        if (seeds[i].pos == pos && seeds[i].axis == d) c = lm_sym_symbol(seeds[i].symbol);
+      set_expr(&f, slot(pos, d), &c);
+    }
+  }
+  /* to a fixed point; then what stays open is a fixed size, and again */
+  for (int round = 0; round < 2 && !f.failed; round++) {
+    for (int pass = 0; pass < 64 && !f.failed; pass++) {
+      f.changed = false;
+      for (int pos = 0; pos < g->n && !f.failed; pos++) infer_node(&f, pos);
+      if (!f.changed) break;
+    }
+    if (round == 0)
+      for (int pos = 0; pos < g->n; pos++)
+        for (int d = 0; d < g->nodes[pos]->shape.ndim; d++) {
+          int s = slot(pos, d);
+          if (!f.known[find(&f, s)]) {
+            lm_sym_expr c = lm_sym_const(concrete(&f, s));
+            set_expr(&f, s, &c);
+          }
+        }
+  }
+  /* every dim has its expression, and it gives the example's size */
+  for (int pos = 0; pos < g->n && !f.failed; pos++)
+    for (int d = 0; d < LOOM_MAX_DIMS; d++) {
+      int s = slot(pos, d);
+      if (d >= g->nodes[pos]->shape.ndim) {
+        dims[s] = lm_sym_const(0);
+        continue;
+      }
+      const lm_sym_expr *e = known_expr(&f, s);
+      if (!e || example_of(&f, e) != concrete(&f, s)) {
+        char a[128], b[32];
+        snprintf(b, sizeof b, "%lld", (long long)concrete(&f, s));
+        fail_at(&f, pos, e ? "dim %s does not give the traced size %s" : "a dim%s has no size%s",
+                e ? lm_sym_str(e, names, a, sizeof a) : "", e ? b : "");
+        break;
+      }
+      dims[s] = *e;
+    }
+  free(f.parent), free(f.known), free(f.expr);
+  if (f.failed) return LOOM_ERR_SHAPE;
+  return find_counts(g, names, dims, counts, ncounts, err, errlen);
+}

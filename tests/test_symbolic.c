@@ -1,0 +1,453 @@
+/* Programs with symbolic dims (loom_compile_symbolic): one program run at
+ * many sizes against the same graph recorded lazily at each size, the
+ * symbols each node dim follows, and every refusal with its message. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "loom.h"
+#include "test_device.h"
+
+static loom_tensor *filled(loom_shape s, unsigned seed) {
+  int64_t n = 1;
+  for (int d = 0; d < s.ndim; d++) n *= s.dim[d];
+  float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  check_fill_uniform(x, n, seed);
+  loom_tensor *t = loom_from_data(x, s, LOOM_F32, test_device());
+  free(x);
+  return t;
+}
+
+/* The program's outputs at these inputs against the graph `build` records on
+ * them directly. */
+typedef loom_tensor *(*builder)(loom_tensor *const *ins, void *ctx);
+
+static void check_run(const loom_program *p, builder build, void *ctx, loom_tensor *const *ins,
+                      const char *what) {
+  loom_scope_begin();
+  loom_tensor *got = NULL;
+  loom_status st = loom_program_run(p, ins, &got);
+  CHECK_MSG(st == LOOM_OK, "%s: %s", what, loom_last_error());
+  loom_tensor *want = build(ins, ctx);
+  if (st == LOOM_OK && loom_status_of(want) == LOOM_OK) {
+    loom_shape gs = loom_shape_of(got), ws = loom_shape_of(want);
+    CHECK_MSG(gs.ndim == ws.ndim, "%s: %d dims, want %d", what, gs.ndim, ws.ndim);
+    int64_t n = 1;
+    for (int d = 0; d < gs.ndim && d < ws.ndim; d++) {
+      CHECK_MSG(gs.dim[d] == ws.dim[d], "%s: dim %d is %lld, want %lld", what, d,
+                (long long)gs.dim[d], (long long)ws.dim[d]);
+      n *= ws.dim[d];
+    }
+    float *a = malloc(sizeof(float) * (size_t)(n ? n : 1)),
+          *b = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    CHECK_OK(loom_copy_to_host(got, a, sizeof(float) * (size_t)n));
+    CHECK_OK(loom_copy_to_host(want, b, sizeof(float) * (size_t)n));
+    int bad = 0;
+    for (int64_t i = 0; i < n && bad < 3; i++)
+      if (!(fabs(a[i] - b[i]) <= 1e-5 * (1 + fabs(b[i])))) {
+        bad++;
+        check_fail_at(__FILE__, __LINE__, "%s: element %lld is %.9g, want %.9g", what, (long long)i,
+                      a[i], b[i]);
+      }
+    free(a), free(b);
+  }
+  loom_scope_end();
+}
+
+/* ------------------------------------------------------------ an MLP over any batch */
+
+typedef struct mlp {
+  loom_tensor *w1, *b1, *w2, *b2;
+} mlp;
+
+static loom_tensor *mlp_forward(loom_tensor *const *ins, void *ctx) {
+  mlp *m = ctx;
+  loom_tensor *h = loom_relu(loom_add(loom_matmul(ins[0], m->w1), m->b1));
+  return loom_softmax(loom_add(loom_matmul(h, m->w2), m->b2), -1);
+}
+
+static uint64_t kernels_made(void) {
+  loom_stats s = loom_get_stats();
+  return s.kernels_compiled + s.disk_cache_hits;
+}
+
+static void test_mlp(void) {
+  mlp m = {filled(LOOM_SHAPE(12, 16), 1), filled(LOOM_SHAPE(16), 2), filled(LOOM_SHAPE(16, 5), 3),
+           filled(LOOM_SHAPE(5), 4)};
+  loom_tensor *x = loom_input("x", LOOM_SHAPE(4, 12), LOOM_F32, test_device());
+  loom_tensor *out = mlp_forward(&x, &m);
+  loom_symbolic_dim batch = {0, 0, "batch"};
+  loom_program *p = loom_compile_symbolic(&out, 1, &x, 1, &batch, 1);
+  CHECK_MSG(p != NULL, "%s", loom_last_error());
+  if (!p) return;
+  CHECK_EQ_INT(loom_program_num_symbols(p), 1);
+  CHECK_STR_EQ(loom_program_symbol_name(p, 0), "batch");
+  CHECK_STR_EQ(loom_program_input_dim_symbol(p, 0, 0), "batch");
+  CHECK(loom_program_input_dim_symbol(p, 0, 1) == NULL);
+  CHECK(loom_program_symbol_name(p, 1) == NULL);
+  uint64_t planned = loom_get_stats().program_sizes_planned;
+  const int64_t batches[] = {4, 1, 7, 64, 3, 7, 2, 33, 5};
+  for (int i = 0; i < (int)(sizeof batches / sizeof batches[0]); i++) {
+    char what[64];
+    snprintf(what, sizeof what, "mlp at batch %lld", (long long)batches[i]);
+    loom_tensor *in = filled(LOOM_SHAPE(batches[i], 12), 10 + (unsigned)i);
+    check_run(p, mlp_forward, &m, &in, what);
+    loom_free(in);
+  }
+  /* planned once per new size: not at the traced 4, nor at 7 again */
+  CHECK_EQ_INT((int)(loom_get_stats().program_sizes_planned - planned), 7);
+  /* kernels: shape-generic by now, so more sizes compile none */
+  uint64_t before = kernels_made();
+  for (int64_t b = 40; b < 48; b++) {
+    loom_tensor *in = filled(LOOM_SHAPE(b, 12), 7);
+    check_run(p, mlp_forward, &m, &in, "mlp, later sizes");
+    loom_free(in);
+  }
+  uint64_t later = kernels_made() - before;
+  CHECK_MSG(later == 0, "8 more batch sizes made %llu kernels", (unsigned long long)later);
+
+  /* a fixed dim, a size of 0, another dtype */
+  loom_tensor *bad = filled(LOOM_SHAPE(3, 11), 5), *o = NULL;
+  loom_clear_error();
+  CHECK_RC(loom_program_run(p, &bad, &o), LOOM_ERR_SHAPE);
+  CHECK_STR_CONTAINS(loom_last_error(), "[3,11]");
+  CHECK_STR_CONTAINS(loom_last_error(), "[3,12]");
+  loom_free(bad);
+  bad = loom_zeros(LOOM_SHAPE(0, 12), LOOM_F32, test_device());
+  loom_clear_error();
+  CHECK_RC(loom_program_run(p, &bad, &o), LOOM_ERR_SHAPE);
+  CHECK_STR_CONTAINS(loom_last_error(), "symbol 'batch' takes sizes of at least 1");
+  loom_free(bad);
+  bad = loom_zeros(LOOM_SHAPE(3, 12), LOOM_F64, test_device());
+  loom_clear_error();
+  CHECK_RC(loom_program_run(p, &bad, &o), LOOM_ERR_DTYPE);
+  loom_free(bad);
+
+  /* saved with its symbol and loaded back: the same values at other sizes */
+  if (test_device().type == LOOM_DEVICE_CPU) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/loom-test-symbolic-%d.loom", (int)getpid());
+    CHECK_OK(loom_program_save(p, path));
+    loom_program *back = loom_program_load(path);
+    CHECK_MSG(back != NULL, "%s", loom_last_error());
+    if (back) {
+      CHECK_STR_EQ(loom_program_input_dim_symbol(back, 0, 0), "batch");
+      for (int64_t b = 1; b < 80; b += 26) {
+        loom_tensor *in = filled(LOOM_SHAPE(b, 12), 90 + (unsigned)b);
+        check_run(back, mlp_forward, &m, &in, "the loaded program");
+        loom_free(in);
+      }
+      loom_program_free(back);
+    }
+    FILE *f = fopen(path, "r");
+    char first[64] = "", text[4096] = "";
+    CHECK(f && fgets(first, sizeof first, f));
+    if (f) {
+      size_t got = fread(text, 1, sizeof text - 1, f);
+      text[got] = 0;
+      fclose(f);
+    }
+    CHECK_STR_EQ(first, "loom-program 2\n");
+    CHECK_STR_CONTAINS(text, "input 0 x f32[4,12]\nsymbol 0 0 batch\n%0 = input 0\n");
+    remove(path);
+    snprintf(path + strlen(path), sizeof path - strlen(path), ".safetensors");
+    remove(path);
+  }
+  if (test_device().type == LOOM_DEVICE_CPU) { /* a device's program is refused before */
+    loom_clear_error();
+    CHECK_RC(loom_program_export(p, "/tmp", "symbolic"), LOOM_ERR_VALUE);
+    CHECK_STR_CONTAINS(loom_last_error(), "symbolic sizes ('batch')");
+  }
+  loom_program_free(p);
+  loom_free(out), loom_free(x);
+  loom_free(m.w1), loom_free(m.b1), loom_free(m.w2), loom_free(m.b2);
+}
+
+/* ------------------------------------------------------------ products of symbols */
+
+/* [b, t, 6] -> [b*t, 6] @ W -> [b, t, 3] -> sum over t; and the sequence
+ * joined to itself and sliced to the end: [2t - 1, b*3] */
+static loom_tensor *flat_forward(loom_tensor *const *ins, void *ctx) {
+  loom_tensor *w = ctx;
+  loom_shape s = loom_shape_of(ins[0]);
+  loom_tensor *flat = loom_reshape(ins[0], LOOM_SHAPE(-1, 6));
+  loom_tensor *y = loom_reshape(loom_matmul(flat, w), LOOM_SHAPE(s.dim[0], s.dim[1], 3));
+  return loom_sum(y, (int[]){1}, 1, false);
+}
+
+static loom_tensor *cat_forward(loom_tensor *const *ins, void *ctx) {
+  (void)ctx;
+  loom_tensor *x = ins[0]; /* [b, t, 6] */
+  loom_tensor *parts[2] = {x, loom_mul_s(x, 2.0)};
+  loom_tensor *both = loom_cat(parts, 2, 1); /* [b, 2t, 6] */
+  loom_shape s = loom_shape_of(both);
+  loom_tensor *tail = loom_slice(both, 1, 1, s.dim[1], 1); /* [b, 2t - 1, 6] */
+  return loom_exp(loom_neg(loom_square(tail)));
+}
+
+static void test_products(void) {
+  loom_tensor *w = filled(LOOM_SHAPE(6, 3), 20);
+  loom_tensor *x = loom_input("x", LOOM_SHAPE(3, 5, 6), LOOM_F32, test_device());
+  loom_symbolic_dim dims[2] = {{0, 0, "b"}, {0, 1, "t"}};
+  loom_tensor *outs[2] = {flat_forward(&x, w), cat_forward(&x, NULL)};
+  loom_program *pf = loom_compile_symbolic(&outs[0], 1, &x, 1, dims, 2);
+  loom_program *pc = loom_compile_symbolic(&outs[1], 1, &x, 1, dims, 2);
+  CHECK_MSG(pf && pc, "%s", loom_last_error());
+  const int64_t sizes[][2] = {{3, 5}, {1, 1}, {2, 9}, {7, 2}, {4, 4}, {11, 13}};
+  for (int i = 0; pf && pc && i < (int)(sizeof sizes / sizeof sizes[0]); i++) {
+    char what[64];
+    snprintf(what, sizeof what, "b=%lld t=%lld", (long long)sizes[i][0], (long long)sizes[i][1]);
+    loom_tensor *in = filled(LOOM_SHAPE(sizes[i][0], sizes[i][1], 6), 30 + (unsigned)i);
+    check_run(pf, flat_forward, w, &in, what);
+    check_run(pc, cat_forward, NULL, &in, what);
+    loom_free(in);
+  }
+  loom_program_free(pf), loom_program_free(pc);
+  /* traced at equal sizes, the split of b*t back into [b, t] is ambiguous */
+  loom_tensor *sq = loom_input("x", LOOM_SHAPE(4, 4, 6), LOOM_F32, test_device());
+  loom_tensor *o = flat_forward(&sq, w);
+  loom_clear_error();
+  CHECK(loom_compile_symbolic(&o, 1, &sq, 1, dims, 2) == NULL);
+  CHECK_STR_CONTAINS(loom_last_error(), "more than one way");
+  loom_free(o), loom_free(sq);
+  loom_free(outs[0]), loom_free(outs[1]), loom_free(x), loom_free(w);
+}
+
+/* ------------------------------------------------------------ inputs sharing a symbol */
+
+static loom_tensor *pair_forward(loom_tensor *const *ins, void *ctx) {
+  (void)ctx;
+  return loom_mul(loom_add(ins[0], ins[1]), ins[1]);
+}
+
+static void test_shared_symbol(void) {
+  loom_tensor *ins[2] = {loom_input("x", LOOM_SHAPE(2, 3), LOOM_F32, test_device()),
+                         loom_input("y", LOOM_SHAPE(2, 3), LOOM_F32, test_device())};
+  loom_tensor *out = pair_forward(ins, NULL);
+  loom_symbolic_dim dims[2] = {{0, 0, "n"}, {1, 0, "n"}};
+  loom_program *p = loom_compile_symbolic(&out, 1, ins, 2, dims, 2);
+  CHECK_MSG(p != NULL, "%s", loom_last_error());
+  if (p) {
+    loom_tensor *run[2] = {filled(LOOM_SHAPE(5, 3), 40), filled(LOOM_SHAPE(5, 3), 41)};
+    check_run(p, pair_forward, NULL, run, "n=5");
+    loom_free(run[1]);
+    run[1] = filled(LOOM_SHAPE(6, 3), 42);
+    loom_tensor *o = NULL;
+    loom_clear_error();
+    CHECK_RC(loom_program_run(p, run, &o), LOOM_ERR_SHAPE);
+    CHECK_STR_CONTAINS(loom_last_error(),
+                       "symbol 'n' is 5 in input 0 ('x') dim 0 but 6 in input 1");
+    loom_free(run[0]), loom_free(run[1]);
+    loom_program_free(p);
+  }
+  /* one symbol only on x: y stays [2, 3], and x + y ties x's dim to 2 */
+  loom_clear_error();
+  CHECK(loom_compile_symbolic(&out, 1, ins, 2, dims, 1) == NULL);
+  CHECK_STR_CONTAINS(loom_last_error(), "meets a fixed dim");
+  loom_free(out), loom_free(ins[0]), loom_free(ins[1]);
+}
+
+/* ------------------------------------------------------------ causal attention */
+
+/* layer norm, then causal self-attention over [b, t, 8] (the mask is [t, t]) */
+static loom_tensor *attention_forward(loom_tensor *const *ins, void *ctx) {
+  loom_tensor **w = ctx;
+  loom_tensor *h = loom_layer_norm(ins[0], 1, w[0], w[1], 1e-5);
+  loom_tensor *q = loom_matmul(h, w[2]);
+  return loom_scaled_dot_product_attention(q, h, h, NULL, true, 0);
+}
+
+static void test_attention(void) {
+  loom_tensor *w[3] = {filled(LOOM_SHAPE(8), 60), filled(LOOM_SHAPE(8), 61),
+                       filled(LOOM_SHAPE(8, 8), 62)};
+  loom_tensor *x = loom_input("x", LOOM_SHAPE(2, 5, 8), LOOM_F32, test_device());
+  loom_tensor *out = attention_forward(&x, w);
+  loom_symbolic_dim dims[2] = {{0, 0, "b"}, {0, 1, "t"}};
+  loom_program *p = loom_compile_symbolic(&out, 1, &x, 1, dims, 2);
+  CHECK_MSG(p != NULL, "%s", loom_last_error());
+  const int64_t sizes[][2] = {{2, 5}, {1, 1}, {3, 2}, {1, 17}, {4, 9}};
+  for (int i = 0; p && i < (int)(sizeof sizes / sizeof sizes[0]); i++) {
+    char what[64];
+    snprintf(what, sizeof what, "attention b=%lld t=%lld", (long long)sizes[i][0],
+             (long long)sizes[i][1]);
+    loom_tensor *in = filled(LOOM_SHAPE(sizes[i][0], sizes[i][1], 8), 70 + (unsigned)i);
+    check_run(p, attention_forward, w, &in, what);
+    loom_free(in);
+  }
+  loom_program_free(p);
+  loom_free(out), loom_free(x);
+  for (int i = 0; i < 3; i++) loom_free(w[i]);
+}
+
+/* ------------------------------------------------------------ threads */
+
+/* Two threads run one program over more sizes than it keeps plans for, in
+ * opposite orders: its plans are made, shared and dropped at once; every
+ * value against a loop in double. */
+typedef struct thread_job {
+  const loom_program *p;
+  int first, step, failures;
+} thread_job;
+
+static double wave(int64_t i, double f) { return sin(0.37 * (double)i * f + 0.1); }
+
+static void *rows_over_sizes(void *arg) {
+  thread_job *j = arg;
+  for (int i = 0, n = j->first; i < 24; i++, n += j->step) {
+    LOOM_SCOPE {
+      double x[30 * 7], got[30];
+      for (int k = 0; k < n * 7; k++) x[k] = wave(k, 0.3 * n);
+      loom_tensor *t = loom_from_data(x, LOOM_SHAPE(n, 7), LOOM_F64, test_device()), *r = NULL;
+      if (loom_program_run(j->p, &t, &r) != LOOM_OK ||
+          loom_copy_to_host(r, got, sizeof(double) * (size_t)n) != LOOM_OK) {
+        j->failures++;
+        continue;
+      }
+      j->failures += check_softmax_dot_rows(x, n, 7, got);
+    }
+  }
+  return NULL;
+}
+
+static void test_threads(void) {
+  loom_tensor *x = loom_input("x", LOOM_SHAPE(5, 7), LOOM_F64, test_device());
+  int last = 1;
+  loom_tensor *out = loom_sum(loom_mul(loom_softmax(x, 1), x), &last, 1, false);
+  loom_symbolic_dim rows = {0, 0, "rows"};
+  loom_program *p = loom_compile_symbolic(&out, 1, &x, 1, &rows, 1);
+  CHECK_MSG(p != NULL, "%s", loom_last_error());
+  if (p) {
+    thread_job up = {p, 1, 1, 0}, down = {p, 24, -1, 0};
+    pthread_t a, b;
+    CHECK(pthread_create(&a, NULL, rows_over_sizes, &up) == 0);
+    CHECK(pthread_create(&b, NULL, rows_over_sizes, &down) == 0);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    CHECK_EQ_INT(up.failures, 0);
+    CHECK_EQ_INT(down.failures, 0);
+    loom_program_free(p);
+  }
+  loom_free(out), loom_free(x);
+}
+
+/* ------------------------------------------------------------ counts of symbolic dims */
+
+/* a mean and a variance over the batch (their divisors count it), and a
+ * mean over the features */
+static loom_tensor *stats_forward(loom_tensor *const *ins, void *ctx) {
+  (void)ctx;
+  int batch = 0, features = 1;
+  loom_tensor *m = loom_mean(ins[0], &batch, 1, false);     /* [3] */
+  loom_tensor *v = loom_var(ins[0], &batch, 1, 1.0, false); /* [3] */
+  loom_tensor *f = loom_mean(ins[0], &features, 1, true);   /* [b, 1] */
+  loom_tensor *parts[2] = {loom_add(m, v), loom_sum(f, NULL, 0, false)};
+  return loom_cat((loom_tensor *[]){parts[0], loom_reshape(parts[1], LOOM_SHAPE(1))}, 2, 0);
+}
+
+static void test_counts(void) {
+  loom_tensor *x = loom_input("x", LOOM_SHAPE(6, 3), LOOM_F32, test_device());
+  loom_tensor *out = stats_forward(&x, NULL);
+  loom_symbolic_dim batch = {0, 0, "batch"};
+  loom_program *p = loom_compile_symbolic(&out, 1, &x, 1, &batch, 1);
+  CHECK_MSG(p != NULL, "%s", loom_last_error());
+  const int64_t sizes[] = {6, 2, 9, 40, 13};
+  for (int i = 0; p && i < (int)(sizeof sizes / sizeof sizes[0]); i++) {
+    char what[64];
+    snprintf(what, sizeof what, "mean and variance at batch %lld", (long long)sizes[i]);
+    loom_tensor *in = filled(LOOM_SHAPE(sizes[i], 3), 80 + (unsigned)i);
+    check_run(p, stats_forward, NULL, &in, what);
+    loom_free(in);
+  }
+  loom_program_free(p);
+  /* a constant near a traced symbolic size may have been computed from it */
+  loom_tensor *scaled = loom_mul_s(x, 5.0);
+  loom_clear_error();
+  CHECK(loom_compile_symbolic(&scaled, 1, &x, 1, &batch, 1) == NULL);
+  CHECK_STR_CONTAINS(loom_last_error(), "a constant 5 (at node");
+  loom_tensor *y = loom_input("y", LOOM_SHAPE(37, 3), LOOM_F32, test_device());
+  scaled = loom_mul_s(y, 5.0); /* traced at 37: 5 is a constant */
+  loom_program *q = loom_compile_symbolic(&scaled, 1, &y, 1, &batch, 1);
+  CHECK_MSG(q != NULL, "%s", loom_last_error());
+  loom_program_free(q);
+  /* the last row, sliced at the traced size: its start would not follow */
+  loom_tensor *last = loom_slice(y, 0, 36, 37, 1);
+  loom_clear_error();
+  CHECK(loom_compile_symbolic(&last, 1, &y, 1, &batch, 1) == NULL);
+  CHECK_STR_CONTAINS(loom_last_error(), "has a bound of 36 (the dim is traced at 37)");
+  /* from row 1 to the end, and the first 4 rows: bounds that are not sizes */
+  loom_tensor *outs[2] = {loom_slice(y, 0, 1, 37, 1), loom_slice(y, 0, 0, 4, 1)};
+  for (int i = 0; i < 2; i++) {
+    loom_program *r = loom_compile_symbolic(&outs[i], 1, &y, 1, &batch, 1);
+    CHECK_MSG(r != NULL, "%s", loom_last_error());
+    if (r) LOOM_SCOPE {
+        loom_tensor *in = filled(LOOM_SHAPE(9, 3), 99), *o = NULL;
+        CHECK_OK(loom_program_run(r, &in, &o));
+        CHECK_EQ_INT(loom_shape_of(o).dim[0], i == 0 ? 8 : 4);
+      }
+    loom_program_free(r);
+  }
+}
+
+/* ------------------------------------------------------------ refusals */
+
+static void test_refusals(void) {
+  loom_tensor *x = loom_input("x", LOOM_SHAPE(4, 3), LOOM_F32, test_device());
+  loom_tensor *w = filled(LOOM_SHAPE(4, 3), 50);
+  loom_tensor *out = loom_add(x, w); /* a weight of 4 rows: the rows are fixed */
+  loom_symbolic_dim d = {0, 0, "batch"};
+  loom_clear_error();
+  CHECK(loom_compile_symbolic(&out, 1, &x, 1, &d, 1) == NULL);
+  CHECK_STR_CONTAINS(loom_last_error(), "batch meets a fixed dim of size 4");
+  loom_free(out);
+  out = loom_relu(x);
+  const struct {
+    loom_symbolic_dim d;
+    loom_status st;
+    const char *says;
+  } bad[] = {
+      {{1, 0, "b"}, LOOM_ERR_VALUE, "dims[0].input is 1"},
+      {{0, 2, "b"}, LOOM_ERR_VALUE, "dims[0].axis is 2"},
+      {{0, 0, NULL}, LOOM_ERR_NULL, "dims[0].symbol is NULL"},
+      {{0, 0, "2b"}, LOOM_ERR_VALUE, "is not 1-64 letters"},
+  };
+  for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
+    loom_clear_error();
+    CHECK(loom_compile_symbolic(&out, 1, &x, 1, &bad[i].d, 1) == NULL);
+    CHECK_STR_CONTAINS(loom_last_error(), bad[i].says);
+  }
+  loom_symbolic_dim twice[2] = {{0, 0, "a"}, {0, 0, "b"}};
+  loom_clear_error();
+  CHECK(loom_compile_symbolic(&out, 1, &x, 1, twice, 2) == NULL);
+  CHECK_STR_CONTAINS(loom_last_error(), "both name input 0 dim 0");
+  loom_clear_error();
+  CHECK(loom_compile_symbolic(&out, 1, &x, 1, NULL, 1) == NULL);
+  CHECK_STR_CONTAINS(loom_last_error(), "dims is NULL");
+  loom_free(out), loom_free(x);
+  /* traced at 1: a size of 1 cannot be told from a broadcast */
+  loom_tensor *one = loom_input("x", LOOM_SHAPE(1, 3), LOOM_F32, test_device());
+  out = loom_relu(one);
+  loom_clear_error();
+  CHECK(loom_compile_symbolic(&out, 1, &one, 1, &d, 1) == NULL);
+  CHECK_STR_CONTAINS(loom_last_error(), "at least 2");
+  loom_free(out), loom_free(one), loom_free(w);
+  /* a program without symbols says so */
+  CHECK_EQ_INT(loom_program_num_symbols(NULL), 0);
+  CHECK(loom_program_input_dim_symbol(NULL, 0, 0) == NULL);
+}
+
+int main(void) {
+  /* each test's intermediate tensors (the traced graphs') go with its scope */
+  void (*tests[])(void) = {test_mlp,     test_products, test_shared_symbol, test_attention,
+                           test_threads, test_counts,   test_refusals};
+  for (int i = 0; i < (int)(sizeof tests / sizeof tests[0]); i++) {
+    loom_scope_begin();
+    loom_clear_error(); /* the first error sticks: each test's messages are its own */
+    tests[i]();
+    CHECK_OK(loom_scope_end());
+  }
+  return check_report();
+}
