@@ -21,6 +21,7 @@
  * (a size of 1 is a broadcast) and the split must be unique.
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,29 +139,45 @@ int64_t lm_sym_eval(const lm_sym_expr *e, const int64_t *values) {
   return sum;
 }
 
+/* printf into buf at *used, never past len (a long expression is cut). */
+static void append(char *buf, size_t len, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t len, size_t *used, const char *fmt, ...) {
+  if (*used + 1 >= len) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf + *used, len - *used, fmt, ap);
+  va_end(ap);
+  if (n > 0) *used = *used + (size_t)n < len ? *used + (size_t)n : len - 1;
+}
+
+/* The terms in stored order, the constant (stored first) last: "2*t - 1". */
 const char *lm_sym_str(const lm_sym_expr *e, const char *const *names, char *buf, size_t len) {
   size_t used = 0;
+  if (len == 0) return buf;
   buf[0] = 0;
   if (e->nterms == 0) {
-    snprintf(buf, len, "0");
+    append(buf, len, &used, "0");
     return buf;
   }
-  for (int i = 0; i < e->nterms && used < len; i++) {
+  bool constant_first = term_cmp(&e->t[0], &(lm_sym_term){0}) == 0 && e->nterms > 1;
+  for (int k = 0; k < e->nterms; k++) {
+    int i = constant_first ? (k + 1) % e->nterms : k;
     int64_t c = e->t[i].coef;
     bool constant = term_cmp(&e->t[i], &(lm_sym_term){0}) == 0;
-    if (i > 0)
-      used += (size_t)snprintf(buf + used, len - used, c < 0 ? " - " : " + ");
+    if (k > 0)
+      append(buf, len, &used, c < 0 ? " - " : " + ");
     else if (c < 0)
-      used += (size_t)snprintf(buf + used, len - used, "-");
-    int64_t m = c < 0 ? -c : c;
+      append(buf, len, &used, "-");
+    uint64_t m = c < 0 ? -(uint64_t)c : (uint64_t)c;
     bool first = true;
     if (m != 1 || constant) {
-      used += (size_t)snprintf(buf + used, len - used, "%lld", (long long)m);
+      append(buf, len, &used, "%llu", (unsigned long long)m);
       first = false;
     }
-    for (int s = 0; s < LM_SYM_MAX_SYMBOLS && used < len; s++)
-      for (int p = 0; p < e->t[i].pow[s] && used < len; p++) {
-        used += (size_t)snprintf(buf + used, len - used, "%s%s", first ? "" : "*", names[s]);
+    for (int s = 0; s < LM_SYM_MAX_SYMBOLS; s++)
+      for (int p = 0; p < e->t[i].pow[s]; p++) {
+        append(buf, len, &used, "%s%s", first ? "" : "*", names[s]);
         first = false;
       }
   }

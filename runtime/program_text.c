@@ -391,6 +391,32 @@ static void dump_header(text *t, const loom_program *p) {
 
 #define COMMENT_COLUMN 48
 
+/* A symbolic program's symbols and their traced sizes. */
+static void dump_symbols(text *t, const loom_program *p) {
+  if (p->nsym == 0) return;
+  put(t, "symbols");
+  for (int s = 0; s < p->nsym; s++)
+    put(t, "%s %s (traced at %lld)", s ? "," : "", p->sym_names[s], (long long)p->sym_example[s]);
+  put(t, "\n");
+}
+
+/* ", sizes [b*t,64]": node pos's dims over the symbols, when any follows one. */
+static void put_symbolic_shape(text *t, const loom_program *p, int pos) {
+  if (p->nsym == 0) return;
+  const lm_node *n = p->nodes[pos];
+  const lm_sym_expr *dims = &p->dims[pos * LOOM_MAX_DIMS];
+  bool any = false;
+  for (int d = 0; d < n->shape.ndim; d++) any |= !lm_sym_is_const(&dims[d]);
+  if (!any) return;
+  put(t, ", sizes [");
+  for (int d = 0; d < n->shape.ndim; d++) {
+    char e[128];
+    put(t, "%s%s", d ? "," : "",
+        lm_sym_str(&dims[d], (const char *const *)p->sym_names, e, sizeof e));
+  }
+  put(t, "]");
+}
+
 static void dump_inputs(text *t, const loom_program *p) {
   put(t, "inputs\n");
   for (int i = 0; i < p->nin; i++) {
@@ -399,9 +425,13 @@ static void dump_inputs(text *t, const loom_program *p) {
     put_input_declaration(t, p, i);
     pad_to(t, start, COMMENT_COLUMN);
     if (p->in_pos[i] >= 0)
-      put(t, "# at %%%d\n", p->in_pos[i]);
+      put(t, "# at %%%d", p->in_pos[i]);
     else
-      put(t, "# unused\n");
+      put(t, "# unused");
+    for (int d = 0; d < p->in_nodes[i]->shape.ndim && p->nsym > 0; d++)
+      if (p->in_sym[i * LOOM_MAX_DIMS + d] >= 0)
+        put(t, ", dim %d any size: %s", d, p->sym_names[p->in_sym[i * LOOM_MAX_DIMS + d]]);
+    put(t, "\n");
   }
 }
 
@@ -426,6 +456,7 @@ static void dump_nodes(text *t, const loom_program *p, const int *wnum, const co
     }
     for (int i = 0; i < p->nout; i++)
       if (p->out_pos[i] == pos) put(t, ", %s", p->out_names[i]);
+    put_symbolic_shape(t, p, pos);
     put(t, "\n");
   }
 }
@@ -543,6 +574,7 @@ loom_status loom_program_dump(const loom_program *p, FILE *out) {
   text t = {0};
   if (wnum && computed) {
     dump_header(&t, p);
+    dump_symbols(&t, p);
     dump_inputs(&t, p);
     dump_nodes(&t, p, wnum, &c);
     dump_outputs(&t, p);

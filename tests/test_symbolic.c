@@ -197,6 +197,18 @@ static void test_products(void) {
   loom_program *pf = loom_compile_symbolic(&outs[0], 1, &x, 1, dims, 2);
   loom_program *pc = loom_compile_symbolic(&outs[1], 1, &x, 1, dims, 2);
   CHECK_MSG(pf && pc, "%s", loom_last_error());
+  if (pf && pc) { /* the dump says what every dim follows */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(f && loom_program_dump(pf, f) == LOOM_OK && loom_program_dump(pc, f) == LOOM_OK);
+    if (f) fclose(f);
+    CHECK_STR_CONTAINS(text, "symbols b (traced at 3), t (traced at 5)\n");
+    CHECK_STR_CONTAINS(text, "# at %0, dim 0 any size: b, dim 1 any size: t\n");
+    CHECK_STR_CONTAINS(text, ", sizes [b*t,6]");
+    CHECK_STR_CONTAINS(text, ", sizes [b,2*t - 1,6]");
+    free(text);
+  }
   const int64_t sizes[][2] = {{3, 5}, {1, 1}, {2, 9}, {7, 2}, {4, 4}, {11, 13}};
   for (int i = 0; pf && pc && i < (int)(sizeof sizes / sizeof sizes[0]); i++) {
     char what[64];
