@@ -709,6 +709,15 @@ loom_status lm_sym_infer(const lm_graph *g, int nsym, const char *const *names,
                 e ? lm_sym_str(e, names, a, sizeof a) : "", e ? b : "");
         break;
       }
+      if (!lm_sym_is_const(e) && concrete(&f, s) < 2) { /* t - 1 traced at t = 2 */
+        char a[128], b[32];
+        snprintf(b, sizeof b, "%lld", (long long)concrete(&f, s));
+        fail_at(&f, pos,
+                "dim %s is %s at the traced sizes: a size of 0 or 1 there cannot be told from a "
+                "broadcast or an empty tensor; trace at larger sizes",
+                lm_sym_str(e, names, a, sizeof a), b);
+        break;
+      }
       dims[s] = *e;
     }
   free(f.parent), free(f.known), free(f.expr);

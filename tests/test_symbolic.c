@@ -443,6 +443,13 @@ static void test_refusals(void) {
   CHECK(loom_compile_symbolic(&out, 1, &x, 1, NULL, 1) == NULL);
   CHECK_STR_CONTAINS(loom_last_error(), "dims is NULL");
   loom_free(out), loom_free(x);
+  /* a dim derived from a symbol that is 1 at the traced size: t - 1 at t = 2 */
+  loom_tensor *two = loom_input("x", LOOM_SHAPE(2, 3), LOOM_F32, test_device());
+  out = loom_relu(loom_slice(two, 0, 1, 2, 1));
+  loom_clear_error();
+  CHECK(loom_compile_symbolic(&out, 1, &two, 1, &d, 1) == NULL);
+  CHECK_STR_CONTAINS(loom_last_error(), "dim batch - 1 is 1 at the traced sizes");
+  loom_free(out), loom_free(two);
   /* traced at 1: a size of 1 cannot be told from a broadcast */
   loom_tensor *one = loom_input("x", LOOM_SHAPE(1, 3), LOOM_F32, test_device());
   out = loom_relu(one);
