@@ -623,22 +623,38 @@ static loom_status find_counts(const lm_graph *g, const char *const *names, cons
   }
   for (int pos = 0; pos < g->n; pos++) {
     const lm_node *n = g->nodes[pos];
-    if (n->op != LM_CONST) continue;
-    bool counted = false;
-    for (int i = 0; i < *ncounts && !counted; i++) counted = counts[i].pos == pos;
-    double v = fabs(n->arg.f);
-    if (counted ||
-        !(is_symbolic_size(sizes, nsizes, v) || (v > 0 && is_symbolic_size(sizes, nsizes, 1 / v))))
-      continue;
-    (void)names;
-    free(sizes);
-    snprintf(err, errlen,
-             "a constant %.17g (at node %d) is within 1 of the traced size of a symbolic dim, or "
-             "of its reciprocal: a value computed from a symbolic size (other than a mean's or "
-             "a variance's count) would not follow it. Trace at sizes no constant of the graph "
-             "is near",
-             n->arg.f, pos);
-    return LOOM_ERR_SHAPE;
+    /* the values a node holds besides its sizes: a constant's, an arange's
+     * start (a position offset), clamp bounds, a pad's value */
+    double values[2];
+    int nvalues = 0;
+    const char *what = "a constant";
+    if (n->op == LM_CONST) {
+      bool counted = false;
+      for (int i = 0; i < *ncounts && !counted; i++) counted = counts[i].pos == pos;
+      if (!counted) values[nvalues++] = n->arg.f;
+    } else if (n->op == LM_IOTA) {
+      values[nvalues++] = n->arg.iota.start, what = "an arange's start";
+    } else if (n->op == LM_CLAMP) {
+      values[nvalues++] = n->arg.clamp.lo, values[nvalues++] = n->arg.clamp.hi,
+      what = "a clamp bound";
+    } else if (n->op == LM_PAD) {
+      values[nvalues++] = n->arg.pad.value, what = "a pad value";
+    }
+    for (int k = 0; k < nvalues; k++) {
+      double v = fabs(values[k]);
+      if (!(is_symbolic_size(sizes, nsizes, v) ||
+            (v > 0 && is_symbolic_size(sizes, nsizes, 1 / v))))
+        continue;
+      (void)names;
+      free(sizes);
+      snprintf(err, errlen,
+               "%s %.17g (at node %d, %s) is within 1 of the traced size of a symbolic dim, or "
+               "of its reciprocal: a value computed from a symbolic size (other than a mean's or "
+               "a variance's count) would not follow it. Trace at sizes no value of the graph "
+               "is near",
+               what, values[k], pos, lm_op_name(n->op));
+      return LOOM_ERR_SHAPE;
+    }
   }
   free(sizes);
   return LOOM_OK;

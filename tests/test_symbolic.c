@@ -383,12 +383,18 @@ static void test_counts(void) {
   loom_tensor *scaled = loom_mul_s(x, 5.0);
   loom_clear_error();
   CHECK(loom_compile_symbolic(&scaled, 1, &x, 1, &batch, 1) == NULL);
-  CHECK_STR_CONTAINS(loom_last_error(), "a constant 5 (at node");
+  CHECK_STR_CONTAINS(loom_last_error(), "a constant 5 (at node 1, const)");
   loom_tensor *y = loom_input("y", LOOM_SHAPE(37, 3), LOOM_F32, test_device());
   scaled = loom_mul_s(y, 5.0); /* traced at 37: 5 is a constant */
   loom_program *q = loom_compile_symbolic(&scaled, 1, &y, 1, &batch, 1);
   CHECK_MSG(q != NULL, "%s", loom_last_error());
   loom_program_free(q);
+  /* positions that continue after the traced length (a decoder's offset) */
+  loom_tensor *pos =
+      loom_add(y, loom_reshape(loom_arange(36, 39, 1, LOOM_F32, test_device()), LOOM_SHAPE(1, 3)));
+  loom_clear_error();
+  CHECK(loom_compile_symbolic(&pos, 1, &y, 1, &batch, 1) == NULL);
+  CHECK_STR_CONTAINS(loom_last_error(), "an arange's start 36");
   /* the last row, sliced at the traced size: its start would not follow */
   loom_tensor *last = loom_slice(y, 0, 36, 37, 1);
   loom_clear_error();
