@@ -691,8 +691,9 @@ typedef struct loom_symbolic_dim {
  * within 1 of a symbolic dim's traced size (from 3 up) or of its reciprocal,
  * which may have been computed from it and would not follow it (a mean's and
  * a variance's counts do follow), and likewise a slice of a symbolic dim
- * with a start, or a length short of its end, within 1 of the traced size
- * (slicing the last row: take it after the run, or slice to the end). loom_program_save/load keep the symbols;
+ * with a start, or a length short of its end, within 1 of the traced size or
+ * of a half, third or quarter of it (slicing the last row: take it after the
+ * run, or slice to the end), or with a step other than 1. loom_program_save/load keep the symbols;
  * exporting such a program is refused (LOOM_ERR_VALUE) for now. */
 loom_program *loom_compile_symbolic(loom_tensor *const *outs, int nout, loom_tensor *const *ins,
                                     int nin, const loom_symbolic_dim *dims, int ndims);

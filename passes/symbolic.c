@@ -411,9 +411,12 @@ static void infer_reshape(infer *f, int pos, const lm_node *n, int src_pos) {
   }
 }
 
-/* v within 1 of a traced size (from 3 up: small bounds are everywhere) */
+/* v within 1 of a traced size (from 3 up: small bounds are everywhere), or
+ * of a half, third or quarter of it (from 2 up) */
 static bool near_size(int64_t v, int64_t traced) {
-  return v >= 3 && v - traced <= 1 && traced - v <= 1;
+  for (int64_t k = 1; k <= 4; k++)
+    if (v >= (k == 1 ? 3 : 2) && v * k - traced <= 1 && traced - v * k <= 1) return true;
+  return false;
 }
 
 static void infer_node(infer *f, int pos) {
@@ -483,9 +486,18 @@ static void infer_node(infer *f, int pos) {
       if (!e || lm_sym_is_const(e)) continue;
       lm_sym_expr out = lm_sym_const(len);
       bool to_end = step == 1 && start + len == from;
+      if (step != 1) { /* every step-th of t: ceil((t - start) / step), no polynomial */
+        char a[128], b[32];
+        snprintf(b, sizeof b, "%lld", (long long)step);
+        fail_at(f, pos,
+                "a slice over a dim of size %s with step %s: only unit steps can follow a symbol",
+                lm_sym_str(e, f->names, a, sizeof a), b);
+        return;
+      }
       if (!lm_sym_is_const(e)) {
-        /* a bound near the traced size was likely computed from it (the last
-         * row: start = t - 1) and would not follow it */
+        /* a bound near the traced size, or a simple fraction of it, was likely
+         * computed from it (the last row: start = t - 1; the first half: t / 2)
+         * and would not follow it */
         int64_t near = near_size(start, from) ? start : !to_end && near_size(len, from) ? len : -1;
         if (near >= 0) {
           char a[128], b[160];

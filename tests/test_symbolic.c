@@ -400,6 +400,14 @@ static void test_counts(void) {
   loom_clear_error();
   CHECK(loom_compile_symbolic(&last, 1, &y, 1, &batch, 1) == NULL);
   CHECK_STR_CONTAINS(loom_last_error(), "has a bound of 36 (the dim is traced at 37)");
+  /* every other row, and the first half: lengths that depend on the size */
+  loom_tensor *strided = loom_slice(y, 0, 0, 37, 2), *half = loom_slice(y, 0, 0, 18, 1);
+  loom_clear_error();
+  CHECK(loom_compile_symbolic(&strided, 1, &y, 1, &batch, 1) == NULL);
+  CHECK_STR_CONTAINS(loom_last_error(), "a slice over a dim of size batch with step 2");
+  loom_clear_error();
+  CHECK(loom_compile_symbolic(&half, 1, &y, 1, &batch, 1) == NULL);
+  CHECK_STR_CONTAINS(loom_last_error(), "has a bound of 18 (the dim is traced at 37)");
   /* from row 1 to the end, and the first 4 rows: bounds that are not sizes */
   loom_tensor *outs[2] = {loom_slice(y, 0, 1, 37, 1), loom_slice(y, 0, 0, 4, 1)};
   for (int i = 0; i < 2; i++) {
