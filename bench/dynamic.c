@@ -34,15 +34,20 @@ static loom_status batches_setup(void **state) {
   return !st && loom_last_error() ? LOOM_ERR_VALUE : st;
 }
 
+/* softmax(fc2(relu(fc1(relu(fc0(x)))))) */
+static loom_tensor *mlp_forward(const batches_state *s, const loom_tensor *x) {
+  loom_tensor *h = loom_relu(loom_linear_forward(&s->fc[0], x));
+  h = loom_relu(loom_linear_forward(&s->fc[1], h));
+  return loom_softmax(loom_linear_forward(&s->fc[2], h), -1);
+}
+
 static loom_status batches_run(void *state, bench_call_report *report) {
   (void)report;
   batches_state *s = state;
   if (s->calls == 0) s->before = loom_get_stats();
   loom_status st = LOOM_OK;
   for (int64_t b = 1; b <= MLP_BATCHES && st == LOOM_OK; b++) LOOM_NO_GRAD LOOM_SCOPE {
-      loom_tensor *h = loom_relu(loom_linear_forward(&s->fc[0], loom_slice(s->x, 0, 0, b, 1)));
-      h = loom_relu(loom_linear_forward(&s->fc[1], h));
-      st = bench_realize(loom_softmax(loom_linear_forward(&s->fc[2], h), -1));
+      st = bench_realize(mlp_forward(s, loom_slice(s->x, 0, 0, b, 1)));
     }
   if (s->calls++ == 0) s->after = loom_get_stats();
   return st;
@@ -55,11 +60,7 @@ static loom_status program_batches_setup(void **state) {
   batches_state *s = *state;
   if (st != LOOM_OK) return st;
   loom_tensor *x = loom_input("x", LOOM_SHAPE(8, 784), LOOM_F32, LOOM_CPU), *out = NULL;
-  LOOM_NO_GRAD {
-    loom_tensor *h = loom_relu(loom_linear_forward(&s->fc[0], x));
-    h = loom_relu(loom_linear_forward(&s->fc[1], h));
-    out = loom_softmax(loom_linear_forward(&s->fc[2], h), -1);
-  }
+  LOOM_NO_GRAD out = mlp_forward(s, x);
   loom_symbolic_dim batch = {0, 0, "batch"};
   s->program = loom_compile_symbolic(&out, 1, &x, 1, &batch, 1);
   loom_free(out), loom_free(x);

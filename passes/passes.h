@@ -131,7 +131,6 @@ lm_sym_expr lm_sym_const(int64_t v);
 lm_sym_expr lm_sym_symbol(int s);
 bool lm_sym_eq(const lm_sym_expr *a, const lm_sym_expr *b);
 bool lm_sym_is_const(const lm_sym_expr *e);
-int lm_sym_as_symbol(const lm_sym_expr *e); /* the one symbol e is, or -1 */
 /* e at the symbols' values; INT64_MIN on overflow. */
 int64_t lm_sym_eval(const lm_sym_expr *e, const int64_t *values);
 const char *lm_sym_str(const lm_sym_expr *e, const char *const *names, char *buf, size_t len);
@@ -156,9 +155,8 @@ typedef struct lm_sym_count {
  * dim other than one way, sliding windows over a symbolic dim, and any other
  * constant equal to the traced size of a symbolic dim or its reciprocal
  * (it may have been computed from it, and would not follow it). */
-loom_status lm_sym_infer(const lm_graph *g, int nsym, const char *const *names,
-                         const int64_t *example, const lm_sym_seed *seeds, int nseeds,
-                         lm_sym_expr *dims, lm_sym_count *counts, int *ncounts, char *err,
-                         size_t errlen);
+loom_status lm_sym_infer(const lm_graph *g, const char *const *names, const int64_t *example,
+                         const lm_sym_seed *seeds, int nseeds, lm_sym_expr *dims,
+                         lm_sym_count *counts, int *ncounts, char *err, size_t errlen);
 
 #endif

@@ -80,18 +80,6 @@ bool lm_sym_is_const(const lm_sym_expr *e) {
   return e->nterms == 0 || (e->nterms == 1 && term_cmp(&e->t[0], &(lm_sym_term){0}) == 0);
 }
 
-/* The one symbol e is (coefficient 1, power 1), or -1. */
-int lm_sym_as_symbol(const lm_sym_expr *e) {
-  if (e->nterms != 1 || e->t[0].coef != 1) return -1;
-  int found = -1;
-  for (int s = 0; s < LM_SYM_MAX_SYMBOLS; s++) {
-    if (e->t[0].pow[s] == 0) continue;
-    if (e->t[0].pow[s] != 1 || found >= 0) return -1;
-    found = s;
-  }
-  return found;
-}
-
 static bool sym_add(const lm_sym_expr *a, const lm_sym_expr *b, lm_sym_expr *out) {
   lm_sym_expr r = *a;
   for (int i = 0; i < b->nterms; i++) {
@@ -190,7 +178,6 @@ typedef struct infer {
   const lm_graph *g;
   const char *const *names;
   const int64_t *example;
-  int nsym;
   int *parent;       /* union-find over slots (pos * LOOM_MAX_DIMS + d) */
   bool *known;       /* per class root */
   lm_sym_expr *expr; /* per class root, when known */
@@ -612,8 +599,8 @@ static bool is_symbolic_size(const int64_t *sizes, int nsizes, double v) {
   return false;
 }
 
-static loom_status find_counts(const lm_graph *g, const char *const *names, const lm_sym_expr *dims,
-                               lm_sym_count *counts, int *ncounts, char *err, size_t errlen) {
+static loom_status find_counts(const lm_graph *g, const lm_sym_expr *dims, lm_sym_count *counts,
+                               int *ncounts, char *err, size_t errlen) {
   *ncounts = 0;
   int64_t *sizes = malloc(sizeof *sizes * ((size_t)g->n * LOOM_MAX_DIMS + 1));
   if (!sizes) {
@@ -657,7 +644,6 @@ static loom_status find_counts(const lm_graph *g, const char *const *names, cons
       if (!(is_symbolic_size(sizes, nsizes, v) ||
             (v > 0 && is_symbolic_size(sizes, nsizes, 1 / v))))
         continue;
-      (void)names;
       free(sizes);
       snprintf(err, errlen,
                "%s %.17g (at node %d, %s) is within 1 of the traced size of a symbolic dim, or "
@@ -672,18 +658,16 @@ static loom_status find_counts(const lm_graph *g, const char *const *names, cons
   return LOOM_OK;
 }
 
-loom_status lm_sym_infer(const lm_graph *g, int nsym, const char *const *names,
-                         const int64_t *example, const lm_sym_seed *seeds, int nseeds,
-                         lm_sym_expr *dims, lm_sym_count *counts, int *ncounts, char *err,
-                         size_t errlen) {
+loom_status lm_sym_infer(const lm_graph *g, const char *const *names, const int64_t *example,
+                         const lm_sym_seed *seeds, int nseeds, lm_sym_expr *dims,
+                         lm_sym_count *counts, int *ncounts, char *err, size_t errlen) {
   if (g->n > LM_SYM_MAX_NODES) {
     snprintf(err, errlen, "the graph has %d nodes; a symbolic program has at most %d", g->n,
              LM_SYM_MAX_NODES);
     return LOOM_ERR_VALUE;
   }
   int nslots = g->n * LOOM_MAX_DIMS;
-  infer f = {
-      .g = g, .names = names, .example = example, .nsym = nsym, .err = err, .errlen = errlen};
+  infer f = {.g = g, .names = names, .example = example, .err = err, .errlen = errlen};
   f.parent = malloc(sizeof(int) * (size_t)(nslots + 1));
   f.known = calloc((size_t)nslots + 1, sizeof(bool));
   f.expr = calloc((size_t)nslots + 1, sizeof(lm_sym_expr));
@@ -750,5 +734,5 @@ loom_status lm_sym_infer(const lm_graph *g, int nsym, const char *const *names,
     }
   free(f.parent), free(f.known), free(f.expr);
   if (f.failed) return LOOM_ERR_SHAPE;
-  return find_counts(g, names, dims, counts, ncounts, err, errlen);
+  return find_counts(g, dims, counts, ncounts, err, errlen);
 }

@@ -139,8 +139,8 @@ static loom_status infer_dims(const char *op, loom_program *p) {
   if (st == LOOM_OK && g.n != p->n) st = LOOM_ERR_INTERNAL;
   char err[1024];
   if (st == LOOM_OK) {
-    st = lm_sym_infer(&g, p->nsym, (const char *const *)p->sym_names, p->sym_example, seeds, nseeds,
-                      p->dims, p->counts, &p->ncounts, err, sizeof err);
+    st = lm_sym_infer(&g, (const char *const *)p->sym_names, p->sym_example, seeds, nseeds, p->dims,
+                      p->counts, &p->ncounts, err, sizeof err);
     if (st != LOOM_OK) st = lm_fail(st, "%s: %s", op, err);
   } else {
     st = lm_fail(st == LOOM_ERR_OOM ? st : LOOM_ERR_INTERNAL, "%s: could not walk the graph", op);
