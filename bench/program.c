@@ -12,6 +12,8 @@
 #include "bench.h"
 
 typedef int (*exported_run)(const void *const *inputs, void *const *outputs);
+typedef int (*exported_run_dims)(const int64_t *dims, const void *const *inputs,
+                                 void *const *outputs);
 
 typedef struct model_state {
   loom_params *ps;
@@ -27,6 +29,7 @@ typedef struct model_state {
   loom_program *program;
   void *lib;
   exported_run run;
+  exported_run_dims run_dims; /* symbolic: the batch a symbol, traced at 37 */
   char dir[128];
 } model_state;
 
@@ -67,8 +70,9 @@ static void model_teardown(void *state) {
   free(s);
 }
 
-/* The model, an input, its program and its exported library. */
-static loom_status model_setup(void **state, bool cnn) {
+/* The model, an input, its program and its exported library (symbolic: the
+ * library of the program traced at batch 37 with the batch a symbol). */
+static loom_status model_setup(void **state, bool cnn, bool symbolic) {
   model_state *s = calloc(1, sizeof *s);
   if (!s) return LOOM_ERR_OOM;
   *state = s;
@@ -94,10 +98,13 @@ static loom_status model_setup(void **state, bool cnn) {
   if (!s->host_in) return LOOM_ERR_OOM;
   if ((st = loom_copy_to_host(s->x, s->host_in, sizeof(float) * (size_t)n)) != LOOM_OK) return st;
   LOOM_SCOPE {
-    loom_tensor *in = loom_input("x", s->in_shape, LOOM_F32, LOOM_CPU);
+    loom_shape traced = s->in_shape;
+    if (symbolic) traced.dim[0] = 37;
+    loom_tensor *in = loom_input("x", traced, LOOM_F32, LOOM_CPU);
     loom_tensor *out = forward(s, in);
-    s->out_numel = loom_numel(out);
-    s->program = loom_compile(&out, 1, &in, 1);
+    s->out_numel = loom_numel(out) / traced.dim[0] * s->in_shape.dim[0];
+    loom_symbolic_dim batch = {0, 0, "batch"};
+    s->program = loom_compile_symbolic(&out, 1, &in, 1, &batch, symbolic ? 1 : 0);
   }
   if (!s->program) return loom_last_status();
   s->host_out = malloc(sizeof(float) * (size_t)s->out_numel);
@@ -107,12 +114,17 @@ static loom_status model_setup(void **state, bool cnn) {
   char path[256];
   snprintf(path, sizeof path, "%s/libbenchmodel.so", s->dir);
   s->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  s->run = s->lib ? (exported_run)dlsym(s->lib, "benchmodel_run") : NULL;
-  return s->run ? LOOM_OK : LOOM_ERR_IO;
+  if (symbolic)
+    s->run_dims = s->lib ? (exported_run_dims)dlsym(s->lib, "benchmodel_run_dims") : NULL;
+  else
+    s->run = s->lib ? (exported_run)dlsym(s->lib, "benchmodel_run") : NULL;
+  return s->run || s->run_dims ? LOOM_OK : LOOM_ERR_IO;
 }
 
-static loom_status tiny_setup(void **state) { return model_setup(state, false); }
-static loom_status cnn_setup(void **state) { return model_setup(state, true); }
+static loom_status tiny_setup(void **state) { return model_setup(state, false, false); }
+static loom_status cnn_setup(void **state) { return model_setup(state, true, false); }
+static loom_status tiny_symbolic_setup(void **state) { return model_setup(state, false, true); }
+static loom_status cnn_symbolic_setup(void **state) { return model_setup(state, true, true); }
 
 /* ------------------------------------------------------------ calls */
 
@@ -139,6 +151,14 @@ static loom_status exported_call(void *state, bench_call_report *report) {
   const void *ins[] = {s->host_in};
   void *outs[] = {s->host_out};
   return s->run(ins, outs) == 0 ? LOOM_OK : LOOM_ERR_INTERNAL;
+}
+
+static loom_status exported_dims_call(void *state, bench_call_report *report) {
+  (void)report;
+  model_state *s = state;
+  const void *ins[] = {s->host_in};
+  void *outs[] = {s->host_out};
+  return s->run_dims(&s->in_shape.dim[0], ins, outs) == 0 ? LOOM_OK : LOOM_ERR_INTERNAL;
 }
 
 const bench_workload bench_program_workloads[] = {
@@ -173,6 +193,16 @@ const bench_workload bench_program_workloads[] = {
         .cpu_only = true,
     },
     {
+        .name = "call_so_tiny_symbolic",
+        .what = "the same exported with the batch a symbol: <name>_run_dims at batch 1",
+        .metric = BENCH_LATENCY,
+        .calls_per_sample = 1000,
+        .setup = tiny_symbolic_setup,
+        .run = exported_dims_call,
+        .teardown = model_teardown,
+        .cpu_only = true,
+    },
+    {
         .name = "cnn_infer_program",
         .what = "digits CNN inference, batch 64: loom_program_run (JIT, loom's threads)",
         .metric = BENCH_LATENCY,
@@ -189,6 +219,16 @@ const bench_workload bench_program_workloads[] = {
         .calls_per_sample = 10,
         .setup = cnn_setup,
         .run = exported_call,
+        .teardown = model_teardown,
+        .cpu_only = true,
+    },
+    {
+        .name = "cnn_infer_so_symbolic",
+        .what = "the same exported with the batch a symbol (traced at 37): <name>_run_dims at 64",
+        .metric = BENCH_LATENCY,
+        .calls_per_sample = 10,
+        .setup = cnn_symbolic_setup,
+        .run = exported_dims_call,
         .teardown = model_teardown,
         .cpu_only = true,
     },

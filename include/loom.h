@@ -693,8 +693,8 @@ typedef struct loom_symbolic_dim {
  * a variance's counts do follow), and likewise a slice of a symbolic dim
  * with a start, or a length short of its end, within 1 of the traced size or
  * of a half, third or quarter of it (slicing the last row: take it after the
- * run, or slice to the end), or with a step other than 1. loom_program_save/load keep the symbols;
- * exporting such a program is refused (LOOM_ERR_VALUE) for now. */
+ * run, or slice to the end), or with a step other than 1. loom_program_save/load keep the symbols,
+ * and loom_program_export makes one library for every size (<name>_run_dims). */
 loom_program *loom_compile_symbolic(loom_tensor *const *outs, int nout, loom_tensor *const *ins,
                                     int nin, const loom_symbolic_dim *dims, int ndims);
 /* The symbols of a program (0 for one compiled by loom_compile), their names,
@@ -732,8 +732,16 @@ loom_program *loom_program_load(const char *path);
 /* Writes lib<name>.so and <name>.h into dir: the kernels as native code for
  * this CPU, the schedule and memory plan compiled in, weights embedded (or,
  * past LOOM_EXPORT_EMBED_LIMIT bytes, in <name>.weights beside the library,
- * mapped at load). The library needs only libc, libm, pthreads and, for
- * GEMMs, OpenBLAS. Linked with `cc` (or $CC). */
+ * mapped at load). The library needs only libc, libm and pthreads (loom's
+ * own GEMM is linked in). Linked with `cc` (or $CC). A program of fixed
+ * sizes exports <name>_run(inputs, outputs). A symbolic one (at most 4
+ * symbols) exports <name>_run_dims(dims, inputs, outputs), dims[s] the size
+ * of symbol s, with <name>_scratch_bytes(dims) and <name>_input_shape /
+ * <name>_output_shape(i, dims, shape); its kernels take every size at run
+ * time. It is planned at 3 sizes of each symbol (the traced one and the next
+ * two) and 2 more: where those plans differ other than in sizes that are
+ * polynomials of the symbols with integer coefficients, the export is
+ * refused (LOOM_ERR_VALUE, naming the first difference). */
 loom_status loom_program_export(const loom_program *p, const char *dir, const char *name);
 
 /* ------------------------------------------------------------------ optimizers */

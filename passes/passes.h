@@ -134,6 +134,11 @@ bool lm_sym_is_const(const lm_sym_expr *e);
 /* e at the symbols' values; INT64_MIN on overflow. */
 int64_t lm_sym_eval(const lm_sym_expr *e, const int64_t *values);
 const char *lm_sym_str(const lm_sym_expr *e, const char *const *names, char *buf, size_t len);
+/* e += t; false on overflow or too many terms (e unchanged). */
+bool lm_sym_add_term(lm_sym_expr *e, const lm_sym_term *t);
+/* Whether a >= b for all symbol values of at least 1, as far as a - b having
+ * no negative coefficient shows (false when unsure). */
+bool lm_sym_dominates(const lm_sym_expr *a, const lm_sym_expr *b);
 
 /* Input dim (pos, axis) of a graph is symbol `symbol`. */
 typedef struct lm_sym_seed {

@@ -97,6 +97,20 @@ static bool sym_add(const lm_sym_expr *a, const lm_sym_expr *b, lm_sym_expr *out
   return true;
 }
 
+bool lm_sym_add_term(lm_sym_expr *e, const lm_sym_term *t) {
+  lm_sym_expr one = {.nterms = 1, .t = {*t}};
+  return sym_add(e, &one, e);
+}
+
+bool lm_sym_dominates(const lm_sym_expr *a, const lm_sym_expr *b) {
+  lm_sym_expr diff = *b;
+  for (int i = 0; i < diff.nterms; i++) diff.t[i].coef = -diff.t[i].coef;
+  if (!sym_add(a, &diff, &diff)) return false;
+  for (int i = 0; i < diff.nterms; i++)
+    if (diff.t[i].coef < 0) return false;
+  return true;
+}
+
 static bool sym_mul(const lm_sym_expr *a, const lm_sym_expr *b, lm_sym_expr *out) {
   lm_sym_expr r = {0};
   for (int i = 0; i < a->nterms; i++)

@@ -162,6 +162,8 @@ static void cpu_unload(void *handle) {
 
 static const lm_code_backend cpu_backend = {NULL, cpu_build, cpu_load, cpu_unload};
 
+void lm_kernel_symbol(const lk_kernel *k, char symbol[36]) { lm_llvm_symbol_name(k, symbol); }
+
 loom_status lm_kernel_object(const lk_kernel *k, char symbol[36], void **obj, size_t *len) {
   lk_hash h = lk_kernel_hash(k);
   lm_llvm_symbol_name(k, symbol);
@@ -308,6 +310,31 @@ done:
   free(values);
   free(lift);
   return st;
+}
+
+loom_status lm_kernel_generic_all(const lk_kernel *k, lk_kernel *out, int64_t **sizes) {
+  *sizes = NULL;
+  lk_kernel r;
+  lk_inst *base = lk_kernel_unshare_sizes(k, &r);
+  int n = !base ? 0 : lk_kernel_count_sizes(&r);
+  int64_t *all = malloc(sizeof *all * (size_t)(n + 1));
+  int64_t *values = malloc(sizeof *values * (size_t)(n + 1));
+  unsigned char *lift = malloc((size_t)n + 1);
+  lk_inst *inst = NULL;
+  if (base && all && values && lift) {
+    lk_kernel_sizes(&r, all);
+    lift_always(all, r.ndim, n, lift);
+    inst = lk_kernel_generalize(&r, lift, out, values);
+  }
+  free(base);
+  free(all);
+  free(lift);
+  if (!inst) {
+    free(values);
+    return lm_fail(LOOM_ERR_OOM, "loom_program_export: out of memory generalizing a kernel");
+  }
+  *sizes = values;
+  return LOOM_OK;
 }
 
 void lm_generic_counted(lm_stat how) {

@@ -71,6 +71,11 @@ loom_status lm_kernel_function(const lk_kernel *k, lk_fn *fn, lm_code **code);
 typedef enum lm_generic_target { LM_GENERIC_CPU, LM_GENERIC_CUDA } lm_generic_target;
 loom_status lm_kernel_generalized(const lk_kernel *k, lm_generic_target target, lk_kernel *out,
                                   int64_t **sizes);
+/* k (not empty, not generic) generalized over every extent and every size
+ * constant but -1, 0 and 1, as lowered (not regrouped: regrouping reads
+ * divisibility at one size), and the values it runs with at k's sizes:
+ * what a symbolic export links, whatever sizes it is run at. */
+loom_status lm_kernel_generic_all(const lk_kernel *k, lk_kernel *out, int64_t **sizes);
 /* Counts a generic kernel's use (and its compile, when `how` says it was built). */
 void lm_generic_counted(lm_stat how);
 /* The same, or the shape-generic kernel serving k (loom_set_dynamic), and then
@@ -82,6 +87,7 @@ loom_status lm_kernel_function_sized(const lk_kernel *k, lk_fn *fn, lm_code **co
  * the same code the JIT runs, for ahead-of-time export. *obj is malloc'd;
  * symbol gets the function's name ("lk_" + 32 hex digits). */
 loom_status lm_kernel_object(const lk_kernel *k, char symbol[36], void **obj, size_t *len);
+void lm_kernel_symbol(const lk_kernel *k, char symbol[36]);
 
 /* The same for GEMM block functions (backends/llvm/gemm.c): the tile that
  * suits an m x n product of dtype on the host; the function of tile d (with

@@ -86,8 +86,9 @@ static loom_status write_kernels(job *j) {
     void *obj = NULL;
     size_t len = 0;
     const lm_step *s = &plan->steps[i];
+    if (s->kind == LM_STEP_KERNEL && s->outer == 0) continue; /* never run */
     loom_status st = s->kind == LM_STEP_KERNEL
-                         ? lm_kernel_object(&s->kernel, j->l->symbol[i], &obj, &len)
+                         ? lm_kernel_object(&j->l->kernel[i], j->l->symbol[i], &obj, &len)
                          : lm_gemm_object(&j->l->tile[i], j->l->symbol[i], &obj, &len);
     if (st != LOOM_OK) return st;
     char file[48];
@@ -177,23 +178,23 @@ static loom_status write_weights(job *j) {
   return st;
 }
 
+/* file from text when given, else from writer. */
 static loom_status write_text(job *j, const char *file,
-                              void (*writer)(const lm_export_layout *, FILE *)) {
+                              void (*writer)(const lm_export_layout *, FILE *), const char *text) {
   char *path = path_in(j->work, file);
   FILE *f = path ? fopen(path, "w") : NULL;
   loom_status st = LOOM_OK;
   if (!f) {
     st = lm_fail(LOOM_ERR_IO, OP ": cannot write %s/%s", j->work, file);
   } else {
-    writer(j->l, f);
+    if (text)
+      fputs(text, f);
+    else
+      writer(j->l, f);
     if (ferror(f) | (fclose(f) != 0)) st = lm_fail(LOOM_ERR_IO, OP ": writing %s failed", path);
   }
   free(path);
   return st;
-}
-
-static void write_version_script(const lm_export_layout *l, FILE *f) {
-  fprintf(f, "{\n  global: %s_run; %s_status_string;\n  local: *;\n};\n", l->name, l->name);
 }
 
 /* ------------------------------------------------------------ toolchain */
@@ -285,7 +286,7 @@ static loom_status check_library(job *j, const char *lib) {
     const char *why = dlerror();
     st = lm_fail(LOOM_ERR_COMPILE, OP ": the linked %s does not load: %s", lib, why ? why : "");
   }
-  const char *names[2] = {"_run", "_status_string"};
+  const char *names[2] = {j->l->generic ? "_run_dims" : "_run", "_status_string"};
   for (int i = 0; i < 2 && h && st == LOOM_OK; i++) {
     char sym[96];
     snprintf(sym, sizeof sym, "%s%s", j->l->name, names[i]);
@@ -354,7 +355,7 @@ static int64_t embed_limit(void) {
   return v && *v && !*end && n >= 0 ? (int64_t)n : LM_EXPORT_EMBED_LIMIT;
 }
 
-static loom_status build(job *j) {
+static loom_status build(job *j, const char *header_text, const char *source_text) {
   const lm_export_layout *l = j->l;
   char header[80], src[80], lib[96], weights[80];
   snprintf(header, sizeof header, "%s.h", l->name);
@@ -363,9 +364,9 @@ static loom_status build(job *j) {
   snprintf(weights, sizeof weights, "%s.weights", l->name);
   loom_status st;
   if ((st = write_kernels(j)) != LOOM_OK || (st = write_weights(j)) != LOOM_OK ||
-      (st = write_text(j, header, lm_export_write_header)) != LOOM_OK ||
-      (st = write_text(j, src, lm_export_write_source)) != LOOM_OK ||
-      (st = write_text(j, "exports.map", write_version_script)) != LOOM_OK ||
+      (st = write_text(j, header, lm_export_write_header, header_text)) != LOOM_OK ||
+      (st = write_text(j, src, lm_export_write_source, source_text)) != LOOM_OK ||
+      (st = write_text(j, "exports.map", lm_export_write_version_script, NULL)) != LOOM_OK ||
       (st = link_library(j)) != LOOM_OK || (st = check_library(j, lib)) != LOOM_OK)
     return st;
   if (!l->embed && (st = move_into_place(j, weights)) != LOOM_OK) return st;
@@ -373,35 +374,22 @@ static loom_status build(job *j) {
   return move_into_place(j, lib);
 }
 
-loom_status loom_program_export(const loom_program *p, const char *dir, const char *name) {
-  loom_status st = check_args(p, dir, name);
-  if (st != LOOM_OK) return st;
-  if (p->nsym > 0)
-    return lm_fail(LOOM_ERR_VALUE,
-                   OP ": the program takes symbolic sizes ('%s'); exported libraries take fixed "
-                      "sizes only yet: compile it with loom_compile to export it",
-                   p->sym_names[0]);
-  lm_export_layout layout;
-  if ((st = lm_export_layout_make(&layout, p, name, embed_limit())) != LOOM_OK) {
-    lm_export_layout_free(&layout);
-    return st;
-  }
+loom_status lm_export_build(const lm_export_layout *l, const char *dir, const char *header_text,
+                            const char *source_text) {
   job *j = calloc(1, sizeof *j);
-  if (!j) {
-    lm_export_layout_free(&layout);
-    return lm_fail(LOOM_ERR_OOM, OP ": out of memory");
-  }
-  j->l = &layout;
+  if (!j) return lm_fail(LOOM_ERR_OOM, OP ": out of memory");
+  j->l = l;
   /* every path handed to the compiler is absolute, so none starts with '-' */
   char *absolute = realpath(dir, NULL);
   j->dir = absolute;
   snprintf(j->work, sizeof j->work, "%s/.loom-export-XXXXXX", absolute ? absolute : dir);
+  loom_status st;
   if (!absolute) {
     st = lm_fail(LOOM_ERR_IO, OP ": cannot resolve %s: %s", dir, strerror(errno));
   } else if (!mkdtemp(j->work)) {
     st = lm_fail(LOOM_ERR_IO, OP ": cannot create a folder in %s: %s", dir, strerror(errno));
   } else {
-    st = build(j);
+    st = build(j, header_text, source_text);
     remove_work(j);
   }
   for (int i = 0; i < j->argc; i++) free(j->argv[i]);
@@ -409,6 +397,16 @@ loom_status loom_program_export(const loom_program *p, const char *dir, const ch
   free(j->files);
   free(j);
   free(absolute);
+  return st;
+}
+
+loom_status loom_program_export(const loom_program *p, const char *dir, const char *name) {
+  loom_status st = check_args(p, dir, name);
+  if (st != LOOM_OK) return st;
+  if (p->nsym > 0) return lm_export_symbolic(p, dir, name, embed_limit());
+  lm_export_layout layout;
+  if ((st = lm_export_layout_make(&layout, p, name, embed_limit())) == LOOM_OK)
+    st = lm_export_build(&layout, dir, NULL, NULL);
   lm_export_layout_free(&layout);
   return st;
 }

@@ -29,19 +29,52 @@ typedef struct lm_export_layout {
   int64_t pack_bytes; /* the largest GEMM step's packed panels */
   bool embed;         /* weights inside the .so (else <name>.weights) */
   bool uses_gemm;
-  bool uses_amx; /* a GEMM runs on AMX tiles: the library asks Linux for them */
+  bool uses_amx;     /* a GEMM runs on AMX tiles: the library asks Linux for them */
+  lk_kernel *kernel; /* [nsteps] what a kernel step links: its own kernel, or
+                        (generic) its kernel generalized, instructions owned */
+  /* A symbolic program's export (export_symbolic.c) writes the wrapper once
+   * per sample of the symbols' values, p a view of the program planned at
+   * them; the numbers that differ between samples become expressions. */
+  bool generic;
+  int64_t **sizes;     /* generic: [nsteps] a kernel step's size values here */
+  const int *slot;     /* generic: [n + ntemps] scratch slot of a position, or -1 */
+  int nslots;          /* generic: scratch slots, each a run-time offset */
+  int64_t *slot_bytes; /* generic: [nslots] their bytes here */
 } lm_export_layout;
 
 /* Scratch offsets by liveness (the plan's frees), weight offsets, outputs,
  * the GEMM steps' block functions (named, not compiled: export.c writes them). */
 loom_status lm_export_layout_make(lm_export_layout *l, const loom_program *p, const char *name,
                                   int64_t embed_limit);
+/* The layout of a symbolic program's view p (planned at some values of its
+ * symbols): kernels generalized over every size, GEMM tiles chosen for the
+ * products of tiles_from (the plan at the traced sizes), scratch slots as
+ * given (slot[pos], nslots of them). */
+loom_status lm_export_layout_make_generic(lm_export_layout *l, const loom_program *p,
+                                          const char *name, int64_t embed_limit,
+                                          const lm_schedule *tiles_from, const int *slot,
+                                          int nslots);
 void lm_export_layout_free(lm_export_layout *l);
+/* Bytes a step's output takes. */
+int64_t lm_export_step_bytes(const lm_step *s);
+/* The last step that reads pos (its buffer is free after it), or def. */
+int lm_export_freed_after(const lm_schedule *plan, int pos, int def);
 
 /* The C wrapper: <name>_run with the schedule inlined. */
 void lm_export_write_source(const lm_export_layout *l, FILE *f);
 /* <name>.h: the ABI and the inputs' and outputs' names, dtypes and shapes. */
 void lm_export_write_header(const lm_export_layout *l, FILE *f);
+/* The linker's version script: the symbols the library exports. */
+void lm_export_write_version_script(const lm_export_layout *l, FILE *f);
+/* Builds lib<name>.so and <name>.h of layout l into dir (export.c): the
+ * kernels' and block functions' objects, the weights, the wrapper and the
+ * header (header_text and source_text when given, else written from l). */
+loom_status lm_export_build(const lm_export_layout *l, const char *dir, const char *header_text,
+                            const char *source_text);
+/* loom_program_export of a symbolic program (export_symbolic.c), its
+ * arguments checked. */
+loom_status lm_export_symbolic(const loom_program *p, const char *dir, const char *name,
+                               int64_t embed_limit);
 /* The weights file's header: magic, data bytes, FNV-1a 64 of the data. */
 #define LM_EXPORT_WEIGHTS_MAGIC "LOOMW001"
 #define LM_EXPORT_WEIGHTS_HEADER 64

@@ -23,6 +23,10 @@ static int64_t node_bytes(const lm_node *n) {
 
 /* ------------------------------------------------------------ layout */
 
+int64_t lm_export_step_bytes(const lm_step *s) {
+  return s->outer * (int64_t)loom_dtype_size(s->dtype);
+}
+
 typedef struct block {
   int64_t off, size;
   int end; /* last step that reads it */
@@ -40,8 +44,7 @@ static int64_t place(const block *live, int nlive, int64_t size) {
   return at;
 }
 
-/* The step after which the plan frees pos (its last reader), or `def`. */
-static int freed_after(const lm_schedule *plan, int pos, int def) {
+int lm_export_freed_after(const lm_schedule *plan, int pos, int def) {
   for (int i = 0; i < plan->nsteps; i++)
     for (int f = 0; f < plan->steps[i].nfree; f++)
       if (plan->steps[i].free_after[f] == pos) return i;
@@ -60,8 +63,8 @@ static bool plan_arena(lm_export_layout *l) {
     nlive = kept;
     const lm_step *s = &plan->steps[i];
     if (s->out < l->p->n && l->output_of[s->out] >= 0) continue; /* written to the caller's */
-    int64_t size = s->outer * (int64_t)loom_dtype_size(s->dtype);
-    block nb = {place(live, nlive, size), size, freed_after(plan, s->out, i)};
+    int64_t size = lm_export_step_bytes(s);
+    block nb = {place(live, nlive, size), size, lm_export_freed_after(plan, s->out, i)};
     l->arena_off[s->out] = nb.off;
     if (align_up(nb.off + size) > l->arena_bytes) l->arena_bytes = align_up(nb.off + size);
     int at = nlive++;
@@ -72,8 +75,22 @@ static bool plan_arena(lm_export_layout *l) {
   return true;
 }
 
-loom_status lm_export_layout_make(lm_export_layout *l, const loom_program *p, const char *name,
-                                  int64_t embed_limit) {
+/* The largest packed panels tile t needs for any product (k decides a paired
+ * tile's blocks). */
+static int64_t pack_bytes_any(const lk_gemm *t) {
+  int64_t most = 0, big = (int64_t)1 << 40;
+  for (int64_t k = 1; k <= 4096; k++) {
+    int64_t mc, kc, nc;
+    lm_gemm_blocking(t, big, big, k, &mc, &kc, &nc);
+    int64_t bytes = (int64_t)lk_gemm_pack_bytes(t, mc, kc, nc);
+    if (bytes > most) most = bytes;
+    if (!lk_gemm_paired(t) && k > 1024) break; /* kc stopped growing */
+  }
+  return most;
+}
+
+static loom_status layout_make(lm_export_layout *l, const loom_program *p, const char *name,
+                               int64_t embed_limit, const lm_schedule *tiles_from, bool generic) {
   memset(l, 0, sizeof *l);
   l->p = p;
   l->name = name;
@@ -85,7 +102,8 @@ loom_status lm_export_layout_make(lm_export_layout *l, const loom_program *p, co
   l->output_of = malloc(sizeof(int) * (size_t)(p->n + 1));
   l->symbol = calloc((size_t)p->plan->nsteps + 1, sizeof *l->symbol);
   l->tile = calloc((size_t)p->plan->nsteps + 1, sizeof *l->tile);
-  if (!l->arena_off || !l->weight_off || !l->output_of || !l->symbol || !l->tile)
+  l->kernel = calloc((size_t)p->plan->nsteps + 1, sizeof *l->kernel);
+  if (!l->arena_off || !l->weight_off || !l->output_of || !l->symbol || !l->tile || !l->kernel)
     return lm_fail(LOOM_ERR_OOM, "loom_program_export: out of memory");
   for (int pos = 0; pos < npos; pos++) l->arena_off[pos] = -1;
   for (int pos = 0; pos < p->n; pos++) {
@@ -104,20 +122,74 @@ loom_status lm_export_layout_make(lm_export_layout *l, const loom_program *p, co
     const lm_step *s = &p->plan->steps[i];
     if (s->kind != LM_STEP_GEMM) continue;
     l->uses_gemm = true;
-    lm_gemm_tile_for(s->gemm.in_dtype, s->gemm.M, s->gemm.N, &l->tile[i]);
+    const lm_gemm *chooser = &tiles_from->steps[i].gemm;
+    lm_gemm_tile_for(s->gemm.in_dtype, chooser->M, chooser->N, &l->tile[i]);
     lm_gemm_symbol(&l->tile[i], l->symbol[i]);
     l->uses_amx |= l->tile[i].amx;
-    int64_t mc, kc, nc;
-    lm_gemm_blocking(&l->tile[i], s->gemm.M, s->gemm.N, s->gemm.K, &mc, &kc, &nc);
-    int64_t bytes = (int64_t)lk_gemm_pack_bytes(&l->tile[i], mc, kc, nc);
+    int64_t bytes = pack_bytes_any(&l->tile[i]);
+    if (!generic) { /* the products' own sizes */
+      int64_t mc, kc, nc;
+      lm_gemm_blocking(&l->tile[i], s->gemm.M, s->gemm.N, s->gemm.K, &mc, &kc, &nc);
+      bytes = (int64_t)lk_gemm_pack_bytes(&l->tile[i], mc, kc, nc);
+    }
     if (bytes > l->pack_bytes) l->pack_bytes = bytes;
   }
   l->embed = l->weight_bytes <= embed_limit;
+  return LOOM_OK;
+}
+
+loom_status lm_export_layout_make(lm_export_layout *l, const loom_program *p, const char *name,
+                                  int64_t embed_limit) {
+  loom_status st = layout_make(l, p, name, embed_limit, p->plan, false);
+  if (st != LOOM_OK) return st;
+  for (int i = 0; i < p->plan->nsteps; i++) l->kernel[i] = p->plan->steps[i].kernel;
   if (!plan_arena(l)) return lm_fail(LOOM_ERR_OOM, "loom_program_export: out of memory");
   return LOOM_OK;
 }
 
+loom_status lm_export_layout_make_generic(lm_export_layout *l, const loom_program *p,
+                                          const char *name, int64_t embed_limit,
+                                          const lm_schedule *tiles_from, const int *slot,
+                                          int nslots) {
+  loom_status st = layout_make(l, p, name, embed_limit, tiles_from, true);
+  if (st != LOOM_OK) return st;
+  const lm_schedule *plan = p->plan;
+  l->generic = true;
+  l->slot = slot;
+  l->nslots = nslots;
+  l->sizes = calloc((size_t)plan->nsteps + 1, sizeof *l->sizes);
+  l->slot_bytes = calloc((size_t)nslots + 1, sizeof *l->slot_bytes);
+  if (!l->sizes || !l->slot_bytes)
+    return lm_fail(LOOM_ERR_OOM, "loom_program_export: out of memory");
+  for (int i = 0; i < plan->nsteps; i++) {
+    const lm_step *s = &plan->steps[i];
+    if (s->kind != LM_STEP_KERNEL || s->outer == 0) continue;
+    for (int d = 0; d < s->kernel.ndim; d++)
+      if (s->kernel.dom[d] == 0) /* generic extents are at least 1 */
+        return lm_fail(LOOM_ERR_VALUE,
+                       "loom_program_export: step %d sums over an empty dim; a symbolic export "
+                       "cannot take it",
+                       i);
+    if ((st = lm_kernel_generic_all(&s->kernel, &l->kernel[i], &l->sizes[i])) != LOOM_OK) return st;
+    lm_kernel_symbol(&l->kernel[i], l->symbol[i]);
+  }
+  for (int i = 0; i < plan->nsteps; i++) {
+    const lm_step *s = &plan->steps[i];
+    int at = s->out < p->n + plan->ntemps ? slot[s->out] : -1;
+    if (at >= 0 && lm_export_step_bytes(s) > l->slot_bytes[at])
+      l->slot_bytes[at] = lm_export_step_bytes(s);
+  }
+  return LOOM_OK;
+}
+
 void lm_export_layout_free(lm_export_layout *l) {
+  for (int i = 0; l->generic && l->kernel && l->sizes && i < l->p->plan->nsteps; i++) {
+    free(l->kernel[i].inst);
+    free(l->sizes[i]);
+  }
+  free(l->kernel);
+  free(l->sizes);
+  free(l->slot_bytes);
   free(l->arena_off);
   free(l->weight_off);
   free(l->output_of);
@@ -137,6 +209,8 @@ static const char *buffer(const lm_export_layout *l, int pos, char *buf, size_t 
     snprintf(buf, len, "(void *)(weights + %" PRId64 ")", l->weight_off[pos]);
   else if (pos < p->n && l->output_of[pos] >= 0)
     snprintf(buf, len, "outputs[%d]", l->output_of[pos]);
+  else if (l->generic)
+    snprintf(buf, len, "(void *)(scratch + off[%d])", l->slot[pos]);
   else
     snprintf(buf, len, "(void *)(scratch + %" PRId64 ")", l->arena_off[pos]);
   return buf;
@@ -161,6 +235,12 @@ static void write_kernel_step(const lm_export_layout *l, int i, FILE *f) {
     for (int q = 0; q < s->nparams; q++) fprintf(f, "%s%a", q ? ", " : "", s->params[q]);
     fprintf(f, "};\n");
   }
+  const int64_t *sizes = l->generic ? l->sizes[i] : NULL;
+  if (sizes) { /* the generic kernel's sizes: numbers here, expressions once fitted */
+    fprintf(f, "    const int64_t sizes[] = {");
+    for (int q = 0; q < l->kernel[i].nsizes; q++) fprintf(f, "%s%" PRId64, q ? ", " : "", sizes[q]);
+    fprintf(f, "};\n");
+  }
   fprintf(f, "    void *const args[] = {%s", buffer(l, s->out, b, sizeof b));
   for (int a = 1; a < s->kernel.nslots; a++) {
     if (s->arg_pos[a] == LM_PARAMS_SLOT)
@@ -172,60 +252,48 @@ static void write_kernel_step(const lm_export_layout *l, int i, FILE *f) {
   }
   int64_t inner = 1;
   for (int d = s->kernel.nouter; d < s->kernel.ndim; d++) inner *= s->kernel.dom[d];
-  if (s->outer * (inner > 0 ? inner : 1) < EXPORT_PARALLEL_WORK) {
-    fprintf(f, "};\n    %s(args, 0, %" PRId64 ");\n  }\n", l->symbol[i], s->outer);
-    return;
-  }
-  fprintf(f,
-          "};\n    const struct kernel_job job = {%s, args, %" PRId64 "};\n"
-          "    run_parts(kernel_part, &job, pool.threads);\n  }\n",
-          l->symbol[i], s->outer);
+  fprintf(f, "%s};\n    run_kernel(%s, args, %" PRId64 ", %" PRId64 ");\n  }\n",
+          sizes ? ", (void *)sizes" : "", l->symbol[i], s->outer,
+          s->outer * (inner > 0 ? inner : 1));
 }
 
 static void write_gemm_step(const lm_export_layout *l, int i, FILE *f) {
   const lm_step *s = &l->p->plan->steps[i];
   const lm_gemm *g = &s->gemm;
+  const lk_gemm *t = &l->tile[i];
   char a[96], b[96], c[96];
-  int64_t batches = lm_gemm_batches(g);
   fprintf(f,
           "  { /* step %d: GEMM %" PRId64 " x %" PRId64 " x %" PRId64 ", %" PRId64 " batches */\n",
-          i, g->M, g->N, g->K, batches);
-  fprintf(f, "    static const int64_t offsets[][2] = {");
-  for (int64_t bi = 0; bi < batches; bi++) {
-    int64_t ao, bo;
-    lm_gemm_batch_offsets(g, bi, &ao, &bo);
-    fprintf(f, "%s{%" PRId64 ", %" PRId64 "}", bi ? ", " : "", ao, bo);
-  }
-  if (batches == 0) fprintf(f, "{0, 0}");
-  fprintf(f, "};\n");
-  const char *t = lm_dtype_info_of(g->dtype)->c_type, *in = lm_dtype_info_of(g->in_dtype)->c_type;
+          i, g->M, g->N, g->K, lm_gemm_batches(g));
+  const char *ct = lm_dtype_info_of(g->dtype)->c_type, *in = lm_dtype_info_of(g->in_dtype)->c_type;
   fprintf(f, "    const %s *a = %s, *b = %s;\n    %s *c = %s;\n", in,
-          buffer(l, g->a_pos, a, sizeof a), buffer(l, g->b_pos, b, sizeof b), t,
+          buffer(l, g->a_pos, a, sizeof a), buffer(l, g->b_pos, b, sizeof b), ct,
           buffer(l, s->out, c, sizeof c));
-  int64_t a_row, a_col, b_row, b_col, mc, kc, nc;
+  int64_t a_row, a_col, b_row, b_col, kb, mb, nb, room;
   lm_gemm_strides(g, &a_row, &a_col, &b_row, &b_col);
-  lm_gemm_blocking(&l->tile[i], g->M, g->N, g->K, &mc, &kc, &nc);
-  fprintf(f, "    for (int64_t i = 0; i < %" PRId64 "; i++) {\n", batches);
+  lm_gemm_block_limits(t, &kb, &mb, &nb, &room);
   fprintf(f,
-          "      const struct gemm_args args = {%" PRId64 ", %" PRId64 ", %" PRId64
-          ", a + offsets[i][0], %" PRId64 ", %" PRId64 ",\n"
-          "        b + offsets[i][1], %" PRId64 ", %" PRId64 ", c + i * %" PRId64 ", %" PRId64
-          ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", pack, %d};\n",
-          g->M, g->N, g->K, a_row, a_col, b_row, b_col, g->M * g->N, g->N, mc, kc, nc,
-          (int)lk_gemm_b_in_place(&l->tile[i], g->M, kc, b_col));
-  /* rows over the pool (32 or more a part), or columns (64 or more) for few
-   * rows: each part packs into its own panels */
-  int by_rows = g->M >= 2 * EXPORT_GEMM_MIN_ROWS ? 1 : g->N >= 2 * EXPORT_GEMM_MIN_COLS ? 0 : -1;
-  if (g->M * g->N * g->K < EXPORT_GEMM_PARALLEL_WORK || by_rows < 0) {
-    fprintf(f, "      %s(&args);\n    }\n  }\n", l->symbol[i]);
-    return;
-  }
+          "    static const struct gemm_tile tile = {%d, %" PRId64 ", %" PRId64 ", %" PRId64
+          ", %" PRId64 ", %d, %d, %d};\n",
+          t->mr, kb, mb, nb, room, (int)loom_dtype_size(t->in_dtype), (int)lk_gemm_paired(t),
+          (int)(t->in_dtype == t->dtype));
+  fprintf(f, "    for (int64_t i = 0; i < %" PRId64 "; i++) {\n", lm_gemm_batches(g));
+  fprintf(f, "      int64_t ao = %" PRId64 ", bo = %" PRId64 "%s;\n", g->a_offset, g->b_offset,
+          g->nbatch > 0 ? ", at = i" : "");
+  for (int d = g->nbatch - 1; d >= 0; d--) /* the batch index unravelled, last dim fastest */
+    fprintf(f,
+            "      ao += at %% %" PRId64 " * %" PRId64 ", bo += at %% %" PRId64 " * %" PRId64
+            ", at /= %" PRId64 ";\n",
+            g->batch[d], g->a_bstride[d], g->batch[d], g->b_bstride[d], g->batch[d]);
   fprintf(f,
-          "      const struct gemm_job job = {%s, &args, %d, %d, %d, pack, %" PRId64 "};\n"
-          "      run_parts(gemm_part, &job, gemm_parts(%" PRId64 ", %d));\n    }\n  }\n",
-          l->symbol[i], (int)loom_dtype_size(g->in_dtype), (int)loom_dtype_size(g->dtype), by_rows,
-          pack_stride(l), by_rows ? g->M : g->N,
-          by_rows ? EXPORT_GEMM_MIN_ROWS : EXPORT_GEMM_MIN_COLS);
+          "      struct gemm_args args = {%" PRId64 ", %" PRId64 ", %" PRId64 ", a + ao, %" PRId64
+          ", %" PRId64 ",\n"
+          "        b + bo, %" PRId64 ", %" PRId64 ", c + i * %" PRId64 ", %" PRId64
+          ", 0, 0, 0, 0, pack, 0};\n",
+          g->M, g->N, g->K, a_row, a_col, b_row, b_col, g->M * g->N, g->N);
+  fprintf(f, "      gemm_blocking(&tile, &args);\n");
+  fprintf(f, "      run_gemm(%s, &args, %d, %d, pack, %" PRId64 ");\n    }\n  }\n", l->symbol[i],
+          (int)loom_dtype_size(g->in_dtype), (int)loom_dtype_size(g->dtype), pack_stride(l));
 }
 
 /* The block functions' argument (ir/kernel.h's lk_gemm_args) and their
@@ -396,8 +464,19 @@ static void write_pool(const lm_export_layout *l, FILE *f) {
       "  const struct kernel_job *k = job;\n"
       "  int64_t begin = k->points * part / parts, end = k->points * (part + 1) / parts;\n"
       "  if (end > begin) k->fn(k->args, begin, end);\n"
+      "}\n\n"
+      "/* A kernel's points over the pool; below %d element visits, on this thread. */\n"
+      "static void run_kernel(void (*fn)(void *const *args, int64_t begin, int64_t end),\n"
+      "                       void *const *args, int64_t points, int64_t visits) {\n"
+      "  if (points <= 0) return;\n"
+      "  if (visits < %d) {\n"
+      "    fn(args, 0, points);\n"
+      "    return;\n"
+      "  }\n"
+      "  const struct kernel_job job = {fn, args, points};\n"
+      "  run_parts(kernel_part, &job, pool.threads);\n"
       "}\n\n",
-      l->upper);
+      l->upper, EXPORT_PARALLEL_WORK, EXPORT_PARALLEL_WORK);
   if (!l->uses_gemm) return;
   fputs(
       "struct gemm_job {\n"
@@ -430,6 +509,55 @@ static void write_pool(const lm_export_layout *l, FILE *f) {
       "  return n < pool.threads ? (int)(n > 0 ? n : 1) : pool.threads;\n"
       "}\n\n",
       f);
+  /* runtime/gemm.c's lm_gemm_blocking and ir/kernel.h's lk_gemm_b_in_place,
+   * from the limits lm_gemm_block_limits gives for each tile */
+  fprintf(f,
+          "struct gemm_tile {\n"
+          "  int64_t mr, kb, mb, nb, room, in_element, paired, same_dtype;\n"
+          "};\n\n"
+          "static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {\n"
+          "  return v < lo ? lo : v > hi ? hi : v;\n"
+          "}\n\n"
+          "/* The blocks of a product (BLIS's loops): A in mc x kc, B in kc x nc. */\n"
+          "static void gemm_blocking(const struct gemm_tile *t, struct gemm_args *a) {\n"
+          "  a->nc = clamp64(a->n, 1, t->nb);\n"
+          "  if (t->paired) { /* the sum in equal blocks of whole steps of %d */\n"
+          "    int64_t blocks = (a->k + t->kb - 1) / t->kb;\n"
+          "    blocks = blocks > 0 ? blocks : 1;\n"
+          "    a->kc = clamp64(((a->k + blocks - 1) / blocks + %d - 1) / %d * %d, %d, 1024);\n"
+          "    int64_t mb = clamp64(t->room / (a->kc * t->in_element) / t->mr * t->mr, t->mr, "
+          "4096);\n"
+          "    a->mc = clamp64(a->m, 1, mb);\n"
+          "  } else {\n"
+          "    a->mc = clamp64(a->m, 1, t->mb);\n"
+          "    a->kc = clamp64(a->k, 1, t->kb);\n"
+          "  }\n"
+          "  a->b_in_place = a->b_col == 1 && t->same_dtype && !t->paired &&\n"
+          "                  ((a->m + t->mr - 1) / t->mr <= %d || a->kc <= %d);\n"
+          "}\n\n"
+          "/* Rows over the pool (%d or more a part), or columns (%d or more) for few\n"
+          " * rows: each part packs into its own panels. Below %d multiply-adds, on\n"
+          " * this thread. */\n"
+          "static void run_gemm(void (*fn)(const struct gemm_args *args), const struct gemm_args "
+          "*args,\n"
+          "                     int in_element, int element, unsigned char *pack, int64_t "
+          "pack_stride) {\n"
+          "  if (args->m <= 0 || args->n <= 0) return;\n"
+          "  int by_rows = args->m >= %d ? 1 : args->n >= %d ? 0 : -1;\n"
+          "  if (args->m * args->n * args->k < %d || by_rows < 0) {\n"
+          "    fn(args);\n"
+          "    return;\n"
+          "  }\n"
+          "  const struct gemm_job job = {fn, args, in_element, element, by_rows, pack, "
+          "pack_stride};\n"
+          "  run_parts(gemm_part, &job, gemm_parts(by_rows ? args->m : args->n, by_rows ? %d : "
+          "%d));\n"
+          "}\n\n",
+          LK_GEMM_AMX_K, LK_GEMM_AMX_K, LK_GEMM_AMX_K, LK_GEMM_AMX_K, LK_GEMM_AMX_K,
+          LK_GEMM_IN_PLACE_MAX_TILES, LK_GEMM_IN_PLACE_SHORT_KC, EXPORT_GEMM_MIN_ROWS,
+          EXPORT_GEMM_MIN_COLS, EXPORT_GEMM_PARALLEL_WORK, 2 * EXPORT_GEMM_MIN_ROWS,
+          2 * EXPORT_GEMM_MIN_COLS, EXPORT_GEMM_PARALLEL_WORK, EXPORT_GEMM_MIN_ROWS,
+          EXPORT_GEMM_MIN_COLS);
 }
 
 static void write_prelude(const lm_export_layout *l, FILE *f) {
@@ -446,7 +574,7 @@ static void write_prelude(const lm_export_layout *l, FILE *f) {
   fprintf(f, "\n#include \"%s.h\"\n\n", l->name);
   fputs("/* The kernels: object code from loom's LLVM backend, linked in. */\n", f);
   for (int i = 0; i < p->plan->nsteps; i++) {
-    if (p->plan->steps[i].kind != LM_STEP_KERNEL) continue;
+    if (p->plan->steps[i].kind != LM_STEP_KERNEL || p->plan->steps[i].outer == 0) continue;
     bool seen = false;
     for (int j = 0; j < i && !seen; j++) seen = !strcmp(l->symbol[j], l->symbol[i]);
     if (!seen)
@@ -477,9 +605,14 @@ static void write_status_string(const lm_export_layout *l, FILE *f) {
           "  case %s_ERR_WEIGHTS: return \"the weights file beside the library is missing or "
           "corrupt\";\n"
           "  case %s_ERR_CPU: return \"the kernel refused the CPU's AMX tiles, which this "
-          "library's matrix products use (arch_prctl ARCH_REQ_XCOMP_PERM)\";\n"
-          "  default: return \"unknown status\";\n  }\n}\n\n",
+          "library's matrix products use (arch_prctl ARCH_REQ_XCOMP_PERM)\";\n",
           l->name, l->upper, l->upper, l->upper, l->upper, l->upper);
+  if (l->generic)
+    fprintf(f,
+            "  case %s_ERR_DIMS: return \"a size in dims is below 1, or makes a tensor too "
+            "large, or a dim that follows the sizes below 1\";\n",
+            l->upper);
+  fputs("  default: return \"unknown status\";\n  }\n}\n\n", f);
   if (l->uses_amx) /* Linux hands the tiles' large state only to processes that ask */
     fputs(
         "static int amx_granted;\nstatic pthread_once_t amx_once = PTHREAD_ONCE_INIT;\n"
@@ -487,12 +620,114 @@ static void write_status_string(const lm_export_layout *l, FILE *f) {
         f);
 }
 
+/* ------------------------------------------------------------ symbolic sizes */
+
+/* Writes line unless it is among the n lines of seen, which keeps it. */
+static void put_once(char **seen, int *n, int cap, const char *line, FILE *f) {
+  for (int i = 0; i < *n; i++)
+    if (!strcmp(seen[i], line)) return;
+  if (*n < cap && (seen[*n] = strdup(line))) ++*n;
+  fputs(line, f);
+}
+
+/* Each symbol's and each node dim's bound, and each node's bytes, checked in
+ * double before any size is computed in int64_t. Written from the program's
+ * expressions, the same in every sample. */
+static void write_dims_check(const lm_export_layout *l, FILE *f) {
+  const loom_program *p = l->p;
+  char as_double[LM_SYM_MAX_SYMBOLS][32], e[1024], line[LOOM_MAX_DIMS * (sizeof e + 8) + 64];
+  const char *names[LM_SYM_MAX_SYMBOLS];
+  for (int s = 0; s < p->nsym; s++) {
+    snprintf(as_double[s], sizeof as_double[s], "(double)dims[%d]", s);
+    names[s] = as_double[s];
+  }
+  fprintf(f,
+          "/* Whether dims are sizes this library takes: each symbol from 1 to %d, every\n"
+          " * dim that follows them at least 1, every tensor under 2^46 bytes. */\n"
+          "static int dims_ok(const int64_t *dims) {\n"
+          "  for (int i = 0; i < %d; i++)\n"
+          "    if (dims[i] < 1 || dims[i] > %d) return 0;\n",
+          INT32_MAX, p->nsym, INT32_MAX);
+  enum { SEEN = 4096 };
+  char **seen = calloc(SEEN, sizeof *seen);
+  int nseen = 0;
+  for (int pos = 0; pos < p->n; pos++) {
+    const lm_node *n = p->nodes[pos];
+    int used = snprintf(line, sizeof line, "  if (!(%d.0", (int)loom_dtype_size(n->dtype));
+    bool symbolic = false;
+    for (int d = 0; d < n->shape.ndim; d++) {
+      const lm_sym_expr *x = &p->dims[pos * LOOM_MAX_DIMS + d];
+      if (lm_sym_is_const(x)) continue;
+      symbolic = true;
+      lm_sym_str(x, names, e, sizeof e);
+      used += snprintf(line + used, sizeof line - (size_t)used, " * (%s)", e);
+      if (x->nterms > 1) { /* a lone symbol's bound is checked above */
+        char positive[sizeof e + 40];
+        snprintf(positive, sizeof positive, "  if (!(%s >= 1)) return 0;\n", e);
+        put_once(seen, &nseen, seen ? SEEN : 0, positive, f);
+      }
+    }
+    snprintf(line + used, sizeof line - (size_t)used, " < 70368744177664.0)) return 0;\n");
+    if (symbolic) put_once(seen, &nseen, seen ? SEEN : 0, line, f);
+  }
+  for (int i = 0; i < nseen; i++) free(seen[i]);
+  free(seen);
+  fputs("  return 1;\n}\n\n", f);
+}
+
+/* The scratch slots' offsets at these sizes (off[nslots]), and their total. */
+static void write_scratch_layout(const lm_export_layout *l, FILE *f) {
+  fputs("static int64_t scratch_layout(const int64_t *dims, int64_t *off) {\n"
+        "  (void)dims;\n  int64_t at = 0;\n",
+        f);
+  for (int i = 0; i < l->nslots; i++)
+    fprintf(f, "  off[%d] = at;\n  at += (%" PRId64 " + %d) / %d * %d;\n", i, l->slot_bytes[i],
+            LM_EXPORT_ALIGN - 1, LM_EXPORT_ALIGN, LM_EXPORT_ALIGN);
+  fputs("  return at;\n}\n\n", f);
+}
+
+static void write_shape_cases(FILE *f, int i, const loom_shape *shape) {
+  fprintf(f, "  case %d:", i);
+  for (int d = 0; d < shape->ndim; d++) fprintf(f, " shape[%d] = %" PRId64 ";", d, shape->dim[d]);
+  fprintf(f, " return %d;\n", shape->ndim);
+}
+
+static void write_shape_functions(const lm_export_layout *l, FILE *f) {
+  const loom_program *p = l->p;
+  for (int io = 0; io < 2; io++) {
+    fprintf(f,
+            "int %s_%s_shape(int i, const int64_t *dims, int64_t *shape) {\n"
+            "  if (!dims || !shape || !dims_ok(dims)) return -1;\n  switch (i) {\n",
+            l->name, io ? "output" : "input");
+    for (int i = 0; i < (io ? p->nout : p->nin); i++)
+      write_shape_cases(f, i, io ? &p->nodes[p->out_pos[i]]->shape : &p->in_nodes[i]->shape);
+    fputs("  default: return -1;\n  }\n}\n\n", f);
+  }
+  fprintf(f,
+          "size_t %s_scratch_bytes(const int64_t *dims) {\n"
+          "  int64_t off[%d];\n"
+          "  return dims && dims_ok(dims) ? (size_t)scratch_layout(dims, off) : 0;\n}\n\n",
+          l->name, l->nslots + 1);
+}
+
 void lm_export_write_source(const lm_export_layout *l, FILE *f) {
   const loom_program *p = l->p;
   char b[96];
   write_prelude(l, f);
   write_status_string(l, f);
-  fprintf(f, "int %s_run(const void *const *inputs, void *const *outputs) {\n", l->name);
+  if (l->generic) {
+    write_dims_check(l, f);
+    write_scratch_layout(l, f);
+    write_shape_functions(l, f);
+    fprintf(f,
+            "int %s_run_dims(const int64_t *dims, const void *const *inputs, void *const "
+            "*outputs) {\n"
+            "  if (!dims) return %s_ERR_NULL;\n"
+            "  if (!dims_ok(dims)) return %s_ERR_DIMS;\n",
+            l->name, l->upper, l->upper);
+  } else {
+    fprintf(f, "int %s_run(const void *const *inputs, void *const *outputs) {\n", l->name);
+  }
   if (p->nin > 0) {
     fprintf(f, "  if (!inputs) return %s_ERR_NULL;\n", l->upper);
     fprintf(f, "  for (int i = 0; i < %d; i++)\n    if (!inputs[i]) return %s_ERR_NULL;\n", p->nin,
@@ -516,7 +751,14 @@ void lm_export_write_source(const lm_export_layout *l, FILE *f) {
   if (l->uses_amx)
     fprintf(f, "  pthread_once(&amx_once, ask_amx);\n  if (!amx_granted) return %s_ERR_CPU;\n",
             l->upper);
-  if (l->arena_bytes > 0) {
+  if (l->generic) {
+    fprintf(f,
+            "  int64_t off[%d];\n"
+            "  unsigned char *scratch = malloc((size_t)scratch_layout(dims, off) + 1); /* the "
+            "memory plan */\n"
+            "  if (!scratch) return %s_ERR_OOM;\n",
+            l->nslots + 1, l->upper);
+  } else if (l->arena_bytes > 0) {
     fprintf(f, "  unsigned char *scratch = malloc(%" PRId64 "); /* the memory plan */\n",
             l->arena_bytes);
     fprintf(f, "  if (!scratch) return %s_ERR_OOM;\n", l->upper);
@@ -563,6 +805,10 @@ static void write_tensor_macros(const lm_export_layout *l, FILE *f, const char *
   fprintf(f, "#define %s_%s%d_NAME \"%s\"\n", l->upper, kind, i, name);
   fprintf(f, "#define %s_%s%d_DTYPE \"%s\"\n", l->upper, kind, i, loom_dtype_name(n->dtype));
   fprintf(f, "#define %s_%s%d_NDIM %d\n", l->upper, kind, i, n->shape.ndim);
+  if (l->generic) { /* the sizes come from <name>_input_shape / _output_shape */
+    fputs("\n", f);
+    return;
+  }
   fprintf(f, "#define %s_%s%d_SHAPE {", l->upper, kind, i);
   for (int d = 0; d < n->shape.ndim; d++) fprintf(f, "%s%" PRId64, d ? ", " : "", n->shape.dim[d]);
   fprintf(f, "%s}\n", n->shape.ndim ? "" : "1");
@@ -570,38 +816,76 @@ static void write_tensor_macros(const lm_export_layout *l, FILE *f, const char *
   fprintf(f, "#define %s_%s%d_BYTES %" PRId64 "\n\n", l->upper, kind, i, node_bytes(n));
 }
 
-void lm_export_write_header(const lm_export_layout *l, FILE *f) {
-  const loom_program *p = l->p;
+static void write_header_intro(const lm_export_layout *l, FILE *f) {
   const char *u = l->upper, *n = l->name;
+  fprintf(f, "/* %s.h: a model exported by loom %s as lib%s.so.\n *\n", n, LOOM_VERSION_STRING, n);
+  if (l->generic)
+    fprintf(f,
+            " *   int %s_run_dims(const int64_t *dims, const void *const *inputs,\n"
+            " *   %*s               void *const *outputs);\n *\n"
+            " * dims[s] is the size of symbol s (%s_SYMBOL<s>_NAME), at least 1; the\n"
+            " * inputs' and outputs' shapes follow from them (in the comments below, and\n"
+            " * from %s_input_shape / %s_output_shape). inputs[i] points to input i's\n"
+            " * data and outputs[i] to room for output i: contiguous, row-major, of the\n"
+            " * dtypes below (%s_INPUT<i>_*, %s_OUTPUT<i>_*). Returns %s_OK (0) or a\n"
+            " * %s_ERR_* status (%s_ERR_DIMS: sizes it does not take); %s_status_string\n"
+            " * says what it means.\n *\n"
+            " * Threads: %s_run_dims keeps no state between calls (its scratch memory,\n"
+            " * %s_scratch_bytes(dims), is allocated per call), so several threads may\n"
+            " * call it at once.",
+            n, (int)strlen(n), "", u, n, n, u, u, u, u, u, n, n, n);
+  else
+    fprintf(f,
+            " *   int %s_run(const void *const *inputs, void *const *outputs);\n *\n"
+            " * inputs[i] points to input i's data and outputs[i] to room for output i:\n"
+            " * contiguous, row-major, of the dtypes and shapes below (%s_INPUT<i>_*,\n"
+            " * %s_OUTPUT<i>_*). Returns %s_OK (0) or a %s_ERR_* status;\n"
+            " * %s_status_string says what it means.\n *\n"
+            " * Threads: %s_run keeps no state between calls (its scratch memory, "
+            "%s_SCRATCH_BYTES,\n"
+            " * is allocated per call), so several threads may call it at once.",
+            n, u, u, u, u, n, n, u);
   fprintf(f,
-          "/* %s.h: a model exported by loom %s as lib%s.so.\n *\n"
-          " *   int %s_run(const void *const *inputs, void *const *outputs);\n *\n"
-          " * inputs[i] points to input i's data and outputs[i] to room for output i:\n"
-          " * contiguous, row-major, of the dtypes and shapes below (%s_INPUT<i>_*,\n"
-          " * %s_OUTPUT<i>_*). Returns %s_OK (0) or a %s_ERR_* status;\n"
-          " * %s_status_string says what it means.\n *\n"
-          " * Threads: %s_run keeps no state between calls (its scratch memory, %s_SCRATCH_BYTES,\n"
-          " * is allocated per call), so several threads may call it at once. Its steps run\n"
+          " Its steps run\n"
           " * on %s_THREADS threads (the environment variable, read at the first call;\n"
           " * default: the CPUs online), started at the first call and kept; a call made\n"
           " * while another one uses them runs on its own thread. The results do not\n"
           " * depend on the number of threads.\n *\n"
           " * Weights: %s.\n *\n"
           " * The kernels are native code for the CPU that exported them (%s); the library\n"
-          " * needs libc, libm, pthreads%s, not loom.\n */\n",
-          n, LOOM_VERSION_STRING, n, n, u, u, u, u, n, n, u, u,
+          " * needs libc, libm, pthreads, not loom.\n */\n",
+          u,
           l->embed ? "embedded in the library (read-only data)"
                    : "in the file named by WEIGHTS_FILE below, beside the library, mapped at the\n"
                      " * first call and checked (length and checksum)",
-          loom_target_id(), "");
-  fprintf(f, "#ifndef %s_H\n#define %s_H\n\n#include <stdint.h>\n\n", u, u);
+          loom_target_id());
+}
+
+void lm_export_write_header(const lm_export_layout *l, FILE *f) {
+  const loom_program *p = l->p;
+  const char *u = l->upper, *n = l->name;
+  write_header_intro(l, f);
+  fprintf(f, "#ifndef %s_H\n#define %s_H\n\n#include <stddef.h>\n#include <stdint.h>\n\n", u, u);
   fprintf(f, "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n");
   fprintf(f,
           "#define %s_OK 0\n#define %s_ERR_NULL 1\n#define %s_ERR_OOM 2\n#define %s_ERR_WEIGHTS 3\n"
-          "#define %s_ERR_CPU 4\n\n",
+          "#define %s_ERR_CPU 4\n",
           u, u, u, u, u);
-  fprintf(f, "#define %s_NUM_INPUTS %d\n#define %s_NUM_OUTPUTS %d\n", u, p->nin, u, p->nout);
-  fprintf(f, "#define %s_SCRATCH_BYTES %" PRId64 "\n", u, l->arena_bytes);
+  if (l->generic) fprintf(f, "#define %s_ERR_DIMS 5\n", u);
+  fprintf(f, "\n#define %s_NUM_INPUTS %d\n#define %s_NUM_OUTPUTS %d\n", u, p->nin, u, p->nout);
+  if (l->generic) {
+    fprintf(f, "#define %s_NUM_SYMBOLS %d\n", u, p->nsym);
+    for (int s = 0; s < p->nsym; s++) {
+      fprintf(f, "#define %s_SYMBOL%d_NAME \"%s\" /* dims[%d]; input dims:", u, s, p->sym_names[s],
+              s);
+      for (int i = 0; i < p->nin; i++)
+        for (int d = 0; d < LOOM_MAX_DIMS; d++)
+          if (p->in_sym[i * LOOM_MAX_DIMS + d] == s) fprintf(f, " %d.%d", i, d);
+      fputs(" (input.axis) */\n", f);
+    }
+  } else {
+    fprintf(f, "#define %s_SCRATCH_BYTES %" PRId64 "\n", u, l->arena_bytes);
+  }
   if (l->embed)
     fprintf(f, "#define %s_WEIGHTS_EMBEDDED 1\n\n", u);
   else
@@ -611,7 +895,30 @@ void lm_export_write_header(const lm_export_layout *l, FILE *f) {
     write_tensor_macros(l, f, "INPUT", i, p->in_nodes[i]->label, p->in_nodes[i]);
   for (int i = 0; i < p->nout; i++)
     write_tensor_macros(l, f, "OUTPUT", i, p->out_names[i], p->nodes[p->out_pos[i]]);
-  fprintf(f, "int %s_run(const void *const *inputs, void *const *outputs);\n", n);
+  if (l->generic)
+    fprintf(f,
+            "int %s_run_dims(const int64_t *dims, const void *const *inputs, void *const "
+            "*outputs);\n"
+            "/* The scratch memory a call at dims allocates; 0 when it does not take dims. */\n"
+            "size_t %s_scratch_bytes(const int64_t *dims);\n"
+            "/* Input or output i's shape at dims into shape[]; returns its number of dims,\n"
+            " * or -1 (no such input or output, a NULL pointer, dims not taken). */\n"
+            "int %s_input_shape(int i, const int64_t *dims, int64_t *shape);\n"
+            "int %s_output_shape(int i, const int64_t *dims, int64_t *shape);\n",
+            n, n, n, n);
+  else
+    fprintf(f, "int %s_run(const void *const *inputs, void *const *outputs);\n", n);
   fprintf(f, "const char *%s_status_string(int status);\n\n", n);
   fprintf(f, "#ifdef __cplusplus\n}\n#endif\n\n#endif /* %s_H */\n", u);
+}
+
+void lm_export_write_version_script(const lm_export_layout *l, FILE *f) {
+  const char *n = l->name;
+  if (l->generic)
+    fprintf(f,
+            "{\n  global: %s_run_dims; %s_scratch_bytes; %s_input_shape; %s_output_shape; "
+            "%s_status_string;\n  local: *;\n};\n",
+            n, n, n, n, n);
+  else
+    fprintf(f, "{\n  global: %s_run; %s_status_string;\n  local: *;\n};\n", n, n);
 }

@@ -70,27 +70,40 @@ static int64_t even_kc(int64_t k, int64_t kb, int64_t step) {
  * AVX-512 Xeon (48 KiB L1): kc 384 / mc 512 (the F32 rule) 1.22 ms, kc 256 /
  * mc 64 0.87-0.90 ms. AVX512-BF16's pair products keep BLIS's rule (a B
  * sliver in half of L1, an A block in half of L2) on 2-byte panels. */
-static void paired_blocking(const lk_gemm *t, int64_t m, int64_t k, int64_t *mc, int64_t *kc) {
-  int64_t es = (int64_t)loom_dtype_size(t->in_dtype), step = LK_GEMM_AMX_K;
-  int64_t sliver_share = t->amx ? 3 : 2;
-  *kc =
-      even_kc(k, clamp64(caches.l1 / sliver_share / (t->nr * es) / step * step, step, 1024), step);
-  int64_t block_room = t->amx ? caches.l1 * 2 / 3 : caches.l2 / 2;
-  int64_t mb = clamp64(block_room / (*kc * es) / t->mr * t->mr, t->mr, 4096);
+static void paired_blocking(const lk_gemm *t, int64_t m, int64_t k, int64_t kb, int64_t room,
+                            int64_t *mc, int64_t *kc) {
+  int64_t es = (int64_t)loom_dtype_size(t->in_dtype);
+  *kc = even_kc(k, kb, LK_GEMM_AMX_K);
+  int64_t mb = clamp64(room / (*kc * es) / t->mr * t->mr, t->mr, 4096);
   *mc = clamp64(m, 1, mb);
+}
+
+void lm_gemm_block_limits(const lk_gemm *t, int64_t *kb, int64_t *mb, int64_t *nb, int64_t *room) {
+  pthread_once(&caches_once, read_caches);
+  *nb = GEMM_NC;
+  if (lk_gemm_paired(t)) {
+    int64_t es = (int64_t)loom_dtype_size(t->in_dtype), step = LK_GEMM_AMX_K;
+    int64_t sliver_share = t->amx ? 3 : 2;
+    *kb = clamp64(caches.l1 / sliver_share / (t->nr * es) / step * step, step, 1024);
+    *room = t->amx ? caches.l1 * 2 / 3 : caches.l2 / 2;
+    *mb = 4096; /* from kc: paired_blocking */
+    return;
+  }
+  int64_t es = (int64_t)loom_dtype_size(t->dtype); /* packed */
+  *kb = clamp64(caches.l1 / 2 / (t->nr * es) / 8 * 8, 32, 1024);
+  *mb = clamp64(caches.l2 / 2 / (*kb * es) / t->mr * t->mr, t->mr, 4096);
+  *room = 0;
 }
 
 void lm_gemm_blocking(const lk_gemm *t, int64_t m, int64_t n, int64_t k, int64_t *mc, int64_t *kc,
                       int64_t *nc) {
-  pthread_once(&caches_once, read_caches);
-  *nc = clamp64(n, 1, GEMM_NC);
+  int64_t kb, mb, nb, room;
+  lm_gemm_block_limits(t, &kb, &mb, &nb, &room);
+  *nc = clamp64(n, 1, nb);
   if (lk_gemm_paired(t)) {
-    paired_blocking(t, m, k, mc, kc);
+    paired_blocking(t, m, k, kb, room, mc, kc);
     return;
   }
-  int64_t es = (int64_t)loom_dtype_size(t->dtype); /* packed */
-  int64_t kb = clamp64(caches.l1 / 2 / (t->nr * es) / 8 * 8, 32, 1024);
-  int64_t mb = clamp64(caches.l2 / 2 / (kb * es) / t->mr * t->mr, t->mr, 4096);
   *mc = clamp64(m, 1, mb);
   *kc = clamp64(k, 1, kb);
 }

@@ -29,6 +29,11 @@ int64_t lm_gemm_batches(const lm_gemm *g);
  * forces one for every block. */
 typedef struct lm_code lm_code;
 loom_status lm_gemm_prepare(lm_gemm *g, lm_code **code);
+/* The limits lm_gemm_blocking clamps to for tile t (from the caches): kc's
+ * (a paired tile's sum splits evenly into blocks of at most kb), mc's (a
+ * paired tile's from the bytes of `room` and kc), nc's. Exported wrappers
+ * block at run time from these (runtime/export_source.c). */
+void lm_gemm_block_limits(const lk_gemm *t, int64_t *kb, int64_t *mb, int64_t *nb, int64_t *room);
 /* The blocking loom's GEMM uses for an m x n x k product with tile t (from
  * the caches this machine reports), and the element strides of g's A and B. */
 void lm_gemm_blocking(const lk_gemm *t, int64_t m, int64_t n, int64_t k, int64_t *mc, int64_t *kc,

@@ -70,6 +70,12 @@ typedef struct lm_binding {
  * given must be handed back with lm_program_unbind. */
 loom_status lm_program_bind(const loom_program *p, loom_tensor *const *ins, lm_binding **out);
 void lm_program_unbind(const loom_program *p, lm_binding *b);
+/* Symbolic program p's graph at the symbols' values, checked and planned but
+ * not compiled (for an export's samples); free it with
+ * lm_program_binding_free. The op name prefixes error messages. */
+loom_status lm_program_plan_at(const char *op, const loom_program *p, const int64_t *values,
+                               lm_binding **out);
+void lm_program_binding_free(const loom_program *p, lm_binding *b);
 void lm_program_free_symbols(loom_program *p);
 /* Makes compiled program p take any size along dims (loom_compile_symbolic's
  * checks and inference; its placeholders' sizes are the example). On failure

@@ -185,8 +185,8 @@ static bool same_values(const loom_program *p, const int64_t *a, const int64_t *
 }
 
 /* The graph at values: nodes in the program's positions, each checked. */
-static loom_status instantiate(const loom_program *p, const int64_t *values, lm_binding *b) {
-  const char *op = "loom_program_run";
+static loom_status instantiate(const char *op, const loom_program *p, const int64_t *values,
+                               lm_binding *b) {
   char at[256];
   values_str(p, values, at, sizeof at);
   for (int pos = 0; pos < p->n; pos++) {
@@ -233,10 +233,9 @@ static loom_status instantiate(const loom_program *p, const int64_t *values, lm_
   return LOOM_OK;
 }
 
-/* Plans and compiles the instantiated graph; its canonical order must be the
- * program's, so that every table indexed by position holds. */
-static loom_status plan_binding(const loom_program *p, lm_binding *b) {
-  const char *op = "loom_program_run";
+/* Plans the instantiated graph; its canonical order must be the program's,
+ * so that every table indexed by position holds. */
+static loom_status plan_binding(const char *op, const loom_program *p, lm_binding *b) {
   lm_node **targets = malloc(sizeof *targets * (size_t)p->nout);
   if (!targets) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
   for (int i = 0; i < p->nout; i++) targets[i] = b->nodes[p->out_pos[i]];
@@ -251,12 +250,29 @@ static loom_status plan_binding(const loom_program *p, lm_binding *b) {
     st = lm_fail(LOOM_ERR_INTERNAL, "%s: the graph at new sizes lost the program's order", op);
   else if ((st = lm_plan(&g, loom_fusion_enabled(), &b->plan, err, sizeof err)) != LOOM_OK)
     st = lm_fail(st, "%s: %s", op, err);
-  else
-    st = lm_exec_compile(b->plan, p->device);
-  if (st == LOOM_OK) lm_stat_add(LM_STAT_PROGRAM_SIZES_PLANNED, 1);
   lm_graph_free(&g);
   return st;
 }
+
+loom_status lm_program_plan_at(const char *op, const loom_program *p, const int64_t *values,
+                               lm_binding **out) {
+  lm_binding *b = calloc(1, sizeof *b);
+  if (!b || !(b->nodes = calloc((size_t)p->n + 1, sizeof *b->nodes))) {
+    free(b);
+    return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  }
+  memcpy(b->values, values, sizeof(int64_t) * (size_t)p->nsym);
+  loom_status st = instantiate(op, p, values, b);
+  if (st == LOOM_OK) st = plan_binding(op, p, b);
+  if (st != LOOM_OK) {
+    free_binding(b, p->n);
+    b = NULL;
+  }
+  *out = b;
+  return st;
+}
+
+void lm_program_binding_free(const loom_program *p, lm_binding *b) { free_binding(b, p->n); }
 
 /* The values of the symbols in this run's inputs, each dim checked. */
 static loom_status read_values(const loom_program *p, loom_tensor *const *ins, int64_t *values,
@@ -319,18 +335,13 @@ loom_status lm_program_bind(const loom_program *p, loom_tensor *const *ins, lm_b
     return LOOM_OK;
   }
   pthread_mutex_unlock(&mp->bind_lock);
-  lm_binding *b = calloc(1, sizeof *b);
-  if (!b || !(b->nodes = calloc((size_t)p->n + 1, sizeof *b->nodes))) {
-    free(b);
-    return lm_fail(LOOM_ERR_OOM, "loom_program_run: out of memory");
-  }
-  memcpy(b->values, values, sizeof values);
-  st = instantiate(p, values, b);
-  if (st == LOOM_OK) st = plan_binding(p, b);
-  if (st != LOOM_OK) {
+  lm_binding *b;
+  if ((st = lm_program_plan_at("loom_program_run", p, values, &b)) != LOOM_OK) return st;
+  if ((st = lm_exec_compile(b->plan, p->device)) != LOOM_OK) {
     free_binding(b, p->n);
     return st;
   }
+  lm_stat_add(LM_STAT_PROGRAM_SIZES_PLANNED, 1);
   b->users = 1;
   pthread_mutex_lock(&mp->bind_lock);
   b->next = mp->bound;

@@ -350,16 +350,6 @@ static void test_programs(void) {
   loom_program_free(p);
 }
 
-static bool file_contains(const char *path, const char *what) {
-  FILE *f = fopen(path, "r");
-  if (!f) return false;
-  static char text[1 << 16];
-  size_t n = fread(text, 1, sizeof text - 1, f);
-  text[n] = 0;
-  fclose(f);
-  return strstr(text, what) != NULL;
-}
-
 static void test_weights_file(void) {
   loom_params *ps = loom_params_new();
   loom_program *p = mlp_program(ps);
@@ -369,8 +359,8 @@ static void test_weights_file(void) {
   unsetenv("LOOM_EXPORT_EMBED_LIMIT");
   char path[512];
   snprintf(path, sizeof path, "%s/mlpfile.h", dir);
-  CHECK(file_contains(path, "#define MLPFILE_WEIGHTS_EMBEDDED 0"));
-  CHECK(file_contains(path, "#define MLPFILE_WEIGHTS_FILE \"mlpfile.weights\""));
+  CHECK(check_file_contains(path, "#define MLPFILE_WEIGHTS_EMBEDDED 0"));
+  CHECK(check_file_contains(path, "#define MLPFILE_WEIGHTS_FILE \"mlpfile.weights\""));
   void *lib = open_lib("mlpfile");
   run_fn run = find_run(lib, "mlpfile");
   if (run) check_same(p, run, 21);
@@ -450,7 +440,7 @@ static void test_command_line(void) {
   CHECK(system(cmd) != 0);
   char path[512];
   snprintf(path, sizeof path, "%s/err.txt", dir);
-  CHECK(file_contains(path, "none.loom"));
+  CHECK(check_file_contains(path, "none.loom"));
   snprintf(cmd, sizeof cmd, "'%s' export '%s' --out '%s' 2> /dev/null", LOOM_TOOL, saved, dir);
   CHECK(system(cmd) != 0);
   loom_program_free(p);

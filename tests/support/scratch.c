@@ -1,6 +1,7 @@
 /* See scratch.h. */
 #include <dirent.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "scratch.h"
@@ -16,4 +17,14 @@ void check_remove_dir(const char *dir) {
   }
   if (d) closedir(d);
   rmdir(dir);
+}
+
+bool check_file_contains(const char *path, const char *what) {
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  static char text[1 << 16];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = 0;
+  fclose(f);
+  return strstr(text, what) != NULL;
 }
