@@ -460,7 +460,8 @@ LM_PUBLIC(loom_tensor *, loom_cross_entropy_ex,
                     o.label_smoothing);
   if (o.reduction != LOOM_REDUCE_MEAN && o.reduction != LOOM_REDUCE_SUM &&
       o.reduction != LOOM_REDUCE_NONE)
-    return lm_error(LOOM_ERR_VALUE, "%s: unknown reduction %d", name, (int)o.reduction);
+    return lm_error(LOOM_ERR_VALUE, "%s: reduction %d is not mean, sum or none", name,
+                    (int)o.reduction);
   int64_t classes = s->dim[class_axis];
   if ((err = check_range_but(name, labels->node, classes, o.ignore, o.ignore_index))) return err;
   int token = lm_composite_begin();

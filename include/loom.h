@@ -90,6 +90,7 @@ typedef enum loom_status {
   LOOM_ERR_BUFFER,   /* a destination buffer has the wrong size */
   LOOM_ERR_SCOPE,    /* scope misuse (end without begin, keep outside scope) */
   LOOM_ERR_INTERNAL, /* a bug in loom: please report it */
+  LOOM_ERR_DIST,     /* a collective failed or timed out, or no MPI (loom_dist_init) */
   LOOM_NUM_STATUS
 } loom_status;
 
@@ -462,7 +463,15 @@ loom_tensor *loom_cross_entropy(const loom_tensor *logits, const loom_tensor *la
 loom_tensor *loom_nll_loss(const loom_tensor *log_probs, const loom_tensor *labels);
 loom_tensor *loom_bce_with_logits(const loom_tensor *logits, const loom_tensor *targets);
 
-typedef enum loom_reduction { LOOM_REDUCE_MEAN, LOOM_REDUCE_SUM, LOOM_REDUCE_NONE } loom_reduction;
+/* How values combine: a loss's over its batch (MEAN, SUM, NONE), an
+ * all-reduce's over ranks (MEAN, SUM, MAX, MIN). */
+typedef enum loom_reduction {
+  LOOM_REDUCE_MEAN,
+  LOOM_REDUCE_SUM,
+  LOOM_REDUCE_NONE,
+  LOOM_REDUCE_MAX,
+  LOOM_REDUCE_MIN
+} loom_reduction;
 typedef struct loom_cross_entropy_opts {
   bool ignore;              /* labels equal to ignore_index add nothing (torch: ignore_index) */
   int64_t ignore_index;     /* e.g. -100 (torch's default) or -1 (nanoGPT's padding) */
@@ -743,6 +752,44 @@ loom_program *loom_program_load(const char *path);
  * polynomials of the symbols with integer coefficients, the export is
  * refused (LOOM_ERR_VALUE, naming the first difference). */
 loom_status loom_program_export(const loom_program *p, const char *dir, const char *name);
+
+/* ------------------------------------------------------------------ distributed */
+
+/* Data-parallel work across processes over MPI (Open MPI, MPICH: whichever
+ * libloom_mpi.so was built with), opened at run time: libloom itself does
+ * not depend on it. Launch with `mpirun -np N prog`; a process started
+ * alone is a world of one. loom_dist_init finds libloom_mpi.so in
+ * $LOOM_MPI_PLUGIN, beside the library or program holding loom, or on the
+ * loader's path, and initializes MPI (MPI_THREAD_MULTIPLE): LOOM_ERR_DIST
+ * with the reason when there is none. Call it once, before any collective;
+ * loom_dist_finalize at the end (after it, collectives are refused). */
+loom_status loom_dist_init(int *argc, char ***argv);
+loom_status loom_dist_finalize(void);
+/* This process's rank and the number of processes (0 and 1 before
+ * loom_dist_init). */
+int loom_dist_rank(void);
+int loom_dist_size(void);
+/* Whether MPI can be opened here; *about (may be NULL) says which MPI and
+ * plugin ("Open MPI v4.1.4 (/usr/lib/libloom_mpi.so)") or, when it cannot,
+ * why not. */
+bool loom_dist_available(const char **about);
+/* How long a collective waits for the other ranks before it fails with
+ * LOOM_ERR_DIST (seconds, > 0; default 60, or $LOOM_DIST_TIMEOUT). */
+loom_status loom_dist_set_timeout(double seconds);
+
+/* Collectives are ops: they record nodes, run as steps of the realized graph
+ * or compiled program (every rank must run the same ones, in the same order)
+ * and carry no gradient (as torch.distributed's). CPU tensors; every rank's
+ * tensor has the same shape and dtype. */
+/* Every rank's t combined elementwise by op (LOOM_REDUCE_SUM, _MEAN: the sum
+ * over the number of ranks, floats only, _MAX, _MIN); every rank gets the
+ * result. BF16 and F16 are combined in F32; BOOL takes MAX (any) and MIN
+ * (all). */
+loom_tensor *loom_all_reduce(const loom_tensor *t, loom_reduction op);
+/* Rank root's t, on every rank. */
+loom_tensor *loom_broadcast(const loom_tensor *t, int root);
+/* Every rank's t joined along axis in rank order (that dim grows size-fold). */
+loom_tensor *loom_all_gather(const loom_tensor *t, int axis);
 
 /* ------------------------------------------------------------------ optimizers */
 

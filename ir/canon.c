@@ -113,6 +113,10 @@ static bool put_args(lm_graph *g, const lm_node *n) {
     ok = ok && put_f64(g, n->arg.pad.value);
     break;
   case LM_ARG_AXIS: ok = put_i64(g, n->arg.axis); break;
+  case LM_ARG_COLL:
+    ok = put_i64(g, n->arg.coll.reduce) && put_i64(g, n->arg.coll.root) &&
+         put_i64(g, n->arg.coll.axis) && put_i64(g, n->arg.coll.world);
+    break;
   case LM_ARG_CLAMP: ok = put_f64(g, n->arg.clamp.lo) && put_f64(g, n->arg.clamp.hi); break;
   case LM_ARG_WINDOW:
     for (int i = 0; i < 2 && ok; i++)

@@ -93,6 +93,11 @@ typedef enum lm_op {
      data from the start and keeps src[0], on the other device, only so that
      autograd can copy its gradient back */
   LM_COPY,
+  /* collectives across processes (runtime/dist.c), one library step each;
+     arg.coll; every rank runs the same ones in the same order */
+  LM_ALL_REDUCE, /* every rank's src[0] combined elementwise by arg.coll.reduce */
+  LM_BROADCAST,  /* rank arg.coll.root's src[0] */
+  LM_ALL_GATHER, /* the arg.coll.world ranks' src[0] joined along arg.coll.axis */
   LM_NUM_OPS
 } lm_op;
 
@@ -134,6 +139,11 @@ struct lm_node {
     struct {
       double lo, hi;
     } clamp;
+    struct {
+      int reduce; /* loom_reduce_op */
+      int root, axis;
+      int world; /* the number of ranks when recorded */
+    } coll;
   } arg;
   bool requires_grad;            /* gradients flow through it (set when recorded) */
   struct loom_tensor *grad_leaf; /* the handle its gradients accumulate into (weak) */
@@ -185,7 +195,8 @@ typedef enum lm_op_class {
   LM_OPC_VIEW,        /* indexing only: kernels read through it */
   LM_OPC_LIBRARY,     /* computed by a library call (BLAS) */
   LM_OPC_GATHER,      /* data-dependent rows */
-  LM_OPC_COPY         /* from another device, computed when recorded */
+  LM_OPC_COPY,        /* from another device, computed when recorded */
+  LM_OPC_COLLECTIVE   /* across processes, a library step (runtime/dist.c) */
 } lm_op_class;
 
 /* Which member of lm_node.arg an op uses, and so how it is hashed and written. */
@@ -200,7 +211,8 @@ typedef enum lm_arg_kind {
   LM_ARG_SLICE,  /* arg.slice: start=[...] step=[...] */
   LM_ARG_PAD,    /* arg.pad: lo=[...] value=<f64> */
   LM_ARG_WINDOW, /* arg.window: kernel=[2] stride=[2] dilation=[2] */
-  LM_ARG_CLAMP   /* arg.clamp: lo=<f64> hi=<f64> */
+  LM_ARG_CLAMP,  /* arg.clamp: lo=<f64> hi=<f64> */
+  LM_ARG_COLL    /* arg.coll: reduce=<name> root=<int> axis=<int> world=<int> */
 } lm_arg_kind;
 
 /* The dtype an op gives, from its (first value) source's. */
@@ -228,6 +240,11 @@ const lm_op_info *lm_op_info_of(lm_op op);
 bool lm_op_is_elementwise(lm_op op);
 bool lm_op_is_view(lm_op op);
 bool lm_op_is_reduce(lm_op op);
+bool lm_op_is_collective(lm_op op);
+/* loom_reduce_op's name in listings and the program text ("sum", ...), NULL
+ * outside the enum; and back (-1 for none). */
+const char *lm_reduce_op_name(int reduce);
+int lm_reduce_op_named(const char *name, size_t len);
 const char *lm_op_name(lm_op op);
 
 /* The allocator behind LM_BUFFER data (runtime/ provides it). */

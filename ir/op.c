@@ -1,4 +1,6 @@
 /* The graph ops' table (ir/ir.h, lm_op_info): one row per op. */
+#include <string.h>
+
 #include "ir/ir.h"
 
 #define LEAF(name, arg)                                                                            \
@@ -75,7 +77,28 @@ const lm_op_info lm_op_table[LM_NUM_OPS] = {
     /* a clamped index and a load */
     [LM_GATHER] = {"gather", LM_OPC_GATHER, 2, LM_ARG_NONE, LM_RES_SOURCE, false, true, 2},
     [LM_COPY] = {"copy", LM_OPC_COPY, 1, LM_ARG_NONE, LM_RES_SOURCE, false, true, 0},
+    [LM_ALL_REDUCE] = {"all_reduce", LM_OPC_COLLECTIVE, 1, LM_ARG_COLL, LM_RES_SOURCE, false, false,
+                       0},
+    [LM_BROADCAST] = {"broadcast", LM_OPC_COLLECTIVE, 1, LM_ARG_COLL, LM_RES_SOURCE, false, false,
+                      0},
+    [LM_ALL_GATHER] = {"all_gather", LM_OPC_COLLECTIVE, 1, LM_ARG_COLL, LM_RES_SOURCE, false, false,
+                       0},
 };
+
+static const char *const reduce_names[] = {"mean", "sum", "none", "max",
+                                           "min"}; /* loom_reduction */
+
+const char *lm_reduce_op_name(int reduce) {
+  return reduce >= 0 && reduce < (int)(sizeof reduce_names / sizeof *reduce_names)
+             ? reduce_names[reduce]
+             : NULL;
+}
+
+int lm_reduce_op_named(const char *name, size_t len) {
+  for (int i = 0; i < (int)(sizeof reduce_names / sizeof *reduce_names); i++)
+    if (strlen(reduce_names[i]) == len && !memcmp(reduce_names[i], name, len)) return i;
+  return -1;
+}
 
 const lm_op_info *lm_op_info_of(lm_op op) {
   return (unsigned)op < (unsigned)LM_NUM_OPS ? &lm_op_table[op] : NULL;
@@ -94,3 +117,4 @@ static bool is_class(lm_op op, lm_op_class cls) {
 bool lm_op_is_elementwise(lm_op op) { return is_class(op, LM_OPC_ELEMENTWISE); }
 bool lm_op_is_view(lm_op op) { return is_class(op, LM_OPC_VIEW); }
 bool lm_op_is_reduce(lm_op op) { return is_class(op, LM_OPC_REDUCE); }
+bool lm_op_is_collective(lm_op op) { return is_class(op, LM_OPC_COLLECTIVE); }

@@ -424,6 +424,35 @@ static bool check_gather(const verdict *v) {
   return keeps_dtype(v);
 }
 
+/* Collectives: the source's dtype; its shape, but all_gather's axis times the
+ * ranks recorded. */
+static bool check_collective(const verdict *v) {
+  const lm_node *n = v->n, *x = n->src[0];
+  const char *reduce = lm_reduce_op_name(n->arg.coll.reduce);
+  if (n->arg.coll.world < 1) return refuse(v, "a world of %d ranks", n->arg.coll.world);
+  if (n->op == LM_ALL_REDUCE && (!reduce || n->arg.coll.reduce == LOOM_REDUCE_NONE))
+    return refuse(v, "reduction %d is not sum, mean, max or min", n->arg.coll.reduce);
+  if (n->op == LM_ALL_REDUCE && n->dtype == LOOM_BOOL && n->arg.coll.reduce != LOOM_REDUCE_MAX &&
+      n->arg.coll.reduce != LOOM_REDUCE_MIN)
+    return refuse(v, "a bool all_reduce takes max or min, not %s", reduce);
+  if (n->op == LM_ALL_REDUCE && n->arg.coll.reduce == LOOM_REDUCE_MEAN &&
+      !lm_dtype_is_float(n->dtype))
+    return refuse(v, "a mean is of floats");
+  if (n->op == LM_BROADCAST && (n->arg.coll.root < 0 || n->arg.coll.root >= n->arg.coll.world))
+    return refuse(v, "root %d is not one of %d ranks", n->arg.coll.root, n->arg.coll.world);
+  loom_shape want = x->shape;
+  if (n->op == LM_ALL_GATHER) {
+    int axis = n->arg.coll.axis;
+    if (axis < 0 || axis >= want.ndim) return refuse(v, "axis %d of %d dims", axis, want.ndim);
+    if (__builtin_mul_overflow(want.dim[axis], (int64_t)n->arg.coll.world, &want.dim[axis]))
+      return refuse(v, "the gathered dim overflows");
+  }
+  return shape_is(v, &want,
+                  n->op == LM_ALL_GATHER ? "the source's, the axis times the ranks"
+                                         : "the source's") &&
+         keeps_dtype(v);
+}
+
 /* ------------------------------------------------------------ leaves */
 
 static bool check_leaf(const verdict *v) {
@@ -495,6 +524,9 @@ bool lm_node_verify(const lm_node *n, char *why, size_t len) {
   case LM_WINDOW: return check_window(&v);
   case LM_MATMUL: return check_matmul(&v);
   case LM_GATHER: return check_gather(&v);
+  case LM_ALL_REDUCE:
+  case LM_BROADCAST:
+  case LM_ALL_GATHER: return check_collective(&v);
   default: return refuse(&v, "no rule for this op");
   }
 }

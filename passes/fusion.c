@@ -104,6 +104,10 @@ static void count_uses(lm_planner *pl) {
     if (lm_is_computed(n)) continue;
     lm_plan_node *pn = lm_plan_of(pl, n);
     if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL) pn->materialize = true;
+    if (lm_op_is_collective(n->op)) { /* a library step: its source whole in memory */
+      pn->materialize = true;
+      if (!lm_is_computed(n->src[0])) lm_plan_of(pl, n->src[0])->materialize = true;
+    }
     bool inline_view = lm_op_is_view(n->op) && !pn->materialize;
     bool repeats = inline_view && (broadcasts(n) || pn->broadcast_use || n->op == LM_WINDOW);
     if (n->op == LM_GATHER && !lm_is_computed(n->src[0]))
@@ -293,7 +297,9 @@ bool lm_fuse_epilogues(lm_planner *pl) {
   const lm_graph *g = pl->g;
   for (int i = 0; i < g->n; i++) {
     lm_node *e = g->nodes[i];
-    if (!lm_materialized(pl, e) || lm_op_is_reduce(e->op) || e->op == LM_MATMUL) continue;
+    if (!lm_materialized(pl, e) || lm_op_is_reduce(e->op) || e->op == LM_MATMUL ||
+        lm_op_is_collective(e->op))
+      continue;
     lm_node *r = NULL;
     bool bad = false;
     scan_for_reduce(pl, e, e, true, &r, &bad);

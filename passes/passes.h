@@ -9,7 +9,7 @@
 #include "ir/ir.h"
 #include "ir/kernel.h"
 
-typedef enum lm_step_kind { LM_STEP_KERNEL, LM_STEP_GEMM } lm_step_kind;
+typedef enum lm_step_kind { LM_STEP_KERNEL, LM_STEP_GEMM, LM_STEP_COLLECTIVE } lm_step_kind;
 
 /* A kernel reads at most this many buffers and keys (its slots); planning
  * keeps each fused expression to half of it, so that joining a row group's
@@ -49,6 +49,19 @@ typedef struct lm_gemm {
   bool fn_for_all;
 } lm_gemm;
 
+/* A collective across processes (LM_ALL_REDUCE, LM_BROADCAST, LM_ALL_GATHER):
+ * the source's whole buffer, row-major, into the step's output. */
+typedef struct lm_collective {
+  lm_op op;
+  int reduce, root, world; /* as the node's arg.coll */
+  int in_pos;              /* canonical position of the source's buffer */
+  loom_dtype dtype;
+  int64_t count; /* the source's elements */
+  /* all_gather: the source as [outer, inner] around the gathered axis (inner
+     counts the axis and the dims after it) */
+  int64_t outer, inner;
+} lm_collective;
+
 typedef struct lm_step {
   lm_step_kind kind;
   int out;          /* canonical position of the node this step computes, or a
@@ -72,6 +85,8 @@ typedef struct lm_step {
   int nsizes;
   /* LM_STEP_GEMM */
   lm_gemm gemm;
+  /* LM_STEP_COLLECTIVE */
+  lm_collective coll;
   /* GEMM epilogues: a GEMM whose only reader is an elementwise kernel runs
    * deferred, in row blocks, each followed by the kernel on those rows while
    * they are in cache; the kernel's slot gemm_slot reads the block. */

@@ -37,11 +37,43 @@ static bool planner_reserve(lm_planner *pl, int pos) {
   return true;
 }
 
+/* A collective's step: its source is stored (fusion.c marks it) and read
+ * whole. */
+static void plan_collective(const lm_planner *pl, lm_node *n, lm_step *step) {
+  const lm_node *x = n->src[0];
+  lm_collective *c = &step->coll;
+  memset(c, 0, sizeof *c);
+  c->op = n->op;
+  c->reduce = n->arg.coll.reduce;
+  c->root = n->arg.coll.root;
+  c->world = n->arg.coll.world;
+  c->in_pos = lm_graph_pos(pl->g, x);
+  c->dtype = x->dtype;
+  c->count = lm_shape_numel(&x->shape);
+  c->outer = 1, c->inner = 1;
+  for (int d = 0; d < x->shape.ndim; d++) {
+    if (n->op == LM_ALL_GATHER && d < n->arg.coll.axis)
+      c->outer *= x->shape.dim[d];
+    else
+      c->inner *= x->shape.dim[d];
+  }
+  step->kind = LM_STEP_COLLECTIVE;
+  step->out = n->pos;
+  step->dtype = n->dtype;
+  step->outer = lm_shape_numel(&n->shape);
+  step->gemm_partner = -1;
+  step->b_producer = -1;
+}
+
 static loom_status lower_step(const lm_planner *pl, lm_schedule *p, lm_node *n, char *err,
                               size_t errlen) {
   lm_step *step = &p->steps[p->nsteps++];
   if (n->op == LM_MATMUL) {
     lm_plan_gemm(pl, n, step);
+    return LOOM_OK;
+  }
+  if (lm_op_is_collective(n->op)) {
+    plan_collective(pl, n, step);
     return LOOM_OK;
   }
   return lm_lower(pl, n, step, err, errlen);

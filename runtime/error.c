@@ -61,6 +61,7 @@ static const char *const status_names[LOOM_NUM_STATUS] = {
     [LOOM_ERR_BUFFER] = "LOOM_ERR_BUFFER",
     [LOOM_ERR_SCOPE] = "LOOM_ERR_SCOPE",
     [LOOM_ERR_INTERNAL] = "LOOM_ERR_INTERNAL",
+    [LOOM_ERR_DIST] = "LOOM_ERR_DIST",
 };
 
 const char *loom_status_name(loom_status s) {

@@ -10,6 +10,7 @@
 
 #include "runtime/compile.h"
 #include "runtime/cuda.h"
+#include "runtime/dist.h"
 #include "runtime/exec.h"
 #include "runtime/gemm.h"
 #include "runtime/pool.h"
@@ -165,7 +166,13 @@ static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i) {
       if (st != LOOM_OK) return st;
       x->sizes[s->out] = bytes;
     }
-    st = s->kind == LM_STEP_GEMM ? r->gemm(x, s) : r->kernel(x, s);
+    if (s->kind == LM_STEP_COLLECTIVE) /* CPU buffers only: the frontend records no other */
+      st = x->device.type == LOOM_DEVICE_CPU
+               ? lm_dist_run(&s->coll, x->bufs[s->coll.in_pos], x->bufs[s->out])
+               : lm_fail(LOOM_ERR_DEVICE, "loom_%s: collectives run on CPU tensors",
+                         lm_op_name(s->coll.op));
+    else
+      st = s->kind == LM_STEP_GEMM ? r->gemm(x, s) : r->kernel(x, s);
   }
   release_dead(x, s);
   return st;

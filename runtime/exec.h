@@ -25,10 +25,11 @@ loom_status lm_exec_run(const lm_exec *x);
  * device_code. */
 loom_status lm_exec_compile(lm_schedule *p, loom_device device);
 
-/* How one device runs the two kinds of step: lm_exec_steps walks a program
+/* How one device runs kernel and GEMM steps: lm_exec_steps walks a program
  * with them (allocating outputs, freeing intermediates after their last
  * reader) for every device. `kernel` runs a kernel step (with its deferred
- * GEMM, if any) into bufs[s->out]; `gemm` a GEMM step. */
+ * GEMM, if any) into bufs[s->out]; `gemm` a GEMM step. Collective steps
+ * (CPU buffers) run through runtime/dist.c. */
 typedef struct lm_step_runner {
   loom_status (*kernel)(const lm_exec *x, const lm_step *s);
   loom_status (*gemm)(const lm_exec *x, const lm_step *s);

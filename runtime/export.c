@@ -403,6 +403,12 @@ loom_status lm_export_build(const lm_export_layout *l, const char *dir, const ch
 loom_status loom_program_export(const loom_program *p, const char *dir, const char *name) {
   loom_status st = check_args(p, dir, name);
   if (st != LOOM_OK) return st;
+  for (int i = 0; i < p->plan->nsteps; i++)
+    if (p->plan->steps[i].kind == LM_STEP_COLLECTIVE)
+      return lm_fail(LOOM_ERR_VALUE,
+                     OP ": the program runs %s (step %d); an exported library does not run "
+                        "collectives across processes",
+                     lm_op_name(p->plan->steps[i].coll.op), i);
   if (p->nsym > 0) return lm_export_symbolic(p, dir, name, embed_limit());
   lm_export_layout layout;
   if ((st = lm_export_layout_make(&layout, p, name, embed_limit())) == LOOM_OK)

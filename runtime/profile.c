@@ -37,6 +37,11 @@ static void print_step(const lm_step *s, int i, double ms) {
             s->b_producer >= 0 ? ", B made in blocks inside" : "");
     return;
   }
+  if (s->kind == LM_STEP_COLLECTIVE) {
+    fprintf(stderr, "%s of %lld %s values over %d ranks\n", lm_op_name(s->coll.op),
+            (long long)s->coll.count, loom_dtype_name(s->coll.dtype), s->coll.world);
+    return;
+  }
   const lk_kernel *k = &s->kernel;
   fprintf(stderr, "kernel %lld points, dom [", (long long)s->outer);
   for (int d = 0; d < k->ndim; d++) fprintf(stderr, "%s%lld", d ? "," : "", (long long)k->dom[d]);

@@ -364,6 +364,19 @@ static loom_status arg_rand(parser *p, lm_node *n) {
   return LOOM_OK;
 }
 
+static loom_status arg_coll(parser *p, lm_node *n) {
+  token v;
+  char q[72];
+  loom_status st = take_arg(p, "reduce", &v);
+  if (st != LOOM_OK) return st;
+  n->arg.coll.reduce = lm_reduce_op_named(v.s, v.len);
+  if (n->arg.coll.reduce < 0)
+    return bad(p, "reduce=%s: expected mean, sum, none, max or min", quote(v, q));
+  if ((st = arg_int(p, "root", &n->arg.coll.root)) != LOOM_OK) return st;
+  if ((st = arg_int(p, "axis", &n->arg.coll.axis)) != LOOM_OK) return st;
+  return arg_int(p, "world", &n->arg.coll.world);
+}
+
 /* The op's arguments, in the order the format fixes. Lists have one entry
  * per dim of the node (window's two per spatial dim). */
 static loom_status parse_args(parser *p, lm_node *n) {
@@ -385,6 +398,7 @@ static loom_status parse_args(parser *p, lm_node *n) {
     st = arg_list(p, "lo", nd, INT64_MIN, INT64_MAX, n->arg.pad.lo);
     return st != LOOM_OK ? st : arg_f64(p, "value", &n->arg.pad.value);
   case LM_ARG_AXIS: return arg_int(p, "axis", &n->arg.axis);
+  case LM_ARG_COLL: return arg_coll(p, n);
   case LM_ARG_CLAMP:
     st = arg_f64(p, "lo", &n->arg.clamp.lo);
     return st != LOOM_OK ? st : arg_f64(p, "hi", &n->arg.clamp.hi);

@@ -149,6 +149,10 @@ static void put_args(text *t, const lm_node *n) {
     put_f64(t, "value", n->arg.pad.value);
     break;
   case LM_ARG_AXIS: put(t, " axis=%d", n->arg.axis); break;
+  case LM_ARG_COLL:
+    put(t, " reduce=%s root=%d axis=%d world=%d", lm_reduce_op_name(n->arg.coll.reduce),
+        n->arg.coll.root, n->arg.coll.axis, n->arg.coll.world);
+    break;
   case LM_ARG_CLAMP:
     put_f64(t, "lo", n->arg.clamp.lo);
     put_f64(t, "hi", n->arg.clamp.hi);
@@ -376,17 +380,22 @@ static bool steps_computing(const loom_program *p, computing *c) {
 }
 
 static void dump_header(text *t, const loom_program *p) {
-  int weights = 0, nodes = 0, kernels = 0;
+  int weights = 0, nodes = 0, kernels = 0, gemms = 0;
   for (int pos = 0; pos < p->n; pos++)
     weights += p->kind[pos] == LM_SLOT_WEIGHT, nodes += p->kind[pos] == LM_SLOT_NODE;
-  for (int i = 0; i < p->plan->nsteps; i++) kernels += p->plan->steps[i].kind == LM_STEP_KERNEL;
+  for (int i = 0; i < p->plan->nsteps; i++)
+    kernels += p->plan->steps[i].kind == LM_STEP_KERNEL,
+        gemms += p->plan->steps[i].kind == LM_STEP_GEMM;
+  int collectives = p->plan->nsteps - kernels - gemms;
   put(t,
       "loom program: %d input%s, %d weight%s, %d node%s, %d output%s; %d step%s (%d kernel%s, "
-      "%d gemm%s)\n",
+      "%d gemm%s",
       p->nin, p->nin == 1 ? "" : "s", weights, weights == 1 ? "" : "s", nodes,
       nodes == 1 ? "" : "s", p->nout, p->nout == 1 ? "" : "s", p->plan->nsteps,
-      p->plan->nsteps == 1 ? "" : "s", kernels, kernels == 1 ? "" : "s", p->plan->nsteps - kernels,
-      p->plan->nsteps - kernels == 1 ? "" : "s");
+      p->plan->nsteps == 1 ? "" : "s", kernels, kernels == 1 ? "" : "s", gemms,
+      gemms == 1 ? "" : "s");
+  if (collectives) put(t, ", %d collective%s", collectives, collectives == 1 ? "" : "s");
+  put(t, ")\n");
 }
 
 #define COMMENT_COLUMN 48
@@ -554,11 +563,25 @@ static void dump_kernel(text *t, const loom_program *p, int i, const computing *
   dump_listing(t, &s->kernel);
 }
 
+static void dump_collective(text *t, const loom_program *p, int i) {
+  const lm_step *s = &p->plan->steps[i];
+  const lm_collective *c = &s->coll;
+  char a[24], b[24];
+  put(t, "  step %d: %s -> %s %s, %lld output%s; of %s (%lld values) over %d ranks", i,
+      lm_op_name(c->op), pos_name(p, s->out, a), loom_dtype_name(s->dtype), (long long)s->outer,
+      s->outer == 1 ? "" : "s", pos_name(p, c->in_pos, b), (long long)c->count, c->world);
+  if (c->op == LM_ALL_REDUCE) put(t, ", %s", lm_reduce_op_name(c->reduce));
+  if (c->op == LM_BROADCAST) put(t, " from rank %d", c->root);
+  put(t, "\n");
+}
+
 static void dump_schedule(text *t, const loom_program *p, const computing *c) {
   put(t, "schedule\n");
   for (int i = 0; i < p->plan->nsteps; i++) {
     if (p->plan->steps[i].kind == LM_STEP_GEMM)
       dump_gemm(t, p, i);
+    else if (p->plan->steps[i].kind == LM_STEP_COLLECTIVE)
+      dump_collective(t, p, i);
     else
       dump_kernel(t, p, i, c);
   }
@@ -633,7 +656,9 @@ static void dot_node(text *t, const loom_program *p, int pos, const picture *pic
 static void dot_step(text *t, const loom_program *p, int i, const picture *pic) {
   const lm_step *s = &p->plan->steps[i];
   put(t, "  subgraph cluster_%d {\n    label=\"step %d: %s\";\n    style=rounded;\n", i, i,
-      s->kind == LM_STEP_GEMM ? "gemm" : "kernel");
+      s->kind == LM_STEP_GEMM         ? "gemm"
+      : s->kind == LM_STEP_COLLECTIVE ? lm_op_name(s->coll.op)
+                                      : "kernel");
   if (s->out >= p->n)
     put(t, "    t%d [shape=point, xlabel=\"%%t%d\"];\n", s->out - p->n, s->out - p->n);
   for (int q = pic->first[i]; q < pic->first[i + 1]; q++)

@@ -74,6 +74,11 @@ static int command_info(void) {
                             : strcmp(bf16, "avx512-bf16") == 0
                                 ? "AVX512-BF16 dot products of term pairs (vdpbf16ps)"
                                 : "operands widened to F32 as they are packed");
+  const char *mpi;
+  if (loom_dist_available(&mpi))
+    printf("mpi:       %s\n", mpi);
+  else
+    printf("mpi:       not available (%s)\n", mpi);
   if (loom_cuda_available())
     printf("cuda:      available, %d device(s)\n", loom_cuda_device_count());
   else {

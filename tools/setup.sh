@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages loom needs to build and test, when missing.
 set -euo pipefail
-packages=(build-essential cmake llvm-dev libopenblas-dev libxxhash-dev libjansson-dev zlib1g-dev)
+# libopenmpi-dev and openmpi-bin: the MPI plugin (libloom_mpi.so) and its tests
+packages=(build-essential cmake llvm-dev libopenblas-dev libxxhash-dev libjansson-dev zlib1g-dev
+  libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,279 @@
+/* Processes working together (loom_dist_*): MPI through the plugin
+ * libloom_mpi.so (runtime/mpi/loom_mpi.h), opened at run time, and the
+ * collective steps of realized graphs and programs.
+ *
+ * State (docs/ARCHITECTURE.md lists it): `dist`, guarded by dist_lock; a
+ * collective holds coll_lock while it runs, so that the collectives of two
+ * threads of one process never interleave (every rank must issue them in one
+ * order). */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/dist.h"
+#include "runtime/mpi/loom_mpi.h"
+#include "runtime/runtime.h"
+
+#define DEFAULT_TIMEOUT_S 60.0
+
+static pthread_mutex_t dist_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t coll_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  bool opened; /* the plugin was looked for: api or why_not is set */
+  void *lib;
+  const lm_mpi_api *api;
+  char path[4096];
+  char why_not[512];
+  char about[512]; /* the MPI library's version and the plugin's path */
+  bool initialized, finalized;
+  char broken[512]; /* a collective failed: why (later ones are refused) */
+  int rank, size;
+  double timeout_s; /* 0: not set (the environment's, or the default) */
+} dist = {.size = 1};
+
+/* ------------------------------------------------------------ the plugin */
+
+static bool try_open(const char *path) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char *why = dlerror();
+    snprintf(dist.why_not, sizeof dist.why_not, "%s", why ? why : "dlopen failed");
+    return false;
+  }
+  lm_mpi_api_fn get = (lm_mpi_api_fn)(uintptr_t)dlsym(h, LM_MPI_API_SYMBOL);
+  const lm_mpi_api *api = get ? get() : NULL;
+  if (!api || api->abi != LM_MPI_ABI) {
+    snprintf(dist.why_not, sizeof dist.why_not, "%s is not a loom MPI plugin of ABI %d", path,
+             LM_MPI_ABI);
+    dlclose(h);
+    return false;
+  }
+  dist.lib = h, dist.api = api;
+  snprintf(dist.path, sizeof dist.path, "%s", path);
+  return true;
+}
+
+/* $LOOM_MPI_PLUGIN, else libloom_mpi.so beside the object holding loom (the
+ * shared library, or a program linking it statically), else the loader's
+ * search path. Under dist_lock. */
+static void open_plugin(void) {
+  if (dist.opened) return;
+  dist.opened = true;
+  const char *env = getenv("LOOM_MPI_PLUGIN");
+  if (env && *env) {
+    if (!try_open(env)) {
+      char why[sizeof dist.why_not];
+      snprintf(why, sizeof why, "%s", dist.why_not);
+      snprintf(dist.why_not, sizeof dist.why_not, "LOOM_MPI_PLUGIN=%.200s: %.280s", env, why);
+    }
+    return;
+  }
+  Dl_info info;
+  if (dladdr((void *)&loom_dist_init, &info) && info.dli_fname) {
+    const char *slash = strrchr(info.dli_fname, '/');
+    char path[4096];
+    int dirlen = slash ? (int)(slash - info.dli_fname + 1) : 0;
+    snprintf(path, sizeof path, "%.*slibloom_mpi.so", dirlen, info.dli_fname);
+    if (try_open(path)) return;
+  }
+  if (try_open("libloom_mpi.so")) return;
+  char why[sizeof dist.why_not];
+  snprintf(why, sizeof why, "%s", dist.why_not);
+  snprintf(dist.why_not, sizeof dist.why_not,
+           "no libloom_mpi.so (loom built without MPI, or it is not beside libloom; "
+           "LOOM_MPI_PLUGIN names it): %.380s",
+           why);
+}
+
+bool loom_dist_available(const char **about) {
+  pthread_mutex_lock(&dist_lock);
+  open_plugin();
+  bool ok = dist.api != NULL;
+  if (ok && !dist.about[0])
+    snprintf(dist.about, sizeof dist.about, "%.200s (%.300s)", dist.api->version(), dist.path);
+  pthread_mutex_unlock(&dist_lock);
+  if (about) *about = ok ? dist.about : dist.why_not; /* fixed once written */
+  return ok;
+}
+
+/* ------------------------------------------------------------ the world */
+
+loom_status loom_dist_init(int *argc, char ***argv) {
+  const char *op = "loom_dist_init";
+  pthread_mutex_lock(&dist_lock);
+  loom_status st = LOOM_OK;
+  char err[512] = "";
+  open_plugin();
+  if (dist.initialized) {
+    st = lm_fail(LOOM_ERR_DIST, "%s: already called (rank %d of %d)", op, dist.rank, dist.size);
+  } else if (dist.finalized) {
+    st = lm_fail(LOOM_ERR_DIST, "%s: MPI was finalized; it cannot start again", op);
+  } else if (!dist.api) {
+    st = lm_fail(LOOM_ERR_DIST, "%s: %s", op, dist.why_not);
+  } else if (dist.api->init(argc, argv, &dist.rank, &dist.size, err, sizeof err) != LM_MPI_OK) {
+    st = lm_fail(LOOM_ERR_DIST, "%s: %s", op, err);
+  } else {
+    dist.initialized = true;
+  }
+  pthread_mutex_unlock(&dist_lock);
+  return st;
+}
+
+loom_status loom_dist_finalize(void) {
+  pthread_mutex_lock(&dist_lock);
+  loom_status st = LOOM_OK;
+  char err[512] = "";
+  if (!dist.initialized) {
+    st = lm_fail(LOOM_ERR_DIST, "loom_dist_finalize: loom_dist_init was not called");
+  } else {
+    pthread_mutex_lock(&coll_lock); /* no collective is running */
+    if (dist.api->finalize(err, sizeof err) != LM_MPI_OK)
+      st = lm_fail(LOOM_ERR_DIST, "loom_dist_finalize: %s", err);
+    dist.initialized = false;
+    dist.finalized = true;
+    dist.rank = 0, dist.size = 1;
+    pthread_mutex_unlock(&coll_lock);
+  }
+  pthread_mutex_unlock(&dist_lock);
+  return st;
+}
+
+int loom_dist_rank(void) {
+  pthread_mutex_lock(&dist_lock);
+  int r = dist.rank;
+  pthread_mutex_unlock(&dist_lock);
+  return r;
+}
+
+int loom_dist_size(void) {
+  pthread_mutex_lock(&dist_lock);
+  int n = dist.size;
+  pthread_mutex_unlock(&dist_lock);
+  return n;
+}
+
+loom_status loom_dist_set_timeout(double seconds) {
+  if (!(seconds > 0) || seconds > 1e9)
+    return lm_fail(LOOM_ERR_VALUE, "loom_dist_set_timeout: %g seconds is not in (0, 1e9]", seconds);
+  pthread_mutex_lock(&dist_lock);
+  dist.timeout_s = seconds;
+  pthread_mutex_unlock(&dist_lock);
+  return LOOM_OK;
+}
+
+/* Under dist_lock. */
+static double timeout_s(void) {
+  if (dist.timeout_s > 0) return dist.timeout_s;
+  const char *env = getenv("LOOM_DIST_TIMEOUT");
+  char *end;
+  double v = env ? strtod(env, &end) : 0;
+  return env && *env && !*end && v > 0 ? v : DEFAULT_TIMEOUT_S;
+}
+
+loom_status lm_dist_world(const char *op, int *world) {
+  pthread_mutex_lock(&dist_lock);
+  loom_status st = LOOM_OK;
+  if (!dist.initialized)
+    st = lm_fail(LOOM_ERR_DIST,
+                 "%s: call loom_dist_init first (a process started alone is a world of one)", op);
+  *world = dist.size;
+  pthread_mutex_unlock(&dist_lock);
+  return st;
+}
+
+/* ------------------------------------------------------------ collectives */
+
+/* BF16 / F16 through F32: widened, combined, rounded back. */
+static int reduce_halves(const lm_collective *c, const void *in, void *out, lm_mpi_op op,
+                         double timeout, char *err, size_t len) {
+  float *wide = malloc(sizeof(float) * (size_t)(c->count ? c->count : 1));
+  if (!wide) {
+    snprintf(err, len, "out of memory widening %lld values", (long long)c->count);
+    return LM_MPI_FAILED;
+  }
+  const uint16_t *h = in;
+  for (int64_t i = 0; i < c->count; i++) wide[i] = (float)lm_dtype_load_double(c->dtype, &h[i]);
+  int st = dist.api->all_reduce(wide, wide, c->count, LOOM_F32, op, timeout, err, len);
+  float scale = c->reduce == LOOM_REDUCE_MEAN ? 1.0f / (float)c->world : 1.0f;
+  uint16_t *o = out;
+  for (int64_t i = 0; st == LM_MPI_OK && i < c->count; i++)
+    lm_dtype_store_double(c->dtype, &o[i], wide[i] * scale);
+  free(wide);
+  return st;
+}
+
+static int reduce(const lm_collective *c, const void *in, void *out, double timeout, char *err,
+                  size_t len) {
+  lm_mpi_op op = c->reduce == LOOM_REDUCE_MAX   ? LM_MPI_MAX
+                 : c->reduce == LOOM_REDUCE_MIN ? LM_MPI_MIN
+                                                : LM_MPI_SUM;
+  if (lm_dtype_is_half(c->dtype)) return reduce_halves(c, in, out, op, timeout, err, len);
+  int st = dist.api->all_reduce(in, out, c->count, c->dtype, op, timeout, err, len);
+  if (st == LM_MPI_OK && c->reduce == LOOM_REDUCE_MEAN) { /* floats (ir/verify.c) */
+    if (c->dtype == LOOM_F64)
+      for (int64_t i = 0; i < c->count; i++) ((double *)out)[i] /= c->world;
+    else
+      for (int64_t i = 0; i < c->count; i++) ((float *)out)[i] /= (float)c->world;
+  }
+  return st;
+}
+
+/* Every rank's [outer, inner] into out's [outer, world * inner]. */
+static int gather(const lm_collective *c, const void *in, void *out, double timeout, char *err,
+                  size_t len) {
+  size_t es = loom_dtype_size(c->dtype);
+  int64_t bytes = c->count * (int64_t)es;
+  if (c->outer == 1) return dist.api->all_gather(in, out, bytes, timeout, err, len);
+  char *all = malloc((size_t)(bytes * c->world) + 1);
+  if (!all) {
+    snprintf(err, len, "out of memory for %lld gathered bytes", (long long)(bytes * c->world));
+    return LM_MPI_FAILED;
+  }
+  int st = dist.api->all_gather(in, all, bytes, timeout, err, len);
+  size_t row = (size_t)c->inner * es;
+  for (int64_t o = 0; st == LM_MPI_OK && o < c->outer; o++)
+    for (int r = 0; r < c->world; r++)
+      memcpy((char *)out + ((size_t)o * (size_t)c->world + (size_t)r) * row,
+             all + (size_t)r * (size_t)bytes + (size_t)o * row, row);
+  free(all);
+  return st;
+}
+
+loom_status lm_dist_run(const lm_collective *c, const void *in, void *out) {
+  const char *name = lm_op_name(c->op);
+  pthread_mutex_lock(&dist_lock);
+  double timeout = timeout_s();
+  loom_status st = LOOM_OK;
+  if (!dist.initialized)
+    st = lm_fail(LOOM_ERR_DIST, "loom_%s: MPI is not initialized (loom_dist_finalize was called?)",
+                 name);
+  else if (dist.broken[0])
+    st = lm_fail(LOOM_ERR_DIST, "loom_%s: an earlier collective failed (%s)", name, dist.broken);
+  else if (dist.size != c->world)
+    st = lm_fail(LOOM_ERR_DIST, "loom_%s: recorded for %d ranks, the world has %d", name, c->world,
+                 dist.size);
+  int rank = dist.rank;
+  pthread_mutex_unlock(&dist_lock);
+  if (st != LOOM_OK) return st;
+  char err[512] = "";
+  pthread_mutex_lock(&coll_lock);
+  int rc;
+  if (c->op == LM_ALL_REDUCE) {
+    rc = reduce(c, in, out, timeout, err, sizeof err);
+  } else if (c->op == LM_BROADCAST) {
+    int64_t bytes = c->count * (int64_t)loom_dtype_size(c->dtype);
+    if (bytes) memcpy(out, in, (size_t)bytes);
+    rc = dist.api->broadcast(out, bytes, c->root, timeout, err, sizeof err);
+  } else {
+    rc = gather(c, in, out, timeout, err, sizeof err);
+  }
+  pthread_mutex_unlock(&coll_lock);
+  if (rc == LM_MPI_OK) return LOOM_OK;
+  pthread_mutex_lock(&dist_lock);
+  snprintf(dist.broken, sizeof dist.broken, "loom_%s on rank %d: %.400s", name, rank, err);
+  pthread_mutex_unlock(&dist_lock);
+  return lm_fail(LOOM_ERR_DIST, "loom_%s on rank %d of %d (%lld %s values): %s", name, rank,
+                 c->world, (long long)c->count, loom_dtype_name(c->dtype), err);
+}

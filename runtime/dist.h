@@ -1,0 +1,14 @@
+/* Collectives across processes (runtime/dist.c): MPI through the plugin
+ * libloom_mpi.so, opened at run time. */
+#ifndef LOOM_RUNTIME_DIST_H
+#define LOOM_RUNTIME_DIST_H
+
+#include "passes/passes.h"
+
+/* The number of ranks for a collective recorded now by op; LOOM_ERR_DIST
+ * (recorded as the thread's error) before loom_dist_init. */
+loom_status lm_dist_world(const char *op, int *world);
+/* Runs collective step c: in is the source's buffer, out the step's. */
+loom_status lm_dist_run(const lm_collective *c, const void *in, void *out);
+
+#endif

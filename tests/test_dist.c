@@ -1,0 +1,277 @@
+/* Collectives across processes: run alone (a world of one) and under
+ * `mpirun -np 2` and `-np 3` (LOOM_TEST_RANKS says how many). Every dtype
+ * and reduction at odd sizes, broadcasts from every root, gathers along
+ * every axis, collectives inside a realized graph and a compiled program
+ * (saved and loaded too), and each refusal with its message. Without MPI
+ * (LOOM_TEST_NO_MPI=1) loom_dist_init must say why. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "loom.h"
+
+static int rank, size;
+
+/* Rank r's value i: small integers, exact in every dtype (bool: odd ones). */
+static double value(int r, int64_t i, loom_dtype dt) {
+  if (dt == LOOM_BOOL) return (double)((r + i) % 3 == 0);
+  if (dt == LOOM_U8) return (double)((r * 7 + i) % 31);
+  return (double)((r * 5 + i * 3) % 17) - (loom_dtype_is_float(dt) ? 8 : 0);
+}
+
+static loom_tensor *rank_tensor(int r, loom_shape s, loom_dtype dt) {
+  int64_t n = 1;
+  for (int d = 0; d < s.ndim; d++) n *= s.dim[d];
+  double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++) v[i] = value(r, i, dt);
+  loom_tensor *t = loom_cast(loom_from_data(v, s, LOOM_F64, LOOM_CPU), dt);
+  free(v);
+  return t;
+}
+
+static double *as_doubles(loom_tensor *t, int64_t n) {
+  double *v = calloc((size_t)(n ? n : 1), sizeof(double));
+  loom_tensor *wide = loom_cast(t, LOOM_F64);
+  loom_status st = loom_copy_to_host(wide, v, sizeof(double) * (size_t)n);
+  CHECK_MSG(st == LOOM_OK, "copy: %s %s", loom_status_name(st),
+            loom_last_error() ? loom_last_error() : "");
+  return v;
+}
+
+/* How far a result of dtype dt may be from want: a rounding of it. */
+static double tolerance(loom_dtype dt, double want) {
+  double rel = dt == LOOM_BF16 ? 0x1p-8 : dt == LOOM_F16 ? 0x1p-11 : dt == LOOM_F32 ? 1e-6 : 1e-12;
+  return loom_dtype_is_float(dt) ? rel * fabs(want) + 1e-12 : 0;
+}
+
+static void test_all_reduce(void) {
+  const loom_dtype dtypes[] = {LOOM_F32, LOOM_F64,  LOOM_I32,  LOOM_I64,
+                               LOOM_U8,  LOOM_BOOL, LOOM_BF16, LOOM_F16};
+  const loom_reduction ops[] = {LOOM_REDUCE_SUM, LOOM_REDUCE_MEAN, LOOM_REDUCE_MAX,
+                                LOOM_REDUCE_MIN};
+  const int64_t sizes[] = {1, 7, 1001};
+  for (int d = 0; d < 8; d++)
+    for (int o = 0; o < 4; o++)
+      for (int k = 0; k < 3; k++) {
+        loom_dtype dt = dtypes[d];
+        loom_reduction op = ops[o];
+        bool refused = (dt == LOOM_BOOL && (op == LOOM_REDUCE_SUM || op == LOOM_REDUCE_MEAN)) ||
+                       (op == LOOM_REDUCE_MEAN && !loom_dtype_is_float(dt));
+        if (dt == LOOM_U8 && op == LOOM_REDUCE_SUM) continue; /* wraps: not compared */
+        LOOM_SCOPE {
+          int64_t n = sizes[k];
+          loom_tensor *y = loom_all_reduce(rank_tensor(rank, LOOM_SHAPE(n), dt), op);
+          if (refused) {
+            CHECK_MSG(loom_status_of(y) == LOOM_ERR_DTYPE, "%s %d refused", loom_dtype_name(dt),
+                      (int)op);
+            continue;
+          }
+          double *got = as_doubles(y, n);
+          int bad = 0;
+          for (int64_t i = 0; i < n && bad < 3; i++) {
+            double want = op == LOOM_REDUCE_MAX ? -INFINITY : op == LOOM_REDUCE_MIN ? INFINITY : 0;
+            for (int r = 0; r < size; r++) {
+              double v = value(r, i, dt);
+              want = op == LOOM_REDUCE_MAX   ? fmax(want, v)
+                     : op == LOOM_REDUCE_MIN ? fmin(want, v)
+                                             : want + v;
+            }
+            if (op == LOOM_REDUCE_MEAN) want /= size;
+            double tol = tolerance(dt, want);
+            if (!(fabs(got[i] - want) <= tol)) {
+              bad++;
+              check_fail_at(__FILE__, __LINE__, "all_reduce %s op %d n %lld: [%lld] %g, want %g",
+                            loom_dtype_name(dt), (int)op, (long long)n, (long long)i, got[i], want);
+            }
+          }
+          check_passes += bad == 0;
+          free(got);
+        }
+      }
+}
+
+static void test_broadcast_gather(void) {
+  for (int root = 0; root < size; root++) LOOM_SCOPE {
+      loom_tensor *y = loom_broadcast(rank_tensor(rank, LOOM_SHAPE(3, 5), LOOM_I64), root);
+      double *got = as_doubles(y, 15);
+      bool same = true;
+      for (int64_t i = 0; i < 15; i++) same &= got[i] == value(root, i, LOOM_I64);
+      CHECK_MSG(same, "broadcast from %d", root);
+      free(got);
+    }
+  for (int axis = 0; axis < 3; axis++) LOOM_SCOPE {
+      /* [2, 3, 2] from each rank: rank r's element (a, b, c) lands at that
+       * index with the gathered axis offset by r times its size */
+      loom_tensor *y = loom_all_gather(rank_tensor(rank, LOOM_SHAPE(2, 3, 2), LOOM_F32), axis);
+      loom_shape s = loom_shape_of(y);
+      int64_t dims[3] = {2, 3, 2};
+      CHECK_EQ_INT((int)s.dim[axis], (int)(dims[axis] * size));
+      double *got = as_doubles(y, 12 * size);
+      int bad = 0;
+      for (int r = 0; r < size; r++)
+        for (int64_t a = 0; a < 2; a++)
+          for (int64_t b = 0; b < 3; b++)
+            for (int64_t c = 0; c < 2; c++) {
+              int64_t at[3] = {a, b, c};
+              at[axis] += r * dims[axis];
+              int64_t out_dims[3] = {2, 3, 2};
+              out_dims[axis] *= size;
+              int64_t flat = (at[0] * out_dims[1] + at[1]) * out_dims[2] + at[2];
+              bad += got[flat] != value(r, (a * 3 + b) * 2 + c, LOOM_F32);
+            }
+      CHECK_MSG(bad == 0, "all_gather along %d: %d wrong", axis, bad);
+      free(got);
+    }
+}
+
+/* A collective between computing ops, realized lazily and as a program:
+ * y = all_reduce(2 x, mean) + 1, summed over rows as a second output. */
+static void test_program(void) {
+  loom_program *p = NULL;
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(4, 9), LOOM_F32, LOOM_CPU);
+    loom_tensor *y = loom_add_s(loom_all_reduce(loom_mul_s(x, 2.0), LOOM_REDUCE_MEAN), 1.0);
+    int axis = 1;
+    loom_tensor *outs[2] = {y, loom_sum(loom_all_gather(y, 0), &axis, 1, false)};
+    p = loom_compile(outs, 2, &x, 1);
+  }
+  CHECK_MSG(p != NULL, "compile: %s", loom_last_error());
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/loom-test-dist-%d-%d.loom", (int)getpid(), rank);
+  loom_program *loaded = NULL;
+  if (p && loom_program_save(p, path) == LOOM_OK) loaded = loom_program_load(path);
+  CHECK_MSG(loaded != NULL, "save and load: %s", loom_last_error());
+  remove(path);
+  strcat(path, ".safetensors");
+  remove(path);
+  for (int which = 0; which < 3; which++) LOOM_SCOPE {
+      loom_tensor *x = rank_tensor(rank, LOOM_SHAPE(4, 9), LOOM_F32);
+      loom_tensor *outs[2] = {NULL, NULL};
+      if (which == 2) { /* lazily */
+        outs[0] = loom_add_s(loom_all_reduce(loom_mul_s(x, 2.0), LOOM_REDUCE_MEAN), 1.0);
+        int axis = 1;
+        outs[1] = loom_sum(loom_all_gather(outs[0], 0), &axis, 1, false);
+      } else if (which ? loaded : p) {
+        loom_status st = loom_program_run(which ? loaded : p, &x, outs);
+        CHECK_MSG(st == LOOM_OK, "run: %s", loom_last_error());
+        if (st != LOOM_OK) continue;
+      } else {
+        continue;
+      }
+      double *y = as_doubles(outs[0], 36), *rows = as_doubles(outs[1], 4 * size);
+      int bad = 0;
+      for (int64_t i = 0; i < 36; i++) {
+        double want = 0;
+        for (int r = 0; r < size; r++) want += 2 * value(r, i, LOOM_F32);
+        bad += !(fabs(y[i] - (want / size + 1)) <= 1e-5);
+      }
+      for (int64_t row = 0; row < 4 * size; row++) {
+        double want = 0;
+        for (int64_t j = 0; j < 9; j++) want += y[(row % 4) * 9 + j];
+        bad += !(fabs(rows[row] - want) <= 1e-4);
+      }
+      CHECK_MSG(bad == 0, "%s: %d values wrong",
+                which == 2 ? "lazy"
+                : which    ? "loaded"
+                           : "program",
+                bad);
+      free(y), free(rows);
+    }
+  if (p) { /* the dump names the step; an export refuses it */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    loom_program_dump(p, f);
+    fclose(f);
+    CHECK_STR_CONTAINS(text, "all_reduce ->");
+    free(text);
+    loom_clear_error();
+    CHECK_RC(loom_program_export(p, "/tmp", "dist"), LOOM_ERR_VALUE);
+    CHECK_STR_CONTAINS(loom_last_error(), "collectives");
+  }
+  loom_program_free(p);
+  loom_program_free(loaded);
+}
+
+static void test_refusals(void) {
+  LOOM_SCOPE {
+    loom_tensor *x = rank_tensor(rank, LOOM_SHAPE(3), LOOM_F32);
+    CHECK_STATUS(loom_broadcast(x, size), LOOM_ERR_VALUE);
+    CHECK_STATUS(loom_broadcast(x, -1), LOOM_ERR_VALUE);
+    CHECK_STATUS(loom_all_gather(x, 1), LOOM_ERR_AXIS);
+    CHECK_STATUS(loom_all_reduce(x, LOOM_REDUCE_NONE), LOOM_ERR_VALUE);
+    CHECK_STATUS(loom_all_reduce(x, (loom_reduction)42), LOOM_ERR_VALUE);
+    CHECK_STATUS(loom_all_reduce(NULL, LOOM_REDUCE_SUM), LOOM_ERR_NULL);
+    /* no gradient flows through a collective */
+    loom_tensor *w = rank_tensor(rank, LOOM_SHAPE(3), LOOM_F32);
+    CHECK_OK(loom_set_requires_grad(w, true));
+    CHECK(!loom_requires_grad(loom_all_reduce(w, LOOM_REDUCE_SUM)));
+  }
+}
+
+/* A collective that times out (FAKE_MPI_FAIL_AT=2: the second one) fails
+ * with LOOM_ERR_DIST naming it and the rank, and every later one is refused. */
+static void test_failures(void) {
+  LOOM_SCOPE {
+    loom_tensor *x = loom_full(LOOM_SHAPE(5), 1.0, LOOM_F32, LOOM_CPU);
+    CHECK_OK(loom_realize(loom_all_reduce(x, LOOM_REDUCE_SUM))); /* the first goes through */
+    loom_clear_error();
+    CHECK_RC(loom_realize(loom_all_reduce(x, LOOM_REDUCE_SUM)), LOOM_ERR_DIST);
+    CHECK_STR_CONTAINS(loom_last_error(), "loom_all_reduce on rank 0 of 1");
+    CHECK_STR_CONTAINS(loom_last_error(), "did not join within 120 s");
+    loom_clear_error();
+    CHECK_RC(loom_realize(loom_broadcast(x, 0)), LOOM_ERR_DIST);
+    CHECK_STR_CONTAINS(loom_last_error(), "an earlier collective failed");
+  }
+}
+
+int main(int argc, char **argv) {
+  LOOM_SCOPE { /* before loom_dist_init: refused */
+    loom_tensor *x = loom_full(LOOM_SHAPE(2), 1.0, LOOM_F32, LOOM_CPU);
+    CHECK_STATUS(loom_all_reduce(x, LOOM_REDUCE_SUM), LOOM_ERR_DIST);
+    CHECK_STR_CONTAINS(loom_error_message(loom_all_reduce(x, LOOM_REDUCE_SUM)),
+                       "call loom_dist_init first");
+  }
+  CHECK_EQ_INT(loom_dist_size(), 1);
+  loom_clear_error();
+  loom_status st = loom_dist_init(&argc, &argv);
+  if (getenv("LOOM_TEST_NO_MPI")) {
+    CHECK_RC(st, LOOM_ERR_DIST);
+    CHECK_STR_CONTAINS(loom_last_error(), getenv("FAKE_MPI_FAIL") ? "refused" : "libloom_mpi.so");
+    const char *why = NULL;
+    CHECK(loom_dist_available(&why) == (getenv("FAKE_MPI_FAIL") != NULL) && why != NULL);
+    return check_report();
+  }
+  CHECK_MSG(st == LOOM_OK, "loom_dist_init: %s", loom_last_error());
+  if (st != LOOM_OK) return check_report();
+  rank = loom_dist_rank(), size = loom_dist_size();
+  const char *ranks = getenv("LOOM_TEST_RANKS");
+  CHECK_EQ_INT(size, ranks ? atoi(ranks) : 1);
+  CHECK(rank >= 0 && rank < size);
+  CHECK_RC(loom_dist_init(&argc, &argv), LOOM_ERR_DIST); /* once */
+  loom_clear_error();
+  CHECK_RC(loom_dist_set_timeout(0), LOOM_ERR_VALUE);
+  CHECK_OK(loom_dist_set_timeout(120));
+  check_set_ctx("rank %d of %d", rank, size);
+  if (getenv("LOOM_TEST_FAILURES")) {
+    test_failures();
+    return check_report();
+  }
+  test_all_reduce();
+  test_broadcast_gather();
+  test_program();
+  test_refusals();
+  LOOM_SCOPE {
+    loom_tensor *late = rank_tensor(rank, LOOM_SHAPE(2), LOOM_F32);
+    loom_tensor *pending = loom_all_reduce(late, LOOM_REDUCE_SUM); /* realized after finalizing */
+    CHECK_OK(loom_dist_finalize());
+    loom_clear_error();
+    CHECK_RC(loom_realize(pending), LOOM_ERR_DIST);
+    CHECK_STR_CONTAINS(loom_last_error(), "not initialized");
+    CHECK_RC(loom_dist_finalize(), LOOM_ERR_DIST);
+  }
+  return check_report();
+}
