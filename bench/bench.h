@@ -55,6 +55,8 @@ typedef struct bench_workload {
   /* Optional: a note printed under the table (after the runs, before teardown). */
   void (*describe)(void *state, char *buf, size_t size);
   bool cpu_only; /* compiled programs, export, the CPU compiler: skipped on --device cuda */
+  bool dist;     /* runs across the ranks mpirun started (loom_ddp): left out of a run of
+                    every workload unless loom bench was started by mpirun */
 } bench_workload;
 
 /* Every workload, in the order `loom bench` runs them. */
@@ -80,7 +82,7 @@ extern const int bench_dynamic_count;
 
 /* ------------------------------------------------------------------ helpers */
 
-double bench_now(void);                     /* CLOCK_MONOTONIC, seconds */
+double bench_now(void); /* CLOCK_MONOTONIC, seconds */
 /* The MLP 784-512-256-10 of mlp_train_step (layers fc1..fc3, key 5), its
  * parameters new; NULL tensors and loom_last_error when it fails. */
 loom_params *bench_mlp_784_new(loom_linear fc[3]);

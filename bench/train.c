@@ -81,6 +81,40 @@ static void mlp_teardown(void *state) {
   free(s);
 }
 
+/* ------------------------------------------------------------ the same, data-parallel */
+
+/* dist_mlp_step: mlp_train_step's model under loom_ddp, batch 256 on every
+ * rank (its own rows), the gradients all-reduced inside the step. */
+static loom_status dist_mlp_setup(void **state) {
+  if (!loom_dist_initialized()) { /* started alone: a world of one */
+    loom_status st = loom_dist_init(NULL, NULL);
+    if (st != LOOM_OK) return st;
+  }
+  mlp_state *s = calloc(1, sizeof *s);
+  if (!s) return LOOM_ERR_OOM;
+  *state = s;
+  s->ps = bench_mlp_784_new(s->fc);
+  loom_status st = loom_ddp(s->ps, LOOM_DDP_DEFAULTS);
+  s->opt = loom_adam(s->ps, LOOM_ADAM_DEFAULTS);
+  if (st == LOOM_OK)
+    st = bench_uniform_input(6 + (uint64_t)loom_dist_rank(), LOOM_SHAPE(256, 784), 0, 1, &s->x);
+  s->y = labels(256);
+  if (!st && (!s->opt || !s->y || loom_last_error())) st = LOOM_ERR_VALUE;
+  return st;
+}
+
+static void dist_mlp_describe(void *state, char *buf, size_t size) {
+  mlp_state *s = state;
+  int64_t bytes = 0;
+  for (int i = 0; i < loom_params_count(s->ps); i++)
+    bytes += loom_numel(loom_params_at(s->ps, i)) * 4;
+  snprintf(buf, size,
+           "%d rank(s) x batch 256; %.2f MB of gradients all-reduced per step in "
+           "%lld bucket(s) of up to 25 MiB",
+           loom_dist_size(), (double)bytes / 1e6,
+           (long long)((bytes + ((int64_t)25 << 20) - 1) / ((int64_t)25 << 20)));
+}
+
 /* ------------------------------------------------------------ CNN on 28x28, SGD momentum */
 
 static loom_status cnn_setup(void **state) {
@@ -256,6 +290,19 @@ const bench_workload bench_train_workloads[] = {
         .setup = mlp_setup,
         .run = mlp_run,
         .teardown = mlp_teardown,
+    },
+    {
+        .name = "dist_mlp_step",
+        .what = "mlp_train_step data-parallel (loom_ddp): batch 256 on each rank mpirun started, "
+                "gradients all-reduced",
+        .metric = BENCH_FLOPS,
+        .work = 3.0 * 2.0 * 256 * (784.0 * 512 + 512.0 * 256 + 256.0 * 10),
+        .setup = dist_mlp_setup,
+        .run = mlp_run,
+        .teardown = mlp_teardown,
+        .describe = dist_mlp_describe,
+        .cpu_only = true,
+        .dist = true,
     },
     {
         .name = "cnn_train_step",

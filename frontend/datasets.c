@@ -24,7 +24,9 @@ struct loom_loader {
   int64_t batch, next, epoch;
   bool shuffle, drop_last;
   loom_key key;
-  int64_t *order;
+  int64_t *order; /* this epoch's rows: count of them (room for the padded epoch) */
+  int64_t count;
+  int rank, ranks; /* loom_loader_shard: every ranks-th row from rank */
 };
 
 static loom_status to_host(const char *op, loom_tensor *t, host_array *h) {
@@ -80,8 +82,17 @@ static void shuffle(int64_t *order, int64_t n, loom_key key) {
 }
 
 static void start_epoch(loom_loader *l) {
-  for (int64_t i = 0; i < l->d->n; i++) l->order[i] = i;
-  if (l->shuffle) shuffle(l->order, l->d->n, loom_key_fold(l->key, (uint64_t)l->epoch));
+  int64_t n = l->d->n;
+  for (int64_t i = 0; i < n; i++) l->order[i] = i;
+  if (l->shuffle) shuffle(l->order, n, loom_key_fold(l->key, (uint64_t)l->epoch));
+  l->count = n;
+  if (l->ranks > 1 && n > 0) { /* padded by wrapping, then this rank's share */
+    int64_t share = (n + l->ranks - 1) / l->ranks;
+    int64_t *mine = l->order + n; /* the second half of the room */
+    for (int64_t i = 0; i < share; i++) mine[i] = l->order[(i * l->ranks + l->rank) % n];
+    memmove(l->order, mine, sizeof *mine * (size_t)share);
+    l->count = share;
+  }
   l->next = 0;
 }
 
@@ -93,20 +104,30 @@ loom_loader *loom_loader_new(const loom_dataset *d, int64_t batch, bool shuffle_
     return NULL;
   }
   loom_loader *l = calloc(1, sizeof *l);
-  if (l) l->order = malloc(sizeof(int64_t) * (size_t)(d->n ? d->n : 1));
+  if (l) l->order = malloc(sizeof(int64_t) * (size_t)(d->n ? 2 * d->n : 1)); /* shards: 2n */
   if (!l || !l->order) {
     if (l) free(l);
     lm_fail(LOOM_ERR_OOM, "loom_loader_new: out of memory");
     return NULL;
   }
-  *l = (loom_loader){d, batch, 0, 0, shuffle_rows, drop_last, key, l->order};
+  *l = (loom_loader){d, batch, 0, 0, shuffle_rows, drop_last, key, l->order, 0, 0, 1};
   start_epoch(l);
   return l;
 }
 
+loom_status loom_loader_shard(loom_loader *l, int rank, int ranks) {
+  if (!l) return lm_fail(LOOM_ERR_NULL, "loom_loader_shard: loader is NULL");
+  if (ranks < 1 || rank < 0 || rank >= ranks)
+    return lm_fail(LOOM_ERR_VALUE, "loom_loader_shard: rank %d of %d ranks", rank, ranks);
+  l->rank = rank, l->ranks = ranks;
+  start_epoch(l);
+  return LOOM_OK;
+}
+
 int64_t loom_loader_batches(const loom_loader *l) {
   if (!l) return 0;
-  return l->drop_last ? l->d->n / l->batch : (l->d->n + l->batch - 1) / l->batch;
+  int64_t n = l->ranks > 1 ? (l->d->n + l->ranks - 1) / l->ranks : l->d->n;
+  return l->drop_last ? n / l->batch : (n + l->batch - 1) / l->batch;
 }
 
 static loom_tensor *gather_rows(const host_array *h, const int64_t *rows, int64_t count) {
@@ -124,7 +145,7 @@ static loom_tensor *gather_rows(const host_array *h, const int64_t *rows, int64_
 
 bool loom_loader_next(loom_loader *l, loom_tensor **x, loom_tensor **y) {
   if (!l || !x || !y) return false;
-  int64_t left = l->d->n - l->next;
+  int64_t left = l->count - l->next;
   if (left <= 0 || (l->drop_last && left < l->batch)) {
     l->epoch++;
     start_epoch(l);

@@ -211,10 +211,13 @@ typedef struct step_plan {
   double *values;    /* nscalars per active parameter */
   lm_node **scalars; /* the values as a buffer on each parameter's device */
   lm_node **outs;    /* (1 + nstate) new values per active parameter */
+  lm_node **grads;   /* the gradient each active parameter is updated with */
 } step_plan;
 
 static void plan_free(step_plan *p, int nout) {
   for (int i = 0; p->outs && i < nout; i++) lm_node_release(p->outs[i]);
+  for (int i = 0; p->grads && i < p->nactive; i++) lm_node_release(p->grads[i]);
+  free(p->grads);
   for (int i = 0; p->scalars && i < p->nactive; i++) lm_node_release(p->scalars[i]);
   free(p->active), free(p->values), free(p->scalars), free(p->outs);
 }
@@ -260,7 +263,10 @@ static loom_status plan_step(loom_optim *o, step_plan *p) {
   p->values = calloc((size_t)nvalues, sizeof *p->values);
   p->scalars = calloc((size_t)p->nactive, sizeof *p->scalars);
   p->outs = calloc((size_t)p->nactive * (size_t)(1 + o->nstate), sizeof *p->outs);
-  if (!p->values || !p->scalars || !p->outs) return LOOM_ERR_OOM;
+  p->grads = calloc((size_t)p->nactive, sizeof *p->grads);
+  if (!p->values || !p->scalars || !p->outs || !p->grads) return LOOM_ERR_OOM;
+  loom_status st = lm_ddp_grads(p->active, p->nactive, p->grads);
+  if (st != LOOM_OK) return st;
   for (int i = 0; i < p->nactive; i++) {
     if (!ensure_state(o, p->active[i])) return LOOM_ERR_OOM;
     o->rule->scalars(o, p->active[i], p->active[i]->updates + 1,
@@ -269,7 +275,7 @@ static loom_status plan_step(loom_optim *o, step_plan *p) {
   for (int i = 0; i < p->nactive; i++) {
     lm_optim_slot *s = p->active[i];
     lm_update_in in = {
-        o, s, s->param->node, s->param->grad, {0}, scalars_on(p, nvalues, i), (int64_t)i * per};
+        o, s, s->param->node, p->grads[i], {0}, scalars_on(p, nvalues, i), (int64_t)i * per};
     if (!in.scalars) return LOOM_ERR_OOM;
     for (int k = 0; k < o->nstate; k++) in.state[k] = s->state[k]->node;
     lm_node **out = p->outs + (size_t)i * (size_t)(1 + o->nstate);

@@ -87,4 +87,10 @@ lm_node *ex_sqrt(lm_node *a);
  * then grad.add(param, alpha=weight_decay) when weight_decay != 0. */
 lm_node *ex_grad(const lm_update_in *in, bool maximize, double weight_decay);
 
+/* ------------------------------------------------------------ data parallel (ddp.c) */
+/* The gradients a step updates with (new references into grads[n]): each
+ * active slot's own, or, for loom_ddp's parameters, all-reduced (mean) in
+ * buckets. */
+loom_status lm_ddp_grads(lm_optim_slot *const *active, int n, lm_node **grads);
+
 #endif

@@ -811,6 +811,10 @@ static loom_status write_atomically(const loom_params *ps, const char *header, c
 
 loom_status loom_params_save(const loom_params *ps, const char *path) {
   if (!ps || !path) return lm_fail(LOOM_ERR_NULL, "loom_params_save: NULL argument");
+  bool data_parallel = false; /* loom_ddp's: every rank holds the same; rank 0 writes */
+  for (int i = 0; i < ps->count; i++)
+    data_parallel |= ps->items[i].tensor && ps->items[i].tensor->ddp_bucket_bytes > 0;
+  if (data_parallel && loom_dist_rank() != 0) return LOOM_OK;
   if (!host_is_little_endian())
     return lm_fail(LOOM_ERR_INTERNAL, "loom_params_save: big-endian hosts are not supported");
   loom_status st = check_names(ps, path);

@@ -591,6 +591,12 @@ loom_loader *loom_loader_new(const loom_dataset *d, int64_t batch, bool shuffle,
 /* The next batch (new references); false at the end of the epoch, after
  * which the next call starts the next epoch. */
 bool loom_loader_next(loom_loader *l, loom_tensor **x, loom_tensor **y);
+/* Makes l rank's share of each epoch among ranks processes (as torch's
+ * DistributedSampler): the epoch's order, the same on every rank (same key),
+ * padded by wrapping to a multiple of ranks, then every ranks-th row from
+ * `rank`, so every rank runs the same number of batches. Call it before the
+ * first batch (it restarts the epoch). */
+loom_status loom_loader_shard(loom_loader *l, int rank, int ranks);
 int64_t loom_loader_batches(const loom_loader *l);
 void loom_loader_free(loom_loader *l);
 /* TorchLean's meanLoss: the mean of per-batch losses weighted by batch size. */
@@ -766,9 +772,10 @@ loom_status loom_program_export(const loom_program *p, const char *dir, const ch
 loom_status loom_dist_init(int *argc, char ***argv);
 loom_status loom_dist_finalize(void);
 /* This process's rank and the number of processes (0 and 1 before
- * loom_dist_init). */
+ * loom_dist_init); whether it was called (and loom_dist_finalize not yet). */
 int loom_dist_rank(void);
 int loom_dist_size(void);
+bool loom_dist_initialized(void);
 /* Whether MPI can be opened here; *about (may be NULL) says which MPI and
  * plugin ("Open MPI v4.1.4 (/usr/lib/libloom_mpi.so)") or, when it cannot,
  * why not. */
@@ -790,6 +797,23 @@ loom_tensor *loom_all_reduce(const loom_tensor *t, loom_reduction op);
 loom_tensor *loom_broadcast(const loom_tensor *t, int root);
 /* Every rank's t joined along axis in rank order (that dim grows size-fold). */
 loom_tensor *loom_all_gather(const loom_tensor *t, int axis);
+
+/* Data-parallel training (as PyTorch's DistributedDataParallel): every rank
+ * runs the same model on its own batches, and loom_optim_step all-reduces
+ * (means) the gradients of ps's trainable tensors across ranks before it
+ * updates them, gradients of one dtype gathered into buckets of up to
+ * bucket_bytes (one collective each; the last parameters' first, as the
+ * backward pass makes them), inside the step's program. loom_ddp first makes
+ * every rank's trainable tensors rank 0's (a broadcast), so that all start
+ * alike; it needs loom_dist_init. Every rank then holds the same bits after
+ * every step. loom_params_save of such a collection writes on rank 0 only
+ * (the others return LOOM_OK and write nothing). Shard the data with
+ * loom_loader_shard. */
+typedef struct loom_ddp_opts {
+  int64_t bucket_bytes; /* > 0; DDP's default 25 MiB */
+} loom_ddp_opts;
+#define LOOM_DDP_DEFAULTS ((loom_ddp_opts){.bucket_bytes = (int64_t)25 << 20})
+loom_status loom_ddp(loom_params *ps, loom_ddp_opts opts);
 
 /* ------------------------------------------------------------------ optimizers */
 

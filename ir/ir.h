@@ -95,7 +95,9 @@ typedef enum lm_op {
   LM_COPY,
   /* collectives across processes (runtime/dist.c), one library step each;
      arg.coll; every rank runs the same ones in the same order */
-  LM_ALL_REDUCE, /* every rank's src[0] combined elementwise by arg.coll.reduce */
+  LM_ALL_REDUCE, /* every rank's src[0] combined elementwise by arg.coll.reduce; with
+                    several sources (1 to LM_CAT_MAX_SOURCES), their elements joined in
+                    order, [total] */
   LM_BROADCAST,  /* rank arg.coll.root's src[0] */
   LM_ALL_GATHER, /* the arg.coll.world ranks' src[0] joined along arg.coll.axis */
   LM_NUM_OPS

@@ -77,8 +77,9 @@ const lm_op_info lm_op_table[LM_NUM_OPS] = {
     /* a clamped index and a load */
     [LM_GATHER] = {"gather", LM_OPC_GATHER, 2, LM_ARG_NONE, LM_RES_SOURCE, false, true, 2},
     [LM_COPY] = {"copy", LM_OPC_COPY, 1, LM_ARG_NONE, LM_RES_SOURCE, false, true, 0},
-    [LM_ALL_REDUCE] = {"all_reduce", LM_OPC_COLLECTIVE, 1, LM_ARG_COLL, LM_RES_SOURCE, false, false,
-                       0},
+    /* several sources: their elements joined, one collective (DDP's gradient buckets) */
+    [LM_ALL_REDUCE] = {"all_reduce", LM_OPC_COLLECTIVE, -1, LM_ARG_COLL, LM_RES_SOURCE, false,
+                       false, 0},
     [LM_BROADCAST] = {"broadcast", LM_OPC_COLLECTIVE, 1, LM_ARG_COLL, LM_RES_SOURCE, false, false,
                       0},
     [LM_ALL_GATHER] = {"all_gather", LM_OPC_COLLECTIVE, 1, LM_ARG_COLL, LM_RES_SOURCE, false, false,

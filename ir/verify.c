@@ -80,12 +80,12 @@ static bool check_shape(const verdict *v) {
 
 static bool check_sources(const verdict *v) {
   const lm_node *n = v->n;
-  int want = lm_op_table[n->op].arity; /* -1: CAT, 1 to LM_CAT_MAX_SOURCES */
+  int want = lm_op_table[n->op].arity; /* -1: CAT, ALL_REDUCE: 1 to LM_CAT_MAX_SOURCES */
   char t[256];
   if (want >= 0 && n->nsrc != want)
     return refuse(v, "%d sources, %s takes %d", n->nsrc, lm_op_name(n->op), want);
   if (want < 0 && (n->nsrc < 1 || n->nsrc > LM_CAT_MAX_SOURCES))
-    return refuse(v, "%d sources, cat takes 1 to %d", n->nsrc, LM_CAT_MAX_SOURCES);
+    return refuse(v, "%d sources, it takes 1 to %d", n->nsrc, LM_CAT_MAX_SOURCES);
   if (n->nsrc > 0 && !n->src) return refuse(v, "no source list");
   for (int s = 0; s < n->nsrc; s++) {
     const lm_node *x = n->src[s];
@@ -441,6 +441,17 @@ static bool check_collective(const verdict *v) {
   if (n->op == LM_BROADCAST && (n->arg.coll.root < 0 || n->arg.coll.root >= n->arg.coll.world))
     return refuse(v, "root %d is not one of %d ranks", n->arg.coll.root, n->arg.coll.world);
   loom_shape want = x->shape;
+  if (n->nsrc > 1) { /* joined: [total], every source of the node's dtype */
+    int64_t total = 0;
+    for (int s = 0; s < n->nsrc; s++) {
+      if (n->src[s]->dtype != n->dtype)
+        return refuse(v, "source %d is %s, the node %s", s, loom_dtype_name(n->src[s]->dtype),
+                      loom_dtype_name(n->dtype));
+      total += lm_shape_numel(&n->src[s]->shape);
+    }
+    want = (loom_shape){1, {total}};
+    return shape_is(v, &want, "[the sources' elements]");
+  }
   if (n->op == LM_ALL_GATHER) {
     int axis = n->arg.coll.axis;
     if (axis < 0 || axis >= want.ndim) return refuse(v, "axis %d of %d dims", axis, want.ndim);

@@ -104,9 +104,10 @@ static void count_uses(lm_planner *pl) {
     if (lm_is_computed(n)) continue;
     lm_plan_node *pn = lm_plan_of(pl, n);
     if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL) pn->materialize = true;
-    if (lm_op_is_collective(n->op)) { /* a library step: its source whole in memory */
+    if (lm_op_is_collective(n->op)) { /* a library step: its sources whole in memory */
       pn->materialize = true;
-      if (!lm_is_computed(n->src[0])) lm_plan_of(pl, n->src[0])->materialize = true;
+      for (int s = 0; s < n->nsrc; s++)
+        if (!lm_is_computed(n->src[s])) lm_plan_of(pl, n->src[s])->materialize = true;
     }
     bool inline_view = lm_op_is_view(n->op) && !pn->materialize;
     bool repeats = inline_view && (broadcasts(n) || pn->broadcast_use || n->op == LM_WINDOW);

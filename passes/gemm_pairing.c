@@ -179,7 +179,8 @@ static bool makes_gemm_operand(const lm_graph *g, const lm_schedule *p, const lm
     }
     for (int a = 1; s->kind == LM_STEP_KERNEL && a < s->kernel.nslots; a++)
       if (!s->arg_key[a] && s->arg_pos[a] == e->out) return false;
-    if (s->kind == LM_STEP_COLLECTIVE && s->coll.in_pos == e->out) return false;
+    for (int k = 0; s->kind == LM_STEP_COLLECTIVE && k < s->coll.nin; k++)
+      if (s->coll.in_pos[k] == e->out) return false;
   }
   return readers > 0;
 }

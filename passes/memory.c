@@ -26,7 +26,8 @@ bool lm_plan_frees(lm_schedule *p) {
       note_read(last, s->gemm.a_pos, i);
       note_read(last, s->gemm.b_pos, i);
     }
-    if (s->kind == LM_STEP_COLLECTIVE) note_read(last, s->coll.in_pos, i);
+    for (int k = 0; s->kind == LM_STEP_COLLECTIVE && k < s->coll.nin; k++)
+      note_read(last, s->coll.in_pos[k], i);
     for (int a = 1; s->kind == LM_STEP_KERNEL && a < s->kernel.nslots; a++)
       if (!s->arg_key[a]) note_read(last, s->arg_pos[a], i);
     if (s->kind == LM_STEP_KERNEL && s->gemm_partner >= 0) { /* its GEMM runs here */

@@ -50,13 +50,15 @@ typedef struct lm_gemm {
 } lm_gemm;
 
 /* A collective across processes (LM_ALL_REDUCE, LM_BROADCAST, LM_ALL_GATHER):
- * the source's whole buffer, row-major, into the step's output. */
+ * the sources' whole buffers, row-major, into the step's output. */
 typedef struct lm_collective {
   lm_op op;
   int reduce, root, world; /* as the node's arg.coll */
-  int in_pos;              /* canonical position of the source's buffer */
+  int nin;                 /* sources: an all-reduce's are joined, in order */
+  int *in_pos;             /* [nin] canonical positions of their buffers (owned) */
+  int64_t *in_count;       /* [nin] their elements (owned) */
   loom_dtype dtype;
-  int64_t count; /* the source's elements */
+  int64_t count; /* the elements of all of them */
   /* all_gather: the source as [outer, inner] around the gathered axis (inner
      counts the axis and the dims after it) */
   int64_t outer, inner;

@@ -16,6 +16,8 @@ void lm_schedule_free(lm_schedule *p) {
     free(p->steps[i].params);
     free(p->steps[i].arg_key);
     free(p->steps[i].free_after);
+    free(p->steps[i].coll.in_pos);
+    free(p->steps[i].coll.in_count);
   }
   free(p->steps);
   free(p->published);
@@ -37,9 +39,9 @@ static bool planner_reserve(lm_planner *pl, int pos) {
   return true;
 }
 
-/* A collective's step: its source is stored (fusion.c marks it) and read
- * whole. */
-static void plan_collective(const lm_planner *pl, lm_node *n, lm_step *step) {
+/* A collective's step: its sources are stored (fusion.c marks them) and read
+ * whole. False when out of memory. */
+static bool plan_collective(const lm_planner *pl, lm_node *n, lm_step *step) {
   const lm_node *x = n->src[0];
   lm_collective *c = &step->coll;
   memset(c, 0, sizeof *c);
@@ -47,9 +49,16 @@ static void plan_collective(const lm_planner *pl, lm_node *n, lm_step *step) {
   c->reduce = n->arg.coll.reduce;
   c->root = n->arg.coll.root;
   c->world = n->arg.coll.world;
-  c->in_pos = lm_graph_pos(pl->g, x);
+  c->nin = n->nsrc;
+  c->in_pos = malloc(sizeof *c->in_pos * (size_t)n->nsrc);
+  c->in_count = malloc(sizeof *c->in_count * (size_t)n->nsrc);
+  if (!c->in_pos || !c->in_count) return false;
+  for (int s = 0; s < n->nsrc; s++) {
+    c->in_pos[s] = lm_graph_pos(pl->g, n->src[s]);
+    c->in_count[s] = lm_shape_numel(&n->src[s]->shape);
+    c->count += c->in_count[s];
+  }
   c->dtype = x->dtype;
-  c->count = lm_shape_numel(&x->shape);
   c->outer = 1, c->inner = 1;
   for (int d = 0; d < x->shape.ndim; d++) {
     if (n->op == LM_ALL_GATHER && d < n->arg.coll.axis)
@@ -63,6 +72,7 @@ static void plan_collective(const lm_planner *pl, lm_node *n, lm_step *step) {
   step->outer = lm_shape_numel(&n->shape);
   step->gemm_partner = -1;
   step->b_producer = -1;
+  return true;
 }
 
 static loom_status lower_step(const lm_planner *pl, lm_schedule *p, lm_node *n, char *err,
@@ -73,8 +83,9 @@ static loom_status lower_step(const lm_planner *pl, lm_schedule *p, lm_node *n, 
     return LOOM_OK;
   }
   if (lm_op_is_collective(n->op)) {
-    plan_collective(pl, n, step);
-    return LOOM_OK;
+    if (plan_collective(pl, n, step)) return LOOM_OK;
+    snprintf(err, errlen, "out of memory");
+    return LOOM_ERR_OOM;
   }
   return lm_lower(pl, n, step, err, errlen);
 }

@@ -461,8 +461,8 @@ static void infer_node(infer *f, int pos) {
     return;
   }
   case LM_OPC_COPY: return;
-  case LM_OPC_COLLECTIVE: /* the source's dims; all_gather's axis stays its own (fixed) */
-    for (int d = 0; d < nd; d++)
+  case LM_OPC_COLLECTIVE: /* the source's dims; all_gather's axis, a join's total: fixed */
+    for (int d = 0; d < nd && n->nsrc == 1; d++)
       if (n->op != LM_ALL_GATHER || d != n->arg.coll.axis) join(f, slot(pos, d), slot(src[0], d));
     return;
   case LM_OPC_VIEW: break;

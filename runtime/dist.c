@@ -147,6 +147,13 @@ int loom_dist_rank(void) {
   return r;
 }
 
+bool loom_dist_initialized(void) {
+  pthread_mutex_lock(&dist_lock);
+  bool on = dist.initialized;
+  pthread_mutex_unlock(&dist_lock);
+  return on;
+}
+
 int loom_dist_size(void) {
   pthread_mutex_lock(&dist_lock);
   int n = dist.size;
@@ -241,7 +248,7 @@ static int gather(const lm_collective *c, const void *in, void *out, double time
   return st;
 }
 
-loom_status lm_dist_run(const lm_collective *c, const void *in, void *out) {
+loom_status lm_dist_run(const lm_collective *c, const void *const *bufs, void *out) {
   const char *name = lm_op_name(c->op);
   pthread_mutex_lock(&dist_lock);
   double timeout = timeout_s();
@@ -260,7 +267,16 @@ loom_status lm_dist_run(const lm_collective *c, const void *in, void *out) {
   char err[512] = "";
   pthread_mutex_lock(&coll_lock);
   int rc;
-  if (c->op == LM_ALL_REDUCE) {
+  const void *in = bufs[c->in_pos[0]];
+  if (c->op == LM_ALL_REDUCE && c->nin > 1) { /* joined into the output, reduced in place */
+    size_t es = loom_dtype_size(c->dtype), at = 0;
+    for (int k = 0; k < c->nin; k++) {
+      size_t bytes = (size_t)c->in_count[k] * es;
+      if (bytes) memcpy((char *)out + at, bufs[c->in_pos[k]], bytes);
+      at += bytes;
+    }
+    rc = reduce(c, out, out, timeout, err, sizeof err);
+  } else if (c->op == LM_ALL_REDUCE) {
     rc = reduce(c, in, out, timeout, err, sizeof err);
   } else if (c->op == LM_BROADCAST) {
     int64_t bytes = c->count * (int64_t)loom_dtype_size(c->dtype);

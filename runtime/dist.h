@@ -8,7 +8,8 @@
 /* The number of ranks for a collective recorded now by op; LOOM_ERR_DIST
  * (recorded as the thread's error) before loom_dist_init. */
 loom_status lm_dist_world(const char *op, int *world);
-/* Runs collective step c: in is the source's buffer, out the step's. */
-loom_status lm_dist_run(const lm_collective *c, const void *in, void *out);
+/* Runs collective step c: bufs holds every position's buffer (its sources at
+ * c->in_pos), out the step's. */
+loom_status lm_dist_run(const lm_collective *c, const void *const *bufs, void *out);
 
 #endif

@@ -168,7 +168,7 @@ static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i) {
     }
     if (s->kind == LM_STEP_COLLECTIVE) /* CPU buffers only: the frontend records no other */
       st = x->device.type == LOOM_DEVICE_CPU
-               ? lm_dist_run(&s->coll, x->bufs[s->coll.in_pos], x->bufs[s->out])
+               ? lm_dist_run(&s->coll, (const void *const *)x->bufs, x->bufs[s->out])
                : lm_fail(LOOM_ERR_DEVICE, "loom_%s: collectives run on CPU tensors",
                          lm_op_name(s->coll.op));
     else

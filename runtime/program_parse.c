@@ -298,7 +298,7 @@ static loom_status arg_list(parser *p, const char *key, int want, int64_t lo, in
 }
 
 static loom_status arg_int(parser *p, const char *key, int *out) {
-  token v;
+  token v = {NULL, 0};
   char q[72];
   int64_t x;
   loom_status st = take_arg(p, key, &v);
@@ -365,7 +365,7 @@ static loom_status arg_rand(parser *p, lm_node *n) {
 }
 
 static loom_status arg_coll(parser *p, lm_node *n) {
-  token v;
+  token v = {NULL, 0};
   char q[72];
   loom_status st = take_arg(p, "reduce", &v);
   if (st != LOOM_OK) return st;

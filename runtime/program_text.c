@@ -567,9 +567,10 @@ static void dump_collective(text *t, const loom_program *p, int i) {
   const lm_step *s = &p->plan->steps[i];
   const lm_collective *c = &s->coll;
   char a[24], b[24];
-  put(t, "  step %d: %s -> %s %s, %lld output%s; of %s (%lld values) over %d ranks", i,
-      lm_op_name(c->op), pos_name(p, s->out, a), loom_dtype_name(s->dtype), (long long)s->outer,
-      s->outer == 1 ? "" : "s", pos_name(p, c->in_pos, b), (long long)c->count, c->world);
+  put(t, "  step %d: %s -> %s %s, %lld output%s; of", i, lm_op_name(c->op), pos_name(p, s->out, a),
+      loom_dtype_name(s->dtype), (long long)s->outer, s->outer == 1 ? "" : "s");
+  for (int k = 0; k < c->nin; k++) put(t, "%s %s", k ? "," : "", pos_name(p, c->in_pos[k], b));
+  put(t, " (%lld values) over %d ranks", (long long)c->count, c->world);
   if (c->op == LM_ALL_REDUCE) put(t, ", %s", lm_reduce_op_name(c->reduce));
   if (c->op == LM_BROADCAST) put(t, " from rank %d", c->root);
   put(t, "\n");

@@ -22,6 +22,8 @@ struct loom_tensor {
   struct loom_tensor *grad_of; /* loom_grad's handle: the tensor whose gradient it
                                   is (a reference), so that loom_assign on it sets
                                   that gradient */
+  int64_t ddp_bucket_bytes;    /* a parameter under loom_ddp: its gradient is
+                                  all-reduced in buckets of this size; 0 otherwise */
   uint32_t freed;              /* LM_HANDLE_FREED once released (see below) */
 };
 

@@ -212,6 +212,136 @@ static void test_refusals(void) {
   }
 }
 
+/* ------------------------------------------------------------ data-parallel training */
+
+#define ROWS 96
+#define GLOBAL_BATCH 48
+
+static loom_dataset *toy_data(void) {
+  float x[ROWS * 8];
+  int64_t y[ROWS];
+  for (int i = 0; i < ROWS; i++) {
+    for (int j = 0; j < 8; j++) x[i * 8 + j] = (float)sin(0.37 * i + 0.91 * j);
+    y[i] = (i * 7) % 3;
+  }
+  loom_tensor *tx = loom_from_data(x, LOOM_SHAPE(ROWS, 8), LOOM_F32, LOOM_CPU);
+  loom_tensor *ty = loom_from_data(y, LOOM_SHAPE(ROWS), LOOM_I64, LOOM_CPU);
+  loom_dataset *d = loom_dataset_new(tx, ty);
+  loom_free(tx), loom_free(ty);
+  return d;
+}
+
+typedef struct mlp {
+  loom_params *ps;
+  loom_linear fc1, fc2;
+} mlp;
+
+static mlp mlp_new(uint64_t seed) {
+  mlp m = {loom_params_new(), {0}, {0}};
+  loom_key k[2];
+  loom_key_split(loom_key_new(seed), k, 2);
+  m.fc1 = loom_linear_new(m.ps, "fc1", 8, 16, k[0]);
+  m.fc2 = loom_linear_new(m.ps, "fc2", 16, 3, k[1]);
+  return m;
+}
+
+/* Two epochs of AdamW; with ddp, this rank's share of each global batch. */
+static void train(mlp *m, bool ddp) {
+  loom_dataset *d = toy_data();
+  int64_t batch = ddp ? GLOBAL_BATCH / size : GLOBAL_BATCH;
+  loom_loader *l = loom_loader_new(d, batch, true, false, loom_key_new(7));
+  if (ddp) CHECK_OK(loom_loader_shard(l, rank, size));
+  CHECK_EQ_INT((int)loom_loader_batches(l), ROWS / GLOBAL_BATCH);
+  loom_optim *o = loom_adamw(m->ps, LOOM_ADAMW_DEFAULTS);
+  for (int epoch = 0; epoch < 2; epoch++) {
+    loom_tensor *x, *y;
+    while (loom_loader_next(l, &x, &y)) LOOM_SCOPE {
+        loom_optim_zero_grad(o);
+        loom_tensor *h = loom_relu(loom_linear_forward(&m->fc1, x));
+        loom_tensor *loss = loom_cross_entropy(loom_linear_forward(&m->fc2, h), y);
+        CHECK_OK(loom_backward(loss));
+        CHECK_OK(loom_optim_step(o));
+        CHECK_OK(loom_realize(loss));
+        loom_free(x), loom_free(y);
+      }
+  }
+  loom_optim_free(o);
+  loom_loader_free(l);
+  loom_dataset_free(d);
+}
+
+/* 10 rows over 3 ranks: shares of 4, padded by wrapping to 12 (two rows
+ * twice), together the epoch's order; errors for a rank out of range. */
+static void test_shard(void) {
+  LOOM_SCOPE {
+    int64_t rows[10];
+    for (int i = 0; i < 10; i++) rows[i] = i;
+    loom_tensor *x = loom_from_data(rows, LOOM_SHAPE(10), LOOM_I64, LOOM_CPU);
+    loom_dataset *d = loom_dataset_new(x, x);
+    int seen[10] = {0}, total = 0;
+    for (int r = 0; r < 3; r++) {
+      loom_loader *l = loom_loader_new(d, 3, true, false, loom_key_new(3));
+      CHECK_OK(loom_loader_shard(l, r, 3));
+      CHECK_EQ_INT((int)loom_loader_batches(l), 2); /* 4 rows: 3 + 1 */
+      loom_tensor *bx, *by;
+      while (loom_loader_next(l, &bx, &by)) {
+        int64_t got[3];
+        int64_t n = loom_numel(bx);
+        CHECK_OK(loom_copy_to_host(bx, got, sizeof(int64_t) * (size_t)n));
+        for (int64_t i = 0; i < n; i++) seen[got[i]]++, total++;
+        loom_free(bx), loom_free(by);
+      }
+      loom_loader_free(l);
+    }
+    CHECK_EQ_INT(total, 12);
+    for (int i = 0; i < 10; i++)
+      CHECK_MSG(seen[i] >= 1 && seen[i] <= 2, "row %d seen %d", i, seen[i]);
+    loom_loader *l = loom_loader_new(d, 3, false, false, loom_key_new(3));
+    CHECK_RC(loom_loader_shard(l, 3, 3), LOOM_ERR_VALUE);
+    CHECK_RC(loom_loader_shard(l, 0, 0), LOOM_ERR_VALUE);
+    CHECK_RC(loom_loader_shard(NULL, 0, 1), LOOM_ERR_NULL);
+    loom_loader_free(l);
+    loom_dataset_free(d);
+  }
+}
+
+static void test_ddp(void) {
+  /* ranks start apart (their own seeds); loom_ddp makes them rank 0's */
+  mlp m = mlp_new(100 + (uint64_t)rank), ref = mlp_new(100);
+  loom_ddp_opts small = {.bucket_bytes = 300}; /* several buckets */
+  CHECK_OK(loom_ddp(m.ps, small));
+  train(&m, true);
+  train(&ref, false); /* one process, the whole global batch */
+  for (int i = 0; i < loom_params_count(m.ps); i++) LOOM_SCOPE {
+      loom_tensor *p = loom_params_at(m.ps, i), *q = loom_params_at(ref.ps, i);
+      int64_t n = loom_numel(p);
+      double *a = as_doubles(p, n), *b = as_doubles(q, n);
+      double worst = 0;
+      for (int64_t k = 0; k < n; k++) worst = fmax(worst, fabs(a[k] - b[k]));
+      CHECK_MSG(worst <= 1e-5, "%s: %d ranks x batch %d against 1 x %d: differs by %g",
+                loom_params_name(m.ps, i), size, GLOBAL_BATCH / size, GLOBAL_BATCH, worst);
+      /* every rank holds the same bits */
+      loom_tensor *all = loom_all_gather(loom_reshape(p, LOOM_SHAPE(1, n)), 0);
+      float *bits = malloc(sizeof(float) * (size_t)(n * size));
+      CHECK_OK(loom_copy_to_host(all, bits, sizeof(float) * (size_t)(n * size)));
+      CHECK_MSG(memcmp(bits, bits + (size - 1) * n, sizeof(float) * (size_t)n) == 0,
+                "%s: rank 0 and rank %d differ", loom_params_name(m.ps, i), size - 1);
+      free(bits), free(a), free(b);
+    }
+  /* rank 0 writes; the others write nothing */
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/loom-test-ddp-%d-%d.safetensors", (int)getppid(), rank);
+  remove(path);
+  CHECK_OK(loom_params_save(m.ps, path));
+  CHECK_MSG((access(path, F_OK) == 0) == (rank == 0), "rank %d: saved? %d", rank,
+            access(path, F_OK) == 0);
+  remove(path);
+  CHECK_RC(loom_ddp(m.ps, (loom_ddp_opts){0}), LOOM_ERR_VALUE);
+  CHECK_RC(loom_ddp(NULL, LOOM_DDP_DEFAULTS), LOOM_ERR_NULL);
+  loom_params_free(m.ps);
+  loom_params_free(ref.ps);
+}
+
 /* A collective that times out (FAKE_MPI_FAIL_AT=2: the second one) fails
  * with LOOM_ERR_DIST naming it and the rank, and every later one is refused. */
 static void test_failures(void) {
@@ -264,6 +394,8 @@ int main(int argc, char **argv) {
   test_broadcast_gather();
   test_program();
   test_refusals();
+  test_shard();
+  test_ddp();
   LOOM_SCOPE {
     loom_tensor *late = rank_tensor(rank, LOOM_SHAPE(2), LOOM_F32);
     loom_tensor *pending = loom_all_reduce(late, LOOM_REDUCE_SUM); /* realized after finalizing */

@@ -231,6 +231,8 @@ static int selected_workloads(const bench_command *cmd, const bench_workload **o
         cmd->nnames == 0 ? bench_workload_at(i) : bench_workload_find(cmd->names[i]);
     if (device && w->cpu_only)
       fprintf(table, "%s: skipped, it runs on the CPU only\n", w->name);
+    else if (w->dist && cmd->nnames == 0 && !loom_dist_initialized())
+      fprintf(table, "%s: skipped, it runs under mpirun (name it to run it alone)\n", w->name);
     else
       out[n++] = w;
   }
@@ -283,9 +285,22 @@ static int run_benchmarks(const bench_command *cmd) {
   return failed;
 }
 
+/* Started by mpirun (Open MPI's, MPICH's or a PMIx launcher's variables):
+ * every rank runs the workloads, rank 0 prints. */
+static bool launched_by_mpi(void) {
+  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
 static int command_bench(int argc, char **argv) {
   bench_command cmd = {0};
   int exit_code = 2;
+  if (launched_by_mpi()) {
+    if (loom_dist_init(NULL, NULL) != LOOM_OK) {
+      print_error("mpirun", loom_last_status());
+      return 1;
+    }
+    if (loom_dist_rank() != 0 && !freopen("/dev/null", "w", stdout)) return 1;
+  }
   if (parse_bench_command(&cmd, argc, argv)) {
     loom_status status =
         cmd.requested_threads ? loom_set_num_threads(cmd.requested_threads) : LOOM_OK;
@@ -303,6 +318,7 @@ static int command_bench(int argc, char **argv) {
     }
   }
   free(cmd.names);
+  if (loom_dist_initialized()) loom_dist_finalize();
   return exit_code;
 }
 
