@@ -85,7 +85,8 @@ static bool check_sources(const verdict *v) {
   if (want >= 0 && n->nsrc != want)
     return refuse(v, "%d sources, %s takes %d", n->nsrc, lm_op_name(n->op), want);
   if (want < 0 && (n->nsrc < 1 || n->nsrc > LM_CAT_MAX_SOURCES))
-    return refuse(v, "%d sources, it takes 1 to %d", n->nsrc, LM_CAT_MAX_SOURCES);
+    return refuse(v, "%d sources, %s takes 1 to %d", n->nsrc, lm_op_name(n->op),
+                  LM_CAT_MAX_SOURCES);
   if (n->nsrc > 0 && !n->src) return refuse(v, "no source list");
   for (int s = 0; s < n->nsrc; s++) {
     const lm_node *x = n->src[s];

@@ -117,6 +117,9 @@ typedef struct lm_schedule {
   /* Set by the runtime that compiled the steps: drops their code references
    * (lm_schedule_free calls it; planning knows nothing of code). */
   void (*release_code)(struct lm_schedule *p);
+  /* Set by the runtime once every rank was found to run this plan's
+   * collectives alike (runtime/dist.c lm_dist_check_plan). */
+  _Atomic bool ranks_agree;
 } lm_schedule;
 
 /* Plans the graph: decides what is materialized (schedule->materialized),

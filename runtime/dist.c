@@ -227,6 +227,52 @@ static int reduce(const lm_collective *c, const void *in, void *out, double time
   return st;
 }
 
+static uint64_t fnv(uint64_t h, int64_t v) {
+  for (int i = 0; i < 8; i++) h = (h ^ (uint8_t)((uint64_t)v >> (8 * i))) * 1099511628211ull;
+  return h;
+}
+
+loom_status lm_dist_check_plan(const lm_schedule *p, const char *op) {
+  uint64_t sig = 14695981039346656037ull;
+  int n = 0;
+  for (int i = 0; i < p->nsteps; i++) {
+    const lm_collective *c = &p->steps[i].coll;
+    if (p->steps[i].kind != LM_STEP_COLLECTIVE) continue;
+    n++;
+    const int64_t fields[] = {c->op,   c->dtype, c->count, c->reduce,
+                              c->root, c->world, c->nin,   c->outer};
+    for (size_t k = 0; k < sizeof fields / sizeof *fields; k++) sig = fnv(sig, fields[k]);
+  }
+  pthread_mutex_lock(&dist_lock);
+  double timeout = timeout_s();
+  loom_status st = LOOM_OK;
+  if (!dist.initialized)
+    st = lm_fail(LOOM_ERR_DIST, "%s: MPI is not initialized (loom_dist_finalize was called?)", op);
+  else if (dist.broken[0])
+    st = lm_fail(LOOM_ERR_DIST, "%s: an earlier collective failed (%s)", op, dist.broken);
+  int rank = dist.rank;
+  pthread_mutex_unlock(&dist_lock);
+  if (st != LOOM_OK) return st;
+  /* the largest of the signatures and of their complements: both are this
+   * rank's own exactly when every rank's is the same */
+  int64_t mine[2] = {(int64_t)sig, (int64_t)~sig}, most[2];
+  char err[512] = "";
+  pthread_mutex_lock(&coll_lock);
+  int rc = dist.api->all_reduce(mine, most, 2, LOOM_I64, LM_MPI_MAX, timeout, err, sizeof err);
+  pthread_mutex_unlock(&coll_lock);
+  if (rc == LM_MPI_OK && most[0] == mine[0] && most[1] == mine[1]) return LOOM_OK;
+  if (rc == LM_MPI_OK)
+    snprintf(err, sizeof err,
+             "the ranks run different collectives: this rank's program makes %d (signature "
+             "%016llx), another rank's differ in op, dtype, size, reduction or root; every rank "
+             "must run the same graph with the same shapes",
+             n, (unsigned long long)sig);
+  pthread_mutex_lock(&dist_lock);
+  snprintf(dist.broken, sizeof dist.broken, "%s on rank %d: %.400s", op, rank, err);
+  pthread_mutex_unlock(&dist_lock);
+  return lm_fail(LOOM_ERR_DIST, "%s on rank %d: %s", op, rank, err);
+}
+
 /* Every rank's [outer, inner] into out's [outer, world * inner]. */
 static int gather(const lm_collective *c, const void *in, void *out, double timeout, char *err,
                   size_t len) {

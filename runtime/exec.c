@@ -155,6 +155,22 @@ static loom_status cpu_gemm(const lm_exec *x, const lm_step *s) {
 
 static const lm_step_runner cpu_runner = {cpu_kernel, cpu_gemm};
 
+/* A collective step; the plan's first one on this process first checks that
+ * every rank runs the same collectives. */
+static loom_status run_collective(const lm_exec *x, const lm_step *s) {
+  char op[64];
+  snprintf(op, sizeof op, "loom_%s", lm_op_name(s->coll.op));
+  if (x->device.type != LOOM_DEVICE_CPU)
+    return lm_fail(LOOM_ERR_DEVICE, "%s: collectives run on CPU tensors", op);
+  lm_schedule *p = (lm_schedule *)x->program; /* its flag is the runtime's */
+  if (!atomic_load(&p->ranks_agree)) {
+    loom_status st = lm_dist_check_plan(p, op);
+    if (st != LOOM_OK) return st;
+    atomic_store(&p->ranks_agree, true);
+  }
+  return lm_dist_run(&s->coll, (const void *const *)x->bufs, x->bufs[s->out]);
+}
+
 /* Step i: its output's memory, the step, then what no later step reads. */
 static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i) {
   const lm_step *s = &x->program->steps[i];
@@ -167,10 +183,7 @@ static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i) {
       x->sizes[s->out] = bytes;
     }
     if (s->kind == LM_STEP_COLLECTIVE) /* CPU buffers only: the frontend records no other */
-      st = x->device.type == LOOM_DEVICE_CPU
-               ? lm_dist_run(&s->coll, (const void *const *)x->bufs, x->bufs[s->out])
-               : lm_fail(LOOM_ERR_DEVICE, "loom_%s: collectives run on CPU tensors",
-                         lm_op_name(s->coll.op));
+      st = run_collective(x, s);
     else
       st = s->kind == LM_STEP_GEMM ? r->gemm(x, s) : r->kernel(x, s);
   }

@@ -342,8 +342,9 @@ static void test_ddp(void) {
   loom_params_free(ref.ps);
 }
 
-/* A collective that times out (FAKE_MPI_FAIL_AT=2: the second one) fails
- * with LOOM_ERR_DIST naming it and the rank, and every later one is refused. */
+/* A collective that times out (FAKE_MPI_FAIL_AT=3: the third call, after a
+ * program's check of the ranks and its first all-reduce) fails with
+ * LOOM_ERR_DIST naming it and the rank, and every later one is refused. */
 static void test_failures(void) {
   LOOM_SCOPE {
     loom_tensor *x = loom_full(LOOM_SHAPE(5), 1.0, LOOM_F32, LOOM_CPU);
@@ -355,6 +356,33 @@ static void test_failures(void) {
     loom_clear_error();
     CHECK_RC(loom_realize(loom_broadcast(x, 0)), LOOM_ERR_DIST);
     CHECK_STR_CONTAINS(loom_last_error(), "an earlier collective failed");
+  }
+}
+
+/* Under mpirun: ranks that run different collectives (LOOM_TEST_FAILURES=
+ * mismatch: rank 0 reduces 3 values, the others 4) are told so; a rank that
+ * does not join (=hang: rank 1 joins 3 s late) fails rank 0's collective
+ * after its 1 s timeout, and the late rank returns (rank 0 left). */
+static void test_mpi_failures(const char *which) {
+  LOOM_SCOPE {
+    if (!strcmp(which, "mismatch")) {
+      loom_tensor *x = loom_full(LOOM_SHAPE(rank == 0 ? 3 : 4), 1.0, LOOM_F32, LOOM_CPU);
+      loom_clear_error();
+      CHECK_RC(loom_realize(loom_all_reduce(x, LOOM_REDUCE_SUM)), LOOM_ERR_DIST);
+      CHECK_STR_CONTAINS(loom_last_error(), "the ranks run different collectives");
+    } else {
+      loom_tensor *x = loom_full(LOOM_SHAPE(5), 1.0, LOOM_F32, LOOM_CPU);
+      if (rank == 0) {
+        CHECK_OK(loom_dist_set_timeout(1));
+        loom_clear_error();
+        CHECK_RC(loom_realize(loom_all_reduce(x, LOOM_REDUCE_SUM)), LOOM_ERR_DIST);
+        CHECK_STR_CONTAINS(loom_last_error(), "did not join within 1 s");
+      } else { /* rank 0 gave up and leaves: this one returns too, told so, or done */
+        sleep(3);
+        loom_status st = loom_realize(loom_all_reduce(x, LOOM_REDUCE_SUM));
+        CHECK_MSG(st == LOOM_OK || st == LOOM_ERR_DIST, "late rank: %s", loom_status_name(st));
+      }
+    }
   }
 }
 
@@ -386,7 +414,13 @@ int main(int argc, char **argv) {
   CHECK_RC(loom_dist_set_timeout(0), LOOM_ERR_VALUE);
   CHECK_OK(loom_dist_set_timeout(120));
   check_set_ctx("rank %d of %d", rank, size);
-  if (getenv("LOOM_TEST_FAILURES")) {
+  const char *failures = getenv("LOOM_TEST_FAILURES");
+  if (failures && size > 1) {
+    test_mpi_failures(failures);
+    CHECK_OK(loom_dist_finalize());
+    return check_report();
+  }
+  if (failures) {
     test_failures();
     return check_report();
   }
