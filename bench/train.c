@@ -52,17 +52,23 @@ loom_params *bench_mlp_784_new(loom_linear fc[3]) {
   return ps;
 }
 
-static loom_status mlp_setup(void **state) {
+/* The model, Adam, a batch of 256; with ddp, under loom_ddp and this rank's
+ * own rows. */
+static loom_status mlp_make(void **state, bool ddp) {
   mlp_state *s = calloc(1, sizeof *s);
   if (!s) return LOOM_ERR_OOM;
-  s->ps = bench_mlp_784_new(s->fc);
-  s->opt = loom_adam(s->ps, LOOM_ADAM_DEFAULTS);
-  loom_status st = bench_uniform_input(6, LOOM_SHAPE(256, 784), 0, 1, &s->x);
-  s->y = labels(256);
   *state = s;
+  s->ps = bench_mlp_784_new(s->fc);
+  loom_status st = ddp ? loom_ddp(s->ps, LOOM_DDP_DEFAULTS) : LOOM_OK;
+  s->opt = loom_adam(s->ps, LOOM_ADAM_DEFAULTS);
+  if (st == LOOM_OK)
+    st = bench_uniform_input(6 + (uint64_t)loom_dist_rank(), LOOM_SHAPE(256, 784), 0, 1, &s->x);
+  s->y = labels(256);
   if (!st && (!s->opt || !s->y || loom_last_error())) st = LOOM_ERR_VALUE;
   return st;
 }
+
+static loom_status mlp_setup(void **state) { return mlp_make(state, false); }
 
 static loom_status mlp_run(void *state, bench_call_report *report) {
   (void)report;
@@ -90,17 +96,7 @@ static loom_status dist_mlp_setup(void **state) {
     loom_status st = loom_dist_init(NULL, NULL);
     if (st != LOOM_OK) return st;
   }
-  mlp_state *s = calloc(1, sizeof *s);
-  if (!s) return LOOM_ERR_OOM;
-  *state = s;
-  s->ps = bench_mlp_784_new(s->fc);
-  loom_status st = loom_ddp(s->ps, LOOM_DDP_DEFAULTS);
-  s->opt = loom_adam(s->ps, LOOM_ADAM_DEFAULTS);
-  if (st == LOOM_OK)
-    st = bench_uniform_input(6 + (uint64_t)loom_dist_rank(), LOOM_SHAPE(256, 784), 0, 1, &s->x);
-  s->y = labels(256);
-  if (!st && (!s->opt || !s->y || loom_last_error())) st = LOOM_ERR_VALUE;
-  return st;
+  return mlp_make(state, true);
 }
 
 static void dist_mlp_describe(void *state, char *buf, size_t size) {

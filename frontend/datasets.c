@@ -126,8 +126,7 @@ loom_status loom_loader_shard(loom_loader *l, int rank, int ranks) {
 
 int64_t loom_loader_batches(const loom_loader *l) {
   if (!l) return 0;
-  int64_t n = l->ranks > 1 ? (l->d->n + l->ranks - 1) / l->ranks : l->d->n;
-  return l->drop_last ? n / l->batch : (n + l->batch - 1) / l->batch;
+  return l->drop_last ? l->count / l->batch : (l->count + l->batch - 1) / l->batch;
 }
 
 static loom_tensor *gather_rows(const host_array *h, const int64_t *rows, int64_t count) {

@@ -30,7 +30,7 @@ static struct {
   bool initialized, finalized;
   char broken[512]; /* a collective failed: why (later ones are refused) */
   int rank, size;
-  double timeout_s; /* 0: not set (the environment's, or the default) */
+  double timeout_s; /* loom_dist_set_timeout's, else set by loom_dist_init */
 } dist = {.size = 1};
 
 /* ------------------------------------------------------------ the plugin */
@@ -100,6 +100,14 @@ bool loom_dist_available(const char **about) {
 
 /* ------------------------------------------------------------ the world */
 
+/* $LOOM_DIST_TIMEOUT, else the default: read once, by loom_dist_init. */
+static double env_timeout_s(void) {
+  const char *env = getenv("LOOM_DIST_TIMEOUT");
+  char *end;
+  double v = env ? strtod(env, &end) : 0;
+  return env && *env && !*end && v > 0 && v <= 1e9 ? v : DEFAULT_TIMEOUT_S;
+}
+
 loom_status loom_dist_init(int *argc, char ***argv) {
   const char *op = "loom_dist_init";
   pthread_mutex_lock(&dist_lock);
@@ -116,6 +124,7 @@ loom_status loom_dist_init(int *argc, char ***argv) {
     st = lm_fail(LOOM_ERR_DIST, "%s: %s", op, err);
   } else {
     dist.initialized = true;
+    if (!(dist.timeout_s > 0)) dist.timeout_s = env_timeout_s(); /* loom_dist_set_timeout's wins */
   }
   pthread_mutex_unlock(&dist_lock);
   return st;
@@ -170,15 +179,6 @@ loom_status loom_dist_set_timeout(double seconds) {
   return LOOM_OK;
 }
 
-/* Under dist_lock. */
-static double timeout_s(void) {
-  if (dist.timeout_s > 0) return dist.timeout_s;
-  const char *env = getenv("LOOM_DIST_TIMEOUT");
-  char *end;
-  double v = env ? strtod(env, &end) : 0;
-  return env && *env && !*end && v > 0 ? v : DEFAULT_TIMEOUT_S;
-}
-
 loom_status lm_dist_world(const char *op, int *world) {
   pthread_mutex_lock(&dist_lock);
   loom_status st = LOOM_OK;
@@ -227,12 +227,41 @@ static int reduce(const lm_collective *c, const void *in, void *out, double time
   return st;
 }
 
+/* Whether collective op (of a world of `world` ranks, or -1: not checked) may
+ * run now: MPI started and no collective failed. The timeout and this rank. */
+static loom_status ready(lm_op op, int world, double *timeout, int *rank) {
+  const char *name = lm_op_name(op);
+  pthread_mutex_lock(&dist_lock);
+  loom_status st = LOOM_OK;
+  if (!dist.initialized)
+    st = lm_fail(LOOM_ERR_DIST, "loom_%s: MPI is not initialized (loom_dist_finalize was called?)",
+                 name);
+  else if (dist.broken[0])
+    st = lm_fail(LOOM_ERR_DIST, "loom_%s: an earlier collective failed (%s)", name, dist.broken);
+  else if (world >= 0 && dist.size != world)
+    st = lm_fail(LOOM_ERR_DIST, "loom_%s: recorded for %d ranks, the world has %d", name, world,
+                 dist.size);
+  *timeout = dist.timeout_s;
+  *rank = dist.rank;
+  pthread_mutex_unlock(&dist_lock);
+  return st;
+}
+
+/* Collective op failed on this rank: later ones are refused (MPI cannot take
+ * a started collective back). */
+static void break_world(lm_op op, int rank, const char *err) {
+  pthread_mutex_lock(&dist_lock);
+  snprintf(dist.broken, sizeof dist.broken, "loom_%s on rank %d: %.400s", lm_op_name(op), rank,
+           err);
+  pthread_mutex_unlock(&dist_lock);
+}
+
 static uint64_t fnv(uint64_t h, int64_t v) {
   for (int i = 0; i < 8; i++) h = (h ^ (uint8_t)((uint64_t)v >> (8 * i))) * 1099511628211ull;
   return h;
 }
 
-loom_status lm_dist_check_plan(const lm_schedule *p, const char *op) {
+loom_status lm_dist_check_plan(const lm_schedule *p, lm_op op) {
   uint64_t sig = 14695981039346656037ull;
   int n = 0;
   for (int i = 0; i < p->nsteps; i++) {
@@ -243,15 +272,9 @@ loom_status lm_dist_check_plan(const lm_schedule *p, const char *op) {
                               c->root, c->world, c->nin,   c->outer};
     for (size_t k = 0; k < sizeof fields / sizeof *fields; k++) sig = fnv(sig, fields[k]);
   }
-  pthread_mutex_lock(&dist_lock);
-  double timeout = timeout_s();
-  loom_status st = LOOM_OK;
-  if (!dist.initialized)
-    st = lm_fail(LOOM_ERR_DIST, "%s: MPI is not initialized (loom_dist_finalize was called?)", op);
-  else if (dist.broken[0])
-    st = lm_fail(LOOM_ERR_DIST, "%s: an earlier collective failed (%s)", op, dist.broken);
-  int rank = dist.rank;
-  pthread_mutex_unlock(&dist_lock);
+  double timeout;
+  int rank;
+  loom_status st = ready(op, -1, &timeout, &rank);
   if (st != LOOM_OK) return st;
   /* the largest of the signatures and of their complements: both are this
    * rank's own exactly when every rank's is the same */
@@ -267,10 +290,8 @@ loom_status lm_dist_check_plan(const lm_schedule *p, const char *op) {
              "%016llx), another rank's differ in op, dtype, size, reduction or root; every rank "
              "must run the same graph with the same shapes",
              n, (unsigned long long)sig);
-  pthread_mutex_lock(&dist_lock);
-  snprintf(dist.broken, sizeof dist.broken, "%s on rank %d: %.400s", op, rank, err);
-  pthread_mutex_unlock(&dist_lock);
-  return lm_fail(LOOM_ERR_DIST, "%s on rank %d: %s", op, rank, err);
+  break_world(op, rank, err);
+  return lm_fail(LOOM_ERR_DIST, "loom_%s on rank %d: %s", lm_op_name(op), rank, err);
 }
 
 /* Every rank's [outer, inner] into out's [outer, world * inner]. */
@@ -295,20 +316,9 @@ static int gather(const lm_collective *c, const void *in, void *out, double time
 }
 
 loom_status lm_dist_run(const lm_collective *c, const void *const *bufs, void *out) {
-  const char *name = lm_op_name(c->op);
-  pthread_mutex_lock(&dist_lock);
-  double timeout = timeout_s();
-  loom_status st = LOOM_OK;
-  if (!dist.initialized)
-    st = lm_fail(LOOM_ERR_DIST, "loom_%s: MPI is not initialized (loom_dist_finalize was called?)",
-                 name);
-  else if (dist.broken[0])
-    st = lm_fail(LOOM_ERR_DIST, "loom_%s: an earlier collective failed (%s)", name, dist.broken);
-  else if (dist.size != c->world)
-    st = lm_fail(LOOM_ERR_DIST, "loom_%s: recorded for %d ranks, the world has %d", name, c->world,
-                 dist.size);
-  int rank = dist.rank;
-  pthread_mutex_unlock(&dist_lock);
+  double timeout;
+  int rank;
+  loom_status st = ready(c->op, c->world, &timeout, &rank);
   if (st != LOOM_OK) return st;
   char err[512] = "";
   pthread_mutex_lock(&coll_lock);
@@ -333,9 +343,7 @@ loom_status lm_dist_run(const lm_collective *c, const void *const *bufs, void *o
   }
   pthread_mutex_unlock(&coll_lock);
   if (rc == LM_MPI_OK) return LOOM_OK;
-  pthread_mutex_lock(&dist_lock);
-  snprintf(dist.broken, sizeof dist.broken, "loom_%s on rank %d: %.400s", name, rank, err);
-  pthread_mutex_unlock(&dist_lock);
-  return lm_fail(LOOM_ERR_DIST, "loom_%s on rank %d of %d (%lld %s values): %s", name, rank,
-                 c->world, (long long)c->count, loom_dtype_name(c->dtype), err);
+  break_world(c->op, rank, err);
+  return lm_fail(LOOM_ERR_DIST, "loom_%s on rank %d of %d (%lld %s values): %s", lm_op_name(c->op),
+                 rank, c->world, (long long)c->count, loom_dtype_name(c->dtype), err);
 }

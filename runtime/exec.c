@@ -158,13 +158,12 @@ static const lm_step_runner cpu_runner = {cpu_kernel, cpu_gemm};
 /* A collective step; the plan's first one on this process first checks that
  * every rank runs the same collectives. */
 static loom_status run_collective(const lm_exec *x, const lm_step *s) {
-  char op[64];
-  snprintf(op, sizeof op, "loom_%s", lm_op_name(s->coll.op));
   if (x->device.type != LOOM_DEVICE_CPU)
-    return lm_fail(LOOM_ERR_DEVICE, "%s: collectives run on CPU tensors", op);
+    return lm_fail(LOOM_ERR_DEVICE, "loom_%s: collectives run on CPU tensors",
+                   lm_op_name(s->coll.op));
   lm_schedule *p = (lm_schedule *)x->program; /* its flag is the runtime's */
   if (!atomic_load(&p->ranks_agree)) {
-    loom_status st = lm_dist_check_plan(p, op);
+    loom_status st = lm_dist_check_plan(p, s->coll.op);
     if (st != LOOM_OK) return st;
     atomic_store(&p->ranks_agree, true);
   }

@@ -55,6 +55,9 @@ loom_status lm_export_layout_make_generic(lm_export_layout *l, const loom_progra
                                           const lm_schedule *tiles_from, const int *slot,
                                           int nslots);
 void lm_export_layout_free(lm_export_layout *l);
+/* The first output a computed, published position pos is (its step writes
+ * into the caller's buffer), or -1 (it lives in the scratch block). */
+int lm_export_output_of(const loom_program *p, int pos);
 /* Bytes a step's output takes. */
 int64_t lm_export_step_bytes(const lm_step *s);
 /* The last step that reads pos (its buffer is free after it), or def. */

@@ -23,6 +23,13 @@ static int64_t node_bytes(const lm_node *n) {
 
 /* ------------------------------------------------------------ layout */
 
+int lm_export_output_of(const loom_program *p, int pos) {
+  if (pos >= p->n || p->kind[pos] != LM_SLOT_NODE || !p->plan->published[pos]) return -1;
+  for (int i = 0; i < p->nout; i++)
+    if (p->out_pos[i] == pos) return i;
+  return -1;
+}
+
 int64_t lm_export_step_bytes(const lm_step *s) {
   return s->outer * (int64_t)loom_dtype_size(s->dtype);
 }
@@ -113,11 +120,7 @@ static loom_status layout_make(lm_export_layout *l, const loom_program *p, const
     l->weight_off[pos] = l->weight_bytes;
     l->weight_bytes = align_up(l->weight_bytes + node_bytes(p->nodes[pos]));
   }
-  for (int i = 0; i < p->nout; i++) {
-    int pos = p->out_pos[i];
-    if (p->kind[pos] == LM_SLOT_NODE && p->plan->published[pos] && l->output_of[pos] < 0)
-      l->output_of[pos] = i;
-  }
+  for (int pos = 0; pos < p->n; pos++) l->output_of[pos] = lm_export_output_of(p, pos);
   for (int i = 0; i < p->plan->nsteps; i++) {
     const lm_step *s = &p->plan->steps[i];
     if (s->kind != LM_STEP_GEMM) continue;

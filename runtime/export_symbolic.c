@@ -47,15 +47,6 @@ typedef struct exporter {
   int nslots;
 } exporter;
 
-static const char *values_str(const loom_program *p, const int64_t *values, char *buf, size_t len) {
-  size_t used = 0;
-  buf[0] = 0;
-  for (int s = 0; s < p->nsym && used < len; s++)
-    used += (size_t)snprintf(buf + used, len - used, "%s%s=%" PRId64, s ? ", " : "",
-                             p->sym_names[s], values[s]);
-  return buf;
-}
-
 /* ------------------------------------------------------------ fitting */
 
 /* The polynomial through vals[g] at the grid points g (symbol j at
@@ -186,9 +177,9 @@ static loom_status differ(const exporter *x, int which, int other, size_t at0, s
                  OP ": the program's plan at %s differs from its plan at %s beyond sizes (%s "
                     "line %d: '%s', against '%s'): one library cannot hold both; trace the "
                     "program at other sizes, or export it at one size (loom_compile)",
-                 values_str(p, x->s[other].values, v1, sizeof v1),
-                 values_str(p, x->s[0].values, v0, sizeof v0), which ? "wrapper" : "header", line0,
-                 l0, l1);
+                 lm_program_values_str(p, x->s[other].values, v1, sizeof v1),
+                 lm_program_values_str(p, x->s[0].values, v0, sizeof v0),
+                 which ? "wrapper" : "header", line0, l0, l1);
 }
 
 /* The text every sample writes, its differing numbers as expressions. */
@@ -254,8 +245,8 @@ static loom_status merge(const exporter *x, int which, char **out) {
                      "'%s') is no polynomial of the symbols with integer coefficients: one library "
                      "cannot compute it; trace the program at other sizes, or export it at one "
                      "size (loom_compile)",
-                  vals[0], values_str(p, x->s[0].values, v0, sizeof v0), vals[x->nsamples - 1],
-                  "the last sample", which ? "wrapper" : "header", line, l0);
+                  vals[0], lm_program_values_str(p, x->s[0].values, v0, sizeof v0),
+                  vals[x->nsamples - 1], "the last sample", which ? "wrapper" : "header", line, l0);
       break;
     }
     char e_str[512];
@@ -298,19 +289,10 @@ static loom_status plan_sample(exporter *x, sample *sm) {
                    OP ": the program's plan at %s has %d steps, at %s %d: one library cannot "
                       "hold both; trace the program at other sizes, or export it at one size "
                       "(loom_compile)",
-                   values_str(p, sm->values, v1, sizeof v1), mine->nsteps,
-                   values_str(p, x->s[0].values, v0, sizeof v0), traced->nsteps);
+                   lm_program_values_str(p, sm->values, v1, sizeof v1), mine->nsteps,
+                   lm_program_values_str(p, x->s[0].values, v0, sizeof v0), traced->nsteps);
   }
   return LOOM_OK;
-}
-
-/* A position whose buffer lives in the scratch block (not an output). */
-static bool in_scratch(const loom_program *p, int pos) {
-  if (pos >= p->n) return true;
-  for (int i = 0; i < p->nout; i++)
-    if (p->out_pos[i] == pos && p->kind[pos] == LM_SLOT_NODE && p->plan->published[pos])
-      return false;
-  return true;
 }
 
 /* Scratch slots for the traced plan's buffers, by liveness as the fixed-size
@@ -333,7 +315,7 @@ static loom_status assign_slots(exporter *x) {
   for (int pos = 0; pos < npos; pos++) x->slot[pos] = -1;
   for (int i = 0; i < plan->nsteps && st == LOOM_OK; i++) {
     const lm_step *s = &plan->steps[i];
-    if (!in_scratch(p, s->out) || x->slot[s->out] >= 0) continue;
+    if (lm_export_output_of(p, s->out) >= 0 || x->slot[s->out] >= 0) continue;
     for (int j = 0; j < x->nsamples; j++)
       vals[j] = lm_export_step_bytes(&x->s[j].b->plan->steps[i]);
     lm_sym_expr need;

@@ -76,6 +76,9 @@ void lm_program_unbind(const loom_program *p, lm_binding *b);
 loom_status lm_program_plan_at(const char *op, const loom_program *p, const int64_t *values,
                                lm_binding **out);
 void lm_program_binding_free(const loom_program *p, lm_binding *b);
+/* The symbols' values, "batch=7, seq=12", into buf. */
+const char *lm_program_values_str(const loom_program *p, const int64_t *values, char *buf,
+                                  size_t len);
 void lm_program_free_symbols(loom_program *p);
 /* Makes compiled program p take any size along dims (loom_compile_symbolic's
  * checks and inference; its placeholders' sizes are the example). On failure

@@ -14,8 +14,8 @@
 
 #define OP "loom_compile_symbolic"
 
-/* "batch=7, seq=12" */
-static const char *values_str(const loom_program *p, const int64_t *values, char *buf, size_t len) {
+const char *lm_program_values_str(const loom_program *p, const int64_t *values, char *buf,
+                                  size_t len) {
   size_t used = 0;
   buf[0] = 0;
   for (int s = 0; s < p->nsym && used < len; s++)
@@ -188,7 +188,7 @@ static bool same_values(const loom_program *p, const int64_t *a, const int64_t *
 static loom_status instantiate(const char *op, const loom_program *p, const int64_t *values,
                                lm_binding *b) {
   char at[256];
-  values_str(p, values, at, sizeof at);
+  lm_program_values_str(p, values, at, sizeof at);
   for (int pos = 0; pos < p->n; pos++) {
     const lm_node *n = p->nodes[pos];
     if (p->kind[pos] == LM_SLOT_WEIGHT) {
