@@ -15,6 +15,9 @@ loom_status loom_ddp(loom_params *ps, loom_ddp_opts opts) {
   if (opts.bucket_bytes <= 0)
     return lm_fail(LOOM_ERR_VALUE, "%s: bucket_bytes %lld is not positive", op,
                    (long long)opts.bucket_bytes);
+  if (opts.first_bucket_bytes < 0)
+    return lm_fail(LOOM_ERR_VALUE, "%s: first_bucket_bytes %lld is negative", op,
+                   (long long)opts.first_bucket_bytes);
   int world;
   loom_status st = lm_dist_world(op, &world);
   int trainable = 0;
@@ -44,7 +47,10 @@ loom_status loom_ddp(loom_params *ps, loom_ddp_opts opts) {
     if (st == LOOM_OK) st = end;
   }
   for (int i = 0; i < ps->count && st == LOOM_OK; i++)
-    if (ps->items[i].trainable) ps->items[i].tensor->ddp_bucket_bytes = opts.bucket_bytes;
+    if (ps->items[i].trainable) {
+      ps->items[i].tensor->ddp_bucket_bytes = opts.bucket_bytes;
+      ps->items[i].tensor->ddp_first_bucket_bytes = opts.first_bucket_bytes;
+    }
   return st;
 }
 
@@ -84,7 +90,9 @@ loom_status lm_ddp_grads(lm_optim_slot *const *active, int n, lm_node **grads) {
   bool any = false;
   for (int i = 0; i < n; i++) any |= active[i]->param->ddp_bucket_bytes > 0;
   loom_status st = any ? lm_dist_world("loom_optim_step", &world) : LOOM_OK;
-  /* from the last parameter back: the backward pass makes those first */
+  /* from the last parameter back: the backward pass makes those first (and
+     the first bucket may be smaller, to start sooner) */
+  bool first_bucket = true;
   for (int last = n - 1; last >= 0 && st == LOOM_OK;) {
     const loom_tensor *p = active[last]->param;
     if (p->ddp_bucket_bytes <= 0) {
@@ -94,19 +102,21 @@ loom_status lm_ddp_grads(lm_optim_slot *const *active, int n, lm_node **grads) {
     }
     const lm_node *g = p->grad;
     int64_t bytes = lm_shape_numel(&g->shape) * (int64_t)loom_dtype_size(g->dtype);
+    int64_t cap = first_bucket && p->ddp_first_bucket_bytes > 0 ? p->ddp_first_bucket_bytes
+                                                                : p->ddp_bucket_bytes;
     int first = last;
     while (first > 0 && last - first + 1 < LM_CAT_MAX_SOURCES) {
       const loom_tensor *q = active[first - 1]->param;
       const lm_node *h = q->grad;
       int64_t more = lm_shape_numel(&h->shape) * (int64_t)loom_dtype_size(h->dtype);
-      if (q->ddp_bucket_bytes <= 0 || h->dtype != g->dtype || bytes + more > p->ddp_bucket_bytes)
-        break;
+      if (q->ddp_bucket_bytes <= 0 || h->dtype != g->dtype || bytes + more > cap) break;
       bytes += more;
       first--;
     }
     if (!reduce_bucket(active, first, last, world, grads))
       st = lm_fail(LOOM_ERR_OOM, "loom_optim_step: out of memory");
     last = first - 1;
+    first_bucket = false;
   }
   return st;
 }

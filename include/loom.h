@@ -803,7 +803,9 @@ loom_tensor *loom_all_gather(const loom_tensor *t, int axis);
  * (means) the gradients of ps's trainable tensors across ranks before it
  * updates them, gradients of one dtype gathered into buckets of up to
  * bucket_bytes (one collective each; the last parameters' first, as the
- * backward pass makes them), inside the step's program. loom_ddp first makes
+ * backward pass makes them), inside the step's program: each bucket's
+ * all-reduce starts once its gradients are made and runs while the rest of
+ * the step computes (loom polls MPI between steps). loom_ddp first makes
  * every rank's trainable tensors rank 0's (a broadcast), so that all start
  * alike; it needs loom_dist_init. Every rank then holds the same bits after
  * every step. loom_params_save of such a collection writes on rank 0 only
@@ -811,8 +813,14 @@ loom_tensor *loom_all_gather(const loom_tensor *t, int axis);
  * loom_loader_shard. */
 typedef struct loom_ddp_opts {
   int64_t bucket_bytes; /* > 0; DDP's default 25 MiB */
+  /* The first bucket (the last parameters' gradients, made first) holds up
+     to this many bytes, so that its all-reduce starts early and runs while
+     the backward pass computes the rest; 0: as large as the others. DDP's
+     default 1 MiB. */
+  int64_t first_bucket_bytes;
 } loom_ddp_opts;
-#define LOOM_DDP_DEFAULTS ((loom_ddp_opts){.bucket_bytes = (int64_t)25 << 20})
+#define LOOM_DDP_DEFAULTS                                                                          \
+  ((loom_ddp_opts){.bucket_bytes = (int64_t)25 << 20, .first_bucket_bytes = (int64_t)1 << 20})
 loom_status loom_ddp(loom_params *ps, loom_ddp_opts opts);
 
 /* ------------------------------------------------------------------ optimizers */
@@ -898,6 +906,11 @@ typedef struct loom_stats {
   uint64_t generic_kernel_uses;      /* kernel steps compiled to a generic kernel (new or cached) */
   uint64_t program_sizes_planned;    /* symbolic programs planned at sizes they had not run at
                                         (loom_compile_symbolic) */
+  uint64_t collectives_run;          /* collectives across processes (loom_all_reduce, loom_ddp's
+                                        buckets, ...) this process ran */
+  uint64_t collectives_overlapped;   /* of them, all-reduces that ran on while later steps of
+                                        their program computed */
+  uint64_t collective_bytes;         /* the bytes this process put into them */
 } loom_stats;
 
 loom_stats loom_get_stats(void);

@@ -7,8 +7,30 @@
 
 /* ------------------------------------------------------------ memory */
 
-static void note_read(int *last, int pos, int step) {
-  if (pos >= 0) last[pos] = step;
+void lm_step_reads(const lm_schedule *p, int i, void (*read)(void *ctx, int pos, int step),
+                   void *ctx) {
+  const lm_step *s = &p->steps[i];
+  if (s->kind == LM_STEP_GEMM) {
+    read(ctx, s->gemm.a_pos, i);
+    read(ctx, s->gemm.b_pos, i);
+  }
+  for (int k = 0; s->kind == LM_STEP_COLLECTIVE && k < s->coll.nin; k++)
+    read(ctx, s->coll.in_pos[k], i);
+  for (int a = 1; s->kind == LM_STEP_KERNEL && a < s->kernel.nslots; a++)
+    if (!s->arg_key[a]) read(ctx, s->arg_pos[a], i);
+  if (s->kind == LM_STEP_KERNEL && s->gemm_partner >= 0) { /* its GEMM runs here */
+    read(ctx, p->steps[s->gemm_partner].gemm.a_pos, i);
+    read(ctx, p->steps[s->gemm_partner].gemm.b_pos, i);
+  }
+  if (s->kind == LM_STEP_GEMM && s->b_producer >= 0) { /* so does B's kernel */
+    const lm_step *e = &p->steps[s->b_producer];
+    for (int a = 1; a < e->kernel.nslots; a++)
+      if (!e->arg_key[a]) read(ctx, e->arg_pos[a], i);
+  }
+}
+
+static void note_read(void *last, int pos, int step) {
+  if (pos >= 0) ((int *)last)[pos] = step;
 }
 
 /* Liveness: every buffer the program allocates for a non-target is freed
@@ -20,25 +42,8 @@ bool lm_plan_frees(lm_schedule *p) {
   if (!last) return false;
   for (int i = 0; i < npos; i++) last[i] = -1;
   for (int i = 0; i < p->nsteps; i++) {
-    lm_step *s = &p->steps[i];
-    note_read(last, s->out, i); /* a buffer nobody reads is freed after its step */
-    if (s->kind == LM_STEP_GEMM) {
-      note_read(last, s->gemm.a_pos, i);
-      note_read(last, s->gemm.b_pos, i);
-    }
-    for (int k = 0; s->kind == LM_STEP_COLLECTIVE && k < s->coll.nin; k++)
-      note_read(last, s->coll.in_pos[k], i);
-    for (int a = 1; s->kind == LM_STEP_KERNEL && a < s->kernel.nslots; a++)
-      if (!s->arg_key[a]) note_read(last, s->arg_pos[a], i);
-    if (s->kind == LM_STEP_KERNEL && s->gemm_partner >= 0) { /* its GEMM runs here */
-      note_read(last, p->steps[s->gemm_partner].gemm.a_pos, i);
-      note_read(last, p->steps[s->gemm_partner].gemm.b_pos, i);
-    }
-    if (s->kind == LM_STEP_GEMM && s->b_producer >= 0) { /* so does B's kernel */
-      const lm_step *e = &p->steps[s->b_producer];
-      for (int a = 1; a < e->kernel.nslots; a++)
-        if (!e->arg_key[a]) note_read(last, e->arg_pos[a], i);
-    }
+    note_read(last, p->steps[i].out, i); /* a buffer nobody reads is freed after its step */
+    lm_step_reads(p, i, note_read, last);
   }
   bool ok = true;
   for (int i = 0; i < p->nsteps && ok; i++) {

@@ -62,6 +62,10 @@ typedef struct lm_collective {
   /* all_gather: the source as [outer, inner] around the gathered axis (inner
      counts the axis and the dims after it) */
   int64_t outer, inner;
+  int number, of; /* it is the program's number-th collective (from 1) of `of` */
+  /* the first step reading its output (nsteps: none): an all-reduce may run
+     on while the steps before that one compute (runtime/exec.c) */
+  int wait_before;
 } lm_collective;
 
 typedef struct lm_step {
@@ -121,6 +125,11 @@ typedef struct lm_schedule {
    * collectives alike (runtime/dist.c lm_dist_check_plan). */
   _Atomic bool ranks_agree;
 } lm_schedule;
+
+/* Whether step i is an all-reduce that runs on while the steps after it,
+ * up to its coll.wait_before, compute (runtime/exec.c starts it, polls it
+ * between them and waits for it before its first reader). */
+bool lm_collective_runs_on(const lm_schedule *p, int i);
 
 /* Plans the graph: decides what is materialized (schedule->materialized),
  * lowers every step. Kernels are left for the runtime to compile. Without

@@ -199,6 +199,10 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, 
     for (int k = t.n - 1; k >= 0; k--) lm_node_release(t.nodes[k]);
   }
   for (int i = 0; i < p->nsteps; i++) p->steps[i].gemm_partner = -1, p->steps[i].b_producer = -1;
+  if (st == LOOM_OK && !lm_plan_overlap_collectives(p)) {
+    snprintf(err, errlen, "planning: out of memory");
+    st = LOOM_ERR_OOM;
+  }
   if (st == LOOM_OK && fuse && !lm_pair_gemm_epilogues(&pl, p)) {
     snprintf(err, errlen, "planning: out of memory");
     st = LOOM_ERR_OOM;
@@ -208,6 +212,7 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, 
     snprintf(err, errlen, "planning: out of memory");
     st = LOOM_ERR_OOM;
   }
+  if (st == LOOM_OK) lm_plan_collective_waits(p);
   for (int i = 0; i < g->n; i++) p->materialized[i] = lm_materialized(&pl, g->nodes[i]);
   free(pl.node);
   if (st != LOOM_OK) {

@@ -143,7 +143,21 @@ loom_status lm_lower_rows(const lm_planner *pl, lm_node *root, lm_step *step, bo
 
 /* ------------------------------------------------------------ memory.c */
 
+/* Calls read(ctx, pos, i) for each position step i reads (a deferred GEMM's
+ * operands at its partner, a GEMM's B producer's at the GEMM). */
+void lm_step_reads(const lm_schedule *p, int i, void (*read)(void *ctx, int pos, int step),
+                   void *ctx);
 /* Each step's free_after list; false when out of memory. */
 bool lm_plan_frees(lm_schedule *p);
+
+/* ------------------------------------------------------------ overlap.c */
+
+/* Reorders the steps of a plan with collectives: each as soon as its sources
+ * are made, the steps reading its result as late as they can go, so that it
+ * runs while the steps between compute. False when out of memory. Before
+ * the GEMM pairing (step indices are not yet stored anywhere). */
+bool lm_plan_overlap_collectives(lm_schedule *p);
+/* Numbers the collectives and sets each one's wait_before. */
+void lm_plan_collective_waits(lm_schedule *p);
 
 #endif

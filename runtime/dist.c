@@ -3,9 +3,9 @@
  * collective steps of realized graphs and programs.
  *
  * State (docs/ARCHITECTURE.md lists it): `dist`, guarded by dist_lock; a
- * collective holds coll_lock while it runs, so that the collectives of two
- * threads of one process never interleave (every rank must issue them in one
- * order). */
+ * program holds coll_lock from its first collective until its last one
+ * completes (lm_dist_begin/end), so that the collectives of two threads of
+ * one process never interleave (every rank must issue them in one order). */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -192,41 +192,6 @@ loom_status lm_dist_world(const char *op, int *world) {
 
 /* ------------------------------------------------------------ collectives */
 
-/* BF16 / F16 through F32: widened, combined, rounded back. */
-static int reduce_halves(const lm_collective *c, const void *in, void *out, lm_mpi_op op,
-                         double timeout, char *err, size_t len) {
-  float *wide = malloc(sizeof(float) * (size_t)(c->count ? c->count : 1));
-  if (!wide) {
-    snprintf(err, len, "out of memory widening %lld values", (long long)c->count);
-    return LM_MPI_FAILED;
-  }
-  const uint16_t *h = in;
-  for (int64_t i = 0; i < c->count; i++) wide[i] = (float)lm_dtype_load_double(c->dtype, &h[i]);
-  int st = dist.api->all_reduce(wide, wide, c->count, LOOM_F32, op, timeout, err, len);
-  float scale = c->reduce == LOOM_REDUCE_MEAN ? 1.0f / (float)c->world : 1.0f;
-  uint16_t *o = out;
-  for (int64_t i = 0; st == LM_MPI_OK && i < c->count; i++)
-    lm_dtype_store_double(c->dtype, &o[i], wide[i] * scale);
-  free(wide);
-  return st;
-}
-
-static int reduce(const lm_collective *c, const void *in, void *out, double timeout, char *err,
-                  size_t len) {
-  lm_mpi_op op = c->reduce == LOOM_REDUCE_MAX   ? LM_MPI_MAX
-                 : c->reduce == LOOM_REDUCE_MIN ? LM_MPI_MIN
-                                                : LM_MPI_SUM;
-  if (lm_dtype_is_half(c->dtype)) return reduce_halves(c, in, out, op, timeout, err, len);
-  int st = dist.api->all_reduce(in, out, c->count, c->dtype, op, timeout, err, len);
-  if (st == LM_MPI_OK && c->reduce == LOOM_REDUCE_MEAN) { /* floats (ir/verify.c) */
-    if (c->dtype == LOOM_F64)
-      for (int64_t i = 0; i < c->count; i++) ((double *)out)[i] /= c->world;
-    else
-      for (int64_t i = 0; i < c->count; i++) ((float *)out)[i] /= (float)c->world;
-  }
-  return st;
-}
-
 /* Whether collective op (of a world of `world` ranks, or -1: not checked) may
  * run now: MPI started and no collective failed. The timeout and this rank. */
 static loom_status ready(lm_op op, int world, double *timeout, int *rank) {
@@ -280,9 +245,9 @@ loom_status lm_dist_check_plan(const lm_schedule *p, lm_op op) {
    * rank's own exactly when every rank's is the same */
   int64_t mine[2] = {(int64_t)sig, (int64_t)~sig}, most[2];
   char err[512] = "";
-  pthread_mutex_lock(&coll_lock);
-  int rc = dist.api->all_reduce(mine, most, 2, LOOM_I64, LM_MPI_MAX, timeout, err, sizeof err);
-  pthread_mutex_unlock(&coll_lock);
+  lm_mpi_request *q;
+  int rc = dist.api->all_reduce_start(mine, most, 2, LOOM_I64, LM_MPI_MAX, &q, err, sizeof err);
+  if (rc == LM_MPI_OK) rc = dist.api->wait(q, timeout, err, sizeof err);
   if (rc == LM_MPI_OK && most[0] == mine[0] && most[1] == mine[1]) return LOOM_OK;
   if (rc == LM_MPI_OK)
     snprintf(err, sizeof err,
@@ -315,35 +280,123 @@ static int gather(const lm_collective *c, const void *in, void *out, double time
   return st;
 }
 
-loom_status lm_dist_run(const lm_collective *c, const void *const *bufs, void *out) {
-  double timeout;
-  int rank;
-  loom_status st = ready(c->op, c->world, &timeout, &rank);
+/* "loom_all_reduce on rank 1 of 2 (collective 2 of 3 of its program, 1024 f32
+ * values): why", and later collectives refused. */
+static loom_status failed(const lm_collective *c, int rank, const char *err) {
+  break_world(c->op, rank, err);
+  return lm_fail(
+      LOOM_ERR_DIST,
+      "loom_%s on rank %d of %d (collective %d of %d of its program, %lld %s values): %s",
+      lm_op_name(c->op), rank, c->world, c->number, c->of, (long long)c->count,
+      loom_dtype_name(c->dtype), err);
+}
+
+void lm_dist_begin(void) { pthread_mutex_lock(&coll_lock); }
+
+void lm_dist_end(void) { pthread_mutex_unlock(&coll_lock); }
+
+loom_status lm_dist_start(const lm_collective *c, const void *const *bufs, void *out,
+                          lm_dist_pending *q) {
+  memset(q, 0, sizeof *q);
+  q->c = c, q->out = out;
+  loom_status st = ready(c->op, c->world, &q->timeout, &q->rank);
   if (st != LOOM_OK) return st;
-  char err[512] = "";
-  pthread_mutex_lock(&coll_lock);
-  int rc;
   const void *in = bufs[c->in_pos[0]];
-  if (c->op == LM_ALL_REDUCE && c->nin > 1) { /* joined into the output, reduced in place */
+  if (c->nin > 1) { /* joined into the output, reduced in place */
     size_t es = loom_dtype_size(c->dtype), at = 0;
     for (int k = 0; k < c->nin; k++) {
       size_t bytes = (size_t)c->in_count[k] * es;
       if (bytes) memcpy((char *)out + at, bufs[c->in_pos[k]], bytes);
       at += bytes;
     }
-    rc = reduce(c, out, out, timeout, err, sizeof err);
-  } else if (c->op == LM_ALL_REDUCE) {
-    rc = reduce(c, in, out, timeout, err, sizeof err);
-  } else if (c->op == LM_BROADCAST) {
+    in = out;
+  }
+  void *into = out;
+  loom_dtype dtype = c->dtype;
+  if (lm_dtype_is_half(dtype)) { /* BF16, F16: widened, combined in F32, rounded back */
+    q->wide = malloc(sizeof(float) * (size_t)(c->count ? c->count : 1));
+    if (!q->wide)
+      return lm_fail(LOOM_ERR_OOM, "loom_%s: out of memory widening %lld values", lm_op_name(c->op),
+                     (long long)c->count);
+    for (int64_t i = 0; i < c->count; i++)
+      q->wide[i] = (float)lm_dtype_load_double(dtype, (const uint16_t *)in + i);
+    in = into = q->wide, dtype = LOOM_F32;
+  }
+  lm_mpi_op op = c->reduce == LOOM_REDUCE_MAX   ? LM_MPI_MAX
+                 : c->reduce == LOOM_REDUCE_MIN ? LM_MPI_MIN
+                                                : LM_MPI_SUM;
+  char err[512] = "";
+  if (dist.api->all_reduce_start(in, into, c->count, dtype, op, &q->request, err, sizeof err) ==
+      LM_MPI_OK)
+    return LOOM_OK;
+  free(q->wide);
+  q->wide = NULL;
+  return failed(c, q->rank, err);
+}
+
+loom_status lm_dist_poll(lm_dist_pending *q) {
+  if (!q->request) return LOOM_OK;
+  char err[512] = "";
+  int done = 0;
+  if (dist.api->test(q->request, &done, err, sizeof err) != LM_MPI_OK) {
+    q->request = NULL;
+    free(q->wide);
+    q->wide = NULL;
+    q->broken = true;
+    return failed(q->c, q->rank, err);
+  }
+  if (done) q->request = NULL;
+  return LOOM_OK;
+}
+
+loom_status lm_dist_finish(lm_dist_pending *q) {
+  const lm_collective *c = q->c;
+  char err[512] = "";
+  loom_status st = LOOM_OK;
+  pthread_mutex_lock(&dist_lock);
+  bool broken = dist.broken[0] != 0;
+  pthread_mutex_unlock(&dist_lock);
+  if (q->broken) {
+    st = LOOM_ERR_DIST;              /* reported by lm_dist_poll */
+  } else if (broken && q->request) { /* reported by the collective that failed: not waited for */
+    dist.api->wait(q->request, 0, err, sizeof err);
+    st = LOOM_ERR_DIST;
+  } else if (q->request && dist.api->wait(q->request, q->timeout, err, sizeof err) != LM_MPI_OK) {
+    st = failed(c, q->rank, err);
+  } else if (q->wide) {
+    float scale = c->reduce == LOOM_REDUCE_MEAN ? 1.0f / (float)c->world : 1.0f;
+    for (int64_t i = 0; i < c->count; i++)
+      lm_dtype_store_double(c->dtype, (uint16_t *)q->out + i, q->wide[i] * scale);
+  } else if (c->reduce == LOOM_REDUCE_MEAN && c->dtype == LOOM_F64) { /* floats (ir/verify.c) */
+    for (int64_t i = 0; i < c->count; i++) ((double *)q->out)[i] /= c->world;
+  } else if (c->reduce == LOOM_REDUCE_MEAN) {
+    for (int64_t i = 0; i < c->count; i++) ((float *)q->out)[i] /= (float)c->world;
+  }
+  q->request = NULL;
+  free(q->wide);
+  q->wide = NULL;
+  return st;
+}
+
+loom_status lm_dist_run(const lm_collective *c, const void *const *bufs, void *out) {
+  if (c->op == LM_ALL_REDUCE) {
+    lm_dist_pending q;
+    loom_status st = lm_dist_start(c, bufs, out, &q);
+    return st == LOOM_OK ? lm_dist_finish(&q) : st;
+  }
+  double timeout;
+  int rank;
+  loom_status st = ready(c->op, c->world, &timeout, &rank);
+  if (st != LOOM_OK) return st;
+  char err[512] = "";
+  int rc;
+  const void *in = bufs[c->in_pos[0]];
+  if (c->op == LM_BROADCAST) {
     int64_t bytes = c->count * (int64_t)loom_dtype_size(c->dtype);
     if (bytes) memcpy(out, in, (size_t)bytes);
     rc = dist.api->broadcast(out, bytes, c->root, timeout, err, sizeof err);
   } else {
     rc = gather(c, in, out, timeout, err, sizeof err);
   }
-  pthread_mutex_unlock(&coll_lock);
-  if (rc == LM_MPI_OK) return LOOM_OK;
-  break_world(c->op, rank, err);
-  return lm_fail(LOOM_ERR_DIST, "loom_%s on rank %d of %d (%lld %s values): %s", lm_op_name(c->op),
-                 rank, c->world, (long long)c->count, loom_dtype_name(c->dtype), err);
+  return rc == LM_MPI_OK ? LOOM_OK : failed(c, rank, err);
 }

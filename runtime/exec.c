@@ -155,25 +155,60 @@ static loom_status cpu_gemm(const lm_exec *x, const lm_step *s) {
 
 static const lm_step_runner cpu_runner = {cpu_kernel, cpu_gemm};
 
+/* The all-reduces a run started and has not finished: each runs while the
+ * steps before its wait_before compute, and its step's dead buffers (its
+ * sources among them) are freed once it is done. */
+#define MAX_IN_FLIGHT 16
+typedef struct in_flight {
+  bool entered; /* lm_dist_begin was called */
+  int n;
+  int step[MAX_IN_FLIGHT];
+  lm_dist_pending q[MAX_IN_FLIGHT];
+} in_flight;
+
+/* Ends in-flight collective k; st: the run's status so far (kept if failed). */
+static loom_status finish(const lm_exec *x, in_flight *f, int k, double *ms, loom_status st) {
+  double t0 = ms ? lm_profile_now_ms() : 0;
+  loom_status done = lm_dist_finish(&f->q[k]);
+  release_dead(x, &x->program->steps[f->step[k]]);
+  if (ms) ms[f->step[k]] += lm_profile_now_ms() - t0;
+  f->n--;
+  f->step[k] = f->step[f->n], f->q[k] = f->q[f->n];
+  return st != LOOM_OK ? st : done;
+}
+
 /* A collective step; the plan's first one on this process first checks that
- * every rank runs the same collectives. */
-static loom_status run_collective(const lm_exec *x, const lm_step *s) {
+ * every rank runs the same collectives. An all-reduce whose result no step
+ * reads next is started and left running (*started). */
+static loom_status run_collective(const lm_exec *x, int i, in_flight *f, bool *started) {
+  const lm_step *s = &x->program->steps[i];
   if (x->device.type != LOOM_DEVICE_CPU)
     return lm_fail(LOOM_ERR_DEVICE, "loom_%s: collectives run on CPU tensors",
                    lm_op_name(s->coll.op));
+  if (!f->entered) lm_dist_begin();
+  f->entered = true;
   lm_schedule *p = (lm_schedule *)x->program; /* its flag is the runtime's */
   if (!atomic_load(&p->ranks_agree)) {
     loom_status st = lm_dist_check_plan(p, s->coll.op);
     if (st != LOOM_OK) return st;
     atomic_store(&p->ranks_agree, true);
   }
-  return lm_dist_run(&s->coll, (const void *const *)x->bufs, x->bufs[s->out]);
+  const void *const *bufs = (const void *const *)x->bufs;
+  lm_stat_add(LM_STAT_COLLECTIVES_RUN, 1);
+  lm_stat_add(LM_STAT_COLLECTIVE_BYTES, (uint64_t)s->coll.count * loom_dtype_size(s->coll.dtype));
+  if (!lm_collective_runs_on(x->program, i) || f->n == MAX_IN_FLIGHT)
+    return lm_dist_run(&s->coll, bufs, x->bufs[s->out]);
+  loom_status st = lm_dist_start(&s->coll, bufs, x->bufs[s->out], &f->q[f->n]);
+  if (st == LOOM_OK) f->step[f->n++] = i, *started = true;
+  lm_stat_add(LM_STAT_COLLECTIVES_OVERLAPPED, st == LOOM_OK);
+  return st;
 }
 
 /* Step i: its output's memory, the step, then what no later step reads. */
-static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i) {
+static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i, in_flight *f) {
   const lm_step *s = &x->program->steps[i];
   loom_status st = LOOM_OK;
+  bool started = false;
   if (!s->deferred) { /* a deferred GEMM is run by its epilogue kernel */
     size_t bytes = (size_t)s->outer * loom_dtype_size(s->dtype);
     if (!x->bufs[s->out]) {
@@ -182,11 +217,11 @@ static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i) {
       x->sizes[s->out] = bytes;
     }
     if (s->kind == LM_STEP_COLLECTIVE) /* CPU buffers only: the frontend records no other */
-      st = run_collective(x, s);
+      st = run_collective(x, i, f, &started);
     else
       st = s->kind == LM_STEP_GEMM ? r->gemm(x, s) : r->kernel(x, s);
   }
-  release_dead(x, s);
+  if (!started) release_dead(x, s);
   return st;
 }
 
@@ -197,11 +232,18 @@ loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r) {
                    ? calloc((size_t)p->nsteps + 1, sizeof(double))
                    : NULL;
   loom_status st = LOOM_OK;
+  in_flight f = {.n = 0};
   for (int i = 0; i < p->nsteps && st == LOOM_OK; i++) {
+    for (int k = f.n - 1; k >= 0; k--) /* what step i reads is complete */
+      if (p->steps[f.step[k]].coll.wait_before <= i) st = finish(x, &f, k, ms, st);
+    if (st != LOOM_OK) break;
     double t0 = ms ? lm_profile_now_ms() : 0;
-    st = run_step(x, r, i);
-    if (ms) ms[i] = lm_profile_now_ms() - t0;
+    st = run_step(x, r, i, &f);
+    if (ms) ms[i] += lm_profile_now_ms() - t0;
+    for (int k = 0; k < f.n && st == LOOM_OK; k++) st = lm_dist_poll(&f.q[k]); /* MPI progresses */
   }
+  while (f.n > 0) st = finish(x, &f, f.n - 1, ms, st); /* even after a failure: MPI writes them */
+  if (f.entered) lm_dist_end();
   if (ms && st == LOOM_OK) lm_profile_report(p, ms);
   free(ms);
   return st;

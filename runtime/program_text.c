@@ -573,6 +573,8 @@ static void dump_collective(text *t, const loom_program *p, int i) {
   put(t, " (%lld values) over %d ranks", (long long)c->count, c->world);
   if (c->op == LM_ALL_REDUCE) put(t, ", %s", lm_reduce_op_name(c->reduce));
   if (c->op == LM_BROADCAST) put(t, " from rank %d", c->root);
+  if (lm_collective_runs_on(p->plan, i))
+    put(t, "; runs on while steps %d to %d compute", i + 1, c->wait_before - 1);
   put(t, "\n");
 }
 

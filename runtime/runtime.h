@@ -17,14 +17,15 @@ struct loom_tensor {
   lm_node *node;
   loom_status status;
   char *message;
-  bool requires_grad;          /* a leaf the user asked gradients for */
-  lm_node *grad;               /* accumulated gradient (owned), or NULL */
-  struct loom_tensor *grad_of; /* loom_grad's handle: the tensor whose gradient it
-                                  is (a reference), so that loom_assign on it sets
-                                  that gradient */
-  int64_t ddp_bucket_bytes;    /* a parameter under loom_ddp: its gradient is
-                                  all-reduced in buckets of this size; 0 otherwise */
-  uint32_t freed;              /* LM_HANDLE_FREED once released (see below) */
+  bool requires_grad;             /* a leaf the user asked gradients for */
+  lm_node *grad;                  /* accumulated gradient (owned), or NULL */
+  struct loom_tensor *grad_of;    /* loom_grad's handle: the tensor whose gradient it
+                                     is (a reference), so that loom_assign on it sets
+                                     that gradient */
+  int64_t ddp_bucket_bytes;       /* a parameter under loom_ddp: its gradient is
+                                     all-reduced in buckets of this size; 0 otherwise */
+  int64_t ddp_first_bucket_bytes; /* loom_ddp's first_bucket_bytes (0: none) */
+  uint32_t freed;                 /* LM_HANDLE_FREED once released (see below) */
 };
 
 /* Set in a handle's last field just before its memory is freed, so a handle
@@ -99,6 +100,9 @@ typedef enum lm_stat {
   LM_STAT_GENERIC_KERNELS_COMPILED,
   LM_STAT_GENERIC_KERNEL_USES,
   LM_STAT_PROGRAM_SIZES_PLANNED,
+  LM_STAT_COLLECTIVES_RUN,
+  LM_STAT_COLLECTIVES_OVERLAPPED,
+  LM_STAT_COLLECTIVE_BYTES,
   LM_NUM_STATS
 } lm_stat;
 void lm_stat_add(lm_stat which, uint64_t amount);

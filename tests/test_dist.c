@@ -129,6 +129,16 @@ static void test_broadcast_gather(void) {
 
 /* A collective between computing ops, realized lazily and as a program:
  * y = all_reduce(2 x, mean) + 1, summed over rows as a second output. */
+/* loom_program_dump's text (free it). */
+static char *dump_of(const loom_program *p) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  loom_program_dump(p, f);
+  fclose(f);
+  return text;
+}
+
 static void test_program(void) {
   loom_program *p = NULL;
   LOOM_SCOPE {
@@ -181,11 +191,7 @@ static void test_program(void) {
       free(y), free(rows);
     }
   if (p) { /* the dump names the step; an export refuses it */
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    loom_program_dump(p, f);
-    fclose(f);
+    char *text = dump_of(p);
     CHECK_STR_CONTAINS(text, "all_reduce ->");
     free(text);
     loom_clear_error();
@@ -194,6 +200,43 @@ static void test_program(void) {
   }
   loom_program_free(p);
   loom_program_free(loaded);
+}
+
+/* x's all-reduce plus a sum of exp(x) over this rank's own values: the
+ * all-reduce runs while the sum computes. */
+static loom_tensor *reduce_beside(const loom_tensor *x) {
+  loom_tensor *local = loom_sum_all(loom_exp(x));
+  return loom_add(loom_all_reduce(x, LOOM_REDUCE_SUM), local);
+}
+
+static void test_overlap(void) {
+  loom_program *p = NULL;
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(4, 9), LOOM_F32, LOOM_CPU);
+    loom_tensor *y = reduce_beside(x);
+    p = loom_compile(&y, 1, &x, 1);
+  }
+  CHECK_MSG(p != NULL, "compile: %s", loom_last_error());
+  if (!p) return;
+  char *text = dump_of(p);
+  CHECK_STR_CONTAINS(text, "step 0: all_reduce");
+  CHECK_STR_CONTAINS(text, "runs on while steps 1 to");
+  free(text);
+  for (int repeat = 0; repeat < 3; repeat++) LOOM_SCOPE {
+      loom_tensor *x = rank_tensor(rank + repeat, LOOM_SHAPE(4, 9), LOOM_F32), *y = NULL;
+      CHECK_OK(loom_program_run(p, &x, &y));
+      double *got = as_doubles(y, 36), local = 0;
+      for (int64_t i = 0; i < 36; i++) local += exp((float)value(rank + repeat, i, LOOM_F32));
+      int bad = 0;
+      for (int64_t i = 0; i < 36; i++) {
+        double want = local;
+        for (int r = 0; r < size; r++) want += value(r + repeat, i, LOOM_F32);
+        bad += !(fabs(got[i] - want) <= 1e-5 * fabs(want));
+      }
+      CHECK_MSG(bad == 0, "repeat %d: %d values wrong", repeat, bad);
+      free(got);
+    }
+  loom_program_free(p);
 }
 
 static void test_refusals(void) {
@@ -270,6 +313,31 @@ static void train(mlp *m, bool ddp) {
   loom_dataset_free(d);
 }
 
+/* Buckets of 300 bytes after a first of 16: fc2's bias alone (12 bytes),
+ * then fc2's weight with fc1's bias (192 + 64), then fc1's weight (512, more
+ * than a bucket: alone). The first bucket's all-reduce runs while fc1's
+ * gradients compute. */
+static void test_buckets(void) {
+  mlp m = mlp_new(5);
+  CHECK_OK(loom_ddp(m.ps, (loom_ddp_opts){.bucket_bytes = 300, .first_bucket_bytes = 16}));
+  loom_optim *o = loom_sgd(m.ps, (loom_sgd_opts){.lr = 0.1});
+  loom_stats before = loom_get_stats();
+  LOOM_SCOPE {
+    loom_tensor *x = rank_tensor(rank, LOOM_SHAPE(4, 8), LOOM_F32);
+    loom_tensor *h = loom_relu(loom_linear_forward(&m.fc1, x));
+    CHECK_OK(loom_backward(loom_sum_all(loom_linear_forward(&m.fc2, h))));
+    CHECK_OK(loom_optim_step(o));
+  }
+  loom_stats after = loom_get_stats();
+  CHECK_EQ_INT((int)(after.collectives_run - before.collectives_run), 3);
+  CHECK_EQ_INT((int)(after.collective_bytes - before.collective_bytes), 4 * (3 + 48 + 16 + 128));
+  CHECK(after.collectives_overlapped - before.collectives_overlapped >= 1);
+  CHECK_RC(loom_ddp(m.ps, (loom_ddp_opts){.bucket_bytes = 300, .first_bucket_bytes = -1}),
+           LOOM_ERR_VALUE);
+  loom_optim_free(o);
+  loom_params_free(m.ps);
+}
+
 /* 10 rows over 3 ranks: shares of 4, padded by wrapping to 12 (two rows
  * twice), together the epoch's order; errors for a rank out of range. */
 static void test_shard(void) {
@@ -344,14 +412,17 @@ static void test_ddp(void) {
 
 /* A collective that times out (FAKE_MPI_FAIL_AT=3: the third call, after a
  * program's check of the ranks and its first all-reduce) fails with
- * LOOM_ERR_DIST naming it and the rank, and every later one is refused. */
+ * LOOM_ERR_DIST naming it, the rank and which of the program's collectives
+ * it is, and every later one is refused. It is one that ran on while the
+ * program computed: the wait for it times out. */
 static void test_failures(void) {
   LOOM_SCOPE {
-    loom_tensor *x = loom_full(LOOM_SHAPE(5), 1.0, LOOM_F32, LOOM_CPU);
-    CHECK_OK(loom_realize(loom_all_reduce(x, LOOM_REDUCE_SUM))); /* the first goes through */
+    loom_tensor *x = rank_tensor(0, LOOM_SHAPE(5), LOOM_F32);
+    CHECK_OK(loom_realize(reduce_beside(x))); /* the first goes through */
     loom_clear_error();
-    CHECK_RC(loom_realize(loom_all_reduce(x, LOOM_REDUCE_SUM)), LOOM_ERR_DIST);
+    CHECK_RC(loom_realize(reduce_beside(x)), LOOM_ERR_DIST);
     CHECK_STR_CONTAINS(loom_last_error(), "loom_all_reduce on rank 0 of 1");
+    CHECK_STR_CONTAINS(loom_last_error(), "collective 1 of 1 of its program, 5 f32 values");
     CHECK_STR_CONTAINS(loom_last_error(), "did not join within 120 s");
     loom_clear_error();
     CHECK_RC(loom_realize(loom_broadcast(x, 0)), LOOM_ERR_DIST);
@@ -427,8 +498,10 @@ int main(int argc, char **argv) {
   test_all_reduce();
   test_broadcast_gather();
   test_program();
+  test_overlap();
   test_refusals();
   test_shard();
+  test_buckets();
   test_ddp();
   LOOM_SCOPE {
     loom_tensor *late = rank_tensor(rank, LOOM_SHAPE(2), LOOM_F32);

@@ -2,12 +2,14 @@
  * is the ABI libloom opens it by). Built only where CMake finds MPI.
  *
  * Every collective is MPI's non-blocking form, polled until it completes or
- * the timeout passes: a rank that died or hangs then fails the collective
+ * the timeout passes (an all-reduce's polls are the caller's, between its
+ * own work): a rank that died or hangs then fails the collective
  * instead of hanging this process forever. (The request cannot be taken back:
  * after a timeout the world is unusable, and libloom refuses later
  * collectives.) Counts past MPI's int are sent in chunks. */
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -30,28 +32,65 @@ static double now_s(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Polls r until done: MPI_Test back to back for the first 200 us (most
- * collectives of a step end there), then with sleeps growing to 1 ms. */
-static int wait_for(MPI_Request *r, double timeout_s, const char *what, char *err, size_t len) {
-  double start = now_s();
+/* A started collective: its chunks' requests and when it began. */
+struct lm_mpi_request {
+  double started;
+  int n;
+  const char *what;
+  MPI_Request r[];
+};
+
+/* Whether every chunk of q completed (testing each lets MPI progress). */
+static int test_all(lm_mpi_request *q, int *done, char *err, size_t len) {
+  int flag = 0, code = MPI_Testall(q->n, q->r, &flag, MPI_STATUSES_IGNORE);
+  if (code != MPI_SUCCESS) {
+    say(err, len, q->what, code);
+    return LM_MPI_FAILED;
+  }
+  *done = flag;
+  return LM_MPI_OK;
+}
+
+static int test_request(lm_mpi_request *q, int *done, char *err, size_t len) {
+  int st = test_all(q, done, err, len);
+  if (st != LM_MPI_OK || *done) free(q);
+  return st;
+}
+
+/* Polls q until done: back to back for the first 200 us (most collectives of
+ * a step end there), then with sleeps growing to 1 ms. The timeout counts
+ * from the start. */
+static int wait_request(lm_mpi_request *q, double timeout_s, char *err, size_t len) {
   long sleep_ns = 0;
+  double entered = now_s();
   for (;;) {
-    int done = 0, code = MPI_Test(r, &done, MPI_STATUS_IGNORE);
-    if (code != MPI_SUCCESS) {
-      say(err, len, what, code);
-      return LM_MPI_FAILED;
+    int done = 0, st = test_all(q, &done, err, len);
+    if (st != LM_MPI_OK || done) {
+      free(q);
+      return st;
     }
-    if (done) return LM_MPI_OK;
-    double waited = now_s() - start;
-    if (waited > timeout_s) {
-      snprintf(err, len, "%s: the other ranks did not join within %g s", what, timeout_s);
+    double now = now_s();
+    if (now - q->started > timeout_s) {
+      snprintf(err, len, "%s: the other ranks did not join within %g s", q->what, timeout_s);
+      free(q); /* MPI's requests stay with MPI: a running collective cannot be freed */
       return LM_MPI_TIMED_OUT;
     }
-    if (waited > 200e-6) {
+    if (now - entered > 200e-6) {
       sleep_ns = sleep_ns ? (sleep_ns * 2 > 1000000 ? 1000000 : sleep_ns * 2) : 10000;
       nanosleep(&(struct timespec){0, sleep_ns}, NULL);
     }
   }
+}
+
+/* One collective of a single chunk, started, waited for. */
+static int wait_one(MPI_Request r, double timeout_s, const char *what, char *err, size_t len) {
+  lm_mpi_request *q = malloc(sizeof *q + sizeof(MPI_Request));
+  if (!q) {
+    snprintf(err, len, "%s: out of memory", what);
+    return LM_MPI_FAILED; /* (r runs on; the world is refused from here) */
+  }
+  q->started = now_s(), q->n = 1, q->what = what, q->r[0] = r;
+  return wait_request(q, timeout_s, err, len);
 }
 
 static const char *version(void) {
@@ -104,28 +143,36 @@ static MPI_Datatype mpi_type(int dtype) {
   }
 }
 
-static int all_reduce(const void *in, void *out, int64_t count, int dtype, lm_mpi_op op,
-                      double timeout_s, char *err, size_t len) {
+static int all_reduce_start(const void *in, void *out, int64_t count, int dtype, lm_mpi_op op,
+                            lm_mpi_request **request, char *err, size_t len) {
   MPI_Datatype t = mpi_type(dtype);
   MPI_Op o = op == LM_MPI_SUM ? MPI_SUM : op == LM_MPI_MAX ? MPI_MAX : MPI_MIN;
+  *request = NULL;
   if (t == MPI_DATATYPE_NULL) {
     snprintf(err, len, "MPI_Iallreduce: no MPI type for dtype %d", dtype);
     return LM_MPI_FAILED;
   }
   int es = 0;
   MPI_Type_size(t, &es);
+  int chunks = count > 0 ? (int)((count + CHUNK - 1) / CHUNK) : 0;
+  lm_mpi_request *q = malloc(sizeof *q + sizeof(MPI_Request) * (size_t)chunks);
+  if (!q) {
+    snprintf(err, len, "MPI_Iallreduce: out of memory");
+    return LM_MPI_FAILED;
+  }
+  q->started = now_s(), q->n = 0, q->what = "MPI_Iallreduce";
   for (int64_t at = 0; at < count; at += CHUNK) {
     int n = (int)(count - at < CHUNK ? count - at : CHUNK);
-    MPI_Request r;
     const void *send = in == out ? MPI_IN_PLACE : (const char *)in + at * es;
-    int code = MPI_Iallreduce(send, (char *)out + at * es, n, t, o, MPI_COMM_WORLD, &r);
-    if (code != MPI_SUCCESS) {
+    int code = MPI_Iallreduce(send, (char *)out + at * es, n, t, o, MPI_COMM_WORLD, &q->r[q->n]);
+    if (code != MPI_SUCCESS) { /* (chunks started run on; the world is refused from here) */
       say(err, len, "MPI_Iallreduce", code);
+      free(q);
       return LM_MPI_FAILED;
     }
-    int st = wait_for(&r, timeout_s, "MPI_Iallreduce", err, len);
-    if (st != LM_MPI_OK) return st;
+    q->n++;
   }
+  *request = q;
   return LM_MPI_OK;
 }
 
@@ -138,7 +185,7 @@ static int broadcast(void *buf, int64_t bytes, int root, double timeout_s, char 
       say(err, len, "MPI_Ibcast", code);
       return LM_MPI_FAILED;
     }
-    int st = wait_for(&r, timeout_s, "MPI_Ibcast", err, len);
+    int st = wait_one(r, timeout_s, "MPI_Ibcast", err, len);
     if (st != LM_MPI_OK) return st;
   }
   return LM_MPI_OK;
@@ -158,10 +205,10 @@ static int all_gather(const void *in, void *out, int64_t bytes, double timeout_s
     say(err, len, "MPI_Iallgather", code);
     return LM_MPI_FAILED;
   }
-  return wait_for(&r, timeout_s, "MPI_Iallgather", err, len);
+  return wait_one(r, timeout_s, "MPI_Iallgather", err, len);
 }
 
-static const lm_mpi_api api = {LM_MPI_ABI, version,   init,      finalize,
-                               all_reduce, broadcast, all_gather};
+static const lm_mpi_api api = {LM_MPI_ABI,   version,      init,      finalize,  all_reduce_start,
+                               test_request, wait_request, broadcast, all_gather};
 
 __attribute__((visibility("default"))) const lm_mpi_api *loom_mpi_api(void) { return &api; }
