@@ -25,12 +25,7 @@ loom_status loom_ddp(loom_params *ps, loom_ddp_opts opts) {
     loom_tensor *t = ps->items[i].tensor;
     if (!ps->items[i].trainable) continue;
     trainable++;
-    if ((st = lm_check_handle(op, t)) != LOOM_OK) break;
-    if (t->node->device.type != LOOM_DEVICE_CPU)
-      st = lm_fail(LOOM_ERR_DEVICE,
-                   "%s: '%s' is on cuda:%d; data-parallel training runs on CPU "
-                   "tensors",
-                   op, ps->items[i].name, t->node->device.index);
+    st = lm_check_handle(op, t);
   }
   if (st == LOOM_OK && trainable == 0)
     st = lm_fail(LOOM_ERR_VALUE, "%s: the collection has no trainable tensors", op);

@@ -10,11 +10,6 @@ static loom_tensor *collective(const char *op, const loom_tensor *t, lm_op kind,
   loom_tensor *err;
   if ((err = lm_check(op, t))) return err;
   const lm_node *x = t->node;
-  if (x->device.type != LOOM_DEVICE_CPU)
-    return lm_error(LOOM_ERR_DEVICE,
-                    "%s: collectives run on CPU tensors; this one is on cuda:%d (copy it with "
-                    "loom_to)",
-                    op, x->device.index);
   int world;
   loom_status st = lm_dist_world(op, &world);
   if (st != LOOM_OK) return lm_error_recorded(st);

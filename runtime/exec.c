@@ -177,14 +177,48 @@ static loom_status finish(const lm_exec *x, in_flight *f, int k, double *ms, loo
   return st != LOOM_OK ? st : done;
 }
 
+/* A collective over device buffers, through the host: its sources copied
+ * down, run by MPI, the result copied up (the copy down waits for the steps
+ * before it; the copy up is queued before the steps after it). */
+static loom_status run_collective_on_host(const lm_exec *x, const lm_step *s) {
+  const char *op = "loom_realize";
+  const lm_collective *c = &s->coll;
+  size_t es = loom_dtype_size(c->dtype), out_bytes = (size_t)s->outer * es;
+  int npos = x->program->nnodes + x->program->ntemps;
+  void **host = calloc((size_t)npos + 1, sizeof(void *));
+  void *out = malloc(out_bytes + 1);
+  loom_status st =
+      host && out
+          ? LOOM_OK
+          : lm_fail(LOOM_ERR_OOM, "%s: out of memory staging loom_%s's %zu bytes on the host", op,
+                    lm_op_name(c->op), out_bytes);
+  for (int k = 0; k < c->nin && st == LOOM_OK; k++) {
+    int pos = c->in_pos[k];
+    size_t bytes = (size_t)c->in_count[k] * es;
+    if (host[pos]) continue;
+    if (!(host[pos] = malloc(bytes + 1)))
+      st = lm_fail(LOOM_ERR_OOM, "%s: out of memory staging %zu bytes on the host", op, bytes);
+    else if (bytes)
+      st = lm_cuda_copy(op, LOOM_CPU, host[pos], x->device, x->bufs[pos], bytes);
+  }
+  if (st == LOOM_OK) st = lm_dist_run(c, (const void *const *)host, out);
+  if (st == LOOM_OK && out_bytes)
+    st = lm_cuda_copy(op, x->device, x->bufs[s->out], LOOM_CPU, out, out_bytes);
+  for (int k = 0; host && k < c->nin; k++) {
+    free(host[c->in_pos[k]]);
+    host[c->in_pos[k]] = NULL;
+  }
+  free(host);
+  free(out);
+  return st;
+}
+
 /* A collective step; the plan's first one on this process first checks that
  * every rank runs the same collectives. An all-reduce whose result no step
- * reads next is started and left running (*started). */
+ * reads next is started and left running (*started); on a device, every
+ * collective goes through the host. */
 static loom_status run_collective(const lm_exec *x, int i, in_flight *f, bool *started) {
   const lm_step *s = &x->program->steps[i];
-  if (x->device.type != LOOM_DEVICE_CPU)
-    return lm_fail(LOOM_ERR_DEVICE, "loom_%s: collectives run on CPU tensors",
-                   lm_op_name(s->coll.op));
   if (!f->entered) lm_dist_begin();
   f->entered = true;
   lm_schedule *p = (lm_schedule *)x->program; /* its flag is the runtime's */
@@ -196,6 +230,7 @@ static loom_status run_collective(const lm_exec *x, int i, in_flight *f, bool *s
   const void *const *bufs = (const void *const *)x->bufs;
   lm_stat_add(LM_STAT_COLLECTIVES_RUN, 1);
   lm_stat_add(LM_STAT_COLLECTIVE_BYTES, (uint64_t)s->coll.count * loom_dtype_size(s->coll.dtype));
+  if (x->device.type != LOOM_DEVICE_CPU) return run_collective_on_host(x, s);
   if (!lm_collective_runs_on(x->program, i) || f->n == MAX_IN_FLIGHT)
     return lm_dist_run(&s->coll, bufs, x->bufs[s->out]);
   loom_status st = lm_dist_start(&s->coll, bufs, x->bufs[s->out], &f->q[f->n]);
@@ -216,7 +251,7 @@ static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i, in
       if (st != LOOM_OK) return st;
       x->sizes[s->out] = bytes;
     }
-    if (s->kind == LM_STEP_COLLECTIVE) /* CPU buffers only: the frontend records no other */
+    if (s->kind == LM_STEP_COLLECTIVE)
       st = run_collective(x, i, f, &started);
     else
       st = s->kind == LM_STEP_GEMM ? r->gemm(x, s) : r->kernel(x, s);

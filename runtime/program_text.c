@@ -573,7 +573,7 @@ static void dump_collective(text *t, const loom_program *p, int i) {
   put(t, " (%lld values) over %d ranks", (long long)c->count, c->world);
   if (c->op == LM_ALL_REDUCE) put(t, ", %s", lm_reduce_op_name(c->reduce));
   if (c->op == LM_BROADCAST) put(t, " from rank %d", c->root);
-  if (lm_collective_runs_on(p->plan, i))
+  if (lm_collective_runs_on(p->plan, i) && p->device.type == LOOM_DEVICE_CPU)
     put(t, "; runs on while steps %d to %d compute", i + 1, c->wait_before - 1);
   put(t, "\n");
 }

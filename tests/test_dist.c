@@ -3,7 +3,8 @@
  * and reduction at odd sizes, broadcasts from every root, gathers along
  * every axis, collectives inside a realized graph and a compiled program
  * (saved and loaded too), and each refusal with its message. Without MPI
- * (LOOM_TEST_NO_MPI=1) loom_dist_init must say why. */
+ * (LOOM_TEST_NO_MPI=1) loom_dist_init must say why. With LOOM_TEST_DEVICE=cuda
+ * every tensor is on the device. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #include "check.h"
 #include "loom.h"
+#include "test_device.h"
 
 static int rank, size;
 
@@ -27,7 +29,7 @@ static loom_tensor *rank_tensor(int r, loom_shape s, loom_dtype dt) {
   for (int d = 0; d < s.ndim; d++) n *= s.dim[d];
   double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
   for (int64_t i = 0; i < n; i++) v[i] = value(r, i, dt);
-  loom_tensor *t = loom_cast(loom_from_data(v, s, LOOM_F64, LOOM_CPU), dt);
+  loom_tensor *t = loom_cast(loom_from_data(v, s, LOOM_F64, test_device()), dt);
   free(v);
   return t;
 }
@@ -142,7 +144,7 @@ static char *dump_of(const loom_program *p) {
 static void test_program(void) {
   loom_program *p = NULL;
   LOOM_SCOPE {
-    loom_tensor *x = loom_input("x", LOOM_SHAPE(4, 9), LOOM_F32, LOOM_CPU);
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(4, 9), LOOM_F32, test_device());
     loom_tensor *y = loom_add_s(loom_all_reduce(loom_mul_s(x, 2.0), LOOM_REDUCE_MEAN), 1.0);
     int axis = 1;
     loom_tensor *outs[2] = {y, loom_sum(loom_all_gather(y, 0), &axis, 1, false)};
@@ -165,7 +167,9 @@ static void test_program(void) {
         int axis = 1;
         outs[1] = loom_sum(loom_all_gather(outs[0], 0), &axis, 1, false);
       } else if (which ? loaded : p) {
-        loom_status st = loom_program_run(which ? loaded : p, &x, outs);
+        loom_tensor *in = which ? loom_to(x, LOOM_CPU) : x; /* a loaded program runs on the CPU */
+        loom_clear_error();
+        loom_status st = loom_program_run(which ? loaded : p, &in, outs);
         CHECK_MSG(st == LOOM_OK, "run: %s", loom_last_error());
         if (st != LOOM_OK) continue;
       } else {
@@ -195,8 +199,9 @@ static void test_program(void) {
     CHECK_STR_CONTAINS(text, "all_reduce ->");
     free(text);
     loom_clear_error();
-    CHECK_RC(loom_program_export(p, "/tmp", "dist"), LOOM_ERR_VALUE);
-    CHECK_STR_CONTAINS(loom_last_error(), "collectives");
+    bool on_cpu = test_device().type == LOOM_DEVICE_CPU; /* else refused as device code first */
+    CHECK_RC(loom_program_export(p, "/tmp", "dist"), on_cpu ? LOOM_ERR_VALUE : LOOM_ERR_DEVICE);
+    CHECK_STR_CONTAINS(loom_last_error(), on_cpu ? "collectives" : "an export is CPU code");
   }
   loom_program_free(p);
   loom_program_free(loaded);
@@ -212,7 +217,7 @@ static loom_tensor *reduce_beside(const loom_tensor *x) {
 static void test_overlap(void) {
   loom_program *p = NULL;
   LOOM_SCOPE {
-    loom_tensor *x = loom_input("x", LOOM_SHAPE(4, 9), LOOM_F32, LOOM_CPU);
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(4, 9), LOOM_F32, test_device());
     loom_tensor *y = reduce_beside(x);
     p = loom_compile(&y, 1, &x, 1);
   }
@@ -220,7 +225,8 @@ static void test_overlap(void) {
   if (!p) return;
   char *text = dump_of(p);
   CHECK_STR_CONTAINS(text, "step 0: all_reduce");
-  CHECK_STR_CONTAINS(text, "runs on while steps 1 to");
+  if (test_device().type == LOOM_DEVICE_CPU) /* on a device it goes through the host */
+    CHECK_STR_CONTAINS(text, "runs on while steps 1 to");
   free(text);
   for (int repeat = 0; repeat < 3; repeat++) LOOM_SCOPE {
       loom_tensor *x = rank_tensor(rank + repeat, LOOM_SHAPE(4, 9), LOOM_F32), *y = NULL;
@@ -267,8 +273,8 @@ static loom_dataset *toy_data(void) {
     for (int j = 0; j < 8; j++) x[i * 8 + j] = (float)sin(0.37 * i + 0.91 * j);
     y[i] = (i * 7) % 3;
   }
-  loom_tensor *tx = loom_from_data(x, LOOM_SHAPE(ROWS, 8), LOOM_F32, LOOM_CPU);
-  loom_tensor *ty = loom_from_data(y, LOOM_SHAPE(ROWS), LOOM_I64, LOOM_CPU);
+  loom_tensor *tx = loom_from_data(x, LOOM_SHAPE(ROWS, 8), LOOM_F32, test_device());
+  loom_tensor *ty = loom_from_data(y, LOOM_SHAPE(ROWS), LOOM_I64, test_device());
   loom_dataset *d = loom_dataset_new(tx, ty);
   loom_free(tx), loom_free(ty);
   return d;
@@ -315,7 +321,7 @@ static void train(mlp *m, bool ddp) {
 
 /* Buckets of 300 bytes after a first of 16: fc2's bias alone (12 bytes),
  * then fc2's weight with fc1's bias (192 + 64), then fc1's weight (512, more
- * than a bucket: alone). The first bucket's all-reduce runs while fc1's
+ * than a bucket: alone). On the CPU, an all-reduce runs while other
  * gradients compute. */
 static void test_buckets(void) {
   mlp m = mlp_new(5);
@@ -331,7 +337,9 @@ static void test_buckets(void) {
   loom_stats after = loom_get_stats();
   CHECK_EQ_INT((int)(after.collectives_run - before.collectives_run), 3);
   CHECK_EQ_INT((int)(after.collective_bytes - before.collective_bytes), 4 * (3 + 48 + 16 + 128));
-  CHECK(after.collectives_overlapped - before.collectives_overlapped >= 1);
+  /* (on a device each goes through the host as it comes) */
+  CHECK_EQ_INT(after.collectives_overlapped - before.collectives_overlapped >= 1,
+               test_device().type == LOOM_DEVICE_CPU);
   CHECK_RC(loom_ddp(m.ps, (loom_ddp_opts){.bucket_bytes = 300, .first_bucket_bytes = -1}),
            LOOM_ERR_VALUE);
   loom_optim_free(o);
@@ -344,7 +352,7 @@ static void test_shard(void) {
   LOOM_SCOPE {
     int64_t rows[10];
     for (int i = 0; i < 10; i++) rows[i] = i;
-    loom_tensor *x = loom_from_data(rows, LOOM_SHAPE(10), LOOM_I64, LOOM_CPU);
+    loom_tensor *x = loom_from_data(rows, LOOM_SHAPE(10), LOOM_I64, test_device());
     loom_dataset *d = loom_dataset_new(x, x);
     int seen[10] = {0}, total = 0;
     for (int r = 0; r < 3; r++) {
@@ -437,12 +445,12 @@ static void test_failures(void) {
 static void test_mpi_failures(const char *which) {
   LOOM_SCOPE {
     if (!strcmp(which, "mismatch")) {
-      loom_tensor *x = loom_full(LOOM_SHAPE(rank == 0 ? 3 : 4), 1.0, LOOM_F32, LOOM_CPU);
+      loom_tensor *x = loom_full(LOOM_SHAPE(rank == 0 ? 3 : 4), 1.0, LOOM_F32, test_device());
       loom_clear_error();
       CHECK_RC(loom_realize(loom_all_reduce(x, LOOM_REDUCE_SUM)), LOOM_ERR_DIST);
       CHECK_STR_CONTAINS(loom_last_error(), "the ranks run different collectives");
     } else {
-      loom_tensor *x = loom_full(LOOM_SHAPE(5), 1.0, LOOM_F32, LOOM_CPU);
+      loom_tensor *x = loom_full(LOOM_SHAPE(5), 1.0, LOOM_F32, test_device());
       if (rank == 0) {
         CHECK_OK(loom_dist_set_timeout(1));
         loom_clear_error();
@@ -458,8 +466,9 @@ static void test_mpi_failures(const char *which) {
 }
 
 int main(int argc, char **argv) {
+  CHECK_OK(loom_set_default_device(test_device()));
   LOOM_SCOPE { /* before loom_dist_init: refused */
-    loom_tensor *x = loom_full(LOOM_SHAPE(2), 1.0, LOOM_F32, LOOM_CPU);
+    loom_tensor *x = loom_full(LOOM_SHAPE(2), 1.0, LOOM_F32, test_device());
     CHECK_STATUS(loom_all_reduce(x, LOOM_REDUCE_SUM), LOOM_ERR_DIST);
     CHECK_STR_CONTAINS(loom_error_message(loom_all_reduce(x, LOOM_REDUCE_SUM)),
                        "call loom_dist_init first");

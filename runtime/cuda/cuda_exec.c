@@ -260,7 +260,8 @@ loom_status lm_cuda_exec_compile(lm_schedule *p, int dev) {
   for (int i = 0; i < p->nsteps && st == LOOM_OK; i++) {
     if (lm_env_flag("LOOM_DEBUG") && p->steps[i].kind == LM_STEP_KERNEL)
       lk_kernel_print(&p->steps[i].kernel, stderr);
-    st = step_code(p, &p->steps[i], dev);
+    if (p->steps[i].kind != LM_STEP_COLLECTIVE) /* run through the host (runtime/exec.c) */
+      st = step_code(p, &p->steps[i], dev);
   }
   return st;
 }
