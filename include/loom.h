@@ -780,6 +780,11 @@ bool loom_dist_initialized(void);
  * plugin ("Open MPI v4.1.4 (/usr/lib/libloom_mpi.so)") or, when it cannot,
  * why not. */
 bool loom_dist_available(const char **about);
+/* Whether collectives on CUDA tensors go through NCCL (libnccl.so.2, 2.10 or
+ * later, or the library $LOOM_NCCL names; LOOM_NCCL=0: never), queued on the
+ * device's stream; *about (when not NULL) its version, or why not. Without
+ * it they go through the host (copied down, run by MPI, copied back). */
+bool loom_dist_nccl_available(const char **about);
 /* How long a collective waits for the other ranks before it fails with
  * LOOM_ERR_DIST (seconds, > 0; default 60, or $LOOM_DIST_TIMEOUT). */
 loom_status loom_dist_set_timeout(double seconds);

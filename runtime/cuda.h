@@ -42,6 +42,25 @@ loom_status lm_cuda_sync(const char *op, int dev);
 /* Device dev's peak memory bandwidth in GB/s, 0 when unknown. */
 double lm_cuda_peak_gbs(int dev);
 
+/* NCCL (runtime/cuda/cuda_nccl.c): collectives on device buffers, on the
+ * device's stream. Whether it loaded (libnccl.so.2 or $LOOM_NCCL, 2.10 or
+ * later; LOOM_NCCL=0: off) and its version, or why not (fixed text). */
+bool lm_nccl_available(const char **about);
+/* Whether NCCL runs collective c (its dtype; a gather along the first axis). */
+bool lm_nccl_runs(const lm_collective *c);
+/* Communicators, one per device: whether dev has one for a world of
+ * `world`; rank 0 makes the unique id, every rank joins with it (blocking
+ * until all have). False with why in err. */
+#define LM_NCCL_ID_BYTES 128
+bool lm_nccl_has_comm(int dev, int world);
+bool lm_nccl_make_id(unsigned char *id, char *err, size_t errlen);
+bool lm_nccl_join(int dev, int rank, int world, const unsigned char *id, char *err, size_t errlen);
+/* Runs collective c on dev's buffers (bufs by position, out the step's) and
+ * waits for the stream within timeout_s; on a failure or timeout the
+ * communicator is aborted and err says why. */
+bool lm_nccl_run(int dev, const lm_collective *c, const void *const *bufs, void *out,
+                 double timeout_s, char *err, size_t errlen);
+
 /* Compiles (or finds in the caches) the device code of every step of p for
  * device dev; sets each step's device_code. */
 loom_status lm_cuda_exec_compile(lm_schedule *p, int dev);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/cuda.h"
 #include "runtime/dist.h"
 #include "runtime/mpi/loom_mpi.h"
 #include "runtime/runtime.h"
@@ -226,8 +227,8 @@ static uint64_t fnv(uint64_t h, int64_t v) {
   return h;
 }
 
-loom_status lm_dist_check_plan(const lm_schedule *p, lm_op op) {
-  uint64_t sig = 14695981039346656037ull;
+loom_status lm_dist_check_plan(const lm_schedule *p, lm_op op, int path) {
+  uint64_t sig = fnv(14695981039346656037ull, path);
   int n = 0;
   for (int i = 0; i < p->nsteps; i++) {
     const lm_collective *c = &p->steps[i].coll;
@@ -252,9 +253,13 @@ loom_status lm_dist_check_plan(const lm_schedule *p, lm_op op) {
   if (rc == LM_MPI_OK)
     snprintf(err, sizeof err,
              "the ranks run different collectives: this rank's program makes %d (signature "
-             "%016llx), another rank's differ in op, dtype, size, reduction or root; every rank "
-             "must run the same graph with the same shapes",
-             n, (unsigned long long)sig);
+             "%016llx, %s), another rank's differ in op, dtype, size, reduction or root, or "
+             "run them otherwise (on the CPU, through NCCL or through the host); every rank "
+             "must run the same graph with the same shapes, on the same kind of device",
+             n, (unsigned long long)sig,
+             path == LM_DIST_NCCL   ? "through NCCL"
+             : path == LM_DIST_HOST ? "device tensors through the host"
+                                    : "on the CPU");
   break_world(op, rank, err);
   return lm_fail(LOOM_ERR_DIST, "loom_%s on rank %d: %s", lm_op_name(op), rank, err);
 }
@@ -376,6 +381,28 @@ loom_status lm_dist_finish(lm_dist_pending *q) {
   free(q->wide);
   q->wide = NULL;
   return st;
+}
+
+bool loom_dist_nccl_available(const char **about) { return lm_nccl_available(about); }
+
+int lm_dist_device_path(void) { return lm_nccl_available(NULL) ? LM_DIST_NCCL : LM_DIST_HOST; }
+
+loom_status lm_dist_run_nccl(const lm_collective *c, int dev, const void *const *bufs, void *out) {
+  double timeout;
+  int rank;
+  loom_status st = ready(c->op, c->world, &timeout, &rank);
+  if (st != LOOM_OK) return st;
+  char err[512] = "";
+  bool ok = true;
+  if (!lm_nccl_has_comm(dev, c->world)) { /* rank 0's id, over MPI */
+    unsigned char id[LM_NCCL_ID_BYTES] = {0};
+    if (rank == 0) ok = lm_nccl_make_id(id, err, sizeof err);
+    /* (rank 0 sends zeros when it failed: the others then fail to join, as it does) */
+    int rc = dist.api->broadcast(id, LM_NCCL_ID_BYTES, 0, timeout, err, sizeof err);
+    ok = ok && rc == LM_MPI_OK && lm_nccl_join(dev, rank, c->world, id, err, sizeof err);
+  }
+  if (ok) ok = lm_nccl_run(dev, c, bufs, out, timeout, err, sizeof err);
+  return ok ? LOOM_OK : failed(c, rank, err);
 }
 
 loom_status lm_dist_run(const lm_collective *c, const void *const *bufs, void *out) {

@@ -13,11 +13,21 @@ loom_status lm_dist_world(const char *op, int *world);
  * made between them. */
 void lm_dist_begin(void);
 void lm_dist_end(void);
+/* How a rank runs its collectives: on the CPU, or on device buffers through
+ * NCCL or through the host. */
+enum { LM_DIST_CPU, LM_DIST_NCCL, LM_DIST_HOST };
 /* Before p's first collective runs: every rank runs the same sequence of
- * collectives (ops, dtypes, element counts, reductions, roots), compared by
- * a 64-bit signature through one small all-reduce. LOOM_ERR_DIST naming the
- * collective op about to run when they differ (and later collectives are refused). */
-loom_status lm_dist_check_plan(const lm_schedule *p, lm_op op);
+ * collectives (ops, dtypes, element counts, reductions, roots) the same
+ * way (path), compared by a 64-bit signature through one small all-reduce.
+ * LOOM_ERR_DIST naming the collective op about to run when they differ (and
+ * later collectives are refused). */
+loom_status lm_dist_check_plan(const lm_schedule *p, lm_op op, int path);
+/* How this rank runs collectives on device buffers: through NCCL when it is
+ * there (a collective NCCL does not run, lm_nccl_runs, goes through the host). */
+int lm_dist_device_path(void);
+/* Runs collective c on device dev's buffers through NCCL (the device's
+ * communicator made at its first collective, rank 0's id sent over MPI). */
+loom_status lm_dist_run_nccl(const lm_collective *c, int dev, const void *const *bufs, void *out);
 /* Runs collective step c: bufs holds every position's buffer (its sources at
  * c->in_pos), out the step's. */
 loom_status lm_dist_run(const lm_collective *c, const void *const *bufs, void *out);

@@ -215,22 +215,25 @@ static loom_status run_collective_on_host(const lm_exec *x, const lm_step *s) {
 
 /* A collective step; the plan's first one on this process first checks that
  * every rank runs the same collectives. An all-reduce whose result no step
- * reads next is started and left running (*started); on a device, every
- * collective goes through the host. */
+ * reads next is started and left running (*started); on a device, a
+ * collective goes through NCCL where it can, else through the host. */
 static loom_status run_collective(const lm_exec *x, int i, in_flight *f, bool *started) {
   const lm_step *s = &x->program->steps[i];
   if (!f->entered) lm_dist_begin();
   f->entered = true;
   lm_schedule *p = (lm_schedule *)x->program; /* its flag is the runtime's */
+  int path = x->device.type == LOOM_DEVICE_CPU ? LM_DIST_CPU : lm_dist_device_path();
   if (!atomic_load(&p->ranks_agree)) {
-    loom_status st = lm_dist_check_plan(p, s->coll.op);
+    loom_status st = lm_dist_check_plan(p, s->coll.op, path);
     if (st != LOOM_OK) return st;
     atomic_store(&p->ranks_agree, true);
   }
   const void *const *bufs = (const void *const *)x->bufs;
   lm_stat_add(LM_STAT_COLLECTIVES_RUN, 1);
   lm_stat_add(LM_STAT_COLLECTIVE_BYTES, (uint64_t)s->coll.count * loom_dtype_size(s->coll.dtype));
-  if (x->device.type != LOOM_DEVICE_CPU) return run_collective_on_host(x, s);
+  if (path == LM_DIST_NCCL && lm_nccl_runs(&s->coll))
+    return lm_dist_run_nccl(&s->coll, x->device.index, bufs, x->bufs[s->out]);
+  if (path != LM_DIST_CPU) return run_collective_on_host(x, s);
   if (!lm_collective_runs_on(x->program, i) || f->n == MAX_IN_FLIGHT)
     return lm_dist_run(&s->coll, bufs, x->bufs[s->out]);
   loom_status st = lm_dist_start(&s->coll, bufs, x->bufs[s->out], &f->q[f->n]);

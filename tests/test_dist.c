@@ -484,6 +484,12 @@ int main(int argc, char **argv) {
     return check_report();
   }
   CHECK_MSG(st == LOOM_OK, "loom_dist_init: %s", loom_last_error());
+  const char *nccl = getenv("LOOM_NCCL"), *about = NULL;
+  if (test_device().type == LOOM_DEVICE_CUDA && nccl) { /* through the NCCL named, or the host */
+    bool want = strcmp(nccl, "0") != 0;
+    CHECK_EQ_INT(loom_dist_nccl_available(&about), want);
+    CHECK_STR_CONTAINS(about, want ? "NCCL 2." : "LOOM_NCCL=0");
+  }
   if (st != LOOM_OK) return check_report();
   rank = loom_dist_rank(), size = loom_dist_size();
   const char *ranks = getenv("LOOM_TEST_RANKS");

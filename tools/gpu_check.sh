@@ -4,7 +4,8 @@
 # driver-path suites, the GPU suite on LOOM_CUDA(0) against the CPU
 # (tests/test_cuda_gpu.c), the op, view, gradient, layer, optimizer,
 # random-graph and thread suites with LOOM_TEST_DEVICE=cuda, shape-generic
-# kernels on the device (all of which pass
+# kernels on the device, the collectives suite on the device through NCCL and
+# through the host (all of which pass
 # on the emulated device in every CI run), the digits MLP with --device cuda,
 # and the benchmarks on cuda:0 (GB/s against the device's peak; the matmuls
 # against cuBLAS where the toolkit has it).
@@ -40,6 +41,11 @@ LOOM_TEST_DEVICE=cuda timeout 300 "$build/test_dynamic" | tail -3
 for t in nn sums; do
   LOOM_DYNAMIC=always LOOM_TEST_DEVICE=cuda timeout 300 "$build/test_$t" | tail -1
 done
+
+step "collectives on cuda:0: through NCCL (a world of one) and through the host"
+"$build/loom" info | grep -E '^(mpi|nccl):'
+LOOM_TEST_DEVICE=cuda LOOM_MPI_PLUGIN="$build/libloom_mpi.so" timeout 300 "$build/test_dist" | tail -1
+LOOM_NCCL=0 LOOM_TEST_DEVICE=cuda LOOM_MPI_PLUGIN="$build/libloom_mpi.so" timeout 300 "$build/test_dist" | tail -1
 
 step "digits MLP on cuda:0 (and on the CPU, for the same accuracy)"
 timeout 120 "$build/train_digits" --model mlp --epochs 10 --device cuda | tr '\r' '\n' | tail -1

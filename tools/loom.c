@@ -79,6 +79,11 @@ static int command_info(void) {
     printf("mpi:       %s\n", mpi);
   else
     printf("mpi:       not available (%s)\n", mpi);
+  const char *nccl;
+  if (loom_dist_nccl_available(&nccl))
+    printf("nccl:      %s (collectives on CUDA tensors)\n", nccl);
+  else
+    printf("nccl:      not used (%s)\n", nccl);
   if (loom_cuda_available())
     printf("cuda:      available, %d device(s)\n", loom_cuda_device_count());
   else {

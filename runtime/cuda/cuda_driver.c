@@ -33,6 +33,7 @@ static bool bind_all(void *lib) {
          BIND(lib, ctx_set_current, "cuCtxSetCurrent") &&
          BIND(lib, stream_create, "cuStreamCreate") &&
          BIND(lib, stream_synchronize, "cuStreamSynchronize") &&
+         BIND(lib, stream_query, "cuStreamQuery") &&
          BIND(lib, mem_alloc, "cuMemAlloc_v2") && BIND(lib, mem_free, "cuMemFree_v2") &&
          BIND(lib, memcpy_htod, "cuMemcpyHtoDAsync_v2") &&
          BIND(lib, memcpy_dtoh, "cuMemcpyDtoHAsync_v2") &&

@@ -60,6 +60,7 @@ typedef struct lm_cu_api {
   CUresult (*ctx_set_current)(CUcontext ctx);
   CUresult (*stream_create)(CUstream *stream, unsigned flags);
   CUresult (*stream_synchronize)(CUstream stream);
+  CUresult (*stream_query)(CUstream stream); /* CUDA_SUCCESS: done; 600: not yet */
   CUresult (*mem_alloc)(CUdeviceptr *ptr, size_t bytes);
   CUresult (*mem_free)(CUdeviceptr ptr);
   CUresult (*memcpy_htod)(CUdeviceptr dst, const void *src, size_t bytes, CUstream stream);

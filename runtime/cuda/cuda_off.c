@@ -31,4 +31,21 @@ loom_status lm_cuda_zero(const char *op, int dev, void *ptr, size_t bytes) { ret
 loom_status lm_cuda_sync(const char *op, int dev) { return off(op); }
 double lm_cuda_peak_gbs(int dev) { return 0; }
 loom_status lm_cuda_exec_compile(lm_schedule *p, int dev) { return off("loom_realize"); }
+bool lm_nccl_available(const char **about) {
+  if (about) *about = reason;
+  return false;
+}
+bool lm_nccl_runs(const lm_collective *c) { return false; }
+bool lm_nccl_has_comm(int dev, int world) { return false; }
+bool lm_nccl_make_id(unsigned char *id, char *err, size_t errlen) {
+  snprintf(err, errlen, "%s", reason);
+  return false;
+}
+bool lm_nccl_join(int dev, int rank, int world, const unsigned char *id, char *err, size_t errlen) {
+  return lm_nccl_make_id(NULL, err, errlen);
+}
+bool lm_nccl_run(int dev, const lm_collective *c, const void *const *bufs, void *out,
+                 double timeout_s, char *err, size_t errlen) {
+  return lm_nccl_make_id(NULL, err, errlen);
+}
 loom_status lm_cuda_exec_run(const lm_exec *x) { return off("loom_realize"); }

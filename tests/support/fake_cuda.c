@@ -245,6 +245,8 @@ static CUresult sync_stream(void *stream) {
   return OK;
 }
 EXPORT CUresult cuStreamSynchronize(void *stream) { LOCKED(sync_stream(stream)); }
+/* Queued work happens when asked about, as at a synchronize: always done. */
+EXPORT CUresult cuStreamQuery(void *stream) { LOCKED(sync_stream(stream)); }
 
 static CUresult mem_alloc(CUdeviceptr *p, size_t bytes) {
   if (ready()) return ready();
