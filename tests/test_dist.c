@@ -438,6 +438,23 @@ static void test_failures(void) {
   }
 }
 
+/* Through NCCL on a stream that never finishes (FAKE_CUDA_STREAM_BUSY=1, a
+ * peer that is gone): the wait times out, the communicator is aborted, and
+ * later collectives are refused. */
+static void test_nccl_hang(void) {
+  CHECK_OK(loom_dist_set_timeout(0.5));
+  LOOM_SCOPE {
+    loom_tensor *x = rank_tensor(0, LOOM_SHAPE(5), LOOM_F32);
+    loom_clear_error();
+    CHECK_RC(loom_realize(loom_all_reduce(x, LOOM_REDUCE_SUM)), LOOM_ERR_DIST);
+    CHECK_STR_CONTAINS(loom_last_error(), "ncclAllReduce on cuda:0: the other ranks did not join "
+                                          "within 0.5 s");
+    loom_clear_error();
+    CHECK_RC(loom_realize(loom_broadcast(x, 0)), LOOM_ERR_DIST);
+    CHECK_STR_CONTAINS(loom_last_error(), "an earlier collective failed");
+  }
+}
+
 /* Under mpirun: ranks that run different collectives (LOOM_TEST_FAILURES=
  * mismatch: rank 0 reduces 3 values, the others 4) are told so; a rank that
  * does not join (=hang: rank 1 joins 5 s late) fails rank 0's collective
@@ -504,6 +521,10 @@ int main(int argc, char **argv) {
   if (failures && size > 1) {
     test_mpi_failures(failures);
     CHECK_OK(loom_dist_finalize());
+    return check_report();
+  }
+  if (failures && !strcmp(failures, "nccl_hang")) {
+    test_nccl_hang();
     return check_report();
   }
   if (failures) {

@@ -28,6 +28,8 @@
  *                            CUDA_ERROR_OUT_OF_MEMORY (memory stays exhausted)
  *   FAKE_CUDA_FAIL_LAUNCH=n  the n-th cuLaunchKernel returns CUDA_ERROR_LAUNCH_FAILED
  *   FAKE_CUDA_DEVICES=n      how many devices (default 1; 0: none)
+ *   FAKE_CUDA_STREAM_BUSY=1  cuStreamQuery never reports the stream done (work
+ *                            that never ends: a collective whose peers are gone)
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -107,6 +109,7 @@ static struct {
   module *modules; /* every module loaded and not unloaded */
   long nalloc, nfree, nsync, nlaunch, nmodules, nhtod, ndtoh, ndtod, nbad;
   long fail_alloc, fail_launch; /* 1-based call numbers from the last setting; 0: never */
+  int stream_busy;
   long alloc_calls, launch_calls;
   size_t live_bytes;
   launch_rec launches[MAX_LAUNCHES];
@@ -176,6 +179,7 @@ EXPORT CUresult cuInit(unsigned flags) {
   fake.fail_alloc = env_long("FAKE_CUDA_FAIL_ALLOC", 0);
   fake.fail_launch = env_long("FAKE_CUDA_FAIL_LAUNCH", 0);
   fake.emulate = (int)env_long("FAKE_CUDA_EMULATE", 0);
+  fake.stream_busy = (int)env_long("FAKE_CUDA_STREAM_BUSY", 0);
   pthread_mutex_unlock(&fake.lock);
   return flags == 0 ? OK : INVALID_VALUE;
 }
@@ -245,8 +249,13 @@ static CUresult sync_stream(void *stream) {
   return OK;
 }
 EXPORT CUresult cuStreamSynchronize(void *stream) { LOCKED(sync_stream(stream)); }
-/* Queued work happens when asked about, as at a synchronize: always done. */
-EXPORT CUresult cuStreamQuery(void *stream) { LOCKED(sync_stream(stream)); }
+/* Queued work happens when asked about, as at a synchronize: done, unless
+ * FAKE_CUDA_STREAM_BUSY. */
+static CUresult query_stream(void *stream) {
+  CUresult r = sync_stream(stream);
+  return r == OK && fake.stream_busy ? 600 /* CUDA_ERROR_NOT_READY */ : r;
+}
+EXPORT CUresult cuStreamQuery(void *stream) { LOCKED(query_stream(stream)); }
 
 static CUresult mem_alloc(CUdeviceptr *p, size_t bytes) {
   if (ready()) return ready();
