@@ -439,6 +439,34 @@ static void test_failures(void) {
   }
 }
 
+/* A data-parallel step whose bucket times out (FAKE_MPI_FAIL_AT=10: after
+ * loom_ddp's 4 broadcasts, each with its program's check, and the step's
+ * check) fails with LOOM_ERR_DIST, and saving afterwards writes nothing:
+ * the parameters' new values were never computed. */
+static void test_failed_step(void) {
+  mlp m = mlp_new(5);
+  CHECK_OK(loom_ddp(m.ps, LOOM_DDP_DEFAULTS));
+  loom_optim *o = loom_sgd(m.ps, (loom_sgd_opts){.lr = 0.1});
+  LOOM_SCOPE {
+    loom_tensor *x = rank_tensor(rank, LOOM_SHAPE(4, 8), LOOM_F32);
+    loom_tensor *h = loom_relu(loom_linear_forward(&m.fc1, x));
+    CHECK_OK(loom_backward(loom_sum_all(loom_linear_forward(&m.fc2, h))));
+    CHECK_OK(loom_optim_step(o)); /* recorded: it runs when the parameters are realized */
+    loom_clear_error();
+    CHECK_RC(loom_realize(loom_params_at(m.ps, 0)), LOOM_ERR_DIST);
+    CHECK_STR_CONTAINS(loom_last_error(), "collective 1 of 1 of its program");
+  }
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/loom-test-failed-step-%d.safetensors", (int)getpid());
+  remove(path);
+  loom_clear_error();
+  CHECK_RC(loom_params_save(m.ps, path), LOOM_ERR_DIST);
+  CHECK_MSG(access(path, F_OK) != 0, "%s was written after a failed step", path);
+  remove(path);
+  loom_optim_free(o);
+  loom_params_free(m.ps);
+}
+
 /* Through NCCL on a stream that never finishes (FAKE_CUDA_STREAM_BUSY=1, a
  * peer that is gone): the wait times out, the communicator is aborted, and
  * later collectives are refused. */
@@ -538,6 +566,10 @@ int main(int argc, char **argv) {
   }
   if (failures && !strcmp(failures, "nccl_hang")) {
     test_nccl_hang();
+    return check_report();
+  }
+  if (failures && !strcmp(failures, "failed_step")) {
+    test_failed_step();
     return check_report();
   }
   if (failures) {
