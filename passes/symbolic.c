@@ -572,12 +572,11 @@ static void infer_node(infer *f, int pos) {
 
 /* ------------------------------------------------------------ size-valued constants */
 
-/* A mean over symbolic dims divides their sum by a constant holding the
- * count (frontend/reduce.c), a variance by the count less its correction
- * (frontend/composites.c): DIV(RSUM(x), CONST), the sum maybe reshaped and
- * the constant a broadcast scalar, with
- * the constant equal to the reduced dims' product, or that less 1. That
- * constant becomes the product's expression (less 1). */
+/* A mean divides its sum by a constant holding the count (frontend/reduce.c),
+ * a variance by the count less its correction (frontend/composites.c):
+ * DIV(RSUM(x), CONST), the sum maybe reshaped and the constant a broadcast
+ * scalar, with the constant equal to the reduced dims' product, or that
+ * less 1. That constant becomes the product's expression (less 1). */
 static bool mean_count(const lm_graph *g, const lm_sym_expr *dims, const lm_node *n,
                        lm_sym_count *out) {
   if (n->op != LM_DIV) return false;
@@ -595,7 +594,9 @@ static bool mean_count(const lm_graph *g, const lm_sym_expr *dims, const lm_node
     if (!sym_mul(&count, &dims[slot(xpos, d)], &count)) return false;
   }
   double less = (double)concrete_count - c->arg.f;
-  if (lm_sym_is_const(&count) || !(less == 0 || less == 1)) return false;
+  /* (over fixed dims too: the count then stays as it is, and a 6 is not
+     taken for a symbol traced at 5) */
+  if (!(less == 0 || less == 1)) return false;
   lm_sym_expr correction = lm_sym_const(-(int64_t)less);
   if (!sym_add(&count, &correction, &out->value)) return false;
   out->pos = lm_graph_pos(g, c);
@@ -676,6 +677,20 @@ static loom_status find_counts(const lm_graph *g, const lm_sym_expr *dims, lm_sy
   return LOOM_OK;
 }
 
+static void propagate(infer *f) {
+  for (int pass = 0; pass < 64 && !f->failed; pass++) {
+    f->changed = false;
+    for (int pos = 0; pos < f->g->n && !f->failed; pos++) infer_node(f, pos);
+    if (!f->changed) break;
+  }
+}
+
+static bool all_known(infer *f, int pos) {
+  for (int d = 0; d < f->g->nodes[pos]->shape.ndim; d++)
+    if (!f->known[find(f, slot(pos, d))]) return false;
+  return true;
+}
+
 loom_status lm_sym_infer(const lm_graph *g, const char *const *names, const int64_t *example,
                          const lm_sym_seed *seeds, int nseeds, lm_sym_expr *dims,
                          lm_sym_count *counts, int *ncounts, char *err, size_t errlen) {
@@ -706,22 +721,22 @@ loom_status lm_sym_infer(const lm_graph *g, const char *const *names, const int6
       set_expr(&f, slot(pos, d), &c);
     }
   }
-  /* to a fixed point; then what stays open is a fixed size, and again */
-  for (int round = 0; round < 2 && !f.failed; round++) {
-    for (int pass = 0; pass < 64 && !f.failed; pass++) {
-      f.changed = false;
-      for (int pos = 0; pos < g->n && !f.failed; pos++) infer_node(&f, pos);
-      if (!f.changed) break;
+  /* to a fixed point; then what stays open is a fixed size: the first open
+   * node's dims first, and to a fixed point again, so that what follows from
+   * them (a reshape merging a symbol with a slice of a fixed dim) is derived
+   * from them rather than fixed at its traced size too */
+  propagate(&f);
+  for (int first = 0; !f.failed;) {
+    while (first < g->n && all_known(&f, first)) first++;
+    if (first == g->n) break;
+    for (int d = 0; d < g->nodes[first]->shape.ndim; d++) {
+      int s = slot(first, d);
+      if (!f.known[find(&f, s)]) {
+        lm_sym_expr c = lm_sym_const(concrete(&f, s));
+        set_expr(&f, s, &c);
+      }
     }
-    if (round == 0)
-      for (int pos = 0; pos < g->n; pos++)
-        for (int d = 0; d < g->nodes[pos]->shape.ndim; d++) {
-          int s = slot(pos, d);
-          if (!f.known[find(&f, s)]) {
-            lm_sym_expr c = lm_sym_const(concrete(&f, s));
-            set_expr(&f, s, &c);
-          }
-        }
+    propagate(&f);
   }
   /* every dim has its expression, and it gives the example's size */
   for (int pos = 0; pos < g->n && !f.failed; pos++)

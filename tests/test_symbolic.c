@@ -290,6 +290,151 @@ static void test_attention(void) {
   for (int i = 0; i < 3; i++) loom_free(w[i]);
 }
 
+/* ------------------------------------------------------------ the ops */
+
+/* Each op over x [b, t, 6] with b and t symbols (traced at 3 and 9), run at
+ * sizes with 1s and primes against the same graph recorded at each size:
+ * elementwise math, broadcasting against weights, reductions over a symbolic
+ * axis and a fixed one, softmaxes and norms along either, movement, masks,
+ * products with a symbolic inner or outer size, and gradients whose sums run
+ * over b*t. */
+typedef struct op_weights {
+  loom_tensor *w6, *w64, *g6; /* [6], [6, 4], the leaf the gradient ops differentiate: [6] */
+} op_weights;
+
+static loom_tensor *op_unary(loom_tensor *const *ins, void *ctx) {
+  (void)ctx;
+  loom_tensor *x = ins[0];
+  return loom_add(loom_add(loom_tanh(loom_sigmoid(x)), loom_exp(loom_neg(loom_square(x)))),
+                  loom_add(loom_log1p(loom_abs(x)), loom_gelu_tanh(x)));
+}
+
+static loom_tensor *op_broadcast(loom_tensor *const *ins, void *ctx) {
+  op_weights *w = ctx;
+  loom_tensor *x = ins[0];
+  return loom_maximum(loom_div(loom_mul(x, w->w6), loom_add_s(loom_abs(w->w6), 1)),
+                      loom_clamp(x, -0.3, 0.7)); /* (0.25 would be 1/4, the t - 1 of t = 5) */
+}
+
+static loom_tensor *op_reduce_t(loom_tensor *const *ins, void *ctx) {
+  (void)ctx;
+  loom_tensor *x = ins[0];
+  int t = 1;
+  loom_tensor *parts[4] = {loom_sum(x, &t, 1, false), loom_mean(x, &t, 1, false),
+                           loom_max(x, &t, 1, false), loom_var(x, &t, 1, 0, false)};
+  return loom_stack(parts, 4, 0); /* [4, b, 6] */
+}
+
+static loom_tensor *op_reduce_last(loom_tensor *const *ins, void *ctx) {
+  (void)ctx;
+  loom_tensor *x = ins[0];
+  int last = 2, both[2] = {0, 1};
+  loom_tensor *rows = loom_add(loom_logsumexp(x, -1), loom_mean(x, &last, 1, false)); /* [b, t] */
+  return loom_add(loom_unsqueeze(rows, 2), loom_mean(x, both, 2, true)); /* [b, t, 6] */
+}
+
+static loom_tensor *op_softmax(loom_tensor *const *ins, void *ctx) {
+  op_weights *w = ctx;
+  loom_tensor *x = ins[0];
+  loom_tensor *over_t = loom_softmax(x, 1), *over_c = loom_log_softmax(x, -1);
+  return loom_add(loom_add(over_t, over_c), loom_layer_norm(x, 1, w->w6, NULL, 1e-5));
+}
+
+static loom_tensor *op_movement(loom_tensor *const *ins, void *ctx) {
+  (void)ctx;
+  loom_tensor *x = ins[0];
+  loom_shape s = loom_shape_of(x);
+  loom_tensor *tb = loom_permute(x, (int[]){1, 0, 2}, 3);          /* [t, b, 6] */
+  loom_tensor *flat = loom_reshape(tb, LOOM_SHAPE(s.dim[1], -1));  /* [t, b*6] */
+  loom_tensor *back = loom_transpose(flat, 0, 1);                  /* [b*6, t] */
+  loom_tensor *odd = loom_slice(x, 2, 1, 6, 2);                    /* [b, t, 3] */
+  loom_tensor *padded = loom_pad(odd, (int64_t[]){1, 2}, 2, -1.0); /* [b, t, 6] */
+  loom_tensor *flipped = loom_flip(x, 2); /* (over t: its arange starts at t - 1, refused) */
+  loom_tensor *sum = loom_add(padded, flipped);
+  return loom_add(loom_reshape(back, LOOM_SHAPE(-1)),
+                  loom_reshape(loom_transpose(loom_reshape(sum, LOOM_SHAPE(s.dim[0], -1)), 0, 1),
+                               LOOM_SHAPE(-1))); /* both [b*t*6], in other orders */
+}
+
+static loom_tensor *op_masks(loom_tensor *const *ins, void *ctx) {
+  (void)ctx;
+  loom_tensor *x = ins[0];
+  loom_tensor *tt = loom_matmul(x, loom_transpose(x, 1, 2)); /* [b, t, t] */
+  loom_tensor *low = loom_tril(tt, 0);
+  return loom_add(low, loom_masked_fill(tt, loom_gt(tt, low), 0.5));
+}
+
+static loom_tensor *op_products(loom_tensor *const *ins, void *ctx) {
+  op_weights *w = ctx;
+  loom_tensor *x = ins[0];
+  loom_tensor *y = loom_relu(loom_matmul(x, w->w64));                     /* [b, t, 4] */
+  loom_tensor *gram = loom_matmul(loom_transpose(y, 1, 2), y);            /* [b, 4, 4] */
+  return loom_add(loom_sum(gram, (int[]){0}, 1, false), loom_sum_all(y)); /* [4, 4] */
+}
+
+static loom_tensor *op_cumsum(loom_tensor *const *ins, void *ctx) {
+  (void)ctx;
+  return loom_cumsum(ins[0], 2); /* along the fixed axis */
+}
+
+static loom_tensor *op_grad(loom_tensor *const *ins, void *ctx) {
+  op_weights *w = ctx;
+  loom_clear_grad(w->g6);
+  loom_tensor *y = loom_tanh(loom_matmul(loom_mul(ins[0], w->g6), w->w64)); /* [b, t, 4] */
+  loom_tensor *loss =
+      loom_add(loom_sum_all(loom_square(y)), loom_mean(loom_softmax(y, 1), NULL, 0, false));
+  CHECK_OK(loom_backward(loss));
+  return loom_grad(w->g6); /* [6]: sums over b and t */
+}
+
+static void test_ops(void) {
+  op_weights w = {filled(LOOM_SHAPE(6), 80), filled(LOOM_SHAPE(6, 4), 81),
+                  filled(LOOM_SHAPE(6), 82)};
+  CHECK_OK(loom_set_requires_grad(w.g6, true));
+  const struct {
+    const char *name;
+    builder build;
+  } ops[] = {{"unary", op_unary},
+             {"broadcast", op_broadcast},
+             {"reduce over t", op_reduce_t},
+             {"reduce over the last axis", op_reduce_last},
+             {"softmax, log_softmax, layer_norm", op_softmax},
+             {"movement", op_movement},
+             {"masks", op_masks},
+             {"products", op_products},
+             {"cumsum", op_cumsum},
+             {"gradient", op_grad}};
+  const int64_t sizes[][2] = {{3, 9}, {1, 1}, {1, 7}, {2, 3}, {5, 2}, {7, 1}, {3, 13}, {2, 17}};
+  loom_symbolic_dim dims[2] = {{0, 0, "b"}, {0, 1, "t"}};
+  for (int k = 0; k < (int)(sizeof ops / sizeof ops[0]); k++) {
+    loom_scope_begin();
+    /* (traced far from 6 and 6 - 1: flip's arange starting at 5 next to a t traced
+       at 5 would be refused, as a value that may have come from t) */
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(3, 9, 6), LOOM_F32, test_device());
+    loom_clear_error(); /* the first error sticks */
+    loom_tensor *out = ops[k].build(&x, &w);
+    loom_program *p = loom_compile_symbolic(&out, 1, &x, 1, dims, 2);
+    CHECK_MSG(p != NULL, "%s: %s", ops[k].name, loom_last_error());
+    for (int i = 0; p && i < (int)(sizeof sizes / sizeof sizes[0]); i++) {
+      char what[96];
+      snprintf(what, sizeof what, "%s at b=%lld t=%lld", ops[k].name, (long long)sizes[i][0],
+               (long long)sizes[i][1]);
+      loom_tensor *in = filled(LOOM_SHAPE(sizes[i][0], sizes[i][1], 6), 90 + (unsigned)i);
+      check_run(p, ops[k].build, &w, &in, what);
+    }
+    loom_program_free(p);
+    loom_scope_end();
+  }
+  LOOM_SCOPE { /* flip over t: its index arange starts at t - 1, a value that cannot follow t */
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(3, 9, 6), LOOM_F32, test_device());
+    loom_tensor *out = loom_flip(x, 1);
+    loom_clear_error();
+    CHECK(loom_compile_symbolic(&out, 1, &x, 1, dims, 2) == NULL);
+    CHECK_STR_CONTAINS(loom_last_error(), "an arange's start 8");
+  }
+  loom_free(w.w6), loom_free(w.w64), loom_free(w.g6);
+}
+
 /* ------------------------------------------------------------ threads */
 
 /* Two threads run one program over more sizes than it keeps plans for, in
@@ -473,8 +618,8 @@ static void test_refusals(void) {
 
 int main(void) {
   /* each test's intermediate tensors (the traced graphs') go with its scope */
-  void (*tests[])(void) = {test_mlp,     test_products, test_shared_symbol, test_attention,
-                           test_threads, test_counts,   test_refusals};
+  void (*tests[])(void) = {test_mlp, test_products, test_shared_symbol, test_attention,
+                           test_ops, test_threads,  test_counts,        test_refusals};
   for (int i = 0; i < (int)(sizeof tests / sizeof tests[0]); i++) {
     loom_scope_begin();
     loom_clear_error(); /* the first error sticks: each test's messages are its own */
