@@ -435,6 +435,221 @@ static void test_ops(void) {
   loom_free(w.w6), loom_free(w.w64), loom_free(w.g6);
 }
 
+/* ------------------------------------------------------------ random graphs */
+
+/* Seeded random graphs over x [b, 4, 6] (b a symbol traced at 5): every value
+ * batch-major ([b, ...], the rest fixed), made by unary math, binary ops with
+ * another value or a broadcast weight, reductions over a fixed axis or the
+ * batch (added back), softmaxes along either, products with a weight,
+ * flattening and splitting reshapes, permutes, slices and cats of the fixed
+ * dims; half of them then differentiated (the sum of squares, into a
+ * weight). Each program runs at batches 1, 2, 3, 7 and 13 against the graph
+ * recorded at that batch. */
+#define RG_MAX_OPS 12
+#define RG_WEIGHTS 16
+
+typedef struct rg_op {
+  int kind, a, b, arg, arg2; /* operands: value indices (0: x) */
+} rg_op;
+
+typedef struct rg_graph {
+  rg_op ops[RG_MAX_OPS];
+  int nops;
+  loom_tensor *weight[RG_WEIGHTS]; /* broadcast operands and product matrices */
+  int nweights;
+  bool grad; /* the output is d(sum(out^2))/d(weight[0]) */
+} rg_graph;
+
+enum {
+  RG_UNARY,
+  RG_BINARY,
+  RG_WEIGHT,
+  RG_REDUCE,
+  RG_BATCH_MEAN,
+  RG_SOFTMAX,
+  RG_MATMUL,
+  RG_FLATTEN,
+  RG_SPLIT,
+  RG_PERMUTE,
+  RG_SLICE,
+  RG_CAT,
+  RG_KINDS
+};
+
+static uint64_t rg_state;
+static int rg_rand(int n) {
+  rg_state = rg_state * 6364136223846793005ull + 1442695040888963407ull;
+  return (int)((rg_state >> 33) % (uint64_t)n);
+}
+
+static loom_tensor *rg_unary(loom_tensor *x, int which) {
+  switch (which) {
+  case 0: return loom_tanh(x);
+  case 1: return loom_sigmoid(x);
+  case 2: return loom_exp(loom_neg(loom_square(x)));
+  case 3: return loom_relu(x);
+  default: return loom_abs(x);
+  }
+}
+
+static loom_tensor *rg_binary(loom_tensor *a, loom_tensor *b, int which) {
+  switch (which) {
+  case 0: return loom_add(a, b);
+  case 1: return loom_sub(a, b);
+  case 2: return loom_mul(a, b);
+  default: return loom_maximum(a, b);
+  }
+}
+
+/* Applies op o to the values so far (v[0] is x). */
+static loom_tensor *rg_apply(const rg_graph *g, const rg_op *o, loom_tensor *const *v) {
+  loom_tensor *a = v[o->a];
+  loom_shape s = loom_shape_of(a);
+  switch (o->kind) {
+  case RG_UNARY: return rg_unary(a, o->arg);
+  case RG_BINARY: return rg_binary(a, v[o->b], o->arg);
+  case RG_WEIGHT: return rg_binary(a, g->weight[o->b], o->arg);
+  case RG_REDUCE: {
+    int axis = o->arg;
+    return o->arg2 == 0   ? loom_sum(a, &axis, 1, true)
+           : o->arg2 == 1 ? loom_mean(a, &axis, 1, false)
+                          : loom_max(a, &axis, 1, false);
+  }
+  case RG_BATCH_MEAN: return loom_add(a, loom_mean(v[o->b], (int[]){0}, 1, false));
+  case RG_SOFTMAX: return o->arg2 ? loom_log_softmax(a, o->arg) : loom_softmax(a, o->arg);
+  case RG_MATMUL: return loom_matmul(a, g->weight[o->b]);
+  case RG_FLATTEN: return loom_reshape(a, LOOM_SHAPE(s.dim[0], -1));
+  case RG_SPLIT: {
+    loom_shape t = s;
+    t.dim[s.ndim - 1] = o->arg, t.dim[s.ndim] = s.dim[s.ndim - 1] / o->arg, t.ndim++;
+    return loom_reshape(a, t);
+  }
+  case RG_PERMUTE: return loom_transpose(a, o->arg, o->arg2);
+  case RG_SLICE: return loom_slice(a, o->arg, 1, s.dim[o->arg], o->arg2);
+  default: {
+    loom_tensor *parts[2] = {a, v[o->b]};
+    return loom_cat(parts, 2, o->arg);
+  }
+  }
+}
+
+static loom_tensor *rg_build(loom_tensor *const *ins, void *ctx) {
+  const rg_graph *g = ctx;
+  loom_tensor *v[RG_MAX_OPS + 1] = {ins[0]};
+  for (int i = 0; i < g->nops; i++) v[i + 1] = rg_apply(g, &g->ops[i], v);
+  loom_tensor *out = v[g->nops];
+  if (!g->grad) return out;
+  loom_clear_grad(g->weight[0]);
+  CHECK_OK(loom_backward(loom_sum_all(loom_square(out))));
+  return loom_grad(g->weight[0]);
+}
+
+static loom_tensor *rg_weight(rg_graph *g, loom_shape s) {
+  if (g->nweights == RG_WEIGHTS) return NULL;
+  loom_tensor *w = filled(s, 500 + (unsigned)g->nweights);
+  g->weight[g->nweights++] = w;
+  return w;
+}
+
+/* One op drawn for the values so far (traced at v), or false when the one
+ * drawn does not fit them. */
+static bool rg_draw(rg_graph *g, loom_tensor *const *v, int nv, rg_op *o) {
+  o->kind = rg_rand(RG_KINDS), o->a = rg_rand(nv), o->b = rg_rand(nv);
+  loom_shape s = loom_shape_of(v[o->a]), t = loom_shape_of(v[o->b]);
+  int nd = s.ndim;
+  bool same = s.ndim == t.ndim;
+  for (int d = 1; same && d < nd; d++) same = s.dim[d] == t.dim[d];
+  switch (o->kind) {
+  case RG_UNARY: o->arg = rg_rand(5); return true;
+  case RG_BINARY: o->arg = rg_rand(4); return same;
+  case RG_WEIGHT: { /* a weight over the last dims */
+    loom_shape ws = {.ndim = 1 + rg_rand(nd - 1 > 0 ? nd - 1 : 1)};
+    if (ws.ndim > nd - 1) return false;
+    for (int d = 0; d < ws.ndim; d++) ws.dim[d] = s.dim[nd - ws.ndim + d];
+    o->arg = rg_rand(4), o->b = g->nweights;
+    return rg_weight(g, ws) != NULL;
+  }
+  case RG_REDUCE: o->arg = 1 + rg_rand(nd > 1 ? nd - 1 : 1), o->arg2 = rg_rand(3); return nd > 2;
+  case RG_BATCH_MEAN: return same;
+  case RG_SOFTMAX: o->arg = rg_rand(nd), o->arg2 = rg_rand(2); return true;
+  case RG_MATMUL: {
+    o->b = g->nweights;
+    return nd >= 2 && rg_weight(g, LOOM_SHAPE(s.dim[nd - 1], 2 + rg_rand(4))) != NULL;
+  }
+  case RG_FLATTEN: return nd > 2;
+  case RG_SPLIT: o->arg = 2 + rg_rand(2); return nd < 4 && s.dim[nd - 1] % o->arg == 0;
+  case RG_PERMUTE:
+    o->arg = 1 + rg_rand(nd - 1 > 0 ? nd - 1 : 1), o->arg2 = 1 + rg_rand(nd - 1 > 0 ? nd - 1 : 1);
+    return nd > 2 && o->arg != o->arg2;
+  case RG_SLICE:
+    o->arg = 1 + rg_rand(nd - 1 > 0 ? nd - 1 : 1), o->arg2 = 1 + rg_rand(2);
+    return nd > 1 && s.dim[o->arg] > 2;
+  default:
+    o->arg = 1 + rg_rand(nd - 1 > 0 ? nd - 1 : 1); /* a cat of two along a fixed axis */
+    if (!(nd > 1 && s.ndim == t.ndim)) return false;
+    for (int d = 1; d < nd; d++)
+      if (d != o->arg && s.dim[d] != t.dim[d]) return false;
+    return s.dim[o->arg] + t.dim[o->arg] <= 24;
+  }
+}
+
+static void test_random_graphs(void) {
+  const int64_t batches[] = {5, 1, 2, 3, 7, 13};
+  loom_symbolic_dim batch = {0, 0, "b"};
+  int made = 0;
+  for (int seed = 1; seed <= 40; seed++) {
+    loom_scope_begin();
+    rg_graph g = {.nops = 0, .grad = seed % 2 == 0};
+    rg_state = 0x9e3779b97f4a7c15ull * (uint64_t)seed;
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(5, 4, 6), LOOM_F32, test_device());
+    loom_tensor *v[RG_MAX_OPS + 1] = {x};
+    if (g.grad) /* weight 0: x * w first, so the gradient flows */
+      CHECK_OK(loom_set_requires_grad(rg_weight(&g, LOOM_SHAPE(6)), true));
+    if (g.grad) g.ops[g.nops++] = (rg_op){RG_WEIGHT, 0, 0, 2, 0};
+    if (g.grad) v[1] = rg_apply(&g, &g.ops[0], v);
+    for (int tries = 0; g.nops < 2 + seed % (RG_MAX_OPS - 2) && tries < 200; tries++) {
+      rg_op o;
+      int nweights = g.nweights;
+      if (!rg_draw(&g, v, g.nops + 1, &o)) {
+        while (g.nweights > nweights) loom_free(g.weight[--g.nweights]);
+        continue;
+      }
+      if (g.grad) o.a = g.nops; /* a chain from x * w */
+      loom_shape s = loom_shape_of(v[o.a]);
+      if (g.grad && o.kind != RG_UNARY && o.kind != RG_WEIGHT && o.kind != RG_SOFTMAX &&
+          s.ndim < 2) {
+        while (g.nweights > nweights) loom_free(g.weight[--g.nweights]);
+        continue;
+      }
+      loom_tensor *r = rg_apply(&g, &o, v);
+      if (loom_status_of(r) != LOOM_OK) { /* the draw's shapes did not fit after all */
+        loom_clear_error();
+        while (g.nweights > nweights) loom_free(g.weight[--g.nweights]);
+        continue;
+      }
+      g.ops[g.nops++] = o;
+      v[g.nops] = r;
+    }
+    loom_clear_error();
+    loom_tensor *out = rg_build(&x, &g);
+    loom_program *p = loom_compile_symbolic(&out, 1, &x, 1, &batch, 1);
+    CHECK_MSG(p != NULL, "random graph %d (%d ops%s): %s", seed, g.nops,
+              g.grad ? ", a gradient" : "", loom_last_error());
+    for (int i = 0; p && i < (int)(sizeof batches / sizeof batches[0]); i++) {
+      char what[96];
+      snprintf(what, sizeof what, "random graph %d (%d ops%s) at b=%lld", seed, g.nops,
+               g.grad ? ", a gradient" : "", (long long)batches[i]);
+      loom_tensor *in = filled(LOOM_SHAPE(batches[i], 4, 6), 300 + (unsigned)(seed * 7 + i));
+      check_run(p, rg_build, &g, &in, what);
+    }
+    made += p != NULL;
+    loom_program_free(p);
+    for (int k = 0; k < g.nweights; k++) loom_free(g.weight[k]);
+    loom_scope_end();
+  }
+  CHECK_EQ_INT(made, 40);
+}
+
 /* ------------------------------------------------------------ threads */
 
 /* Two threads run one program over more sizes than it keeps plans for, in
@@ -618,8 +833,9 @@ static void test_refusals(void) {
 
 int main(void) {
   /* each test's intermediate tensors (the traced graphs') go with its scope */
-  void (*tests[])(void) = {test_mlp, test_products, test_shared_symbol, test_attention,
-                           test_ops, test_threads,  test_counts,        test_refusals};
+  void (*tests[])(void) = {test_mlp,       test_products, test_shared_symbol,
+                           test_attention, test_ops,      test_random_graphs,
+                           test_threads,   test_counts,   test_refusals};
   for (int i = 0; i < (int)(sizeof tests / sizeof tests[0]); i++) {
     loom_scope_begin();
     loom_clear_error(); /* the first error sticks: each test's messages are its own */
