@@ -165,7 +165,10 @@ static lm_node *matmul_grad(ctx *c, int which, lm_node *g) {
 
 /* The adjoint of out[i] = src[start + i*step] along dim d: g placed at those
  * positions of a zero tensor of length len. */
-static lm_node *unslice_dim(ctx *c, lm_node *g, int d, int64_t start, int64_t step, int64_t len) {
+/* start_from_end: the slice's start was from the end (its pad's lo follows
+ * the source's size). */
+static lm_node *unslice_dim(ctx *c, lm_node *g, int d, int64_t start, int64_t step, int64_t len,
+                            bool start_from_end) {
   int64_t m = g->shape.dim[d];
   int64_t lo[LOOM_MAX_DIMS] = {0}, hi[LOOM_MAX_DIMS] = {0};
   lm_node *cur = g;
@@ -195,7 +198,9 @@ static lm_node *unslice_dim(ctx *c, lm_node *g, int d, int64_t start, int64_t st
     cur = keep(c->a, nb_slice(cur, cropped, st, one));
     hi[d] = 0;
   }
-  return keep(c->a, nb_pad(cur, lo, hi, 0));
+  lm_node *padded = nb_pad(cur, lo, hi, 0);
+  if (padded && padded != cur && start_from_end) padded->arg.pad.lo_from_end[d] = 1;
+  return keep(c->a, padded);
 }
 
 static lm_node *view_grad(ctx *c, int which, lm_node *g) {
@@ -219,7 +224,8 @@ static lm_node *view_grad(ctx *c, int which, lm_node *g) {
     for (int d = 0; d < nd && cur; d++)
       if (n->arg.slice.start[d] != 0 || n->arg.slice.step[d] != 1 ||
           n->shape.dim[d] != x->shape.dim[d])
-        cur = unslice_dim(c, cur, d, n->arg.slice.start[d], n->arg.slice.step[d], x->shape.dim[d]);
+        cur = unslice_dim(c, cur, d, n->arg.slice.start[d], n->arg.slice.step[d], x->shape.dim[d],
+                          n->arg.slice.from_end[d] & LM_SLICE_START_FROM_END);
     return cur;
   }
   case LM_PAD: {
@@ -241,7 +247,7 @@ static lm_node *view_grad(ctx *c, int which, lm_node *g) {
         lm_node *part = keep(c->a, nb_reshape(keep(c->a, nb_slice(g, pick, start, one)), plane));
         for (int i = 0; i < 2 && part; i++)
           part = unslice_dim(c, part, sd - 2 + i, (i ? kw : kh) * n->arg.window.dilation[i],
-                             n->arg.window.stride[i], x->shape.dim[sd - 2 + i]);
+                             n->arg.window.stride[i], x->shape.dim[sd - 2 + i], false);
         total = total ? bin(c, LM_ADD, total, part) : part;
       }
     return total;

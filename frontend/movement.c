@@ -134,7 +134,10 @@ loom_tensor *loom_flatten(const loom_tensor *a, int start, int end) {
   return lm_result(nb_reshape(a->node, s));
 }
 
-static lm_node *slice_node(lm_node *a, int axis, int64_t start, int64_t end, int64_t step) {
+/* from_end: LM_SLICE_*_FROM_END for bounds given from the end (a negative
+ * start or end of loom_slice, a pad's crop of the end). */
+static lm_node *slice_node(lm_node *a, int axis, int64_t start, int64_t end, int64_t step,
+                           uint8_t from_end) {
   loom_shape s = a->shape;
   int64_t len = a->shape.dim[axis];
   if (start < 0) start += len;
@@ -151,6 +154,7 @@ static lm_node *slice_node(lm_node *a, int axis, int64_t start, int64_t end, int
   for (int d = 0; d < s.ndim; d++) n->arg.slice.step[d] = 1;
   n->arg.slice.start[axis] = s.dim[axis] ? start : 0;
   n->arg.slice.step[axis] = step;
+  n->arg.slice.from_end[axis] = s.dim[axis] ? from_end : 0;
   return n;
 }
 
@@ -162,7 +166,11 @@ loom_tensor *loom_slice(const loom_tensor *a, int axis, int64_t start, int64_t e
     return lm_error(LOOM_ERR_AXIS, "loom_slice: axis %d out of range for %d dims", axis, nd);
   if (step <= 0)
     return lm_error(LOOM_ERR_VALUE, "loom_slice: step must be positive, got %lld", (long long)step);
-  return lm_result(slice_node(a->node, ax, start, end, step));
+  /* torch's x[-k:], x[:-k] (not where the bound is clipped at the start) */
+  int64_t len = a->node->shape.dim[ax];
+  uint8_t from_end = (start < 0 && start >= -len ? LM_SLICE_START_FROM_END : 0) |
+                     (end < 0 && end >= -len ? LM_SLICE_STOP_FROM_END : 0);
+  return lm_result(slice_node(a->node, ax, start, end, step, from_end));
 }
 
 loom_tensor *loom_pad(const loom_tensor *a, const int64_t *pads, int npads, double value) {
@@ -191,7 +199,7 @@ loom_tensor *loom_pad(const loom_tensor *a, const int64_t *pads, int npads, doub
                       (long long)lo[d], (long long)hi[d], d);
     }
     if (start || end != len) {
-      lm_node *s = slice_node(cur, d, start, end, 1);
+      lm_node *s = slice_node(cur, d, start, end, 1, hi[d] < 0 ? LM_SLICE_STOP_FROM_END : 0);
       lm_node_release(cur);
       cur = s;
       if (!cur) return lm_result(NULL);

@@ -695,7 +695,9 @@ typedef struct loom_symbolic_dim {
 /* loom_compile with input dims that take any size of at least 1 (at most 8
  * symbols). The placeholders' sizes are the traced example, at least 2 on a
  * symbolic dim. Every other dim follows the symbols as the traced graph says
- * (b*t after a flatten, 2*b after a cat, t-1 after a slice to the end), and
+ * (b*t after a flatten, 2*b after a cat, t-1 after a slice to the end or
+ * one ending at -1, 1 after a slice from -1: bounds given from the end keep
+ * their distance from it, gradients included), and
  * loom_program_run checks each run's sizes against them. A run at sizes not
  * yet seen plans the graph at them once (its kernels from the caches,
  * shape-generic from the second size on); the plans of the sizes used last
@@ -707,8 +709,8 @@ typedef struct loom_symbolic_dim {
  * which may have been computed from it and would not follow it (a mean's and
  * a variance's counts do follow), and likewise a slice of a symbolic dim
  * with a start, or a length short of its end, within 1 of the traced size or
- * of a half, third or quarter of it (slicing the last row: take it after the
- * run, or slice to the end), or with a step other than 1. loom_program_save/load keep the symbols,
+ * of a half, third or quarter of it (slicing the last row: give its start
+ * as -1), or with a step other than 1. loom_program_save/load keep the symbols,
  * and loom_program_export makes one library for every size (<name>_run_dims). */
 loom_program *loom_compile_symbolic(loom_tensor *const *outs, int nout, loom_tensor *const *ins,
                                     int nin, const loom_symbolic_dim *dims, int ndims);

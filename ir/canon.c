@@ -107,10 +107,14 @@ static bool put_args(lm_graph *g, const lm_node *n) {
   case LM_ARG_SLICE:
     for (int d = 0; d < nd && ok; d++)
       ok = put_i64(g, n->arg.slice.start[d]) && put_i64(g, n->arg.slice.step[d]);
+    for (int d = 0; d < nd && ok; d++) /* (only where set: other slices hash as before) */
+      if (n->arg.slice.from_end[d]) ok = put_i64(g, 1000 + 8 * d + n->arg.slice.from_end[d]);
     break;
   case LM_ARG_PAD:
     for (int d = 0; d < nd && ok; d++) ok = put_i64(g, n->arg.pad.lo[d]);
     ok = ok && put_f64(g, n->arg.pad.value);
+    for (int d = 0; d < nd && ok; d++) /* (only where set: other pads hash as before) */
+      if (n->arg.pad.lo_from_end[d]) ok = put_i64(g, 1000 + d);
     break;
   case LM_ARG_AXIS: ok = put_i64(g, n->arg.axis); break;
   case LM_ARG_COLL:

@@ -129,10 +129,19 @@ struct lm_node {
     int perm[LOOM_MAX_DIMS];
     struct {
       int64_t start[LOOM_MAX_DIMS], step[LOOM_MAX_DIMS];
+      /* per dim, LM_SLICE_START/STOP_FROM_END: the bound was given from the
+         dim's end (torch's x[-1:], x[:-1]), so a symbolic dim's slice keeps
+         its distance from the end (passes/symbolic.c); the start is always
+         the concrete one */
+      uint8_t from_end[LOOM_MAX_DIMS];
     } slice;
     struct {
       int64_t lo[LOOM_MAX_DIMS];
       double value;
+      /* per dim, 1: lo is the output's size less the source's and the high
+         pad (the gradient of a slice whose start was from the end), so it
+         follows a symbolic output size */
+      uint8_t lo_from_end[LOOM_MAX_DIMS];
     } pad;
     int axis;
     struct {
@@ -210,8 +219,8 @@ typedef enum lm_arg_kind {
   LM_ARG_AXES,   /* arg.axes: axes=[...] */
   LM_ARG_AXIS,   /* arg.axis: axis=<int> */
   LM_ARG_PERM,   /* arg.perm: perm=[one per dim] */
-  LM_ARG_SLICE,  /* arg.slice: start=[...] step=[...] */
-  LM_ARG_PAD,    /* arg.pad: lo=[...] value=<f64> */
+  LM_ARG_SLICE,  /* arg.slice: start=[...] step=[...] [from_end=[...]] */
+  LM_ARG_PAD,    /* arg.pad: lo=[...] value=<f64> [lo_from_end=[...]] */
   LM_ARG_WINDOW, /* arg.window: kernel=[2] stride=[2] dilation=[2] */
   LM_ARG_CLAMP,  /* arg.clamp: lo=<f64> hi=<f64> */
   LM_ARG_COLL    /* arg.coll: reduce=<name> root=<int> axis=<int> world=<int> */
@@ -300,6 +309,9 @@ bool lm_node_verify(const lm_node *n, char *why, size_t len);
 const char *lm_type_str(loom_dtype dtype, const loom_shape *s, char *buf, size_t len);
 /* The most sources a CAT may have (lowering's limit). */
 #define LM_CAT_MAX_SOURCES 64
+/* arg.slice.from_end flags */
+#define LM_SLICE_START_FROM_END 1
+#define LM_SLICE_STOP_FROM_END 2
 
 /* ------------------------------------------------------------ canonical form */
 typedef struct lm_hash128 {

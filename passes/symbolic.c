@@ -491,6 +491,9 @@ static void infer_node(infer *f, int pos) {
       if (!e || lm_sym_is_const(e)) continue;
       lm_sym_expr out = lm_sym_const(len);
       bool to_end = step == 1 && start + len == from;
+      /* bounds given from the end keep their distance from it (x[-1:], x[:-1]) */
+      bool start_rel = n->arg.slice.from_end[d] & LM_SLICE_START_FROM_END,
+           stop_rel = n->arg.slice.from_end[d] & LM_SLICE_STOP_FROM_END;
       if (step != 1) { /* every step-th of t: ceil((t - start) / step), no polynomial */
         char a[128], b[32];
         snprintf(b, sizeof b, "%lld", (long long)step);
@@ -503,7 +506,9 @@ static void infer_node(infer *f, int pos) {
         /* a bound near the traced size, or a simple fraction of it, was likely
          * computed from it (the last row: start = t - 1; the first half: t / 2)
          * and would not follow it */
-        int64_t near = near_size(start, from) ? start : !to_end && near_size(len, from) ? len : -1;
+        int64_t near = !start_rel && near_size(start, from)                         ? start
+                       : !to_end && !stop_rel && !start_rel && near_size(len, from) ? len
+                                                                                    : -1;
         if (near >= 0) {
           char a[128], b[160];
           snprintf(b, sizeof b, "%lld (the dim is traced at %lld)", (long long)near,
@@ -516,7 +521,16 @@ static void infer_node(infer *f, int pos) {
           return;
         }
       }
-      if (!lm_sym_is_const(e) && to_end) {
+      if (start_rel || stop_rel) { /* stop - start, each from the end or fixed */
+        lm_sym_expr lo = lm_sym_const(start), hi = lm_sym_const(start + len);
+        lm_sym_expr lo_off = lm_sym_const(start - from), hi_off = lm_sym_const(start + len - from);
+        lm_sym_expr minus_one = lm_sym_const(-1), neg;
+        bool ok =
+            (!start_rel || sym_add(e, &lo_off, &lo)) && (!stop_rel || sym_add(e, &hi_off, &hi));
+        if (!stop_rel && to_end) hi = *e;
+        if (!ok || !sym_mul(&lo, &minus_one, &neg) || !sym_add(&hi, &neg, &out))
+          out = lm_sym_const(len);
+      } else if (!lm_sym_is_const(e) && to_end) {
         lm_sym_expr minus = lm_sym_const(-start);
         if (!sym_add(e, &minus, &out)) out = lm_sym_const(len);
       }
@@ -530,6 +544,7 @@ static void infer_node(infer *f, int pos) {
         join(f, slot(pos, d), slot(src[0], d));
         continue;
       }
+      if (n->arg.pad.lo_from_end[d]) continue; /* open: its consumers give its size */
       const lm_sym_expr *e = known_expr(f, slot(src[0], d));
       lm_sym_expr more = lm_sym_const(grow), out;
       if (e && sym_add(e, &more, &out)) set_expr(f, slot(pos, d), &out);

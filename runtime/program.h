@@ -100,13 +100,16 @@ const char *lm_program_output_label(int i, char buf[16]);
 
 /* ------------------------------------------------------------ text form */
 /* docs/PROGRAM_FORMAT.md describes it. The first line is the magic word and
- * the version; this loom writes and reads versions LM_PROGRAM_VERSION and
- * LM_PROGRAM_VERSION_SYMBOLS. */
+ * the version; this loom writes and reads versions LM_PROGRAM_VERSION,
+ * LM_PROGRAM_VERSION_SYMBOLS and LM_PROGRAM_VERSION_FROM_END. */
 #define LM_PROGRAM_MAGIC "loom-program"
 #define LM_PROGRAM_VERSION 1
 /* Version 2: version 1 and the symbol lines of a symbolic program (written
  * only for those). */
 #define LM_PROGRAM_VERSION_SYMBOLS 2
+/* Version 3: version 2 and the bounds from the end of a symbolic program's
+ * slices and pads (`from_end=`, `lo_from_end=`; written only where one is). */
+#define LM_PROGRAM_VERSION_FROM_END 3
 /* Limits a reader enforces before allocating for them. */
 #define LM_PROGRAM_MAX_TEXT ((size_t)1 << 28) /* bytes of a program file */
 #define LM_PROGRAM_MAX_ITEMS (1 << 20)        /* positions, inputs, outputs (each) */

@@ -297,6 +297,19 @@ static loom_status arg_list(parser *p, const char *key, int want, int64_t lo, in
   return LOOM_OK;
 }
 
+/* An optional list of per-dim flags in [0, max] (absent: all 0), from format
+ * version 3. */
+static loom_status arg_flags(parser *p, const char *key, int want, int max, uint8_t *out) {
+  size_t k = strlen(key);
+  if (p->version < LM_PROGRAM_VERSION_FROM_END || (size_t)(p->eol - p->cur) <= k ||
+      memcmp(p->cur, key, k) != 0 || p->cur[k] != '=')
+    return LOOM_OK; /* (in an older version, the line's end then refuses it) */
+  int64_t v[LOOM_MAX_DIMS];
+  loom_status st = arg_list(p, key, want, 0, max, v);
+  for (int d = 0; d < want && st == LOOM_OK; d++) out[d] = (uint8_t)v[d];
+  return st;
+}
+
 static loom_status arg_int(parser *p, const char *key, int *out) {
   token v = {NULL, 0};
   char q[72];
@@ -393,10 +406,15 @@ static loom_status parse_args(parser *p, lm_node *n) {
   case LM_ARG_PERM: return arg_ints(p, "perm", nd, n->arg.perm);
   case LM_ARG_SLICE:
     st = arg_list(p, "start", nd, INT64_MIN, INT64_MAX, n->arg.slice.start);
-    return st != LOOM_OK ? st : arg_list(p, "step", nd, INT64_MIN, INT64_MAX, n->arg.slice.step);
+    if (st == LOOM_OK) st = arg_list(p, "step", nd, INT64_MIN, INT64_MAX, n->arg.slice.step);
+    return st != LOOM_OK
+               ? st
+               : arg_flags(p, "from_end", nd, LM_SLICE_START_FROM_END | LM_SLICE_STOP_FROM_END,
+                           n->arg.slice.from_end);
   case LM_ARG_PAD:
     st = arg_list(p, "lo", nd, INT64_MIN, INT64_MAX, n->arg.pad.lo);
-    return st != LOOM_OK ? st : arg_f64(p, "value", &n->arg.pad.value);
+    if (st == LOOM_OK) st = arg_f64(p, "value", &n->arg.pad.value);
+    return st != LOOM_OK ? st : arg_flags(p, "lo_from_end", nd, 1, n->arg.pad.lo_from_end);
   case LM_ARG_AXIS: return arg_int(p, "axis", &n->arg.axis);
   case LM_ARG_COLL: return arg_coll(p, n);
   case LM_ARG_CLAMP:
@@ -715,9 +733,9 @@ static loom_status parse_header(parser *p) {
   take(p, &word);
   if (!take(p, &version) || !parse_i64(version.s, version.len, &v) || v < 0)
     return bad(p, "the format version '%s' is not a number", quote(version, q));
-  if (v != LM_PROGRAM_VERSION && v != LM_PROGRAM_VERSION_SYMBOLS)
-    return bad(p, "written by format version %lld, this loom reads versions %d and %d",
-               (long long)v, LM_PROGRAM_VERSION, LM_PROGRAM_VERSION_SYMBOLS);
+  if (v < LM_PROGRAM_VERSION || v > LM_PROGRAM_VERSION_FROM_END)
+    return bad(p, "written by format version %lld, this loom reads versions %d to %d", (long long)v,
+               LM_PROGRAM_VERSION, LM_PROGRAM_VERSION_FROM_END);
   p->version = (int)v;
   return line_done(p, "the version");
 }
@@ -737,17 +755,17 @@ static loom_status parse_body(parser *p) {
       st = section == INPUTS ? parse_input_declaration(p)
                              : bad(p, "input declarations come before the symbols and positions");
     } else if (is(first, "symbol")) {
-      st = p->version != LM_PROGRAM_VERSION_SYMBOLS
-               ? bad(p, "symbol lines need format version %d", LM_PROGRAM_VERSION_SYMBOLS)
+      st = p->version < LM_PROGRAM_VERSION_SYMBOLS
+               ? bad(p, "symbol lines need format version %d or later", LM_PROGRAM_VERSION_SYMBOLS)
            : section <= SYMBOLS ? parse_symbol(p)
                                 : bad(p, "symbol lines come before the positions");
       section = SYMBOLS;
     } else if (first.s[0] == '%') {
-      if (section < SYMBOLS && p->version == LM_PROGRAM_VERSION_SYMBOLS)
+      if (section < SYMBOLS && p->version >= LM_PROGRAM_VERSION_SYMBOLS)
         st = bad(p,
                  "format version %d has symbol lines before the positions (version %d has "
                  "none)",
-                 LM_PROGRAM_VERSION_SYMBOLS, LM_PROGRAM_VERSION);
+                 p->version, LM_PROGRAM_VERSION);
       else
         st = section != OUTPUTS ? parse_position(p, first)
                                 : bad(p, "positions come before the outputs");

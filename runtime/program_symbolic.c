@@ -220,6 +220,14 @@ static loom_status instantiate(const char *op, const loom_program *p, const int6
     if (src != src_small) free(src);
     if (!c) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
     c->arg = n->arg;
+    for (int d = 0; d < shape.ndim; d++) { /* bounds from the end keep their distance from it */
+      if (n->op == LM_SLICE && (n->arg.slice.from_end[d] & LM_SLICE_START_FROM_END))
+        c->arg.slice.start[d] =
+            c->src[0]->shape.dim[d] - (n->src[0]->shape.dim[d] - n->arg.slice.start[d]);
+      if (n->op == LM_PAD && n->arg.pad.lo_from_end[d]) /* the high pad stays */
+        c->arg.pad.lo[d] = c->shape.dim[d] - c->src[0]->shape.dim[d] -
+                           (n->shape.dim[d] - n->src[0]->shape.dim[d] - n->arg.pad.lo[d]);
+    }
     for (int i = 0; i < p->ncounts; i++)
       if (p->counts[i].pos == pos) c->arg.f = (double)lm_sym_eval(&p->counts[i].value, values);
     b->nodes[pos] = c;

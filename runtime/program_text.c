@@ -24,7 +24,8 @@
 typedef struct text {
   char *s;
   size_t len, cap;
-  bool oom; /* an append failed: the text is incomplete */
+  bool oom;      /* an append failed: the text is incomplete */
+  bool from_end; /* bounds from the end are written (a symbolic program's) */
 } text;
 
 static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -104,6 +105,14 @@ static void put_list(text *t, const char *key, const int64_t *v, int n) {
   put(t, "]");
 }
 
+/* An optional list of per-dim flags: written only when one is set. */
+static void put_flags(text *t, const char *key, const uint8_t *flags, int nd) {
+  int64_t v[LOOM_MAX_DIMS];
+  bool any = false;
+  for (int d = 0; d < nd; d++) v[d] = flags[d], any |= flags[d] != 0;
+  if (any) put_list(t, key, v, nd);
+}
+
 static void put_f64(text *t, const char *key, double v) {
   char buf[LM_HEX_DOUBLE_LEN];
   put(t, " %s=%s", key, lm_hex_double(v, buf));
@@ -143,10 +152,12 @@ static void put_args(text *t, const lm_node *n) {
   case LM_ARG_SLICE:
     put_list(t, "start", n->arg.slice.start, nd);
     put_list(t, "step", n->arg.slice.step, nd);
+    if (t->from_end) put_flags(t, "from_end", n->arg.slice.from_end, nd);
     break;
   case LM_ARG_PAD:
     put_list(t, "lo", n->arg.pad.lo, nd);
     put_f64(t, "value", n->arg.pad.value);
+    if (t->from_end) put_flags(t, "lo_from_end", n->arg.pad.lo_from_end, nd);
     break;
   case LM_ARG_AXIS: put(t, " axis=%d", n->arg.axis); break;
   case LM_ARG_COLL:
@@ -202,9 +213,25 @@ static void put_input_declaration(text *t, const loom_program *p, int i) {
 
 /* ------------------------------------------------------------ the file */
 
+/* Whether a node of symbolic program p has a bound from the end (only they
+ * mean anything there). */
+static bool has_from_end(const loom_program *p) {
+  for (int pos = 0; pos < p->n && p->nsym > 0; pos++) {
+    const lm_node *n = p->nodes[pos];
+    for (int d = 0; d < n->shape.ndim; d++)
+      if ((n->op == LM_SLICE && n->arg.slice.from_end[d]) ||
+          (n->op == LM_PAD && n->arg.pad.lo_from_end[d]))
+        return true;
+  }
+  return false;
+}
+
 static void put_program(text *t, const loom_program *p, const int *wnum) {
+  t->from_end = has_from_end(p);
   put(t, "%s %d\n", LM_PROGRAM_MAGIC,
-      p->nsym > 0 ? LM_PROGRAM_VERSION_SYMBOLS : LM_PROGRAM_VERSION);
+      t->from_end   ? LM_PROGRAM_VERSION_FROM_END
+      : p->nsym > 0 ? LM_PROGRAM_VERSION_SYMBOLS
+                    : LM_PROGRAM_VERSION);
   for (int i = 0; i < p->nin; i++) {
     put_input_declaration(t, p, i);
     put(t, "\n");

@@ -161,6 +161,22 @@ static loom_program *stats_program(void) {
   return p;
 }
 
+/* the last position and all but it (torch's x[:, -1:], x[:, :-1]): their
+ * bounds follow t */
+static loom_program *tail_program(void) {
+  loom_program *p = NULL;
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(7, 11, 4), LOOM_F32, LOOM_CPU);
+    int t = 1;
+    loom_tensor *outs[2] = {loom_mul_s(loom_slice(x, 1, -1, INT64_MAX, 1), 2.0),
+                            loom_sum(loom_slice(x, 1, 0, -1, 1), &t, 1, false)};
+    loom_symbolic_dim dims[2] = {{0, 0, "b"}, {0, 1, "t"}};
+    p = loom_compile_symbolic(outs, 2, &x, 1, dims, 2);
+  }
+  CHECK_MSG(p != NULL, "%s", loom_last_error());
+  return p;
+}
+
 /* ------------------------------------------------------------ tests */
 
 static void test_mlp(void) {
@@ -222,41 +238,46 @@ static void test_mlp(void) {
   for (int i = 0; i < 4; i++) loom_free(w[i]);
 }
 
+/* p exported as lib<name>.so, run at n sizes of its nsym symbols
+ * (sizes[i * nsym ...]) against loom_program_run. */
+static void export_and_check(loom_program *p, const char *name, const int64_t *sizes, int n,
+                             int nsym) {
+  loom_status st = p ? loom_program_export(p, dir, name) : LOOM_ERR_NULL;
+  CHECK_MSG(st == LOOM_OK, "export %s: %s", name, loom_last_error());
+  if (st != LOOM_OK) return;
+  library l = open_library(name);
+  for (int i = 0; l.run && i < n; i++) {
+    char what[96];
+    int len = snprintf(what, sizeof what, "%s at", name);
+    for (int k = 0; k < nsym && len < (int)sizeof what; k++)
+      len +=
+          snprintf(what + len, sizeof what - (size_t)len, " %lld", (long long)sizes[i * nsym + k]);
+    check_at(p, &l, &sizes[i * nsym], what);
+  }
+  if (l.handle) dlclose(l.handle);
+}
+
 static void test_attention(void) {
   loom_tensor *w[3] = {filled(LOOM_SHAPE(16), 5), filled(LOOM_SHAPE(16), 6),
                        filled(LOOM_SHAPE(16, 16), 7)};
   loom_program *p = attention_program(w);
-  loom_status st = p ? loom_program_export(p, dir, "attention") : LOOM_ERR_NULL;
-  CHECK_MSG(st == LOOM_OK, "export: %s", loom_last_error());
-  if (st == LOOM_OK) {
-    library l = open_library("attention");
-    const int64_t sizes[][2] = {{1, 1}, {7, 11}, {2, 5}, {1, 64}, {3, 2}, {4, 29}};
-    for (int i = 0; l.run && i < (int)(sizeof sizes / sizeof sizes[0]); i++) {
-      char what[64];
-      snprintf(what, sizeof what, "attention at b=%lld t=%lld", (long long)sizes[i][0],
-               (long long)sizes[i][1]);
-      check_at(p, &l, sizes[i], what);
-    }
-    if (l.handle) dlclose(l.handle);
-  }
+  const int64_t sizes[][2] = {{1, 1}, {7, 11}, {2, 5}, {1, 64}, {3, 2}, {4, 29}};
+  export_and_check(p, "attention", &sizes[0][0], 6, 2);
   loom_program_free(p);
   for (int i = 0; i < 3; i++) loom_free(w[i]);
 }
 
 static void test_counts(void) {
   loom_program *p = stats_program();
-  loom_status st = p ? loom_program_export(p, dir, "stats") : LOOM_ERR_NULL;
-  CHECK_MSG(st == LOOM_OK, "export: %s", loom_last_error());
-  if (st == LOOM_OK) {
-    library l = open_library("stats");
-    const int64_t rows[] = {2, 9, 3, 50, 17};
-    for (int i = 0; l.run && i < (int)(sizeof rows / sizeof rows[0]); i++) {
-      char what[64];
-      snprintf(what, sizeof what, "stats at rows=%lld", (long long)rows[i]);
-      check_at(p, &l, &rows[i], what);
-    }
-    if (l.handle) dlclose(l.handle);
-  }
+  const int64_t rows[] = {2, 9, 3, 50, 17};
+  export_and_check(p, "stats", rows, 5, 1);
+  loom_program_free(p);
+}
+
+static void test_tail(void) {
+  loom_program *p = tail_program();
+  const int64_t sizes[][2] = {{1, 2}, {7, 11}, {3, 5}, {2, 31}};
+  export_and_check(p, "tail", &sizes[0][0], 4, 2);
   loom_program_free(p);
 }
 
@@ -282,6 +303,7 @@ int main(void) {
   test_mlp();
   test_attention();
   test_counts();
+  test_tail();
   test_refused();
   if (!check_failures && !getenv("LOOM_EXPORT_KEEP")) check_remove_dir(dir);
   return check_report();

@@ -650,10 +650,10 @@ static void test_hand_written(void) {
                "ELF\x02\x01",
                "not a loom program");
   refused_text("no newline", "loom-program 1", "<text>:1: the line does not end with a newline");
-  refused_text("version 3", "loom-program 3\n",
-               "<text>:1: written by format version 3, this loom reads versions 1 and 2");
+  refused_text("version 4", "loom-program 4\n",
+               "<text>:1: written by format version 4, this loom reads versions 1 to 3");
   refused_text("version 0", "loom-program 0\n%0 = const f32[] value=0x0p+0\n",
-               "written by format version 0, this loom reads versions 1 and 2");
+               "written by format version 0, this loom reads versions 1 to 3");
   refused_text("version x", "loom-program one\n", "the format version 'one' is not a number");
   /* symbol lines (version 2): an input dim that takes any size */
   const char *rows = "%0 = input 0\n%1 = relu f32[5,3] %0\noutput %1\nend\n";
@@ -694,6 +694,28 @@ static void test_hand_written(void) {
              sym_bad[i].version, sym_bad[i].dims, sym_bad[i].symbols, sym_bad[i].dims);
     refused_text(sym_bad[i].what, sym, sym_bad[i].says);
   }
+  /* bounds from the end (version 3): the last row of any number of rows */
+  const char *last = "%%0 = input 0\n%%1 = slice f32[1,3] %%0 start=[4,0] step=[1,1]%s\n"
+                     "output %%1\nend\n";
+  char body[256];
+  snprintf(body, sizeof body, last, " from_end=[1,0]");
+  snprintf(sym, sizeof sym, "loom-program 3\ninput 0 x f32[5,3]\nsymbol 0 0 rows\n%s", body);
+  CHECK_OK(parse(sym, &p));
+  if (p) {
+    LOOM_SCOPE {
+      float x[6] = {1, 2, 3, 4, 5, 6}, y[3];
+      loom_tensor *in = loom_from_data(x, LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU), *out = NULL;
+      CHECK_OK(loom_program_run(p, &in, &out));
+      CHECK_OK(loom_copy_to_host(out, y, sizeof y));
+      CHECK(y[0] == 4 && y[1] == 5 && y[2] == 6);
+    }
+    loom_program_free(p);
+  }
+  snprintf(sym, sizeof sym, "loom-program 2\ninput 0 x f32[5,3]\nsymbol 0 0 rows\n%s", body);
+  refused_text("from_end in version 2", sym, "<text>:5: unexpected 'from_end=[1,0]'");
+  snprintf(body, sizeof body, last, " from_end=[4,0]");
+  snprintf(sym, sizeof sym, "loom-program 3\ninput 0 x f32[5,3]\nsymbol 0 0 rows\n%s", body);
+  refused_text("from_end out of range", sym, "entry 0 (4) is outside [0, 3]");
   refused_text("tab", "loom-program\t1\n", "not a loom program");
   refused_text("crlf", "loom-program 1\r\n", "<text>:1: byte 0x0d at column 15");
   refused_bytes("nul", "loom-program 1\n%0\0", 18,
@@ -1031,8 +1053,8 @@ static void mutate_lines(const text_lines *ls, bool one_output) {
     if (one_output) refused_line(ls, i, NULL, LOOM_ERR_CORRUPT, mutant, "deleted");
     if (i == 0) {
       snprintf(needle, sizeof needle,
-               "%s written by format version 3, this loom reads versions 1 and 2", at);
-      refused_line(ls, i, "loom-program 3", LOOM_ERR_CORRUPT, needle, "version");
+               "%s written by format version 4, this loom reads versions 1 to 3", at);
+      refused_line(ls, i, "loom-program 4", LOOM_ERR_CORRUPT, needle, "version");
     } else if (strcmp(ws.w[0], "input") == 0) {
       mutate_declaration(ls, i, ws, at);
     } else if (strcmp(ws.w[0], "output") == 0) {
