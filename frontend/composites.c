@@ -305,6 +305,9 @@ LM_PUBLIC(loom_tensor *, loom_flip, (const loom_tensor *a, int axis), (a, axis))
   int64_t n = a->node->shape.dim[ax];
   int token = lm_composite_begin();
   loom_tensor *reversed = loom_arange((double)n - 1, -1, -1, LOOM_I64, a->node->device);
+  /* n - 1 follows a symbolic n (a symbolic program's flip over its sequence) */
+  if (loom_status_of(reversed) == LOOM_OK && reversed->node->op == LM_IOTA)
+    reversed->node->arg.iota.from_end = 1;
   return lm_composite_end(token, loom_index_select(a, ax, reversed));
 }
 

@@ -96,7 +96,10 @@ static bool put_args(lm_graph *g, const lm_node *n) {
   switch (lm_op_table[n->op].arg) {
   case LM_ARG_NONE: break;
   case LM_ARG_VALUE: ok = put_f64(g, n->arg.f); break;
-  case LM_ARG_IOTA: ok = put_f64(g, n->arg.iota.start) && put_f64(g, n->arg.iota.step); break;
+  case LM_ARG_IOTA:
+    ok = put_f64(g, n->arg.iota.start) && put_f64(g, n->arg.iota.step);
+    if (ok && n->arg.iota.from_end) ok = put_i64(g, 1000); /* (only where set) */
+    break;
   case LM_ARG_RAND: /* the key is data: it is passed to the kernel, not compiled in */
     ok = put_i64(g, n->arg.rand.kind) && put_f64(g, n->arg.rand.p);
     break;

@@ -119,6 +119,9 @@ struct lm_node {
     double f;
     struct {
       double start, step;
+      /* 1: start is the node's element count less its traced distance from
+         it (loom_flip's n - 1), so that it follows a symbolic size */
+      uint8_t from_end;
     } iota;
     struct {
       loom_key key;

@@ -665,7 +665,7 @@ static loom_status find_counts(const lm_graph *g, const lm_sym_expr *dims, lm_sy
       bool counted = false;
       for (int i = 0; i < *ncounts && !counted; i++) counted = counts[i].pos == pos;
       if (!counted) values[nvalues++] = n->arg.f;
-    } else if (n->op == LM_IOTA) {
+    } else if (n->op == LM_IOTA && !n->arg.iota.from_end) { /* (from the end: it follows) */
       values[nvalues++] = n->arg.iota.start, what = "an arange's start";
     } else if (n->op == LM_CLAMP) {
       values[nvalues++] = n->arg.clamp.lo, values[nvalues++] = n->arg.clamp.hi,

@@ -400,7 +400,8 @@ static loom_status parse_args(parser *p, lm_node *n) {
   case LM_ARG_VALUE: return arg_f64(p, "value", &n->arg.f);
   case LM_ARG_IOTA:
     st = arg_f64(p, "start", &n->arg.iota.start);
-    return st != LOOM_OK ? st : arg_f64(p, "step", &n->arg.iota.step);
+    if (st == LOOM_OK) st = arg_f64(p, "step", &n->arg.iota.step);
+    return st != LOOM_OK ? st : arg_flags(p, "from_end", 1, 1, &n->arg.iota.from_end);
   case LM_ARG_RAND: return arg_rand(p, n);
   case LM_ARG_AXES: return arg_axes(p, &n->arg.axes);
   case LM_ARG_PERM: return arg_ints(p, "perm", nd, n->arg.perm);

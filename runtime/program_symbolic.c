@@ -224,6 +224,9 @@ static loom_status instantiate(const char *op, const loom_program *p, const int6
       if (n->op == LM_SLICE && (n->arg.slice.from_end[d] & LM_SLICE_START_FROM_END))
         c->arg.slice.start[d] =
             c->src[0]->shape.dim[d] - (n->src[0]->shape.dim[d] - n->arg.slice.start[d]);
+      if (n->op == LM_IOTA && n->arg.iota.from_end && d == 0) /* its distance from the count */
+        c->arg.iota.start = (double)lm_shape_numel(&c->shape) -
+                            ((double)lm_shape_numel(&n->shape) - n->arg.iota.start);
       if (n->op == LM_PAD && n->arg.pad.lo_from_end[d]) /* the high pad stays */
         c->arg.pad.lo[d] = c->shape.dim[d] - c->src[0]->shape.dim[d] -
                            (n->shape.dim[d] - n->src[0]->shape.dim[d] - n->arg.pad.lo[d]);

@@ -132,6 +132,7 @@ static void put_args(text *t, const lm_node *n) {
   case LM_ARG_IOTA:
     put_f64(t, "start", n->arg.iota.start);
     put_f64(t, "step", n->arg.iota.step);
+    if (t->from_end) put_flags(t, "from_end", &n->arg.iota.from_end, 1);
     break;
   case LM_ARG_RAND:
     put(t, " kind=%s", rand_kind_name(n->arg.rand.kind));
@@ -222,6 +223,7 @@ static bool has_from_end(const loom_program *p) {
       if ((n->op == LM_SLICE && n->arg.slice.from_end[d]) ||
           (n->op == LM_PAD && n->arg.pad.lo_from_end[d]))
         return true;
+    if (n->op == LM_IOTA && n->arg.iota.from_end) return true;
   }
   return false;
 }
