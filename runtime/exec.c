@@ -270,7 +270,8 @@ loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r) {
                    ? calloc((size_t)p->nsteps + 1, sizeof(double))
                    : NULL;
   loom_status st = LOOM_OK;
-  in_flight f = {.n = 0};
+  in_flight f; /* (its pending slots are filled as used: no clearing every run) */
+  f.entered = false, f.n = 0;
   for (int i = 0; i < p->nsteps && st == LOOM_OK; i++) {
     for (int k = f.n - 1; k >= 0; k--) /* what step i reads is complete */
       if (p->steps[f.step[k]].coll.wait_before <= i) st = finish(x, &f, k, ms, st);
