@@ -86,10 +86,12 @@ static loom_status program_batches_run(void *state, bench_call_report *report) {
 
 static void stats_note(const loom_stats *before, const loom_stats *after, char *buf, size_t size) {
   snprintf(buf, size,
-           "first call: %llu graphs planned, %llu program sizes planned, %llu kernels compiled "
-           "(%llu shape-generic) + %llu from disk",
+           "first call: %llu graphs planned, %llu program sizes planned, %llu from the plan "
+           "template, %llu kernels compiled (%llu shape-generic) + %llu from disk",
            (unsigned long long)(after->graphs_compiled - before->graphs_compiled),
            (unsigned long long)(after->program_sizes_planned - before->program_sizes_planned),
+           (unsigned long long)(after->program_sizes_from_template -
+                                before->program_sizes_from_template),
            (unsigned long long)(after->kernels_compiled - before->kernels_compiled),
            (unsigned long long)(after->generic_kernels_compiled - before->generic_kernels_compiled),
            (unsigned long long)(after->disk_cache_hits - before->disk_cache_hits));

@@ -698,9 +698,16 @@ typedef struct loom_symbolic_dim {
  * (b*t after a flatten, 2*b after a cat, t-1 after a slice to the end or
  * one ending at -1, 1 after a slice from -1: bounds given from the end keep
  * their distance from it, gradients included), and
- * loom_program_run checks each run's sizes against them. A run at sizes not
- * yet seen plans the graph at them once (its kernels from the caches,
- * shape-generic from the second size on); the plans of the sizes used last
+ * loom_program_run checks each run's sizes against them. The first run at
+ * sizes not traced makes the program's plan for every size: planned at 3
+ * sizes of each symbol from the traced one and 2 further out, where the plans
+ * agree but for numbers that are polynomials of the symbols (at most 4
+ * symbols, CPU programs), a run at other sizes evaluates them and plans
+ * nothing (its kernels read their sizes at run time); a size beyond those
+ * planned so far is planned at twice as far first, to check the plan still
+ * holds there. Otherwise (and with LOOM_DYNAMIC=off) a run at sizes not yet
+ * seen plans the graph at them once (its kernels from the caches,
+ * shape-generic from the second size on). The plans of the sizes used last
  * are kept: up to 256, and at least 16, as 2^18 nodes allow. Refused with LOOM_ERR_SHAPE, naming
  * the node: a symbolic dim meeting a fixed one (a weight's dim), a reshape that splits a symbolic
  * dim in no way or in more than one way at the example sizes (trace with
@@ -891,8 +898,10 @@ void loom_optim_free(loom_optim *o);
 /* ------------------------------------------------------------------ stats */
 
 typedef struct loom_stats {
-  uint64_t graphs_compiled;          /* graph -> program cache misses */
-  uint64_t graph_cache_hits;         /* graph -> program cache hits */
+  uint64_t graphs_compiled;          /* graph -> program cache misses: graphs planned for their
+                                        sizes, and lazy families made (at their second size) */
+  uint64_t graph_cache_hits;         /* graph -> program cache hits, and graphs run as an
+                                        instance of their family (nothing planned) */
   uint64_t kernels_compiled;         /* kernels built by a backend */
   uint64_t kernel_cache_hits;        /* in-memory kernel cache hits */
   uint64_t disk_cache_hits;          /* kernels loaded from the disk cache */
@@ -912,7 +921,10 @@ typedef struct loom_stats {
                                         read their sizes at run time: loom_set_dynamic) */
   uint64_t generic_kernel_uses;      /* kernel steps compiled to a generic kernel (new or cached) */
   uint64_t program_sizes_planned;    /* symbolic programs planned at sizes they had not run at
-                                        (loom_compile_symbolic) */
+                                        (loom_compile_symbolic), making and checking their plan
+                                        templates included */
+  uint64_t program_sizes_from_template; /* symbolic programs run at sizes they had not run at
+                                           from their plan for every size, without planning */
   uint64_t collectives_run;          /* collectives across processes (loom_all_reduce, loom_ddp's
                                         buckets, ...) this process ran */
   uint64_t collectives_overlapped;   /* of them, all-reduces that ran on while later steps of

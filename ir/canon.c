@@ -213,6 +213,52 @@ loom_status lm_graph_build(lm_graph *g, lm_node *const *targets, int ntargets) {
   return LOOM_OK;
 }
 
+/* ------------------------------------------------------------ families */
+
+static void family_put(XXH3_state_t *st, int64_t v) { XXH3_128bits_update(st, &v, sizeof v); }
+
+/* A float constant that may count elements (a mean's divisor) and so follow
+ * the sizes: an integer from 2 up, as a kernel's size constants are. */
+static bool maybe_count(double v) { return v == (double)(int64_t)v && v >= 2 && v <= (1 << 30); }
+
+lm_hash128 lm_graph_family_hash(const lm_graph *g) {
+  XXH3_state_t *st = XXH3_createState();
+  if (!st) return (lm_hash128){0, 0};
+  XXH3_128bits_reset(st);
+  for (int pos = 0; pos < g->n; pos++) {
+    const lm_node *n = g->nodes[pos];
+    bool leaf = lm_is_computed(n);
+    family_put(st, leaf ? LM_BUFFER : n->op);
+    family_put(st, n->dtype);
+    family_put(st, n->device.type);
+    family_put(st, n->device.index);
+    family_put(st, n->shape.ndim);
+    if (leaf) continue;
+    family_put(st, n->nsrc);
+    for (int i = 0; i < n->nsrc; i++) family_put(st, lm_graph_pos(g, n->src[i]));
+    int nd = n->shape.ndim;
+    switch (lm_op_table[n->op].arg) { /* what cannot follow a size */
+    case LM_ARG_VALUE:
+      if (!maybe_count(n->arg.f)) XXH3_128bits_update(st, &n->arg.f, sizeof n->arg.f);
+      break;
+    case LM_ARG_IOTA: XXH3_128bits_update(st, &n->arg.iota.step, sizeof(double)); break;
+    case LM_ARG_SLICE:
+      for (int d = 0; d < nd; d++) family_put(st, n->arg.slice.step[d]);
+      break;
+    case LM_ARG_AXES: family_put(st, n->arg.axes); break;
+    case LM_ARG_AXIS: family_put(st, n->arg.axis); break;
+    case LM_ARG_PERM:
+      for (int d = 0; d < nd; d++) family_put(st, n->arg.perm[d]);
+      break;
+    default: break; /* the rest is checked at the sizes by the caller */
+    }
+  }
+  for (int i = 0; i < g->ntargets; i++) family_put(st, -1 - g->targets[i]);
+  XXH128_hash_t h = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
+  return (lm_hash128){h.low64, h.high64};
+}
+
 void lm_graph_free(lm_graph *g) {
   free(g->nodes);
   free(g->targets);

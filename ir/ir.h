@@ -342,6 +342,13 @@ typedef struct lm_graph {
   size_t leaves_cap, nleaves;
 } lm_graph;
 
+/* A hash of g with its sizes left out (shapes, slice and pad bounds, arange
+ * starts, constants that may be counts): graphs that differ only in sizes
+ * share it, so the runtime can find a lazy graph's family (runtime/realize.c).
+ * Only a grouping: whether a graph is an instance of another at other sizes is
+ * checked by the caller. {0, 0} when out of memory. */
+lm_hash128 lm_graph_family_hash(const lm_graph *g);
+
 /* A fresh value for lm_node.visit: marks what one walk has seen. */
 uint64_t lm_walk_epoch(void);
 

@@ -118,6 +118,10 @@ typedef struct lm_schedule {
   bool *materialized; /* per graph position: an unrealized node a step computes
                          into memory of its own (a kernel's root, a GEMM); every
                          other unrealized node is inlined by the kernels reading it */
+  /* An instance of a plan template (runtime/plan_template.c): the steps'
+   * arrays, published and materialized belong to the template's plan, but for
+   * each collective's in_count and what release_code drops. */
+  bool borrows_steps;
   /* Set by the runtime that compiled the steps: drops their code references
    * (lm_schedule_free calls it; planning knows nothing of code). */
   void (*release_code)(struct lm_schedule *p);
@@ -168,6 +172,18 @@ bool lm_sym_add_term(lm_sym_expr *e, const lm_sym_term *t);
 /* Whether a >= b for all symbol values of at least 1, as far as a - b having
  * no negative coefficient shows (false when unsure). */
 bool lm_sym_dominates(const lm_sym_expr *a, const lm_sym_expr *b);
+
+/* Fitting a number that follows sizes: vals[g] at the LM_SYM_FIT_GRID^k grid
+ * points g (symbol j at base[j] + digit j of g in base LM_SYM_FIT_GRID,
+ * symbol 0 the lowest digit) -> out, the polynomial with each symbol at most
+ * squared through them. False unless its coefficients are integers and it
+ * has at most LM_SYM_TERMS terms; k is at most LM_SYM_FIT_MAX_SYMBOLS. (Three
+ * points fit any quadratic: what the fit gives elsewhere is a claim the
+ * caller checks at other points.) */
+#define LM_SYM_FIT_GRID 3
+#define LM_SYM_FIT_MAX_SYMBOLS 4
+#define LM_SYM_FIT_MAX_POINTS 81 /* 3^4 */
+bool lm_sym_fit(int k, const int64_t *base, const int64_t *vals, lm_sym_expr *out);
 
 /* Input dim (pos, axis) of a graph is symbol `symbol`. */
 typedef struct lm_sym_seed {

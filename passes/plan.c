@@ -10,7 +10,8 @@
 void lm_schedule_free(lm_schedule *p) {
   if (!p) return;
   if (p->release_code) p->release_code(p);
-  for (int i = 0; i < p->nsteps; i++) {
+  for (int i = 0; i < p->nsteps && p->borrows_steps; i++) free(p->steps[i].coll.in_count);
+  for (int i = 0; i < p->nsteps && !p->borrows_steps; i++) {
     free(p->steps[i].kernel.inst);
     free(p->steps[i].arg_pos);
     free(p->steps[i].params);
@@ -20,8 +21,10 @@ void lm_schedule_free(lm_schedule *p) {
     free(p->steps[i].coll.in_count);
   }
   free(p->steps);
-  free(p->published);
-  free(p->materialized);
+  if (!p->borrows_steps) {
+    free(p->published);
+    free(p->materialized);
+  }
   free(p);
 }
 

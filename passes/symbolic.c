@@ -102,6 +102,41 @@ bool lm_sym_add_term(lm_sym_expr *e, const lm_sym_term *t) {
   return sym_add(e, &one, e);
 }
 
+/* Along each axis in turn, the values at x0, x0 + 1, x0 + 2 become twice the
+ * coefficients of 1, x, x^2 (Newton's form, expanded), so the grid's
+ * coefficients come out times 2^k. */
+bool lm_sym_fit(int k, const int64_t *example, const int64_t *vals, lm_sym_expr *out) {
+  if (k < 0 || k > LM_SYM_FIT_MAX_SYMBOLS) return false;
+  int n = 1;
+  for (int j = 0; j < k; j++) n *= LM_SYM_FIT_GRID;
+  __int128 c[LM_SYM_FIT_MAX_POINTS];
+  for (int g = 0; g < n; g++) c[g] = vals[g];
+  for (int j = 0, stride = 1; j < k; j++, stride *= LM_SYM_FIT_GRID) {
+    __int128 x0 = example[j];
+    for (int g = 0; g < n; g++) {
+      if ((g / stride) % LM_SYM_FIT_GRID != 0) continue;
+      __int128 y0 = c[g], y1 = c[g + stride], y2 = c[g + 2 * stride];
+      __int128 d1 = y1 - y0, d2 = y2 - 2 * y1 + y0;
+      c[g] = 2 * y0 - 2 * d1 * x0 + d2 * x0 * (x0 + 1);
+      c[g + stride] = 2 * d1 - d2 * (2 * x0 + 1);
+      c[g + 2 * stride] = d2;
+    }
+  }
+  *out = (lm_sym_expr){0};
+  __int128 scale = (__int128)1 << k;
+  for (int g = 0; g < n; g++) {
+    if (c[g] == 0) continue;
+    if (c[g] % scale != 0) return false;
+    __int128 coef = c[g] / scale;
+    if (coef > INT64_MAX || coef < -INT64_MAX) return false;
+    lm_sym_term t = {.coef = (int64_t)coef};
+    for (int j = 0, at = g; j < k; j++, at /= LM_SYM_FIT_GRID)
+      t.pow[j] = (uint8_t)(at % LM_SYM_FIT_GRID);
+    if (!lm_sym_add_term(out, &t)) return false;
+  }
+  return true;
+}
+
 bool lm_sym_dominates(const lm_sym_expr *a, const lm_sym_expr *b) {
   lm_sym_expr diff = *b;
   for (int i = 0; i < diff.nterms; i++) diff.t[i].coef = -diff.t[i].coef;

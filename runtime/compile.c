@@ -312,7 +312,8 @@ done:
   return st;
 }
 
-loom_status lm_kernel_generic_all(const lk_kernel *k, lk_kernel *out, int64_t **sizes) {
+loom_status lm_kernel_generic_all(const char *op, const lk_kernel *k, lk_kernel *out,
+                                  int64_t **sizes) {
   *sizes = NULL;
   lk_kernel r;
   lk_inst *base = lk_kernel_unshare_sizes(k, &r);
@@ -331,7 +332,7 @@ loom_status lm_kernel_generic_all(const lk_kernel *k, lk_kernel *out, int64_t **
   free(lift);
   if (!inst) {
     free(values);
-    return lm_fail(LOOM_ERR_OOM, "loom_program_export: out of memory generalizing a kernel");
+    return lm_fail(LOOM_ERR_OOM, "%s: out of memory generalizing a kernel", op);
   }
   *sizes = values;
   return LOOM_OK;
@@ -348,6 +349,25 @@ loom_status lm_kernel_function_sized(const lk_kernel *k, lk_fn *fn, lm_code **co
   lk_kernel g;
   loom_status st = lm_kernel_generalized(k, LM_GENERIC_CPU, &g, sizes);
   if (st != LOOM_OK || !*sizes) return st != LOOM_OK ? st : lm_kernel_function(k, fn, code);
+  lm_stat how;
+  st = kernel_function(&g, fn, code, &how);
+  free(g.inst);
+  if (st != LOOM_OK) {
+    free(*sizes);
+    *sizes = NULL;
+    return st;
+  }
+  lm_generic_counted(how);
+  *nsizes = g.nsizes;
+  return LOOM_OK;
+}
+
+loom_status lm_kernel_function_all_sizes(const char *op, const lk_kernel *k, lk_fn *fn,
+                                         lm_code **code, int64_t **sizes, int *nsizes) {
+  *nsizes = 0;
+  lk_kernel g;
+  loom_status st = lm_kernel_generic_all(op, k, &g, sizes);
+  if (st != LOOM_OK) return st;
   lm_stat how;
   st = kernel_function(&g, fn, code, &how);
   free(g.inst);

@@ -75,7 +75,8 @@ loom_status lm_kernel_generalized(const lk_kernel *k, lm_generic_target target, 
  * constant but -1, 0 and 1, as lowered (not regrouped: regrouping reads
  * divisibility at one size), and the values it runs with at k's sizes:
  * what a symbolic export links, whatever sizes it is run at. */
-loom_status lm_kernel_generic_all(const lk_kernel *k, lk_kernel *out, int64_t **sizes);
+loom_status lm_kernel_generic_all(const char *op, const lk_kernel *k, lk_kernel *out,
+                                  int64_t **sizes);
 /* Counts a generic kernel's use (and its compile, when `how` says it was built). */
 void lm_generic_counted(lm_stat how);
 /* The same, or the shape-generic kernel serving k (loom_set_dynamic), and then
@@ -83,6 +84,11 @@ void lm_generic_counted(lm_stat how);
  * the slot after k's last, *nsizes of them. *sizes NULL: k's own function. */
 loom_status lm_kernel_function_sized(const lk_kernel *k, lk_fn *fn, lm_code **code, int64_t **sizes,
                                      int *nsizes);
+/* k's lm_kernel_generic_all kernel, compiled (or from the caches), and the
+ * sizes it runs with at k's sizes (*sizes malloc'd, *nsizes of them): a plan
+ * template's kernels (runtime/plan_template.c), which serve every size. */
+loom_status lm_kernel_function_all_sizes(const char *op, const lk_kernel *k, lk_fn *fn,
+                                         lm_code **code, int64_t **sizes, int *nsizes);
 /* The relocatable object file defining k (from the disk cache, or emitted):
  * the same code the JIT runs, for ahead-of-time export. *obj is malloc'd;
  * symbol gets the function's name ("lk_" + 32 hex digits). */

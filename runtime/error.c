@@ -11,6 +11,8 @@ static _Thread_local loom_status first_status;
 static _Thread_local char first_message[1024];
 /* The latest error reported on this thread, for lm_error_recorded. */
 static _Thread_local char recent_message[1024];
+/* Inside trial work (lm_errors_quiet_begin): failures are answers. */
+static _Thread_local int quiet;
 /* The public op the user called, while it runs others (lm_called_enter). */
 static _Thread_local const char *called_op;
 
@@ -84,8 +86,12 @@ void loom_clear_error(void) {
   first_message[0] = 0;
 }
 
+void lm_errors_quiet_begin(void) { quiet++; }
+void lm_errors_quiet_end(void) { quiet--; }
+
 static void report(loom_status status, const char *message) {
   snprintf(recent_message, sizeof recent_message, "%s", message);
+  if (quiet) return;
   if (first_status == LOOM_OK) {
     first_status = status;
     snprintf(first_message, sizeof first_message, "%s", message);

@@ -310,11 +310,18 @@ typedef struct compile_job {
   lm_schedule *p;
   const int *order;
   int n;
+  bool all_sizes;   /* every kernel generic over all of its sizes (a plan template's) */
   _Atomic int next; /* the next of order[] to take: each thread takes one at a time */
 } compile_job;
 
 /* A pool part: compiles steps from order[] until none is left. A failure
  * leaves fn NULL; the caller reports it on its own thread. */
+static loom_status compile_kernel_step(lm_step *s, bool all_sizes) {
+  return all_sizes ? lm_kernel_function_all_sizes("loom_program_run", &s->kernel, &s->fn, &s->code,
+                                                  &s->sizes, &s->nsizes)
+                   : lm_kernel_function_sized(&s->kernel, &s->fn, &s->code, &s->sizes, &s->nsizes);
+}
+
 static void compile_steps(void *ctx, int64_t begin, int64_t end) {
   (void)begin, (void)end;
   compile_job *j = ctx;
@@ -322,8 +329,7 @@ static void compile_steps(void *ctx, int64_t begin, int64_t end) {
     lm_step *s = &j->p->steps[j->order[i]];
     if (s->kind == LM_STEP_GEMM) {
       if (lm_gemm_prepare(&s->gemm, &s->code) != LOOM_OK) s->gemm.fn = NULL;
-    } else if (lm_kernel_function_sized(&s->kernel, &s->fn, &s->code, &s->sizes, &s->nsizes) !=
-               LOOM_OK) {
+    } else if (compile_kernel_step(s, j->all_sizes) != LOOM_OK) {
       s->fn = NULL;
     }
   }
@@ -358,16 +364,13 @@ static int compile_order(const lm_schedule *p, int *order) {
 /* A new program's kernels and GEMM functions compile in parallel (LLVM work
  * dominates a cold start), one pool part each; cached ones come back at once.
  * Each step holds its code until the schedule is freed. */
-loom_status lm_exec_compile(lm_schedule *p, loom_device device) {
-  release_code(p); /* compiled before: for another device, say */
-  p->release_code = release_code;
-  if (device.type == LOOM_DEVICE_CUDA) return lm_cuda_exec_compile(p, device.index);
+static loom_status compile_cpu(lm_schedule *p, bool all_sizes) {
   for (int i = 0; i < p->nsteps; i++)
     if (p->steps[i].kind == LM_STEP_KERNEL && lm_env_flag("LOOM_DEBUG"))
       lk_kernel_print(&p->steps[i].kernel, stderr);
   int *order = malloc(sizeof(int) * (size_t)(p->nsteps + 1));
   if (!order) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory compiling a program");
-  compile_job job = {p, order, compile_order(p, order), 0};
+  compile_job job = {p, order, compile_order(p, order), all_sizes, 0};
   int threads = loom_num_threads();
   lm_parallel_for(threads, job.n > 1 ? threads : 1, compile_steps, &job);
   free(order);
@@ -375,10 +378,23 @@ loom_status lm_exec_compile(lm_schedule *p, loom_device device) {
     lm_step *s = &p->steps[i];
     loom_status st = LOOM_OK;
     if (s->kind == LM_STEP_KERNEL && !s->fn)
-      st = lm_kernel_function_sized(&s->kernel, &s->fn, &s->code, &s->sizes, &s->nsizes);
+      st = compile_kernel_step(s, all_sizes);
     else if (s->kind == LM_STEP_GEMM && !s->code)
       st = lm_gemm_prepare(&s->gemm, &s->code);
     if (st != LOOM_OK) return st;
   }
   return LOOM_OK;
+}
+
+loom_status lm_exec_compile(lm_schedule *p, loom_device device) {
+  release_code(p); /* compiled before: for another device, say */
+  p->release_code = release_code;
+  if (device.type == LOOM_DEVICE_CUDA) return lm_cuda_exec_compile(p, device.index);
+  return compile_cpu(p, false);
+}
+
+loom_status lm_exec_compile_all_sizes(lm_schedule *p) {
+  release_code(p);
+  p->release_code = release_code;
+  return compile_cpu(p, true);
 }

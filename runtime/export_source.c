@@ -173,7 +173,9 @@ loom_status lm_export_layout_make_generic(lm_export_layout *l, const loom_progra
                        "loom_program_export: step %d sums over an empty dim; a symbolic export "
                        "cannot take it",
                        i);
-    if ((st = lm_kernel_generic_all(&s->kernel, &l->kernel[i], &l->sizes[i])) != LOOM_OK) return st;
+    if ((st = lm_kernel_generic_all("loom_program_export", &s->kernel, &l->kernel[i],
+                                    &l->sizes[i])) != LOOM_OK)
+      return st;
     lm_kernel_symbol(&l->kernel[i], l->symbol[i]);
   }
   for (int i = 0; i < plan->nsteps; i++) {

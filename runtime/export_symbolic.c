@@ -25,8 +25,8 @@
 
 #define OP "loom_program_export"
 /* 3^4 = 81 plans and 2 more: enough for a batch, a sequence and two more */
-#define EXPORT_MAX_SYMBOLS 4
-#define GRID_VALUES 3
+#define EXPORT_MAX_SYMBOLS LM_SYM_FIT_MAX_SYMBOLS
+#define GRID_VALUES LM_SYM_FIT_GRID
 #define CHECKS 2
 
 typedef struct sample {
@@ -46,44 +46,6 @@ typedef struct exporter {
   int *slot; /* [n + ntemps] of the traced plan */
   int nslots;
 } exporter;
-
-/* ------------------------------------------------------------ fitting */
-
-/* The polynomial through vals[g] at the grid points g (symbol j at
- * example[j] + digit j of g in base 3), with exponents of at most 2: along
- * each axis in turn, the values at x0, x0 + 1, x0 + 2 become twice the
- * coefficients of 1, x, x^2 (Newton's form, expanded), so the grid's
- * coefficients come out times 2^k. False unless they are integers (and the
- * polynomial has at most LM_SYM_TERMS terms). */
-static bool fit(int k, const int64_t *example, const int64_t *vals, lm_sym_expr *out) {
-  int n = 1;
-  for (int j = 0; j < k; j++) n *= GRID_VALUES;
-  __int128 c[81];
-  for (int g = 0; g < n; g++) c[g] = vals[g];
-  for (int j = 0, stride = 1; j < k; j++, stride *= GRID_VALUES) {
-    __int128 x0 = example[j];
-    for (int g = 0; g < n; g++) {
-      if ((g / stride) % GRID_VALUES != 0) continue;
-      __int128 y0 = c[g], y1 = c[g + stride], y2 = c[g + 2 * stride];
-      __int128 d1 = y1 - y0, d2 = y2 - 2 * y1 + y0;
-      c[g] = 2 * y0 - 2 * d1 * x0 + d2 * x0 * (x0 + 1);
-      c[g + stride] = 2 * d1 - d2 * (2 * x0 + 1);
-      c[g + 2 * stride] = d2;
-    }
-  }
-  *out = (lm_sym_expr){0};
-  __int128 scale = (__int128)1 << k;
-  for (int g = 0; g < n; g++) {
-    if (c[g] == 0) continue;
-    if (c[g] % scale != 0) return false;
-    __int128 coef = c[g] / scale;
-    if (coef > INT64_MAX || coef < -INT64_MAX) return false;
-    lm_sym_term t = {.coef = (int64_t)coef};
-    for (int j = 0, at = g; j < k; j++, at /= GRID_VALUES) t.pow[j] = (uint8_t)(at % GRID_VALUES);
-    if (!lm_sym_add_term(out, &t)) return false;
-  }
-  return true;
-}
 
 /* ------------------------------------------------------------ tokens */
 
@@ -232,7 +194,7 @@ static loom_status merge(const exporter *x, int which, char **out) {
       continue;
     }
     lm_sym_expr e;
-    bool ok = fit(x->k, p->sym_example, vals, &e);
+    bool ok = lm_sym_fit(x->k, p->sym_example, vals, &e);
     for (int i = x->ngrid; ok && i < x->nsamples; i++)
       ok = lm_sym_eval(&e, x->s[i].values) == vals[i];
     if (!ok) {
@@ -319,7 +281,7 @@ static loom_status assign_slots(exporter *x) {
     for (int j = 0; j < x->nsamples; j++)
       vals[j] = lm_export_step_bytes(&x->s[j].b->plan->steps[i]);
     lm_sym_expr need;
-    bool ok = fit(x->k, p->sym_example, vals, &need);
+    bool ok = lm_sym_fit(x->k, p->sym_example, vals, &need);
     for (int j = x->ngrid; ok && j < x->nsamples; j++)
       ok = lm_sym_eval(&need, x->s[j].values) == vals[j];
     if (!ok) {

@@ -160,16 +160,18 @@ static loom_status check_placeholders(const char *op, const lm_graph *g, lm_node
   return LOOM_OK;
 }
 
-static loom_status plan_and_compile(const char *op, loom_program *p, const lm_graph *g) {
+static loom_status plan_and_compile(const char *op, loom_program *p, const lm_graph *g,
+                                    bool all_sizes) {
   char err[1024];
   loom_status st = lm_plan(g, loom_fusion_enabled(), &p->plan, err, sizeof err);
   if (st != LOOM_OK) return lm_fail(st, "%s: %s", op, err);
   assign_kernels(p);
-  return lm_exec_compile(p->plan, p->device);
+  return all_sizes && p->device.type == LOOM_DEVICE_CPU ? lm_exec_compile_all_sizes(p->plan)
+                                                        : lm_exec_compile(p->plan, p->device);
 }
 
-loom_status lm_program_build(const char *op, lm_node *const *outs, int nout, lm_node *const *ins,
-                             int nin, loom_program **out) {
+static loom_status build(const char *op, lm_node *const *outs, int nout, lm_node *const *ins,
+                         int nin, bool all_sizes, loom_program **out) {
   *out = NULL;
   lm_graph user, own;
   memset(&own, 0, sizeof own);
@@ -199,7 +201,7 @@ loom_status lm_program_build(const char *op, lm_node *const *outs, int nout, lm_
     if (fill_tables(p, &own, ins, nin) != LOOM_OK)
       st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
   }
-  if (st == LOOM_OK) st = plan_and_compile(op, p, &own);
+  if (st == LOOM_OK) st = plan_and_compile(op, p, &own, all_sizes);
   free(targets);
   lm_graph_free(&own);
   lm_graph_free(&user);
@@ -209,6 +211,56 @@ loom_status lm_program_build(const char *op, lm_node *const *outs, int nout, lm_
   }
   *out = p;
   return LOOM_OK;
+}
+
+loom_status lm_program_build(const char *op, lm_node *const *outs, int nout, lm_node *const *ins,
+                             int nin, loom_program **out) {
+  return build(op, outs, nout, ins, nin, false, out);
+}
+
+loom_status lm_program_build_lazy(const char *op, const lm_graph *g, loom_program **out) {
+  *out = NULL;
+  lm_node **clones = calloc((size_t)g->n + 1, sizeof *clones);
+  lm_node **ins = malloc(sizeof *ins * ((size_t)g->n + 1));
+  lm_node **targets = malloc(sizeof *targets * ((size_t)g->ntargets + 1));
+  loom_status st = clones && ins && targets ? LOOM_OK : LOOM_ERR_OOM;
+  int nin = 0;
+  lm_no_grad_push();
+  for (int pos = 0; pos < g->n && st == LOOM_OK; pos++) {
+    const lm_node *n = g->nodes[pos];
+    lm_node *src_small[8], **src = src_small;
+    bool leaf = lm_is_computed(n);
+    if (!leaf && n->nsrc > 8 && !(src = malloc(sizeof *src * (size_t)n->nsrc))) {
+      st = LOOM_ERR_OOM;
+      break;
+    }
+    for (int i = 0; !leaf && i < n->nsrc; i++) src[i] = clones[lm_graph_pos(g, n->src[i])];
+    lm_node *c = leaf ? lm_node_new(LM_INPUT, 0, NULL, n->shape, n->dtype, n->device)
+                      : lm_node_new(n->op, n->nsrc, src, n->shape, n->dtype, n->device);
+    if (src != src_small) free(src);
+    char label[32];
+    snprintf(label, sizeof label, "leaf%d", pos);
+    if (!c || (leaf && !(c->label = strdup(label)))) {
+      lm_node_release(c);
+      st = LOOM_ERR_OOM;
+      break;
+    }
+    if (!leaf) c->arg = n->arg;
+    clones[pos] = c;
+    if (leaf) ins[nin++] = c;
+  }
+  lm_no_grad_pop();
+  if (st != LOOM_OK) {
+    st = lm_fail(LOOM_ERR_OOM, "%s: out of memory copying the graph", op);
+  } else {
+    for (int i = 0; i < g->ntargets; i++) targets[i] = clones[g->targets[i]];
+    st = build(op, targets, g->ntargets, ins, nin, true, out);
+  }
+  for (int pos = g->n - 1; clones && pos >= 0; pos--) lm_node_release(clones[pos]);
+  free(clones);
+  free(ins);
+  free(targets);
+  return st;
 }
 
 loom_program *loom_compile(loom_tensor *const *outs, int nout, loom_tensor *const *ins, int nin) {
@@ -287,12 +339,13 @@ loom_status lm_program_check_inputs(const loom_program *p, loom_tensor *const *i
 
 /* Output i: the buffer the run computed, or a copy (of a leaf, or of an
  * earlier output with the same value), on the program's device. */
-static loom_status output_node(const loom_program *p, lm_node *const *nodes, int i, void **bufs,
+static loom_status output_node(const loom_program *p, const lm_binding *bound, int i, void **bufs,
                                size_t *sizes, lm_node *const *earlier, lm_node **result) {
   const char *op = "loom_program_run";
   int pos = p->out_pos[i];
-  const lm_node *n = nodes[pos];
-  lm_node *out = lm_node_new(LM_BUFFER, 0, NULL, n->shape, n->dtype, p->device);
+  const lm_node *n = p->nodes[pos];
+  loom_shape shape = bound ? lm_program_shape_at(p, pos, bound->values) : n->shape;
+  lm_node *out = lm_node_new(LM_BUFFER, 0, NULL, shape, n->dtype, p->device);
   *result = out;
   if (!out) return lm_fail(LOOM_ERR_OOM, "%s: out of memory for output %d", op, i);
   const void *from = p->kind[pos] == LM_SLOT_NODE ? NULL : bufs[pos];
@@ -303,7 +356,7 @@ static loom_status output_node(const loom_program *p, lm_node *const *nodes, int
     bufs[pos] = NULL, sizes[pos] = 0;
     return LOOM_OK;
   }
-  size_t bytes = (size_t)lm_shape_numel(&n->shape) * loom_dtype_size(n->dtype);
+  size_t bytes = (size_t)lm_shape_numel(&shape) * loom_dtype_size(n->dtype);
   loom_status st = lm_data_alloc(op, p->device, bytes, &out->data);
   out->bytes = bytes;
   if (st == LOOM_OK && from) st = lm_data_copy(op, p->device, out->data, p->device, from, bytes);
@@ -338,7 +391,6 @@ loom_status loom_program_run(const loom_program *p, loom_tensor *const *ins, loo
       p->symbolic ? lm_program_bind(p, ins, &bound) : lm_program_check_inputs(p, ins, NULL);
   if (st != LOOM_OK) return st;
   lm_schedule *plan = bound ? bound->plan : p->plan;
-  lm_node *const *nodes = bound ? bound->nodes : p->nodes;
   int nbufs = p->n + plan->ntemps;
   void **bufs = calloc((size_t)nbufs, sizeof *bufs);
   size_t *sizes = calloc((size_t)nbufs, sizeof *sizes);
@@ -349,7 +401,7 @@ loom_status loom_program_run(const loom_program *p, loom_tensor *const *ins, loo
   if (st == LOOM_OK && p->nout > 64 && !(res = calloc((size_t)p->nout, sizeof *res)))
     st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
   for (int i = 0; i < p->nout && st == LOOM_OK; i++) {
-    st = output_node(p, nodes, i, bufs, sizes, res, &res[i]);
+    st = output_node(p, bound, i, bufs, sizes, res, &res[i]);
     for (int j = 0; j < i && st != LOOM_OK; j++) lm_node_release(res[j]);
   }
   for (int i = 0; i < p->nout && st == LOOM_OK; i++) {

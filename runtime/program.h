@@ -48,7 +48,11 @@ struct loom_program {
   lm_sym_count *counts; /* [ncounts] constants that count symbolic dims */
   int ncounts;
   struct lm_binding *bound;  /* most recently used first (LM_PROGRAM_PLANS*) */
-  pthread_mutex_t bind_lock; /* guards `bound` and its entries' users */
+  pthread_mutex_t bind_lock; /* guards `bound` and its entries' users, and template_state */
+  /* The plan for every size (runtime/plan_template.c), made at the first run
+   * at new sizes: NULL when the plans differ beyond numbers. */
+  struct lm_plan_template *plan_template;
+  enum { LM_TEMPLATE_UNTRIED, LM_TEMPLATE_MAKING, LM_TEMPLATE_DONE } template_state;
 };
 
 /* A program's graph at other sizes of its symbols: nodes with those shapes
@@ -59,7 +63,7 @@ struct loom_program {
 typedef struct lm_binding {
   struct lm_binding *next;
   int64_t values[LM_SYM_MAX_SYMBOLS];
-  lm_node **nodes; /* [n] one reference each */
+  lm_node **nodes; /* [n] one reference each; NULL for an instance of the plan template */
   lm_schedule *plan;
   int users; /* runs using it now */
 } lm_binding;
@@ -70,12 +74,33 @@ typedef struct lm_binding {
  * given must be handed back with lm_program_unbind. */
 loom_status lm_program_bind(const loom_program *p, loom_tensor *const *ins, lm_binding **out);
 void lm_program_unbind(const loom_program *p, lm_binding *b);
+/* The same for values of the symbols already read and checked (other than
+ * the traced ones). */
+loom_status lm_program_bind_values(const loom_program *p, const int64_t *values, lm_binding **out);
+/* The canonical hash (lm_graph.hash) of symbolic program p's graph at values,
+ * its inputs leaves: a lazy graph with that hash is that graph. */
+loom_status lm_program_graph_hash_at(const loom_program *p, const int64_t *values, lm_hash128 *out);
 /* Symbolic program p's graph at the symbols' values, checked and planned but
  * not compiled (for an export's samples); free it with
  * lm_program_binding_free. The op name prefixes error messages. */
 loom_status lm_program_plan_at(const char *op, const loom_program *p, const int64_t *values,
                                lm_binding **out);
 void lm_program_binding_free(const loom_program *p, lm_binding *b);
+/* Plan templates (runtime/plan_template.c): one plan for every size of a
+ * symbolic program's symbols in a box around its traced sizes, its numbers
+ * polynomials of the symbols. *out NULL (and LOOM_OK): the program has none
+ * (its plans differ beyond numbers, it runs on CUDA, or has more than
+ * LM_SYM_FIT_MAX_SYMBOLS symbols). */
+typedef struct lm_plan_template lm_plan_template;
+loom_status lm_plan_template_make(const loom_program *p, lm_plan_template **out);
+void lm_plan_template_free(lm_plan_template *t);
+/* The plan at values from template t (compiled; free it with
+ * lm_schedule_free), growing t's box when the plans at its new corners agree;
+ * *out NULL (and LOOM_OK) when values stay outside it: plan them alone. */
+loom_status lm_plan_template_instance(lm_plan_template *t, const loom_program *p,
+                                      const int64_t *values, lm_schedule **out);
+/* Position pos's shape at the symbols' values. */
+loom_shape lm_program_shape_at(const loom_program *p, int pos, const int64_t *values);
 /* The symbols' values, "batch=7, seq=12", into buf. */
 const char *lm_program_values_str(const loom_program *p, const int64_t *values, char *buf,
                                   size_t len);
@@ -94,6 +119,13 @@ loom_status lm_program_check_inputs(const loom_program *p, loom_tensor *const *i
  * program. The op name prefixes error messages. */
 loom_status lm_program_build(const char *op, lm_node *const *outs, int nout, lm_node *const *ins,
                              int nin, loom_program **out);
+
+/* Compiles lazy graph g into a program whose inputs are its leaves, in
+ * position order (input i is the i-th leaf, named "leaf<pos>"), and whose
+ * outputs are its targets: a lazy graph's family (runtime/realize.c). On
+ * the CPU its kernels are generic over all of their sizes, as its plan
+ * template's are, so that the family compiles each kernel once more. */
+loom_status lm_program_build_lazy(const char *op, const lm_graph *g, loom_program **out);
 
 /* "out<i>" into buf. */
 const char *lm_program_output_label(int i, char buf[16]);

@@ -38,6 +38,9 @@ void lm_program_free_symbols(loom_program *p) {
     next = b->next;
     free_binding(b, p->n);
   }
+  p->bound = NULL;
+  lm_plan_template_free(p->plan_template); /* after its instances */
+  p->plan_template = NULL;
   for (int s = 0; p->sym_names && s < p->nsym; s++) free(p->sym_names[s]);
   free(p->sym_names);
   free(p->sym_example);
@@ -285,6 +288,34 @@ loom_status lm_program_plan_at(const char *op, const loom_program *p, const int6
 
 void lm_program_binding_free(const loom_program *p, lm_binding *b) { free_binding(b, p->n); }
 
+loom_status lm_program_graph_hash_at(const loom_program *p, const int64_t *values,
+                                     lm_hash128 *out) {
+  lm_binding *b = calloc(1, sizeof *b);
+  if (!b || !(b->nodes = calloc((size_t)p->n + 1, sizeof *b->nodes))) {
+    free(b);
+    return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
+  }
+  loom_status st = instantiate("loom_realize", p, values, b);
+  lm_node **targets = st == LOOM_OK ? malloc(sizeof *targets * (size_t)p->nout) : NULL;
+  if (st == LOOM_OK && !targets) st = lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
+  if (st == LOOM_OK) {
+    for (int i = 0; i < p->nout; i++) targets[i] = b->nodes[p->out_pos[i]];
+    lm_graph g;
+    if ((st = lm_graph_build(&g, targets, p->nout)) == LOOM_OK) *out = g.hash;
+    lm_graph_free(&g);
+  }
+  free(targets);
+  free_binding(b, p->n);
+  return st;
+}
+
+loom_shape lm_program_shape_at(const loom_program *p, int pos, const int64_t *values) {
+  loom_shape shape = p->nodes[pos]->shape;
+  for (int d = 0; p->symbolic && d < shape.ndim; d++)
+    shape.dim[d] = lm_sym_eval(&p->dims[pos * LOOM_MAX_DIMS + d], values);
+  return shape;
+}
+
 /* The values of the symbols in this run's inputs, each dim checked. */
 static loom_status read_values(const loom_program *p, loom_tensor *const *ins, int64_t *values,
                                loom_shape *want) {
@@ -332,6 +363,12 @@ loom_status lm_program_bind(const loom_program *p, loom_tensor *const *ins, lm_b
   if (st == LOOM_OK) st = lm_program_check_inputs(p, ins, want);
   if (want != want_small) free(want);
   if (st != LOOM_OK || same_values(p, values, p->sym_example)) return st;
+  return lm_program_bind_values(p, values, out);
+}
+
+loom_status lm_program_bind_values(const loom_program *p, const int64_t *values, lm_binding **out) {
+  *out = NULL;
+  loom_status st = LOOM_OK;
   loom_program *mp = (loom_program *)p; /* the plans kept are its mutable cache */
   pthread_mutex_lock(&mp->bind_lock);
   for (lm_binding **at = &mp->bound; *at; at = &(*at)->next) {
@@ -345,14 +382,40 @@ loom_status lm_program_bind(const loom_program *p, loom_tensor *const *ins, lm_b
     *out = b;
     return LOOM_OK;
   }
+  bool make_template =
+      mp->template_state == LM_TEMPLATE_UNTRIED && loom_dynamic_mode() != LOOM_DYNAMIC_OFF;
+  if (make_template) mp->template_state = LM_TEMPLATE_MAKING;
   pthread_mutex_unlock(&mp->bind_lock);
-  lm_binding *b;
-  if ((st = lm_program_plan_at("loom_program_run", p, values, &b)) != LOOM_OK) return st;
-  if ((st = lm_exec_compile(b->plan, p->device)) != LOOM_OK) {
-    free_binding(b, p->n);
-    return st;
+  if (make_template) { /* others plan their sizes alone meanwhile */
+    lm_plan_template *t = NULL;
+    st = lm_plan_template_make(p, &t);
+    pthread_mutex_lock(&mp->bind_lock);
+    mp->plan_template = t;
+    mp->template_state = LM_TEMPLATE_DONE;
+    pthread_mutex_unlock(&mp->bind_lock);
+    if (st != LOOM_OK) return st;
   }
-  lm_stat_add(LM_STAT_PROGRAM_SIZES_PLANNED, 1);
+  lm_binding *b = NULL;
+  lm_schedule *instance = NULL;
+  pthread_mutex_lock(&mp->bind_lock);
+  lm_plan_template *t = mp->template_state == LM_TEMPLATE_DONE ? mp->plan_template : NULL;
+  pthread_mutex_unlock(&mp->bind_lock);
+  if (t && (st = lm_plan_template_instance(t, p, values, &instance)) != LOOM_OK) return st;
+  if (instance) {
+    if (!(b = calloc(1, sizeof *b))) {
+      lm_schedule_free(instance);
+      return lm_fail(LOOM_ERR_OOM, "loom_program_run: out of memory");
+    }
+    memcpy(b->values, values, sizeof(int64_t) * (size_t)p->nsym);
+    b->plan = instance;
+  } else {
+    if ((st = lm_program_plan_at("loom_program_run", p, values, &b)) != LOOM_OK) return st;
+    if ((st = lm_exec_compile(b->plan, p->device)) != LOOM_OK) {
+      free_binding(b, p->n);
+      return st;
+    }
+    lm_stat_add(LM_STAT_PROGRAM_SIZES_PLANNED, 1);
+  }
   b->users = 1;
   pthread_mutex_lock(&mp->bind_lock);
   b->next = mp->bound;
@@ -364,7 +427,7 @@ loom_status lm_program_bind(const loom_program *p, loom_tensor *const *ins, lm_b
   for (lm_binding **at = &mp->bound; *at;) {
     lm_binding *x = *at;
     kept++;
-    nodes += p->n;
+    nodes += x->nodes ? p->n : x->plan->nsteps; /* an instance holds its steps alone */
     bool over =
         kept > LM_PROGRAM_PLANS || (kept > LM_PROGRAM_PLANS_KEPT && nodes > LM_PROGRAM_PLAN_NODES);
     if (over && x->users == 0) {

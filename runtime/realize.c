@@ -1,6 +1,7 @@
 /* Realization: the unrealized graph behind some targets -> canonical form ->
  * program (from the graph cache, or planned and compiled) -> run -> the
  * computed nodes become buffers. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include "runtime/compile.h"
 #include "runtime/exec.h"
 #include "runtime/pool.h"
+#include "runtime/program.h"
 #include "runtime/runtime.h"
 
 /* A program shared by the cache and the realizations running it. */
@@ -79,16 +81,278 @@ static loom_status compile_program(const lm_graph *g, bool fuse, loom_device dev
   return LOOM_OK;
 }
 
-static loom_status find_program(const lm_graph *g, loom_device device, shared_program **out) {
+/* ------------------------------------------------------------ families */
+
+/*
+ * A lazy graph's *family*: the graphs that differ from it only in sizes (a
+ * batch, a growing sequence), found by lm_graph_family_hash. The first graph
+ * of a family is planned for its sizes, as any graph. At the second, the leaf
+ * dims that differ from the first's become symbols (dims that changed from
+ * the same size to the same size are one symbol) and the graph is compiled
+ * into a symbolic program whose inputs are all of its leaves
+ * (lm_program_build_lazy, lm_program_make_symbolic): the family's one more
+ * graph compile. Every later graph of the family reads the symbols' values
+ * from its leaves, is checked to be the program's graph at them (the hash of
+ * the program instantiated there equals the graph's: constants, slice bounds,
+ * everything), and runs that program's plan for them (its plan template's
+ * instance on the CPU), binding its own leaves and publishing its targets.
+ * A second graph with a differing dim of size 1 waits for a third (a symbol is
+ * traced at 2 or more); one whose symbols the program refuses (lm_sym_infer:
+ * a constant computed from a size, say) marks the family refused: its graphs
+ * are planned for their sizes, as before.
+ */
+#define FAMILIES 256
+#define FAMILY_HASHES 512 /* the instance hashes a family keeps (a ring) */
+
+typedef struct family_hash {
+  int64_t values[LM_SYM_MAX_SYMBOLS];
+  lm_hash128 hash;
+} family_hash;
+
+typedef struct family {
+  _Atomic int refs;
+  pthread_mutex_t lock; /* the fields below */
+  int n;
+  lm_hash128 first;       /* the first graph's hash */
+  loom_shape *leaf_shape; /* [n] its shapes (read at leaves) */
+  loom_program *program;  /* the family as a symbolic program, from its second graph */
+  lm_hash128 traced;      /* the hash of the graph the program was traced from */
+  bool refused;
+  family_hash hashes[FAMILY_HASHES];
+  int nhashes, next_hash;
+} family;
+
+static void family_acquire(void *v) { atomic_fetch_add(&((family *)v)->refs, 1); }
+
+static void family_release(void *v) {
+  family *f = v;
+  if (!f || atomic_fetch_sub(&f->refs, 1) != 1) return;
+  loom_program_free(f->program);
+  free(f->leaf_shape);
+  pthread_mutex_destroy(&f->lock);
+  free(f);
+}
+
+static lm_cache families = LM_CACHE_INIT(FAMILIES, family_release);
+
+/* Where a run's plan comes from: the graph cache, or a family's program. */
+typedef struct program_ref {
+  shared_program *sp;
+  family *fam;
+  lm_binding *bound; /* the family program's plan at other sizes, or NULL: its own */
+  const lm_schedule *plan;
+} program_ref;
+
+static void program_ref_release(program_ref *r) {
+  if (r->sp) program_release(r->sp);
+  if (r->fam) {
+    lm_program_unbind(r->fam->program, r->bound);
+    family_release(r->fam);
+  }
+  *r = (program_ref){0};
+}
+
+/* The symbols of f's second graph g: input (leaf) dims that differ from the
+ * first graph's, one symbol per pair of sizes, as program input dims (dims)
+ * and as graph positions (seeds), with their sizes in g (example). Returns
+ * how many dims: -1: more than a program takes; -2: one is below 2 in g,
+ * where no symbol is traced (a batch of 1 broadcasts), so a later graph
+ * makes the program. */
+#define FAMILY_MAX_DIMS 64
+typedef struct family_seeds {
+  loom_symbolic_dim dims[FAMILY_MAX_DIMS];
+  lm_sym_seed seeds[FAMILY_MAX_DIMS];
+  char names[LM_SYM_MAX_SYMBOLS][8];
+  const char *name[LM_SYM_MAX_SYMBOLS];
+  int64_t example[LM_SYM_MAX_SYMBOLS];
+  int nsym;
+} family_seeds;
+
+static int family_symbols(const family *f, const lm_graph *g, family_seeds *fs) {
+  int ndims = 0, input = 0;
+  int64_t was_size[LM_SYM_MAX_SYMBOLS];
+  fs->nsym = 0;
+  for (int pos = 0; pos < g->n; pos++) {
+    const lm_node *n = g->nodes[pos];
+    if (!lm_is_computed(n)) continue;
+    for (int d = 0; d < n->shape.ndim; d++) {
+      int64_t was = f->leaf_shape[pos].dim[d], now = n->shape.dim[d];
+      if (was == now) continue;
+      if (now < 2) return -2;
+      int s = 0;
+      while (s < fs->nsym && !(was_size[s] == was && fs->example[s] == now)) s++;
+      if (s == fs->nsym) {
+        if (fs->nsym == LM_SYM_MAX_SYMBOLS) return -1;
+        was_size[s] = was, fs->example[s] = now;
+        snprintf(fs->names[s], sizeof fs->names[s], "s%d", s);
+        fs->name[s] = fs->names[s];
+        fs->nsym++;
+      }
+      if (ndims == FAMILY_MAX_DIMS) return -1;
+      fs->dims[ndims] = (loom_symbolic_dim){input, d, fs->names[s]};
+      fs->seeds[ndims++] = (lm_sym_seed){pos, d, s};
+    }
+    input++;
+  }
+  return ndims;
+}
+
+/* Whether the symbols of g's dims follow from seeds (lm_sym_infer), before
+ * anything is compiled for them. */
+static bool family_inferable(const lm_graph *g, const family_seeds *fs, int nseeds) {
+  lm_sym_expr *dims = malloc(sizeof *dims * (size_t)g->n * LOOM_MAX_DIMS);
+  lm_sym_count *counts = malloc(sizeof *counts * (size_t)(g->n + 1));
+  int ncounts = 0;
+  char err[256];
+  bool ok = dims && counts &&
+            lm_sym_infer(g, fs->name, fs->example, fs->seeds, nseeds, dims, counts, &ncounts, err,
+                         sizeof err) == LOOM_OK;
+  free(dims);
+  free(counts);
+  return ok;
+}
+
+/* Makes f's program from its second graph g (f locked); false when it
+ * cannot be one (the graph then plans for its sizes). */
+static bool family_make(family *f, const lm_graph *g) {
+  family_seeds fs;
+  int ndims = family_symbols(f, g, &fs);
+  if (ndims == 0 || ndims == -2) return false; /* the same sizes, or a size of 1: not yet */
+  if (ndims < 0 || !family_inferable(g, &fs, ndims)) {
+    f->refused = true;
+    return false;
+  }
+  loom_program *p = NULL;
+  lm_errors_quiet_begin(); /* a refusal is an answer: the graph plans as before */
+  loom_status st = lm_program_build_lazy("loom_realize", g, &p);
+  if (st == LOOM_OK) st = lm_program_make_symbolic("loom_realize", p, fs.dims, ndims);
+  lm_errors_quiet_end();
+  if (st != LOOM_OK) {
+    loom_program_free(p);
+    f->refused = true;
+    return false;
+  }
+  lm_stat_add(LM_STAT_GRAPHS_COMPILED, 1);
+  f->program = p;
+  f->traced = g->hash;
+  return true;
+}
+
+/* The symbols' values in g (a graph of f's family): false when its leaves
+ * give a symbol two values. */
+static bool family_values(const family *f, const lm_graph *g, int64_t *values) {
+  const loom_program *p = f->program;
+  for (int s = 0; s < p->nsym; s++) values[s] = -1;
+  for (int i = 0; i < p->nin; i++) {
+    int pos = p->in_pos[i];
+    if (pos < 0 || pos >= g->n || !lm_is_computed(g->nodes[pos])) return false;
+    const loom_shape *sh = &g->nodes[pos]->shape;
+    for (int d = 0; d < sh->ndim; d++) {
+      int s = p->in_sym[i * LOOM_MAX_DIMS + d];
+      if (s < 0) continue;
+      if (sh->dim[d] < 1 || (values[s] >= 0 && values[s] != sh->dim[d])) return false;
+      values[s] = sh->dim[d];
+    }
+  }
+  for (int s = 0; s < p->nsym; s++)
+    if (values[s] < 0) return false;
+  return true;
+}
+
+/* Whether g is f's program's graph at values (f locked). */
+static bool family_member(family *f, const lm_graph *g, const int64_t *values) {
+  const loom_program *p = f->program;
+  bool traced = true;
+  for (int s = 0; s < p->nsym; s++) traced &= values[s] == p->sym_example[s];
+  if (traced) return g->hash.lo == f->traced.lo && g->hash.hi == f->traced.hi;
+  size_t bytes = sizeof(int64_t) * (size_t)p->nsym;
+  for (int i = 0; i < f->nhashes; i++)
+    if (memcmp(f->hashes[i].values, values, bytes) == 0)
+      return g->hash.lo == f->hashes[i].hash.lo && g->hash.hi == f->hashes[i].hash.hi;
+  lm_hash128 h;
+  lm_errors_quiet_begin(); /* sizes the program refuses: not a member */
+  loom_status st = lm_program_graph_hash_at(p, values, &h);
+  lm_errors_quiet_end();
+  if (st != LOOM_OK) return false;
+  family_hash *at = &f->hashes[f->next_hash];
+  memset(at, 0, sizeof *at);
+  memcpy(at->values, values, bytes);
+  at->hash = h;
+  f->next_hash = (f->next_hash + 1) % FAMILY_HASHES;
+  if (f->nhashes < FAMILY_HASHES) f->nhashes++;
+  return g->hash.lo == h.lo && g->hash.hi == h.hi;
+}
+
+/* A new family for g (its first graph), stored. */
+static void family_start(const lm_graph *g, lm_hash128 key) {
+  family *f = calloc(1, sizeof *f);
+  if (!f || !(f->leaf_shape = malloc(sizeof *f->leaf_shape * (size_t)(g->n + 1))) ||
+      pthread_mutex_init(&f->lock, NULL) != 0) {
+    if (f) free(f->leaf_shape);
+    free(f);
+    return; /* the graph plans as it would anyway */
+  }
+  atomic_init(&f->refs, 1);
+  f->n = g->n;
+  f->first = g->hash;
+  for (int pos = 0; pos < g->n; pos++) f->leaf_shape[pos] = g->nodes[pos]->shape;
+  bool inserted = false;
+  lm_cache_put(&families, key, f, NULL, &inserted); /* the cache takes our reference */
+  if (!inserted) family_release(f);                 /* out of memory, or another thread's first */
+}
+
+/* g's plan from its family (*r filled), or LOOM_OK with r->plan NULL: plan
+ * it for its sizes. */
+static loom_status family_plan(const lm_graph *g, loom_device device, program_ref *r) {
+  if (device.type != LOOM_DEVICE_CPU || loom_dynamic_mode() == LOOM_DYNAMIC_OFF) return LOOM_OK;
+  lm_hash128 key = lm_graph_family_hash(g);
+  family *f = lm_cache_get(&families, key, family_acquire);
+  if (!f) {
+    family_start(g, key);
+    return LOOM_OK;
+  }
+  int64_t values[LM_SYM_MAX_SYMBOLS];
+  pthread_mutex_lock(&f->lock);
+  bool member = false;
+  if (f->n == g->n && !f->refused && !f->program &&
+      (g->hash.lo != f->first.lo || g->hash.hi != f->first.hi))
+    family_make(f, g);
+  if (f->program && f->n == g->n && family_values(f, g, values))
+    member = family_member(f, g, values);
+  pthread_mutex_unlock(&f->lock);
+  if (!member) {
+    family_release(f);
+    return LOOM_OK;
+  }
+  const loom_program *p = f->program;
+  bool traced = true;
+  for (int s = 0; s < p->nsym; s++) traced &= values[s] == p->sym_example[s];
+  lm_binding *b = NULL;
+  loom_status st = traced ? LOOM_OK : lm_program_bind_values(p, values, &b);
+  if (st != LOOM_OK) {
+    family_release(f);
+    return st;
+  }
+  *r = (program_ref){NULL, f, b, b ? b->plan : p->plan};
+  lm_stat_add(LM_STAT_GRAPH_CACHE_HITS, 1); /* planned before, as its family */
+  return LOOM_OK;
+}
+
+static loom_status find_program(const lm_graph *g, loom_device device, program_ref *r) {
+  *r = (program_ref){0};
   bool fuse = loom_fusion_enabled();
   shared_program *sp = lm_cache_get(&programs, program_key(g, fuse), program_acquire);
   if (sp && sp->program->nnodes == g->n) {
     lm_stat_add(LM_STAT_GRAPH_CACHE_HITS, 1);
-    *out = sp;
+    *r = (program_ref){.sp = sp, .plan = sp->program};
     return LOOM_OK;
   }
   if (sp) program_release(sp);
-  return compile_program(g, fuse, device, out);
+  loom_status st = fuse ? family_plan(g, device, r) : LOOM_OK;
+  if (st != LOOM_OK || r->plan) return st;
+  if ((st = compile_program(g, fuse, device, &sp)) == LOOM_OK)
+    *r = (program_ref){.sp = sp, .plan = sp->program};
+  return st;
 }
 
 /* Hands every computed buffer to its node. Nodes are retained first: turning
@@ -148,14 +412,14 @@ static loom_status run_graph(const lm_graph *g, const lm_schedule *p, loom_devic
 static loom_status realize_on(lm_node *const *todo, int count, loom_device device) {
   lm_graph g;
   loom_status st = lm_graph_build(&g, todo, count);
-  shared_program *sp = NULL;
+  program_ref r = {0};
   if (st != LOOM_OK)
     st = lm_fail(st, "loom_realize: out of memory collecting the graph");
   else
-    st = find_program(&g, device, &sp);
-  if (st == LOOM_OK) st = run_graph(&g, sp->program, device);
+    st = find_program(&g, device, &r);
+  if (st == LOOM_OK) st = run_graph(&g, r.plan, device);
   if (st == LOOM_OK) lm_stat_add(LM_STAT_REALIZATIONS, 1);
-  if (sp) program_release(sp);
+  program_ref_release(&r);
   lm_graph_free(&g);
   return st;
 }
@@ -205,4 +469,7 @@ loom_status lm_realize_nodes(lm_node *const *nodes, int n) {
   return st;
 }
 
-void lm_program_cache_clear(void) { lm_cache_clear(&programs); }
+void lm_program_cache_clear(void) {
+  lm_cache_clear(&programs);
+  lm_cache_clear(&families);
+}

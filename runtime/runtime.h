@@ -68,6 +68,12 @@ loom_tensor *lm_error_recorded(loom_status status);
 const char *lm_called_enter(const char *op);
 void lm_called_leave(const char *previous);
 /* The same for functions returning a status. */
+/* Trial work whose failures are answers, not errors (planning a symbolic
+ * program at sizes that may not fit it, inferring a lazy graph's symbols):
+ * between these, failures are neither the thread's error nor handed to the
+ * error handler nor aborted on (LOOM_ABORT_ON_ERROR). They nest. */
+void lm_errors_quiet_begin(void);
+void lm_errors_quiet_end(void);
 loom_status lm_fail(loom_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 loom_status lm_failv(loom_status status, const char *fmt, va_list ap);
 
@@ -100,6 +106,7 @@ typedef enum lm_stat {
   LM_STAT_GENERIC_KERNELS_COMPILED,
   LM_STAT_GENERIC_KERNEL_USES,
   LM_STAT_PROGRAM_SIZES_PLANNED,
+  LM_STAT_PROGRAM_SIZES_FROM_TEMPLATE,
   LM_STAT_COLLECTIVES_RUN,
   LM_STAT_COLLECTIVES_OVERLAPPED,
   LM_STAT_COLLECTIVE_BYTES,

@@ -293,6 +293,23 @@ static bool mlp_batch(int batch, loom_tensor *w1, loom_tensor *b1, loom_tensor *
   return ok;
 }
 
+/* A lazy graph over sizes that change is a family (runtime/realize.c): on
+ * the CPU, with AUTO, it plans at most two graphs (the first size's, and the
+ * family's symbolic program at the second size other than 1); the sizes
+ * after come from the program's plan template (a few planned to check its
+ * box, and sizes of 1 planned alone), at least `instances` of them. */
+static void check_family(const loom_stats *s0, const loom_stats *s1, int instances) {
+  if (test_device().type != LOOM_DEVICE_CPU || loom_dynamic_mode() != LOOM_DYNAMIC_AUTO) return;
+  uint64_t planned = s1->program_sizes_planned - s0->program_sizes_planned;
+  CHECK_MSG(s1->graphs_compiled - s0->graphs_compiled <= 2, "%llu graphs planned",
+            (unsigned long long)(s1->graphs_compiled - s0->graphs_compiled));
+  CHECK_MSG(planned <= 12, "%llu sizes planned", (unsigned long long)planned);
+  CHECK_MSG(
+      s1->program_sizes_from_template - s0->program_sizes_from_template >= (uint64_t)instances,
+      "%llu sizes from the template",
+      (unsigned long long)(s1->program_sizes_from_template - s0->program_sizes_from_template));
+}
+
 static void test_mlp_batches(void) {
   float hw1[IN * HID], hb1[HID], hw2[HID * OUT], hb2[OUT];
   for (int i = 0; i < IN * HID; i++) hw1[i] = (float)(0.3 * wave(i, 2.1));
@@ -317,12 +334,17 @@ static void test_mlp_batches(void) {
     uint64_t all = kernels_made() - before;
     loom_stats s1 = loom_get_stats();
     printf("  MLP forward: %llu kernels for batch 16, %llu more for batches 1..48 (%llu generic "
-           "kernel steps)\n",
+           "kernel steps); %llu graphs planned, %llu sizes planned for the family, %llu from its "
+           "template\n",
            (unsigned long long)one, (unsigned long long)all,
-           (unsigned long long)(s1.generic_kernel_uses - s0.generic_kernel_uses));
+           (unsigned long long)(s1.generic_kernel_uses - s0.generic_kernel_uses),
+           (unsigned long long)(s1.graphs_compiled - s0.graphs_compiled),
+           (unsigned long long)(s1.program_sizes_planned - s0.program_sizes_planned),
+           (unsigned long long)(s1.program_sizes_from_template - s0.program_sizes_from_template));
     CHECK(one > 0);
     CHECK(all <= 2 * one);
     CHECK(s1.generic_kernel_uses > s0.generic_kernel_uses);
+    check_family(&s0, &s1, 45); /* batches 3..48 but 16 */
   }
 }
 
@@ -382,6 +404,7 @@ static void test_growing_sequence(void) {
   uint64_t before = kernels_made();
   CHECK(attend_prefix(9));
   uint64_t one = kernels_made() - before;
+  loom_stats s0 = loom_get_stats();
   /* T = 1 is a different computation (a [1, 1] product broadcasts): its own kernels */
   CHECK(attend_prefix(1));
   before = kernels_made();
@@ -394,9 +417,15 @@ static void test_growing_sequence(void) {
   }
   check_set_ctx(" ");
   uint64_t all = kernels_made() - before;
-  printf("  causal attention prefix: %llu kernels for T 9, %llu more for T 2..40\n",
-         (unsigned long long)one, (unsigned long long)all);
+  loom_stats s1 = loom_get_stats();
+  printf("  causal attention prefix: %llu kernels for T 9, %llu more for T 1..40; %llu graphs "
+         "planned, %llu sizes planned for the family, %llu from its template\n",
+         (unsigned long long)one, (unsigned long long)all,
+         (unsigned long long)(s1.graphs_compiled - s0.graphs_compiled),
+         (unsigned long long)(s1.program_sizes_planned - s0.program_sizes_planned),
+         (unsigned long long)(s1.program_sizes_from_template - s0.program_sizes_from_template));
   CHECK(all <= 2 * one);
+  check_family(&s0, &s1, 37); /* T 3..40 but 9 */
 }
 
 /* ------------------------------------------------------------ reductions over a changing dim */

@@ -26,11 +26,19 @@ static loom_tensor *filled(loom_shape s, unsigned seed) {
  * them directly. */
 typedef loom_tensor *(*builder)(loom_tensor *const *ins, void *ctx);
 
+/* Sizes planned and plan template instances of the program runs alone (the
+ * references, lazy graphs, plan their own families). */
+static uint64_t runs_planned, runs_from_template;
+
 static void check_run(const loom_program *p, builder build, void *ctx, loom_tensor *const *ins,
                       const char *what) {
   loom_scope_begin();
   loom_tensor *got = NULL;
+  loom_stats before = loom_get_stats();
   loom_status st = loom_program_run(p, ins, &got);
+  loom_stats after = loom_get_stats();
+  runs_planned += after.program_sizes_planned - before.program_sizes_planned;
+  runs_from_template += after.program_sizes_from_template - before.program_sizes_from_template;
   CHECK_MSG(st == LOOM_OK, "%s: %s", what, loom_last_error());
   loom_tensor *want = build(ins, ctx);
   if (st == LOOM_OK && loom_status_of(want) == LOOM_OK) {
@@ -89,7 +97,7 @@ static void test_mlp(void) {
   CHECK_STR_EQ(loom_program_input_dim_symbol(p, 0, 0), "batch");
   CHECK(loom_program_input_dim_symbol(p, 0, 1) == NULL);
   CHECK(loom_program_symbol_name(p, 1) == NULL);
-  uint64_t planned = loom_get_stats().program_sizes_planned;
+  uint64_t planned = runs_planned, instances = runs_from_template;
   const int64_t batches[] = {4, 1, 7, 64, 3, 7, 2, 33, 5};
   for (int i = 0; i < (int)(sizeof batches / sizeof batches[0]); i++) {
     char what[64];
@@ -98,8 +106,17 @@ static void test_mlp(void) {
     check_run(p, mlp_forward, &m, &in, what);
     loom_free(in);
   }
-  /* planned once per new size: not at the traced 4, nor at 7 again */
-  CHECK_EQ_INT((int)(loom_get_stats().program_sizes_planned - planned), 7);
+  /* The first new size (1) makes the plan template: planned at 4, 5, 6, 9 and
+   * 18; 1 is outside that box and planned twice (to grow the box to it, which
+   * fails: a batch of 1 broadcasts, and then alone); 7 is an instance of the
+   * template; 64 grows the box (planned there once); 3 grows it down to 2
+   * (planned at 2); then 7 again (kept), 2, 33 and 5 are instances. CPU
+   * programs only: a CUDA program plans each new size. */
+  int want_planned = 7, want_instances = 0;
+  if (test_device().type == LOOM_DEVICE_CPU && !getenv("LOOM_DYNAMIC"))
+    want_planned = 9, want_instances = 6;
+  CHECK_EQ_INT((int)(runs_planned - planned), want_planned);
+  CHECK_EQ_INT((int)(runs_from_template - instances), want_instances);
   /* kernels: shape-generic by now, so more sizes compile none */
   uint64_t before = kernels_made();
   for (int64_t b = 40; b < 48; b++) {
@@ -109,6 +126,8 @@ static void test_mlp(void) {
   }
   uint64_t later = kernels_made() - before;
   CHECK_MSG(later == 0, "8 more batch sizes made %llu kernels", (unsigned long long)later);
+  if (want_instances) /* inside the box: nothing planned */
+    CHECK_EQ_INT((int)(runs_planned - planned), want_planned);
 
   /* a fixed dim, a size of 0, another dtype */
   loom_tensor *bad = filled(LOOM_SHAPE(3, 11), 5), *o = NULL;
@@ -857,11 +876,50 @@ static void test_refusals(void) {
   CHECK(loom_program_input_dim_symbol(NULL, 0, 0) == NULL);
 }
 
+/* A plan that changes with the size: a sum of [t, 4096] to one value splits
+ * in two kernels from 16 rows (65536 inputs). Traced at 2, the template is
+ * planned at 2, 3, 4, 7 and 14 (one kernel each); 40 is past the split: the
+ * box grown to it disagrees there (a plan), and 40 is planned alone; 15 tries
+ * 28 (splits) and then 15, which agrees: an instance, as 9 and 3 are after
+ * it; 16 splits (at 32, at 16, then alone). Every result is checked against
+ * the ops run directly. */
+static loom_tensor *row_total(loom_tensor *const *ins, void *ctx) {
+  (void)ctx;
+  return loom_sum(loom_mul(ins[0], ins[0]), NULL, 0, false);
+}
+
+static void test_plan_template(void) {
+  loom_tensor *x = loom_input("x", LOOM_SHAPE(2, 4096), LOOM_F32, test_device());
+  loom_tensor *out = row_total(&x, NULL);
+  loom_symbolic_dim t = {0, 0, "t"};
+  loom_program *p = loom_compile_symbolic(&out, 1, &x, 1, &t, 1);
+  CHECK_MSG(p != NULL, "%s", loom_last_error());
+  if (!p) return;
+  bool templated = test_device().type == LOOM_DEVICE_CPU && !getenv("LOOM_DYNAMIC");
+  const int64_t sizes[] = {40, 15, 9, 15, 3, 16};
+  const int want_planned[] = {7, 9, 9, 9, 9, 12}, want_instances[] = {0, 1, 2, 2, 3, 3};
+  uint64_t planned = runs_planned, instances = runs_from_template;
+  for (int i = 0; i < (int)(sizeof sizes / sizeof *sizes); i++) {
+    loom_tensor *in = filled(LOOM_SHAPE(sizes[i], 4096), 30 + (unsigned)i);
+    char what[64];
+    snprintf(what, sizeof what, "sum of squares over %lld rows", (long long)sizes[i]);
+    check_run(p, row_total, NULL, &in, what);
+    loom_free(in);
+    if (!templated) continue;
+    CHECK_MSG((int)(runs_planned - planned) == want_planned[i], "%s: %d plans, want %d", what,
+              (int)(runs_planned - planned), want_planned[i]);
+    CHECK_MSG((int)(runs_from_template - instances) == want_instances[i],
+              "%s: %d instances, want %d", what, (int)(runs_from_template - instances),
+              want_instances[i]);
+  }
+  loom_program_free(p);
+}
+
 int main(void) {
   /* each test's intermediate tensors (the traced graphs') go with its scope */
-  void (*tests[])(void) = {test_mlp,       test_products, test_shared_symbol,
-                           test_attention, test_ops,      test_random_graphs,
-                           test_threads,   test_counts,   test_refusals};
+  void (*tests[])(void) = {test_mlp,      test_products,      test_shared_symbol, test_attention,
+                           test_ops,      test_random_graphs, test_threads,       test_counts,
+                           test_refusals, test_plan_template};
   for (int i = 0; i < (int)(sizeof tests / sizeof tests[0]); i++) {
     loom_scope_begin();
     loom_clear_error(); /* the first error sticks: each test's messages are its own */

@@ -1,0 +1,462 @@
+/* Plan templates: one plan for every size of a symbolic program's symbols.
+ *
+ * Planning a symbolic program at a new size (instantiating its graph, fusing,
+ * lowering, planning memory, finding the kernels) costs about a millisecond
+ * for an MLP, and more for a transformer. A template is made once: the
+ * program planned at a grid of sizes (3 values of each symbol from its traced
+ * size) and at two check points further out. Those plans must agree in all
+ * but numbers: the same steps, the same kernels once each is generalized over
+ * all of its sizes (lm_kernel_generic_all), the same slots, frees, GEMM
+ * layouts and collectives. Each number (a step's element count, a kernel's
+ * sizes, a GEMM's batch, M, N, K, strides and offsets, a collective's counts)
+ * is fitted over the grid as a polynomial of the symbols (lm_sym_fit) and
+ * must give the check points' numbers. Where anything else differs, or a
+ * number is no such polynomial, the program has no template and plans each
+ * size as before.
+ *
+ * A template serves a *box*: every symbol between the smallest and largest
+ * value it was planned and checked at. A size in the box is an instance: the
+ * template's steps with the polynomials evaluated (its kernels' sizes, its
+ * GEMMs' functions looked up for their sizes), no planning. Plan decisions
+ * are thresholds that grow with the sizes (a split reduction from 65536
+ * inputs, row blocks, a GEMM's epilogue blocking), so a plan that is the same
+ * at the box's two corners is the same inside it; a decision on divisibility
+ * shows between the grid's consecutive sizes. A size outside the box is
+ * planned at the corners of the box grown to hold it, twice as far as it
+ * needs (so a growing sequence plans O(log n) times), and the box grows when
+ * both corners agree with the template; otherwise the size is planned alone.
+ * LOOM_VERIFY_PLANS=1 also plans every instance's size and compares.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/passes.h"
+#include "runtime/compile.h"
+#include "runtime/exec.h"
+#include "runtime/gemm.h"
+#include "runtime/program.h"
+#include "runtime/runtime.h"
+
+#define OP "loom_program_run"
+#define CHECKS 2
+
+/* A field added to a step must be described by walk_plan (as shape or as a
+ * number) or an instance runs with the template's value of it. */
+#if UINTPTR_MAX == UINT64_MAX
+_Static_assert(sizeof(lm_step) == 792 && sizeof(lm_gemm) == 312 && sizeof(lm_collective) == 88 &&
+                   sizeof(lk_kernel) == 264,
+               "lm_step changed: describe the new field in walk_plan, then update the sizes here");
+#endif
+
+struct lm_plan_template {
+  int k;                /* symbols */
+  lm_schedule *plan;    /* the traced sizes' plan, its kernels compiled over all sizes */
+  unsigned char *shape; /* the plans' description but for the numbers */
+  size_t nshape;
+  lm_sym_expr *num; /* [nnum] each number, as the walk meets them */
+  int nnum;
+  pthread_mutex_t lock; /* the box */
+  int64_t lo[LM_SYM_MAX_SYMBOLS], hi[LM_SYM_MAX_SYMBOLS];
+};
+
+/* ------------------------------------------------------------ the walk */
+
+/* A plan, described: its shape (every field a run reads, as bytes) and its
+ * numbers, in walk order. */
+typedef struct desc {
+  unsigned char *shape;
+  size_t nshape, shape_cap;
+  int64_t *num;
+  int nnum, num_cap;
+  bool oom, unfit; /* out of memory; a plan no template holds */
+} desc;
+
+/* Either describes a plan (d set) or writes numbers into an instance's
+ * steps (vals set, taken in order from `at`). */
+typedef struct walk {
+  desc *d;
+  const int64_t *vals;
+  int at, nvals;
+  bool oom;
+} walk;
+
+static void put(desc *d, const void *v, size_t n) {
+  if (d->nshape + n > d->shape_cap) {
+    size_t cap = d->shape_cap ? 2 * d->shape_cap : 4096;
+    while (cap < d->nshape + n) cap *= 2;
+    unsigned char *grown = realloc(d->shape, cap);
+    if (!grown) {
+      d->oom = true;
+      return;
+    }
+    d->shape = grown, d->shape_cap = cap;
+  }
+  memcpy(d->shape + d->nshape, v, n);
+  d->nshape += n;
+}
+#define PUT(d, field) put((d), &(field), sizeof(field))
+#define PUT_ARRAY(d, ptr, count) put((d), (ptr), sizeof *(ptr) * (size_t)(count))
+
+static void number(walk *w, int64_t *field) {
+  if (!w->d) {
+    if (w->at < w->nvals) *field = w->vals[w->at++];
+    return;
+  }
+  desc *d = w->d;
+  if (d->nnum == d->num_cap) {
+    int cap = d->num_cap ? 2 * d->num_cap : 256;
+    int64_t *grown = realloc(d->num, sizeof *grown * (size_t)cap);
+    if (!grown) {
+      d->oom = true;
+      return;
+    }
+    d->num = grown, d->num_cap = cap;
+  }
+  d->num[d->nnum++] = *field;
+}
+
+/* A kernel step: described by its generalized kernel (whose hash leaves out
+ * every size but -1, 0 and 1) and the sizes it runs with; in an instance, the
+ * sizes are written and the extents (the first ndim sizes) set in its dom,
+ * which the executor reads. */
+static void walk_kernel(walk *w, lm_step *s) {
+  if (w->d) {
+    for (int d = 0; d < s->kernel.ndim; d++)
+      if (s->kernel.dom[d] == 0) w->d->unfit = true; /* empty kernels specialize */
+    if (w->d->unfit) return;
+    lk_kernel g;
+    int64_t *sizes;
+    if (lm_kernel_generic_all(OP, &s->kernel, &g, &sizes) != LOOM_OK) {
+      w->d->oom = true;
+      return;
+    }
+    lk_hash h = lk_kernel_hash(&g);
+    PUT(w->d, h);
+    PUT(w->d, g.nsizes);
+    for (int i = 0; i < g.nsizes; i++) number(w, &sizes[i]);
+    free(g.inst);
+    free(sizes);
+  } else {
+    if (!(s->sizes = malloc(sizeof *s->sizes * (size_t)(s->nsizes + 1)))) {
+      w->oom = true;
+      return;
+    }
+    for (int i = 0; i < s->nsizes; i++) number(w, &s->sizes[i]);
+    for (int d = 0; d < s->kernel.ndim && d < s->nsizes; d++) s->kernel.dom[d] = s->sizes[d];
+  }
+  if (w->d) {
+    PUT(w->d, s->kernel.nslots);
+    PUT_ARRAY(w->d, s->arg_pos, s->kernel.nslots);
+    PUT_ARRAY(w->d, s->arg_key, s->kernel.nslots);
+    PUT(w->d, s->nparams);
+    PUT_ARRAY(w->d, s->params, s->nparams);
+  }
+}
+
+static void walk_gemm(walk *w, lm_gemm *g) {
+  if (w->d) {
+    PUT(w->d, g->dtype);
+    PUT(w->d, g->in_dtype);
+    PUT(w->d, g->nbatch);
+    PUT(w->d, g->a_trans);
+    PUT(w->d, g->b_trans);
+    PUT(w->d, g->a_pos);
+    PUT(w->d, g->b_pos);
+  }
+  for (int i = 0; i < g->nbatch; i++) {
+    number(w, &g->batch[i]);
+    number(w, &g->a_bstride[i]);
+    number(w, &g->b_bstride[i]);
+  }
+  int64_t *nums[] = {&g->a_offset, &g->b_offset, &g->M, &g->N, &g->K, &g->lda, &g->ldb};
+  for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) number(w, nums[i]);
+}
+
+static void walk_collective(walk *w, lm_collective *c) {
+  if (w->d) {
+    PUT(w->d, c->op);
+    PUT(w->d, c->reduce);
+    PUT(w->d, c->root);
+    PUT(w->d, c->world);
+    PUT(w->d, c->nin);
+    PUT_ARRAY(w->d, c->in_pos, c->nin);
+    PUT(w->d, c->dtype);
+    PUT(w->d, c->number);
+    PUT(w->d, c->of);
+    PUT(w->d, c->wait_before);
+  }
+  for (int i = 0; i < c->nin; i++) number(w, &c->in_count[i]);
+  number(w, &c->count);
+  number(w, &c->outer);
+  number(w, &c->inner);
+}
+
+/* Every field of every step that a run reads (runtime/exec.c): a new field of
+ * lm_step must be described here too, or an instance would run with the
+ * template's value of it. */
+static void walk_plan(walk *w, lm_schedule *p) {
+  if (w->d) {
+    PUT(w->d, p->nnodes);
+    PUT(w->d, p->ntemps);
+    PUT(w->d, p->nsteps);
+    PUT_ARRAY(w->d, p->published, p->nnodes);
+    PUT_ARRAY(w->d, p->materialized, p->nnodes);
+  }
+  for (int i = 0; i < p->nsteps; i++) {
+    lm_step *s = &p->steps[i];
+    if (w->d) {
+      PUT(w->d, s->kind);
+      PUT(w->d, s->out);
+      PUT(w->d, s->dtype);
+      PUT(w->d, s->deferred);
+      PUT(w->d, s->gemm_partner);
+      PUT(w->d, s->gemm_slot);
+      PUT(w->d, s->b_producer);
+      PUT(w->d, s->nfree);
+      PUT_ARRAY(w->d, s->free_after, s->nfree);
+    }
+    number(w, &s->outer);
+    if (s->kind == LM_STEP_KERNEL) walk_kernel(w, s);
+    if (s->kind == LM_STEP_GEMM) walk_gemm(w, &s->gemm);
+    if (s->kind == LM_STEP_COLLECTIVE) walk_collective(w, &s->coll);
+  }
+}
+
+static void desc_free(desc *d) {
+  free(d->shape);
+  free(d->num);
+  *d = (desc){0};
+}
+
+/* Plans p at values and describes the plan; *plan (NULL to drop it) gets it.
+ * False when it cannot be planned there or holds what no template does. */
+static bool plan_described(const loom_program *p, const int64_t *values, desc *d,
+                           lm_schedule **plan, bool counted) {
+  *d = (desc){0};
+  if (plan) *plan = NULL;
+  lm_binding *b;
+  lm_errors_quiet_begin(); /* a size that does not fit the program is an answer here */
+  loom_status st = lm_program_plan_at(OP, p, values, &b);
+  lm_errors_quiet_end();
+  if (st != LOOM_OK) return false;
+  if (counted) lm_stat_add(LM_STAT_PROGRAM_SIZES_PLANNED, 1);
+  walk w = {.d = d};
+  walk_plan(&w, b->plan);
+  bool ok = !d->oom && !d->unfit;
+  if (ok && plan) *plan = b->plan, b->plan = NULL;
+  lm_program_binding_free(p, b);
+  if (!ok) desc_free(d);
+  return ok;
+}
+
+/* The template's numbers at values into out; false on overflow. */
+static bool evaluate(const lm_plan_template *t, const int64_t *values, int64_t *out) {
+  for (int i = 0; i < t->nnum; i++)
+    if ((out[i] = lm_sym_eval(&t->num[i], values)) == INT64_MIN) return false;
+  return true;
+}
+
+/* Whether d is the template's plan at values. */
+static bool agrees(const lm_plan_template *t, const int64_t *values, const desc *d) {
+  if (d->nshape != t->nshape || memcmp(d->shape, t->shape, t->nshape) != 0 || d->nnum != t->nnum)
+    return false;
+  for (int i = 0; i < t->nnum; i++)
+    if (lm_sym_eval(&t->num[i], values) != d->num[i]) return false;
+  return true;
+}
+
+static bool agrees_at(const lm_plan_template *t, const loom_program *p, const int64_t *values) {
+  desc d;
+  if (!plan_described(p, values, &d, NULL, true)) return false;
+  bool ok = agrees(t, values, &d);
+  desc_free(&d);
+  return ok;
+}
+
+/* ------------------------------------------------------------ making one */
+
+void lm_plan_template_free(lm_plan_template *t) {
+  if (!t) return;
+  lm_schedule_free(t->plan);
+  free(t->shape);
+  free(t->num);
+  pthread_mutex_destroy(&t->lock);
+  free(t);
+}
+
+static void sample_values(const loom_program *p, int i, int ngrid, int64_t *values) {
+  const int64_t *e = p->sym_example;
+  for (int j = 0, at = i; j < p->nsym; j++, at /= LM_SYM_FIT_GRID)
+    values[j] = i < ngrid ? e[j] + at % LM_SYM_FIT_GRID
+                          : (i - ngrid + 1) * (e[j] + 5 + j); /* e + 5, then 2e + 10 */
+}
+
+loom_status lm_plan_template_make(const loom_program *p, lm_plan_template **out) {
+  *out = NULL;
+  int k = p->nsym;
+  if (k < 1 || k > LM_SYM_FIT_MAX_SYMBOLS || p->device.type != LOOM_DEVICE_CPU) return LOOM_OK;
+  int ngrid = 1;
+  for (int j = 0; j < k; j++) ngrid *= LM_SYM_FIT_GRID;
+  int nsamples = ngrid + CHECKS;
+  desc *d = calloc((size_t)nsamples, sizeof *d);
+  int64_t(*values)[LM_SYM_MAX_SYMBOLS] = calloc((size_t)nsamples, sizeof *values);
+  int64_t *vals = calloc((size_t)ngrid, sizeof *vals);
+  lm_plan_template *t = calloc(1, sizeof *t);
+  lm_schedule *plan = NULL;
+  loom_status st = LOOM_OK;
+  if (!d || !values || !vals || !t || pthread_mutex_init(&t->lock, NULL) != 0) {
+    free(t);
+    t = NULL;
+    st = lm_fail(LOOM_ERR_OOM, OP ": out of memory");
+    goto done;
+  }
+  t->k = k;
+  bool ok = true;
+  for (int i = 0; i < nsamples && ok; i++) {
+    sample_values(p, i, ngrid, values[i]);
+    ok = plan_described(p, values[i], &d[i], i == 0 ? &plan : NULL, true);
+    ok = ok && d[i].nshape == d[0].nshape && memcmp(d[i].shape, d[0].shape, d[0].nshape) == 0 &&
+         d[i].nnum == d[0].nnum;
+  }
+  if (ok && !(t->num = calloc((size_t)d[0].nnum + 1, sizeof *t->num))) ok = false;
+  for (int n = 0; ok && n < d[0].nnum; n++) {
+    for (int g = 0; g < ngrid; g++) vals[g] = d[g].num[n];
+    ok = lm_sym_fit(k, p->sym_example, vals, &t->num[n]);
+    for (int c = ngrid; ok && c < nsamples; c++)
+      ok = lm_sym_eval(&t->num[n], values[c]) == d[c].num[n];
+  }
+  if (ok) {
+    t->nnum = d[0].nnum;
+    t->shape = d[0].shape, t->nshape = d[0].nshape;
+    d[0].shape = NULL;
+    for (int j = 0; j < k; j++) t->lo[j] = values[0][j], t->hi[j] = values[nsamples - 1][j];
+    st = lm_exec_compile_all_sizes(plan);
+    if (st == LOOM_OK) t->plan = plan, plan = NULL;
+  }
+  if (ok && st == LOOM_OK) *out = t, t = NULL;
+done:
+  for (int i = 0; d && i < nsamples; i++) desc_free(&d[i]);
+  free(d);
+  free(values);
+  free(vals);
+  lm_schedule_free(plan);
+  lm_plan_template_free(t);
+  return st;
+}
+
+/* ------------------------------------------------------------ instances */
+
+static bool in_box(const lm_plan_template *t, const int64_t *values) {
+  for (int j = 0; j < t->k; j++)
+    if (values[j] < t->lo[j] || values[j] > t->hi[j]) return false;
+  return true;
+}
+
+/* Grows the box to hold values when the plans at the grown box's corners
+ * agree: first the box grown twice as far as needed, then just enough. */
+static void grow(lm_plan_template *t, const loom_program *p, const int64_t *values) {
+  int64_t tried[2][LM_SYM_MAX_SYMBOLS];
+  for (int attempt = 0; attempt < 2; attempt++) {
+    int64_t lo[LM_SYM_MAX_SYMBOLS], hi[LM_SYM_MAX_SYMBOLS];
+    for (int j = 0; j < t->k; j++) {
+      int64_t v = values[j];
+      lo[j] = t->lo[j], hi[j] = t->hi[j];
+      if (v < lo[j]) lo[j] = attempt == 0 && v > lo[j] / 2 ? (lo[j] / 2 > 1 ? lo[j] / 2 : 1) : v;
+      if (v > hi[j]) hi[j] = attempt == 0 && v < 2 * hi[j] ? 2 * hi[j] : v;
+    }
+    size_t bytes = sizeof(int64_t) * (size_t)t->k;
+    if (attempt == 1 && memcmp(lo, tried[0], bytes) == 0 && memcmp(hi, tried[1], bytes) == 0)
+      return; /* the same corners again */
+    memcpy(tried[0], lo, bytes);
+    memcpy(tried[1], hi, bytes);
+    bool lo_same = memcmp(lo, t->lo, sizeof(int64_t) * (size_t)t->k) == 0;
+    bool hi_same = memcmp(hi, t->hi, sizeof(int64_t) * (size_t)t->k) == 0;
+    if ((lo_same || agrees_at(t, p, lo)) && (hi_same || agrees_at(t, p, hi))) {
+      memcpy(t->lo, lo, sizeof(int64_t) * (size_t)t->k);
+      memcpy(t->hi, hi, sizeof(int64_t) * (size_t)t->k);
+      return;
+    }
+  }
+}
+
+/* The instance's schedule: the template's steps (their arrays shared) with
+ * the numbers at values, its own kernel sizes and GEMM functions. */
+static loom_status instantiate(const lm_plan_template *t, const int64_t *values,
+                               lm_schedule **out) {
+  *out = NULL;
+  const lm_schedule *base = t->plan;
+  int64_t *nums = malloc(sizeof *nums * (size_t)(t->nnum + 1));
+  lm_schedule *s = calloc(1, sizeof *s);
+  lm_step *steps = malloc(sizeof *steps * (size_t)(base->nsteps + 1));
+  if (!nums || !s || !steps) {
+    free(nums);
+    free(s);
+    free(steps);
+    return lm_fail(LOOM_ERR_OOM, OP ": out of memory");
+  }
+  s->nnodes = base->nnodes, s->ntemps = base->ntemps, s->nsteps = base->nsteps;
+  s->steps = steps;
+  s->published = base->published, s->materialized = base->materialized;
+  s->borrows_steps = true;
+  s->release_code = base->release_code;
+  atomic_init(&s->ranks_agree, false);
+  memcpy(steps, base->steps, sizeof *steps * (size_t)base->nsteps);
+  for (int i = 0; i < s->nsteps; i++) { /* what the instance owns */
+    steps[i].code = NULL, steps[i].sizes = NULL;
+    steps[i].coll.in_count = NULL;
+  }
+  loom_status st = LOOM_OK;
+  for (int i = 0; i < s->nsteps && st == LOOM_OK; i++) {
+    lm_collective *c = &steps[i].coll;
+    if (steps[i].kind == LM_STEP_COLLECTIVE &&
+        !(c->in_count = malloc(sizeof *c->in_count * (size_t)(c->nin + 1))))
+      st = lm_fail(LOOM_ERR_OOM, OP ": out of memory");
+  }
+  if (st == LOOM_OK && !evaluate(t, values, nums))
+    st = lm_fail(LOOM_ERR_SHAPE, OP ": a size of the plan overflows at these sizes");
+  if (st == LOOM_OK) {
+    walk w = {.vals = nums, .nvals = t->nnum};
+    walk_plan(&w, s);
+    if (w.oom) st = lm_fail(LOOM_ERR_OOM, OP ": out of memory");
+  }
+  for (int i = 0; i < s->nsteps && st == LOOM_OK; i++)
+    if (steps[i].kind == LM_STEP_GEMM) st = lm_gemm_prepare(&steps[i].gemm, &steps[i].code);
+  free(nums);
+  if (st != LOOM_OK) {
+    lm_schedule_free(s);
+    return st;
+  }
+  *out = s;
+  return LOOM_OK;
+}
+
+loom_status lm_plan_template_instance(lm_plan_template *t, const loom_program *p,
+                                      const int64_t *values, lm_schedule **out) {
+  *out = NULL;
+  pthread_mutex_lock(&t->lock);
+  if (!in_box(t, values)) grow(t, p, values);
+  bool inside = in_box(t, values);
+  pthread_mutex_unlock(&t->lock);
+  if (!inside) return LOOM_OK;
+  loom_status st = instantiate(t, values, out);
+  if (st == LOOM_OK && lm_env_flag("LOOM_VERIFY_PLANS")) {
+    desc d;
+    bool planned = plan_described(p, values, &d, NULL, false); /* a check: not counted */
+    bool ok = planned && agrees(t, values, &d);
+    if (planned) desc_free(&d);
+    if (!ok) {
+      char at[256];
+      lm_schedule_free(*out);
+      *out = NULL;
+      st = lm_fail(LOOM_ERR_INTERNAL,
+                   OP ": LOOM_VERIFY_PLANS: with %s the program's plan template differs from "
+                      "the plan made at those sizes",
+                   lm_program_values_str(p, values, at, sizeof at));
+    }
+  }
+  if (*out) lm_stat_add(LM_STAT_PROGRAM_SIZES_FROM_TEMPLATE, 1);
+  return st;
+}
