@@ -215,8 +215,8 @@ static void grow_describe(void *state, char *buf, size_t size) {
   double rest = 0;
   for (int n = 2; n < DECODE_NEW; n++) rest += s->first_token_s[n];
   snprintf(buf, size,
-           "%s; first call %.2f ms/token from its third length on (planning each new length), "
-           "%.2f ms/token once every length is cached",
+           "%s; first call %.2f ms/token from its third length on (new lengths from the plan "
+           "template, or planned), %.2f ms/token once every length is cached",
            stats, 1e3 * rest / (DECODE_NEW - 2), 1e3 * s->call_s / DECODE_NEW);
 }
 

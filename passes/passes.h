@@ -185,7 +185,8 @@ bool lm_sym_dominates(const lm_sym_expr *a, const lm_sym_expr *b);
 #define LM_SYM_FIT_MAX_POINTS 81 /* 3^4 */
 bool lm_sym_fit(int k, const int64_t *base, const int64_t *vals, lm_sym_expr *out);
 
-/* Input dim (pos, axis) of a graph is symbol `symbol`. */
+/* Dim (pos, axis) of a graph is symbol `symbol`: an input's, or a node's
+ * whose size does not follow from its sources (a slice's length). */
 typedef struct lm_sym_seed {
   int pos, axis, symbol;
 } lm_sym_seed;
@@ -204,9 +205,13 @@ typedef struct lm_sym_count {
  * (with err) a symbol meeting a fixed size, a reshape that splits a symbolic
  * dim other than one way, sliding windows over a symbolic dim, and any other
  * constant equal to the traced size of a symbolic dim or its reciprocal
- * (it may have been computed from it, and would not follow it). */
+ * (it may have been computed from it, and would not follow it), and slice
+ * bounds likewise near one, unless numbers_checked: the caller compares the
+ * graph at every other size with the one recorded there (a lazy family), so
+ * a number that did not follow is caught there rather than guessed. */
 loom_status lm_sym_infer(const lm_graph *g, const char *const *names, const int64_t *example,
-                         const lm_sym_seed *seeds, int nseeds, lm_sym_expr *dims,
-                         lm_sym_count *counts, int *ncounts, char *err, size_t errlen);
+                         const lm_sym_seed *seeds, int nseeds, bool numbers_checked,
+                         lm_sym_expr *dims, lm_sym_count *counts, int *ncounts, char *err,
+                         size_t errlen);
 
 #endif

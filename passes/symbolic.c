@@ -234,6 +234,7 @@ typedef struct infer {
   char *err;
   size_t errlen;
   bool failed;
+  bool numbers_checked; /* the caller checks each size's graph: no guessing */
 } infer;
 
 static int slot(int pos, int d) { return pos * LOOM_MAX_DIMS + d; }
@@ -537,7 +538,7 @@ static void infer_node(infer *f, int pos) {
                 lm_sym_str(e, f->names, a, sizeof a), b);
         return;
       }
-      if (!lm_sym_is_const(e)) {
+      if (!lm_sym_is_const(e) && !f->numbers_checked) {
         /* a bound near the traced size, or a simple fraction of it, was likely
          * computed from it (the last row: start = t - 1; the first half: t / 2)
          * and would not follow it */
@@ -669,7 +670,7 @@ static bool is_symbolic_size(const int64_t *sizes, int nsizes, double v) {
 }
 
 static loom_status find_counts(const lm_graph *g, const lm_sym_expr *dims, lm_sym_count *counts,
-                               int *ncounts, char *err, size_t errlen) {
+                               int *ncounts, bool numbers_checked, char *err, size_t errlen) {
   *ncounts = 0;
   int64_t *sizes = malloc(sizeof *sizes * ((size_t)g->n * LOOM_MAX_DIMS + 1));
   if (!sizes) {
@@ -689,7 +690,7 @@ static loom_status find_counts(const lm_graph *g, const lm_sym_expr *dims, lm_sy
       if (!seen) counts[(*ncounts)++] = c;
     }
   }
-  for (int pos = 0; pos < g->n; pos++) {
+  for (int pos = 0; pos < g->n && !numbers_checked; pos++) {
     const lm_node *n = g->nodes[pos];
     /* the values a node holds besides its sizes: a constant's, an arange's
      * start (a position offset), clamp bounds, a pad's value */
@@ -742,15 +743,21 @@ static bool all_known(infer *f, int pos) {
 }
 
 loom_status lm_sym_infer(const lm_graph *g, const char *const *names, const int64_t *example,
-                         const lm_sym_seed *seeds, int nseeds, lm_sym_expr *dims,
-                         lm_sym_count *counts, int *ncounts, char *err, size_t errlen) {
+                         const lm_sym_seed *seeds, int nseeds, bool numbers_checked,
+                         lm_sym_expr *dims, lm_sym_count *counts, int *ncounts, char *err,
+                         size_t errlen) {
   if (g->n > LM_SYM_MAX_NODES) {
     snprintf(err, errlen, "the graph has %d nodes; a symbolic program has at most %d", g->n,
              LM_SYM_MAX_NODES);
     return LOOM_ERR_VALUE;
   }
   int nslots = g->n * LOOM_MAX_DIMS;
-  infer f = {.g = g, .names = names, .example = example, .err = err, .errlen = errlen};
+  infer f = {.g = g,
+             .names = names,
+             .example = example,
+             .err = err,
+             .errlen = errlen,
+             .numbers_checked = numbers_checked};
   f.parent = malloc(sizeof(int) * (size_t)(nslots + 1));
   f.known = calloc((size_t)nslots + 1, sizeof(bool));
   f.expr = calloc((size_t)nslots + 1, sizeof(lm_sym_expr));
@@ -771,6 +778,11 @@ loom_status lm_sym_infer(const lm_graph *g, const char *const *names, const int6
       set_expr(&f, slot(pos, d), &c);
     }
   }
+  for (int i = 0; i < nseeds; i++) /* seeds at nodes (a slice's length: lazy families) */
+    if (!lm_is_computed(g->nodes[seeds[i].pos])) {
+      lm_sym_expr c = lm_sym_symbol(seeds[i].symbol);
+      set_expr(&f, slot(seeds[i].pos, seeds[i].axis), &c);
+    }
   /* to a fixed point; then what stays open is a fixed size: the first open
    * node's dims first, and to a fixed point again, so that what follows from
    * them (a reshape merging a symbol with a slice of a fixed dim) is derived
@@ -817,5 +829,5 @@ loom_status lm_sym_infer(const lm_graph *g, const char *const *names, const int6
     }
   free(f.parent), free(f.known), free(f.expr);
   if (f.failed) return LOOM_ERR_SHAPE;
-  return find_counts(g, dims, counts, ncounts, err, errlen);
+  return find_counts(g, dims, counts, ncounts, numbers_checked, err, errlen);
 }

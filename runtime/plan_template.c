@@ -356,9 +356,28 @@ static bool in_box(const lm_plan_template *t, const int64_t *values) {
 }
 
 /* Grows the box to hold values when the plans at the grown box's corners
- * agree: first the box grown twice as far as needed, then just enough. */
+ * agree: first the box grown twice as far as needed (halved downwards),
+ * then just enough; with one symbol, a box grown just enough then reaches
+ * by bisection towards where the far attempt failed (a limit such as a
+ * position table's length, met once rather than at every size up to it). */
+#define GROW_BISECTIONS 10
+
+/* One symbol: the size furthest from `good` towards `bad` where the plan
+ * still agrees (the plan agrees at good, not at bad). */
+static int64_t bisect(const lm_plan_template *t, const loom_program *p, int64_t good, int64_t bad) {
+  for (int i = 0; i < GROW_BISECTIONS && (bad - good > 1 || good - bad > 1); i++) {
+    int64_t mid = good + (bad - good) / 2;
+    if (agrees_at(t, p, &mid))
+      good = mid;
+    else
+      bad = mid;
+  }
+  return good;
+}
+
 static void grow(lm_plan_template *t, const loom_program *p, const int64_t *values) {
-  int64_t tried[2][LM_SYM_MAX_SYMBOLS];
+  size_t bytes = sizeof(int64_t) * (size_t)t->k;
+  int64_t far[2][LM_SYM_MAX_SYMBOLS];
   for (int attempt = 0; attempt < 2; attempt++) {
     int64_t lo[LM_SYM_MAX_SYMBOLS], hi[LM_SYM_MAX_SYMBOLS];
     for (int j = 0; j < t->k; j++) {
@@ -367,18 +386,17 @@ static void grow(lm_plan_template *t, const loom_program *p, const int64_t *valu
       if (v < lo[j]) lo[j] = attempt == 0 && v > lo[j] / 2 ? (lo[j] / 2 > 1 ? lo[j] / 2 : 1) : v;
       if (v > hi[j]) hi[j] = attempt == 0 && v < 2 * hi[j] ? 2 * hi[j] : v;
     }
-    size_t bytes = sizeof(int64_t) * (size_t)t->k;
-    if (attempt == 1 && memcmp(lo, tried[0], bytes) == 0 && memcmp(hi, tried[1], bytes) == 0)
+    if (attempt == 1 && memcmp(lo, far[0], bytes) == 0 && memcmp(hi, far[1], bytes) == 0)
       return; /* the same corners again */
-    memcpy(tried[0], lo, bytes);
-    memcpy(tried[1], hi, bytes);
-    bool lo_same = memcmp(lo, t->lo, sizeof(int64_t) * (size_t)t->k) == 0;
-    bool hi_same = memcmp(hi, t->hi, sizeof(int64_t) * (size_t)t->k) == 0;
-    if ((lo_same || agrees_at(t, p, lo)) && (hi_same || agrees_at(t, p, hi))) {
-      memcpy(t->lo, lo, sizeof(int64_t) * (size_t)t->k);
-      memcpy(t->hi, hi, sizeof(int64_t) * (size_t)t->k);
-      return;
-    }
+    if (attempt == 0) memcpy(far[0], lo, bytes), memcpy(far[1], hi, bytes);
+    bool lo_same = memcmp(lo, t->lo, bytes) == 0, hi_same = memcmp(hi, t->hi, bytes) == 0;
+    if (!(lo_same || agrees_at(t, p, lo)) || !(hi_same || agrees_at(t, p, hi))) continue;
+    memcpy(t->lo, lo, bytes);
+    memcpy(t->hi, hi, bytes);
+    if (attempt == 0 || t->k != 1) return;
+    t->hi[0] = bisect(t, p, hi[0], far[1][0]);
+    t->lo[0] = bisect(t, p, lo[0], far[0][0]);
+    return;
   }
 }
 

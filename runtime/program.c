@@ -218,7 +218,52 @@ loom_status lm_program_build(const char *op, lm_node *const *outs, int nout, lm_
   return build(op, outs, nout, ins, nin, false, out);
 }
 
-loom_status lm_program_build_lazy(const char *op, const lm_graph *g, loom_program **out) {
+/* Whether the symbols of lazy graph g's clone (targets, n nodes in g's
+ * order) follow from dims (lm_sym_infer), before anything is compiled. */
+static bool lazy_inferable(lm_node *const *clones, const lm_graph *g, const loom_symbolic_dim *dims,
+                           int ndims) {
+  lm_node **targets = malloc(sizeof *targets * ((size_t)g->ntargets + 1));
+  lm_sym_expr *sym = malloc(sizeof *sym * (size_t)g->n * LOOM_MAX_DIMS);
+  lm_sym_count *counts = malloc(sizeof *counts * (size_t)(g->n + 1));
+  lm_sym_seed seeds[64];
+  const char *names[LM_SYM_MAX_SYMBOLS];
+  int64_t example[LM_SYM_MAX_SYMBOLS];
+  int nsym = 0, nseeds = 0, ncounts = 0;
+  bool ok = targets && sym && counts && ndims <= 64;
+  lm_graph cg = {0};
+  if (ok) {
+    for (int i = 0; i < g->ntargets; i++) targets[i] = clones[g->targets[i]];
+    ok = lm_graph_build(&cg, targets, g->ntargets) == LOOM_OK && cg.n == g->n;
+    for (int pos = 0; ok && pos < g->n; pos++) ok = cg.nodes[pos] == clones[pos];
+  }
+  for (int i = 0; ok && i < ndims; i++) {
+    int pos = dims[i].input < 0 ? LM_SYM_DIM_POS(dims[i].input) : -1;
+    for (int p = 0, in = 0; pos < 0 && p < g->n; p++) /* input i is the i-th leaf */
+      if (lm_is_computed(g->nodes[p]) && in++ == dims[i].input) pos = p;
+    int s = 0;
+    while (s < nsym && strcmp(names[s], dims[i].symbol) != 0) s++;
+    if (s == nsym) {
+      if (nsym == LM_SYM_MAX_SYMBOLS || pos < 0) {
+        ok = false;
+        break;
+      }
+      names[nsym] = dims[i].symbol;
+      example[nsym++] = g->nodes[pos]->shape.dim[dims[i].axis];
+    }
+    seeds[nseeds++] = (lm_sym_seed){pos, dims[i].axis, s};
+  }
+  char err[256];
+  ok = ok && lm_sym_infer(&cg, names, example, seeds, nseeds, true, sym, counts, &ncounts, err,
+                          sizeof err) == LOOM_OK;
+  lm_graph_free(&cg);
+  free(targets);
+  free(sym);
+  free(counts);
+  return ok;
+}
+
+loom_status lm_program_build_lazy(const char *op, const lm_graph *g, const uint8_t *from_end,
+                                  const loom_symbolic_dim *dims, int ndims, loom_program **out) {
   *out = NULL;
   lm_node **clones = calloc((size_t)g->n + 1, sizeof *clones);
   lm_node **ins = malloc(sizeof *ins * ((size_t)g->n + 1));
@@ -246,15 +291,23 @@ loom_status lm_program_build_lazy(const char *op, const lm_graph *g, loom_progra
       break;
     }
     if (!leaf) c->arg = n->arg;
+    for (int d = 0; from_end && n->op == LM_SLICE && d < n->shape.ndim; d++)
+      c->arg.slice.from_end[d] |= from_end[pos * LOOM_MAX_DIMS + d];
     clones[pos] = c;
     if (leaf) ins[nin++] = c;
   }
   lm_no_grad_pop();
   if (st != LOOM_OK) {
     st = lm_fail(LOOM_ERR_OOM, "%s: out of memory copying the graph", op);
+  } else if (!lazy_inferable(clones, g, dims, ndims)) {
+    st = lm_fail(LOOM_ERR_SHAPE, "%s: the graph's sizes do not follow its symbols", op);
   } else {
     for (int i = 0; i < g->ntargets; i++) targets[i] = clones[g->targets[i]];
     st = build(op, targets, g->ntargets, ins, nin, true, out);
+    if (st == LOOM_OK && (st = lm_program_make_symbolic_at(op, *out, dims, ndims)) != LOOM_OK) {
+      program_free(*out);
+      *out = NULL;
+    }
   }
   for (int pos = g->n - 1; clones && pos >= 0; pos--) lm_node_release(clones[pos]);
   free(clones);

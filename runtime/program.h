@@ -78,8 +78,11 @@ void lm_program_unbind(const loom_program *p, lm_binding *b);
  * the traced ones). */
 loom_status lm_program_bind_values(const loom_program *p, const int64_t *values, lm_binding **out);
 /* The canonical hash (lm_graph.hash) of symbolic program p's graph at values,
- * its inputs leaves: a lazy graph with that hash is that graph. */
-loom_status lm_program_graph_hash_at(const loom_program *p, const int64_t *values, lm_hash128 *out);
+ * its inputs leaves, without the slice flags in clear_from_end (NULL, or
+ * LOOM_MAX_DIMS per position: those lm_program_build_lazy added): a lazy
+ * graph with that hash is that graph. */
+loom_status lm_program_graph_hash_at(const loom_program *p, const int64_t *values,
+                                     const uint8_t *clear_from_end, lm_hash128 *out);
 /* Symbolic program p's graph at the symbols' values, checked and planned but
  * not compiled (for an export's samples); free it with
  * lm_program_binding_free. The op name prefixes error messages. */
@@ -110,6 +113,16 @@ void lm_program_free_symbols(loom_program *p);
  * p is left for the caller to free. */
 loom_status lm_program_make_symbolic(const char *op, loom_program *p, const loom_symbolic_dim *dims,
                                      int ndims);
+/* The same with dims that may also name graph positions (input
+ * LM_SYM_DIM_AT(pos)): a size that enters a lazy graph through a node, a
+ * slice of a fixed tensor, rather than an input (runtime/realize.c). Such a
+ * program is run through lm_program_bind_values only, each size's graph
+ * checked against the recorded one, so its numbers are not guessed at
+ * (lm_sym_infer's numbers_checked). */
+#define LM_SYM_DIM_AT(pos) (-1 - (pos))
+#define LM_SYM_DIM_POS(input) (-1 - (input))
+loom_status lm_program_make_symbolic_at(const char *op, loom_program *p,
+                                        const loom_symbolic_dim *dims, int ndims);
 /* Checks a run's inputs against the shapes it takes (want[i]), dtypes and
  * devices. */
 loom_status lm_program_check_inputs(const loom_program *p, loom_tensor *const *ins,
@@ -120,12 +133,17 @@ loom_status lm_program_check_inputs(const loom_program *p, loom_tensor *const *i
 loom_status lm_program_build(const char *op, lm_node *const *outs, int nout, lm_node *const *ins,
                              int nin, loom_program **out);
 
-/* Compiles lazy graph g into a program whose inputs are its leaves, in
- * position order (input i is the i-th leaf, named "leaf<pos>"), and whose
- * outputs are its targets: a lazy graph's family (runtime/realize.c). On
- * the CPU its kernels are generic over all of their sizes, as its plan
- * template's are, so that the family compiles each kernel once more. */
-loom_status lm_program_build_lazy(const char *op, const lm_graph *g, loom_program **out);
+/* Compiles lazy graph g into a symbolic program whose inputs are its
+ * leaves, in position order (input i is the i-th leaf, named "leaf<pos>"),
+ * and whose outputs are its targets: a lazy graph's family
+ * (runtime/realize.c). from_end (NULL, or LOOM_MAX_DIMS per position) adds
+ * slice bound flags (LM_SLICE_*_FROM_END) to the copy; dims name the
+ * symbols at inputs or graph positions (LM_SYM_DIM_AT), and must be inferable
+ * (lm_sym_infer) before anything is compiled. On the CPU its kernels are
+ * generic over all of their sizes, as its plan template's are, so that the
+ * family compiles each kernel once more. */
+loom_status lm_program_build_lazy(const char *op, const lm_graph *g, const uint8_t *from_end,
+                                  const loom_symbolic_dim *dims, int ndims, loom_program **out);
 
 /* "out<i>" into buf. */
 const char *lm_program_output_label(int i, char buf[16]);

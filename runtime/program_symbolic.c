@@ -115,18 +115,21 @@ static loom_status name_symbols(const char *op, loom_program *p, const loom_symb
         return lm_fail(LOOM_ERR_VALUE, "%s: more than %d symbols", op, LM_SYM_MAX_SYMBOLS);
       if (!(p->sym_names[s] = strdup(dims[i].symbol)))
         return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
-      p->sym_example[s] = p->in_nodes[dims[i].input]->shape.dim[dims[i].axis];
+      p->sym_example[s] = dims[i].input >= 0
+                              ? p->in_nodes[dims[i].input]->shape.dim[dims[i].axis]
+                              : p->nodes[LM_SYM_DIM_POS(dims[i].input)]->shape.dim[dims[i].axis];
       p->nsym++;
     }
-    p->in_sym[dims[i].input * LOOM_MAX_DIMS + dims[i].axis] = s;
+    if (dims[i].input >= 0) p->in_sym[dims[i].input * LOOM_MAX_DIMS + dims[i].axis] = s;
   }
   return LOOM_OK;
 }
 
 /* Every node dim's expression, from the program's own graph. */
-static loom_status infer_dims(const char *op, loom_program *p) {
+static loom_status infer_dims(const char *op, loom_program *p, const loom_symbolic_dim *dims,
+                              int ndims, bool numbers_checked) {
   lm_node **targets = malloc(sizeof *targets * (size_t)p->nout);
-  lm_sym_seed *seeds = malloc(sizeof *seeds * (size_t)(p->nin * LOOM_MAX_DIMS + 1));
+  lm_sym_seed *seeds = malloc(sizeof *seeds * (size_t)(p->nin * LOOM_MAX_DIMS + ndims + 1));
   if (!targets || !seeds) {
     free(targets), free(seeds);
     return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
@@ -136,14 +139,20 @@ static loom_status infer_dims(const char *op, loom_program *p) {
     for (int d = 0; d < LOOM_MAX_DIMS && p->in_pos[i] >= 0; d++)
       if (p->in_sym[i * LOOM_MAX_DIMS + d] >= 0)
         seeds[nseeds++] = (lm_sym_seed){p->in_pos[i], d, p->in_sym[i * LOOM_MAX_DIMS + d]};
+  for (int i = 0; i < ndims; i++) { /* dims at graph positions (lazy families) */
+    if (dims[i].input >= 0) continue;
+    int s = 0;
+    while (s < p->nsym && strcmp(p->sym_names[s], dims[i].symbol) != 0) s++;
+    seeds[nseeds++] = (lm_sym_seed){LM_SYM_DIM_POS(dims[i].input), dims[i].axis, s};
+  }
   for (int i = 0; i < p->nout; i++) targets[i] = p->nodes[p->out_pos[i]];
   lm_graph g;
   loom_status st = lm_graph_build(&g, targets, p->nout);
   if (st == LOOM_OK && g.n != p->n) st = LOOM_ERR_INTERNAL;
   char err[1024];
   if (st == LOOM_OK) {
-    st = lm_sym_infer(&g, (const char *const *)p->sym_names, p->sym_example, seeds, nseeds, p->dims,
-                      p->counts, &p->ncounts, err, sizeof err);
+    st = lm_sym_infer(&g, (const char *const *)p->sym_names, p->sym_example, seeds, nseeds,
+                      numbers_checked, p->dims, p->counts, &p->ncounts, err, sizeof err);
     if (st != LOOM_OK) st = lm_fail(st, "%s: %s", op, err);
   } else {
     st = lm_fail(st == LOOM_ERR_OOM ? st : LOOM_ERR_INTERNAL, "%s: could not walk the graph", op);
@@ -161,7 +170,26 @@ loom_status lm_program_make_symbolic(const char *op, loom_program *p, const loom
     return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
   p->symbolic = true;
   st = name_symbols(op, p, dims, ndims);
-  if (st == LOOM_OK) st = infer_dims(op, p);
+  if (st == LOOM_OK) st = infer_dims(op, p, dims, ndims, false);
+  return st;
+}
+
+loom_status lm_program_make_symbolic_at(const char *op, loom_program *p,
+                                        const loom_symbolic_dim *dims, int ndims) {
+  for (int i = 0; i < ndims; i++) {
+    int pos = LM_SYM_DIM_POS(dims[i].input);
+    if (dims[i].input < 0 && (pos >= p->n || dims[i].axis >= p->nodes[pos]->shape.ndim ||
+                              p->nodes[pos]->shape.dim[dims[i].axis] < 2))
+      return lm_fail(LOOM_ERR_VALUE, "%s: no symbol at node %d dim %d", op, pos, dims[i].axis);
+    loom_status st = dims[i].input >= 0 ? check_dims(op, p, &dims[i], 1) : LOOM_OK;
+    if (st != LOOM_OK) return st;
+  }
+  if (ndims == 0) return LOOM_OK;
+  if (pthread_mutex_init(&p->bind_lock, NULL) != 0)
+    return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
+  p->symbolic = true;
+  loom_status st = name_symbols(op, p, dims, ndims);
+  if (st == LOOM_OK) st = infer_dims(op, p, dims, ndims, true);
   return st;
 }
 
@@ -289,7 +317,7 @@ loom_status lm_program_plan_at(const char *op, const loom_program *p, const int6
 void lm_program_binding_free(const loom_program *p, lm_binding *b) { free_binding(b, p->n); }
 
 loom_status lm_program_graph_hash_at(const loom_program *p, const int64_t *values,
-                                     lm_hash128 *out) {
+                                     const uint8_t *clear_from_end, lm_hash128 *out) {
   lm_binding *b = calloc(1, sizeof *b);
   if (!b || !(b->nodes = calloc((size_t)p->n + 1, sizeof *b->nodes))) {
     free(b);
@@ -298,6 +326,9 @@ loom_status lm_program_graph_hash_at(const loom_program *p, const int64_t *value
   loom_status st = instantiate("loom_realize", p, values, b);
   lm_node **targets = st == LOOM_OK ? malloc(sizeof *targets * (size_t)p->nout) : NULL;
   if (st == LOOM_OK && !targets) st = lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
+  for (int pos = 0; st == LOOM_OK && clear_from_end && pos < p->n; pos++)
+    for (int d = 0; b->nodes[pos]->op == LM_SLICE && d < LOOM_MAX_DIMS; d++)
+      b->nodes[pos]->arg.slice.from_end[d] &= (uint8_t)~clear_from_end[pos * LOOM_MAX_DIMS + d];
   if (st == LOOM_OK) {
     for (int i = 0; i < p->nout; i++) targets[i] = b->nodes[p->out_pos[i]];
     lm_graph g;

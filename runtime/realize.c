@@ -103,6 +103,7 @@ static loom_status compile_program(const lm_graph *g, bool fuse, loom_device dev
  */
 #define FAMILIES 256
 #define FAMILY_HASHES 512 /* the instance hashes a family keeps (a ring) */
+#define FAMILY_MAX_DIMS 64
 
 typedef struct family_hash {
   int64_t values[LM_SYM_MAX_SYMBOLS];
@@ -113,10 +114,14 @@ typedef struct family {
   _Atomic int refs;
   pthread_mutex_t lock; /* the fields below */
   int n;
-  lm_hash128 first;       /* the first graph's hash */
-  loom_shape *leaf_shape; /* [n] its shapes (read at leaves) */
-  loom_program *program;  /* the family as a symbolic program, from its second graph */
-  lm_hash128 traced;      /* the hash of the graph the program was traced from */
+  lm_hash128 first;                   /* the first graph's hash */
+  loom_shape *shape;                  /* [n] its shapes */
+  int64_t *slice_start;               /* [n * LOOM_MAX_DIMS] its slices' starts */
+  loom_program *program;              /* the family as a symbolic program, from its second graph */
+  lm_hash128 traced;                  /* the hash of the graph the program was traced from */
+  uint8_t *from_end;                  /* [n * LOOM_MAX_DIMS] slice bound flags the program added */
+  lm_sym_seed seeds[FAMILY_MAX_DIMS]; /* where a graph's dims give the symbols' values */
+  int nseeds;
   bool refused;
   family_hash hashes[FAMILY_HASHES];
   int nhashes, next_hash;
@@ -128,7 +133,9 @@ static void family_release(void *v) {
   family *f = v;
   if (!f || atomic_fetch_sub(&f->refs, 1) != 1) return;
   loom_program_free(f->program);
-  free(f->leaf_shape);
+  free(f->shape);
+  free(f->slice_start);
+  free(f->from_end);
   pthread_mutex_destroy(&f->lock);
   free(f);
 }
@@ -152,107 +159,120 @@ static void program_ref_release(program_ref *r) {
   *r = (program_ref){0};
 }
 
-/* The symbols of f's second graph g: input (leaf) dims that differ from the
- * first graph's, one symbol per pair of sizes, as program input dims (dims)
- * and as graph positions (seeds), with their sizes in g (example). Returns
- * how many dims: -1: more than a program takes; -2: one is below 2 in g,
- * where no symbol is traced (a batch of 1 broadcasts), so a later graph
- * makes the program. */
-#define FAMILY_MAX_DIMS 64
+/* The symbols of f's second graph g and where they are: leaf dims that
+ * differ from the first graph's (as program inputs), and the lengths of
+ * slices that changed while their sources' dims did not (a batch taken as
+ * x[:b] of a fixed tensor; as graph positions); one symbol per pair of
+ * sizes, traced at g's. Slice bounds that kept their distance from the end
+ * of a dim that changed get from-end flags (the second trace shows what one
+ * trace cannot: a start written t - 1). Returns how many dims: -1: more than
+ * a program takes; -2: one is below 2 in g, where no symbol is traced (a
+ * batch of 1 broadcasts), so a later graph makes the program. */
 typedef struct family_seeds {
   loom_symbolic_dim dims[FAMILY_MAX_DIMS];
   lm_sym_seed seeds[FAMILY_MAX_DIMS];
-  char names[LM_SYM_MAX_SYMBOLS][8];
-  const char *name[LM_SYM_MAX_SYMBOLS];
+  char names[LM_SYM_MAX_SYMBOLS][16];
   int64_t example[LM_SYM_MAX_SYMBOLS];
   int nsym;
 } family_seeds;
 
-static int family_symbols(const family *f, const lm_graph *g, family_seeds *fs) {
+static int add_seed(family_seeds *fs, int ndims, int input, int pos, int d, int64_t was,
+                    int64_t now, int64_t *was_size) {
+  if (now < 2) return -2;
+  int s = 0;
+  while (s < fs->nsym && !(was_size[s] == was && fs->example[s] == now)) s++;
+  if (s == fs->nsym) {
+    if (fs->nsym == LM_SYM_MAX_SYMBOLS) return -1;
+    was_size[s] = was, fs->example[s] = now;
+    snprintf(fs->names[s], sizeof fs->names[s], "s%d", s);
+    fs->nsym++;
+  }
+  if (ndims == FAMILY_MAX_DIMS) return -1;
+  fs->dims[ndims] = (loom_symbolic_dim){input >= 0 ? input : LM_SYM_DIM_AT(pos), d, fs->names[s]};
+  fs->seeds[ndims] = (lm_sym_seed){pos, d, s};
+  return ndims + 1;
+}
+
+static int family_symbols(const family *f, const lm_graph *g, family_seeds *fs, uint8_t *from_end) {
   int ndims = 0, input = 0;
   int64_t was_size[LM_SYM_MAX_SYMBOLS];
   fs->nsym = 0;
-  for (int pos = 0; pos < g->n; pos++) {
+  for (int pos = 0; pos < g->n && ndims >= 0; pos++) {
     const lm_node *n = g->nodes[pos];
-    if (!lm_is_computed(n)) continue;
-    for (int d = 0; d < n->shape.ndim; d++) {
-      int64_t was = f->leaf_shape[pos].dim[d], now = n->shape.dim[d];
+    bool leaf = lm_is_computed(n);
+    int src = leaf || n->op != LM_SLICE ? -1 : lm_graph_pos(g, n->src[0]);
+    for (int d = 0; d < n->shape.ndim && ndims >= 0; d++) {
+      int64_t was = f->shape[pos].dim[d], now = n->shape.dim[d];
       if (was == now) continue;
-      if (now < 2) return -2;
-      int s = 0;
-      while (s < fs->nsym && !(was_size[s] == was && fs->example[s] == now)) s++;
-      if (s == fs->nsym) {
-        if (fs->nsym == LM_SYM_MAX_SYMBOLS) return -1;
-        was_size[s] = was, fs->example[s] = now;
-        snprintf(fs->names[s], sizeof fs->names[s], "s%d", s);
-        fs->name[s] = fs->names[s];
-        fs->nsym++;
+      if (leaf) {
+        ndims = add_seed(fs, ndims, input, pos, d, was, now, was_size);
+      } else if (src >= 0 && f->shape[src].dim[d] == g->nodes[src]->shape.dim[d]) {
+        ndims = add_seed(fs, ndims, -1, pos, d, was, now, was_size);
       }
-      if (ndims == FAMILY_MAX_DIMS) return -1;
-      fs->dims[ndims] = (loom_symbolic_dim){input, d, fs->names[s]};
-      fs->seeds[ndims++] = (lm_sym_seed){pos, d, s};
     }
-    input++;
+    if (src >= 0) { /* bounds that kept their distance from a changed end */
+      for (int d = 0; d < n->shape.ndim; d++) {
+        int64_t n1 = f->shape[src].dim[d], n2 = g->nodes[src]->shape.dim[d];
+        int64_t s1 = f->slice_start[pos * LOOM_MAX_DIMS + d], s2 = n->arg.slice.start[d];
+        int64_t l1 = f->shape[pos].dim[d], l2 = n->shape.dim[d], step = n->arg.slice.step[d];
+        uint8_t has = n->arg.slice.from_end[d];
+        if (n1 == n2 || step < 1) continue;
+        if (s1 != s2 && n1 - s1 == n2 - s2 && !(has & LM_SLICE_START_FROM_END))
+          from_end[pos * LOOM_MAX_DIMS + d] |= LM_SLICE_START_FROM_END;
+        int64_t e1 = n1 - (s1 + l1 * step), e2 = n2 - (s2 + l2 * step);
+        if (l1 != l2 && e1 == e2 && e1 > 0 && !(has & LM_SLICE_STOP_FROM_END))
+          from_end[pos * LOOM_MAX_DIMS + d] |= LM_SLICE_STOP_FROM_END;
+      }
+    }
+    if (leaf) input++;
   }
   return ndims;
-}
-
-/* Whether the symbols of g's dims follow from seeds (lm_sym_infer), before
- * anything is compiled for them. */
-static bool family_inferable(const lm_graph *g, const family_seeds *fs, int nseeds) {
-  lm_sym_expr *dims = malloc(sizeof *dims * (size_t)g->n * LOOM_MAX_DIMS);
-  lm_sym_count *counts = malloc(sizeof *counts * (size_t)(g->n + 1));
-  int ncounts = 0;
-  char err[256];
-  bool ok = dims && counts &&
-            lm_sym_infer(g, fs->name, fs->example, fs->seeds, nseeds, dims, counts, &ncounts, err,
-                         sizeof err) == LOOM_OK;
-  free(dims);
-  free(counts);
-  return ok;
 }
 
 /* Makes f's program from its second graph g (f locked); false when it
  * cannot be one (the graph then plans for its sizes). */
 static bool family_make(family *f, const lm_graph *g) {
   family_seeds fs;
-  int ndims = family_symbols(f, g, &fs);
-  if (ndims == 0 || ndims == -2) return false; /* the same sizes, or a size of 1: not yet */
-  if (ndims < 0 || !family_inferable(g, &fs, ndims)) {
-    f->refused = true;
+  uint8_t *from_end = calloc((size_t)g->n * LOOM_MAX_DIMS + 1, 1);
+  int ndims = from_end ? family_symbols(f, g, &fs, from_end) : 0;
+  if (ndims == 0 || ndims == -2) { /* the same sizes, or a size of 1: not yet */
+    free(from_end);
     return false;
   }
   loom_program *p = NULL;
-  lm_errors_quiet_begin(); /* a refusal is an answer: the graph plans as before */
-  loom_status st = lm_program_build_lazy("loom_realize", g, &p);
-  if (st == LOOM_OK) st = lm_program_make_symbolic("loom_realize", p, fs.dims, ndims);
-  lm_errors_quiet_end();
+  loom_status st = LOOM_ERR_VALUE;
+  if (ndims > 0) {
+    lm_errors_quiet_begin(); /* a refusal is an answer: the graph plans as before */
+    st = lm_program_build_lazy("loom_realize", g, from_end, fs.dims, ndims, &p);
+    lm_errors_quiet_end();
+  }
   if (st != LOOM_OK) {
     loom_program_free(p);
+    free(from_end);
     f->refused = true;
     return false;
   }
   lm_stat_add(LM_STAT_GRAPHS_COMPILED, 1);
   f->program = p;
   f->traced = g->hash;
+  f->from_end = from_end;
+  memcpy(f->seeds, fs.seeds, sizeof *fs.seeds * (size_t)ndims);
+  f->nseeds = ndims;
   return true;
 }
 
-/* The symbols' values in g (a graph of f's family): false when its leaves
- * give a symbol two values. */
+/* The symbols' values in g (a graph of f's family), read where the seeds
+ * are: false when its dims give a symbol two values. */
 static bool family_values(const family *f, const lm_graph *g, int64_t *values) {
   const loom_program *p = f->program;
   for (int s = 0; s < p->nsym; s++) values[s] = -1;
-  for (int i = 0; i < p->nin; i++) {
-    int pos = p->in_pos[i];
-    if (pos < 0 || pos >= g->n || !lm_is_computed(g->nodes[pos])) return false;
-    const loom_shape *sh = &g->nodes[pos]->shape;
-    for (int d = 0; d < sh->ndim; d++) {
-      int s = p->in_sym[i * LOOM_MAX_DIMS + d];
-      if (s < 0) continue;
-      if (sh->dim[d] < 1 || (values[s] >= 0 && values[s] != sh->dim[d])) return false;
-      values[s] = sh->dim[d];
-    }
+  for (int i = 0; i < f->nseeds; i++) {
+    const lm_sym_seed *sd = &f->seeds[i];
+    const loom_shape *sh = &g->nodes[sd->pos]->shape;
+    if (sd->axis >= sh->ndim) return false;
+    int64_t v = sh->dim[sd->axis];
+    if (v < 1 || (values[sd->symbol] >= 0 && values[sd->symbol] != v)) return false;
+    values[sd->symbol] = v;
   }
   for (int s = 0; s < p->nsym; s++)
     if (values[s] < 0) return false;
@@ -271,7 +291,7 @@ static bool family_member(family *f, const lm_graph *g, const int64_t *values) {
       return g->hash.lo == f->hashes[i].hash.lo && g->hash.hi == f->hashes[i].hash.hi;
   lm_hash128 h;
   lm_errors_quiet_begin(); /* sizes the program refuses: not a member */
-  loom_status st = lm_program_graph_hash_at(p, values, &h);
+  loom_status st = lm_program_graph_hash_at(p, values, f->from_end, &h);
   lm_errors_quiet_end();
   if (st != LOOM_OK) return false;
   family_hash *at = &f->hashes[f->next_hash];
@@ -286,16 +306,22 @@ static bool family_member(family *f, const lm_graph *g, const int64_t *values) {
 /* A new family for g (its first graph), stored. */
 static void family_start(const lm_graph *g, lm_hash128 key) {
   family *f = calloc(1, sizeof *f);
-  if (!f || !(f->leaf_shape = malloc(sizeof *f->leaf_shape * (size_t)(g->n + 1))) ||
+  if (!f || !(f->shape = malloc(sizeof *f->shape * (size_t)(g->n + 1))) ||
+      !(f->slice_start = calloc((size_t)g->n * LOOM_MAX_DIMS + 1, sizeof *f->slice_start)) ||
       pthread_mutex_init(&f->lock, NULL) != 0) {
-    if (f) free(f->leaf_shape);
+    if (f) free(f->shape), free(f->slice_start);
     free(f);
     return; /* the graph plans as it would anyway */
   }
   atomic_init(&f->refs, 1);
   f->n = g->n;
   f->first = g->hash;
-  for (int pos = 0; pos < g->n; pos++) f->leaf_shape[pos] = g->nodes[pos]->shape;
+  for (int pos = 0; pos < g->n; pos++) {
+    const lm_node *n = g->nodes[pos];
+    f->shape[pos] = n->shape;
+    for (int d = 0; n->op == LM_SLICE && !lm_is_computed(n) && d < n->shape.ndim; d++)
+      f->slice_start[pos * LOOM_MAX_DIMS + d] = n->arg.slice.start[d];
+  }
   bool inserted = false;
   lm_cache_put(&families, key, f, NULL, &inserted); /* the cache takes our reference */
   if (!inserted) family_release(f);                 /* out of memory, or another thread's first */
