@@ -312,8 +312,8 @@ done:
   return st;
 }
 
-loom_status lm_kernel_generic_all(const char *op, const lk_kernel *k, lk_kernel *out,
-                                  int64_t **sizes) {
+loom_status lm_kernel_generic_lifted(const char *op, const lk_kernel *k, const unsigned char *vary,
+                                     lk_kernel *out, int64_t **sizes) {
   *sizes = NULL;
   lk_kernel r;
   lk_inst *base = lk_kernel_unshare_sizes(k, &r);
@@ -322,20 +322,33 @@ loom_status lm_kernel_generic_all(const char *op, const lk_kernel *k, lk_kernel 
   int64_t *values = malloc(sizeof *values * (size_t)(n + 1));
   unsigned char *lift = malloc((size_t)n + 1);
   lk_inst *inst = NULL;
+  bool any = false;
   if (base && all && values && lift) {
     lk_kernel_sizes(&r, all);
     lift_always(all, r.ndim, n, lift);
-    inst = lk_kernel_generalize(&r, lift, out, values);
+    for (int i = 0, j = 0; i < n; i++) /* vary counts the lifted ones */
+      if (lift[i]) lift[i] = !vary || vary[j++], any |= lift[i];
+    inst = any ? lk_kernel_generalize(&r, lift, out, values) : base;
   }
-  free(base);
+  if (inst != base) free(base);
   free(all);
   free(lift);
   if (!inst) {
     free(values);
     return lm_fail(LOOM_ERR_OOM, "%s: out of memory generalizing a kernel", op);
   }
+  if (!any) { /* nothing varies: k itself */
+    free(base);
+    free(values);
+    return LOOM_OK;
+  }
   *sizes = values;
   return LOOM_OK;
+}
+
+loom_status lm_kernel_generic_all(const char *op, const lk_kernel *k, lk_kernel *out,
+                                  int64_t **sizes) {
+  return lm_kernel_generic_lifted(op, k, NULL, out, sizes);
 }
 
 void lm_generic_counted(lm_stat how) {
@@ -362,12 +375,13 @@ loom_status lm_kernel_function_sized(const lk_kernel *k, lk_fn *fn, lm_code **co
   return LOOM_OK;
 }
 
-loom_status lm_kernel_function_all_sizes(const char *op, const lk_kernel *k, lk_fn *fn,
-                                         lm_code **code, int64_t **sizes, int *nsizes) {
+loom_status lm_kernel_function_lifted(const char *op, const lk_kernel *k, const unsigned char *vary,
+                                      lk_fn *fn, lm_code **code, int64_t **sizes, int *nsizes) {
   *nsizes = 0;
   lk_kernel g;
-  loom_status st = lm_kernel_generic_all(op, k, &g, sizes);
+  loom_status st = lm_kernel_generic_lifted(op, k, vary, &g, sizes);
   if (st != LOOM_OK) return st;
+  if (!*sizes) return lm_kernel_function(k, fn, code);
   lm_stat how;
   st = kernel_function(&g, fn, code, &how);
   free(g.inst);

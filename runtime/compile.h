@@ -77,6 +77,12 @@ loom_status lm_kernel_generalized(const lk_kernel *k, lm_generic_target target, 
  * what a symbolic export links, whatever sizes it is run at. */
 loom_status lm_kernel_generic_all(const char *op, const lk_kernel *k, lk_kernel *out,
                                   int64_t **sizes);
+/* The same over only those of those sizes that vary (vary[j] for the j-th
+ * size lm_kernel_generic_all lifts; NULL: all): the others stay constants
+ * the backend can use (a row length, a fixed stride). *sizes NULL (and out
+ * untouched) when none varies: k itself serves. */
+loom_status lm_kernel_generic_lifted(const char *op, const lk_kernel *k, const unsigned char *vary,
+                                     lk_kernel *out, int64_t **sizes);
 /* Counts a generic kernel's use (and its compile, when `how` says it was built). */
 void lm_generic_counted(lm_stat how);
 /* The same, or the shape-generic kernel serving k (loom_set_dynamic), and then
@@ -84,11 +90,12 @@ void lm_generic_counted(lm_stat how);
  * the slot after k's last, *nsizes of them. *sizes NULL: k's own function. */
 loom_status lm_kernel_function_sized(const lk_kernel *k, lk_fn *fn, lm_code **code, int64_t **sizes,
                                      int *nsizes);
-/* k's lm_kernel_generic_all kernel, compiled (or from the caches), and the
- * sizes it runs with at k's sizes (*sizes malloc'd, *nsizes of them): a plan
- * template's kernels (runtime/plan_template.c), which serve every size. */
-loom_status lm_kernel_function_all_sizes(const char *op, const lk_kernel *k, lk_fn *fn,
-                                         lm_code **code, int64_t **sizes, int *nsizes);
+/* k's lm_kernel_generic_lifted kernel, compiled (or from the caches), and
+ * the sizes it runs with at k's sizes (*sizes malloc'd, *nsizes of them;
+ * NULL: k's own function): a plan template's kernels
+ * (runtime/plan_template.c), which serve every size of its box. */
+loom_status lm_kernel_function_lifted(const char *op, const lk_kernel *k, const unsigned char *vary,
+                                      lk_fn *fn, lm_code **code, int64_t **sizes, int *nsizes);
 /* The relocatable object file defining k (from the disk cache, or emitted):
  * the same code the JIT runs, for ahead-of-time export. *obj is malloc'd;
  * symbol gets the function's name ("lk_" + 32 hex digits). */

@@ -310,15 +310,17 @@ typedef struct compile_job {
   lm_schedule *p;
   const int *order;
   int n;
-  bool all_sizes;   /* every kernel generic over all of its sizes (a plan template's) */
+  bool lifted; /* kernels generic over the sizes in vary (a plan template's) */
+  unsigned char *const *vary;
   _Atomic int next; /* the next of order[] to take: each thread takes one at a time */
 } compile_job;
 
 /* A pool part: compiles steps from order[] until none is left. A failure
  * leaves fn NULL; the caller reports it on its own thread. */
-static loom_status compile_kernel_step(lm_step *s, bool all_sizes) {
-  return all_sizes ? lm_kernel_function_all_sizes("loom_program_run", &s->kernel, &s->fn, &s->code,
-                                                  &s->sizes, &s->nsizes)
+static loom_status compile_kernel_step(const compile_job *j, int i) {
+  lm_step *s = &j->p->steps[i];
+  return j->lifted ? lm_kernel_function_lifted("loom_program_run", &s->kernel, j->vary[i], &s->fn,
+                                               &s->code, &s->sizes, &s->nsizes)
                    : lm_kernel_function_sized(&s->kernel, &s->fn, &s->code, &s->sizes, &s->nsizes);
 }
 
@@ -329,7 +331,7 @@ static void compile_steps(void *ctx, int64_t begin, int64_t end) {
     lm_step *s = &j->p->steps[j->order[i]];
     if (s->kind == LM_STEP_GEMM) {
       if (lm_gemm_prepare(&s->gemm, &s->code) != LOOM_OK) s->gemm.fn = NULL;
-    } else if (compile_kernel_step(s, j->all_sizes) != LOOM_OK) {
+    } else if (compile_kernel_step(j, j->order[i]) != LOOM_OK) {
       s->fn = NULL;
     }
   }
@@ -364,13 +366,13 @@ static int compile_order(const lm_schedule *p, int *order) {
 /* A new program's kernels and GEMM functions compile in parallel (LLVM work
  * dominates a cold start), one pool part each; cached ones come back at once.
  * Each step holds its code until the schedule is freed. */
-static loom_status compile_cpu(lm_schedule *p, bool all_sizes) {
+static loom_status compile_cpu(lm_schedule *p, unsigned char *const *vary) {
   for (int i = 0; i < p->nsteps; i++)
     if (p->steps[i].kind == LM_STEP_KERNEL && lm_env_flag("LOOM_DEBUG"))
       lk_kernel_print(&p->steps[i].kernel, stderr);
   int *order = malloc(sizeof(int) * (size_t)(p->nsteps + 1));
   if (!order) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory compiling a program");
-  compile_job job = {p, order, compile_order(p, order), all_sizes, 0};
+  compile_job job = {p, order, compile_order(p, order), vary != NULL, vary, 0};
   int threads = loom_num_threads();
   lm_parallel_for(threads, job.n > 1 ? threads : 1, compile_steps, &job);
   free(order);
@@ -378,7 +380,7 @@ static loom_status compile_cpu(lm_schedule *p, bool all_sizes) {
     lm_step *s = &p->steps[i];
     loom_status st = LOOM_OK;
     if (s->kind == LM_STEP_KERNEL && !s->fn)
-      st = compile_kernel_step(s, all_sizes);
+      st = compile_kernel_step(&job, i);
     else if (s->kind == LM_STEP_GEMM && !s->code)
       st = lm_gemm_prepare(&s->gemm, &s->code);
     if (st != LOOM_OK) return st;
@@ -390,11 +392,11 @@ loom_status lm_exec_compile(lm_schedule *p, loom_device device) {
   release_code(p); /* compiled before: for another device, say */
   p->release_code = release_code;
   if (device.type == LOOM_DEVICE_CUDA) return lm_cuda_exec_compile(p, device.index);
-  return compile_cpu(p, false);
+  return compile_cpu(p, NULL);
 }
 
-loom_status lm_exec_compile_all_sizes(lm_schedule *p) {
+loom_status lm_exec_compile_lifted(lm_schedule *p, unsigned char *const *vary) {
   release_code(p);
   p->release_code = release_code;
-  return compile_cpu(p, true);
+  return compile_cpu(p, vary);
 }

@@ -17,7 +17,9 @@
  * A template serves a *box*: every symbol between the smallest and largest
  * value it was planned and checked at. A size in the box is an instance: the
  * template's steps with the polynomials evaluated (its kernels' sizes, its
- * GEMMs' functions looked up for their sizes), no planning. Plan decisions
+ * GEMMs' functions looked up for their sizes), no planning. Its kernels read
+ * at run time only the sizes that vary over the box; the rest (a softmax's
+ * row length when only the batch varies) stay constants. Plan decisions
  * are thresholds that grow with the sizes (a split reduction from 65536
  * inputs, row blocks, a GEMM's epilogue blocking), so a plan that is the same
  * at the box's two corners is the same inside it; a decision on divisibility
@@ -52,8 +54,11 @@ _Static_assert(sizeof(lm_step) == 792 && sizeof(lm_gemm) == 312 && sizeof(lm_col
 #endif
 
 struct lm_plan_template {
-  int k;                /* symbols */
-  lm_schedule *plan;    /* the traced sizes' plan, its kernels compiled over all sizes */
+  int k;             /* symbols */
+  lm_schedule *plan; /* the traced sizes' plan, its kernels compiled over the sizes that vary */
+  int nsteps;
+  int *nall;            /* [nsteps] a kernel step's sizes (lm_kernel_generic_all's) */
+  unsigned char **vary; /* [nsteps] which of them vary (the compiled kernel reads those) */
   unsigned char *shape; /* the plans' description but for the numbers */
   size_t nshape;
   lm_sym_expr *num; /* [nnum] each number, as the walk meets them */
@@ -71,7 +76,8 @@ typedef struct desc {
   size_t nshape, shape_cap;
   int64_t *num;
   int nnum, num_cap;
-  bool oom, unfit; /* out of memory; a plan no template holds */
+  int *kfirst, *kcount; /* [nsteps] where a kernel step's sizes are among num */
+  bool oom, unfit;      /* out of memory; a plan no template holds */
 } desc;
 
 /* Either describes a plan (d set) or writes numbers into an instance's
@@ -80,10 +86,12 @@ typedef struct walk {
   desc *d;
   const int64_t *vals;
   int at, nvals;
+  const lm_plan_template *t; /* instantiating: which sizes its kernels read */
   bool oom;
 } walk;
 
 static void put(desc *d, const void *v, size_t n) {
+  if (n == 0) return; /* an empty array may be NULL */
   if (d->nshape + n > d->shape_cap) {
     size_t cap = d->shape_cap ? 2 * d->shape_cap : 4096;
     while (cap < d->nshape + n) cap *= 2;
@@ -122,7 +130,7 @@ static void number(walk *w, int64_t *field) {
  * every size but -1, 0 and 1) and the sizes it runs with; in an instance, the
  * sizes are written and the extents (the first ndim sizes) set in its dom,
  * which the executor reads. */
-static void walk_kernel(walk *w, lm_step *s) {
+static void walk_kernel(walk *w, lm_step *s, int i) {
   if (w->d) {
     for (int d = 0; d < s->kernel.ndim; d++)
       if (s->kernel.dom[d] == 0) w->d->unfit = true; /* empty kernels specialize */
@@ -136,24 +144,31 @@ static void walk_kernel(walk *w, lm_step *s) {
     lk_hash h = lk_kernel_hash(&g);
     PUT(w->d, h);
     PUT(w->d, g.nsizes);
-    for (int i = 0; i < g.nsizes; i++) number(w, &sizes[i]);
+    w->d->kfirst[i] = w->d->nnum, w->d->kcount[i] = g.nsizes;
+    for (int j = 0; j < g.nsizes; j++) number(w, &sizes[j]);
     free(g.inst);
     free(sizes);
-  } else {
-    if (!(s->sizes = malloc(sizeof *s->sizes * (size_t)(s->nsizes + 1)))) {
-      w->oom = true;
-      return;
-    }
-    for (int i = 0; i < s->nsizes; i++) number(w, &s->sizes[i]);
-    for (int d = 0; d < s->kernel.ndim && d < s->nsizes; d++) s->kernel.dom[d] = s->sizes[d];
-  }
-  if (w->d) {
     PUT(w->d, s->kernel.nslots);
     PUT_ARRAY(w->d, s->arg_pos, s->kernel.nslots);
     PUT_ARRAY(w->d, s->arg_key, s->kernel.nslots);
     PUT(w->d, s->nparams);
     PUT_ARRAY(w->d, s->params, s->nparams);
+    return;
   }
+  /* an instance: every size, the extents (the first ndim) into dom, the
+   * ones that vary into the sizes its kernel reads */
+  int n = w->t->nall[i];
+  int64_t small[64], *all = n <= 64 ? small : malloc(sizeof *all * (size_t)n);
+  if (!all || (s->nsizes > 0 && !(s->sizes = malloc(sizeof *s->sizes * (size_t)s->nsizes)))) {
+    if (all != small) free(all);
+    w->oom = true;
+    return;
+  }
+  for (int j = 0; j < n; j++) number(w, &all[j]);
+  for (int d = 0; d < s->kernel.ndim && d < n; d++) s->kernel.dom[d] = all[d];
+  for (int j = 0, at = 0; j < n && s->sizes; j++)
+    if (w->t->vary[i][j]) s->sizes[at++] = all[j];
+  if (all != small) free(all);
 }
 
 static void walk_gemm(walk *w, lm_gemm *g) {
@@ -198,6 +213,11 @@ static void walk_collective(walk *w, lm_collective *c) {
  * lm_step must be described here too, or an instance would run with the
  * template's value of it. */
 static void walk_plan(walk *w, lm_schedule *p) {
+  if (w->d && (!(w->d->kfirst = calloc((size_t)p->nsteps + 1, sizeof(int))) ||
+               !(w->d->kcount = calloc((size_t)p->nsteps + 1, sizeof(int))))) {
+    w->d->oom = true;
+    return;
+  }
   if (w->d) {
     PUT(w->d, p->nnodes);
     PUT(w->d, p->ntemps);
@@ -219,7 +239,7 @@ static void walk_plan(walk *w, lm_schedule *p) {
       PUT_ARRAY(w->d, s->free_after, s->nfree);
     }
     number(w, &s->outer);
-    if (s->kind == LM_STEP_KERNEL) walk_kernel(w, s);
+    if (s->kind == LM_STEP_KERNEL) walk_kernel(w, s, i);
     if (s->kind == LM_STEP_GEMM) walk_gemm(w, &s->gemm);
     if (s->kind == LM_STEP_COLLECTIVE) walk_collective(w, &s->coll);
   }
@@ -228,6 +248,8 @@ static void walk_plan(walk *w, lm_schedule *p) {
 static void desc_free(desc *d) {
   free(d->shape);
   free(d->num);
+  free(d->kfirst);
+  free(d->kcount);
   *d = (desc){0};
 }
 
@@ -280,11 +302,31 @@ static bool agrees_at(const lm_plan_template *t, const loom_program *p, const in
 
 void lm_plan_template_free(lm_plan_template *t) {
   if (!t) return;
+  for (int i = 0; t->vary && i < t->nsteps; i++) free(t->vary[i]);
+  free(t->vary);
+  free(t->nall);
   lm_schedule_free(t->plan);
   free(t->shape);
   free(t->num);
   pthread_mutex_destroy(&t->lock);
   free(t);
+}
+
+/* Which sizes of each kernel step vary over the box (their polynomials are
+ * not constants): its compiled kernel reads those at run time and keeps the
+ * rest (a row length, a fixed stride) as constants the backend can use. */
+static bool mark_varying(lm_plan_template *t, const lm_schedule *plan, const desc *d) {
+  t->nsteps = plan->nsteps;
+  if (!(t->nall = calloc((size_t)plan->nsteps + 1, sizeof *t->nall)) ||
+      !(t->vary = calloc((size_t)plan->nsteps + 1, sizeof *t->vary)))
+    return false;
+  for (int i = 0; i < plan->nsteps; i++) {
+    if (plan->steps[i].kind != LM_STEP_KERNEL) continue;
+    int n = t->nall[i] = d->kcount[i];
+    if (!(t->vary[i] = calloc((size_t)n + 1, 1))) return false;
+    for (int j = 0; j < n; j++) t->vary[i][j] = !lm_sym_is_const(&t->num[d->kfirst[i] + j]);
+  }
+  return true;
 }
 
 static void sample_values(const loom_program *p, int i, int ngrid, int64_t *values) {
@@ -333,7 +375,10 @@ loom_status lm_plan_template_make(const loom_program *p, lm_plan_template **out)
     t->shape = d[0].shape, t->nshape = d[0].nshape;
     d[0].shape = NULL;
     for (int j = 0; j < k; j++) t->lo[j] = values[0][j], t->hi[j] = values[nsamples - 1][j];
-    st = lm_exec_compile_all_sizes(plan);
+    ok = mark_varying(t, plan, &d[0]);
+  }
+  if (ok) {
+    st = lm_exec_compile_lifted(plan, t->vary);
     if (st == LOOM_OK) t->plan = plan, plan = NULL;
   }
   if (ok && st == LOOM_OK) *out = t, t = NULL;
@@ -421,7 +466,7 @@ static loom_status instantiate(const lm_plan_template *t, const int64_t *values,
   s->borrows_steps = true;
   s->release_code = base->release_code;
   atomic_init(&s->ranks_agree, false);
-  memcpy(steps, base->steps, sizeof *steps * (size_t)base->nsteps);
+  if (base->nsteps) memcpy(steps, base->steps, sizeof *steps * (size_t)base->nsteps);
   for (int i = 0; i < s->nsteps; i++) { /* what the instance owns */
     steps[i].code = NULL, steps[i].sizes = NULL;
     steps[i].coll.in_count = NULL;
@@ -436,7 +481,7 @@ static loom_status instantiate(const lm_plan_template *t, const int64_t *values,
   if (st == LOOM_OK && !evaluate(t, values, nums))
     st = lm_fail(LOOM_ERR_SHAPE, OP ": a size of the plan overflows at these sizes");
   if (st == LOOM_OK) {
-    walk w = {.vals = nums, .nvals = t->nnum};
+    walk w = {.vals = nums, .nvals = t->nnum, .t = t};
     walk_plan(&w, s);
     if (w.oom) st = lm_fail(LOOM_ERR_OOM, OP ": out of memory");
   }

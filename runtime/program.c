@@ -160,18 +160,16 @@ static loom_status check_placeholders(const char *op, const lm_graph *g, lm_node
   return LOOM_OK;
 }
 
-static loom_status plan_and_compile(const char *op, loom_program *p, const lm_graph *g,
-                                    bool all_sizes) {
+static loom_status plan_and_compile(const char *op, loom_program *p, const lm_graph *g) {
   char err[1024];
   loom_status st = lm_plan(g, loom_fusion_enabled(), &p->plan, err, sizeof err);
   if (st != LOOM_OK) return lm_fail(st, "%s: %s", op, err);
   assign_kernels(p);
-  return all_sizes && p->device.type == LOOM_DEVICE_CPU ? lm_exec_compile_all_sizes(p->plan)
-                                                        : lm_exec_compile(p->plan, p->device);
+  return lm_exec_compile(p->plan, p->device);
 }
 
 static loom_status build(const char *op, lm_node *const *outs, int nout, lm_node *const *ins,
-                         int nin, bool all_sizes, loom_program **out) {
+                         int nin, loom_program **out) {
   *out = NULL;
   lm_graph user, own;
   memset(&own, 0, sizeof own);
@@ -201,7 +199,7 @@ static loom_status build(const char *op, lm_node *const *outs, int nout, lm_node
     if (fill_tables(p, &own, ins, nin) != LOOM_OK)
       st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
   }
-  if (st == LOOM_OK) st = plan_and_compile(op, p, &own, all_sizes);
+  if (st == LOOM_OK) st = plan_and_compile(op, p, &own);
   free(targets);
   lm_graph_free(&own);
   lm_graph_free(&user);
@@ -215,7 +213,7 @@ static loom_status build(const char *op, lm_node *const *outs, int nout, lm_node
 
 loom_status lm_program_build(const char *op, lm_node *const *outs, int nout, lm_node *const *ins,
                              int nin, loom_program **out) {
-  return build(op, outs, nout, ins, nin, false, out);
+  return build(op, outs, nout, ins, nin, out);
 }
 
 /* Whether the symbols of lazy graph g's clone (targets, n nodes in g's
@@ -303,7 +301,7 @@ loom_status lm_program_build_lazy(const char *op, const lm_graph *g, const uint8
     st = lm_fail(LOOM_ERR_SHAPE, "%s: the graph's sizes do not follow its symbols", op);
   } else {
     for (int i = 0; i < g->ntargets; i++) targets[i] = clones[g->targets[i]];
-    st = build(op, targets, g->ntargets, ins, nin, true, out);
+    st = build(op, targets, g->ntargets, ins, nin, out);
     if (st == LOOM_OK && (st = lm_program_make_symbolic_at(op, *out, dims, ndims)) != LOOM_OK) {
       program_free(*out);
       *out = NULL;

@@ -139,9 +139,7 @@ loom_status lm_program_build(const char *op, lm_node *const *outs, int nout, lm_
  * (runtime/realize.c). from_end (NULL, or LOOM_MAX_DIMS per position) adds
  * slice bound flags (LM_SLICE_*_FROM_END) to the copy; dims name the
  * symbols at inputs or graph positions (LM_SYM_DIM_AT), and must be inferable
- * (lm_sym_infer) before anything is compiled. On the CPU its kernels are
- * generic over all of their sizes, as its plan template's are, so that the
- * family compiles each kernel once more. */
+ * (lm_sym_infer) before anything is compiled. */
 loom_status lm_program_build_lazy(const char *op, const lm_graph *g, const uint8_t *from_end,
                                   const loom_symbolic_dim *dims, int ndims, loom_program **out);
 
