@@ -219,7 +219,9 @@ static void family_put(XXH3_state_t *st, int64_t v) { XXH3_128bits_update(st, &v
 
 /* A float constant that may count elements (a mean's divisor) and so follow
  * the sizes: an integer from 2 up, as a kernel's size constants are. */
-static bool maybe_count(double v) { return v == (double)(int64_t)v && v >= 2 && v <= (1 << 30); }
+static bool maybe_count(double v) {
+  return v >= 2 && v <= (double)(1 << 30) && v == (double)(int64_t)v; /* in range before the cast */
+}
 
 lm_hash128 lm_graph_family_hash(const lm_graph *g) {
   XXH3_state_t *st = XXH3_createState();
