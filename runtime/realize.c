@@ -96,19 +96,16 @@ static loom_status compile_program(const lm_graph *g, bool fuse, loom_device dev
  * the program instantiated there equals the graph's: constants, slice bounds,
  * everything), and runs that program's plan for them (its plan template's
  * instance on the CPU), binding its own leaves and publishing its targets.
+ * A graph found a member is remembered by its exact hash (`members`), so
+ * that realizing it again costs one lookup, as a planned graph's does.
  * A second graph with a differing dim of size 1 waits for a third (a symbol is
  * traced at 2 or more); one whose symbols the program refuses (lm_sym_infer:
  * a constant computed from a size, say) marks the family refused: its graphs
  * are planned for their sizes, as before.
  */
 #define FAMILIES 256
-#define FAMILY_HASHES 512 /* the instance hashes a family keeps (a ring) */
+#define MEMBERS 1024 /* exact graph hashes remembered as family members */
 #define FAMILY_MAX_DIMS 64
-
-typedef struct family_hash {
-  int64_t values[LM_SYM_MAX_SYMBOLS];
-  lm_hash128 hash;
-} family_hash;
 
 typedef struct family {
   _Atomic int refs;
@@ -118,13 +115,10 @@ typedef struct family {
   loom_shape *shape;                  /* [n] its shapes */
   int64_t *slice_start;               /* [n * LOOM_MAX_DIMS] its slices' starts */
   loom_program *program;              /* the family as a symbolic program, from its second graph */
-  lm_hash128 traced;                  /* the hash of the graph the program was traced from */
   uint8_t *from_end;                  /* [n * LOOM_MAX_DIMS] slice bound flags the program added */
   lm_sym_seed seeds[FAMILY_MAX_DIMS]; /* where a graph's dims give the symbols' values */
   int nseeds;
   bool refused;
-  family_hash hashes[FAMILY_HASHES];
-  int nhashes, next_hash;
 } family;
 
 static void family_acquire(void *v) { atomic_fetch_add(&((family *)v)->refs, 1); }
@@ -141,6 +135,38 @@ static void family_release(void *v) {
 }
 
 static lm_cache families = LM_CACHE_INIT(FAMILIES, family_release);
+
+/* A graph known to be its family's program at some values. */
+typedef struct member {
+  _Atomic int refs;
+  family *fam;
+  int64_t values[LM_SYM_MAX_SYMBOLS];
+} member;
+
+static void member_acquire(void *v) { atomic_fetch_add(&((member *)v)->refs, 1); }
+
+static void member_release(void *v) {
+  member *m = v;
+  if (!m || atomic_fetch_sub(&m->refs, 1) != 1) return;
+  family_release(m->fam);
+  free(m);
+}
+
+static lm_cache members = LM_CACHE_INIT(MEMBERS, member_release);
+
+/* Remembers g as f's program at values (nothing when out of memory: g is
+ * checked again next time). */
+static void member_remember(const lm_graph *g, family *f, const int64_t *values) {
+  member *m = calloc(1, sizeof *m);
+  if (!m) return;
+  atomic_init(&m->refs, 1);
+  family_acquire(f);
+  m->fam = f;
+  memcpy(m->values, values, sizeof(int64_t) * (size_t)f->program->nsym);
+  bool inserted = false;
+  lm_cache_put(&members, g->hash, m, NULL, &inserted); /* the cache takes our reference */
+  if (!inserted) member_release(m);
+}
 
 /* Where a run's plan comes from: the graph cache, or a family's program. */
 typedef struct program_ref {
@@ -254,7 +280,6 @@ static bool family_make(family *f, const lm_graph *g) {
   }
   lm_stat_add(LM_STAT_GRAPHS_COMPILED, 1);
   f->program = p;
-  f->traced = g->hash;
   f->from_end = from_end;
   memcpy(f->seeds, fs.seeds, sizeof *fs.seeds * (size_t)ndims);
   f->nseeds = ndims;
@@ -279,28 +304,13 @@ static bool family_values(const family *f, const lm_graph *g, int64_t *values) {
   return true;
 }
 
-/* Whether g is f's program's graph at values (f locked). */
-static bool family_member(family *f, const lm_graph *g, const int64_t *values) {
-  const loom_program *p = f->program;
-  bool traced = true;
-  for (int s = 0; s < p->nsym; s++) traced &= values[s] == p->sym_example[s];
-  if (traced) return g->hash.lo == f->traced.lo && g->hash.hi == f->traced.hi;
-  size_t bytes = sizeof(int64_t) * (size_t)p->nsym;
-  for (int i = 0; i < f->nhashes; i++)
-    if (memcmp(f->hashes[i].values, values, bytes) == 0)
-      return g->hash.lo == f->hashes[i].hash.lo && g->hash.hi == f->hashes[i].hash.hi;
+/* Whether g is f's program's graph at values. */
+static bool family_member(const family *f, const lm_graph *g, const int64_t *values) {
   lm_hash128 h;
   lm_errors_quiet_begin(); /* sizes the program refuses: not a member */
-  loom_status st = lm_program_graph_hash_at(p, values, f->from_end, &h);
+  loom_status st = lm_program_graph_hash_at(f->program, values, f->from_end, &h);
   lm_errors_quiet_end();
-  if (st != LOOM_OK) return false;
-  family_hash *at = &f->hashes[f->next_hash];
-  memset(at, 0, sizeof *at);
-  memcpy(at->values, values, bytes);
-  at->hash = h;
-  f->next_hash = (f->next_hash + 1) % FAMILY_HASHES;
-  if (f->nhashes < FAMILY_HASHES) f->nhashes++;
-  return g->hash.lo == h.lo && g->hash.hi == h.hi;
+  return st == LOOM_OK && g->hash.lo == h.lo && g->hash.hi == h.hi;
 }
 
 /* A new family for g (its first graph), stored. */
@@ -327,29 +337,44 @@ static void family_start(const lm_graph *g, lm_hash128 key) {
   if (!inserted) family_release(f);                 /* out of memory, or another thread's first */
 }
 
-/* g's plan from its family (*r filled), or LOOM_OK with r->plan NULL: plan
- * it for its sizes. */
-static loom_status family_plan(const lm_graph *g, loom_device device, program_ref *r) {
-  if (device.type != LOOM_DEVICE_CPU || loom_dynamic_mode() == LOOM_DYNAMIC_OFF) return LOOM_OK;
+/* g's family and the symbols' values in g when g is its family's program at
+ * them (a reference taken), else NULL. */
+static family *family_find(const lm_graph *g, int64_t *values) {
+  member *m = lm_cache_get(&members, g->hash, member_acquire);
+  if (m) {
+    family *f = m->fam;
+    family_acquire(f);
+    memcpy(values, m->values, sizeof(int64_t) * (size_t)f->program->nsym);
+    member_release(m);
+    return f;
+  }
   lm_hash128 key = lm_graph_family_hash(g);
   family *f = lm_cache_get(&families, key, family_acquire);
   if (!f) {
     family_start(g, key);
-    return LOOM_OK;
+    return NULL;
   }
-  int64_t values[LM_SYM_MAX_SYMBOLS];
   pthread_mutex_lock(&f->lock);
-  bool member = false;
-  if (f->n == g->n && !f->refused && !f->program &&
-      (g->hash.lo != f->first.lo || g->hash.hi != f->first.hi))
-    family_make(f, g);
-  if (f->program && f->n == g->n && family_values(f, g, values))
-    member = family_member(f, g, values);
+  bool made = f->n == g->n && !f->refused && !f->program &&
+              (g->hash.lo != f->first.lo || g->hash.hi != f->first.hi) && family_make(f, g);
+  bool known = f->program && f->n == g->n && family_values(f, g, values);
   pthread_mutex_unlock(&f->lock);
-  if (!member) {
-    family_release(f);
-    return LOOM_OK;
+  /* the program is g's at its traced values; any other graph is compared */
+  if (known && (made || family_member(f, g, values))) {
+    member_remember(g, f, values);
+    return f;
   }
+  family_release(f);
+  return NULL;
+}
+
+/* g's plan from its family (*r filled), or LOOM_OK with r->plan NULL: plan
+ * it for its sizes. */
+static loom_status family_plan(const lm_graph *g, loom_device device, program_ref *r) {
+  if (device.type != LOOM_DEVICE_CPU || loom_dynamic_mode() == LOOM_DYNAMIC_OFF) return LOOM_OK;
+  int64_t values[LM_SYM_MAX_SYMBOLS];
+  family *f = family_find(g, values);
+  if (!f) return LOOM_OK;
   const loom_program *p = f->program;
   bool traced = true;
   for (int s = 0; s < p->nsym; s++) traced &= values[s] == p->sym_example[s];
@@ -497,5 +522,6 @@ loom_status lm_realize_nodes(lm_node *const *nodes, int n) {
 
 void lm_program_cache_clear(void) {
   lm_cache_clear(&programs);
+  lm_cache_clear(&members);
   lm_cache_clear(&families);
 }
