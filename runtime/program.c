@@ -37,32 +37,51 @@ static void program_free(loom_program *p) {
 
 void loom_program_free(loom_program *p) { program_free(p); }
 
-/* Copies the user's graph: computed nodes and placeholders are shared, every
- * other node is new, with the same op, arguments and (cloned) sources.
+/* How a lazy graph's program differs from a user's (lm_program_build_lazy):
+ * its leaves become inputs, its slices may take from-end flags, and its
+ * symbols are inferred before anything compiles. */
+typedef struct lazy_spec {
+  const uint8_t *from_end; /* NULL, or LOOM_MAX_DIMS flags per position */
+  const loom_symbolic_dim *dims;
+  int ndims;
+} lazy_spec;
+
+/* Copies the user's graph: computed nodes and placeholders are shared (a
+ * lazy graph's computed nodes become inputs named "leaf<pos>"), every other
+ * node is new, with the same op, arguments and (cloned) sources.
  * clones[pos] gets one reference each. */
-static loom_status clone_graph(const lm_graph *g, lm_node **clones) {
+static loom_status clone_graph(const lm_graph *g, const lazy_spec *lazy, lm_node **clones) {
   lm_no_grad_push(); /* a program computes values only */
   loom_status st = LOOM_OK;
   for (int pos = 0; pos < g->n && st == LOOM_OK; pos++) {
     lm_node *n = g->nodes[pos];
-    if (lm_is_computed(n)) {
+    if (lm_is_computed(n) && !lazy) {
       lm_node_retain(n);
       clones[pos] = n;
       continue;
     }
-    lm_node *src_small[8], **src = src_small;
-    if (n->nsrc > 8 && !(src = malloc(sizeof(lm_node *) * (size_t)n->nsrc))) {
-      st = LOOM_ERR_OOM;
-      break;
+    lm_node *c = NULL;
+    if (lm_is_computed(n)) {
+      char label[32];
+      snprintf(label, sizeof label, "leaf%d", pos);
+      c = lm_node_new(LM_INPUT, 0, NULL, n->shape, n->dtype, n->device);
+      if (c && !(c->label = strdup(label))) lm_node_release(c), c = NULL;
+    } else {
+      lm_node *src_small[8], **src = src_small;
+      if (n->nsrc > 8 && !(src = malloc(sizeof(lm_node *) * (size_t)n->nsrc))) {
+        st = LOOM_ERR_OOM;
+        break;
+      }
+      for (int s = 0; s < n->nsrc; s++) src[s] = clones[lm_graph_pos(g, n->src[s])];
+      if ((c = lm_node_new(n->op, n->nsrc, src, n->shape, n->dtype, n->device))) c->arg = n->arg;
+      if (src != src_small) free(src);
     }
-    for (int s = 0; s < n->nsrc; s++) src[s] = clones[lm_graph_pos(g, n->src[s])];
-    lm_node *c = lm_node_new(n->op, n->nsrc, src, n->shape, n->dtype, n->device);
-    if (src != src_small) free(src);
     if (!c) {
       st = LOOM_ERR_OOM;
       break;
     }
-    c->arg = n->arg;
+    for (int d = 0; lazy && lazy->from_end && n->op == LM_SLICE && d < n->shape.ndim; d++)
+      c->arg.slice.from_end[d] |= lazy->from_end[pos * LOOM_MAX_DIMS + d];
     clones[pos] = c;
   }
   lm_no_grad_pop();
@@ -168,41 +187,50 @@ static loom_status plan_and_compile(const char *op, loom_program *p, const lm_gr
   return lm_exec_compile(p->plan, p->device);
 }
 
-static loom_status build(const char *op, lm_node *const *outs, int nout, lm_node *const *ins,
-                         int nin, loom_program **out) {
+/* Compiles the program of graph user (its placeholders ins, or with lazy,
+ * its leaves) into *out. */
+static loom_status build(const char *op, const lm_graph *user, lm_node *const *ins, int nin,
+                         const lazy_spec *lazy, loom_program **out) {
   *out = NULL;
-  lm_graph user, own;
+  lm_graph own;
   memset(&own, 0, sizeof own);
-  loom_status st = lm_graph_build(&user, outs, nout);
-  if (st == LOOM_OK)
-    st = check_placeholders(op, &user, ins, nin);
-  else
-    st = lm_fail(st, "%s: out of memory collecting the graph", op);
-  loom_program *p = st == LOOM_OK ? calloc(1, sizeof *p) : NULL;
-  if (st == LOOM_OK && !p) st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
-  lm_node **targets = NULL;
+  int nout = user->ntargets;
+  loom_status st = LOOM_OK;
+  for (int pos = 0; lazy && pos < user->n; pos++) nin += lm_is_computed(user->nodes[pos]);
+  loom_program *p = calloc(1, sizeof *p);
+  lm_node **targets = malloc(sizeof *targets * ((size_t)nout + 1));
+  lm_node **leaves = lazy ? malloc(sizeof *leaves * ((size_t)nin + 1)) : NULL;
   if (p) {
-    p->n = user.n, p->nin = nin, p->nout = nout, p->device = outs[0]->device;
-    p->nodes = calloc((size_t)user.n + 1, sizeof *p->nodes);
-    targets = malloc(sizeof *targets * (size_t)nout);
-    if (!p->nodes || !targets || !alloc_tables(p, nin, nout) ||
-        clone_graph(&user, p->nodes) != LOOM_OK)
-      st = lm_fail(LOOM_ERR_OOM, "%s: out of memory copying the graph", op);
+    p->n = user->n, p->nin = nin, p->nout = nout;
+    p->device = user->nodes[user->targets[0]]->device;
+    p->nodes = calloc((size_t)user->n + 1, sizeof *p->nodes);
   }
+  if (!p || !targets || (lazy && !leaves) || !p->nodes || !alloc_tables(p, nin, nout) ||
+      clone_graph(user, lazy, p->nodes) != LOOM_OK)
+    st = lm_fail(LOOM_ERR_OOM, "%s: out of memory copying the graph", op);
+  for (int pos = 0, i = 0; st == LOOM_OK && lazy && pos < user->n; pos++)
+    if (lm_is_computed(user->nodes[pos])) leaves[i++] = p->nodes[pos];
+  if (lazy) ins = leaves;
   if (st == LOOM_OK) {
-    for (int i = 0; i < nout; i++) targets[i] = p->nodes[user.targets[i]];
+    for (int i = 0; i < nout; i++) targets[i] = p->nodes[user->targets[i]];
     if (lm_graph_build(&own, targets, nout) != LOOM_OK || own.n != p->n)
       st = lm_fail(LOOM_ERR_OOM, "%s: out of memory collecting the graph", op);
   }
+  /* a lazy graph's symbols name its positions: the copy must keep them */
+  for (int pos = 0; st == LOOM_OK && lazy && pos < p->n; pos++)
+    if (own.nodes[pos] != p->nodes[pos])
+      st = lm_fail(LOOM_ERR_INTERNAL, "%s: the graph's copy orders its nodes differently", op);
   if (st == LOOM_OK) {
     memcpy(p->nodes, own.nodes, sizeof *p->nodes * (size_t)p->n); /* same nodes, own order */
     if (fill_tables(p, &own, ins, nin) != LOOM_OK)
       st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
   }
+  if (st == LOOM_OK && lazy) /* before anything compiles: a refusal is cheap */
+    st = lm_program_make_symbolic_at(op, p, lazy->dims, lazy->ndims);
   if (st == LOOM_OK) st = plan_and_compile(op, p, &own);
   free(targets);
+  free(leaves);
   lm_graph_free(&own);
-  lm_graph_free(&user);
   if (st != LOOM_OK) {
     program_free(p);
     return st;
@@ -213,105 +241,20 @@ static loom_status build(const char *op, lm_node *const *outs, int nout, lm_node
 
 loom_status lm_program_build(const char *op, lm_node *const *outs, int nout, lm_node *const *ins,
                              int nin, loom_program **out) {
-  return build(op, outs, nout, ins, nin, out);
-}
-
-/* Whether the symbols of lazy graph g's clone (targets, n nodes in g's
- * order) follow from dims (lm_sym_infer), before anything is compiled. */
-static bool lazy_inferable(lm_node *const *clones, const lm_graph *g, const loom_symbolic_dim *dims,
-                           int ndims) {
-  lm_node **targets = malloc(sizeof *targets * ((size_t)g->ntargets + 1));
-  lm_sym_expr *sym = malloc(sizeof *sym * (size_t)g->n * LOOM_MAX_DIMS);
-  lm_sym_count *counts = malloc(sizeof *counts * (size_t)(g->n + 1));
-  lm_sym_seed seeds[64];
-  const char *names[LM_SYM_MAX_SYMBOLS];
-  int64_t example[LM_SYM_MAX_SYMBOLS];
-  int nsym = 0, nseeds = 0, ncounts = 0;
-  bool ok = targets && sym && counts && ndims <= 64;
-  lm_graph cg = {0};
-  if (ok) {
-    for (int i = 0; i < g->ntargets; i++) targets[i] = clones[g->targets[i]];
-    ok = lm_graph_build(&cg, targets, g->ntargets) == LOOM_OK && cg.n == g->n;
-    for (int pos = 0; ok && pos < g->n; pos++) ok = cg.nodes[pos] == clones[pos];
-  }
-  for (int i = 0; ok && i < ndims; i++) {
-    int pos = dims[i].input < 0 ? LM_SYM_DIM_POS(dims[i].input) : -1;
-    for (int p = 0, in = 0; pos < 0 && p < g->n; p++) /* input i is the i-th leaf */
-      if (lm_is_computed(g->nodes[p]) && in++ == dims[i].input) pos = p;
-    int s = 0;
-    while (s < nsym && strcmp(names[s], dims[i].symbol) != 0) s++;
-    if (s == nsym) {
-      if (nsym == LM_SYM_MAX_SYMBOLS || pos < 0) {
-        ok = false;
-        break;
-      }
-      names[nsym] = dims[i].symbol;
-      example[nsym++] = g->nodes[pos]->shape.dim[dims[i].axis];
-    }
-    seeds[nseeds++] = (lm_sym_seed){pos, dims[i].axis, s};
-  }
-  char err[256];
-  ok = ok && lm_sym_infer(&cg, names, example, seeds, nseeds, true, sym, counts, &ncounts, err,
-                          sizeof err) == LOOM_OK;
-  lm_graph_free(&cg);
-  free(targets);
-  free(sym);
-  free(counts);
-  return ok;
+  *out = NULL;
+  lm_graph user;
+  loom_status st = lm_graph_build(&user, outs, nout);
+  if (st != LOOM_OK) return lm_fail(st, "%s: out of memory collecting the graph", op);
+  if ((st = check_placeholders(op, &user, ins, nin)) == LOOM_OK)
+    st = build(op, &user, ins, nin, NULL, out);
+  lm_graph_free(&user);
+  return st;
 }
 
 loom_status lm_program_build_lazy(const char *op, const lm_graph *g, const uint8_t *from_end,
                                   const loom_symbolic_dim *dims, int ndims, loom_program **out) {
-  *out = NULL;
-  lm_node **clones = calloc((size_t)g->n + 1, sizeof *clones);
-  lm_node **ins = malloc(sizeof *ins * ((size_t)g->n + 1));
-  lm_node **targets = malloc(sizeof *targets * ((size_t)g->ntargets + 1));
-  loom_status st = clones && ins && targets ? LOOM_OK : LOOM_ERR_OOM;
-  int nin = 0;
-  lm_no_grad_push();
-  for (int pos = 0; pos < g->n && st == LOOM_OK; pos++) {
-    const lm_node *n = g->nodes[pos];
-    lm_node *src_small[8], **src = src_small;
-    bool leaf = lm_is_computed(n);
-    if (!leaf && n->nsrc > 8 && !(src = malloc(sizeof *src * (size_t)n->nsrc))) {
-      st = LOOM_ERR_OOM;
-      break;
-    }
-    for (int i = 0; !leaf && i < n->nsrc; i++) src[i] = clones[lm_graph_pos(g, n->src[i])];
-    lm_node *c = leaf ? lm_node_new(LM_INPUT, 0, NULL, n->shape, n->dtype, n->device)
-                      : lm_node_new(n->op, n->nsrc, src, n->shape, n->dtype, n->device);
-    if (src != src_small) free(src);
-    char label[32];
-    snprintf(label, sizeof label, "leaf%d", pos);
-    if (!c || (leaf && !(c->label = strdup(label)))) {
-      lm_node_release(c);
-      st = LOOM_ERR_OOM;
-      break;
-    }
-    if (!leaf) c->arg = n->arg;
-    for (int d = 0; from_end && n->op == LM_SLICE && d < n->shape.ndim; d++)
-      c->arg.slice.from_end[d] |= from_end[pos * LOOM_MAX_DIMS + d];
-    clones[pos] = c;
-    if (leaf) ins[nin++] = c;
-  }
-  lm_no_grad_pop();
-  if (st != LOOM_OK) {
-    st = lm_fail(LOOM_ERR_OOM, "%s: out of memory copying the graph", op);
-  } else if (!lazy_inferable(clones, g, dims, ndims)) {
-    st = lm_fail(LOOM_ERR_SHAPE, "%s: the graph's sizes do not follow its symbols", op);
-  } else {
-    for (int i = 0; i < g->ntargets; i++) targets[i] = clones[g->targets[i]];
-    st = build(op, targets, g->ntargets, ins, nin, out);
-    if (st == LOOM_OK && (st = lm_program_make_symbolic_at(op, *out, dims, ndims)) != LOOM_OK) {
-      program_free(*out);
-      *out = NULL;
-    }
-  }
-  for (int pos = g->n - 1; clones && pos >= 0; pos--) lm_node_release(clones[pos]);
-  free(clones);
-  free(ins);
-  free(targets);
-  return st;
+  lazy_spec lazy = {from_end, dims, ndims};
+  return build(op, g, NULL, 0, &lazy, out);
 }
 
 loom_program *loom_compile(loom_tensor *const *outs, int nout, loom_tensor *const *ins, int nin) {
