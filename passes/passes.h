@@ -184,6 +184,8 @@ bool lm_sym_dominates(const lm_sym_expr *a, const lm_sym_expr *b);
 #define LM_SYM_FIT_MAX_SYMBOLS 4
 #define LM_SYM_FIT_MAX_POINTS 81 /* 3^4 */
 bool lm_sym_fit(int k, const int64_t *base, const int64_t *vals, lm_sym_expr *out);
+/* Grid point g of that fit: values[j] = base[j] + digit j of g. */
+void lm_sym_fit_point(int k, const int64_t *base, int g, int64_t *values);
 
 /* Dim (pos, axis) of a graph is symbol `symbol`: an input's, or a node's
  * whose size does not follow from its sources (a slice's length). */

@@ -105,6 +105,10 @@ bool lm_sym_add_term(lm_sym_expr *e, const lm_sym_term *t) {
 /* Along each axis in turn, the values at x0, x0 + 1, x0 + 2 become twice the
  * coefficients of 1, x, x^2 (Newton's form, expanded), so the grid's
  * coefficients come out times 2^k. */
+void lm_sym_fit_point(int k, const int64_t *base, int g, int64_t *values) {
+  for (int j = 0; j < k; j++, g /= LM_SYM_FIT_GRID) values[j] = base[j] + g % LM_SYM_FIT_GRID;
+}
+
 bool lm_sym_fit(int k, const int64_t *example, const int64_t *vals, lm_sym_expr *out) {
   if (k < 0 || k > LM_SYM_FIT_MAX_SYMBOLS) return false;
   int n = 1;

@@ -323,11 +323,14 @@ static loom_status write_sample(exporter *x, sample *sm, const char *name, int64
   return LOOM_OK;
 }
 
+/* The fit's grid points, then the checks. */
 static void sample_values(exporter *x, int i, int64_t *values) {
   const int64_t *e = x->p->sym_example;
-  for (int j = 0, at = i; j < x->k; j++, at /= GRID_VALUES)
-    values[j] = i < x->ngrid ? e[j] + at % GRID_VALUES
-                             : e[j] + 3 + j + (int64_t)(i - x->ngrid) * (4 + 3 * j);
+  if (i < x->ngrid) {
+    lm_sym_fit_point(x->k, e, i, values);
+    return;
+  }
+  for (int j = 0; j < x->k; j++) values[j] = e[j] + 3 + j + (int64_t)(i - x->ngrid) * (4 + 3 * j);
 }
 
 loom_status lm_export_symbolic(const loom_program *p, const char *dir, const char *name,

@@ -329,11 +329,13 @@ static bool mark_varying(lm_plan_template *t, const lm_schedule *plan, const des
   return true;
 }
 
+/* The fit's grid points, then the checks: e + 5, then 2e + 10. */
 static void sample_values(const loom_program *p, int i, int ngrid, int64_t *values) {
-  const int64_t *e = p->sym_example;
-  for (int j = 0, at = i; j < p->nsym; j++, at /= LM_SYM_FIT_GRID)
-    values[j] = i < ngrid ? e[j] + at % LM_SYM_FIT_GRID
-                          : (i - ngrid + 1) * (e[j] + 5 + j); /* e + 5, then 2e + 10 */
+  if (i < ngrid) {
+    lm_sym_fit_point(p->nsym, p->sym_example, i, values);
+    return;
+  }
+  for (int j = 0; j < p->nsym; j++) values[j] = (i - ngrid + 1) * (p->sym_example[j] + 5 + j);
 }
 
 loom_status lm_plan_template_make(const loom_program *p, lm_plan_template **out) {
