@@ -345,6 +345,18 @@ static void test_mlp_batches(void) {
     CHECK(all <= 2 * one);
     CHECK(s1.generic_kernel_uses > s0.generic_kernel_uses);
     check_family(&s0, &s1, 45); /* batches 3..48 but 16 */
+    /* again: every graph is known (a planned one, or a member of its family) */
+    for (int batch = 1; batch <= 48; batch++) {
+      check_set_ctx("again, batch %d", batch);
+      if (!mlp_batch(batch, w1, b1, w2, b2, hw1, hb1, hw2, hb2)) break;
+    }
+    check_set_ctx(" ");
+    loom_stats s2 = loom_get_stats();
+    CHECK(s2.graphs_compiled == s1.graphs_compiled);
+    CHECK(s2.program_sizes_planned == s1.program_sizes_planned);
+    CHECK(s2.program_sizes_from_template == s1.program_sizes_from_template);
+    CHECK(s2.kernels_compiled == s1.kernels_compiled);
+    CHECK(s2.graph_cache_hits - s1.graph_cache_hits >= 48);
   }
 }
 
