@@ -186,7 +186,10 @@ uint16_t loom_float_to_f16(float value);
 /* Lazy assignment: t now names value's data (same shape, dtype and device),
  * computed by the next realization on this thread, in the same program as
  * whatever is realized then (optimizers update parameters this way).
- * Gradients of t keep accumulating into t. */
+ * Gradients of t keep accumulating into t. On the CPU, a value that is
+ * loom_where(mask, x, t) (or loom_where(mask, t, x)) is computed in t's own
+ * buffer when nothing else holds t's old value (no other handle, view or
+ * pending op, no gradient history): only the elements x gives are written. */
 loom_status loom_assign(loom_tensor *t, const loom_tensor *value);
 
 /* ------------------------------------------------------------------ autograd */
@@ -925,11 +928,14 @@ typedef struct loom_stats {
                                         templates included */
   uint64_t program_sizes_from_template; /* symbolic programs run at sizes they had not run at
                                            from their plan for every size, without planning */
-  uint64_t collectives_run;          /* collectives across processes (loom_all_reduce, loom_ddp's
-                                        buckets, ...) this process ran */
-  uint64_t collectives_overlapped;   /* of them, all-reduces that ran on while later steps of
-                                        their program computed */
-  uint64_t collective_bytes;         /* the bytes this process put into them */
+  uint64_t in_place_updates;            /* realizations that wrote a tensor's new value into its
+                                           old buffer (loom_assign(t, loom_where(mask, x, t)) where
+                                           nothing else holds t's old value: a KV cache's row) */
+  uint64_t collectives_run;             /* collectives across processes (loom_all_reduce, loom_ddp's
+                                           buckets, ...) this process ran */
+  uint64_t collectives_overlapped;      /* of them, all-reduces that ran on while later steps of
+                                           their program computed */
+  uint64_t collective_bytes;            /* the bytes this process put into them */
 } loom_stats;
 
 loom_stats loom_get_stats(void);

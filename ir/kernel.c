@@ -127,6 +127,10 @@ static lk_hash kernel_hash(const lk_kernel *k, bool sizes) {
     hw_i64(&w, k->nsizes);
     for (int d = 0; d < k->ndim && d < LOOM_MAX_DIMS; d++) hw_i64(&w, k->dom_size[d]);
   }
+  if (k->keep_slot) {       /* (kernels that keep nothing hash as before) */
+    hw_i64(&w, 0x6b656570); /* "keep" */
+    hw_i64(&w, k->keep_slot);
+  }
   hw_i64(&w, k->nouter);
   hw_i64(&w, k->reduce);
   hw_i64(&w, k->reduce == LK_RED_NONE ? -1 : (int64_t)k->acc_dtype);
@@ -321,6 +325,7 @@ void lk_kernel_print(const lk_kernel *k, FILE *f) {
   for (int s = 0; s < k->nstats && s < LK_MAX_STATS; s++)
     fprintf(f, "%s%s %s", s ? ", " : " stats ", reduce_name(k->stat[s].reduce),
             loom_dtype_name(k->stat[s].acc_dtype));
+  if (k->keep_slot) fprintf(f, " keeps slot%d", k->keep_slot);
   fputc('\n', f);
   for (int i = 0; i < k->ninst; i++) {
     if (i == k->nbody) fputs("  -- epilogue --\n", f);
@@ -486,6 +491,26 @@ static const char *check_header(const lk_kernel *k) {
   return check_stats_header(k);
 }
 
+int lk_kernel_keep_arm(const lk_kernel *k) {
+  if (k->keep_slot <= 0) return 0;
+  const lk_inst *w = &k->inst[k->value];
+  for (int arm = 1; w->op == LK_WHERE && arm <= 2; arm++) {
+    const lk_inst *x = &k->inst[arm == 1 ? w->b : w->c];
+    if (x->op == LK_LOAD && x->slot == k->keep_slot) return arm;
+  }
+  return 0;
+}
+
+/* keep_slot's promises that the instructions show (the index is the planner's). */
+static const char *check_keep(const lk_kernel *k) {
+  if (k->keep_slot == 0) return NULL;
+  if (k->keep_slot < 0 || k->keep_slot >= k->nslots || k->keep_slot == k->size_slot)
+    return "keep slot out of range";
+  if (k->reduce != LK_RED_NONE || k->nstats > 0) return "a kept slot in a reduction";
+  if (lk_kernel_keep_arm(k) == 0) return "a kept slot that no arm of the value's where loads";
+  return NULL;
+}
+
 /* The dtype of a reduced value against its accumulator's. */
 static const char *check_reduced_value(lk_reduce r, loom_dtype value, loom_dtype acc) {
   if ((r == LK_RED_SUM || r == LK_RED_MAX || r == LK_RED_MIN) && value != acc)
@@ -563,6 +588,7 @@ const char *lk_kernel_check(const lk_kernel *k) {
   for (int i = 0; i < k->ninst && !msg; i++) msg = check_inst(k, i, reduced_dep);
   if (!msg) msg = check_value_result(k, reduced_dep);
   if (!msg) msg = check_stat_values(k);
+  if (!msg) msg = check_keep(k);
   free(reduced_dep);
   return msg;
 }

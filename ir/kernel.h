@@ -163,7 +163,18 @@ typedef struct lk_kernel {
   int size_slot, nsizes;
   int dom_size[LOOM_MAX_DIMS]; /* 0: dom[d] is the extent; i + 1: sizes[i] is,
                                   and dom[d] holds LK_GENERIC_EXTENT_GUESS */
+  /* An update in place (passes/in_place.c), 0: none. keep_slot s: slot 0
+   * holds slot s's values when the kernel starts (the same buffer, or a copy
+   * of it), the kernel has no reduction and no stats, and its value is a
+   * WHERE one of whose arms loads slot s at the point's own output index
+   * (lk_kernel_keep_arm): a backend may store only the points taking the
+   * other arm (a KV cache's new row), or store every point as usual. */
+  int keep_slot;
 } lk_kernel;
+
+/* With keep_slot: the WHERE's arm that loads it (1: the true arm, 2: the
+ * false arm); 0 when the kernel keeps no slot. */
+int lk_kernel_keep_arm(const lk_kernel *k);
 
 /* 128-bit hash of the kernel's canonical description (stable across runs). */
 typedef struct lk_hash {

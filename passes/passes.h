@@ -107,6 +107,10 @@ typedef struct lm_step {
   /* memory planning: buffers no later step reads, freed after this one */
   int *free_after;
   int nfree;
+  /* An update in place (lm_plan_in_place): the leaf position whose values
+   * the output starts from (kernel.keep_slot binds it): the runtime hands the
+   * step that leaf's buffer when nothing else holds it, else a copy; -1: none. */
+  int donor;
 } lm_step;
 
 typedef struct lm_schedule {
@@ -141,6 +145,11 @@ bool lm_collective_runs_on(const lm_schedule *p, int i);
  * inline). Its decisions stay in its own records: of the graph's nodes it
  * writes only the unrealized ones' `visit`. */
 loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, size_t errlen);
+/* Marks the kernel steps of p (planned for lazy graph g) that may update a
+ * leaf in place (passes/in_place.c): a published where(c, x, leaf) whose
+ * leaf nothing else in p reads. Only for runs that bind g's own leaves
+ * (runtime/realize.c): a program's inputs and weights are never taken. */
+void lm_plan_in_place(const lm_graph *g, lm_schedule *p);
 void lm_schedule_free(lm_schedule *p);
 
 /* ------------------------------------------------------------ symbolic dims (symbolic.c) */

@@ -201,7 +201,8 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, 
     lm_plan_of(&pl, n)->fused_reduce = NULL; /* planned: what it fused is done with */
     for (int k = t.n - 1; k >= 0; k--) lm_node_release(t.nodes[k]);
   }
-  for (int i = 0; i < p->nsteps; i++) p->steps[i].gemm_partner = -1, p->steps[i].b_producer = -1;
+  for (int i = 0; i < p->nsteps; i++)
+    p->steps[i].gemm_partner = -1, p->steps[i].b_producer = -1, p->steps[i].donor = -1;
   if (st == LOOM_OK && !lm_plan_overlap_collectives(p)) {
     snprintf(err, errlen, "planning: out of memory");
     st = LOOM_ERR_OOM;

@@ -249,10 +249,17 @@ static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i, in
   bool started = false;
   if (!s->deferred) { /* a deferred GEMM is run by its epilogue kernel */
     size_t bytes = (size_t)s->outer * loom_dtype_size(s->dtype);
+    if (!x->bufs[s->out] && s->donor >= 0 && x->donatable && x->donatable[s->donor]) {
+      x->bufs[s->out] = x->bufs[s->donor]; /* updated in place */
+      x->sizes[s->out] = bytes;
+      x->taken[s->donor] = true;
+      lm_stat_add(LM_STAT_IN_PLACE_UPDATES, 1);
+    }
     if (!x->bufs[s->out]) {
       st = lm_data_alloc("loom_realize", x->device, bytes, &x->bufs[s->out]);
       if (st != LOOM_OK) return st;
       x->sizes[s->out] = bytes;
+      if (s->donor >= 0) memcpy(x->bufs[s->out], x->bufs[s->donor], bytes); /* (a CPU plan) */
     }
     if (s->kind == LM_STEP_COLLECTIVE)
       st = run_collective(x, i, f, &started);

@@ -16,6 +16,12 @@ typedef struct lm_exec {
   size_t *sizes;
   void *const *keys;
   loom_device device; /* where every buffer lives and every step runs */
+  /* Updates in place (lm_plan_in_place; NULL for programs): per position,
+   * whether a step updating that leaf may take its buffer (the caller found
+   * nothing else holding it); the run sets taken[pos] when one did. A step
+   * that may not gets a copy of the leaf. */
+  const bool *donatable;
+  bool *taken;
 } lm_exec;
 
 loom_status lm_exec_run(const lm_exec *x);

@@ -235,6 +235,8 @@ static void walk_plan(walk *w, lm_schedule *p) {
       PUT(w->d, s->gemm_partner);
       PUT(w->d, s->gemm_slot);
       PUT(w->d, s->b_producer);
+      PUT(w->d, s->donor);
+      PUT(w->d, s->kernel.keep_slot);
       PUT(w->d, s->nfree);
       PUT_ARRAY(w->d, s->free_after, s->nfree);
     }

@@ -390,7 +390,8 @@ loom_status loom_program_run(const loom_program *p, loom_tensor *const *ins, loo
   size_t *sizes = calloc((size_t)nbufs, sizeof *sizes);
   if (!bufs || !sizes) st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
   if (st == LOOM_OK) st = bind_inputs(p, ins, bufs);
-  if (st == LOOM_OK) st = lm_exec_run(&(lm_exec){plan, bufs, sizes, p->keys, p->device});
+  if (st == LOOM_OK)
+    st = lm_exec_run(&(lm_exec){plan, bufs, sizes, p->keys, p->device, NULL, NULL});
   lm_node *results[64], **res = results;
   if (st == LOOM_OK && p->nout > 64 && !(res = calloc((size_t)p->nout, sizeof *res)))
     st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);

@@ -57,6 +57,7 @@ static loom_status compile_program(const lm_graph *g, bool fuse, loom_device dev
   lm_schedule *p;
   loom_status st = lm_plan(g, fuse, &p, err, sizeof err);
   if (st != LOOM_OK) return lm_fail(st, "loom_realize: %s", err);
+  if (device.type == LOOM_DEVICE_CPU) lm_plan_in_place(g, p);
   if ((st = lm_exec_compile(p, device)) != LOOM_OK) {
     lm_schedule_free(p);
     return st;
@@ -437,20 +438,59 @@ static loom_status bind_leaves(const lm_graph *g, void **bufs, void **keys) {
   return LOOM_OK;
 }
 
+/* The leaves that steps of p may update in place (lm_plan_in_place), into
+ * donatable[]: those nothing holds but the node updating them (one
+ * reference), which keeps no gradient history through them. */
+static void find_donatable(const lm_graph *g, const lm_schedule *p, bool *donatable) {
+  for (int i = 0; i < p->nsteps; i++) {
+    const lm_step *s = &p->steps[i];
+    if (s->donor < 0) continue;
+    const lm_node *leaf = g->nodes[s->donor], *out = g->nodes[s->out];
+    donatable[s->donor] = atomic_load(&leaf->refs) == 1 && leaf->op == LM_BUFFER && leaf->data &&
+                          !leaf->requires_grad && !out->requires_grad &&
+                          leaf->bytes == (size_t)s->outer * loom_dtype_size(s->dtype);
+  }
+}
+
+/* After a run that took leaves' buffers: on success each such leaf lets go
+ * of its buffer (its updating node publishes it); on failure it keeps it,
+ * holding the update's values, which the update recomputes alike. */
+static void settle_taken(const lm_graph *g, const lm_schedule *p, const bool *taken, void **bufs,
+                         bool ok) {
+  for (int i = 0; i < p->nsteps; i++) {
+    const lm_step *s = &p->steps[i];
+    if (s->donor < 0 || !taken[s->donor]) continue;
+    if (ok) {
+      g->nodes[s->donor]->data = NULL;
+      g->nodes[s->donor]->bytes = 0;
+    } else {
+      bufs[s->out] = NULL;
+    }
+  }
+}
+
 static loom_status run_graph(const lm_graph *g, const lm_schedule *p, loom_device device) {
   int nbufs = g->n + p->ntemps;
+  bool in_place = false;
+  for (int i = 0; i < p->nsteps; i++) in_place |= p->steps[i].donor >= 0;
   void **bufs = calloc((size_t)(nbufs + g->n), sizeof *bufs);
   size_t *sizes = calloc((size_t)nbufs, sizeof *sizes);
+  bool *donatable = in_place ? calloc(2 * (size_t)g->n, sizeof *donatable) : NULL;
+  bool *taken = donatable ? donatable + g->n : NULL;
   loom_status st = LOOM_OK;
-  if (!bufs || !sizes) st = lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
+  if (!bufs || !sizes || (in_place && !donatable))
+    st = lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
   void **keys = bufs ? bufs + nbufs : NULL;
   if (st == LOOM_OK) st = bind_leaves(g, bufs, keys);
-  if (st == LOOM_OK) st = lm_exec_run(&(lm_exec){p, bufs, sizes, keys, device});
+  if (st == LOOM_OK && donatable) find_donatable(g, p, donatable);
+  if (st == LOOM_OK) st = lm_exec_run(&(lm_exec){p, bufs, sizes, keys, device, donatable, taken});
   /* Leaves' data is borrowed: unbind it now, while every node is alive.
    * Publishing frees the nodes nothing holds any more (the graph does not
    * retain its nodes), so nothing may look at g->nodes after it. */
   for (int pos = 0; bufs && pos < g->n; pos++)
     if (lm_is_computed(g->nodes[pos])) bufs[pos] = NULL;
+  if (taken) settle_taken(g, p, taken, bufs, st == LOOM_OK);
+  free(donatable);
   if (st == LOOM_OK) publish(g, p, bufs, sizes);
   for (int i = 0; bufs && sizes && i < nbufs; i++) lm_data_free(device, bufs[i], sizes[i]);
   free(bufs);

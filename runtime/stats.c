@@ -52,6 +52,7 @@ loom_stats loom_get_stats(void) {
   s.generic_kernel_uses = atomic_load(&counters[LM_STAT_GENERIC_KERNEL_USES]);
   s.program_sizes_planned = atomic_load(&counters[LM_STAT_PROGRAM_SIZES_PLANNED]);
   s.program_sizes_from_template = atomic_load(&counters[LM_STAT_PROGRAM_SIZES_FROM_TEMPLATE]);
+  s.in_place_updates = atomic_load(&counters[LM_STAT_IN_PLACE_UPDATES]);
   s.collectives_run = atomic_load(&counters[LM_STAT_COLLECTIVES_RUN]);
   s.collectives_overlapped = atomic_load(&counters[LM_STAT_COLLECTIVES_OVERLAPPED]);
   s.collective_bytes = atomic_load(&counters[LM_STAT_COLLECTIVE_BYTES]);

@@ -92,10 +92,83 @@ static void test_mixed_sizes(void) {
   }
 }
 
+/* ------------------------------------------------------------ updates in place */
+
+enum { B = 2, H = 3, L = 9, E = 4 };
+
+static uint64_t in_place_updates(void) { return loom_get_stats().in_place_updates; }
+
+/* cache[.., t, ..] = t + 1, as a decoder's KV cache takes its position's row:
+ * loom_assign(cache, where(here, new, cache)) (kept_first: where(elsewhere,
+ * cache, new)). `old` (may be NULL) gets the cache's value before the update,
+ * unrealized. */
+static loom_tensor *write_row(loom_tensor *cache, int64_t t, bool kept_first, loom_tensor **old) {
+  loom_tensor *pos = loom_from_data(&t, LOOM_SHAPE0, LOOM_I64, LOOM_CPU);
+  loom_tensor *row = loom_full(LOOM_SHAPE(B, H, 1, E), (double)(t + 1), LOOM_F32, LOOM_CPU);
+  loom_tensor *at = loom_reshape(loom_arange(0, L, 1, LOOM_I64, LOOM_CPU), LOOM_SHAPE(1, 1, L, 1));
+  loom_tensor *updated = kept_first ? loom_where(loom_ne(at, pos), cache, row)
+                                    : loom_where(loom_eq(at, pos), row, cache);
+  if (old) *old = loom_detach(cache);
+  CHECK_OK(loom_assign(cache, updated));
+  return updated;
+}
+
+static void check_rows(loom_tensor *cache, int written) {
+  float got[B * H * L * E];
+  CHECK_OK(loom_copy_to_host(cache, got, sizeof got));
+  for (int i = 0; i < B * H * L * E; i++) {
+    int t = i / E % L;
+    CHECK_NEAR(got[i], t < written ? t + 1 : 0, 0);
+  }
+}
+
+static void test_update_in_place(void) {
+  loom_tensor *cache = loom_zeros(LOOM_SHAPE(B, H, L, E), LOOM_F32, LOOM_CPU);
+  CHECK_OK(loom_realize(cache));
+  for (int t = 0; t < L; t++) {
+    uint64_t before = in_place_updates();
+    LOOM_SCOPE {
+      loom_tensor *updated = write_row(cache, t, t % 2 == 1, NULL);
+      /* read in the same program, after the update */
+      double want = B * H * E * (t + 1) * (t + 2) / 2.0;
+      CHECK_NEAR(loom_item(loom_sum(updated, NULL, 0, false)), want, 1e-3);
+    }
+    CHECK_EQ_INT(in_place_updates() - before, 1);
+  }
+  check_rows(cache, L);
+  loom_free(cache);
+}
+
+/* Another reference to the old value: it keeps its values, and the update
+ * gets a copy. */
+static void test_update_not_in_place(void) {
+  loom_tensor *cache = loom_zeros(LOOM_SHAPE(B, H, L, E), LOOM_F32, LOOM_CPU);
+  CHECK_OK(loom_realize(cache));
+  loom_tensor *old = NULL;
+  uint64_t before = in_place_updates();
+  LOOM_SCOPE {
+    CHECK_OK(loom_realize(write_row(cache, 0, false, &old)));
+    loom_keep(old);
+  }
+  CHECK_EQ_INT(in_place_updates() - before, 0);
+  check_rows(old, 0);
+  check_rows(cache, 1);
+  LOOM_SCOPE { /* the old value has its own buffer now; the handle on row 0's update is gone */
+    CHECK_OK(loom_realize(write_row(cache, 1, false, NULL)));
+  }
+  CHECK_EQ_INT(in_place_updates() - before, 1);
+  check_rows(old, 0);
+  check_rows(cache, 2);
+  loom_free(old);
+  loom_free(cache);
+}
+
 int main(void) {
   CHECK_MSG(getenv("LOOM_POISON") != NULL, "run with LOOM_POISON=1 (ctest sets it)");
   test_chain_values();
   test_mixed_sizes();
+  test_update_in_place();
+  test_update_not_in_place();
   CHECK_EQ_INT(loom_get_stats().bytes_live, 0);
   return check_report();
 }

@@ -77,6 +77,7 @@ typedef struct plan {
   int cached_stat; /* a stat whose value the body needs too (softmax's exp), or -1 */
   bool fold_tail;  /* rows run their last partial vector masked */
   bool block_rows; /* whole blocks of short rows run as one loop (gen_block_or_row) */
+  int keep_arm;    /* an update in place (lk_kernel_keep_arm): only the other arm is stored */
   /* what gen_point does: the usual, or a step of a column reduction */
   enum { POINT_STORE, POINT_ZERO, POINT_ADD, POINT_FLUSH, POINT_ROUND, POINT_FINISH } point;
   LLVMValueRef col_total, col_comp; /* chunked column sums: doubles per output of the range */
@@ -315,6 +316,24 @@ static LLVMValueRef gen_reduction(lm_cg *g, reduction *r) {
   return g->failed ? NULL : lm_acc_result(g, &r->acc);
 }
 
+/* A point of an update in place: the output already holds the kept slot's
+ * values, so only a point taking the WHERE's other arm is stored (the
+ * vectorizer makes the branch a masked store). */
+static void gen_kept_point(lm_cg *g, plan *p, LLVMValueRef out_index) {
+  const lk_inst *w = &g->k->inst[g->k->value];
+  int other = p->keep_arm == 1 ? w->c : w->b;
+  if (!evaluate(g, p->body_needed, w->a > other ? w->a : other)) return;
+  LLVMValueRef take = g->val[w->a];
+  if (p->keep_arm == 1) take = LLVMBuildNot(g->b, take, "");
+  LLVMBasicBlockRef store = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "update");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "update.done");
+  LLVMBuildCondBr(g->b, take, store, done);
+  LLVMPositionBuilderAtEnd(g->b, store);
+  lm_emit_store_output(g, out_index, g->val[other]);
+  LLVMBuildBr(g->b, done);
+  LLVMPositionBuilderAtEnd(g->b, done);
+}
+
 /* Computes and stores one output point (outer dims already in g->dim). */
 static void gen_point(lm_cg *g, plan *p, LLVMValueRef out_index) {
   const lk_kernel *k = g->k;
@@ -350,6 +369,9 @@ static void gen_point(lm_cg *g, plan *p, LLVMValueRef out_index) {
   } else if (p->point == POINT_FINISH) { /* the epilogue on the finished sum */
     g->acc = lm_emit_load(g, k->acc_dtype, 0, out_index);
     v = evaluate(g, p->epi_needed, k->result);
+  } else if (k->reduce == LK_RED_NONE && p->keep_arm) {
+    gen_kept_point(g, p, out_index);
+    return;
   } else if (k->reduce == LK_RED_NONE) {
     v = evaluate(g, p->body_needed, k->value);
   } else {
@@ -872,7 +894,14 @@ static loom_status generate(lm_cg *g, plan *p) {
     lm_set_err(g->err, g->errlen, "kernel %s: out of memory in codegen", g->symbol);
     return LOOM_ERR_OOM;
   }
-  lk_mark_needed(k, k->value, p->body_needed);
+  p->keep_arm = lk_kernel_keep_arm(k);
+  if (p->keep_arm) { /* the condition and the other arm: the kept load is never read */
+    const lk_inst *w = &k->inst[k->value];
+    lk_mark_needed(k, w->a, p->body_needed);
+    lk_mark_needed(k, p->keep_arm == 1 ? w->c : w->b, p->body_needed);
+  } else {
+    lk_mark_needed(k, k->value, p->body_needed);
+  }
   if (k->reduce != LK_RED_NONE) lk_mark_needed(k, k->result, p->epi_needed);
   for (int s = 0; s < k->nstats; s++) lk_mark_needed(k, k->stat[s].value, p->stat[s].needed);
   p->cached_stat = -1;
