@@ -310,8 +310,18 @@ static void add_partials(const lm_gemm *g, const char *partials, int parts, int6
 #define GEMM_SPLIT_SUM_OUTPUTS 4096
 #define GEMM_MIN_SUM_PART 1024
 
-void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t batch, int64_t r0,
-                      int64_t r1, void *c) {
+/* Whether rows [0, n) of one batch of g are too little work to split over
+ * threads: a few rows against a B past the caches are bound by reading B,
+ * so threads add bandwidth even for little arithmetic. */
+static bool one_part(const lm_gemm *g, int64_t n) {
+  bool streams_b =
+      n <= LK_GEMM_DOT_MAX_ROWS &&
+      (double)g->N * (double)g->K * (double)loom_dtype_size(g->in_dtype) > GEMM_STREAM_B_BYTES;
+  return n * g->N * g->K < GEMM_PARALLEL_WORK && !streams_b;
+}
+
+static void run_rows(const lm_gemm *g, const void *a, const void *b, int64_t batch, int64_t r0,
+                     int64_t r1, void *c) {
   if (r1 <= r0 || g->N == 0) return;
   size_t es = loom_dtype_size(g->dtype);
   int64_t ao, bo;
@@ -319,13 +329,8 @@ void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t ba
   size_t in_es = loom_dtype_size(g->in_dtype);
   const char *ab = (const char *)a + ao * (int64_t)in_es,
              *bb = (const char *)b + bo * (int64_t)in_es;
-  lm_blas_single_threaded();
   int64_t n = r1 - r0, threads = loom_num_threads(), parts = threads;
-  /* a few rows against a B past the caches are bound by reading B: threads
-   * add bandwidth even for little arithmetic */
-  bool streams_b = n <= LK_GEMM_DOT_MAX_ROWS &&
-                   (double)g->N * (double)g->K * (double)in_es > GEMM_STREAM_B_BYTES;
-  if (n * g->N * g->K < GEMM_PARALLEL_WORK && !streams_b) parts = 1;
+  if (one_part(g, n)) parts = 1;
   if (parts > 1 && n / GEMM_MIN_ROWS < parts && g->N / GEMM_MIN_COLS < 2 &&
       n * g->N <= GEMM_SPLIT_SUM_OUTPUTS && g->K / GEMM_MIN_SUM_PART >= 2) {
     /* few outputs, a long sum (a convolution's weight gradient [O, C*KH*KW]
@@ -358,11 +363,41 @@ void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t ba
   lm_parallel_for(n, (int)parts, row_part, &t);
 }
 
+void lm_run_gemm_rows(const lm_gemm *g, const void *a, const void *b, int64_t batch, int64_t r0,
+                      int64_t r1, void *c) {
+  lm_blas_single_threaded();
+  run_rows(g, a, b, batch, r0, r1, c);
+}
+
+/* Batches [begin, end) of a GEMM, each on this thread. */
+typedef struct batch_task {
+  const lm_gemm *g;
+  const void *a, *b;
+  char *c;
+} batch_task;
+
+static void batch_part(void *ctx, int64_t begin, int64_t end) {
+  const batch_task *t = ctx;
+  int64_t bytes = t->g->M * t->g->N * (int64_t)loom_dtype_size(t->g->dtype);
+  for (int64_t i = begin; i < end; i++) run_rows(t->g, t->a, t->b, i, 0, t->g->M, t->c + i * bytes);
+}
+
 void lm_run_gemm(const lm_gemm *g, const void *a, const void *b, void *c) {
-  size_t es = loom_dtype_size(g->dtype);
-  int64_t batches = lm_gemm_batches(g), mn = g->M * g->N;
-  for (int64_t i = 0; i < batches && mn > 0; i++)
-    lm_run_gemm_rows(g, a, b, i, 0, g->M, (char *)c + i * mn * (int64_t)es);
+  int64_t batches = lm_gemm_batches(g);
+  if (g->M * g->N == 0) return;
+  lm_blas_single_threaded();
+  batch_task t = {g, a, b, c};
+  /* Batches too small to split (attention's per-head products while decoding,
+   * [1, 64] @ [64, T]) run side by side when together they are not: the same
+   * single-threaded code per batch, so the same bits on any thread. */
+  int parts = 1;
+  if (batches > 1 && one_part(g, g->M)) {
+    double in_es = (double)loom_dtype_size(g->in_dtype);
+    bool work = (double)batches * (double)(g->M * g->N * g->K) >= GEMM_PARALLEL_WORK;
+    bool reads = (double)batches * (double)g->N * (double)g->K * in_es > GEMM_STREAM_B_BYTES;
+    if (work || reads) parts = batches < loom_num_threads() ? (int)batches : loom_num_threads();
+  }
+  lm_parallel_for(batches, parts, batch_part, &t);
 }
 
 /* ------------------------------------------------------------ B made in blocks */

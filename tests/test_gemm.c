@@ -285,13 +285,17 @@ static void test_shapes(void) {
       {0, 0, 1, 700, 300, true, false, LOOM_F32},    /* M = 1, A's row strided */
       {0, 0, 1, 1000, 300, false, false, LOOM_F64},  /* M = 1, F64 */
       {4, 0, 1, 600, 500, false, false, LOOM_F32},   /* one row per batch, a shared weight */
-      {0, 0, 300, 1, 200, false, false, LOOM_F32},   /* N = 1 */
-      {0, 0, 67, 61, 59, true, true, LOOM_F32},      /* odd, both transposed */
-      {4, 4, 33, 29, 17, false, false, LOOM_F32},    /* batched */
-      {4, 0, 33, 29, 17, false, true, LOOM_F32},     /* a shared weight */
-      {1, 5, 19, 23, 31, true, false, LOOM_F32},     /* a broadcast batch */
-      {0, 0, 130, 129, 131, false, true, LOOM_F64},  /* F64 */
-      {3, 3, 45, 50, 60, true, false, LOOM_F64},     /* F64 batched */
+      /* batches too small to split, run side by side: decoding's attention */
+      {12, 12, 1, 1024, 64, false, true, LOOM_F32},
+      {12, 12, 1, 64, 1024, false, false, LOOM_F32},
+      {5, 5, 1, 513, 77, false, true, LOOM_F64},
+      {0, 0, 300, 1, 200, false, false, LOOM_F32},  /* N = 1 */
+      {0, 0, 67, 61, 59, true, true, LOOM_F32},     /* odd, both transposed */
+      {4, 4, 33, 29, 17, false, false, LOOM_F32},   /* batched */
+      {4, 0, 33, 29, 17, false, true, LOOM_F32},    /* a shared weight */
+      {1, 5, 19, 23, 31, true, false, LOOM_F32},    /* a broadcast batch */
+      {0, 0, 130, 129, 131, false, true, LOOM_F64}, /* F64 */
+      {3, 3, 45, 50, 60, true, false, LOOM_F64},    /* F64 batched */
       /* BF16 (on AMX tiles where the CPU has them) and F16, F32 sums */
       {0, 0, 256, 256, 256, false, false, LOOM_BF16},
       {0, 0, 1000, 3, 500, false, false, LOOM_BF16},
