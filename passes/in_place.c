@@ -64,10 +64,10 @@ void lm_plan_in_place(const lm_graph *g, lm_schedule *p) {
     int slot = makes_b ? 0 : kept_slot(s);
     if (slot == 0) continue;
     int pos = s->arg_pos[slot];
+    if (pos >= p->nnodes) continue; /* a temporary */
     const lm_node *leaf = g->nodes[pos];
-    if (pos >= p->nnodes || leaf->op != LM_BUFFER || !leaf->data || readers[pos] != 1 ||
-        leaf->dtype != s->dtype || lm_shape_numel(&leaf->shape) != s->outer ||
-        leaf->device.type != LOOM_DEVICE_CPU)
+    if (leaf->op != LM_BUFFER || !leaf->data || readers[pos] != 1 || leaf->dtype != s->dtype ||
+        lm_shape_numel(&leaf->shape) != s->outer || leaf->device.type != LOOM_DEVICE_CPU)
       continue;
     s->donor = pos;
     s->kernel.keep_slot = slot;
