@@ -163,12 +163,35 @@ static void test_update_not_in_place(void) {
   loom_free(cache);
 }
 
+/* Two rows written before one realization; and a cache that requires grad
+ * (its history must keep the old value): both right, the latter copied. */
+static void test_update_chains(void) {
+  loom_tensor *cache = loom_zeros(LOOM_SHAPE(B, H, L, E), LOOM_F32, LOOM_CPU);
+  CHECK_OK(loom_realize(cache));
+  LOOM_SCOPE {
+    write_row(cache, 0, false, NULL);
+    write_row(cache, 1, true, NULL);
+    CHECK_OK(loom_realize(cache));
+  }
+  check_rows(cache, 2);
+  loom_free(cache);
+  cache = loom_zeros(LOOM_SHAPE(B, H, L, E), LOOM_F32, LOOM_CPU);
+  CHECK_OK(loom_realize(cache));
+  CHECK_OK(loom_set_requires_grad(cache, true));
+  uint64_t before = in_place_updates();
+  LOOM_SCOPE { CHECK_OK(loom_realize(write_row(cache, 0, false, NULL))); }
+  CHECK_EQ_INT(in_place_updates() - before, 0);
+  check_rows(cache, 1);
+  loom_free(cache);
+}
+
 int main(void) {
   CHECK_MSG(getenv("LOOM_POISON") != NULL, "run with LOOM_POISON=1 (ctest sets it)");
   test_chain_values();
   test_mixed_sizes();
   test_update_in_place();
   test_update_not_in_place();
+  test_update_chains();
   CHECK_EQ_INT(loom_get_stats().bytes_live, 0);
   return check_report();
 }
