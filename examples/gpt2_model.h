@@ -164,10 +164,10 @@ static inline loom_tensor *gpt2_forward(const loom_params *ps, gpt2_config c, lo
 
 /*
  * Decoding with a KV cache: per layer, the keys and values of every position
- * so far, [B, H, length, E/H], each token's written at its position (a
- * select against the position, not a growing tensor), so one compiled
- * program serves every position: the graph of a step is the same whatever
- * the position, a tensor of its own.
+ * so far, [B, H, length, E/H], each token's written at its position
+ * (loom_slice_update with the position a tensor of its own, not a growing
+ * tensor), so one compiled program serves every position, and the cache is
+ * updated in place.
  */
 typedef struct gpt2_cache {
   int layers;
@@ -215,18 +215,17 @@ static inline loom_tensor *gpt2_decode(const loom_params *ps, gpt2_config c, gpt
   loom_tensor *x =
       loom_add(loom_embedding_f(tokens, wte),
                loom_embedding_f(loom_reshape(pos, LOOM_SHAPE(1)), gpt2_tensor(ps, "wpe.weight")));
-  /* [1, 1, length, 1]: this position, and the positions up to it */
+  /* [1, 1, length, 1]: the positions */
   int64_t length = loom_shape_of(cache->k[0]).dim[2];
   loom_tensor *at =
       loom_reshape(loom_arange(0, (double)length, 1, LOOM_I64, loom_device_of(tokens)),
                    LOOM_SHAPE(1, 1, length, 1));
-  loom_tensor *here = loom_eq(at, pos), *seen = loom_le(at, pos);
-  loom_tensor *mask = loom_transpose(seen, 2, 3); /* [1, 1, 1, length] over the keys */
+  loom_tensor *mask = loom_transpose(loom_le(at, pos), 2, 3); /* [1, 1, 1, length]: the keys seen */
   for (int l = 0; l < c.layers; l++) {
     loom_tensor *part[3] = {NULL, NULL, NULL};
     if (!gpt2_qkv(ps, c, l, x, part)) return loom_retain(x); /* the error is recorded */
-    loom_tensor *keys = loom_where(here, part[1], cache->k[l]);
-    loom_tensor *values = loom_where(here, part[2], cache->v[l]);
+    loom_tensor *keys = loom_slice_update(cache->k[l], 2, pos, part[1]);
+    loom_tensor *values = loom_slice_update(cache->v[l], 2, pos, part[2]);
     loom_assign(cache->k[l], keys), loom_assign(cache->v[l], values);
     loom_tensor *y = loom_scaled_dot_product_attention(part[0], keys, values, mask, false, 0);
     x = gpt2_block_rest(ps, l, x, y);

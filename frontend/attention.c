@@ -43,6 +43,66 @@ LM_PUBLIC(loom_tensor *, loom_masked_fill,
   return lm_composite_end(token, loom_where(mask, v, a));
 }
 
+/* ------------------------------------------------------------ slice update */
+
+static loom_tensor *slice_update_checked(const loom_tensor *t, int axis, const loom_tensor *start,
+                                         const loom_tensor *update) {
+  const loom_shape *ts = &t->node->shape, *us = &update->node->shape;
+  int64_t size = ts->dim[axis], n = us->dim[axis];
+  loom_device dev = t->node->device;
+  int token = lm_composite_begin();
+  if (n == 0) return lm_composite_end(token, loom_reshape(t, *ts)); /* nothing replaced */
+  loom_shape along = *ts;                                           /* [1, .., size, .., 1] */
+  for (int d = 0; d < along.ndim; d++) along.dim[d] = d == axis ? size : 1;
+  loom_tensor *first = loom_clamp(loom_cast(start, LOOM_I64), 0, (double)(size - n));
+  loom_tensor *at = loom_arange(0, (double)size, 1, LOOM_I64, dev);
+  /* the window's mask from an iota already in the broadcast shape: the where's
+   * kernel computes it inline (an iota reshaped after the comparison is stored) */
+  loom_tensor *offset = loom_sub(loom_reshape(at, along), first);
+  loom_tensor *inside = n == 1 ? loom_eq_s(offset, 0) /* one comparison: inlined where it is read */
+                               : loom_logical_and(loom_ge_s(offset, 0), loom_lt_s(offset, (double)n));
+  const loom_tensor *rows = update; /* one row broadcasts along the axis */
+  if (n > 1)
+    rows = loom_index_select(update, axis, loom_clamp(loom_sub(at, first), 0, (double)(n - 1)));
+  return lm_composite_end(token, loom_where(inside, rows, t));
+}
+
+LM_PUBLIC(loom_tensor *, loom_slice_update,
+          (const loom_tensor *t, int axis, const loom_tensor *start, const loom_tensor *update),
+          (t, axis, start, update)) {
+  const char *op = "loom_slice_update";
+  loom_tensor *err;
+  if ((err = lm_check(op, t)) || (err = lm_check(op, start)) || (err = lm_check(op, update)))
+    return err;
+  const loom_shape *ts = &t->node->shape, *us = &update->node->shape;
+  char a[128], b[128];
+  if (update->node->dtype != t->node->dtype)
+    return lm_error(LOOM_ERR_DTYPE, "%s: update is %s, the tensor %s", op,
+                    loom_dtype_name(update->node->dtype), loom_dtype_name(t->node->dtype));
+  if (!lm_dtype_is_int(start->node->dtype) || start->node->shape.ndim != 0)
+    return lm_error(LOOM_ERR_DTYPE, "%s: start must be a 0-d integer tensor, got %s %s", op,
+                    loom_dtype_name(start->node->dtype), shape_text(start, a, sizeof a));
+  if (start->node->device.type != t->node->device.type ||
+      start->node->device.index != t->node->device.index ||
+      update->node->device.type != t->node->device.type ||
+      update->node->device.index != t->node->device.index)
+    return lm_error(LOOM_ERR_DEVICE, "%s: the tensor, start and update are on different devices",
+                    op);
+  int nd = ts->ndim;
+  if (axis < -nd || axis >= nd || nd == 0)
+    return lm_error(LOOM_ERR_AXIS, "%s: axis %d is out of range for %s", op, axis,
+                    shape_text(t, a, sizeof a));
+  if (axis < 0) axis += nd;
+  bool fits = us->ndim == nd && us->dim[axis] <= ts->dim[axis];
+  for (int d = 0; fits && d < nd; d++) fits = d == axis || us->dim[d] == ts->dim[d];
+  if (!fits)
+    return lm_error(LOOM_ERR_SHAPE,
+                    "%s: update %s does not fit %s along axis %d (the other dims equal, at most "
+                    "the tensor's size along it)",
+                    op, shape_text(update, b, sizeof b), shape_text(t, a, sizeof a), axis);
+  return slice_update_checked(t, axis, start, update);
+}
+
 /* column - row of the last two dims, compared with diagonal (I64 iotas, broadcast). */
 static loom_tensor *triangle(const char *op, const loom_tensor *a, int64_t diagonal, bool lower) {
   loom_tensor *err;

@@ -302,6 +302,15 @@ loom_tensor *loom_where_s(const loom_tensor *cond, const loom_tensor *a, double 
 /* a with value where mask (BOOL, broadcast to a's shape) is true, a's dtype kept
  * (torch.Tensor.masked_fill); an integer tensor's value must fit its dtype. */
 loom_tensor *loom_masked_fill(const loom_tensor *a, const loom_tensor *mask, double value);
+/* t with its slice [start, start + n) along axis replaced by update, n being
+ * update's size there (its other dims are t's; same dtype and device), as
+ * jax.lax.dynamic_update_slice: start is a 0-d integer tensor, so one
+ * compiled program serves every position, and is clamped to [0, size - n]
+ * (a value computed later cannot fail the call). A KV cache takes a row so:
+ * loom_assign(cache, loom_slice_update(cache, 2, pos, row)), which is written
+ * in place (see loom_assign). */
+loom_tensor *loom_slice_update(const loom_tensor *t, int axis, const loom_tensor *start,
+                               const loom_tensor *update);
 
 loom_tensor *loom_neg(const loom_tensor *a);
 loom_tensor *loom_abs(const loom_tensor *a);

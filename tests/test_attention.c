@@ -138,6 +138,60 @@ static loom_tensor *sdpa_grouped(loom_tensor *const *in) {
 
 static loom_tensor *gelu_tanh(loom_tensor *const *in) { return loom_gelu_tanh(in[0]); }
 
+static loom_tensor *slice_update_at(loom_tensor *const *in) {
+  int64_t at = 2;
+  loom_tensor *start = loom_from_data(&at, LOOM_SHAPE0, LOOM_I64, test_device());
+  return loom_slice_update(in[0], 1, start, in[1]);
+}
+
+/* t [2, 7, 3] with rows [start, start + n) of axis 1 from update [2, n, 3],
+ * start clamped as jax.lax.dynamic_update_slice clamps it. */
+static void check_slice_update(int64_t start, int64_t n) {
+  LOOM_SCOPE {
+    loom_tensor *t = arange_f(42, LOOM_SHAPE(2, 7, 3));
+    loom_tensor *u = loom_add_s(arange_f(6 * n, LOOM_SHAPE(2, n, 3)), 1000);
+    loom_tensor *s32 =
+        loom_cast(loom_full(LOOM_SHAPE0, (double)start, LOOM_I64, test_device()), LOOM_I32);
+    float got[42];
+    CHECK_OK(loom_copy_to_host(loom_slice_update(t, -2, s32, u), got, sizeof got));
+    int64_t first = start < 0 ? 0 : start > 7 - n ? 7 - n : start;
+    for (int64_t b = 0; b < 2; b++)
+      for (int64_t r = 0; r < 7; r++)
+        for (int64_t c = 0; c < 3; c++) {
+          bool in = r >= first && r < first + n;
+          double want = in ? 1000 + (b * n + r - first) * 3 + c : (b * 7 + r) * 3 + c;
+          CHECK_NEAR(got[(b * 7 + r) * 3 + c], want, 0);
+        }
+  }
+}
+
+static void test_slice_update(void) {
+  for (int64_t n = 0; n <= 7; n += 1)
+    for (int64_t start = -2; start <= 8; start += 3) check_slice_update(start, n);
+  LOOM_SCOPE {
+    loom_tensor *t = loom_zeros(LOOM_SHAPE(2, 5), LOOM_F32, test_device());
+    loom_tensor *i0 = loom_full(LOOM_SHAPE0, 1, LOOM_I64, test_device());
+    loom_tensor *r = loom_ones(LOOM_SHAPE(2, 1), LOOM_F32, test_device());
+    CHECK_EQ_INT(loom_status_of(loom_slice_update(
+                     t, 1, i0, loom_ones(LOOM_SHAPE(3, 1), LOOM_F32, test_device()))),
+                 LOOM_ERR_SHAPE);
+    CHECK_EQ_INT(loom_status_of(loom_slice_update(
+                     t, 1, i0, loom_ones(LOOM_SHAPE(2, 6), LOOM_F32, test_device()))),
+                 LOOM_ERR_SHAPE);
+    CHECK_EQ_INT(loom_status_of(loom_slice_update(t, 2, i0, r)), LOOM_ERR_AXIS);
+    CHECK_EQ_INT(loom_status_of(loom_slice_update(t, 1, loom_cast(i0, LOOM_F32), r)),
+                 LOOM_ERR_DTYPE);
+    CHECK_EQ_INT(loom_status_of(loom_slice_update(t, 1, loom_reshape(i0, LOOM_SHAPE(1)), r)),
+                 LOOM_ERR_DTYPE);
+    CHECK_EQ_INT(loom_status_of(loom_slice_update(t, 1, i0, loom_cast(r, LOOM_F64))),
+                 LOOM_ERR_DTYPE);
+    CHECK_EQ_INT(loom_status_of(loom_slice_update(NULL, 1, i0, r)), LOOM_ERR_NULL);
+    const char *msg = loom_error_message(loom_slice_update(t, 0, i0, r));
+    CHECK_MSG(msg && strstr(msg, "loom_slice_update") && strstr(msg, "[2,1]"), "message: %s",
+              msg ? msg : "(none)");
+  }
+}
+
 /* The scale, mask and softmax of the scores: one fused kernel between the
  * two products (plus the iotas' comparison, folded in). */
 static void test_fused(void) {
@@ -302,6 +356,7 @@ int main(void) {
   test_mha_layer();
   test_topk_and_sampling();
   test_sort();
+  test_slice_update();
   check_attention("plain", 2, 3, 3, 17, 8, false, false);
   check_attention("causal", 2, 2, 2, 33, 16, true, false);
   check_attention("grouped, causal", 1, 8, 2, 20, 8, true, false);
@@ -318,6 +373,8 @@ int main(void) {
        {LOOM_SHAPE(1, 4, 3, 2), LOOM_SHAPE(1, 2, 4, 2), LOOM_SHAPE(1, 2, 4, 2)},
        ANY},
       {"gelu_tanh", gelu_tanh, 1, {LOOM_SHAPE(3, 5)}, ANY},
+      {"slice_update", slice_update_at, 2, {LOOM_SHAPE(2, 6, 3), LOOM_SHAPE(2, 3, 3)}, ANY},
+      {"slice_update row", slice_update_at, 2, {LOOM_SHAPE(2, 6, 3), LOOM_SHAPE(2, 1, 3)}, ANY},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) LOOM_SCOPE {
       gradcheck(&cases[i]);
