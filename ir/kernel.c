@@ -131,6 +131,14 @@ static lk_hash kernel_hash(const lk_kernel *k, bool sizes) {
     hw_i64(&w, 0x6b656570); /* "keep" */
     hw_i64(&w, k->keep_slot);
   }
+  if (k->nmore) {           /* (nor do kernels of one output) */
+    hw_i64(&w, 0x6d6f7265); /* "more" */
+    hw_i64(&w, k->nmore);
+    for (int m = 0; m < k->nmore && m < LK_MAX_MORE; m++) {
+      hw_i64(&w, k->more[m].slot);
+      hw_i64(&w, k->more[m].value);
+    }
+  }
   hw_i64(&w, k->nouter);
   hw_i64(&w, k->reduce);
   hw_i64(&w, k->reduce == LK_RED_NONE ? -1 : (int64_t)k->acc_dtype);
@@ -221,6 +229,16 @@ void lk_mark_needed(const lk_kernel *k, int target, unsigned char *needed) {
 }
 
 /* ------------------------------------------------------------------ affine indices */
+
+bool lk_affine_is_own_index(const lk_kernel *k, const lk_affine *ix) {
+  if (!ix->ok || ix->k != 0) return false;
+  int64_t stride = 1;
+  for (int d = k->ndim - 1; d >= 0; d--) {
+    if (ix->c[d] != stride && k->dom[d] != 1) return false;
+    stride *= k->dom[d];
+  }
+  return true;
+}
 
 void lk_affine_analyze(const lk_kernel *k, lk_affine *af) {
   for (int i = 0; i < k->nbody; i++) {
@@ -326,6 +344,8 @@ void lk_kernel_print(const lk_kernel *k, FILE *f) {
     fprintf(f, "%s%s %s", s ? ", " : " stats ", reduce_name(k->stat[s].reduce),
             loom_dtype_name(k->stat[s].acc_dtype));
   if (k->keep_slot) fprintf(f, " keeps slot%d", k->keep_slot);
+  for (int m = 0; m < k->nmore && m < LK_MAX_MORE; m++)
+    fprintf(f, "%sslot%d = %%%d", m ? ", " : " also stores ", k->more[m].slot, k->more[m].value);
   fputc('\n', f);
   for (int i = 0; i < k->ninst; i++) {
     if (i == k->nbody) fputs("  -- epilogue --\n", f);
@@ -511,6 +531,35 @@ static const char *check_keep(const lk_kernel *k) {
   return NULL;
 }
 
+int lk_kernel_roots(const lk_kernel *k, int *roots) {
+  int n = 0;
+  roots[n++] = k->value;
+  roots[n++] = k->result;
+  for (int s = 0; s < k->nstats && s < LK_MAX_STATS; s++) roots[n++] = k->stat[s].value;
+  for (int m = 0; m < k->nmore && m < LK_MAX_MORE; m++) roots[n++] = k->more[m].value;
+  return n;
+}
+
+/* More outputs: plain kernels only, each slot its own and written only. */
+static const char *check_more(const lk_kernel *k) {
+  if (k->nmore == 0) return NULL;
+  if (k->nmore < 0 || k->nmore > LK_MAX_MORE) return "more outputs out of range";
+  if (k->reduce != LK_RED_NONE || k->nstats > 0 || k->keep_slot)
+    return "more outputs in a reduction, a row kernel or an update in place";
+  for (int m = 0; m < k->nmore; m++) {
+    const struct lk_output *o = &k->more[m];
+    if (o->slot < 1 || o->slot >= k->nslots || o->slot == k->size_slot)
+      return "more output's slot out of range";
+    if (o->value < 0 || o->value >= k->nbody) return "more output's value out of range";
+    for (int j = 0; j < m; j++)
+      if (k->more[j].slot == o->slot) return "two more outputs share a slot";
+    for (int i = 0; i < k->ninst; i++)
+      if (op_uses_slot(k->inst[i].op) && k->inst[i].slot == o->slot)
+        return "an instruction reads a more output's slot";
+  }
+  return NULL;
+}
+
 /* The dtype of a reduced value against its accumulator's. */
 static const char *check_reduced_value(lk_reduce r, loom_dtype value, loom_dtype acc) {
   if ((r == LK_RED_SUM || r == LK_RED_MAX || r == LK_RED_MIN) && value != acc)
@@ -589,6 +638,7 @@ const char *lk_kernel_check(const lk_kernel *k) {
   if (!msg) msg = check_value_result(k, reduced_dep);
   if (!msg) msg = check_stat_values(k);
   if (!msg) msg = check_keep(k);
+  if (!msg) msg = check_more(k);
   free(reduced_dep);
   return msg;
 }

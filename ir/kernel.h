@@ -35,6 +35,8 @@
 #ifndef LOOM_IR_KERNEL_H
 #define LOOM_IR_KERNEL_H
 
+#include <string.h>
+
 #include "ir/dtype.h"
 #include "loom.h"
 
@@ -137,6 +139,7 @@ typedef enum lk_reduce {
  * read from memory once and its statistics come from cache.
  */
 #define LK_MAX_STATS 8
+#define LK_MAX_MORE 4
 typedef struct lk_stat {
   lk_reduce reduce; /* SUM, MAX, MIN or LSE */
   loom_dtype acc_dtype;
@@ -170,7 +173,24 @@ typedef struct lk_kernel {
    * (lk_kernel_keep_arm): a backend may store only the points taking the
    * other arm (a KV cache's new row), or store every point as usual. */
   int keep_slot;
+  /* More outputs (passes/multi_output.c), 0: none. A kernel without a
+   * reduction, row statistics or a kept slot may also store, at every point,
+   * instruction more[i].value (a body instruction, stored as its own dtype) to
+   * slot more[i].slot at the point's output index, as slot 0 gets `value`:
+   * a value another kernel would have computed and stored for this one to
+   * load (an optimizer's new moments, made where the new parameter is). Such a
+   * slot is written only: no instruction reads it. */
+  int nmore;
+  struct lk_output {
+    int slot, value;
+  } more[LK_MAX_MORE];
 } lk_kernel;
+
+/* The instructions read from outside the instruction list (value, result, the
+ * stats' values, the more outputs' values), into roots (LK_MAX_ROOTS room;
+ * repeats allowed); returns their count. */
+#define LK_MAX_ROOTS (2 + LK_MAX_STATS + LK_MAX_MORE)
+int lk_kernel_roots(const lk_kernel *k, int *roots);
 
 /* With keep_slot: the WHERE's arm that loads it (1: the true arm, 2: the
  * false arm); 0 when the kernel keeps no slot. */
@@ -196,6 +216,9 @@ typedef struct lk_affine {
 /* af[i] for every body instruction i < nbody (af has nbody entries; not ok
  * for non-I64 instructions and for ones that are not affine, or overflow). */
 void lk_affine_analyze(const lk_kernel *k, lk_affine *af);
+/* Whether an index is the point's own row-major index over all of k's dims
+ * (the index the output is stored at, in a kernel without a reduction). */
+bool lk_affine_is_own_index(const lk_kernel *k, const lk_affine *ix);
 /* out = k over regrouped domain dims (kernel_regroup.c): the last outer dim
  * split where the index divides it by a constant, then adjacent dims merged
  * where every load offset and Philox counter weighs them as one row-major dim.
@@ -265,6 +288,12 @@ static inline int64_t lk_extent_product(const lk_kernel *k, int from, int to) {
     if (__builtin_mul_overflow(n, k->dom[d], &n)) return INT64_MAX;
   return n;
 }
+/* Whether two instructions compute the same value (value numbering). */
+static inline bool lk_inst_same(const lk_inst *x, const lk_inst *y) {
+  return x->op == y->op && x->dtype == y->dtype && x->a == y->a && x->b == y->b && x->c == y->c &&
+         x->slot == y->slot && x->imm_i == y->imm_i &&
+         memcmp(&x->imm_f, &y->imm_f, sizeof x->imm_f) == 0;
+}
 /* After rebuilding k's instructions into out (n of them, instruction i of k
  * now at map[i]): out's count and the roots read from outside the list. */
 static inline void lk_kernel_remap_roots(const lk_kernel *k, lk_kernel *out, const int *map,
@@ -275,6 +304,7 @@ static inline void lk_kernel_remap_roots(const lk_kernel *k, lk_kernel *out, con
   out->result = map[k->result];
   for (int s = 0; s < k->nstats && s < LK_MAX_STATS; s++)
     out->stat[s].value = map[k->stat[s].value];
+  for (int m = 0; m < k->nmore && m < LK_MAX_MORE; m++) out->more[m].value = map[k->more[m].value];
 }
 
 /* Whether a backend rounds instruction `in`'s float result to its dtype: a

@@ -66,8 +66,8 @@ lk_inst *lk_kernel_unshare_sizes(const lk_kernel *k, lk_kernel *out) {
     return NULL;
   }
   /* what is read from outside the list keeps its place */
-  root[k->value] = root[k->result] = 1;
-  for (int s = 0; s < k->nstats; s++) root[k->stat[s].value] = 1;
+  int roots[LK_MAX_ROOTS];
+  for (int r = 0, nroots = lk_kernel_roots(k, roots); r < nroots; r++) root[roots[r]] = 1;
   *out = *k;
   out->inst = inst;
   int n = 0;

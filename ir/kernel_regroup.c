@@ -47,9 +47,9 @@ static bool mergeable(const lk_kernel *k, int d, const lk_affine *af, bool *dep)
     if (!at->ok || at->c[d] != k->dom[d + 1] * at->c[d + 1]) return false;
     dep[i] = false; /* the value read is the same: it does not depend on how */
   }
-  if (dep[k->value] || dep[k->result]) return false;
-  for (int s = 0; s < k->nstats; s++)
-    if (dep[k->stat[s].value]) return false;
+  int roots[LK_MAX_ROOTS];
+  for (int r = 0, nroots = lk_kernel_roots(k, roots); r < nroots; r++)
+    if (dep[roots[r]]) return false;
   return true;
 }
 

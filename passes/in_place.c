@@ -31,19 +31,12 @@ static int kept_slot(const lm_step *s) {
   for (int arm = 0; arm < 2 && !found; arm++) {
     const lk_inst *load = &k->inst[arm == 0 ? w->b : w->c];
     if (load->op != LK_LOAD || load->slot < 1 || s->arg_key[load->slot] ||
-        s->arg_pos[load->slot] < 0 || load->a < 0 || load->a >= k->nbody || !af[load->a].ok)
+        s->arg_pos[load->slot] < 0 || load->a < 0 || load->a >= k->nbody)
       continue;
-    const lk_affine *ix = &af[load->a];
-    bool own_index = ix->k == 0;
-    int64_t stride = 1;
-    for (int d = k->ndim - 1; d >= 0 && own_index; d--) {
-      own_index = ix->c[d] == stride || k->dom[d] == 1;
-      stride *= k->dom[d];
-    }
     int loads = 0;
     for (int i = 0; i < k->ninst; i++)
       loads += k->inst[i].op == LK_LOAD && k->inst[i].slot == load->slot;
-    if (own_index && loads == 1) found = load->slot;
+    if (lk_affine_is_own_index(k, &af[load->a]) && loads == 1) found = load->slot;
   }
   free(af);
   return found;

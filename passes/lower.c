@@ -41,11 +41,7 @@ static int emit(builder *b, lk_inst in) {
   /* Value numbering: an identical instruction is reused. Kernels are small,
    * so a backwards scan is cheap enough. */
   for (int i = b->n - 1; i >= b->nbody_start; i--) {
-    const lk_inst *o = &b->inst[i];
-    if (o->op == in.op && o->dtype == in.dtype && o->a == in.a && o->b == in.b && o->c == in.c &&
-        o->slot == in.slot && o->imm_i == in.imm_i &&
-        memcmp(&o->imm_f, &in.imm_f, sizeof in.imm_f) == 0)
-      return i;
+    if (lk_inst_same(&b->inst[i], &in)) return i;
   }
   if (b->n == b->cap) {
     int ncap = b->cap ? b->cap * 2 : 64;

@@ -242,6 +242,20 @@ static loom_status run_collective(const lm_exec *x, int i, in_flight *f, bool *s
   return st;
 }
 
+/* A kernel's more outputs (lk_kernel.more) get their memory with its output. */
+static loom_status alloc_more(const lm_exec *x, const lm_step *s) {
+  for (int m = 0; s->kind == LM_STEP_KERNEL && m < s->kernel.nmore; m++) {
+    const struct lk_output *o = &s->kernel.more[m];
+    int pos = s->arg_pos[o->slot];
+    size_t bytes = (size_t)s->outer * loom_dtype_size(s->kernel.inst[o->value].dtype);
+    if (x->bufs[pos]) continue;
+    loom_status st = lm_data_alloc("loom_realize", x->device, bytes, &x->bufs[pos]);
+    if (st != LOOM_OK) return st;
+    x->sizes[pos] = bytes;
+  }
+  return LOOM_OK;
+}
+
 /* Step i: its output's memory, the step, then what no later step reads. */
 static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i, in_flight *f) {
   const lm_step *s = &x->program->steps[i];
@@ -261,6 +275,7 @@ static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i, in
       x->sizes[s->out] = bytes;
       if (s->donor >= 0) memcpy(x->bufs[s->out], x->bufs[s->donor], bytes); /* (a CPU plan) */
     }
+    if ((st = alloc_more(x, s)) != LOOM_OK) return st;
     if (s->kind == LM_STEP_COLLECTIVE)
       st = run_collective(x, i, f, &started);
     else

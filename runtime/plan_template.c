@@ -48,8 +48,8 @@
 /* A field added to a step must be described by walk_plan (as shape or as a
  * number) or an instance runs with the template's value of it. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(lm_step) == 792 && sizeof(lm_gemm) == 312 && sizeof(lm_collective) == 88 &&
-                   sizeof(lk_kernel) == 264,
+_Static_assert(sizeof(lm_step) == 832 && sizeof(lm_gemm) == 312 && sizeof(lm_collective) == 88 &&
+                   sizeof(lk_kernel) == 304,
                "lm_step changed: describe the new field in walk_plan, then update the sizes here");
 #endif
 
@@ -237,6 +237,8 @@ static void walk_plan(walk *w, lm_schedule *p) {
       PUT(w->d, s->b_producer);
       PUT(w->d, s->donor);
       PUT(w->d, s->kernel.keep_slot);
+      PUT(w->d, s->kernel.nmore);
+      PUT_ARRAY(w->d, s->kernel.more, s->kernel.nmore);
       PUT(w->d, s->nfree);
       PUT_ARRAY(w->d, s->free_after, s->nfree);
     }

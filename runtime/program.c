@@ -181,8 +181,10 @@ static loom_status check_placeholders(const char *op, const lm_graph *g, lm_node
 
 static loom_status plan_and_compile(const char *op, loom_program *p, const lm_graph *g) {
   char err[1024];
-  loom_status st = lm_plan(g, loom_fusion_enabled(), &p->plan, err, sizeof err);
+  bool fuse = loom_fusion_enabled();
+  loom_status st = lm_plan(g, fuse, &p->plan, err, sizeof err);
   if (st != LOOM_OK) return lm_fail(st, "%s: %s", op, err);
+  if (fuse && p->lazy) lm_plan_more_outputs(p->plan);
   assign_kernels(p);
   return lm_exec_compile(p->plan, p->device);
 }
@@ -202,6 +204,7 @@ static loom_status build(const char *op, const lm_graph *user, lm_node *const *i
   lm_node **leaves = lazy ? malloc(sizeof *leaves * ((size_t)nin + 1)) : NULL;
   if (p) {
     p->n = user->n, p->nin = nin, p->nout = nout;
+    p->lazy = lazy != NULL;
     p->device = user->nodes[user->targets[0]]->device;
     p->nodes = calloc((size_t)user->n + 1, sizeof *p->nodes);
   }

@@ -39,6 +39,9 @@ struct loom_program {
   /* Symbolic dims (loom_compile_symbolic; nsym 0 otherwise): the symbols,
    * their traced sizes, which input dims take them, every node dim's size as
    * an expression over them, and the plans made at other sizes. */
+  bool lazy;     /* a lazy graph's family (lm_program_build_lazy): run by realizations,
+                    which publish its outputs from their buffers, so its plans merge
+                    kernels into more outputs (lm_plan_more_outputs) */
   bool symbolic; /* the fields below are set (bind_lock too) */
   int nsym;
   char **sym_names;     /* [nsym] */

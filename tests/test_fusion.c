@@ -584,8 +584,102 @@ static void test_folded_linear(void) {
   CHECK_OK(loom_set_num_threads(threads));
 }
 
+/* Kernels launched to realize the n targets together; their values (as
+ * doubles) into vals, at most `room` each. */
+static uint64_t eval_counting(loom_tensor **t, int n, double *vals, int64_t room) {
+  uint64_t before = loom_get_stats().kernels_launched;
+  CHECK_OK(loom_eval(t, n));
+  uint64_t launched = loom_get_stats().kernels_launched - before;
+  for (int i = 0; i < n; i++) {
+    loom_tensor *d = loom_cast(t[i], LOOM_F64);
+    CHECK(loom_numel(d) <= room);
+    CHECK_OK(loom_copy_to_host(d, vals + i * room, sizeof(double) * (size_t)loom_numel(d)));
+    loom_free(d);
+  }
+  return launched;
+}
+
+/* Targets that one later kernel alone reads at its own points are stored by
+ * that kernel (passes/multi_output.c): how many kernels each pattern takes
+ * fused, and that every value is what the unfused kernels compute. */
+static void test_more_outputs(void) {
+  enum { R = 37, C = 29, N = R * C, MAXT = 7 };
+  static double fused[MAXT * N], unfused[MAXT * N]; /* (smaller targets leave zeros) */
+  for (int pattern = 0; pattern < 9; pattern++) {
+    uint64_t launched[2] = {0, 0};
+    memset(fused, 0, sizeof fused);
+    memset(unfused, 0, sizeof unfused);
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+      loom_set_fusion(pass == 0);
+      LOOM_SCOPE {
+        loom_tensor *p = input(LOOM_SHAPE(R, C), 11), *g = input(LOOM_SHAPE(R, C), 12);
+        loom_tensor *m = input(LOOM_SHAPE(R, C), 13), *v = loom_square(input(LOOM_SHAPE(R, C), 14));
+        realized(p), realized(g), realized(m), realized(v);
+        loom_tensor *t[MAXT];
+        if (pattern == 0) { /* an Adam update: the moments, then the parameter reading them */
+          t[0] = loom_add(loom_mul_s(m, 0.9), loom_mul_s(g, 0.1));
+          t[1] = loom_add(loom_mul_s(v, 0.999), loom_mul_s(loom_square(g), 0.001));
+          t[2] = loom_sub(p, loom_div(loom_mul_s(t[0], 0.01), loom_add_s(loom_sqrt(t[1]), 1e-8)));
+          n = 3;
+        } else if (pattern == 1) { /* a chain: each target read by the next alone */
+          t[0] = loom_exp(loom_mul_s(p, 0.5));
+          for (n = 1; n < 6; n++) t[n] = loom_add(loom_mul_s(t[n - 1], 0.7), g);
+        } else if (pattern == 2) { /* read by two kernels: stored by its own */
+          t[0] = loom_tanh(p);
+          t[1] = loom_add(t[0], g);
+          t[2] = loom_mul(t[0], m);
+          n = 3;
+        } else if (pattern == 3) { /* read transposed: not at the reader's own points */
+          loom_tensor *sq = input(LOOM_SHAPE(C, C), 15);
+          realized(sq);
+          t[0] = loom_sin(loom_slice(p, 0, 0, C, 1));
+          t[1] = loom_add(loom_transpose(t[0], 0, 1), sq);
+          n = 2;
+        } else if (pattern == 4) { /* read by a reduction */
+          t[0] = loom_mul(p, g);
+          t[1] = loom_sum(t[0], (int[]){1}, 1, true);
+          n = 2;
+        } else if (pattern == 5) { /* dtypes: a BF16 target and a boolean one */
+          t[0] = loom_cast(loom_mul_s(p, 3), LOOM_BF16);
+          t[1] = loom_gt(loom_cast(t[0], LOOM_F32), g);
+          t[2] = loom_where(t[1], loom_mul_s(m, 2), g); /* (not an update of m in place) */
+          n = 3;
+        } else if (pattern == 6) { /* a random draw in the producer */
+          loom_tensor *u = loom_rand_key(loom_key_new(16), LOOM_SHAPE(R, C), LOOM_F32, LOOM_CPU);
+          t[0] = loom_mul(p, loom_lt_s(u, 0.5));
+          t[1] = loom_add(t[0], g);
+          n = 2;
+        } else if (pattern == 7) { /* a broadcast reader: other points */
+          loom_tensor *row = loom_slice(p, 0, 0, 1, 1);
+          t[0] = loom_exp(row);
+          t[1] = loom_mul(loom_expand(t[0], LOOM_SHAPE(R, C)), g);
+          n = 2;
+        } else { /* one producer's value read twice by one reader, and more than fits */
+          t[0] = loom_log1p(loom_abs(p));
+          t[1] = loom_mul(t[0], loom_add(t[0], g));
+          n = 2;
+        }
+        launched[pass] = eval_counting(t, n, pass == 0 ? fused : unfused, N);
+      }
+    }
+    loom_set_fusion(true);
+    static const int want[9] = {1, 2, 3, 2, 2, 1, 1, 2, 1};
+    CHECK_MSG(launched[0] == (uint64_t)want[pattern], "pattern %d: %llu kernels fused, expected %d",
+              pattern, (unsigned long long)launched[0], want[pattern]);
+    CHECK_MSG(launched[1] >= (uint64_t)n, "pattern %d: %llu kernels unfused", pattern,
+              (unsigned long long)launched[1]);
+    for (int i = 0; i < n * N; i++)
+      CHECK_MSG(fabs(fused[i] - unfused[i]) <= 1e-6 * fmax(1, fabs(unfused[i])) ||
+                    (isnan(fused[i]) && isnan(unfused[i])),
+                "pattern %d: value %d of target %d: %.9g fused, %.9g unfused", pattern, i % N,
+                i / N, fused[i], unfused[i]);
+  }
+}
+
 int main(void) {
   test_counts();
+  test_more_outputs();
   test_folded_linear();
   test_unfused_counts();
   test_permuted_reduction();

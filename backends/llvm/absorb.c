@@ -29,7 +29,8 @@ bool lm_absorbed_analyze(lm_cg *g) {
     if (in->c >= 0) g->absorbed[in->c] = false;
   }
   /* read from outside the instruction list: the value itself */
-  g->absorbed[k->value] = g->absorbed[k->result] = false;
-  for (int s = 0; s < k->nstats; s++) g->absorbed[k->stat[s].value] = false;
+  int roots[LK_MAX_ROOTS];
+  for (int r = 0, nroots = lk_kernel_roots(k, roots); r < nroots; r++)
+    g->absorbed[roots[r]] = false;
   return true;
 }

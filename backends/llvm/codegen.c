@@ -334,6 +334,21 @@ static void gen_kept_point(lm_cg *g, plan *p, LLVMValueRef out_index) {
   LLVMPositionBuilderAtEnd(g->b, done);
 }
 
+/* A point of a kernel without a reduction: its value, and its more outputs'
+ * values at the same index, from one evaluation. */
+static void gen_plain_point(lm_cg *g, plan *p, LLVMValueRef out_index) {
+  const lk_kernel *k = g->k;
+  int last = k->value;
+  for (int m = 0; m < k->nmore; m++)
+    if (k->more[m].value > last) last = k->more[m].value;
+  if (!evaluate(g, p->body_needed, last)) return;
+  lm_emit_store_output(g, out_index, g->val[k->value]);
+  for (int m = 0; m < k->nmore; m++) {
+    int v = k->more[m].value;
+    lm_emit_store(g, k->inst[v].dtype, k->more[m].slot, out_index, g->val[v]);
+  }
+}
+
 /* Computes and stores one output point (outer dims already in g->dim). */
 static void gen_point(lm_cg *g, plan *p, LLVMValueRef out_index) {
   const lk_kernel *k = g->k;
@@ -373,7 +388,8 @@ static void gen_point(lm_cg *g, plan *p, LLVMValueRef out_index) {
     gen_kept_point(g, p, out_index);
     return;
   } else if (k->reduce == LK_RED_NONE) {
-    v = evaluate(g, p->body_needed, k->value);
+    gen_plain_point(g, p, out_index);
+    return;
   } else {
     g->acc = gen_reduction(g, &p->main);
     v = g->acc ? evaluate(g, p->epi_needed, k->result) : NULL;
@@ -902,6 +918,7 @@ static loom_status generate(lm_cg *g, plan *p) {
   } else {
     lk_mark_needed(k, k->value, p->body_needed);
   }
+  for (int m = 0; m < k->nmore; m++) lk_mark_needed(k, k->more[m].value, p->body_needed);
   if (k->reduce != LK_RED_NONE) lk_mark_needed(k, k->result, p->epi_needed);
   for (int s = 0; s < k->nstats; s++) lk_mark_needed(k, k->stat[s].value, p->stat[s].needed);
   p->cached_stat = -1;

@@ -71,9 +71,9 @@ bool lm_guards_analyze(lm_cg *g) {
       if (ops[o] >= 0) uses[ops[o]]++, user[ops[o]] = i;
   }
   /* uses from outside the instruction list: they see the value unwrapped */
-  uses[k->value]++, user[k->value] = -1;
-  uses[k->result]++, user[k->result] = -1;
-  for (int s = 0; s < k->nstats; s++) uses[k->stat[s].value]++, user[k->stat[s].value] = -1;
+  int roots[LK_MAX_ROOTS];
+  for (int r = 0, nroots = lk_kernel_roots(k, roots); r < nroots; r++)
+    uses[roots[r]]++, user[roots[r]] = -1;
   for (int i = 0; i < n; i++) {
     loom_dtype dt = k->inst[i].dtype;
     if (k->inst[i].op == LK_LOAD && dt != LOOM_BOOL && dt != LOOM_U8)

@@ -102,6 +102,8 @@ LLVMValueRef lm_emit_round(lm_cg *g, loom_dtype dt, LLVMValueRef v);
 LLVMTypeRef lm_type(const lm_cg *g, loom_dtype dt);     /* in registers (BOOL is i1) */
 LLVMTypeRef lm_mem_type(const lm_cg *g, loom_dtype dt); /* in memory (BOOL is i8) */
 LLVMValueRef lm_emit_load(lm_cg *g, loom_dtype dt, int slot, LLVMValueRef offset);
+/* v stored as dt to slot at offset; the output (slot 0, out_dtype) by the second. */
+void lm_emit_store(lm_cg *g, loom_dtype dt, int slot, LLVMValueRef offset, LLVMValueRef v);
 void lm_emit_store_output(lm_cg *g, LLVMValueRef offset, LLVMValueRef v);
 LLVMValueRef lm_emit_max_min(lm_cg *g, loom_dtype dt, LLVMValueRef a, LLVMValueRef b, bool is_max);
 /* Instruction i of the kernel, from the operand values already in g->val. */

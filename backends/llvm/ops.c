@@ -23,6 +23,10 @@ static LLVMValueRef i32_const(lm_cg *g, uint32_t bits) { return LLVMConstInt(g->
 
 /* A float rounded to nearest even at BF16's 8 significant bits (a NaN made
  * quiet), or to F16 (through LLVM's half, which handles its range). */
+void lm_emit_store_output(lm_cg *g, LLVMValueRef offset, LLVMValueRef v) {
+  lm_emit_store(g, g->k->out_dtype, 0, offset, v);
+}
+
 LLVMValueRef lm_emit_round(lm_cg *g, loom_dtype dt, LLVMValueRef v) {
   if (dt == LOOM_F16) {
     LLVMValueRef h = LLVMBuildFPTrunc(g->b, v, LLVMHalfTypeInContext(g->ctx), "");
@@ -62,8 +66,7 @@ LLVMValueRef lm_emit_load(lm_cg *g, loom_dtype dt, int slot, LLVMValueRef offset
   return v;
 }
 
-void lm_emit_store_output(lm_cg *g, LLVMValueRef offset, LLVMValueRef v) {
-  loom_dtype dt = g->k->out_dtype;
+void lm_emit_store(lm_cg *g, loom_dtype dt, int slot, LLVMValueRef offset, LLVMValueRef v) {
   if (dt == LOOM_BOOL) v = LLVMBuildZExt(g->b, v, g->t_i8, "");
   if (dt == LOOM_F16) /* the value is a half already: exact */
     v = LLVMBuildBitCast(g->b, LLVMBuildFPTrunc(g->b, v, LLVMHalfTypeInContext(g->ctx), ""),
@@ -73,7 +76,7 @@ void lm_emit_store_output(lm_cg *g, LLVMValueRef offset, LLVMValueRef v) {
     v = LLVMBuildTrunc(g->b, LLVMBuildLShr(g->b, u, i32_const(g, 16), ""),
                        LLVMInt16TypeInContext(g->ctx), "");
   }
-  LLVMValueRef st = LLVMBuildStore(g->b, v, element_address(g, dt, 0, offset));
+  LLVMValueRef st = LLVMBuildStore(g->b, v, element_address(g, dt, slot, offset));
   LLVMSetAlignment(st, (unsigned)loom_dtype_size(dt));
 }
 

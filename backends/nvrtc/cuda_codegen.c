@@ -406,12 +406,25 @@ static void emit_unravel(cg *g, const char *var, const char *q, int from, int to
   line(g, "const long long d%d = (long long)%s;", from, q);
 }
 
-static void emit_store(cg *g, const char *at, int value) {
-  loom_dtype dt = g->k->out_dtype;
-  sb_printf(&g->s, "%*s((%s *)s0)[%s] = ", g->ind, "", mtype(dt), at);
+static void emit_store_to(cg *g, int slot, loom_dtype dt, const char *at, int value) {
+  sb_printf(&g->s, "%*s((%s *)s%d)[%s] = ", g->ind, "", mtype(dt), slot, at);
   put_stored(&g->s, dt, value);
   sb_printf(&g->s, ";\n");
 }
+
+static void emit_store(cg *g, const char *at, int value) {
+  emit_store_to(g, 0, g->k->out_dtype, at, value);
+}
+
+/* The last instruction a plain point evaluates: its value or a more output's. */
+static int last_root(const lk_kernel *k) {
+  int last = k->value;
+  for (int m = 0; m < k->nmore; m++)
+    if (k->more[m].value > last) last = k->more[m].value;
+  return last;
+}
+
+static loom_dtype more_dtype(const lk_kernel *k, int m) { return k->inst[k->more[m].value].dtype; }
 
 /* ------------------------------------------------------------------ header */
 
@@ -505,6 +518,9 @@ static void emit_vector_condition(cg *g) {
   const char *out = mtype(g->k->out_dtype);
   sb_printf(&g->s, "%*sif (lm_base + %d <= end && lm_aligned<%s>(s0, lm_base)", g->ind, "",
             LM_CUDA_VEC, out);
+  for (int m = 0; m < g->k->nmore; m++)
+    sb_printf(&g->s, " &&\n%*slm_aligned<%s>(s%d, lm_base)", g->ind + 4, "",
+              mtype(more_dtype(g->k, m)), g->k->more[m].slot);
   for (int c = 0; c < g->nchunks; c++)
     sb_printf(&g->s, " &&\n%*slm_aligned<%s>(s%d, lm_base + (%" PRId64 "LL))", g->ind + 4, "",
               mtype(g->chunks[c].dt), g->chunks[c].slot, g->chunks[c].shift);
@@ -522,16 +538,25 @@ static void emit_vector_path(cg *g) {
          t, c, t, g->chunks[c].slot, g->chunks[c].shift);
   }
   line(g, "lm_chunk<%s> lm_out;", out);
+  for (int m = 0; m < k->nmore; m++) line(g, "lm_chunk<%s> lm_more%d;", mtype(more_dtype(k, m)), m);
   line(g, "#pragma unroll");
   open_block(g, "for (int lm_j = 0; lm_j < %d; lm_j++)", LM_CUDA_VEC);
   line(g, "const long long lm_p = lm_base + lm_j;");
   emit_unravel(g, "lm_p", "lm_q", 0, k->nouter);
-  emit_eval(g, g->body_needed, k->value, true);
+  emit_eval(g, g->body_needed, last_root(k), true);
   sb_printf(&g->s, "%*slm_out.v[lm_j] = ", g->ind, "");
   put_stored(&g->s, k->out_dtype, k->value);
   sb_printf(&g->s, ";\n");
+  for (int m = 0; m < k->nmore; m++) {
+    sb_printf(&g->s, "%*slm_more%d.v[lm_j] = ", g->ind, "", m);
+    put_stored(&g->s, more_dtype(k, m), k->more[m].value);
+    sb_printf(&g->s, ";\n");
+  }
   close_block(g);
   line(g, "lm_store4((%s *)s0 + lm_base, lm_out);", out);
+  for (int m = 0; m < k->nmore; m++)
+    line(g, "lm_store4((%s *)s%d + lm_base, lm_more%d);", mtype(more_dtype(k, m)), k->more[m].slot,
+         m);
 }
 
 static void gen_elementwise(cg *g) {
@@ -551,8 +576,10 @@ static void gen_elementwise(cg *g) {
   open_block(g, "for (long long lm_p = lm_base; lm_p < end && lm_p < lm_base + %d; lm_p++)",
              LM_CUDA_VEC);
   emit_unravel(g, "lm_p", "lm_q", 0, k->nouter);
-  emit_eval(g, g->body_needed, k->value, false);
+  emit_eval(g, g->body_needed, last_root(k), false);
   emit_store(g, "lm_p", k->value);
+  for (int m = 0; m < k->nmore; m++)
+    emit_store_to(g, k->more[m].slot, more_dtype(k, m), "lm_p", k->more[m].value);
   close_block(g);
   close_block(g);
   close_block(g);
@@ -889,6 +916,7 @@ static void free_state(cg *g) {
 static void generate(cg *g, const char *name) {
   const lk_kernel *k = g->k;
   lk_mark_needed(k, k->value, g->body_needed);
+  for (int m = 0; m < k->nmore; m++) lk_mark_needed(k, k->more[m].value, g->body_needed);
   if (k->reduce != LK_RED_NONE) lk_mark_needed(k, k->result, g->epi_needed);
   for (int s = 0; s < k->nstats; s++) lk_mark_needed(k, k->stat[s].value, g->stat_needed[s]);
   choose_shape(g);
@@ -984,6 +1012,7 @@ loom_status lm_cuda_gemm_epilogue_source(const lk_kernel *k, int gemm_slot, loom
   *source = NULL;
   const char *bad = lk_kernel_check(k);
   if (!bad && (k->reduce != LK_RED_NONE || k->nstats > 0)) bad = "not an elementwise kernel";
+  if (!bad && k->nmore > 0) bad = "an epilogue with more outputs";
   if (!bad && k->nsizes > LM_CUDA_MAX_SIZES) bad = "more run-time sizes than a launch passes";
   if (!bad && (gemm_slot < 1 || gemm_slot >= k->nslots)) bad = "the GEMM's slot is out of range";
   if (!bad && gemm_dtype != LOOM_F32 && gemm_dtype != LOOM_F64) bad = "the GEMM is not F32/F64";
