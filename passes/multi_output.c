@@ -28,13 +28,21 @@ static void note_reader(void *ctx, int pos, int step) {
   r->last[pos] = step;
 }
 
-/* A kernel without a reduction, stats or kept slot that runs by itself, as
- * lowered (not generic): what a merge may take from or put into. */
-static bool plain(const lm_step *s) {
+/* A kernel without a reduction, stats or kept slot, as lowered (not generic),
+ * that runs itself: by itself (plain: what a merge may take from or put into)
+ * or after its GEMM's product, on blocks of rows (an epilogue: on the CPU it
+ * may take in a reader whose inputs are made before it). */
+static bool stores_points(const lm_step *s) {
   const lk_kernel *k = &s->kernel;
-  return s->kind == LM_STEP_KERNEL && !s->deferred && s->gemm_partner < 0 && s->donor < 0 &&
-         s->outer > 0 && k->reduce == LK_RED_NONE && k->nstats == 0 && k->keep_slot == 0 &&
+  return s->kind == LM_STEP_KERNEL && !s->deferred && s->donor < 0 && s->outer > 0 &&
+         k->reduce == LK_RED_NONE && k->nstats == 0 && k->keep_slot == 0 &&
          !lk_kernel_is_generic(k);
+}
+
+static bool plain(const lm_step *s) { return stores_points(s) && s->gemm_partner < 0; }
+
+static bool cpu_epilogue(const lm_step *s, bool cpu) {
+  return cpu && stores_points(s) && s->gemm_partner >= 0;
 }
 
 static bool same_domain(const lk_kernel *a, const lk_kernel *b) {
@@ -129,10 +137,11 @@ static void copy_kernel(merged *m, const lm_step *s, int replaced, int with, int
   }
 }
 
-/* Step r's kernel computes step w's value too (w's output read through r's
- * slot `slot`) and stores it, with w's more outputs. False when out of
- * memory or past a limit (r unchanged). */
-static bool merge_into(const lm_step *w, lm_step *r, int slot) {
+/* One kernel computes steps w's and r's values (w's output read through r's
+ * slot `slot`), with their more outputs, in step `host` (w or r): the other's
+ * value becomes a more output. False when out of memory or past a limit
+ * (nothing changed). */
+static bool merge_into(lm_step *w, lm_step *r, int slot, lm_step *host) {
   const lk_kernel *kw = &w->kernel, *kr = &r->kernel;
   if (kr->nmore + 1 + kw->nmore > LK_MAX_MORE) return false;
   size_t room = (size_t)(kw->nslots + kr->nslots);
@@ -147,35 +156,45 @@ static bool merge_into(const lm_step *w, lm_step *r, int slot) {
   int *wslots = malloc(sizeof(int) * (size_t)kw->nslots);
   int *rslots = malloc(sizeof(int) * (size_t)kr->nslots);
   bool ok = m.inst && m.arg_pos && m.arg_key && m.params && wmap && rmap && wslots && rslots;
-  lk_kernel k = *kr;
+  bool into_w = host == w;
+  lk_kernel k = host->kernel;
   if (ok) {
-    m.arg_pos[0] = r->out;
+    m.arg_pos[0] = host->out;
     copy_kernel(&m, w, -1, -1, wmap, wslots);
-    int stored = slot_for(&m, w->out, false);
+    int w_slot = into_w ? 0 : slot_for(&m, w->out, false);
     copy_kernel(&m, r, slot, wmap[kw->value], rmap, rslots);
+    int r_slot = into_w ? slot_for(&m, r->out, false) : 0;
     k.inst = m.inst;
     k.ninst = k.nbody = m.n;
-    k.value = k.result = rmap[kr->value];
+    k.value = k.result = into_w ? wmap[kw->value] : rmap[kr->value];
     k.nslots = m.nslots;
     k.nmore = 0;
-    for (int i = 0; i < kr->nmore; i++)
-      k.more[k.nmore++] = (struct lk_output){rslots[kr->more[i].slot], rmap[kr->more[i].value]};
-    k.more[k.nmore++] = (struct lk_output){stored, wmap[kw->value]};
-    for (int i = 0; i < kw->nmore; i++)
-      k.more[k.nmore++] = (struct lk_output){wslots[kw->more[i].slot], wmap[kw->more[i].value]};
+    const lm_step *first = into_w ? w : r, *second = into_w ? r : w;
+    const int *first_slots = into_w ? wslots : rslots, *first_map = into_w ? wmap : rmap;
+    const int *second_slots = into_w ? rslots : wslots, *second_map = into_w ? rmap : wmap;
+    for (int i = 0; i < first->kernel.nmore; i++)
+      k.more[k.nmore++] = (struct lk_output){first_slots[first->kernel.more[i].slot],
+                                             first_map[first->kernel.more[i].value]};
+    k.more[k.nmore++] =
+        (struct lk_output){into_w ? r_slot : w_slot, second_map[second->kernel.value]};
+    for (int i = 0; i < second->kernel.nmore; i++)
+      k.more[k.nmore++] = (struct lk_output){second_slots[second->kernel.more[i].slot],
+                                             second_map[second->kernel.more[i].value]};
     /* (a slot both read and written, say r loading one of w's more outputs, fails the check) */
     ok = m.nslots <= LM_KERNEL_MAX_SLOTS && lk_kernel_check(&k) == NULL;
+    /* a GEMM epilogue keeps the slot its product is read through */
+    if (into_w && w->gemm_partner >= 0) ok = ok && wslots[w->gemm_slot] == w->gemm_slot;
   }
   if (ok) {
-    free(r->kernel.inst);
-    free(r->arg_pos);
-    free(r->arg_key);
-    free(r->params);
-    r->kernel = k;
-    r->arg_pos = m.arg_pos;
-    r->arg_key = m.arg_key;
-    r->params = m.params;
-    r->nparams = m.nparams;
+    free(host->kernel.inst);
+    free(host->arg_pos);
+    free(host->arg_key);
+    free(host->params);
+    host->kernel = k;
+    host->arg_pos = m.arg_pos;
+    host->arg_key = m.arg_key;
+    host->params = m.params;
+    host->nparams = m.nparams;
   } else {
     free(m.inst);
     free(m.arg_pos);
@@ -219,32 +238,66 @@ static void replan_frees(lm_schedule *p) {
   }
 }
 
-void lm_plan_more_outputs(lm_schedule *p) {
+/* Whether every position step r reads but `except` is a leaf or made by a step
+ * before step `at` (producer: per position, the step storing it, or -1). */
+static bool inputs_made_before(const lm_step *r, int except, const int *producer, int at) {
+  for (int a = 1; a < r->kernel.nslots; a++) {
+    int pos = r->arg_pos[a];
+    if (pos >= 0 && !r->arg_key[a] && pos != except && producer[pos] >= at) return false;
+  }
+  return true;
+}
+
+/* The positions step s stores are now made by step `by`. */
+static void note_made(const lm_step *s, int by, int *producer) {
+  producer[s->out] = by;
+  for (int m = 0; m < s->kernel.nmore; m++) producer[s->arg_pos[s->kernel.more[m].slot]] = by;
+}
+
+static void drop(lm_step *s) {
+  free(s->kernel.inst);
+  free(s->arg_pos);
+  free(s->arg_key);
+  free(s->params);
+  free(s->free_after);
+  s->free_after = NULL, s->nfree = 0;
+}
+
+void lm_plan_more_outputs(lm_schedule *p, bool cpu) {
   int npos = p->nnodes + p->ntemps, n = p->nsteps;
   readers r = {calloc((size_t)npos + 1, sizeof(int)), malloc(sizeof(int) * ((size_t)npos + 1))};
+  int *producer = malloc(sizeof(int) * ((size_t)npos + 1));
   bool *removed = calloc((size_t)n + 1, sizeof(bool));
   int *new_index = malloc(sizeof(int) * ((size_t)n + 1));
   bool any = false;
-  if (r.count && r.last && removed && new_index) {
-    for (int pos = 0; pos < npos; pos++) r.last[pos] = -1;
+  if (r.count && r.last && producer && removed && new_index) {
+    for (int pos = 0; pos < npos; pos++) r.last[pos] = producer[pos] = -1;
     for (int i = 0; i < n; i++) lm_step_reads(p, i, note_reader, &r);
+    for (int i = 0; i < n; i++) note_made(&p->steps[i], i, producer);
     /* in order: a merged step may be merged on into its own output's reader */
     for (int i = 0; i < n; i++) {
       lm_step *w = &p->steps[i];
-      if (!plain(w) || w->out >= p->nnodes || !p->published[w->out] || r.count[w->out] != 1)
+      bool host = cpu_epilogue(w, cpu);
+      if (removed[i] || !(plain(w) || host) || w->out >= p->nnodes || !p->published[w->out] ||
+          r.count[w->out] != 1)
         continue;
-      lm_step *reader = &p->steps[r.last[w->out]];
-      if (r.last[w->out] <= i || !plain(reader) || !same_domain(&w->kernel, &reader->kernel))
+      int j = r.last[w->out];
+      lm_step *reader = &p->steps[j];
+      if (j <= i || removed[j] || !plain(reader) || !same_domain(&w->kernel, &reader->kernel))
         continue;
       int slot = own_reading_slot(reader, w->out, w->dtype);
-      if (slot < 0 || !merge_into(w, reader, slot)) continue;
-      free(w->kernel.inst);
-      free(w->arg_pos);
-      free(w->arg_key);
-      free(w->params);
-      free(w->free_after);
-      w->free_after = NULL, w->nfree = 0;
-      removed[i] = any = true;
+      if (slot < 0) continue;
+      if (!host && merge_into(w, reader, slot, reader)) { /* w's value made where it is read */
+        note_made(w, j, producer);
+        drop(w);
+        removed[i] = any = true;
+      } else if (host && reader->out < p->nnodes && p->published[reader->out] &&
+                 inputs_made_before(reader, w->out, producer, i) &&
+                 merge_into(w, reader, slot, w)) { /* the reader's value made with w's */
+        note_made(reader, i, producer);
+        drop(reader);
+        removed[j] = any = true;
+      }
     }
   }
   if (any) {
@@ -254,6 +307,7 @@ void lm_plan_more_outputs(lm_schedule *p) {
   }
   free(r.count);
   free(r.last);
+  free(producer);
   free(removed);
   free(new_index);
 }

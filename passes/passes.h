@@ -151,9 +151,10 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, 
  * (runtime/realize.c): a program's inputs and weights are never taken. */
 void lm_plan_in_place(const lm_graph *g, lm_schedule *p);
 /* Merges into one kernel step a published elementwise kernel and the one
- * later kernel that reads it (passes/multi_output.c: lk_kernel.more). Only
- * for runs that publish targets from their own buffers (runtime/realize.c). */
-void lm_plan_more_outputs(lm_schedule *p);
+ * later kernel that reads it (passes/multi_output.c: lk_kernel.more); with
+ * cpu, also a GEMM's epilogue and its reader. Only for runs that publish
+ * targets from their own buffers (runtime/realize.c). */
+void lm_plan_more_outputs(lm_schedule *p, bool cpu);
 void lm_schedule_free(lm_schedule *p);
 
 /* ------------------------------------------------------------ symbolic dims (symbolic.c) */

@@ -184,7 +184,7 @@ static loom_status plan_and_compile(const char *op, loom_program *p, const lm_gr
   bool fuse = loom_fusion_enabled();
   loom_status st = lm_plan(g, fuse, &p->plan, err, sizeof err);
   if (st != LOOM_OK) return lm_fail(st, "%s: %s", op, err);
-  if (fuse && p->lazy) lm_plan_more_outputs(p->plan);
+  if (fuse && p->lazy) lm_plan_more_outputs(p->plan, p->device.type == LOOM_DEVICE_CPU);
   assign_kernels(p);
   return lm_exec_compile(p->plan, p->device);
 }

@@ -293,7 +293,7 @@ static loom_status plan_binding(const char *op, const loom_program *p, lm_bindin
   else if ((st = lm_plan(&g, loom_fusion_enabled(), &b->plan, err, sizeof err)) != LOOM_OK)
     st = lm_fail(st, "%s: %s", op, err);
   else if (p->lazy && loom_fusion_enabled())
-    lm_plan_more_outputs(b->plan); /* as plan_and_compile: every size's plan alike */
+    lm_plan_more_outputs(b->plan, p->device.type == LOOM_DEVICE_CPU); /* as plan_and_compile */
   lm_graph_free(&g);
   return st;
 }

@@ -605,7 +605,7 @@ static uint64_t eval_counting(loom_tensor **t, int n, double *vals, int64_t room
 static void test_more_outputs(void) {
   enum { R = 37, C = 29, N = R * C, MAXT = 7 };
   static double fused[MAXT * N], unfused[MAXT * N]; /* (smaller targets leave zeros) */
-  for (int pattern = 0; pattern < 9; pattern++) {
+  for (int pattern = 0; pattern < 10; pattern++) {
     uint64_t launched[2] = {0, 0};
     memset(fused, 0, sizeof fused);
     memset(unfused, 0, sizeof unfused);
@@ -655,7 +655,13 @@ static void test_more_outputs(void) {
           t[0] = loom_exp(row);
           t[1] = loom_mul(loom_expand(t[0], LOOM_SHAPE(R, C)), g);
           n = 2;
-        } else { /* one producer's value read twice by one reader, and more than fits */
+        } else if (pattern == 9) { /* a GEMM's epilogue takes in its reader (SGD momentum) */
+          loom_tensor *x = input(LOOM_SHAPE(R, 23), 17), *w = input(LOOM_SHAPE(23, C), 18);
+          realized(x), realized(w);
+          t[0] = loom_add(loom_mul_s(m, 0.9), loom_matmul(x, w)); /* the new momentum */
+          t[1] = loom_sub(p, loom_mul_s(t[0], 0.1));
+          n = 2;
+        } else { /* one producer's value read twice by one reader */
           t[0] = loom_log1p(loom_abs(p));
           t[1] = loom_mul(t[0], loom_add(t[0], g));
           n = 2;
@@ -664,7 +670,7 @@ static void test_more_outputs(void) {
       }
     }
     loom_set_fusion(true);
-    static const int want[9] = {1, 2, 3, 2, 2, 1, 1, 2, 1};
+    static const int want[10] = {1, 2, 3, 2, 2, 1, 1, 2, 1, 1};
     CHECK_MSG(launched[0] == (uint64_t)want[pattern], "pattern %d: %llu kernels fused, expected %d",
               pattern, (unsigned long long)launched[0], want[pattern]);
     CHECK_MSG(launched[1] >= (uint64_t)n, "pattern %d: %llu kernels unfused", pattern,
