@@ -62,8 +62,13 @@ bool lm_nccl_run(int dev, const lm_collective *c, const void *const *bufs, void 
                  double timeout_s, char *err, size_t errlen);
 
 /* Compiles (or finds in the caches) the device code of every step of p for
- * device dev; sets each step's device_code. */
-loom_status lm_cuda_exec_compile(lm_schedule *p, int dev);
+ * device dev; sets each step's device_code. With vary (a plan template's
+ * plan), kernel step i is generalized over the sizes vary[i] marks
+ * (lm_kernel_generic_lifted) instead of by the shape records. */
+loom_status lm_cuda_exec_compile(lm_schedule *p, int dev, unsigned char *const *vary);
+/* How many run-time sizes a CUDA kernel takes at most (its parameters stay
+ * within a launch's 4 KiB); 0 when built without CUDA. */
+int lm_cuda_max_sizes(void);
 /* lm_exec_run for a program compiled by lm_cuda_exec_compile. */
 loom_status lm_cuda_exec_run(const lm_exec *x);
 

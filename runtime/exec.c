@@ -413,12 +413,13 @@ static loom_status compile_cpu(lm_schedule *p, unsigned char *const *vary) {
 loom_status lm_exec_compile(lm_schedule *p, loom_device device) {
   release_code(p); /* compiled before: for another device, say */
   p->release_code = release_code;
-  if (device.type == LOOM_DEVICE_CUDA) return lm_cuda_exec_compile(p, device.index);
+  if (device.type == LOOM_DEVICE_CUDA) return lm_cuda_exec_compile(p, device.index, NULL);
   return compile_cpu(p, NULL);
 }
 
-loom_status lm_exec_compile_lifted(lm_schedule *p, unsigned char *const *vary) {
+loom_status lm_exec_compile_lifted(lm_schedule *p, loom_device device, unsigned char *const *vary) {
   release_code(p);
   p->release_code = release_code;
+  if (device.type == LOOM_DEVICE_CUDA) return lm_cuda_exec_compile(p, device.index, vary);
   return compile_cpu(p, vary);
 }

@@ -30,10 +30,10 @@ loom_status lm_exec_run(const lm_exec *x);
  * CPU in parallel, setting each kernel step's fn; on CUDA each step's
  * device_code. */
 loom_status lm_exec_compile(lm_schedule *p, loom_device device);
-/* The same on the CPU, each kernel step i generalized over the sizes vary[i]
- * marks (lm_kernel_function_lifted): a plan template's plan, whose kernels
- * serve every size of its box. */
-loom_status lm_exec_compile_lifted(lm_schedule *p, unsigned char *const *vary);
+/* The same, each kernel step i generalized over the sizes vary[i] marks
+ * (lm_kernel_generic_lifted): a plan template's plan, whose kernels serve
+ * every size of its box. */
+loom_status lm_exec_compile_lifted(lm_schedule *p, loom_device device, unsigned char *const *vary);
 
 /* How one device runs kernel and GEMM steps: lm_exec_steps walks a program
  * with them (allocating outputs, freeing intermediates after their last

@@ -37,6 +37,7 @@
 
 #include "passes/passes.h"
 #include "runtime/compile.h"
+#include "runtime/cuda.h"
 #include "runtime/exec.h"
 #include "runtime/gemm.h"
 #include "runtime/program.h"
@@ -54,7 +55,8 @@ _Static_assert(sizeof(lm_step) == 832 && sizeof(lm_gemm) == 312 && sizeof(lm_col
 #endif
 
 struct lm_plan_template {
-  int k;             /* symbols */
+  int k; /* symbols */
+  loom_device device;
   lm_schedule *plan; /* the traced sizes' plan, its kernels compiled over the sizes that vary */
   int nsteps;
   int *nall;            /* [nsteps] a kernel step's sizes (lm_kernel_generic_all's) */
@@ -320,6 +322,7 @@ void lm_plan_template_free(lm_plan_template *t) {
  * not constants): its compiled kernel reads those at run time and keeps the
  * rest (a row length, a fixed stride) as constants the backend can use. */
 static bool mark_varying(lm_plan_template *t, const lm_schedule *plan, const desc *d) {
+  bool cuda = t->device.type == LOOM_DEVICE_CUDA;
   t->nsteps = plan->nsteps;
   if (!(t->nall = calloc((size_t)plan->nsteps + 1, sizeof *t->nall)) ||
       !(t->vary = calloc((size_t)plan->nsteps + 1, sizeof *t->vary)))
@@ -328,7 +331,10 @@ static bool mark_varying(lm_plan_template *t, const lm_schedule *plan, const des
     if (plan->steps[i].kind != LM_STEP_KERNEL) continue;
     int n = t->nall[i] = d->kcount[i];
     if (!(t->vary[i] = calloc((size_t)n + 1, 1))) return false;
-    for (int j = 0; j < n; j++) t->vary[i][j] = !lm_sym_is_const(&t->num[d->kfirst[i] + j]);
+    int varying = 0;
+    for (int j = 0; j < n; j++)
+      varying += t->vary[i][j] = !lm_sym_is_const(&t->num[d->kfirst[i] + j]);
+    if (cuda && varying > lm_cuda_max_sizes()) return false; /* more than a launch passes */
   }
   return true;
 }
@@ -345,7 +351,7 @@ static void sample_values(const loom_program *p, int i, int ngrid, int64_t *valu
 loom_status lm_plan_template_make(const loom_program *p, lm_plan_template **out) {
   *out = NULL;
   int k = p->nsym;
-  if (k < 1 || k > LM_SYM_FIT_MAX_SYMBOLS || p->device.type != LOOM_DEVICE_CPU) return LOOM_OK;
+  if (k < 1 || k > LM_SYM_FIT_MAX_SYMBOLS) return LOOM_OK;
   int ngrid = 1;
   for (int j = 0; j < k; j++) ngrid *= LM_SYM_FIT_GRID;
   int nsamples = ngrid + CHECKS;
@@ -362,6 +368,7 @@ loom_status lm_plan_template_make(const loom_program *p, lm_plan_template **out)
     goto done;
   }
   t->k = k;
+  t->device = p->device;
   bool ok = true;
   for (int i = 0; i < nsamples && ok; i++) {
     sample_values(p, i, ngrid, values[i]);
@@ -384,7 +391,7 @@ loom_status lm_plan_template_make(const loom_program *p, lm_plan_template **out)
     ok = mark_varying(t, plan, &d[0]);
   }
   if (ok) {
-    st = lm_exec_compile_lifted(plan, t->vary);
+    st = lm_exec_compile_lifted(plan, p->device, t->vary);
     if (st == LOOM_OK) t->plan = plan, plan = NULL;
   }
   if (ok && st == LOOM_OK) *out = t, t = NULL;
@@ -491,7 +498,8 @@ static loom_status instantiate(const lm_plan_template *t, const int64_t *values,
     walk_plan(&w, s);
     if (w.oom) st = lm_fail(LOOM_ERR_OOM, OP ": out of memory");
   }
-  for (int i = 0; i < s->nsteps && st == LOOM_OK; i++)
+  /* a CUDA GEMM's code serves every size: the template's (device_code) stays */
+  for (int i = 0; i < s->nsteps && st == LOOM_OK && t->device.type == LOOM_DEVICE_CPU; i++)
     if (steps[i].kind == LM_STEP_GEMM) st = lm_gemm_prepare(&steps[i].gemm, &steps[i].code);
   free(nums);
   if (st != LOOM_OK) {

@@ -373,7 +373,7 @@ static family *family_find(const lm_graph *g, int64_t *values) {
 /* g's plan from its family (*r filled), or LOOM_OK with r->plan NULL: plan
  * it for its sizes. */
 static loom_status family_plan(const lm_graph *g, loom_device device, program_ref *r) {
-  if (device.type != LOOM_DEVICE_CPU || loom_dynamic_mode() == LOOM_DYNAMIC_OFF) return LOOM_OK;
+  if (loom_dynamic_mode() == LOOM_DYNAMIC_OFF) return LOOM_OK;
   int64_t values[LM_SYM_MAX_SYMBOLS];
   family *f = family_find(g, values);
   if (!f) return LOOM_OK;

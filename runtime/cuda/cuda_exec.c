@@ -208,7 +208,11 @@ static loom_status fused_source(const void *ctx, char **source, cuda_code *c, ch
   return st;
 }
 
-static loom_status step_code(const lm_schedule *p, lm_step *s, int dev) {
+int lm_cuda_max_sizes(void) { return LM_CUDA_MAX_SIZES; }
+
+/* vary: the sizes a plan template's kernel reads at run time (NULL: as the
+ * shape records say). */
+static loom_status step_code(const lm_schedule *p, lm_step *s, int dev, const unsigned char *vary) {
   lm_code **code = &s->code;
   char name[40];
   loom_status st;
@@ -228,8 +232,16 @@ static loom_status step_code(const lm_schedule *p, lm_step *s, int dev) {
     /* the shape-generic kernel serving this one, when its shape has one */
     lk_kernel generic;
     int64_t *sizes = NULL;
-    if ((st = lm_kernel_generalized(&s->kernel, LM_GENERIC_CUDA, &generic, &sizes)) != LOOM_OK)
-      return st;
+    st = vary ? lm_kernel_generic_lifted("loom_program_run", &s->kernel, vary, &generic, &sizes)
+              : lm_kernel_generalized(&s->kernel, LM_GENERIC_CUDA, &generic, &sizes);
+    if (st != LOOM_OK) return st;
+    if (sizes && generic.nsizes > LM_CUDA_MAX_SIZES) { /* the template checked */
+      free(generic.inst);
+      free(sizes);
+      return lm_fail(LOOM_ERR_INTERNAL,
+                     "loom_program_run: a CUDA kernel reading %d sizes at run time (at most %d)",
+                     generic.nsizes, LM_CUDA_MAX_SIZES);
+    }
     const lk_kernel *k = sizes ? &generic : &s->kernel;
     lm_stat how;
     if (s->gemm_partner >= 0) { /* with its deferred GEMM fused in */
@@ -255,13 +267,13 @@ static loom_status step_code(const lm_schedule *p, lm_step *s, int dev) {
   return st;
 }
 
-loom_status lm_cuda_exec_compile(lm_schedule *p, int dev) {
+loom_status lm_cuda_exec_compile(lm_schedule *p, int dev, unsigned char *const *vary) {
   loom_status st = lm_cuda_enter("loom_realize", dev, NULL); /* modules load into its context */
   for (int i = 0; i < p->nsteps && st == LOOM_OK; i++) {
     if (lm_env_flag("LOOM_DEBUG") && p->steps[i].kind == LM_STEP_KERNEL)
       lk_kernel_print(&p->steps[i].kernel, stderr);
     if (p->steps[i].kind != LM_STEP_COLLECTIVE) /* run through the host (runtime/exec.c) */
-      st = step_code(p, &p->steps[i], dev);
+      st = step_code(p, &p->steps[i], dev, vary ? vary[i] : NULL);
   }
   return st;
 }
