@@ -1013,6 +1013,15 @@ const char *loom_target_id(void);
  * OpenBLAS fell back to older kernels than the CPU has). Any pointer may be NULL. */
 void loom_blas_info(const char **library, const char **version, const char **core,
                     const char **reason);
+/* Which GEMM runs F32 and F64 matrix products (LOOM_GEMM): "loom" (loom's own
+ * for every product), "blas" (OpenBLAS for every product), "auto" (loom's for
+ * the shapes it was measured faster on: a few rows, wide blocks of few rows;
+ * OpenBLAS for the rest) or "invalid" (LOOM_GEMM holds something else: products
+ * fail). Under auto, loom's takes every product when OpenBLAS runs kernels
+ * with narrower vectors than the CPU has (AVX2 kernels on an AVX-512 CPU, say
+ * through OPENBLAS_CORETYPE=Haswell). *why (may be NULL) says which case holds.
+ * BF16 and F16 products are always loom's. */
+const char *loom_gemm_choice(const char **why);
 /* Whether BF16 matrix products run on the CPU's AMX tiles (loom's own GEMM):
  * the CPU has AMX-BF16, Linux granted the tiles to this process and LOOM_AMX
  * is not 0. Otherwise *why_not (may be NULL) says why; NULL when they do. */

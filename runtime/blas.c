@@ -41,6 +41,25 @@ static bool is_old(const char *core) {
   return false;
 }
 
+/* The widest vectors a core's kernels use, in bits; 0 when unknown. */
+static int core_bits(const char *core) {
+  static const char *const wide[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+  static const char *const avx2[] = {"Haswell", "Zen", "Excavator"};
+  static const char *const avx[] = {"Bulldozer", "Piledriver", "Steamroller"};
+  for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
+    if (strcasecmp(core, wide[i]) == 0) return 512;
+  for (size_t i = 0; i < sizeof avx2 / sizeof *avx2; i++)
+    if (strcasecmp(core, avx2[i]) == 0) return 256;
+  for (size_t i = 0; i < sizeof avx / sizeof *avx; i++)
+    if (strcasecmp(core, avx[i]) == 0) return 128; /* AVX on 128-bit units */
+  return is_old(core) && strcasecmp(core, "unknown") != 0 ? 128 : 0;
+}
+
+bool lm_blas_core_narrow(const char *core, lm_cpu_flags flags) {
+  int bits = core ? core_bits(core) : 0, cpu = flags.avx512 ? 512 : flags.avx2_fma ? 256 : 128;
+  return bits > 0 && bits < cpu;
+}
+
 const char *lm_blas_core_for(const char *reported, lm_cpu_flags flags) {
   if (!reported || !is_old(reported)) return NULL;
   if (flags.avx512) return flags.avx512_bf16 ? "Cooperlake" : "SkylakeX";
@@ -95,9 +114,19 @@ bool lm_blas_use_core(const char *core) {
 /* What was found at load; written once, by the constructor, before the
  * program's own code runs (docs/ARCHITECTURE.md, "Global state"). */
 static char blas_core[64], blas_reason[256];
+static bool blas_narrow;
 
+bool lm_blas_narrow_here(void) { return blas_narrow; }
+
+static void pick_core(lm_cpu_flags flags);
 static void choose_core(void) __attribute__((constructor));
 static void choose_core(void) {
+  lm_cpu_flags flags = lm_cpu_flags_host();
+  pick_core(flags);
+  blas_narrow = lm_blas_core_narrow(blas_core, flags);
+}
+
+static void pick_core(lm_cpu_flags flags) {
   const char *reported = openblas_get_corename();
   snprintf(blas_core, sizeof blas_core, "%s", reported ? reported : "unknown");
   const char *user = getenv("OPENBLAS_CORETYPE");
@@ -105,7 +134,6 @@ static void choose_core(void) {
     snprintf(blas_reason, sizeof blas_reason, "OPENBLAS_CORETYPE=%s (yours)", user);
     return;
   }
-  lm_cpu_flags flags = lm_cpu_flags_host();
   const char *want = lm_blas_core_for(blas_core, flags);
   if (!want) {
     snprintf(blas_reason, sizeof blas_reason, "OpenBLAS's own detection");

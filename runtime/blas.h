@@ -22,6 +22,19 @@ typedef struct lm_cpu_flags {
  */
 const char *lm_blas_core_for(const char *reported, lm_cpu_flags flags);
 
+/*
+ * Whether the kernels of OpenBLAS core `core` use narrower vectors than a CPU
+ * with `flags` has: AVX2 kernels (Haswell, Zen) on an AVX-512 CPU, as a
+ * user's OPENBLAS_CORETYPE may ask, or SSE kernels on an AVX2 one. Then
+ * loom's GEMM, generated for the CPU's widest vectors, takes every F32 and
+ * F64 product under LOOM_GEMM=auto (runtime/gemm.c). A core this table does
+ * not know (NULL, a newer one) is taken to fit.
+ */
+bool lm_blas_core_narrow(const char *core, lm_cpu_flags flags);
+/* lm_blas_core_narrow for the core OpenBLAS runs in this process, as chosen
+ * at load. */
+bool lm_blas_narrow_here(void);
+
 /* This machine's flags (all false off x86-64). */
 lm_cpu_flags lm_cpu_flags_host(void);
 

@@ -50,6 +50,52 @@ static void test_rule(void) {
   }
 }
 
+/* Whether a core's kernels are narrower than the CPU's vectors (then loom's
+ * GEMM takes every product under LOOM_GEMM=auto). */
+static void test_narrow(void) {
+  const lm_cpu_flags none = {false, false, false}, avx2 = {true, false, false},
+                     avx512 = {true, true, false}, bf16 = {true, true, true};
+  static const struct {
+    const char *core;
+    int flags; /* as in test_rule */
+    bool narrow;
+  } rows[] = {
+      {"Haswell", 3, true}, /* OPENBLAS_CORETYPE=Haswell on a Zen 5 or a Xeon */
+      {"Haswell", 2, true},     {"zen", 2, true},
+      {"Haswell", 1, false},    {"Zen", 1, false},
+      {"SkylakeX", 3, false},   {"Cooperlake", 3, false},
+      {"SkylakeX", 2, false},   {"SapphireRapids", 3, false},
+      {"Prescott", 1, true},    {"Prescott", 0, false},
+      {"Sandybridge", 2, true}, {"Piledriver", 1, true},
+      {"Generic", 1, true},     {"unknown", 3, false},
+      {"Zen7", 3, false}, /* not in the table */
+      {NULL, 3, false},
+  };
+  const lm_cpu_flags table[4] = {none, avx2, avx512, bf16};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    CHECK_MSG(lm_blas_core_narrow(rows[i].core, table[rows[i].flags]) == rows[i].narrow,
+              "%s with flags %d: narrow should be %d", rows[i].core ? rows[i].core : "NULL",
+              rows[i].flags, rows[i].narrow);
+  /* and what loom_gemm_choice says follows it, and LOOM_GEMM */
+  const char *why = NULL, *choice = loom_gemm_choice(&why);
+  printf("gemm: %s (%s)\n", choice, why);
+  const char *force = getenv("LOOM_GEMM");
+  if (!force || !*force) CHECK_STR_EQ(choice, lm_blas_narrow_here() ? "loom" : "auto");
+  CHECK(why && *why);
+  const char *was = force ? force : NULL;
+  char saved[64] = "";
+  if (was) snprintf(saved, sizeof saved, "%s", was);
+  setenv("LOOM_GEMM", "blas", 1);
+  CHECK_STR_EQ(loom_gemm_choice(NULL), "blas");
+  setenv("LOOM_GEMM", "fast", 1);
+  CHECK_STR_EQ(loom_gemm_choice(&why), "invalid");
+  CHECK_STR_CONTAINS(why, "LOOM_ERR_VALUE");
+  if (was)
+    setenv("LOOM_GEMM", saved, 1);
+  else
+    unsetenv("LOOM_GEMM");
+}
+
 /* C = A @ B through loom on whatever core OpenBLAS runs, against doubles. */
 static double gemm_error(void) {
   enum { M = 67, K = 129, N = 45 };
@@ -118,6 +164,7 @@ static void test_info(void) {
 
 int main(void) {
   test_rule();
+  test_narrow();
   test_info();
   test_switching();
   return check_report();

@@ -64,6 +64,8 @@ static int command_info(void) {
   loom_blas_info(&library, &version, &core, &reason);
   printf("blas:      %s, core %s (%s)\n", library, core, reason);
   printf("           %s\n", version);
+  const char *gemm_why, *gemm = loom_gemm_choice(&gemm_why);
+  printf("gemm:      %s (%s)\n", gemm, gemm_why);
   const char *no_amx;
   if (loom_cpu_amx(&no_amx))
     printf("amx:       BF16 matrix products on the CPU's AMX tiles\n");
