@@ -10,20 +10,24 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "runtime/blas.h"
 
 #define PYTHON "/usr/bin/python3"
 #define MAX_ARGS 64
 
 /* PyTorch runs twice: as installed, and "tuned": glibc's huge-page malloc (most
- * of its default time is page faults on fresh temporaries) and OpenMP threads
+ * of its default time is page faults on fresh temporaries), OpenMP threads
  * that sleep instead of spinning between ops (OMP_WAIT_POLICY=PASSIVE: on two
- * cores the spinning threads starve the next op). The script marks the tuned
- * run's variants. */
+ * cores the spinning threads starve the next op) and, when the OpenBLAS core
+ * in force here is narrower than the CPU (an OPENBLAS_CORETYPE=Haswell in the
+ * environment of an AVX-512 machine), OPENBLAS_CORETYPE set to the core that
+ * fits it (peer_tuning). The script marks the tuned run's variants. */
 static const char *const peer_scripts[][4] = {
     {"numpy", "numpy_bench.py", NULL, NULL},
     {"torch", "torch_bench.py", NULL, NULL},
     {"torch", "torch_bench.py", "GLIBC_TUNABLES=glibc.malloc.hugetlb=1", "OMP_WAIT_POLICY=PASSIVE"},
 };
+#define TUNED 2 /* the peer_scripts row that gets the fitting core */
 #define NUM_PEERS ((int)(sizeof peer_scripts / sizeof peer_scripts[0]))
 
 static void add_skipped(bench_peer_set *set, const char *peer, const char *reason) {
@@ -71,7 +75,7 @@ static void parse_peer_output(bench_peer_set *set, const char *peer, char *outpu
 }
 
 static void run_one_peer(const bench_options *opts, const char *const *names, int n,
-                         const char *peer, const char *script, const char *const tuning[2],
+                         const char *peer, const char *script, const char *const tuning[3],
                          bench_peer_set *set) {
   char path[4096], repeats[16], warmup[16], threads[16], omp[48], openblas[48], mkl[48];
   snprintf(path, sizeof path, "%s/%s", opts->peers_dir, script);
@@ -90,7 +94,7 @@ static void run_one_peer(const bench_options *opts, const char *const *names, in
   snprintf(omp, sizeof omp, "OMP_NUM_THREADS=%d", opts->threads);
   snprintf(openblas, sizeof openblas, "OPENBLAS_NUM_THREADS=%d", opts->threads);
   snprintf(mkl, sizeof mkl, "MKL_NUM_THREADS=%d", opts->threads);
-  const char *env[] = {omp, openblas, mkl, tuning[0], tuning[1], NULL};
+  const char *env[] = {omp, openblas, mkl, tuning[0], tuning[1], tuning[2], NULL};
   char *output = NULL;
   int status = bench_run_process(argv, env, &output);
   if (output) parse_peer_output(set, peer, output);
@@ -101,8 +105,14 @@ static void run_one_peer(const bench_options *opts, const char *const *names, in
 void bench_run_peers(const bench_options *opts, const char *const *names, int n,
                      bench_peer_set *set) {
   memset(set, 0, sizeof *set);
-  for (int p = 0; p < NUM_PEERS; p++)
-    run_one_peer(opts, names, n, peer_scripts[p][0], peer_scripts[p][1], &peer_scripts[p][2], set);
+  char core[64] = "";
+  const char *fit = lm_blas_core_fitting(lm_cpu_flags_host());
+  if (fit && lm_blas_narrow_here()) snprintf(core, sizeof core, "OPENBLAS_CORETYPE=%s", fit);
+  for (int p = 0; p < NUM_PEERS; p++) {
+    const char *tuning[3] = {peer_scripts[p][2], peer_scripts[p][3], NULL};
+    if (p == TUNED && core[0]) tuning[2] = core;
+    run_one_peer(opts, names, n, peer_scripts[p][0], peer_scripts[p][1], tuning, set);
+  }
 }
 
 void bench_peer_set_free(bench_peer_set *set) {

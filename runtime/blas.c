@@ -60,10 +60,14 @@ bool lm_blas_core_narrow(const char *core, lm_cpu_flags flags) {
   return bits > 0 && bits < cpu;
 }
 
-const char *lm_blas_core_for(const char *reported, lm_cpu_flags flags) {
-  if (!reported || !is_old(reported)) return NULL;
+const char *lm_blas_core_fitting(lm_cpu_flags flags) {
   if (flags.avx512) return flags.avx512_bf16 ? "Cooperlake" : "SkylakeX";
   return flags.avx2_fma ? "Haswell" : NULL; /* else nothing better to ask for */
+}
+
+const char *lm_blas_core_for(const char *reported, lm_cpu_flags flags) {
+  if (!reported || !is_old(reported)) return NULL;
+  return lm_blas_core_fitting(flags);
 }
 
 lm_cpu_flags lm_cpu_flags_host(void) {

@@ -21,6 +21,9 @@ typedef struct lm_cpu_flags {
  * matching the CPU, or a newer or another vendor's (Zen), is kept.
  */
 const char *lm_blas_core_for(const char *reported, lm_cpu_flags flags);
+/* The core whose kernels fit a CPU with `flags` (Cooperlake, SkylakeX or
+ * Haswell), or NULL when none is better than the old ones. */
+const char *lm_blas_core_fitting(lm_cpu_flags flags);
 
 /*
  * Whether the kernels of OpenBLAS core `core` use narrower vectors than a CPU
