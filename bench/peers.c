@@ -21,7 +21,7 @@
  * cores the spinning threads starve the next op) and, when the OpenBLAS core
  * in force here is narrower than the CPU (an OPENBLAS_CORETYPE=Haswell in the
  * environment of an AVX-512 machine), OPENBLAS_CORETYPE set to the core that
- * fits it (peer_tuning). The script marks the tuned run's variants. */
+ * fits it (bench_run_peers). The script marks the tuned run's variants. */
 static const char *const peer_scripts[][4] = {
     {"numpy", "numpy_bench.py", NULL, NULL},
     {"torch", "torch_bench.py", NULL, NULL},

@@ -512,7 +512,7 @@ loom_status lm_gemm_prepare(lm_gemm *g, lm_code **code) {
     return lm_fail(LOOM_ERR_VALUE, "loom_realize: LOOM_GEMM=%s: expected loom, blas or auto",
                    getenv("LOOM_GEMM"));
   /* BLAS's kernels narrower than the CPU's vectors: loom's generated ones
-   * run 1.3-1.9x faster (docs/ARCHITECTURE.md, "GEMM") */
+   * run 1.3-1.9x faster (docs/ARCHITECTURE.md, "OpenBLAS's kernels") */
   all |= mode == GEMM_AUTO && lm_blas_narrow_here();
   /* BLAS has no products of BF16 / F16: loom's takes them whatever LOOM_GEMM says */
   bool widened = g->in_dtype != g->dtype;
