@@ -38,6 +38,8 @@ done
 
 step "shape-generic kernels on cuda:0 (sizes read at run time)"
 LOOM_TEST_DEVICE=cuda timeout 300 "$build/test_dynamic" | tail -3
+# symbolic programs: plan templates' instances, each checked against its own plan
+LOOM_VERIFY_PLANS=1 LOOM_TEST_DEVICE=cuda timeout 300 "$build/test_symbolic" | tail -1
 for t in nn sums; do
   LOOM_DYNAMIC=always LOOM_TEST_DEVICE=cuda timeout 300 "$build/test_$t" | tail -1
 done
