@@ -479,11 +479,14 @@ loom_status lm_run_gemm_filled(const lm_gemm *g, const void *a, lm_gemm_fill fil
 
 /* ------------------------------------------------------------ choosing */
 
-/* LOOM_GEMM as read: loom, blas, auto (unset or empty) or a bad value. */
-typedef enum gemm_mode { GEMM_AUTO, GEMM_LOOM, GEMM_BLAS, GEMM_BAD } gemm_mode;
+/* Which GEMM runs, from LOOM_GEMM (auto when unset or empty) and, under auto,
+ * OpenBLAS's kernels: narrower than the CPU's vectors, loom's generated ones
+ * run 1.3-1.9x faster (docs/ARCHITECTURE.md, "OpenBLAS's kernels"). */
+typedef enum gemm_mode { GEMM_AUTO, GEMM_LOOM, GEMM_BLAS, GEMM_BAD, GEMM_AUTO_NARROW } gemm_mode;
 static gemm_mode gemm_mode_set(void) {
   const char *force = getenv("LOOM_GEMM");
-  if (!force || !*force || strcmp(force, "auto") == 0) return GEMM_AUTO;
+  if (!force || !*force || strcmp(force, "auto") == 0)
+    return lm_blas_narrow_here() ? GEMM_AUTO_NARROW : GEMM_AUTO;
   return strcmp(force, "loom") == 0 ? GEMM_LOOM : strcmp(force, "blas") == 0 ? GEMM_BLAS : GEMM_BAD;
 }
 
@@ -497,9 +500,8 @@ const char *loom_gemm_choice(const char **why) {
       "(see blas), so loom's takes every product"};
   static const char *const names[] = {"auto", "loom", "blas", "invalid", "loom"};
   gemm_mode m = gemm_mode_set();
-  int at = m == GEMM_AUTO && lm_blas_narrow_here() ? 4 : (int)m;
-  if (why) *why = whys[at];
-  return names[at];
+  if (why) *why = whys[m];
+  return names[m];
 }
 
 loom_status lm_gemm_prepare(lm_gemm *g, lm_code **code) {
@@ -507,13 +509,10 @@ loom_status lm_gemm_prepare(lm_gemm *g, lm_code **code) {
   *code = NULL;
   g->fn_for_all = false;
   gemm_mode mode = gemm_mode_set();
-  bool all = mode == GEMM_LOOM, none = mode == GEMM_BLAS;
+  bool all = mode == GEMM_LOOM || mode == GEMM_AUTO_NARROW, none = mode == GEMM_BLAS;
   if (mode == GEMM_BAD)
     return lm_fail(LOOM_ERR_VALUE, "loom_realize: LOOM_GEMM=%s: expected loom, blas or auto",
                    getenv("LOOM_GEMM"));
-  /* BLAS's kernels narrower than the CPU's vectors: loom's generated ones
-   * run 1.3-1.9x faster (docs/ARCHITECTURE.md, "OpenBLAS's kernels") */
-  all |= mode == GEMM_AUTO && lm_blas_narrow_here();
   /* BLAS has no products of BF16 / F16: loom's takes them whatever LOOM_GEMM says */
   bool widened = g->in_dtype != g->dtype;
   if (none && !widened) return LOOM_OK;

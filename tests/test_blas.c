@@ -82,15 +82,14 @@ static void test_narrow(void) {
   const char *force = getenv("LOOM_GEMM");
   if (!force || !*force) CHECK_STR_EQ(choice, lm_blas_narrow_here() ? "loom" : "auto");
   CHECK(why && *why);
-  const char *was = force ? force : NULL;
   char saved[64] = "";
-  if (was) snprintf(saved, sizeof saved, "%s", was);
+  if (force) snprintf(saved, sizeof saved, "%s", force); /* setenv may move the old value */
   setenv("LOOM_GEMM", "blas", 1);
   CHECK_STR_EQ(loom_gemm_choice(NULL), "blas");
   setenv("LOOM_GEMM", "fast", 1);
   CHECK_STR_EQ(loom_gemm_choice(&why), "invalid");
   CHECK_STR_CONTAINS(why, "LOOM_ERR_VALUE");
-  if (was)
+  if (force)
     setenv("LOOM_GEMM", saved, 1);
   else
     unsetenv("LOOM_GEMM");
