@@ -12,7 +12,8 @@
  * No #include: NVRTC declares the math functions and intrinsics itself.
  *
  * F32 math uses CUDA's float functions (expf: 2 ulp, logf: 1 ulp, sinf, cosf,
- * tanhf, erff: 2 ulp, powf: 4 ulp), the CPU's are within 1 ulp (they evaluate
+ * tanhf: 2 ulp, powf: 4 ulp; erf through erfcf beyond |x| = 1, within an ulp
+ * where 1 + erf cancels), the CPU's are within 1 ulp (they evaluate
  * in double and round once). Compiling with -DLM_PRECISE_F32 makes the F32
  * functions evaluate in double and round once, as the CPU does.
  */
@@ -162,7 +163,13 @@ static const char PRELUDE[] =
     "LM_DEV float lm_sin(float x) { return sinf(x); }\n"
     "LM_DEV float lm_cos(float x) { return cosf(x); }\n"
     "LM_DEV float lm_tanh(float x) { return tanhf(x); }\n"
-    "LM_DEV float lm_erf(float x) { return erff(x); }\n"
+    "// erff is within 2 ulp, which 1 + erf(x) (GELU) magnifies where erf nears\n"
+    "// -1; 1 - erfcf(|x|) is within an ulp of erf there (erfcf keeps its\n"
+    "// relative accuracy), which is what torch's float erf gives.\n"
+    "LM_DEV float lm_erf(float x) {\n"
+    "  float a = fabsf(x);\n"
+    "  return a < 1.0f ? erff(x) : copysignf(1.0f - erfcf(a), x);\n"
+    "}\n"
     "LM_DEV float lm_pow(float x, float y) { return powf(x, y); }\n"
     "#endif\n"
     "LM_DEV float lm_sqrt(float x) { return sqrtf(x); }\n"

@@ -101,6 +101,7 @@ double exp(double), log(double), sin(double), cos(double), tanh(double), erf(dou
 double sqrt(double), floor(double), fabs(double), pow(double, double);
 double fma(double, double, double);
 float expf(float), logf(float), sinf(float), cosf(float), tanhf(float), erff(float);
+float erfcf(float), copysignf(float, float);
 float sqrtf(float), floorf(float), fabsf(float), powf(float, float);
 float fmaf(float, float, float);
 }
