@@ -91,6 +91,7 @@ static struct {
                 unsigned long long *params, int max_params);
   void (*fail_alloc)(long n);
   void (*fail_launch)(long n);
+  void (*fail_load)(long n);
   int (*is_device_pointer)(const void *ptr, size_t bytes);
 } fake;
 
@@ -98,16 +99,17 @@ static struct {
 static bool bind_fake(void) {
   void *lib = dlopen(getenv("LOOM_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
   if (!lib) return false;
-  void *syms[5] = {dlsym(lib, "fake_cuda_get_counts"), dlsym(lib, "fake_cuda_launch"),
-                   dlsym(lib, "fake_cuda_fail_alloc"), dlsym(lib, "fake_cuda_fail_launch"),
-                   dlsym(lib, "fake_cuda_is_device_pointer")};
-  for (int i = 0; i < 5; i++)
+  void *syms[6] = {dlsym(lib, "fake_cuda_get_counts"),        dlsym(lib, "fake_cuda_launch"),
+                   dlsym(lib, "fake_cuda_fail_alloc"),        dlsym(lib, "fake_cuda_fail_launch"),
+                   dlsym(lib, "fake_cuda_is_device_pointer"), dlsym(lib, "fake_cuda_fail_load")};
+  for (int i = 0; i < 6; i++)
     if (!syms[i]) return false;
   memcpy(&fake.counts, &syms[0], sizeof(void *));
   memcpy(&fake.launch, &syms[1], sizeof(void *));
   memcpy(&fake.fail_alloc, &syms[2], sizeof(void *));
   memcpy(&fake.fail_launch, &syms[3], sizeof(void *));
   memcpy(&fake.is_device_pointer, &syms[4], sizeof(void *));
+  memcpy(&fake.fail_load, &syms[5], sizeof(void *));
   return true;
 }
 
@@ -416,6 +418,25 @@ static void fake_errors(void) {
   CHECK_EQ_INT(loom_get_stats().device_bytes_live, live); /* the run's buffers went back */
   CHECK_OK(loom_realize(b));
   loom_free(b);
+  /* a module that does not load: the program's kernels compile on the pool's
+   * threads, and the failure is reported on this one, naming the kernel */
+  int threads = loom_num_threads();
+  CHECK_OK(loom_set_num_threads(4));
+  loom_tensor *w = loom_from_data(v, LOOM_SHAPE(16, 16), LOOM_F32, LOOM_CUDA(0));
+  loom_tensor *x16 = loom_reshape(loom_sqrt(loom_add_s(a, 11.0)), LOOM_SHAPE(16, 16));
+  loom_tensor *y = loom_add_s(loom_relu(loom_matmul(loom_exp(x16), w)), 0.25);
+  y = loom_div(y, loom_sum(loom_log(loom_add_s(y, 13.0)), NULL, 0, true));
+  fake.fail_load(1);
+  loom_clear_error();
+  CHECK_RC(loom_realize(y), LOOM_ERR_DEVICE);
+  fake.fail_load(0);
+  CHECK_MSG(contains(loom_last_error(), "CUDA_ERROR_INVALID_IMAGE") &&
+                contains(loom_last_error(), "loading l"),
+            "load failure: '%s'", loom_last_error() ? loom_last_error() : "(none)");
+  CHECK(!loom_is_realized(y));
+  CHECK_OK(loom_realize(y)); /* loads again: the same tensor computes */
+  loom_free(y), loom_free(w);
+  CHECK_OK(loom_set_num_threads(threads));
   /* devices that do not mix */
   loom_tensor *h = loom_from_data(v, LOOM_SHAPE(256), LOOM_F32, LOOM_CPU);
   loom_tensor *mixed = loom_add(h, a);

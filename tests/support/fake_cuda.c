@@ -27,6 +27,8 @@
  *   FAKE_CUDA_FAIL_ALLOC=n   the n-th cuMemAlloc and every later one return
  *                            CUDA_ERROR_OUT_OF_MEMORY (memory stays exhausted)
  *   FAKE_CUDA_FAIL_LAUNCH=n  the n-th cuLaunchKernel returns CUDA_ERROR_LAUNCH_FAILED
+ *   (fake_cuda_fail_load(n): the n-th cuModuleLoadData from now, and every
+ *   later one, returns CUDA_ERROR_INVALID_IMAGE; loads run on loom's pool)
  *   FAKE_CUDA_DEVICES=n      how many devices (default 1; 0: none)
  *   FAKE_CUDA_STREAM_BUSY=1  cuStreamQuery never reports the stream done (work
  *                            that never ends: a collective whose peers are gone)
@@ -108,9 +110,10 @@ static struct {
   op *queue, *queue_tail;
   module *modules; /* every module loaded and not unloaded */
   long nalloc, nfree, nsync, nlaunch, nmodules, nhtod, ndtoh, ndtod, nbad;
-  long fail_alloc, fail_launch; /* 1-based call numbers from the last setting; 0: never */
+  long fail_alloc, fail_launch,
+      fail_load; /* 1-based call numbers from the last setting; 0: never */
   int stream_busy;
-  long alloc_calls, launch_calls;
+  long alloc_calls, launch_calls, load_calls;
   size_t live_bytes;
   launch_rec launches[MAX_LAUNCHES];
 } fake = {.lock = PTHREAD_MUTEX_INITIALIZER, .devices = 1};
@@ -393,6 +396,8 @@ static CUresult load_object(module *m, const unsigned char *p) {
  * kernels (lk_: a kernel, lm_: a GEMM, lf_: a GEMM with its epilogue). */
 static CUresult module_load(void **out, const void *image) {
   if (ready()) return ready();
+  fake.load_calls++;
+  if (fake.fail_load && fake.load_calls >= fake.fail_load) return INVALID_IMAGE;
   const unsigned char *p = image;
   if (!p ||
       memcmp(p,
@@ -592,6 +597,12 @@ EXPORT void fake_cuda_fail_alloc(long n) {
 EXPORT void fake_cuda_fail_launch(long n) {
   pthread_mutex_lock(&fake.lock);
   fake.fail_launch = n ? fake.launch_calls + n : 0;
+  pthread_mutex_unlock(&fake.lock);
+}
+
+EXPORT void fake_cuda_fail_load(long n) {
+  pthread_mutex_lock(&fake.lock);
+  fake.fail_load = n ? fake.load_calls + n : 0;
   pthread_mutex_unlock(&fake.lock);
 }
 
