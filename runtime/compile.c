@@ -400,8 +400,8 @@ loom_status lm_kernel_function_lifted(const char *op, const lk_kernel *k, const 
 static lm_hash128 gemm_disk_key(const lk_gemm *d) {
   lk_hash h = lk_gemm_hash(d);
   char ident[1536];
-  snprintf(ident, sizeof ident, "gemm%d|%016llx%016llx|%s", LM_LLVM_GEMM_VERSION,
-           (unsigned long long)h.hi, (unsigned long long)h.lo, lm_llvm_target_id());
+  snprintf(ident, sizeof ident, "gemm|%016llx%016llx|%s", (unsigned long long)h.hi,
+           (unsigned long long)h.lo, lm_llvm_target_id());
   return lm_disk_key_text(ident);
 }
 

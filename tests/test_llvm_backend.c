@@ -1745,6 +1745,11 @@ static void test_emit_and_load(void) {
         err);
   const char *id = lm_llvm_target_id();
   CHECK(strncmp(id, "llvm-14", 7) == 0 && strstr(id, "x86_64"), "target id %s", id);
+  /* the code generators' sources, hashed at configure time, end it */
+  const char *cg = strrchr(id, '/');
+  bool hex = cg && strncmp(cg, "/cg", 3) == 0 && strlen(cg) == 3 + 16;
+  for (int i = 3; hex && cg[i]; i++) hex = strchr("0123456789abcdef", cg[i]) != NULL;
+  CHECK(hex, "target id ends with /cg and 16 hex digits: '%s'", cg ? cg : "(no slash)");
   printf("target id: %.160s...\n", id);
 }
 

@@ -18,13 +18,6 @@
 #include "ir/kernel.h"
 #include "loom.h"
 
-/* Bumped whenever the generated code changes for the same kernel; part of
- * lm_llvm_target_id() so cached objects from an older code generator are not
- * reused. */
-#define LM_LLVM_CODEGEN_VERSION 26
-/* The same for GEMM block functions (backends/llvm/gemm.c). */
-#define LM_LLVM_GEMM_VERSION 10
-
 /* Compiles a kernel to a callable function named lk_<32 hex digits of its
  * hash>. Thread-safe; the LLJIT is created on first use. Compiling a kernel
  * that is already loaded returns the loaded function. The function stays
@@ -79,8 +72,9 @@ void lm_llvm_gemm_symbol_name(const lk_gemm *d, char buf[36]);
 loom_status lm_llvm_emit_gemm_object(const lk_gemm *d, const char *symbol, void **obj,
                                      size_t *objlen, char *err, size_t errlen);
 
-/* "llvm-14.0.6/<triple>/<cpu>/<features>/cg<LM_LLVM_CODEGEN_VERSION>": everything
- * that changes the generated code, for cache keys. */
+/* "llvm-14.0.6/<triple>/<cpu>/<features>/cg<LOOM_CODEGEN_ID>": everything that
+ * changes the generated code, for cache keys (LOOM_CODEGEN_ID: a hash of the
+ * code generators' sources, which CMake computes). */
 const char *lm_llvm_target_id(void);
 
 /* Frees the JIT and every function it loaded (for leak checkers at exit). Safe

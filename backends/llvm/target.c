@@ -11,6 +11,10 @@
 
 #include "backends/llvm/llvm_internal.h"
 
+#ifndef LOOM_CODEGEN_ID /* CMakeLists.txt defines it for this file */
+#error "LOOM_CODEGEN_ID (a hash of the code generators' sources) is not defined"
+#endif
+
 /* Written once under pthread_once, read-only afterwards. */
 static struct host_target {
   bool ok;
@@ -38,8 +42,8 @@ static void host_init(void) {
   /* LLVM 14 calls newer CPUs "generic": the feature string is what enables
    * AVX2 / AVX-512 / FMA, so it must reach the target machine. */
   copy_llvm_string(host.features, sizeof host.features, LLVMGetHostCPUFeatures());
-  int n = snprintf(host.id, sizeof host.id, "llvm-%s/%s/%s/%s/cg%d", LLVM_VERSION_STRING,
-                   host.triple, host.cpu, host.features, LM_LLVM_CODEGEN_VERSION);
+  int n = snprintf(host.id, sizeof host.id, "llvm-%s/%s/%s/%s/cg%s", LLVM_VERSION_STRING,
+                   host.triple, host.cpu, host.features, LOOM_CODEGEN_ID);
   if (n < 0 || (size_t)n >= sizeof host.id) {
     snprintf(host.failure, sizeof host.failure, "host CPU feature string is too long");
     return;

@@ -21,10 +21,6 @@
 #include "ir/kernel.h"
 #include "loom.h"
 
-/* Bumped whenever the generated CUDA C changes for the same kernel: part of
- * the cubin cache keys. */
-#define LM_CUDA_CODEGEN_VERSION 6
-
 /* Threads per block of every generated kernel (its __launch_bounds__). */
 #define LM_CUDA_BLOCK 256
 /* A shape-generic kernel's sizes ride as parameters (one long long each): at

@@ -37,6 +37,10 @@
 #include "runtime/pool.h"
 #include "runtime/runtime.h"
 
+#ifndef LOOM_CODEGEN_ID /* CMakeLists.txt defines it for this file */
+#error "LOOM_CODEGEN_ID (a hash of the code generators' sources) is not defined"
+#endif
+
 bool lm_cuda_ready(char *why, size_t whylen) {
   return lm_cu_ready(why, whylen) && lm_nvrtc_available(why, whylen);
 }
@@ -75,8 +79,8 @@ static lm_hash128 disk_key(const char *name, int sm) {
   char ident[256];
   int major = 0, minor = 0;
   lm_nvrtc_version(&major, &minor);
-  snprintf(ident, sizeof ident, "cuda|%s|cg%d|nvrtc%d.%d|sm_%d", name, LM_CUDA_CODEGEN_VERSION,
-           major, minor, sm);
+  snprintf(ident, sizeof ident, "cuda|%s|cg%s|nvrtc%d.%d|sm_%d", name, LOOM_CODEGEN_ID, major,
+           minor, sm);
   return lm_disk_key_text(ident);
 }
 
