@@ -60,7 +60,7 @@ void lm_plan_in_place(const lm_graph *g, lm_schedule *p) {
     if (pos >= p->nnodes) continue; /* a temporary */
     const lm_node *leaf = g->nodes[pos];
     if (leaf->op != LM_BUFFER || !leaf->data || readers[pos] != 1 || leaf->dtype != s->dtype ||
-        lm_shape_numel(&leaf->shape) != s->outer || leaf->device.type != LOOM_DEVICE_CPU)
+        lm_shape_numel(&leaf->shape) != s->outer)
       continue;
     s->donor = pos;
     s->kernel.keep_slot = slot;

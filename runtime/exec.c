@@ -273,7 +273,9 @@ static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i, in
       st = lm_data_alloc("loom_realize", x->device, bytes, &x->bufs[s->out]);
       if (st != LOOM_OK) return st;
       x->sizes[s->out] = bytes;
-      if (s->donor >= 0) memcpy(x->bufs[s->out], x->bufs[s->donor], bytes); /* (a CPU plan) */
+      if (s->donor >= 0 && (st = lm_data_copy("loom_realize", x->device, x->bufs[s->out], x->device,
+                                              x->bufs[s->donor], bytes)) != LOOM_OK)
+        return st; /* (the output's buffer is the run's: freed with the others) */
     }
     if ((st = alloc_more(x, s)) != LOOM_OK) return st;
     if (s->kind == LM_STEP_COLLECTIVE)

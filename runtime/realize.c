@@ -57,7 +57,7 @@ static loom_status compile_program(const lm_graph *g, bool fuse, loom_device dev
   lm_schedule *p;
   loom_status st = lm_plan(g, fuse, &p, err, sizeof err);
   if (st != LOOM_OK) return lm_fail(st, "loom_realize: %s", err);
-  if (device.type == LOOM_DEVICE_CPU) lm_plan_in_place(g, p);
+  lm_plan_in_place(g, p);
   if (fuse) lm_plan_more_outputs(p, device.type == LOOM_DEVICE_CPU);
   if ((st = lm_exec_compile(p, device)) != LOOM_OK) {
     lm_schedule_free(p);

@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "loom.h"
+#include "test_device.h"
 
 #define N 64
 
@@ -94,6 +95,9 @@ static void test_mixed_sizes(void) {
 
 /* ------------------------------------------------------------ updates in place */
 
+/* On the test device (LOOM_TEST_DEVICE=cuda: memory_cuda_emulated, and on a
+ * GPU, where the kernel stores only the new row). */
+
 enum { B = 2, H = 3, L = 9, E = 4 };
 
 static uint64_t in_place_updates(void) { return loom_get_stats().in_place_updates; }
@@ -103,9 +107,10 @@ static uint64_t in_place_updates(void) { return loom_get_stats().in_place_update
  * cache, new)). `old` (may be NULL) gets the cache's value before the update,
  * unrealized. */
 static loom_tensor *write_row(loom_tensor *cache, int64_t t, bool kept_first, loom_tensor **old) {
-  loom_tensor *pos = loom_from_data(&t, LOOM_SHAPE0, LOOM_I64, LOOM_CPU);
-  loom_tensor *row = loom_full(LOOM_SHAPE(B, H, 1, E), (double)(t + 1), LOOM_F32, LOOM_CPU);
-  loom_tensor *at = loom_reshape(loom_arange(0, L, 1, LOOM_I64, LOOM_CPU), LOOM_SHAPE(1, 1, L, 1));
+  loom_tensor *pos = loom_from_data(&t, LOOM_SHAPE0, LOOM_I64, test_device());
+  loom_tensor *row = loom_full(LOOM_SHAPE(B, H, 1, E), (double)(t + 1), LOOM_F32, test_device());
+  loom_tensor *at =
+      loom_reshape(loom_arange(0, L, 1, LOOM_I64, test_device()), LOOM_SHAPE(1, 1, L, 1));
   loom_tensor *updated = kept_first ? loom_where(loom_ne(at, pos), cache, row)
                                     : loom_where(loom_eq(at, pos), row, cache);
   if (old) *old = loom_detach(cache);
@@ -123,7 +128,7 @@ static void check_rows(loom_tensor *cache, int written) {
 }
 
 static void test_update_in_place(void) {
-  loom_tensor *cache = loom_zeros(LOOM_SHAPE(B, H, L, E), LOOM_F32, LOOM_CPU);
+  loom_tensor *cache = loom_zeros(LOOM_SHAPE(B, H, L, E), LOOM_F32, test_device());
   CHECK_OK(loom_realize(cache));
   for (int t = 0; t < L; t++) {
     uint64_t before = in_place_updates();
@@ -142,7 +147,7 @@ static void test_update_in_place(void) {
 /* Another reference to the old value: it keeps its values, and the update
  * gets a copy. */
 static void test_update_not_in_place(void) {
-  loom_tensor *cache = loom_zeros(LOOM_SHAPE(B, H, L, E), LOOM_F32, LOOM_CPU);
+  loom_tensor *cache = loom_zeros(LOOM_SHAPE(B, H, L, E), LOOM_F32, test_device());
   CHECK_OK(loom_realize(cache));
   loom_tensor *old = NULL;
   uint64_t before = in_place_updates();
@@ -166,7 +171,7 @@ static void test_update_not_in_place(void) {
 /* Two rows written before one realization; and a cache that requires grad
  * (its history must keep the old value): both right, the latter copied. */
 static void test_update_chains(void) {
-  loom_tensor *cache = loom_zeros(LOOM_SHAPE(B, H, L, E), LOOM_F32, LOOM_CPU);
+  loom_tensor *cache = loom_zeros(LOOM_SHAPE(B, H, L, E), LOOM_F32, test_device());
   CHECK_OK(loom_realize(cache));
   LOOM_SCOPE {
     write_row(cache, 0, false, NULL);
@@ -175,7 +180,7 @@ static void test_update_chains(void) {
   }
   check_rows(cache, 2);
   loom_free(cache);
-  cache = loom_zeros(LOOM_SHAPE(B, H, L, E), LOOM_F32, LOOM_CPU);
+  cache = loom_zeros(LOOM_SHAPE(B, H, L, E), LOOM_F32, test_device());
   CHECK_OK(loom_realize(cache));
   CHECK_OK(loom_set_requires_grad(cache, true));
   uint64_t before = in_place_updates();

@@ -139,6 +139,7 @@ static bool queue_job(const char *name, char *source, const lk_kernel *k, const 
   return true;
 }
 
+static int kept_kernels; /* updates in place (keep_slot): only the new points stored */
 static void add_kernel(const char *label, const lk_kernel *k) {
   char *src = NULL, name[36], err[512];
   lm_cuda_launch launch;
@@ -149,6 +150,7 @@ static void add_kernel(const char *label, const lk_kernel *k) {
   CHECK_MSG(strncmp(src, prelude, strlen(prelude)) == 0, "%s: %s does not start with the prelude",
             label, name);
   note_coverage(k, &launch);
+  kept_kernels += k->keep_slot != 0;
   queue_job(name, src, k, label, launch);
 }
 
@@ -220,6 +222,7 @@ static void collect(const char *label, loom_tensor *const *ts, int n, bool unfus
       char err[1024];
       loom_status st = lm_plan(&g, fuse, &p, err, sizeof err);
       CHECK_MSG(st == LOOM_OK, "%s: lm_plan: %s", label, err);
+      if (p && fuse) lm_plan_in_place(&g, p); /* as realize.c plans a lazy graph */
       for (int s = 0; p && s < p->nsteps; s++) {
         const lm_step *step = &p->steps[s];
         if (step->kind != LM_STEP_KERNEL) continue;
@@ -502,6 +505,21 @@ static void graphs_random(void) {
   }
 }
 
+/* A KV cache taking its position's row, both ways round: updates in place. */
+static void graphs_in_place(void) {
+  LOOM_SCOPE {
+    for (int kept_first = 0; kept_first < 2; kept_first++) {
+      loom_tensor *cache = in(LOOM_SHAPE(2, 3, 9, 4), LOOM_F32);
+      loom_tensor *row = in(LOOM_SHAPE(2, 3, 1, 4), LOOM_F32), *pos = in(LOOM_SHAPE0, LOOM_I64);
+      loom_tensor *at =
+          loom_reshape(loom_arange(0, 9, 1, LOOM_I64, LOOM_CPU), LOOM_SHAPE(1, 1, 9, 1));
+      CHECK_OK(loom_assign(cache, kept_first ? loom_where(loom_ne(at, pos), cache, row)
+                                             : loom_where(loom_eq(at, pos), row, cache)));
+    }
+    flush_plans("in place", false);
+  }
+}
+
 static void graphs_losses(void) {
   LOOM_SCOPE {
     loom_tensor *logits = leaf(LOOM_SHAPE(16, 10)), *labels = in(LOOM_SHAPE(16), LOOM_I64);
@@ -620,6 +638,7 @@ static void collect_all(void) {
   graphs_matmul();
   graphs_gemm_epilogues();
   graphs_random();
+  graphs_in_place();
   graphs_losses();
   graphs_training();
   hand_kernels();
@@ -633,6 +652,7 @@ static void check_coverage(void) {
   for (int m = 0; m <= LM_CUDA_ROWS; m++)
     CHECK_MSG(mode_seen[m], "no kernel of lm_cuda_mode %d", m);
   CHECK_MSG(fused_epilogues >= 4, "only %d GEMMs with a fused epilogue", fused_epilogues);
+  CHECK_MSG(kept_kernels >= 2, "only %d updates in place", kept_kernels);
   int casts = 0;
   for (int a = 0; a < NDTYPES; a++)
     for (int b = 0; b < NDTYPES; b++) {

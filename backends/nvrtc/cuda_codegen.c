@@ -559,8 +559,45 @@ static void emit_vector_path(cg *g) {
          m);
 }
 
+/* An update in place (keep_slot, passes/in_place.c): slot 0 starts with the
+ * kept slot's values (the runtime gives the step that buffer, or a copy of
+ * it), so a point whose WHERE takes the kept arm needs neither that load nor
+ * a store. Every point evaluates the condition; only the others evaluate the
+ * other arm and store it: a KV cache's new row, not the whole cache. */
+static void gen_kept(cg *g) {
+  const lk_kernel *k = g->k;
+  const lk_inst *w = &k->inst[k->value];
+  int arm = lk_kernel_keep_arm(k), other = arm == 1 ? w->c : w->b;
+  unsigned char *cond_needed = calloc((size_t)k->ninst, 1);
+  unsigned char *other_needed = calloc((size_t)k->ninst, 1);
+  if (!cond_needed || !other_needed) {
+    free(cond_needed), free(other_needed);
+    g->s.oom = true;
+    return;
+  }
+  lk_mark_needed(k, w->a, cond_needed);
+  lk_mark_needed(k, other, other_needed);
+  for (int i = 0; i < k->ninst; i++) other_needed[i] &= !cond_needed[i];
+  line(g, "const long long lm_stride = (long long)gridDim.x * %d;", LM_CUDA_BLOCK);
+  open_block(g,
+             "for (long long lm_p = begin + (long long)blockIdx.x * %d + threadIdx.x; lm_p < end; "
+             "lm_p += lm_stride)",
+             LM_CUDA_BLOCK);
+  emit_unravel(g, "lm_p", "lm_q", 0, k->nouter);
+  emit_eval(g, cond_needed, w->a, false);
+  line(g, "if (%sv%d) continue; /* the kept value, already there */", arm == 1 ? "" : "!", w->a);
+  emit_eval(g, other_needed, other, false);
+  emit_store(g, "lm_p", other);
+  close_block(g);
+  free(cond_needed), free(other_needed);
+}
+
 static void gen_elementwise(cg *g) {
   const lk_kernel *k = g->k;
+  if (k->keep_slot) {
+    gen_kept(g);
+    return;
+  }
   if (!find_chunks(g)) {
     g->s.oom = true;
     return;
