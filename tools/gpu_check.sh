@@ -11,7 +11,7 @@
 # the summary lists the failed steps.
 # Usage: tools/gpu_check.sh [build-dir]   (prints figures; exit status 0 = passed)
 #   LOOM_GPU_PREBUILT=1   use the build as it is (a machine without LLVM or
-#                         OpenBLAS's headers, given a build made elsewhere)
+#                         OpenBLAS, given tools/gpu_bundle.sh's build)
 #   LOOM_MPI_PLUGIN=path  the MPI plugin for the collectives step (default: the
 #                         build's libloom_mpi.so; libfake_mpi.so is a world of one)
 set -u
@@ -64,6 +64,9 @@ step "the op, view, gradient, layer, optimizer, random-graph and thread suites o
 for t in ops views autograd nn optim random_graphs threads sums attention half gpt2; do
   check "$t" suite "$t" LOOM_TEST_DEVICE=cuda timeout 300 "$build/test_$t"
 done
+
+step "updates in place (a KV cache's row) on cuda:0"
+check memory suite memory LOOM_POISON=1 LOOM_TEST_DEVICE=cuda timeout 300 "$build/test_memory"
 
 step "shape-generic kernels and plan templates on cuda:0 (sizes read at run time)"
 check dynamic suite dynamic LOOM_TEST_DEVICE=cuda timeout 300 "$build/test_dynamic"
