@@ -284,6 +284,20 @@ typedef struct cuda_compile_job {
   _Atomic int next;
 } cuda_compile_job;
 
+/* GCC 12's LeakSanitizer crashes at exit reading the thread-local storage
+ * NVRTC leaves on a pool thread (its dynamic TLS ranges there are garbage), so
+ * AddressSanitizer builds compile on the caller's thread alone. */
+#if defined(__SANITIZE_ADDRESS__)
+#define COMPILE_IN_PARALLEL 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define COMPILE_IN_PARALLEL 0
+#endif
+#endif
+#ifndef COMPILE_IN_PARALLEL
+#define COMPILE_IN_PARALLEL 1
+#endif
+
 static bool compiles(const lm_step *s) {
   return s->kind != LM_STEP_COLLECTIVE; /* run through the host (runtime/exec.c) */
 }
@@ -309,7 +323,7 @@ loom_status lm_cuda_exec_compile(lm_schedule *p, int dev, unsigned char *const *
   }
   cuda_compile_job job = {p, dev, vary, 0};
   int threads = loom_num_threads();
-  if (ncompiled > 1) lm_parallel_for(threads, threads, compile_steps, &job);
+  if (COMPILE_IN_PARALLEL && ncompiled > 1) lm_parallel_for(threads, threads, compile_steps, &job);
   for (int i = 0; i < p->nsteps && st == LOOM_OK; i++) { /* failures again, reported here */
     lm_step *s = &p->steps[i];
     if (compiles(s) && !s->code) st = step_code(p, s, dev, vary ? vary[i] : NULL);
