@@ -51,6 +51,30 @@ static loom_status sum_run(void *state, bench_call_report *report) {
   return bench_realize_in_scope(build_sum, state);
 }
 
+/* Causal self-attention, inference: GPT-2 124M's heads over 1024 tokens. */
+#define ATT_B 1
+#define ATT_H 12
+#define ATT_T 1024
+#define ATT_D 64
+
+static loom_status attention_setup(void **state) {
+  loom_shape shapes[3] = {LOOM_SHAPE(ATT_B, ATT_H, ATT_T, ATT_D),
+                          LOOM_SHAPE(ATT_B, ATT_H, ATT_T, ATT_D),
+                          LOOM_SHAPE(ATT_B, ATT_H, ATT_T, ATT_D)};
+  return bench_inputs_new(state, 3, shapes);
+}
+
+static loom_tensor *build_attention(loom_tensor *const *in) {
+  return loom_scaled_dot_product_attention(in[0], in[1], in[2], NULL, true, 0);
+}
+
+static loom_status attention_run(void *state, bench_call_report *report) {
+  (void)report;
+  loom_status st;
+  LOOM_NO_GRAD { st = bench_realize_in_scope(build_attention, state); }
+  return st;
+}
+
 const bench_workload bench_rows_workloads[] = {
     {
         .name = "softmax_4096x1024",
@@ -62,6 +86,18 @@ const bench_workload bench_rows_workloads[] = {
         .measure_peak = true,
         .setup = matrix_setup,
         .run = softmax_run,
+        .teardown = bench_inputs_free,
+    },
+    {
+        .name = "attention_causal_1x12x1024x64",
+        .what = "causal softmax(q k^T / 8) v, q k v [1,12,1024,64], no gradient: the fused "
+                "kernel (LOOM_ATTENTION=composite: two GEMMs and a softmax)",
+        .metric = BENCH_FLOPS,
+        /* the products over the causal half of the scores */
+        .work = 2.0 * 2.0 * ATT_B * ATT_H * ATT_D * (ATT_T * (ATT_T + 1.0) / 2),
+        .measure_peak = true,
+        .setup = attention_setup,
+        .run = attention_run,
         .teardown = bench_inputs_free,
     },
     {

@@ -5,6 +5,8 @@
  * makes one kernel of each elementwise run (the scale, the mask and the
  * softmax of attention's scores among them). */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "frontend/frontend.h"
 
@@ -59,8 +61,9 @@ static loom_tensor *slice_update_checked(const loom_tensor *t, int axis, const l
   /* the window's mask from an iota already in the broadcast shape: the where's
    * kernel computes it inline (an iota reshaped after the comparison is stored) */
   loom_tensor *offset = loom_sub(loom_reshape(at, along), first);
-  loom_tensor *inside = n == 1 ? loom_eq_s(offset, 0) /* one comparison: inlined where it is read */
-                               : loom_logical_and(loom_ge_s(offset, 0), loom_lt_s(offset, (double)n));
+  loom_tensor *inside = n == 1
+                            ? loom_eq_s(offset, 0) /* one comparison: inlined where it is read */
+                            : loom_logical_and(loom_ge_s(offset, 0), loom_lt_s(offset, (double)n));
   const loom_tensor *rows = update; /* one row broadcasts along the axis */
   if (n > 1)
     rows = loom_index_select(update, axis, loom_clamp(loom_sub(at, first), 0, (double)(n - 1)));
@@ -207,6 +210,65 @@ LM_PUBLIC(loom_tensor *, loom_gelu_tanh, (const loom_tensor *a), (a)) {
 
 /* ------------------------------------------------------------ attention */
 
+/* The fused kernel (LM_ATTENTION), where it serves: F32 on the CPU, a bool
+ * or F32 mask if any, no gradient flowing (the composition below is
+ * differentiated), head dims up to LM_ATTENTION_MAX_HEAD, nothing empty.
+ * LOOM_ATTENTION=composite records the composition everywhere. NULL where it
+ * does not serve. */
+static loom_tensor *fused_attention(const loom_tensor *q, const loom_tensor *k,
+                                    const loom_tensor *v, const loom_tensor *mask, bool causal,
+                                    double scale) {
+  const char *how = getenv("LOOM_ATTENTION");
+  if (how && !strcmp(how, "composite")) return NULL;
+  if (mask && mask->node->dtype != LOOM_BOOL && mask->node->dtype != LOOM_F32) return NULL;
+  const lm_node *n[4] = {q->node, k->node, v->node, mask ? mask->node : NULL};
+  int nsrc = mask ? 4 : 3;
+  for (int s = 0; s < nsrc; s++)
+    if ((s < 3 && n[s]->dtype != LOOM_F32) || n[s]->device.type != LOOM_DEVICE_CPU ||
+        n[s]->device.index != n[0]->device.index || (lm_grad_enabled() && n[s]->requires_grad) ||
+        lm_shape_numel(&n[s]->shape) == 0)
+      return NULL;
+  int nd = n[0]->shape.ndim, nb = nd - 2;
+  int64_t d = n[0]->shape.dim[nd - 1], dv = n[2]->shape.dim[nd - 1];
+  if (nb > LOOM_MAX_DIMS - 2 || d > LM_ATTENTION_MAX_HEAD || dv > LM_ATTENTION_MAX_HEAD)
+    return NULL;
+  loom_shape batch = {nb, {0}};
+  for (int x = 0; x < nb; x++) batch.dim[x] = 1;
+  for (int s = 0; s < 3; s++) {
+    loom_shape b = {nb, {0}}, joined;
+    for (int x = 0; x < nb; x++) b.dim[x] = n[s]->shape.dim[x];
+    if (!lm_broadcast_shape(&batch, &b, &joined)) return NULL; /* the composition says why */
+    batch = joined;
+  }
+  int64_t tq = n[0]->shape.dim[nb], tk = n[1]->shape.dim[nb];
+  loom_shape mask_full = batch, mask_joined;
+  mask_full.ndim = nd, mask_full.dim[nb] = tq, mask_full.dim[nb + 1] = tk;
+  if (mask && (!lm_broadcast_shape(&mask_full, &n[3]->shape, &mask_joined) ||
+               !lm_shape_eq(&mask_joined, &mask_full)))
+    return NULL;
+  lm_node *full[4] = {NULL, NULL, NULL, NULL};
+  bool made = true;
+  for (int s = 0; s < nsrc; s++) {
+    loom_shape want = batch;
+    want.ndim = nd;
+    want.dim[nb] = n[s]->shape.dim[nb], want.dim[nb + 1] = n[s]->shape.dim[nb + 1];
+    full[s] = nb_broadcast((lm_node *)n[s], s == 3 ? mask_full : want);
+    made &= full[s] != NULL;
+  }
+  loom_shape out = batch;
+  out.ndim = nd;
+  out.dim[nb] = tq, out.dim[nb + 1] = dv;
+  lm_node *r = made ? lm_node_new(LM_ATTENTION, nsrc, full, out, LOOM_F32, n[0]->device) : NULL;
+  if (r) {
+    r->arg.attn.scale = scale, r->arg.attn.causal = causal;
+    r->arg.attn.mask = !mask                            ? LM_ATTENTION_NO_MASK
+                       : mask->node->dtype == LOOM_BOOL ? LM_ATTENTION_BOOL_MASK
+                                                        : LM_ATTENTION_ADD_MASK;
+  }
+  nb_drop(full[0], full[1], full[2], full[3]);
+  return lm_result(r);
+}
+
 /* q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv]: softmax(q k^T * scale + mask) v. */
 LM_PUBLIC(loom_tensor *, loom_scaled_dot_product_attention,
           (const loom_tensor *q, const loom_tensor *k, const loom_tensor *v,
@@ -264,6 +326,15 @@ LM_PUBLIC(loom_tensor *, loom_scaled_dot_product_attention,
       ms.dim[md - 3] = mh == h ? hkv : 1, ms.dim[md - 2] = mh == h ? h / hkv : 1;
       mm = loom_reshape(mask, ms);
     }
+  }
+  loom_tensor *fused = fused_attention(qq, kk, vv, mm, causal, scale);
+  if (fused) {
+    if (grouped) {
+      loom_shape so = *qs;
+      so.dim[nd - 1] = vs->dim[nd - 1];
+      fused = loom_reshape(fused, so);
+    }
+    return lm_composite_end(token, fused);
   }
   loom_tensor *scores = loom_mul_s(loom_matmul(qq, loom_transpose(kk, -2, -1)), scale);
   if (causal) { /* torch's is_causal: query i attends to keys 0..i */

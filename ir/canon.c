@@ -125,6 +125,10 @@ static bool put_args(lm_graph *g, const lm_node *n) {
          put_i64(g, n->arg.coll.axis) && put_i64(g, n->arg.coll.world);
     break;
   case LM_ARG_CLAMP: ok = put_f64(g, n->arg.clamp.lo) && put_f64(g, n->arg.clamp.hi); break;
+  case LM_ARG_ATTN:
+    ok = put_f64(g, n->arg.attn.scale) && put_i64(g, n->arg.attn.causal) &&
+         put_i64(g, n->arg.attn.mask);
+    break;
   case LM_ARG_WINDOW:
     for (int i = 0; i < 2 && ok; i++)
       ok = put_i64(g, n->arg.window.kernel[i]) && put_i64(g, n->arg.window.stride[i]) &&

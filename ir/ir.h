@@ -85,7 +85,11 @@ typedef enum lm_op {
   LM_WINDOW,  /* sliding windows over the last two dims: [.., H, W] ->
                  [.., OH, OW, KH, KW], src[.., oh*s0 + kh*d0, ow*s1 + kw*d1] */
   /* compute with a library call */
-  LM_MATMUL, /* [..., M, K] @ [..., K, N], batch dims equal (broadcast by views) */
+  LM_MATMUL,    /* [..., M, K] @ [..., K, N], batch dims equal (broadcast by views) */
+  LM_ATTENTION, /* softmax(q k^T * arg.attn.scale + mask) v: q [..., Tq, D], k [..., Tk,
+                   D], v [..., Tk, Dv] and, with arg.attn.mask, a 4th source [..., Tq, Tk]
+                   (bool: true attends; additive: f32 added); causal masks the keys
+                   after the query; batch dims equal (broadcast by views); [..., Tq, Dv] */
   /* data-dependent indexing */
   LM_GATHER, /* src[0] [V, ..] rows picked by src[1] (integers, shape S): S + [..];
                 indices are clamped to [0, V) */
@@ -102,6 +106,19 @@ typedef enum lm_op {
   LM_ALL_GATHER, /* the arg.coll.world ranks' src[0] joined along arg.coll.axis */
   LM_NUM_OPS
 } lm_op;
+
+/* What an attention node's 4th source is. */
+typedef enum lm_attention_mask {
+  LM_ATTENTION_NO_MASK,
+  LM_ATTENTION_BOOL_MASK, /* true: attend */
+  LM_ATTENTION_ADD_MASK   /* f32, added to the scaled scores */
+} lm_attention_mask;
+const char *lm_attention_mask_name(int mask);
+int lm_attention_mask_named(const char *s, size_t len); /* -1: none such */
+
+/* The fused attention kernel's largest head dim (D and Dv): its tiles live on
+ * the stack (runtime/attention_cpu.c). */
+#define LM_ATTENTION_MAX_HEAD 256
 
 typedef enum lm_rand_kind { LM_RAND_UNIFORM, LM_RAND_NORMAL, LM_RAND_BERNOULLI } lm_rand_kind;
 
@@ -158,6 +175,11 @@ struct lm_node {
       int root, axis;
       int world; /* the number of ranks when recorded */
     } coll;
+    struct {
+      double scale;
+      bool causal;
+      int mask; /* lm_attention_mask */
+    } attn;
   } arg;
   bool requires_grad;            /* gradients flow through it (set when recorded) */
   struct loom_tensor *grad_leaf; /* the handle its gradients accumulate into (weak) */
@@ -226,7 +248,8 @@ typedef enum lm_arg_kind {
   LM_ARG_PAD,    /* arg.pad: lo=[...] value=<f64> [lo_from_end=[...]] */
   LM_ARG_WINDOW, /* arg.window: kernel=[2] stride=[2] dilation=[2] */
   LM_ARG_CLAMP,  /* arg.clamp: lo=<f64> hi=<f64> */
-  LM_ARG_COLL    /* arg.coll: reduce=<name> root=<int> axis=<int> world=<int> */
+  LM_ARG_COLL,   /* arg.coll: reduce=<name> root=<int> axis=<int> world=<int> */
+  LM_ARG_ATTN    /* arg.attn: scale=<f64> causal=<0|1> mask=<none|bool|add> */
 } lm_arg_kind;
 
 /* The dtype an op gives, from its (first value) source's. */

@@ -74,6 +74,8 @@ const lm_op_info lm_op_table[LM_NUM_OPS] = {
     [LM_CAT] = VIEW("cat", -1, LM_ARG_AXIS),
     [LM_WINDOW] = VIEW("window", 1, LM_ARG_WINDOW),
     [LM_MATMUL] = {"matmul", LM_OPC_LIBRARY, 2, LM_ARG_NONE, LM_RES_SOURCE, false, true, 0},
+    /* recorded only where no gradient flows (frontend/attention.c) */
+    [LM_ATTENTION] = {"attention", LM_OPC_LIBRARY, -1, LM_ARG_ATTN, LM_RES_SOURCE, true, false, 0},
     /* a clamped index and a load */
     [LM_GATHER] = {"gather", LM_OPC_GATHER, 2, LM_ARG_NONE, LM_RES_SOURCE, false, true, 2},
     [LM_COPY] = {"copy", LM_OPC_COPY, 1, LM_ARG_NONE, LM_RES_SOURCE, false, true, 0},
@@ -119,3 +121,15 @@ bool lm_op_is_elementwise(lm_op op) { return is_class(op, LM_OPC_ELEMENTWISE); }
 bool lm_op_is_view(lm_op op) { return is_class(op, LM_OPC_VIEW); }
 bool lm_op_is_reduce(lm_op op) { return is_class(op, LM_OPC_REDUCE); }
 bool lm_op_is_collective(lm_op op) { return is_class(op, LM_OPC_COLLECTIVE); }
+
+static const char *const mask_names[] = {"none", "bool", "add"};
+
+const char *lm_attention_mask_name(int mask) {
+  return mask >= 0 && mask < 3 ? mask_names[mask] : "?";
+}
+
+int lm_attention_mask_named(const char *s, size_t len) {
+  for (int m = 0; m < 3; m++)
+    if (strlen(mask_names[m]) == len && !strncmp(s, mask_names[m], len)) return m;
+  return -1;
+}

@@ -405,6 +405,56 @@ static bool check_matmul(const verdict *v) {
          source_dtype_is(v, 1, in, "the first operand's dtype");
 }
 
+/* q [.., Tq, D], k [.., Tk, D], v [.., Tk, Dv] -> [.., Tq, Dv], F32. */
+static bool check_attention(const verdict *v) {
+  const lm_node *n = v->n;
+  if (n->nsrc < 3) return refuse(v, "%d sources: attention takes q, k, v (and a mask)", n->nsrc);
+  const lm_node *q = n->src[0], *k = n->src[1], *val = n->src[2];
+  int nd = n->shape.ndim;
+  char sq[200], sk[200], sv[200];
+  if (n->dtype != LOOM_F32) return refuse(v, "attention is f32 (other dtypes are composed)");
+  if (!(n->arg.attn.scale >= 0) || isinf(n->arg.attn.scale))
+    return refuse(v, "scale %g is not a finite value >= 0", n->arg.attn.scale);
+  bool fits = nd >= 2 && q->shape.ndim == nd && k->shape.ndim == nd && val->shape.ndim == nd;
+  for (int d = 0; fits && d < nd - 2; d++)
+    fits = q->shape.dim[d] == k->shape.dim[d] && q->shape.dim[d] == val->shape.dim[d];
+  fits = fits && q->shape.dim[nd - 1] == k->shape.dim[nd - 1] &&
+         k->shape.dim[nd - 2] == val->shape.dim[nd - 2];
+  if (!fits)
+    return refuse(v,
+                  "q %s, k %s, v %s: attention takes [.., Tq, D], [.., Tk, D], [.., Tk, Dv], "
+                  "the node's rank and batch dims",
+                  shape_str(&q->shape, sq, sizeof sq), shape_str(&k->shape, sk, sizeof sk),
+                  shape_str(&val->shape, sv, sizeof sv));
+  if (q->shape.dim[nd - 1] > LM_ATTENTION_MAX_HEAD ||
+      val->shape.dim[nd - 1] > LM_ATTENTION_MAX_HEAD)
+    return refuse(v, "head dims %lld and %lld: the fused kernel takes at most %d",
+                  (long long)q->shape.dim[nd - 1], (long long)val->shape.dim[nd - 1],
+                  LM_ATTENTION_MAX_HEAD);
+  int mask = n->arg.attn.mask;
+  if (mask < LM_ATTENTION_NO_MASK || mask > LM_ATTENTION_ADD_MASK || n->nsrc != (mask ? 4 : 3) ||
+      (mask && n->arg.attn.causal))
+    return refuse(v,
+                  "%d sources with mask=%s%s: attention takes q, k, v and a mask when it has one",
+                  n->nsrc, lm_attention_mask_name(mask), n->arg.attn.causal ? " and causal" : "");
+  if (mask) {
+    const lm_node *m = n->src[3];
+    bool ok = m->shape.ndim == nd && m->shape.dim[nd - 2] == q->shape.dim[nd - 2] &&
+              m->shape.dim[nd - 1] == k->shape.dim[nd - 2];
+    for (int d = 0; ok && d < nd - 2; d++) ok = m->shape.dim[d] == q->shape.dim[d];
+    if (!ok)
+      return refuse(v, "mask %s: attention's mask is [.., Tq, Tk] with q's batch dims",
+                    shape_str(&m->shape, sq, sizeof sq));
+    if (!source_dtype_is(v, 3, mask == LM_ATTENTION_BOOL_MASK ? LOOM_BOOL : LOOM_F32,
+                         mask == LM_ATTENTION_BOOL_MASK ? "bool" : "f32"))
+      return false;
+  }
+  loom_shape want = q->shape;
+  want.dim[nd - 1] = val->shape.dim[nd - 1];
+  return shape_is(v, &want, "[.., Tq, Dv]") && source_dtype_is(v, 0, LOOM_F32, "f32") &&
+         source_dtype_is(v, 1, LOOM_F32, "f32") && source_dtype_is(v, 2, LOOM_F32, "f32");
+}
+
 /* src[0] a table [V, ..], src[1] integer indices of shape S: S + [..]. */
 static bool check_gather(const verdict *v) {
   const lm_node *n = v->n, *table = n->src[0], *ix = n->src[1];
@@ -535,6 +585,7 @@ bool lm_node_verify(const lm_node *n, char *why, size_t len) {
   case LM_CAT: return check_cat(&v);
   case LM_WINDOW: return check_window(&v);
   case LM_MATMUL: return check_matmul(&v);
+  case LM_ATTENTION: return check_attention(&v);
   case LM_GATHER: return check_gather(&v);
   case LM_ALL_REDUCE:
   case LM_BROADCAST:

@@ -59,13 +59,13 @@ static void mark_targets(lm_planner *pl) {
  * or, below reshapes and permutes (which only reorder), the highest node
  * whose memory makes o an affine view BLAS reads (a transposed im2col matrix
  * stored in the order its kernel writes fastest). */
-static lm_node *operand_memory(lm_planner *pl, lm_node *o) {
+static lm_node *operand_memory(lm_planner *pl, const lm_node *consumer, lm_node *o) {
   const lm_node *base;
   lm_view view;
   for (lm_node *x = o->src[0]; o->op == LM_PERMUTE || o->op == LM_RESHAPE;) {
     if (lm_has_memory(pl, x)) break;
     lm_plan_of(pl, x)->materialize = true; /* try it */
-    bool reads = lm_gemm_operand(pl, o, &base, &view);
+    bool reads = lm_library_operand(pl, consumer, o, &base, &view);
     lm_plan_of(pl, x)->materialize = false;
     if (reads) return x;
     if ((x->op != LM_PERMUTE && x->op != LM_RESHAPE) || lm_is_computed(x->src[0])) break;
@@ -80,15 +80,15 @@ static void mark_gemm_operands(lm_planner *pl) {
     changed = false;
     for (int i = 0; i < g->n; i++) {
       lm_node *n = g->nodes[i];
-      if (lm_is_computed(n) || n->op != LM_MATMUL) continue;
+      if (lm_is_computed(n) || (n->op != LM_MATMUL && n->op != LM_ATTENTION)) continue;
       lm_plan_of(pl, n)->materialize = true;
-      for (int s = 0; s < 2; s++) {
+      for (int s = 0; s < n->nsrc; s++) {
         const lm_node *base;
         lm_view view;
         lm_node *o = n->src[s];
-        lm_node *needs = !lm_gemm_operand(pl, o, &base, &view) ? operand_memory(pl, o)
-                         : lm_is_computed(base)                ? NULL
-                                                               : (lm_node *)base;
+        lm_node *needs = !lm_library_operand(pl, n, o, &base, &view) ? operand_memory(pl, n, o)
+                         : lm_is_computed(base)                      ? NULL
+                                                                     : (lm_node *)base;
         if (needs && !lm_plan_of(pl, needs)->materialize)
           lm_plan_of(pl, needs)->materialize = changed = true;
       }
@@ -103,7 +103,8 @@ static void count_uses(lm_planner *pl) {
     lm_node *n = g->nodes[i];
     if (lm_is_computed(n)) continue;
     lm_plan_node *pn = lm_plan_of(pl, n);
-    if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL) pn->materialize = true;
+    if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL || n->op == LM_ATTENTION)
+      pn->materialize = true;
     if (lm_op_is_collective(n->op)) { /* a library step: its sources whole in memory */
       pn->materialize = true;
       for (int s = 0; s < n->nsrc; s++)
@@ -299,7 +300,7 @@ bool lm_fuse_epilogues(lm_planner *pl) {
   for (int i = 0; i < g->n; i++) {
     lm_node *e = g->nodes[i];
     if (!lm_materialized(pl, e) || lm_op_is_reduce(e->op) || e->op == LM_MATMUL ||
-        lm_op_is_collective(e->op))
+        e->op == LM_ATTENTION || lm_op_is_collective(e->op))
       continue;
     lm_node *r = NULL;
     bool bad = false;

@@ -26,8 +26,10 @@ static bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool
   return false;
 }
 
-bool lm_gemm_operand(const lm_planner *pl, const lm_node *operand, const lm_node **base,
-                     lm_view *view) {
+/* operand as a view of the buffer it is read from: itself when it has memory,
+ * else an affine chain of views down to a node that does; false otherwise. */
+static bool operand_view(const lm_planner *pl, const lm_node *operand, const lm_node **base,
+                         lm_view *view) {
   if (lm_has_memory(pl, operand)) {
     *base = operand;
     view->shape = operand->shape;
@@ -35,13 +37,63 @@ bool lm_gemm_operand(const lm_planner *pl, const lm_node *operand, const lm_node
     lm_shape_strides(&operand->shape, view->strides);
     return true;
   }
-  if (!lm_op_is_view(operand->op) || !lm_view_affine(operand, lm_planner_stores, pl, base, view))
-    return false;
+  return lm_op_is_view(operand->op) && lm_view_affine(operand, lm_planner_stores, pl, base, view);
+}
+
+bool lm_gemm_operand(const lm_planner *pl, const lm_node *operand, const lm_node **base,
+                     lm_view *view) {
+  if (!operand_view(pl, operand, base, view)) return false;
   int nd = view->shape.ndim;
   bool trans;
   int64_t ld;
   return blas_layout(view->shape.dim[nd - 2], view->shape.dim[nd - 1], view->strides[nd - 2],
                      view->strides[nd - 1], &trans, &ld);
+}
+
+/* The attention kernel reads rows of unit stride (any row and batch strides);
+ * its mask, any strides (an element at a time). */
+static bool attention_operand(const lm_planner *pl, const lm_node *operand, const lm_node **base,
+                              lm_view *view, bool mask) {
+  if (!operand_view(pl, operand, base, view)) return false;
+  int nd = view->shape.ndim;
+  return mask || view->shape.dim[nd - 1] <= 1 || view->strides[nd - 1] == 1;
+}
+
+bool lm_library_operand(const lm_planner *pl, const lm_node *consumer, const lm_node *operand,
+                        const lm_node **base, lm_view *view) {
+  if (consumer->op != LM_ATTENTION) return lm_gemm_operand(pl, operand, base, view);
+  return attention_operand(pl, operand, base, view,
+                           consumer->nsrc == 4 && consumer->src[3] == operand);
+}
+
+void lm_plan_attention(const lm_planner *pl, lm_node *n, lm_step *step) {
+  lm_attention *a = &step->attn;
+  memset(a, 0, sizeof *a);
+  int nd = n->shape.ndim;
+  a->nbatch = nd - 2;
+  for (int d = 0; d < nd - 2; d++) a->batch[d] = n->shape.dim[d];
+  a->tq = n->shape.dim[nd - 2];
+  a->dv = n->shape.dim[nd - 1];
+  a->tk = n->src[1]->shape.dim[nd - 2];
+  a->d = n->src[0]->shape.dim[nd - 1];
+  a->scale = n->arg.attn.scale;
+  a->causal = n->arg.attn.causal;
+  a->mask = n->arg.attn.mask;
+  a->pos[3] = -1;
+  for (int s = 0; s < n->nsrc; s++) {
+    const lm_node *base;
+    lm_view view;
+    attention_operand(pl, n->src[s], &base, &view, s == 3);
+    a->pos[s] = lm_graph_pos(pl->g, base);
+    a->offset[s] = view.offset;
+    a->row_stride[s] = view.strides[nd - 2];
+    for (int d = 0; d < nd - 2; d++) a->bstride[s][d] = view.strides[d];
+    if (s == 3) a->mask_stride = view.strides[nd - 1];
+  }
+  step->kind = LM_STEP_ATTENTION;
+  step->out = n->pos;
+  step->dtype = n->dtype;
+  step->outer = lm_shape_numel(&n->shape);
 }
 
 void lm_plan_gemm(const lm_planner *pl, lm_node *n, lm_step *step) {
@@ -181,6 +233,8 @@ static bool makes_gemm_operand(const lm_graph *g, const lm_schedule *p, const lm
       if (!s->arg_key[a] && s->arg_pos[a] == e->out) return false;
     for (int k = 0; s->kind == LM_STEP_COLLECTIVE && k < s->coll.nin; k++)
       if (s->coll.in_pos[k] == e->out) return false;
+    for (int k = 0; s->kind == LM_STEP_ATTENTION && k < 4; k++)
+      if (s->attn.pos[k] == e->out) return false;
   }
   return readers > 0;
 }

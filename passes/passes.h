@@ -9,7 +9,12 @@
 #include "ir/ir.h"
 #include "ir/kernel.h"
 
-typedef enum lm_step_kind { LM_STEP_KERNEL, LM_STEP_GEMM, LM_STEP_COLLECTIVE } lm_step_kind;
+typedef enum lm_step_kind {
+  LM_STEP_KERNEL,
+  LM_STEP_GEMM,
+  LM_STEP_COLLECTIVE,
+  LM_STEP_ATTENTION
+} lm_step_kind;
 
 /* A kernel reads at most this many buffers and keys (its slots); planning
  * keeps each fused expression to half of it, so that joining a row group's
@@ -48,6 +53,24 @@ typedef struct lm_gemm {
   lk_gemm tile;
   bool fn_for_all;
 } lm_gemm;
+
+/* Fused attention (LM_ATTENTION): out [batch.., Tq, Dv], contiguous, from q,
+ * k and v read in place through views whose last dim has unit stride. The
+ * numbers are what the kernel reads (runtime/attention_cpu.c's argument
+ * numbers, lm_attention_f32_numbers): sizes, then per operand its offset, row stride
+ * and batch strides, in elements. */
+typedef struct lm_attention {
+  int nbatch;
+  int64_t batch[LOOM_MAX_DIMS];
+  int64_t tq, tk, d, dv;
+  /* q, k, v and the mask; the mask's row stride is along Tq, mask_stride
+     along Tk */
+  int64_t offset[4], row_stride[4], bstride[4][LOOM_MAX_DIMS], mask_stride;
+  int pos[4]; /* canonical positions of their buffers (the mask's: -1 without) */
+  int mask;   /* lm_attention_mask */
+  double scale;
+  bool causal; /* key j > query i masked */
+} lm_attention;
 
 /* A collective across processes (LM_ALL_REDUCE, LM_BROADCAST, LM_ALL_GATHER):
  * the sources' whole buffers, row-major, into the step's output. */
@@ -93,6 +116,8 @@ typedef struct lm_step {
   lm_gemm gemm;
   /* LM_STEP_COLLECTIVE */
   lm_collective coll;
+  /* LM_STEP_ATTENTION */
+  lm_attention attn;
   /* GEMM epilogues: a GEMM whose only reader is an elementwise kernel runs
    * deferred, in row blocks, each followed by the kernel on those rows while
    * they are in cache; the kernel's slot gemm_slot reads the block. */

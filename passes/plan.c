@@ -85,6 +85,10 @@ static loom_status lower_step(const lm_planner *pl, lm_schedule *p, lm_node *n, 
     lm_plan_gemm(pl, n, step);
     return LOOM_OK;
   }
+  if (n->op == LM_ATTENTION) {
+    lm_plan_attention(pl, n, step);
+    return LOOM_OK;
+  }
   if (lm_op_is_collective(n->op)) {
     if (plan_collective(pl, n, step)) return LOOM_OK;
     snprintf(err, errlen, "out of memory");

@@ -123,6 +123,12 @@ lm_node *lm_split_reduction(const lm_node *r, temps *t, bool *oom);
  * (*base) and BLAS parameters. */
 bool lm_gemm_operand(const lm_planner *pl, const lm_node *operand, const lm_node **base,
                      lm_view *view);
+/* The same for any library op's operand: a GEMM's (above) or attention's
+ * (rows of unit stride). */
+bool lm_library_operand(const lm_planner *pl, const lm_node *consumer, const lm_node *operand,
+                        const lm_node **base, lm_view *view);
+/* A fused attention step for n (its operands' layouts). */
+void lm_plan_attention(const lm_planner *pl, lm_node *n, lm_step *step);
 /* A GEMM step for matmul n (its operands' layouts). */
 void lm_plan_gemm(const lm_planner *pl, lm_node *n, lm_step *step);
 /* GEMM epilogues; false when out of memory. */

@@ -484,8 +484,22 @@ static void infer_node(infer *f, int pos) {
       }
     }
     return;
-  case LM_OPC_LIBRARY: { /* [..., M, K] @ [..., K, N] */
-    for (int d = 0; d < nd - 2; d++) {
+  case LM_OPC_LIBRARY: {
+    if (n->op == LM_ATTENTION) { /* q [.., Tq, D], k [.., Tk, D], v [.., Tk, Dv] */
+      for (int d = 0; d < nd - 2; d++)
+        for (int s = 0; s < 3; s++) join(f, slot(pos, d), slot(src[s], d));
+      join(f, slot(pos, nd - 2), slot(src[0], nd - 2));
+      join(f, slot(pos, nd - 1), slot(src[2], nd - 1));
+      join(f, slot(src[0], nd - 1), slot(src[1], nd - 1));
+      join(f, slot(src[1], nd - 2), slot(src[2], nd - 2));
+      if (n->nsrc == 4) { /* the mask [.., Tq, Tk] */
+        for (int d = 0; d < nd - 2; d++) join(f, slot(pos, d), slot(src[3], d));
+        join(f, slot(src[3], nd - 2), slot(pos, nd - 2));
+        join(f, slot(src[3], nd - 1), slot(src[1], nd - 2));
+      }
+      return;
+    }
+    for (int d = 0; d < nd - 2; d++) { /* [..., M, K] @ [..., K, N] */
       join(f, slot(pos, d), slot(src[0], d));
       join(f, slot(pos, d), slot(src[1], d));
     }

@@ -43,7 +43,10 @@ loom_status lm_exec_compile_lifted(lm_schedule *p, loom_device device, unsigned 
 typedef struct lm_step_runner {
   loom_status (*kernel)(const lm_exec *x, const lm_step *s);
   loom_status (*gemm)(const lm_exec *x, const lm_step *s);
+  loom_status (*attention)(const lm_exec *x, const lm_step *s);
 } lm_step_runner;
+/* runtime/attention.c: a fused attention step on the CPU's threads. */
+loom_status lm_attention_run_cpu(const lm_exec *x, const lm_step *s);
 loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r);
 
 /* runtime/profile.c: LOOM_PROFILE=1 times every step of CPU runs and prints

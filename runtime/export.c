@@ -86,7 +86,8 @@ static loom_status write_kernels(job *j) {
     void *obj = NULL;
     size_t len = 0;
     const lm_step *s = &plan->steps[i];
-    if (s->kind == LM_STEP_KERNEL && s->outer == 0) continue; /* never run */
+    if ((s->kind == LM_STEP_KERNEL && s->outer == 0) || s->kind == LM_STEP_ATTENTION)
+      continue; /* never run; attention is C in the wrapper */
     loom_status st = s->kind == LM_STEP_KERNEL
                          ? lm_kernel_object(&j->l->kernel[i], j->l->symbol[i], &obj, &len)
                          : lm_gemm_object(&j->l->tile[i], j->l->symbol[i], &obj, &len);

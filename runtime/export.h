@@ -29,9 +29,10 @@ typedef struct lm_export_layout {
   int64_t pack_bytes; /* the largest GEMM step's packed panels */
   bool embed;         /* weights inside the .so (else <name>.weights) */
   bool uses_gemm;
-  bool uses_amx;     /* a GEMM runs on AMX tiles: the library asks Linux for them */
-  lk_kernel *kernel; /* [nsteps] what a kernel step links: its own kernel, or
-                        (generic) its kernel generalized, instructions owned */
+  bool uses_attention; /* a fused attention step: runtime/attention_cpu.c's text goes in */
+  bool uses_amx;       /* a GEMM runs on AMX tiles: the library asks Linux for them */
+  lk_kernel *kernel;   /* [nsteps] what a kernel step links: its own kernel, or
+                          (generic) its kernel generalized, instructions owned */
   /* A symbolic program's export (export_symbolic.c) writes the wrapper once
    * per sample of the symbols' values, p a view of the program planned at
    * them; the numbers that differ between samples become expressions. */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/attention.h"
 #include "runtime/compile.h"
 #include "runtime/export.h"
 #include "runtime/gemm.h"
@@ -123,6 +124,7 @@ static loom_status layout_make(lm_export_layout *l, const loom_program *p, const
   for (int pos = 0; pos < p->n; pos++) l->output_of[pos] = lm_export_output_of(p, pos);
   for (int i = 0; i < p->plan->nsteps; i++) {
     const lm_step *s = &p->plan->steps[i];
+    l->uses_attention |= s->kind == LM_STEP_ATTENTION;
     if (s->kind != LM_STEP_GEMM) continue;
     l->uses_gemm = true;
     const lm_gemm *chooser = &tiles_from->steps[i].gemm;
@@ -299,6 +301,43 @@ static void write_gemm_step(const lm_export_layout *l, int i, FILE *f) {
   fprintf(f, "      gemm_blocking(&tile, &args);\n");
   fprintf(f, "      run_gemm(%s, &args, %d, %d, pack, %" PRId64 ");\n    }\n  }\n", l->symbol[i],
           (int)loom_dtype_size(g->in_dtype), (int)loom_dtype_size(g->dtype), pack_stride(l));
+}
+
+/* Fused attention: runtime/attention_cpu.c's entry point over its work
+ * items, its numbers written out (so a symbolic export fits them as any
+ * other). */
+static void write_attention_step(const lm_export_layout *l, int i, FILE *f) {
+  const lm_step *s = &l->p->plan->steps[i];
+  const lm_attention *a = &s->attn;
+  char o[96], q[96], k[96], v[96], m[96];
+  int64_t num[LM_ATTENTION_MAX_NUMBERS];
+  int count = lm_attention_numbers(a, num);
+  fprintf(f, "  { /* step %d: attention, %" PRId64 " queries, %" PRId64 " keys%s%s%s */\n", i,
+          a->tq, a->tk, a->causal ? ", causal" : "", a->mask ? ", mask " : "",
+          a->mask ? lm_attention_mask_name(a->mask) : "");
+  fprintf(f, "    const int64_t num[] = {"); /* not static: a symbolic export computes them */
+  for (int x = 0; x < count; x++) fprintf(f, "%s%" PRId64, x ? ", " : "", num[x]);
+  fprintf(f, "};\n    static const double scale = %a;\n", a->scale);
+  fprintf(f, "    void *const args[] = {%s, %s, %s, %s, (void *)num, (void *)&scale, %s};\n",
+          buffer(l, s->out, o, sizeof o), buffer(l, a->pos[0], q, sizeof q),
+          buffer(l, a->pos[1], k, sizeof k), buffer(l, a->pos[2], v, sizeof v),
+          a->mask ? buffer(l, a->pos[3], m, sizeof m) : "NULL");
+  int64_t visits = s->outer / (a->dv > 0 ? a->dv : 1) * a->tk * (a->d + a->dv);
+  fprintf(
+      f, "    run_kernel(%s_attention_f32, args, %s_attention_f32_items(num), %" PRId64 ");\n  }\n",
+      l->name, l->name, visits);
+}
+
+/* runtime/attention_cpu.c itself, its functions renamed into the library's
+ * prefix. */
+static void write_attention_source(const lm_export_layout *l, FILE *f) {
+  const char *fns[] = {"lm_attention_f32", "lm_attention_f32_items", "lm_attention_f32_numbers"};
+  for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
+    fprintf(f, "#define %s %s%s\n", fns[i], l->name, fns[i] + 2);
+  fprintf(f, "/* ---- loom's fused attention kernel (runtime/attention_cpu.c) ---- */\n%s\n",
+          lm_attention_cpu_source);
+  for (size_t i = 0; i < sizeof fns / sizeof *fns; i++) fprintf(f, "#undef %s\n", fns[i]);
+  fputs("/* ---- */\n\n", f);
 }
 
 /* The block functions' argument (ir/kernel.h's lk_gemm_args) and their
@@ -593,6 +632,7 @@ static void write_prelude(const lm_export_layout *l, FILE *f) {
               k[1]);
     }
   if (l->uses_gemm) write_gemm_declarations(l, f);
+  if (l->uses_attention) write_attention_source(l, f);
   write_pool(l, f);
   if (l->embed)
     fprintf(f, "extern const unsigned char %s_weights_blob[]; /* weights.S */\n\n", l->name);
@@ -781,6 +821,8 @@ void lm_export_write_source(const lm_export_layout *l, FILE *f) {
     const lm_step *s = &p->plan->steps[i];
     if (s->kind == LM_STEP_GEMM)
       write_gemm_step(l, i, f);
+    else if (s->kind == LM_STEP_ATTENTION)
+      write_attention_step(l, i, f);
     else if (s->outer > 0)
       write_kernel_step(l, i, f);
   }

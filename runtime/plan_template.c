@@ -49,8 +49,8 @@
 /* A field added to a step must be described by walk_plan (as shape or as a
  * number) or an instance runs with the template's value of it. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(lm_step) == 832 && sizeof(lm_gemm) == 312 && sizeof(lm_collective) == 88 &&
-                   sizeof(lk_kernel) == 304,
+_Static_assert(sizeof(lm_step) == 1304 && sizeof(lm_gemm) == 312 && sizeof(lm_collective) == 88 &&
+                   sizeof(lm_attention) == 472 && sizeof(lk_kernel) == 304,
                "lm_step changed: describe the new field in walk_plan, then update the sizes here");
 #endif
 
@@ -211,6 +211,25 @@ static void walk_collective(walk *w, lm_collective *c) {
   number(w, &c->inner);
 }
 
+static void walk_attention(walk *w, lm_attention *a) {
+  if (w->d) {
+    PUT(w->d, a->nbatch);
+    PUT_ARRAY(w->d, a->pos, 4);
+    PUT(w->d, a->scale);
+    PUT(w->d, a->causal);
+    PUT(w->d, a->mask);
+  }
+  for (int i = 0; i < a->nbatch; i++) number(w, &a->batch[i]);
+  int64_t *nums[] = {&a->tq, &a->tk, &a->d, &a->dv};
+  for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) number(w, nums[i]);
+  number(w, &a->mask_stride);
+  for (int s = 0; s < (a->mask ? 4 : 3); s++) {
+    number(w, &a->offset[s]);
+    number(w, &a->row_stride[s]);
+    for (int i = 0; i < a->nbatch; i++) number(w, &a->bstride[s][i]);
+  }
+}
+
 /* Every field of every step that a run reads (runtime/exec.c): a new field of
  * lm_step must be described here too, or an instance would run with the
  * template's value of it. */
@@ -248,6 +267,7 @@ static void walk_plan(walk *w, lm_schedule *p) {
     if (s->kind == LM_STEP_KERNEL) walk_kernel(w, s, i);
     if (s->kind == LM_STEP_GEMM) walk_gemm(w, &s->gemm);
     if (s->kind == LM_STEP_COLLECTIVE) walk_collective(w, &s->coll);
+    if (s->kind == LM_STEP_ATTENTION) walk_attention(w, &s->attn);
   }
 }
 

@@ -42,6 +42,14 @@ static void print_step(const lm_step *s, int i, double ms) {
             (long long)s->coll.count, loom_dtype_name(s->coll.dtype), s->coll.world);
     return;
   }
+  if (s->kind == LM_STEP_ATTENTION) {
+    const lm_attention *a = &s->attn;
+    fprintf(stderr, "attention Tq %lld Tk %lld D %lld Dv %lld batch %lld%s\n", (long long)a->tq,
+            (long long)a->tk, (long long)a->d, (long long)a->dv,
+            (long long)(s->outer / (a->tq * a->dv > 0 ? a->tq * a->dv : 1)),
+            a->causal ? ", causal" : "");
+    return;
+  }
   const lk_kernel *k = &s->kernel;
   fprintf(stderr, "kernel %lld points, dom [", (long long)s->outer);
   for (int d = 0; d < k->ndim; d++) fprintf(stderr, "%s%lld", d ? "," : "", (long long)k->dom[d]);

@@ -421,6 +421,20 @@ static loom_status parse_args(parser *p, lm_node *n) {
   case LM_ARG_CLAMP:
     st = arg_f64(p, "lo", &n->arg.clamp.lo);
     return st != LOOM_OK ? st : arg_f64(p, "hi", &n->arg.clamp.hi);
+  case LM_ARG_ATTN: {
+    int causal = 0;
+    st = arg_f64(p, "scale", &n->arg.attn.scale);
+    if (st == LOOM_OK) st = arg_int(p, "causal", &causal);
+    if (st == LOOM_OK && causal != 0 && causal != 1)
+      return bad(p, "causal=%d: expected 0 or 1", causal);
+    n->arg.attn.causal = causal == 1;
+    token m = {NULL, 0};
+    char q[72];
+    if (st == LOOM_OK) st = take_arg(p, "mask", &m);
+    if (st == LOOM_OK && (n->arg.attn.mask = lm_attention_mask_named(m.s, m.len)) < 0)
+      return bad(p, "mask=%s: expected none, bool or add", quote(m, q));
+    return st;
+  }
   case LM_ARG_WINDOW:
     st = arg_list(p, "kernel", 2, INT64_MIN, INT64_MAX, n->arg.window.kernel);
     if (st == LOOM_OK) st = arg_list(p, "stride", 2, INT64_MIN, INT64_MAX, n->arg.window.stride);

@@ -169,6 +169,10 @@ static void put_args(text *t, const lm_node *n) {
     put_f64(t, "lo", n->arg.clamp.lo);
     put_f64(t, "hi", n->arg.clamp.hi);
     break;
+  case LM_ARG_ATTN:
+    put_f64(t, "scale", n->arg.attn.scale);
+    put(t, " causal=%d mask=%s", (int)n->arg.attn.causal, lm_attention_mask_name(n->arg.attn.mask));
+    break;
   case LM_ARG_WINDOW:
     put_list(t, "kernel", n->arg.window.kernel, 2);
     put_list(t, "stride", n->arg.window.stride, 2);
@@ -409,13 +413,14 @@ static bool steps_computing(const loom_program *p, computing *c) {
 }
 
 static void dump_header(text *t, const loom_program *p) {
-  int weights = 0, nodes = 0, kernels = 0, gemms = 0;
+  int weights = 0, nodes = 0, kernels = 0, gemms = 0, attentions = 0;
   for (int pos = 0; pos < p->n; pos++)
     weights += p->kind[pos] == LM_SLOT_WEIGHT, nodes += p->kind[pos] == LM_SLOT_NODE;
   for (int i = 0; i < p->plan->nsteps; i++)
     kernels += p->plan->steps[i].kind == LM_STEP_KERNEL,
-        gemms += p->plan->steps[i].kind == LM_STEP_GEMM;
-  int collectives = p->plan->nsteps - kernels - gemms;
+        gemms += p->plan->steps[i].kind == LM_STEP_GEMM,
+        attentions += p->plan->steps[i].kind == LM_STEP_ATTENTION;
+  int collectives = p->plan->nsteps - kernels - gemms - attentions;
   put(t,
       "loom program: %d input%s, %d weight%s, %d node%s, %d output%s; %d step%s (%d kernel%s, "
       "%d gemm%s",
@@ -423,6 +428,7 @@ static void dump_header(text *t, const loom_program *p) {
       nodes == 1 ? "" : "s", p->nout, p->nout == 1 ? "" : "s", p->plan->nsteps,
       p->plan->nsteps == 1 ? "" : "s", kernels, kernels == 1 ? "" : "s", gemms,
       gemms == 1 ? "" : "s");
+  if (attentions) put(t, ", %d attention%s", attentions, attentions == 1 ? "" : "s");
   if (collectives) put(t, ", %d collective%s", collectives, collectives == 1 ? "" : "s");
   put(t, ")\n");
 }
@@ -592,6 +598,32 @@ static void dump_kernel(text *t, const loom_program *p, int i, const computing *
   dump_listing(t, &s->kernel);
 }
 
+static void dump_attention(text *t, const loom_program *p, int i) {
+  const lm_step *s = &p->plan->steps[i];
+  const lm_attention *a = &s->attn;
+  char o[24], x[24];
+  static const char *names[4] = {"q", "k", "v", "mask"};
+  int n = a->mask ? 4 : 3;
+  put(t, "  step %d: attention -> %s f32[%lld,%lld]%s%s%s, scale %.9g\n", i, pos_name(p, s->out, o),
+      (long long)a->tq, (long long)a->dv, a->causal ? " causal" : "", a->mask ? ", mask " : "",
+      a->mask ? lm_attention_mask_name(a->mask) : "", a->scale);
+  put(t, "    Tk %lld D %lld:", (long long)a->tk, (long long)a->d);
+  for (int k = 0; k < n; k++)
+    put(t, "%s %s %s row stride %lld offset %lld", k ? "," : "", names[k],
+        pos_name(p, a->pos[k], x), (long long)a->row_stride[k], (long long)a->offset[k]);
+  if (a->mask) put(t, " column stride %lld", (long long)a->mask_stride);
+  put(t, "\n");
+  if (a->nbatch > 0) {
+    put(t, "    batch [");
+    for (int d = 0; d < a->nbatch; d++) put(t, d ? ",%lld" : "%lld", (long long)a->batch[d]);
+    for (int k = 0; k < n; k++) {
+      put(t, "], %s strides [", names[k]);
+      for (int d = 0; d < a->nbatch; d++) put(t, d ? ",%lld" : "%lld", (long long)a->bstride[k][d]);
+    }
+    put(t, "]\n");
+  }
+}
+
 static void dump_collective(text *t, const loom_program *p, int i) {
   const lm_step *s = &p->plan->steps[i];
   const lm_collective *c = &s->coll;
@@ -614,6 +646,8 @@ static void dump_schedule(text *t, const loom_program *p, const computing *c) {
       dump_gemm(t, p, i);
     else if (p->plan->steps[i].kind == LM_STEP_COLLECTIVE)
       dump_collective(t, p, i);
+    else if (p->plan->steps[i].kind == LM_STEP_ATTENTION)
+      dump_attention(t, p, i);
     else
       dump_kernel(t, p, i, c);
   }
@@ -690,6 +724,7 @@ static void dot_step(text *t, const loom_program *p, int i, const picture *pic) 
   put(t, "  subgraph cluster_%d {\n    label=\"step %d: %s\";\n    style=rounded;\n", i, i,
       s->kind == LM_STEP_GEMM         ? "gemm"
       : s->kind == LM_STEP_COLLECTIVE ? lm_op_name(s->coll.op)
+      : s->kind == LM_STEP_ATTENTION  ? "attention"
                                       : "kernel");
   if (s->out >= p->n)
     put(t, "    t%d [shape=point, xlabel=\"%%t%d\"];\n", s->out - p->n, s->out - p->n);

@@ -2,8 +2,11 @@
  * (tests/test_nn_fixtures.c): split and chunk as torch counts their pieces,
  * attention on a larger case against a double-precision reference (causal,
  * grouped heads, a padding mask), on the test device, its gradients by
- * finite differences, and its scores' mask and softmax fused. */
+ * finite differences, and its scores' mask and softmax fused; the fused
+ * attention kernel (runtime/attention_cpu.c) and the composition each
+ * against the reference over lengths, head sizes, masks and views. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,6 +131,167 @@ static void check_attention(const char *what, int B, int H, int HKV, int T, int 
   free(q), free(k), free(v), free(keep), free(want), free(got);
 }
 
+/* ------------------------------------------------------------ the fused kernel */
+
+/* softmax(q k^T * scale + mask) v in doubles, q [BH, TQ, D], k [BH, TK, D],
+ * v [BH, TK, DV]; mask [TQ, TK] shared by every head: bool bytes (keep) or
+ * floats added (add), or none; causal: key j > query i hidden. A row that
+ * sees nothing is NaN, as softmax gives. */
+static void reference_general(const float *q, const float *k, const float *v, int BH, int TQ,
+                              int TK, int D, int DV, bool causal, const unsigned char *keep,
+                              const float *add, double scale, double *out) {
+  double *s = malloc(sizeof(double) * (size_t)(TK + 1));
+  for (int b = 0; b < BH; b++)
+    for (int i = 0; i < TQ; i++) {
+      double m = -INFINITY, sum = 0;
+      for (int j = 0; j < TK; j++) {
+        double dot = 0;
+        for (int e = 0; e < D; e++)
+          dot += (double)q[((size_t)b * TQ + i) * D + e] * k[((size_t)b * TK + j) * D + e];
+        s[j] = dot * scale + (add ? add[i * TK + j] : 0);
+        if ((causal && j > i) || (keep && !keep[i * TK + j])) s[j] = -INFINITY;
+        if (s[j] > m) m = s[j];
+      }
+      for (int j = 0; j < TK; j++) sum += s[j] = exp(s[j] - m);
+      for (int e = 0; e < DV; e++) {
+        double acc = 0;
+        for (int j = 0; j < TK; j++) acc += s[j] / sum * v[((size_t)b * TK + j) * DV + e];
+        out[((size_t)b * TQ + i) * DV + e] = acc;
+      }
+    }
+  free(s);
+}
+
+/* loom_program_dump's text of a program computing t (free it). */
+static char *plan_text(loom_tensor *t) {
+  char *text = NULL;
+  size_t len = 0;
+  loom_program *p = loom_compile(&t, 1, NULL, 0);
+  FILE *f = open_memstream(&text, &len);
+  if (p && f) loom_program_dump(p, f);
+  if (f) fclose(f);
+  loom_program_free(p);
+  return text;
+}
+
+typedef enum { NO_MASK, KEEP_MASK, ADD_MASK } mask_kind;
+
+/* One case, fused (the default, without gradients) and composed
+ * (LOOM_ATTENTION=composite), each against the double reference; `fused`:
+ * whether the default path must be the fused kernel. */
+static void check_general(const char *what, int B, int H, int TQ, int TK, int D, int DV,
+                          bool causal, mask_kind mk, bool fused) {
+  int BH = B * H;
+  float *q = random_floats((size_t)BH * TQ * D, 11), *k = random_floats((size_t)BH * TK * D, 12),
+        *v = random_floats((size_t)BH * TK * DV, 13), *add = NULL;
+  unsigned char *keep = NULL;
+  if (mk == KEEP_MASK) { /* a pseudo-random pattern, every row keeping some key */
+    keep = malloc((size_t)TQ * TK);
+    for (int i = 0; i < TQ * TK; i++) keep[i] = (i * 7919) % 5 != 0 || i % TK == 0;
+  }
+  if (mk == ADD_MASK) {
+    add = random_floats((size_t)TQ * TK, 14);
+    for (int i = 0; i < TQ * TK; i++) add[i] = i % 3 == 1 ? -INFINITY : 2 * add[i];
+    for (int i = 0; i < TQ; i++) add[i * TK] = 0.5f;
+  }
+  double scale = 1 / sqrt((double)D);
+  size_t nout = (size_t)BH * TQ * DV;
+  double *want = malloc(sizeof(double) * nout);
+  reference_general(q, k, v, BH, TQ, TK, D, DV, causal, keep, add, scale, want);
+  float *got = malloc(sizeof(float) * nout);
+  for (int composite = 0; composite < 2; composite++) {
+    if (composite) setenv("LOOM_ATTENTION", "composite", 1);
+    LOOM_NO_GRAD LOOM_SCOPE {
+      loom_device dev = test_device();
+      loom_tensor *tq = loom_from_data(q, LOOM_SHAPE(B, H, TQ, D), LOOM_F32, dev);
+      loom_tensor *tk = loom_from_data(k, LOOM_SHAPE(B, H, TK, D), LOOM_F32, dev);
+      loom_tensor *tv = loom_from_data(v, LOOM_SHAPE(B, H, TK, DV), LOOM_F32, dev);
+      loom_tensor *mask = mk == KEEP_MASK ? loom_from_data(keep, LOOM_SHAPE(TQ, TK), LOOM_BOOL, dev)
+                          : mk == ADD_MASK ? loom_from_data(add, LOOM_SHAPE(TQ, TK), LOOM_F32, dev)
+                                           : NULL;
+      loom_tensor *out = loom_scaled_dot_product_attention(tq, tk, tv, mask, causal, 0);
+      if (!composite && dev.type == LOOM_DEVICE_CPU) { /* (before out is computed) */
+        char *text = plan_text(out);
+        CHECK_MSG(text && (strstr(text, ": attention ->") != NULL) == fused,
+                  "%s: the plan %s the fused kernel", what, fused ? "lacks" : "has");
+        free(text);
+      }
+      CHECK_OK(loom_copy_to_host(out, got, sizeof(float) * nout));
+    }
+    unsetenv("LOOM_ATTENTION");
+    double worst = 0;
+    for (size_t i = 0; i < nout; i++) worst = fmax(worst, fabs(got[i] - want[i]));
+    CHECK_MSG(worst < 3e-5, "%s (%s): worst difference %g from the double reference", what,
+              composite ? "composed" : "default", worst);
+  }
+  free(q), free(k), free(v), free(add), free(keep), free(want), free(got);
+}
+
+/* q, k and v as GPT-2 makes them: column blocks of one [B, T, 3C] product,
+ * viewed [B, H, T, D] (row stride 3C, head stride D): read in place. */
+static void test_fused_views(void) {
+  enum { B = 2, T = 19, H = 3, D = 8, C = H * D };
+  float *x = random_floats((size_t)B * T * 3 * C, 21);
+  float got[2][B * T * C];
+  for (int composite = 0; composite < 2; composite++) {
+    if (composite) setenv("LOOM_ATTENTION", "composite", 1);
+    LOOM_NO_GRAD LOOM_SCOPE {
+      loom_tensor *qkv = loom_from_data(x, LOOM_SHAPE(B, T, 3 * C), LOOM_F32, test_device());
+      loom_tensor *part[3];
+      CHECK_OK(loom_split(qkv, C, 2, part, 3, NULL));
+      for (int i = 0; i < 3; i++)
+        part[i] = loom_transpose(loom_reshape(part[i], LOOM_SHAPE(B, T, H, D)), 1, 2);
+      loom_tensor *y = loom_scaled_dot_product_attention(part[0], part[1], part[2], NULL, true, 0);
+      CHECK_OK(loom_copy_to_host(y, got[composite], sizeof got[composite]));
+    }
+    unsetenv("LOOM_ATTENTION");
+  }
+  double worst = 0;
+  for (int i = 0; i < B * T * C; i++) worst = fmax(worst, fabs(got[0][i] - got[1][i]));
+  CHECK_MSG(worst < 1e-5, "views of one product: fused and composed differ by %g", worst);
+  free(x);
+}
+
+/* NaN in a query gives that row NaN and no other; a row whose mask hides
+ * every key is NaN, as torch's softmax over -inf gives. */
+static void test_fused_nan(void) {
+  enum { T = 20, D = 4 };
+  float q[T * D], k[T * D], v[T * D], out[T * D];
+  for (int i = 0; i < T * D; i++) q[i] = k[i] = v[i] = (float)(i % 7) / 7;
+  q[3 * D + 1] = NAN;
+  unsigned char keep[T * T];
+  for (int i = 0; i < T * T; i++) keep[i] = i / T != 5; /* row 5 sees nothing */
+  LOOM_NO_GRAD LOOM_SCOPE {
+    loom_device dev = test_device();
+    loom_tensor *tq = loom_from_data(q, LOOM_SHAPE(1, T, D), LOOM_F32, dev);
+    loom_tensor *tk = loom_from_data(k, LOOM_SHAPE(1, T, D), LOOM_F32, dev);
+    loom_tensor *tv = loom_from_data(v, LOOM_SHAPE(1, T, D), LOOM_F32, dev);
+    loom_tensor *m = loom_from_data(keep, LOOM_SHAPE(T, T), LOOM_BOOL, dev);
+    CHECK_OK(loom_copy_to_host(loom_scaled_dot_product_attention(tq, tk, tv, m, false, 0), out,
+                               sizeof out));
+  }
+  for (int i = 0; i < T; i++) {
+    bool nan_row = i == 3 || i == 5, nan = isnan(out[i * D]);
+    CHECK_MSG(nan == nan_row, "row %d: %g (NaN expected: %d)", i, out[i * D], nan_row);
+  }
+}
+
+static void test_fused(void) {
+  check_general("plain", 2, 3, 37, 37, 16, 16, false, NO_MASK, true);
+  check_general("causal across tiles and row blocks", 1, 2, 70, 70, 64, 64, true, NO_MASK, true);
+  check_general("fewer queries, causal", 1, 2, 5, 131, 16, 16, true, NO_MASK, true);
+  check_general("more queries, causal", 2, 1, 20, 6, 8, 8, true, NO_MASK, true);
+  check_general("one query, kept keys", 1, 4, 1, 130, 32, 32, false, KEEP_MASK, true);
+  check_general("rows, kept keys", 2, 2, 33, 65, 16, 16, false, KEEP_MASK, true);
+  check_general("added mask", 1, 3, 18, 40, 8, 8, false, ADD_MASK, true);
+  check_general("other value width", 1, 2, 17, 23, 24, 40, true, NO_MASK, true);
+  check_general("odd widths", 2, 1, 3, 5, 3, 5, false, NO_MASK, true);
+  check_general("widest head", 1, 1, 9, 70, 256, 256, false, NO_MASK, true);
+  check_general("head past the kernel's", 1, 1, 4, 9, 257, 8, false, NO_MASK, false);
+  test_fused_views();
+  test_fused_nan();
+}
+
 static loom_tensor *sdpa_causal(loom_tensor *const *in) {
   return loom_scaled_dot_product_attention(in[0], in[1], in[2], NULL, true, 0);
 }
@@ -194,8 +358,9 @@ static void test_slice_update(void) {
 
 /* The scale, mask and softmax of the scores: one fused kernel between the
  * two products (plus the iotas' comparison, folded in). */
-static void test_fused(void) {
+static void test_scores_fused(void) {
   if (test_device().type != LOOM_DEVICE_CPU) return;
+  setenv("LOOM_ATTENTION", "composite", 1); /* the composition's kernels */
   LOOM_SCOPE {
     loom_tensor *q = loom_ones(LOOM_SHAPE(2, 4, 16, 8), LOOM_F32, LOOM_CPU);
     loom_tensor *out = loom_scaled_dot_product_attention(q, q, q, NULL, true, 0);
@@ -209,6 +374,7 @@ static void test_fused(void) {
         loom_copy_to_host(loom_slice(loom_reshape(out, LOOM_SHAPE(-1)), 0, 0, 8, 1), v, sizeof v));
     CHECK_NEAR(v[0], 1, 1e-6); /* averages of ones */
   }
+  unsetenv("LOOM_ATTENTION");
 }
 
 /* The layer: torch's parameter names, shapes and initialization bounds
@@ -379,6 +545,7 @@ int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) LOOM_SCOPE {
       gradcheck(&cases[i]);
     }
+  test_scores_fused();
   test_fused();
   return check_report();
 }

@@ -315,6 +315,23 @@ static loom_program *bf16_program(void) {
   return p;
 }
 
+/* Fused attention (runtime/attention_cpu.c's text compiled into the
+ * library): causal, and under a bool mask read through a broadcast. */
+static loom_program *attention_program(void) {
+  loom_program *p = NULL;
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(2, 3, 40, 16), LOOM_F32, LOOM_CPU);
+    loom_tensor *k = loom_add_s(loom_mul_s(x, 0.7), 0.1);
+    loom_tensor *keep =
+        loom_gt_s(loom_randn_key(loom_key_new(7), LOOM_SHAPE(40, 40), LOOM_F32, LOOM_CPU), -1);
+    loom_tensor *y =
+        loom_add(loom_scaled_dot_product_attention(x, k, x, NULL, true, 0),
+                 loom_scaled_dot_product_attention(x, k, loom_neg(x), keep, false, 0.2));
+    p = loom_compile(&y, 1, &x, 1);
+  }
+  return p;
+}
+
 static void test_programs(void) {
   loom_program *p = chain_program();
   export_and_compare(p, "chain");
@@ -347,6 +364,11 @@ static void test_programs(void) {
   CHECK(p != NULL);
   export_and_compare(p, "bf16");
   check_needed("bf16");
+  loom_program_free(p);
+  p = attention_program();
+  CHECK(p != NULL);
+  export_and_compare(p, "attention");
+  check_needed("attention");
   loom_program_free(p);
 }
 

@@ -224,6 +224,14 @@ static void normalized(loom_tensor *const *in, loom_tensor **out) {
   out[1] = loom_cross_entropy(loom_cast(in[0], LOOM_F32), in[1]);
 }
 
+/* The fused attention kernel: causal, and under a mask of a comparison (its
+ * own step, read through a broadcast). */
+static void attention(loom_tensor *const *in, loom_tensor **out) {
+  loom_tensor *k = loom_mul_s(in[0], 0.5), *keep = loom_gt_s(floats(LOOM_SHAPE(9, 9), 16), -0.5);
+  out[0] = loom_scaled_dot_product_attention(in[0], k, in[0], NULL, true, 0);
+  out[1] = loom_scaled_dot_product_attention(in[0], k, in[0], keep, false, 0.3);
+}
+
 static const model models[] = {
     {"chain", 1, 1, {LOOM_SHAPE(37, 19)}, {LOOM_F32}, chain},
     {"clamp", 1, 2, {LOOM_SHAPE(6, 7)}, {LOOM_F32}, clamps},
@@ -243,6 +251,7 @@ static const model models[] = {
     {"conv", 1, 2, {LOOM_SHAPE(2, 4, 9, 9)}, {LOOM_F32}, conv},
     {"embedding", 1, 2, {LOOM_SHAPE(3, 5)}, {LOOM_I64}, embedding},
     {"normalized", 2, 2, {LOOM_SHAPE(5, 12), LOOM_SHAPE(5)}, {LOOM_F64, LOOM_I64}, normalized},
+    {"attention", 1, 2, {LOOM_SHAPE(2, 3, 9, 8)}, {LOOM_F32}, attention},
 };
 #define NMODELS ((int)(sizeof models / sizeof models[0]))
 

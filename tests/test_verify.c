@@ -521,6 +521,65 @@ static void test_broken_cat_window(void) {
   refused("window of 1 dim", view(LM_WINDOW, S(4, 1, 1), leaf(F32, S(4))), "needs 2 or more dims");
 }
 
+/* An attention node of q [2, 5, 4], k [2, 7, 4], v [2, 7, 3], and a mask when given. */
+static lm_node *attention(loom_shape out, lm_node *q, lm_node *k, lm_node *v, lm_node *mask,
+                          int kind, bool causal) {
+  lm_node *src[4] = {q, k, v, mask};
+  lm_node *n = lm_node_new(LM_ATTENTION, mask ? 4 : 3, src, out, F32, LOOM_CPU);
+  for (int s = 0; s < 4; s++) lm_node_release(src[s]);
+  n->arg.attn.scale = 0.5, n->arg.attn.causal = causal, n->arg.attn.mask = kind;
+  return n;
+}
+
+static void test_broken_attention(void) {
+  accepted("attention", attention(S(2, 5, 3), leaf(F32, S(2, 5, 4)), leaf(F32, S(2, 7, 4)),
+                                  leaf(F32, S(2, 7, 3)), NULL, LM_ATTENTION_NO_MASK, true));
+  accepted("attention, bool mask",
+           attention(S(2, 5, 3), leaf(F32, S(2, 5, 4)), leaf(F32, S(2, 7, 4)),
+                     leaf(F32, S(2, 7, 3)), leaf(LOOM_BOOL, S(2, 5, 7)), LM_ATTENTION_BOOL_MASK,
+                     false));
+  refused("attention f64",
+          attention(S(2, 5, 3), leaf(LOOM_F64, S(2, 5, 4)), leaf(F32, S(2, 7, 4)),
+                    leaf(F32, S(2, 7, 3)), NULL, LM_ATTENTION_NO_MASK, false),
+          "source 0 is f64, it must be f32");
+  refused("attention head dims",
+          attention(S(2, 5, 3), leaf(F32, S(2, 5, 4)), leaf(F32, S(2, 7, 5)), leaf(F32, S(2, 7, 3)),
+                    NULL, LM_ATTENTION_NO_MASK, false),
+          "attention takes [.., Tq, D], [.., Tk, D], [.., Tk, Dv]");
+  refused("attention batch",
+          attention(S(2, 5, 3), leaf(F32, S(2, 5, 4)), leaf(F32, S(1, 7, 4)), leaf(F32, S(2, 7, 3)),
+                    NULL, LM_ATTENTION_NO_MASK, false),
+          "the node's rank and batch dims");
+  refused("attention result",
+          attention(S(2, 5, 4), leaf(F32, S(2, 5, 4)), leaf(F32, S(2, 7, 4)), leaf(F32, S(2, 7, 3)),
+                    NULL, LM_ATTENTION_NO_MASK, false),
+          "the shape must be [2,5,3]");
+  refused("attention wide head",
+          attention(S(1, 2, 3), leaf(F32, S(1, 2, 300)), leaf(F32, S(1, 2, 300)),
+                    leaf(F32, S(1, 2, 3)), NULL, LM_ATTENTION_NO_MASK, false),
+          "the fused kernel takes at most 256");
+  refused("attention mask shape",
+          attention(S(2, 5, 3), leaf(F32, S(2, 5, 4)), leaf(F32, S(2, 7, 4)), leaf(F32, S(2, 7, 3)),
+                    leaf(LOOM_BOOL, S(2, 5, 5)), LM_ATTENTION_BOOL_MASK, false),
+          "attention's mask is [.., Tq, Tk]");
+  refused("attention mask dtype",
+          attention(S(2, 5, 3), leaf(F32, S(2, 5, 4)), leaf(F32, S(2, 7, 4)), leaf(F32, S(2, 7, 3)),
+                    leaf(LOOM_BOOL, S(2, 5, 7)), LM_ATTENTION_ADD_MASK, false),
+          "source 3 is bool, it must be f32");
+  refused("attention mask and causal",
+          attention(S(2, 5, 3), leaf(F32, S(2, 5, 4)), leaf(F32, S(2, 7, 4)), leaf(F32, S(2, 7, 3)),
+                    leaf(LOOM_BOOL, S(2, 5, 7)), LM_ATTENTION_BOOL_MASK, true),
+          "mask=bool and causal");
+  refused("attention mask missing",
+          attention(S(2, 5, 3), leaf(F32, S(2, 5, 4)), leaf(F32, S(2, 7, 4)), leaf(F32, S(2, 7, 3)),
+                    NULL, LM_ATTENTION_ADD_MASK, false),
+          "3 sources with mask=add");
+  lm_node *n = attention(S(2, 5, 3), leaf(F32, S(2, 5, 4)), leaf(F32, S(2, 7, 4)),
+                         leaf(F32, S(2, 7, 3)), NULL, LM_ATTENTION_NO_MASK, false);
+  n->arg.attn.scale = -1;
+  refused("attention scale", n, "scale -1 is not a finite value >= 0");
+}
+
 static void test_broken_library(void) {
   accepted("matmul", node(LM_MATMUL, S(2, 4), F32, leaf(F32, S(2, 3)), leaf(F32, S(3, 4)), NULL));
   refused(
@@ -554,6 +613,7 @@ static void test_broken_library(void) {
       "matmul f64 sums of f16",
       node(LM_MATMUL, S(2, 4), LOOM_F64, leaf(LOOM_F16, S(2, 3)), leaf(LOOM_F16, S(3, 4)), NULL),
       "source 0 is f16, it must be f64");
+  test_broken_attention();
   accepted("gather",
            node(LM_GATHER, S(2, 3, 4), F32, leaf(F32, S(10, 4)), leaf(LOOM_U8, S(2, 3)), NULL));
   refused("gather float indices",

@@ -54,6 +54,16 @@ def softmax():
     return lambda: torch.softmax(x, -1)
 
 
+def attention_causal():
+    q, k, v = (uniform(1, 12, 1024, 64) for _ in range(3))
+    hidden = torch.ones(1024, 1024, dtype=torch.bool).triu(1)
+
+    def call():  # torch 1.13 has no F.scaled_dot_product_attention
+        scores = (q @ k.transpose(-2, -1)) * 0.125
+        return scores.masked_fill(hidden, float("-inf")).softmax(-1) @ v
+    return call
+
+
 def layernorm_primitives():
     x, w, b = uniform(ROWS, COLS), uniform(COLS), uniform(COLS)
 
@@ -231,6 +241,7 @@ inf = float("inf")
 common.run("torch", {
     "ew_chain_16M": [("eager", ew_chain_eager), ("out=", ew_chain_out)],
     "softmax_4096x1024": [("torch.softmax", softmax)],
+    "attention_causal_1x12x1024x64": [("matmul, softmax", attention_causal)],
     "layernorm_4096x1024": [("primitives", layernorm_primitives),
                             ("F.layer_norm", layernorm_op)],
     "sum_16M": [("sum", sum_all)],

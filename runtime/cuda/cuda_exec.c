@@ -299,7 +299,8 @@ typedef struct cuda_compile_job {
 #endif
 
 static bool compiles(const lm_step *s) {
-  return s->kind != LM_STEP_COLLECTIVE; /* run through the host (runtime/exec.c) */
+  /* collectives run through the host (runtime/exec.c) */
+  return s->kind != LM_STEP_COLLECTIVE && s->kind != LM_STEP_ATTENTION;
 }
 
 static void compile_steps(void *ctx, int64_t begin, int64_t end) {
@@ -493,7 +494,13 @@ static loom_status kernel_step(const lm_exec *x, const lm_step *s) {
   return st;
 }
 
-static const lm_step_runner cuda_runner = {kernel_step, gemm_step};
+static loom_status attention_step(const lm_exec *x, const lm_step *s) {
+  (void)x, (void)s;
+  return lm_fail(LOOM_ERR_DEVICE, "loom_realize: fused attention runs on the CPU; on CUDA "
+                                  "loom_scaled_dot_product_attention is composed of its ops");
+}
+
+static const lm_step_runner cuda_runner = {kernel_step, gemm_step, attention_step};
 
 /* The Philox keys the kernels read, copied to the device: keys[pos] becomes
  * a device pointer to the two words. */

@@ -1,0 +1,48 @@
+/* Fused attention steps on the CPU: the step's description as the numbers
+ * runtime/attention_cpu.c reads, and the step run over loom's threads. */
+#include "runtime/attention.h"
+
+#include "runtime/exec.h"
+#include "runtime/pool.h"
+#include "runtime/runtime.h"
+
+int lm_attention_numbers(const lm_attention *a, int64_t *num) {
+  return lm_attention_f32_numbers(a->nbatch, a->batch, a->tq, a->tk, a->d, a->dv, a->causal,
+                                  a->mask, a->mask_stride, a->offset, a->row_stride,
+                                  &a->bstride[0][0], LOOM_MAX_DIMS, num);
+}
+
+typedef struct attention_call {
+  void *const *args;
+} attention_call;
+
+static void run_items(void *ctx, int64_t begin, int64_t end) {
+  lm_attention_f32(((attention_call *)ctx)->args, begin, end);
+}
+
+/* Below this many multiply-adds a step runs on the calling thread. */
+#define PARALLEL_WORK 32768
+
+loom_status lm_attention_run_cpu(const lm_exec *x, const lm_step *s) {
+  const lm_attention *a = &s->attn;
+  if (s->outer == 0) return LOOM_OK;
+  int64_t num[LM_ATTENTION_MAX_NUMBERS];
+  if (!lm_attention_numbers(a, num))
+    return lm_fail(LOOM_ERR_INTERNAL, "loom_realize: an attention step of %d batch dims",
+                   a->nbatch);
+  void *const args[] = {x->bufs[s->out],
+                        x->bufs[a->pos[0]],
+                        x->bufs[a->pos[1]],
+                        x->bufs[a->pos[2]],
+                        num,
+                        (void *)&a->scale,
+                        a->mask ? x->bufs[a->pos[3]] : NULL};
+  int64_t items = lm_attention_f32_items(num);
+  int64_t work = s->outer / (a->dv > 0 ? a->dv : 1) * a->tk * (a->d + a->dv);
+  int parts = work < PARALLEL_WORK ? 1 : loom_num_threads();
+  if (parts > items) parts = (int)items;
+  attention_call call = {args};
+  lm_parallel_for(items, parts, run_items, &call);
+  lm_stat_add(LM_STAT_KERNELS_LAUNCHED, 1);
+  return LOOM_OK;
+}
