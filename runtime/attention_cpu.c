@@ -198,6 +198,7 @@ ATTN_INLINE void attn_rows(float *out, const float *q, const float *k, const flo
       }
       for (int u = 0; u < U; u++) st[j + u] = sc[u] * scale;
     }
+    for (int64_t j = (n + U - 1) / U * U; j < ATTN_KTILE; j++) st[j] = ATTN_SPLAT(-INFINITY);
     for (int64_t j = 0; j < ATTN_KTILE; j++) { /* what each row does not see */
       attn_vi hidden = j >= n ? ~(attn_vi){0} : (attn_vi){0};
       int64_t ahead = j0 + j - i0; /* key j0 + j is after query i0 + r where ahead > r */
