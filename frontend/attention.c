@@ -3,7 +3,8 @@
  * F.scaled_dot_product_attention), composed from the core ops: their
  * gradients come from the rules of the ops they are made of, and fusion
  * makes one kernel of each elementwise run (the scale, the mask and the
- * softmax of attention's scores among them). */
+ * softmax of attention's scores among them). Attention without gradients is
+ * one fused op instead (LM_ATTENTION) where its kernels serve. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,8 +211,8 @@ LM_PUBLIC(loom_tensor *, loom_gelu_tanh, (const loom_tensor *a), (a)) {
 
 /* ------------------------------------------------------------ attention */
 
-/* The fused kernel (LM_ATTENTION), where it serves: F32 on the CPU, a bool
- * or F32 mask if any, no gradient flowing (the composition below is
+/* The fused kernel (LM_ATTENTION), where it serves: F32 (on the CPU or a
+ * CUDA device), a bool or F32 mask if any, no gradient flowing (the composition below is
  * differentiated), head dims up to LM_ATTENTION_MAX_HEAD, nothing empty.
  * LOOM_ATTENTION=composite records the composition everywhere. NULL where it
  * does not serve. */
@@ -224,7 +225,7 @@ static loom_tensor *fused_attention(const loom_tensor *q, const loom_tensor *k,
   const lm_node *n[4] = {q->node, k->node, v->node, mask ? mask->node : NULL};
   int nsrc = mask ? 4 : 3;
   for (int s = 0; s < nsrc; s++)
-    if ((s < 3 && n[s]->dtype != LOOM_F32) || n[s]->device.type != LOOM_DEVICE_CPU ||
+    if ((s < 3 && n[s]->dtype != LOOM_F32) || n[s]->device.type != n[0]->device.type ||
         n[s]->device.index != n[0]->device.index || (lm_grad_enabled() && n[s]->requires_grad) ||
         lm_shape_numel(&n[s]->shape) == 0)
       return NULL;

@@ -210,7 +210,7 @@ static void check_general(const char *what, int B, int H, int TQ, int TK, int D,
                           : mk == ADD_MASK ? loom_from_data(add, LOOM_SHAPE(TQ, TK), LOOM_F32, dev)
                                            : NULL;
       loom_tensor *out = loom_scaled_dot_product_attention(tq, tk, tv, mask, causal, 0);
-      if (!composite && dev.type == LOOM_DEVICE_CPU) { /* (before out is computed) */
+      if (!composite) { /* (before out is computed) */
         char *text = plan_text(out);
         CHECK_MSG(text && (strstr(text, ": attention ->") != NULL) == fused,
                   "%s: the plan %s the fused kernel", what, fused ? "lacks" : "has");

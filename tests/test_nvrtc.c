@@ -186,6 +186,17 @@ static void add_gemm_kernels(void) {
     }
 }
 
+/* The fused attention kernel of LM_STEP_ATTENTION (its source carries the
+ * prelude). */
+static void add_attention_kernel(void) {
+  char *src = NULL, name[36], err[512];
+  loom_status st = lm_cuda_attention_source(&src, name, err, sizeof err);
+  CHECK_MSG(st == LOOM_OK, "attention: %s", err);
+  if (st == LOOM_OK)
+    queue_job(name, src, NULL, "attention",
+              (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0});
+}
+
 /* The kernel shape-generic as LOOM_DYNAMIC=always makes it (every extent and
  * every size constant but -1, 0 and 1 read at run time), compiled too: NVRTC
  * checks the CUDA C that generic kernels are, which the emulated device runs
@@ -833,7 +844,8 @@ static void test_codegen_rules(void) {
   CHECK(src == NULL);
   /* names are the LLVM backend's symbols; every kernel is one extern "C" global */
   for (int i = 0; i < njobs; i++) {
-    if (strcmp(jobs[i].label, "gemm") == 0) continue; /* named by dtype and transposes */
+    if (strcmp(jobs[i].label, "gemm") == 0 || strcmp(jobs[i].label, "attention") == 0)
+      continue; /* named by dtype and transposes; one attention kernel */
     char decl[96];
     snprintf(decl, sizeof decl, "__launch_bounds__(%d) %s(void *s0", LM_CUDA_BLOCK, jobs[i].name);
     if (!strstr(jobs[i].source, decl) || strlen(jobs[i].name) != 35) {
@@ -861,6 +873,7 @@ int main(void) {
   test_philox_text();
   collect_all();
   add_gemm_kernels();
+  add_attention_kernel();
   check_coverage();
   test_codegen_rules();
   dump_sources();

@@ -114,6 +114,20 @@ void lm_cuda_gemm_epilogue_name(const lk_kernel *k, int gemm_slot, loom_dtype ge
  * max/min, wrapping integer arithmetic, warp shuffles, vector chunks). */
 const char *lm_cuda_prelude(void);
 
+/*
+ * CUDA C of the fused attention kernel of LM_STEP_ATTENTION (cuda_attention.c):
+ *   extern "C" __global__ void lm_attention_f32(float *out, const float *q,
+ *       const float *k, const float *v, const void *mask, long long scale_bits,
+ *       long long nbatch, tq, tk, d, dv, causal, how, mc, items,
+ *       offsets o0..o3, row strides r0..r3, batch sizes n0..n5,
+ *       batch strides q0..q5, k0..k5, v0..v5, m0..m5)
+ * (q, k, v, mask in that order; how: 0 no mask, 1 bool, 2 added; mc the
+ * mask's stride along Tk; items = batch x ceil(Tq / 8)); launched with
+ * LM_CUDA_BLOCK threads and any grid. *source (the prelude, then the kernel)
+ * is malloc'd; name needs 36 bytes.
+ */
+loom_status lm_cuda_attention_source(char **source, char name[36], char *err, size_t errlen);
+
 /* Whether NVRTC could be loaded; when not, why (into why, when why && whylen). */
 bool lm_nvrtc_available(char *why, size_t whylen);
 

@@ -194,6 +194,13 @@ static loom_status gemm_source(const void *ctx, char **source, cuda_code *c, cha
   return lm_cuda_gemm_source(g->dtype, g->a_trans, g->b_trans, source, c->name, err, errlen);
 }
 
+static loom_status attention_source(const void *ctx, char **source, cuda_code *c, char *err,
+                                    size_t errlen) {
+  (void)ctx;
+  c->launch = (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0}; /* launched by its step */
+  return lm_cuda_attention_source(source, c->name, err, errlen);
+}
+
 /* A kernel step with its deferred GEMM fused in. */
 typedef struct fused_ctx {
   const lk_kernel *kernel; /* the step's, or the generic one serving it */
@@ -233,6 +240,8 @@ static loom_status step_code(const lm_schedule *p, lm_step *s, int dev, const un
     snprintf(name, sizeof name, "lm_gemm_%s_%c%c", loom_dtype_name(s->gemm.dtype),
              s->gemm.a_trans ? 't' : 'n', s->gemm.b_trans ? 't' : 'n');
     st = find_code(dev, name, gemm_source, &s->gemm, code, NULL);
+  } else if (s->kind == LM_STEP_ATTENTION) {
+    st = find_code(dev, "lm_attention_f32", attention_source, NULL, code, NULL);
   } else {
     /* the shape-generic kernel serving this one, when its shape has one */
     lk_kernel generic;
@@ -299,8 +308,7 @@ typedef struct cuda_compile_job {
 #endif
 
 static bool compiles(const lm_step *s) {
-  /* collectives run through the host (runtime/exec.c) */
-  return s->kind != LM_STEP_COLLECTIVE && s->kind != LM_STEP_ATTENTION;
+  return s->kind != LM_STEP_COLLECTIVE; /* run through the host (runtime/exec.c) */
 }
 
 static void compile_steps(void *ctx, int64_t begin, int64_t end) {
@@ -494,10 +502,33 @@ static loom_status kernel_step(const lm_exec *x, const lm_step *s) {
   return st;
 }
 
+/* Fused attention (cuda_attention.c's kernel): its buffers and numbers, one
+ * block per 8 query rows of a batch index, up to BLOCKS_PER_SM per
+ * multiprocessor (the kernel strides over the rest). */
 static loom_status attention_step(const lm_exec *x, const lm_step *s) {
-  (void)x, (void)s;
-  return lm_fail(LOOM_ERR_DEVICE, "loom_realize: fused attention runs on the CPU; on CUDA "
-                                  "loom_scaled_dot_product_attention is composed of its ops");
+  const lm_attention *a = &s->attn;
+  if (s->outer == 0) return LOOM_OK;
+  uint64_t v[64];
+  int n = 0;
+  v[n++] = ptr_value(x->bufs[s->out]);
+  for (int k = 0; k < 3; k++) v[n++] = ptr_value(x->bufs[a->pos[k]]);
+  v[n++] = a->mask ? ptr_value(x->bufs[a->pos[3]]) : 0;
+  memcpy(&v[n++], &a->scale, sizeof a->scale);
+  int64_t items = (a->tq + 7) / 8;
+  for (int d = 0; d < a->nbatch; d++) items *= a->batch[d];
+  const int64_t head[] = {a->nbatch, a->tq,   a->tk,          a->d, a->dv,
+                          a->causal, a->mask, a->mask_stride, items};
+  for (size_t i = 0; i < sizeof head / sizeof *head; i++) v[n++] = (uint64_t)head[i];
+  for (int k = 0; k < 4; k++) v[n++] = (uint64_t)a->offset[k];
+  for (int k = 0; k < 4; k++) v[n++] = (uint64_t)a->row_stride[k];
+  for (int d = 0; d < 6; d++) v[n++] = (uint64_t)(d < a->nbatch ? a->batch[d] : 1);
+  for (int k = 0; k < 4; k++)
+    for (int d = 0; d < 6; d++) v[n++] = (uint64_t)(d < a->nbatch ? a->bstride[k][d] : 0);
+  int64_t blocks = items, cap = BLOCKS_PER_SM;
+  const lm_cu_device *dev = lm_cu_device_at(x->device.index);
+  if (dev && dev->multiprocessors > 0) cap *= dev->multiprocessors;
+  if (blocks > cap) blocks = cap;
+  return launch(x, s->device_code, (unsigned)blocks, 1, 1, v, n);
 }
 
 static const lm_step_runner cuda_runner = {kernel_step, gemm_step, attention_step};

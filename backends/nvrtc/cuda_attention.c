@@ -1,0 +1,127 @@
+/*
+ * The fused attention kernel of LM_STEP_ATTENTION on CUDA: out = softmax(q
+ * k^T * scale + mask) v with the softmax computed online, as the CPU's
+ * (runtime/attention_cpu.c), over the same operand layouts: q [.., Tq, D], k
+ * [.., Tk, D], v [.., Tk, Dv] read through an offset, a row stride and batch
+ * strides each (rows of unit stride), an optional mask [.., Tq, Tk] (bool
+ * bytes: nonzero attends; or floats added) through strides, out contiguous.
+ *
+ * A block of LM_CUDA_BLOCK threads takes 8 consecutive query rows of one batch
+ * index (a work item, grid-stride over the items), one warp per row. Its q row
+ * goes to shared memory; keys go 32 at a time, one per lane: the lane's score
+ * is its key's dot product with q; the warp's max and sum come by shuffles;
+ * every lane then rescales the output dims it owns (lane + 32 c, c < 8: Dv at
+ * most 256) and adds the chunk's 32 terms, their weights read back from shared
+ * memory. Every warp of a block runs the same number of chunks (the block's
+ * last row decides, rows past Tq compute and store nothing), so the barriers
+ * and shuffles are uniform over the block. A row seeing no key is NaN (0 / 0),
+ * as softmax over -inf gives. Every parameter is 8 bytes and integral (the
+ * scale is a double's bits), as runtime/cuda/cuda_exec.c passes them.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/nvrtc/nvrtc_backend.h"
+
+_Static_assert(LM_CUDA_BLOCK == 256, "the attention kernel runs 8 warps a block");
+
+static const char attention_source[] =
+    "extern \"C\" __global__ void __launch_bounds__(256)\n"
+    "lm_attention_f32(float *out, const float *q, const float *k, const float *v,\n"
+    "                 const void *mask, long long scale_bits, long long nbatch, long long tq,\n"
+    "                 long long tk, long long d, long long dv, long long causal,\n"
+    "                 long long how, long long mc, long long items,\n"
+    "                 long long o0, long long o1, long long o2, long long o3,\n"
+    "                 long long r0, long long r1, long long r2, long long r3,\n"
+    "                 long long n0, long long n1, long long n2, long long n3, long long n4,\n"
+    "                 long long n5,\n"
+    "                 long long q0, long long q1, long long q2, long long q3, long long q4,\n"
+    "                 long long q5,\n"
+    "                 long long k0, long long k1, long long k2, long long k3, long long k4,\n"
+    "                 long long k5,\n"
+    "                 long long v0, long long v1, long long v2, long long v3, long long v4,\n"
+    "                 long long v5,\n"
+    "                 long long m0, long long m1, long long m2, long long m3, long long m4,\n"
+    "                 long long m5) {\n"
+    "  __shared__ float qs[8][256];\n"
+    "  __shared__ float ps[8][32];\n"
+    "  const long long sizes[6] = {n0, n1, n2, n3, n4, n5};\n"
+    "  const long long strides[4][6] = {{q0, q1, q2, q3, q4, q5}, {k0, k1, k2, k3, k4, k5},\n"
+    "                                   {v0, v1, v2, v3, v4, v5}, {m0, m1, m2, m3, m4, m5}};\n"
+    "  const float scale = (float)__longlong_as_double(scale_bits);\n"
+    "  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;\n"
+    "  const long long blocks = (tq + 7) / 8;\n"
+    "  for (long long item = blockIdx.x; item < items; item += gridDim.x) {\n"
+    "    const long long b = item / blocks, i0 = item % blocks * 8, i = i0 + warp;\n"
+    "    const int real = i < tq;\n"
+    "    const long long row = real ? i : tq - 1;\n"
+    "    long long off[4] = {o0, o1, o2, o3};\n"
+    "    for (long long at = b, x = nbatch - 1; x >= 0; x--) {\n"
+    "      const long long at_x = at % sizes[x];\n"
+    "      at /= sizes[x];\n"
+    "      for (int s = 0; s < 4; s++) off[s] += at_x * strides[s][x];\n"
+    "    }\n"
+    "    for (long long e = lane; e < d; e += 32) qs[warp][e] = q[off[0] + row * r0 + e];\n"
+    "    __syncthreads();\n"
+    "    const long long last = i0 + 7 < tq ? i0 + 7 : tq - 1;\n"
+    "    const long long keys = causal && last + 1 < tk ? last + 1 : tk;\n"
+    "    float max = -LM_INF_F, sum = 0, acc[8];\n"
+    "    for (int c = 0; c < 8; c++) acc[c] = 0;\n"
+    "    for (long long j0 = 0; j0 < keys; j0 += 32) {\n"
+    "      const long long j = j0 + lane;\n"
+    "      float s = -LM_INF_F;\n"
+    "      if (j < keys && (!causal || j <= row)) {\n"
+    "        const float *kj = k + off[1] + j * r1;\n"
+    "        float dot = 0;\n"
+    "        for (long long e = 0; e < d; e++) dot = fmaf(qs[warp][e], kj[e], dot);\n"
+    "        s = dot * scale;\n"
+    "        const long long at = off[3] + row * r3 + j * mc;\n"
+    "        if (how == 1) s = ((const unsigned char *)mask)[at] ? s : -LM_INF_F;\n"
+    "        if (how == 2) s += ((const float *)mask)[at];\n"
+    "      }\n"
+    "      float top = s;\n"
+    "      for (int o = 16; o > 0; o /= 2) {\n"
+    "        const float other = __shfl_xor_sync(LM_FULL_MASK, top, o);\n"
+    "        top = other > top ? other : top;\n"
+    "      }\n"
+    "      const float grown = top > max ? top : max;\n"
+    "      /* a row that has seen nothing yet shifts by 0: its terms are 0 */\n"
+    "      const float shift = grown == -LM_INF_F ? 0.0f : grown;\n"
+    "      const float p = expf(s - shift), rescale = expf(max - shift);\n"
+    "      float total = p;\n"
+    "      for (int o = 16; o > 0; o /= 2) total += __shfl_xor_sync(LM_FULL_MASK, total, o);\n"
+    "      sum = sum * rescale + total;\n"
+    "      max = grown;\n"
+    "      ps[warp][lane] = p;\n"
+    "      __syncthreads();\n"
+    "      const long long n = keys - j0 < 32 ? keys - j0 : 32;\n"
+    "      for (int c = 0; c < 8; c++) acc[c] *= rescale;\n"
+    "      for (long long t = 0; t < n; t++) {\n"
+    "        const float w = ps[warp][t];\n"
+    "        const float *vj = v + off[2] + (j0 + t) * r2;\n"
+    "        for (int c = 0; c < 8; c++)\n"
+    "          if (lane + 32 * c < dv) acc[c] = fmaf(w, vj[lane + 32 * c], acc[c]);\n"
+    "      }\n"
+    "      __syncthreads();\n"
+    "    }\n"
+    "    for (int c = 0; c < 8; c++)\n"
+    "      if (real && lane + 32 * c < dv) out[(b * tq + i) * dv + lane + 32 * c] = acc[c] / sum;\n"
+    "    __syncthreads();\n"
+    "  }\n"
+    "}\n";
+
+loom_status lm_cuda_attention_source(char **source, char name[36], char *err, size_t errlen) {
+  const char *prelude = lm_cuda_prelude();
+  size_t a = strlen(prelude), b = strlen(attention_source);
+  *source = malloc(a + b + 1);
+  snprintf(name, 36, "lm_attention_f32");
+  if (*source) {
+    memcpy(*source, prelude, a);
+    memcpy(*source + a, attention_source, b + 1);
+  } else {
+    snprintf(err, errlen, "out of memory");
+    return LOOM_ERR_OOM;
+  }
+  return LOOM_OK;
+}
