@@ -1,4 +1,4 @@
-/* Fused attention on the CPU: out = softmax(q k^T * scale, causal mask) v,
+/* Fused attention on the CPU: out = softmax(q k^T * scale + mask) v,
  * one block of query rows at a time over tiles of keys, with the softmax
  * computed online (a running max and sum per row, the output rescaled when
  * the max grows), so no row of scores longer than a tile is ever stored.
@@ -15,9 +15,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__GNUC__) && !defined(__clang__)
 /* 64-byte vectors pass in registers only with AVX-512: every function taking
  * one is inlined, so no call ever passes one */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpsabi"
+#elif defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
