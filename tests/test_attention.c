@@ -176,9 +176,10 @@ static char *plan_text(loom_tensor *t) {
 
 typedef enum { NO_MASK, KEEP_MASK, ADD_MASK } mask_kind;
 
-/* One case, fused (the default, without gradients) and composed
+/* One case, fused (LOOM_ATTENTION=fused: the kernel wherever it can run, as
+ * CUDA's default runs it for short queries only) and composed
  * (LOOM_ATTENTION=composite), each against the double reference; `fused`:
- * whether the default path must be the fused kernel. */
+ * whether the first path must be the fused kernel. */
 static void check_general(const char *what, int B, int H, int TQ, int TK, int D, int DV,
                           bool causal, mask_kind mk, bool fused) {
   int BH = B * H;
@@ -200,7 +201,7 @@ static void check_general(const char *what, int B, int H, int TQ, int TK, int D,
   reference_general(q, k, v, BH, TQ, TK, D, DV, causal, keep, add, scale, want);
   float *got = malloc(sizeof(float) * nout);
   for (int composite = 0; composite < 2; composite++) {
-    if (composite) setenv("LOOM_ATTENTION", "composite", 1);
+    setenv("LOOM_ATTENTION", composite ? "composite" : "fused", 1);
     LOOM_NO_GRAD LOOM_SCOPE {
       loom_device dev = test_device();
       loom_tensor *tq = loom_from_data(q, LOOM_SHAPE(B, H, TQ, D), LOOM_F32, dev);
@@ -222,7 +223,7 @@ static void check_general(const char *what, int B, int H, int TQ, int TK, int D,
     double worst = 0;
     for (size_t i = 0; i < nout; i++) worst = fmax(worst, fabs(got[i] - want[i]));
     CHECK_MSG(worst < 3e-5, "%s (%s): worst difference %g from the double reference", what,
-              composite ? "composed" : "default", worst);
+              composite ? "composed" : "fused", worst);
   }
   free(q), free(k), free(v), free(add), free(keep), free(want), free(got);
 }
@@ -234,7 +235,7 @@ static void test_fused_views(void) {
   float *x = random_floats((size_t)B * T * 3 * C, 21);
   float got[2][B * T * C];
   for (int composite = 0; composite < 2; composite++) {
-    if (composite) setenv("LOOM_ATTENTION", "composite", 1);
+    setenv("LOOM_ATTENTION", composite ? "composite" : "fused", 1);
     LOOM_NO_GRAD LOOM_SCOPE {
       loom_tensor *qkv = loom_from_data(x, LOOM_SHAPE(B, T, 3 * C), LOOM_F32, test_device());
       loom_tensor *part[3];
@@ -261,6 +262,7 @@ static void test_fused_nan(void) {
   q[3 * D + 1] = NAN;
   unsigned char keep[T * T];
   for (int i = 0; i < T * T; i++) keep[i] = i / T != 5; /* row 5 sees nothing */
+  setenv("LOOM_ATTENTION", "fused", 1);
   LOOM_NO_GRAD LOOM_SCOPE {
     loom_device dev = test_device();
     loom_tensor *tq = loom_from_data(q, LOOM_SHAPE(1, T, D), LOOM_F32, dev);
@@ -270,9 +272,29 @@ static void test_fused_nan(void) {
     CHECK_OK(loom_copy_to_host(loom_scaled_dot_product_attention(tq, tk, tv, m, false, 0), out,
                                sizeof out));
   }
+  unsetenv("LOOM_ATTENTION");
   for (int i = 0; i < T; i++) {
     bool nan_row = i == 3 || i == 5, nan = isnan(out[i * D]);
     CHECK_MSG(nan == nan_row, "row %d: %g (NaN expected: %d)", i, out[i * D], nan_row);
+  }
+}
+
+/* Which path the default takes: the kernel on the CPU for every length; on
+ * CUDA for queries of up to 16 rows (decoding), the composition past them. */
+static void test_default_path(void) {
+  const int lengths[] = {1, 16, 17, 64};
+  for (int i = 0; i < 4; i++) {
+    LOOM_NO_GRAD LOOM_SCOPE {
+      loom_device dev = test_device();
+      loom_tensor *q = loom_ones(LOOM_SHAPE(2, lengths[i], 8), LOOM_F32, dev);
+      loom_tensor *k = loom_ones(LOOM_SHAPE(2, 40, 8), LOOM_F32, dev);
+      char *text = plan_text(loom_scaled_dot_product_attention(q, k, k, NULL, false, 0));
+      bool want = dev.type == LOOM_DEVICE_CPU || lengths[i] <= 16;
+      CHECK_MSG(text && (strstr(text, ": attention ->") != NULL) == want,
+                "%d queries: the default plan %s the fused kernel", lengths[i],
+                want ? "lacks" : "has");
+      free(text);
+    }
   }
 }
 
@@ -281,6 +303,7 @@ static void test_fused(void) {
   check_general("causal across tiles and row blocks", 1, 2, 70, 70, 64, 64, true, NO_MASK, true);
   check_general("fewer queries, causal", 1, 2, 5, 131, 16, 16, true, NO_MASK, true);
   check_general("more queries, causal", 2, 1, 20, 6, 8, 8, true, NO_MASK, true);
+  check_general("two queries, causal", 2, 3, 2, 70, 16, 16, true, NO_MASK, true);
   check_general("one query, kept keys", 1, 4, 1, 130, 32, 32, false, KEEP_MASK, true);
   check_general("rows, kept keys", 2, 2, 33, 65, 16, 16, false, KEEP_MASK, true);
   check_general("added mask", 1, 3, 18, 40, 8, 8, false, ADD_MASK, true);
@@ -290,6 +313,7 @@ static void test_fused(void) {
   check_general("head past the kernel's", 1, 1, 4, 9, 257, 8, false, NO_MASK, false);
   test_fused_views();
   test_fused_nan();
+  test_default_path();
 }
 
 static loom_tensor *sdpa_causal(loom_tensor *const *in) {

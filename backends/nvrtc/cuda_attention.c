@@ -6,17 +6,25 @@
  * strides each (rows of unit stride), an optional mask [.., Tq, Tk] (bool
  * bytes: nonzero attends; or floats added) through strides, out contiguous.
  *
- * A block of LM_CUDA_BLOCK threads takes 8 consecutive query rows of one batch
- * index (a work item, grid-stride over the items), one warp per row. Its q row
- * goes to shared memory; keys go 32 at a time, one per lane: the lane's score
- * is its key's dot product with q; the warp's max and sum come by shuffles;
- * every lane then rescales the output dims it owns (lane + 32 c, c < 8: Dv at
- * most 256) and adds the chunk's 32 terms, their weights read back from shared
- * memory. Every warp of a block runs the same number of chunks (the block's
- * last row decides, rows past Tq compute and store nothing), so the barriers
- * and shuffles are uniform over the block. A row seeing no key is NaN (0 / 0),
- * as softmax over -inf gives. Every parameter is 8 bytes and integral (the
- * scale is a double's bits), as runtime/cuda/cuda_exec.c passes them.
+ * A block of LM_CUDA_BLOCK threads (8 warps) takes `rows` consecutive query
+ * rows of one batch index (a work item, grid-stride over the items): 8 for
+ * long queries, fewer down to 1 for decoding's short ones, so that 8 / rows
+ * warps share each row and split its keys (warp w takes row w % rows and the
+ * chunks of 32 keys numbered w / rows modulo 8 / rows). A warp copies its q
+ * row to shared memory; keys go 32 at a time, one per lane: the warp stages
+ * the chunk's keys 32 dims at a time in shared memory (each load one key's 32
+ * consecutive floats, coalesced; rows padded to 33 floats, so that a lane
+ * reading its own key's dims hits its own bank), and the lane's score is its
+ * key's dot product with q;
+ * the warp's max and sum come by shuffles; every lane then rescales the
+ * output dims it owns (lane + 32 c, c < 8: Dv at most 256) and adds the
+ * chunk's 32 terms, their weights read back from the warp's shared slots.
+ * Warps synchronize only with themselves inside the loop (a row's causal
+ * limit is its own); at the end the warps of a row merge their (max, sum,
+ * dims) through shared memory (the dims where its keys were), rescaling each to the largest max,
+ * and the first writes the row. A row seeing no key is NaN (0 / 0), as softmax over -inf gives.
+ * Every parameter is 8 bytes and integral (the scale is a double's bits), as
+ * runtime/cuda/cuda_exec.c passes them.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +39,7 @@ static const char attention_source[] =
     "lm_attention_f32(float *out, const float *q, const float *k, const float *v,\n"
     "                 const void *mask, long long scale_bits, long long nbatch, long long tq,\n"
     "                 long long tk, long long d, long long dv, long long causal,\n"
-    "                 long long how, long long mc, long long items,\n"
+    "                 long long how, long long mc, long long items, long long rows,\n"
     "                 long long o0, long long o1, long long o2, long long o3,\n"
     "                 long long r0, long long r1, long long r2, long long r3,\n"
     "                 long long n0, long long n1, long long n2, long long n3, long long n4,\n"
@@ -46,14 +54,18 @@ static const char attention_source[] =
     "                 long long m5) {\n"
     "  __shared__ float qs[8][256];\n"
     "  __shared__ float ps[8][32];\n"
+    "  /* a warp's 32 keys, 32 dims at a time; after its loop, its output dims */\n"
+    "  __shared__ float ks[8][32][33];\n"
+    "  __shared__ float part_max[8], part_sum[8];\n"
     "  const long long sizes[6] = {n0, n1, n2, n3, n4, n5};\n"
     "  const long long strides[4][6] = {{q0, q1, q2, q3, q4, q5}, {k0, k1, k2, k3, k4, k5},\n"
     "                                   {v0, v1, v2, v3, v4, v5}, {m0, m1, m2, m3, m4, m5}};\n"
     "  const float scale = (float)__longlong_as_double(scale_bits);\n"
     "  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;\n"
-    "  const long long blocks = (tq + 7) / 8;\n"
+    "  const int splits = 8 / (int)rows, split = warp / (int)rows;\n"
+    "  const long long blocks = (tq + rows - 1) / rows;\n"
     "  for (long long item = blockIdx.x; item < items; item += gridDim.x) {\n"
-    "    const long long b = item / blocks, i0 = item % blocks * 8, i = i0 + warp;\n"
+    "    const long long b = item / blocks, i = item % blocks * rows + warp % rows;\n"
     "    const int real = i < tq;\n"
     "    const long long row = real ? i : tq - 1;\n"
     "    long long off[4] = {o0, o1, o2, o3};\n"
@@ -63,19 +75,30 @@ static const char attention_source[] =
     "      for (int s = 0; s < 4; s++) off[s] += at_x * strides[s][x];\n"
     "    }\n"
     "    for (long long e = lane; e < d; e += 32) qs[warp][e] = q[off[0] + row * r0 + e];\n"
-    "    __syncthreads();\n"
-    "    const long long last = i0 + 7 < tq ? i0 + 7 : tq - 1;\n"
-    "    const long long keys = causal && last + 1 < tk ? last + 1 : tk;\n"
+    "    __syncwarp();\n"
+    "    const long long keys = causal && row + 1 < tk ? row + 1 : tk;\n"
     "    float max = -LM_INF_F, sum = 0, acc[8];\n"
     "    for (int c = 0; c < 8; c++) acc[c] = 0;\n"
-    "    for (long long j0 = 0; j0 < keys; j0 += 32) {\n"
-    "      const long long j = j0 + lane;\n"
+    "    for (long long j0 = 32 * split; j0 < keys; j0 += 32 * splits) {\n"
+    "      const long long j = j0 + lane, n = keys - j0 < 32 ? keys - j0 : 32;\n"
+    "      float dot0 = 0, dot1 = 0;\n"
+    "      for (long long e0 = 0; e0 < d; e0 += 32) {\n"
+    "        if (e0 + lane < d)\n"
+    "          for (long long t = 0; t < n; t++) ks[warp][t][lane] = k[off[1] + (j0 + t) * r1 + e0 "
+    "+ lane];\n"
+    "        __syncwarp();\n"
+    "        const int width = d - e0 < 32 ? (int)(d - e0) : 32;\n"
+    "        int e = 0;\n"
+    "        for (; e + 2 <= width; e += 2) {\n"
+    "          dot0 = fmaf(qs[warp][e0 + e], ks[warp][lane][e], dot0);\n"
+    "          dot1 = fmaf(qs[warp][e0 + e + 1], ks[warp][lane][e + 1], dot1);\n"
+    "        }\n"
+    "        if (e < width) dot0 = fmaf(qs[warp][e0 + e], ks[warp][lane][e], dot0);\n"
+    "        __syncwarp();\n"
+    "      }\n"
     "      float s = -LM_INF_F;\n"
-    "      if (j < keys && (!causal || j <= row)) {\n"
-    "        const float *kj = k + off[1] + j * r1;\n"
-    "        float dot = 0;\n"
-    "        for (long long e = 0; e < d; e++) dot = fmaf(qs[warp][e], kj[e], dot);\n"
-    "        s = dot * scale;\n"
+    "      if (j < keys) {\n"
+    "        s = (dot0 + dot1) * scale;\n"
     "        const long long at = off[3] + row * r3 + j * mc;\n"
     "        if (how == 1) s = ((const unsigned char *)mask)[at] ? s : -LM_INF_F;\n"
     "        if (how == 2) s += ((const float *)mask)[at];\n"
@@ -94,8 +117,7 @@ static const char attention_source[] =
     "      sum = sum * rescale + total;\n"
     "      max = grown;\n"
     "      ps[warp][lane] = p;\n"
-    "      __syncthreads();\n"
-    "      const long long n = keys - j0 < 32 ? keys - j0 : 32;\n"
+    "      __syncwarp();\n"
     "      for (int c = 0; c < 8; c++) acc[c] *= rescale;\n"
     "      for (long long t = 0; t < n; t++) {\n"
     "        const float w = ps[warp][t];\n"
@@ -103,10 +125,29 @@ static const char attention_source[] =
     "        for (int c = 0; c < 8; c++)\n"
     "          if (lane + 32 * c < dv) acc[c] = fmaf(w, vj[lane + 32 * c], acc[c]);\n"
     "      }\n"
-    "      __syncthreads();\n"
+    "      __syncwarp();\n"
     "    }\n"
+    "    if (lane == 0) part_max[warp] = max, part_sum[warp] = sum;\n"
     "    for (int c = 0; c < 8; c++)\n"
-    "      if (real && lane + 32 * c < dv) out[(b * tq + i) * dv + lane + 32 * c] = acc[c] / sum;\n"
+    "      if (lane + 32 * c < dv) (&ks[warp][0][0])[lane + 32 * c] = acc[c];\n"
+    "    __syncthreads();\n"
+    "    if (split == 0 && real) {\n"
+    "      float top = -LM_INF_F, total = 0;\n"
+    "      for (int w = warp; w < 8; w += (int)rows) top = part_max[w] > top ? part_max[w] : top;\n"
+    "      const float shift = top == -LM_INF_F ? 0.0f : top;\n"
+    "      float weight[8];\n"
+    "      for (int w = warp, x = 0; w < 8; w += (int)rows, x++) {\n"
+    "        weight[x] = expf(part_max[w] - shift);\n"
+    "        total += part_sum[w] * weight[x];\n"
+    "      }\n"
+    "      for (int c = 0; c < 8; c++) {\n"
+    "        if (lane + 32 * c >= dv) continue;\n"
+    "        float value = 0;\n"
+    "        for (int w = warp, x = 0; w < 8; w += (int)rows, x++)\n"
+    "          value = fmaf((&ks[w][0][0])[lane + 32 * c], weight[x], value);\n"
+    "        out[(b * tq + i) * dv + lane + 32 * c] = value / total;\n"
+    "      }\n"
+    "    }\n"
     "    __syncthreads();\n"
     "  }\n"
     "}\n";

@@ -503,8 +503,10 @@ static loom_status kernel_step(const lm_exec *x, const lm_step *s) {
 }
 
 /* Fused attention (cuda_attention.c's kernel): its buffers and numbers, one
- * block per 8 query rows of a batch index, up to BLOCKS_PER_SM per
- * multiprocessor (the kernel strides over the rest). */
+ * block per `rows` query rows of a batch index (8; for fewer queries, as
+ * decoding's one, the fewest power of two holding them, so the block's spare
+ * warps split the keys), up to BLOCKS_PER_SM per multiprocessor (the kernel
+ * strides over the rest). */
 static loom_status attention_step(const lm_exec *x, const lm_step *s) {
   const lm_attention *a = &s->attn;
   if (s->outer == 0) return LOOM_OK;
@@ -514,10 +516,12 @@ static loom_status attention_step(const lm_exec *x, const lm_step *s) {
   for (int k = 0; k < 3; k++) v[n++] = ptr_value(x->bufs[a->pos[k]]);
   v[n++] = a->mask ? ptr_value(x->bufs[a->pos[3]]) : 0;
   memcpy(&v[n++], &a->scale, sizeof a->scale);
-  int64_t items = (a->tq + 7) / 8;
+  int64_t rows = 8;
+  while (rows > 1 && rows / 2 >= a->tq) rows /= 2;
+  int64_t items = (a->tq + rows - 1) / rows;
   for (int d = 0; d < a->nbatch; d++) items *= a->batch[d];
-  const int64_t head[] = {a->nbatch, a->tq,   a->tk,          a->d, a->dv,
-                          a->causal, a->mask, a->mask_stride, items};
+  const int64_t head[] = {a->nbatch, a->tq,   a->tk,          a->d,  a->dv,
+                          a->causal, a->mask, a->mask_stride, items, rows};
   for (size_t i = 0; i < sizeof head / sizeof *head; i++) v[n++] = (uint64_t)head[i];
   for (int k = 0; k < 4; k++) v[n++] = (uint64_t)a->offset[k];
   for (int k = 0; k < 4; k++) v[n++] = (uint64_t)a->row_stride[k];

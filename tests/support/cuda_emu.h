@@ -47,6 +47,9 @@ template <typename T> static inline T __shfl_xor_sync(unsigned mask, T v, int la
   return out;
 }
 
+/* A warp's barrier: a shuffle waits for the warp's 32 lanes, as it does. */
+static inline void __syncwarp(unsigned mask = 0xffffffffu) { (void)__shfl_xor_sync(mask, 0, 0); }
+
 /* Bit casts and the high half of a product. */
 static inline float __int_as_float(int i) {
   float f;
