@@ -3,7 +3,6 @@
 #include "runtime/attention.h"
 
 #include "runtime/exec.h"
-#include "runtime/pool.h"
 #include "runtime/runtime.h"
 
 int lm_attention_numbers(const lm_attention *a, int64_t *num) {
@@ -12,16 +11,10 @@ int lm_attention_numbers(const lm_attention *a, int64_t *num) {
                                   &a->bstride[0][0], LOOM_MAX_DIMS, num);
 }
 
-typedef struct attention_call {
-  void *const *args;
-} attention_call;
-
-static void run_items(void *ctx, int64_t begin, int64_t end) {
-  lm_attention_f32(((attention_call *)ctx)->args, begin, end);
+int64_t lm_attention_work(const lm_step *s) {
+  const lm_attention *a = &s->attn;
+  return s->outer / (a->dv > 0 ? a->dv : 1) * a->tk * (a->d + a->dv);
 }
-
-/* Below this many multiply-adds a step runs on the calling thread. */
-#define PARALLEL_WORK 32768
 
 loom_status lm_attention_run_cpu(const lm_exec *x, const lm_step *s) {
   const lm_attention *a = &s->attn;
@@ -37,12 +30,7 @@ loom_status lm_attention_run_cpu(const lm_exec *x, const lm_step *s) {
                         num,
                         (void *)&a->scale,
                         a->mask ? x->bufs[a->pos[3]] : NULL};
-  int64_t items = lm_attention_f32_items(num);
-  int64_t work = s->outer / (a->dv > 0 ? a->dv : 1) * a->tk * (a->d + a->dv);
-  int parts = work < PARALLEL_WORK ? 1 : loom_num_threads();
-  if (parts > items) parts = (int)items;
-  attention_call call = {args};
-  lm_parallel_for(items, parts, run_items, &call);
+  lm_run_kernel_fn(lm_attention_f32, args, 0, lm_attention_f32_items(num), lm_attention_work(s));
   lm_stat_add(LM_STAT_KERNELS_LAUNCHED, 1);
   return LOOM_OK;
 }

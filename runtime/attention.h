@@ -19,6 +19,8 @@ int lm_attention_f32_numbers(int nbatch, const int64_t *batch, int64_t tq, int64
                              const int64_t *bstride, int pitch, int64_t *num);
 /* The numbers of a step (room for LM_ATTENTION_MAX_NUMBERS); how many. */
 int lm_attention_numbers(const lm_attention *a, int64_t *num);
+/* A step's multiply-adds, as counted to decide whether it runs on threads. */
+int64_t lm_attention_work(const lm_step *s);
 
 /* runtime/attention_cpu.c's text (generated at build time), for exports */
 extern const char lm_attention_cpu_source[];

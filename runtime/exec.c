@@ -42,15 +42,19 @@ static void run_range(void *ctx, int64_t begin, int64_t end) {
  * the pool costs more than it saves. */
 #define PARALLEL_WORK 32768
 
+void lm_run_kernel_fn(lk_fn fn, void *const *args, int64_t begin, int64_t end, int64_t work) {
+  int64_t n = end - begin;
+  int parts = work < PARALLEL_WORK ? 1 : loom_num_threads();
+  if (parts > n) parts = (int)n;
+  kernel_call call = {fn, args, begin};
+  lm_parallel_for(n, parts, run_range, &call);
+}
+
 /* Runs a kernel over output points [begin, end). */
 static void launch(const lm_step *s, void *const *args, int64_t begin, int64_t end) {
   int64_t inner = 1;
   for (int d = s->kernel.nouter; d < s->kernel.ndim; d++) inner *= s->kernel.dom[d];
-  int64_t n = end - begin, work = n * (inner > 0 ? inner : 1);
-  int parts = work < PARALLEL_WORK ? 1 : loom_num_threads();
-  if (parts > n) parts = (int)n;
-  kernel_call call = {s->fn, args, begin};
-  lm_parallel_for(n, parts, run_range, &call);
+  lm_run_kernel_fn(s->fn, args, begin, end, (end - begin) * (inner > 0 ? inner : 1));
 }
 
 /* Rows a GEMM epilogue block covers: at least GEMM_BLOCK_ROWS (a BLAS call on

@@ -47,6 +47,10 @@ typedef struct lm_step_runner {
 } lm_step_runner;
 /* runtime/attention.c: a fused attention step on the CPU's threads. */
 loom_status lm_attention_run_cpu(const lm_exec *x, const lm_step *s);
+/* Runs a kernel-shaped fn over items [begin, end) on loom's threads, or on
+ * the caller's when `work` (element visits or multiply-adds) is too little
+ * to wake the pool for. */
+void lm_run_kernel_fn(lk_fn fn, void *const *args, int64_t begin, int64_t end, int64_t work);
 loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r);
 
 /* runtime/profile.c: LOOM_PROFILE=1 times every step of CPU runs and prints

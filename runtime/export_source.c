@@ -322,10 +322,9 @@ static void write_attention_step(const lm_export_layout *l, int i, FILE *f) {
           buffer(l, s->out, o, sizeof o), buffer(l, a->pos[0], q, sizeof q),
           buffer(l, a->pos[1], k, sizeof k), buffer(l, a->pos[2], v, sizeof v),
           a->mask ? buffer(l, a->pos[3], m, sizeof m) : "NULL");
-  int64_t visits = s->outer / (a->dv > 0 ? a->dv : 1) * a->tk * (a->d + a->dv);
   fprintf(
       f, "    run_kernel(%s_attention_f32, args, %s_attention_f32_items(num), %" PRId64 ");\n  }\n",
-      l->name, l->name, visits);
+      l->name, l->name, lm_attention_work(s));
 }
 
 /* runtime/attention_cpu.c itself, its functions renamed into the library's
