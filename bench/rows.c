@@ -75,6 +75,30 @@ static loom_status attention_run(void *state, bench_call_report *report) {
   return st;
 }
 
+/* Its training: the gradients of sum(w * attention(q, k, v)) to q, k and v
+ * (the fused backward on the CPU), realized with the forward in one program. */
+static loom_status attention_train_setup(void **state) {
+  loom_shape shape = LOOM_SHAPE(ATT_B, ATT_H, ATT_T, ATT_D);
+  loom_shape shapes[4] = {shape, shape, shape, shape};
+  loom_status st = bench_inputs_new(state, 4, shapes);
+  bench_inputs *in = st ? NULL : *state;
+  for (int i = 0; in && i < 3 && !st; i++) st = loom_set_requires_grad(in->t[i], true);
+  return st;
+}
+
+static loom_status attention_train_run(void *state, bench_call_report *report) {
+  (void)report;
+  bench_inputs *in = state;
+  loom_scope_begin();
+  loom_tensor *out = loom_scaled_dot_product_attention(in->t[0], in->t[1], in->t[2], NULL, true, 0);
+  loom_status st = loom_backward(loom_sum_all(loom_mul(out, in->t[3])));
+  loom_tensor *grads[3];
+  for (int i = 0; i < 3; i++) grads[i] = loom_grad(in->t[i]);
+  if (!st) st = loom_eval(grads, 3);
+  for (int i = 0; i < 3; i++) loom_free(grads[i]), loom_clear_grad(in->t[i]);
+  return bench_first_error(st, loom_scope_end());
+}
+
 const bench_workload bench_rows_workloads[] = {
     {
         .name = "softmax_4096x1024",
@@ -98,6 +122,19 @@ const bench_workload bench_rows_workloads[] = {
         .measure_peak = true,
         .setup = attention_setup,
         .run = attention_run,
+        .teardown = bench_inputs_free,
+    },
+    {
+        .name = "attention_causal_train_1x12x1024x64",
+        .what = "causal attention's forward and its gradients to q, k, v ([1,12,1024,64]): the "
+                "fused forward and backward, recomputing the scores (LOOM_ATTENTION=composite: "
+                "the composition's GEMMs, softmax and their gradients)",
+        .metric = BENCH_FLOPS,
+        /* the forward's two products and the backward's four over the causal half */
+        .work = 6.0 * 2.0 * ATT_B * ATT_H * ATT_D * (ATT_T * (ATT_T + 1.0) / 2),
+        .measure_peak = true,
+        .setup = attention_train_setup,
+        .run = attention_train_run,
         .teardown = bench_inputs_free,
     },
     {

@@ -223,6 +223,17 @@ static loom_status propagate(const char *name, lm_node *const *outs, lm_node *co
       if (!accumulate(w, n->src[0], g)) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
       continue;
     }
+    if (n->op == LM_ATTENTION) { /* q, k and v's gradients from one backward */
+      lm_node *g[3];
+      if (!lm_attention_grads(n, w->grad[i], g))
+        return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+      for (int s = 0; s < 3; s++)
+        if (g[s] && !accumulate(w, n->src[s], g[s])) {
+          for (int t = s + 1; t < 3; t++) lm_node_release(g[t]);
+          return lm_fail(LOOM_ERR_OOM, "%s: out of memory", name);
+        }
+      continue;
+    }
     for (int s = 0; s < n->nsrc; s++) {
       bool oom;
       lm_node *g = lm_grad_rule(n, s, w->grad[i], &oom);

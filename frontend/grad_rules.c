@@ -337,6 +337,93 @@ static lm_node *gather_grad(ctx *c, lm_node *g) {
   return keep(c->a, nb_reshape(rows_grad, table->shape));
 }
 
+/* ------------------------------------------------------------ attention */
+
+/* Attention's gradients from core ops, where the gradient is differentiated
+ * again (loom_grad_of): the scores recomputed, p = softmax(s), dv = p^T g,
+ * ds = p (g v^T - rowsum(p g v^T)), dq = ds k * scale, dk = ds^T q * scale. */
+static void composed_attention_grads(ctx *c, lm_node *g, lm_node *r[3]) {
+  const lm_node *n = c->n;
+  lm_node *q = n->src[0], *k = n->src[1], *v = n->src[2];
+  double scale = n->arg.attn.scale;
+  int nd = q->shape.ndim;
+  uint32_t last = 1u << (nd - 1);
+  lm_node *s = mul_s(c, keep(c->a, nb_matmul(q, keep(c->a, nb_transpose_last(k)))), scale);
+  if (s && n->arg.attn.causal) { /* key j after query i: column > row */
+    loom_shape cols = s->shape, rows = s->shape;
+    for (int d = 0; d < nd - 2; d++) cols.dim[d] = rows.dim[d] = 1;
+    cols.dim[nd - 2] = 1, rows.dim[nd - 1] = 1;
+    lm_node *later =
+        bin(c, LM_LT, expand(c, iota(c, rows), s->shape), expand(c, iota(c, cols), s->shape));
+    s = where(c, later, cst(c, s, -INFINITY), s);
+  } else if (s && n->arg.attn.mask == LM_ATTENTION_BOOL_MASK) {
+    s = where(c, n->src[3], s, cst(c, s, -INFINITY));
+  } else if (s && n->arg.attn.mask == LM_ATTENTION_ADD_MASK) {
+    s = bin(c, LM_ADD, s, n->src[3]);
+  }
+  lm_node *lse = s ? keep(c->a, nb_reduce(LM_RLSE, s, last)) : NULL;
+  lm_node *p = s && lse ? un(c, LM_EXP, bin(c, LM_SUB, s, expand(c, lse, s->shape))) : NULL;
+  lm_node *dp = keep(c->a, nb_matmul(g, keep(c->a, nb_transpose_last(v))));
+  lm_node *delta = keep(c->a, nb_reduce(LM_RSUM, mul(c, dp, p), last));
+  lm_node *ds = p ? mul(c, p, bin(c, LM_SUB, dp, expand(c, delta, p->shape))) : NULL;
+  r[0] = mul_s(c, keep(c->a, nb_matmul(ds, k)), scale);
+  r[1] = mul_s(c, keep(c->a, nb_matmul(keep(c->a, nb_transpose_last(ds)), q)), scale);
+  r[2] = keep(c->a, nb_matmul(keep(c->a, nb_transpose_last(p)), g));
+}
+
+/* The fused backward (LM_ATTENTION_GRAD, runtime/attention_cpu.c): one node
+ * computing dq, dk and dv of each batch index in three parts, and a view of
+ * each (slices of constant bounds where Tq = Tk and D = Dv, as symbolic
+ * sizes need). */
+static void fused_attention_grads(ctx *c, lm_node *g, lm_node *r[3]) {
+  const lm_node *n = c->n;
+  const loom_shape *qs = &n->src[0]->shape;
+  int nd = qs->ndim;
+  int64_t tq = qs->dim[nd - 2], d = qs->dim[nd - 1], tk = n->src[1]->shape.dim[nd - 2];
+  int64_t dv = n->src[2]->shape.dim[nd - 1];
+  lm_node *src[6]; /* q, k, v, [mask], the output and its gradient */
+  int ns = 0;
+  for (int s = 0; s < n->nsrc; s++) src[ns++] = n->src[s];
+  src[ns++] = (lm_node *)n;
+  src[ns++] = g;
+  loom_shape packed = *qs;
+  packed.ndim = nd + 1;
+  packed.dim[nd - 2] = 3, packed.dim[nd - 1] = tq > tk ? tq : tk, packed.dim[nd] = d > dv ? d : dv;
+  lm_node *all = keep(c->a, lm_node_new(LM_ATTENTION_GRAD, ns, src, packed, LOOM_F32, n->device));
+  if (!all) return;
+  all->arg.attn = n->arg.attn;
+  int64_t start[LOOM_MAX_DIMS] = {0}, step[LOOM_MAX_DIMS];
+  for (int x = 0; x < nd + 1; x++) step[x] = 1;
+  for (int s = 0; s < 3; s++) {
+    loom_shape part = *qs, piece = packed;
+    part.dim[nd - 2] = s == 0 ? tq : tk;
+    part.dim[nd - 1] = s == 2 ? dv : d;
+    piece.dim[nd - 2] = 1, piece.dim[nd - 1] = part.dim[nd - 2], piece.dim[nd] = part.dim[nd - 1];
+    start[nd - 2] = s;
+    r[s] = keep(c->a, nb_reshape(keep(c->a, nb_slice(all, piece, start, step)), part));
+  }
+}
+
+bool lm_attention_grads(const lm_node *n, lm_node *g, lm_node *out[3]) {
+  arena a = {.n = 0};
+  ctx c = {&a, n};
+  lm_node *r[3] = {NULL, NULL, NULL};
+  for (int s = 0; s < 3; s++) out[s] = NULL;
+  if (lm_grad_enabled())
+    composed_attention_grads(&c, g, r);
+  else
+    fused_attention_grads(&c, g, r);
+  for (int s = 0; s < 3 && !a.oom; s++)
+    if (n->src[s]->requires_grad) {
+      a.oom |= r[s] == NULL;
+      if (r[s]) lm_node_retain(r[s]), out[s] = r[s];
+    }
+  bool ok = !a.oom;
+  result(&a, NULL);
+  for (int s = 0; s < 3 && !ok; s++) lm_node_release(out[s]), out[s] = NULL;
+  return ok;
+}
+
 lm_node *lm_grad_rule(const lm_node *n, int which, lm_node *g, bool *oom) {
   arena a = {.n = 0};
   ctx c = {&a, n};

@@ -104,6 +104,13 @@ typedef enum lm_op {
                     order, [total] */
   LM_BROADCAST,  /* rank arg.coll.root's src[0] */
   LM_ALL_GATHER, /* the arg.coll.world ranks' src[0] joined along arg.coll.axis */
+  /* (last, so that the earlier ops keep their numbers in graph hashes) a library call:
+     attention's gradients from LM_ATTENTION's sources q, k, v (and its mask), its
+     output o and o's gradient, arg.attn as the forward's: [..., 3, T, W] with T =
+     max(Tq, Tk), W = max(D, Dv), each batch index's dq [Tq, D], dk [Tk, D] and dv
+     [Tk, Dv] in the top left of its three [T, W] parts (the rest zeros), so that
+     each is a slice of constant bounds where Tq = Tk and D = Dv */
+  LM_ATTENTION_GRAD,
   LM_NUM_OPS
 } lm_op;
 
@@ -278,6 +285,7 @@ bool lm_op_is_elementwise(lm_op op);
 bool lm_op_is_view(lm_op op);
 bool lm_op_is_reduce(lm_op op);
 bool lm_op_is_collective(lm_op op);
+bool lm_op_is_attention(lm_op op); /* LM_ATTENTION or its gradient */
 /* loom_reduce_op's name in listings and the program text ("sum", ...), NULL
  * outside the enum; and back (-1 for none). */
 const char *lm_reduce_op_name(int reduce);

@@ -86,6 +86,8 @@ const lm_op_info lm_op_table[LM_NUM_OPS] = {
                       0},
     [LM_ALL_GATHER] = {"all_gather", LM_OPC_COLLECTIVE, 1, LM_ARG_COLL, LM_RES_SOURCE, false, false,
                        0},
+    [LM_ATTENTION_GRAD] = {"attention_grad", LM_OPC_LIBRARY, -1, LM_ARG_ATTN, LM_RES_SOURCE, true,
+                           false, 0},
 };
 
 static const char *const reduce_names[] = {"mean", "sum", "none", "max",
@@ -121,6 +123,7 @@ bool lm_op_is_elementwise(lm_op op) { return is_class(op, LM_OPC_ELEMENTWISE); }
 bool lm_op_is_view(lm_op op) { return is_class(op, LM_OPC_VIEW); }
 bool lm_op_is_reduce(lm_op op) { return is_class(op, LM_OPC_REDUCE); }
 bool lm_op_is_collective(lm_op op) { return is_class(op, LM_OPC_COLLECTIVE); }
+bool lm_op_is_attention(lm_op op) { return op == LM_ATTENTION || op == LM_ATTENTION_GRAD; }
 
 static const char *const mask_names[] = {"none", "bool", "add"};
 

@@ -405,12 +405,17 @@ static bool check_matmul(const verdict *v) {
          source_dtype_is(v, 1, in, "the first operand's dtype");
 }
 
-/* q [.., Tq, D], k [.., Tk, D], v [.., Tk, Dv] -> [.., Tq, Dv], F32. */
+/* q [.., Tq, D], k [.., Tk, D], v [.., Tk, Dv] -> [.., Tq, Dv], F32; the
+ * gradient's node takes the output o and its gradient [.., Tq, Dv] too and
+ * makes [.., 3, max(Tq, Tk), max(D, Dv)]. */
 static bool check_attention(const verdict *v) {
   const lm_node *n = v->n;
-  if (n->nsrc < 3) return refuse(v, "%d sources: attention takes q, k, v (and a mask)", n->nsrc);
+  bool grad = n->op == LM_ATTENTION_GRAD;
+  if (n->nsrc < (grad ? 5 : 3))
+    return refuse(v, "%d sources: attention takes q, k, v (and a mask)%s", n->nsrc,
+                  grad ? ", its output and the output's gradient" : "");
   const lm_node *q = n->src[0], *k = n->src[1], *val = n->src[2];
-  int nd = n->shape.ndim;
+  int nd = q->shape.ndim;
   char sq[200], sk[200], sv[200];
   if (n->dtype != LOOM_F32) return refuse(v, "attention is f32 (other dtypes are composed)");
   if (!(n->arg.attn.scale >= 0) || isinf(n->arg.attn.scale))
@@ -432,11 +437,14 @@ static bool check_attention(const verdict *v) {
                   (long long)q->shape.dim[nd - 1], (long long)val->shape.dim[nd - 1],
                   LM_ATTENTION_MAX_HEAD);
   int mask = n->arg.attn.mask;
-  if (mask < LM_ATTENTION_NO_MASK || mask > LM_ATTENTION_ADD_MASK || n->nsrc != (mask ? 4 : 3) ||
-      (mask && n->arg.attn.causal))
+  int inputs = mask ? 4 : 3;
+  if (mask < LM_ATTENTION_NO_MASK || mask > LM_ATTENTION_ADD_MASK ||
+      n->nsrc != inputs + (grad ? 2 : 0) || (mask && n->arg.attn.causal))
     return refuse(v,
-                  "%d sources with mask=%s%s: attention takes q, k, v and a mask when it has one",
-                  n->nsrc, lm_attention_mask_name(mask), n->arg.attn.causal ? " and causal" : "");
+                  "%d sources with mask=%s%s: attention takes q, k, v and a mask when it has "
+                  "one%s",
+                  n->nsrc, lm_attention_mask_name(mask), n->arg.attn.causal ? " and causal" : "",
+                  grad ? ", then its output and the output's gradient" : "");
   if (mask) {
     const lm_node *m = n->src[3];
     bool ok = m->shape.ndim == nd && m->shape.dim[nd - 2] == q->shape.dim[nd - 2] &&
@@ -451,8 +459,22 @@ static bool check_attention(const verdict *v) {
   }
   loom_shape want = q->shape;
   want.dim[nd - 1] = val->shape.dim[nd - 1];
-  return shape_is(v, &want, "[.., Tq, Dv]") && source_dtype_is(v, 0, LOOM_F32, "f32") &&
-         source_dtype_is(v, 1, LOOM_F32, "f32") && source_dtype_is(v, 2, LOOM_F32, "f32");
+  for (int s = inputs; grad && s < n->nsrc; s++) {
+    if (!lm_shape_eq(&n->src[s]->shape, &want))
+      return refuse(v, "%s %s: attention's output and its gradient are [.., Tq, Dv] %s",
+                    s == inputs ? "output" : "gradient",
+                    shape_str(&n->src[s]->shape, sq, sizeof sq), shape_str(&want, sk, sizeof sk));
+    if (!source_dtype_is(v, s, LOOM_F32, "f32")) return false;
+  }
+  if (grad) { /* each batch index's dq, dk and dv in three parts */
+    int64_t tq = q->shape.dim[nd - 2], tk = k->shape.dim[nd - 2], d = q->shape.dim[nd - 1];
+    int64_t dv = val->shape.dim[nd - 1];
+    want.ndim = nd + 1;
+    want.dim[nd - 2] = 3, want.dim[nd - 1] = tq > tk ? tq : tk, want.dim[nd] = d > dv ? d : dv;
+  }
+  return shape_is(v, &want, grad ? "[.., 3, max(Tq, Tk), max(D, Dv)]" : "[.., Tq, Dv]") &&
+         source_dtype_is(v, 0, LOOM_F32, "f32") && source_dtype_is(v, 1, LOOM_F32, "f32") &&
+         source_dtype_is(v, 2, LOOM_F32, "f32");
 }
 
 /* src[0] a table [V, ..], src[1] integer indices of shape S: S + [..]. */
@@ -585,7 +607,8 @@ bool lm_node_verify(const lm_node *n, char *why, size_t len) {
   case LM_CAT: return check_cat(&v);
   case LM_WINDOW: return check_window(&v);
   case LM_MATMUL: return check_matmul(&v);
-  case LM_ATTENTION: return check_attention(&v);
+  case LM_ATTENTION:
+  case LM_ATTENTION_GRAD: return check_attention(&v);
   case LM_GATHER: return check_gather(&v);
   case LM_ALL_REDUCE:
   case LM_BROADCAST:

@@ -80,7 +80,7 @@ static void mark_gemm_operands(lm_planner *pl) {
     changed = false;
     for (int i = 0; i < g->n; i++) {
       lm_node *n = g->nodes[i];
-      if (lm_is_computed(n) || (n->op != LM_MATMUL && n->op != LM_ATTENTION)) continue;
+      if (lm_is_computed(n) || (n->op != LM_MATMUL && !lm_op_is_attention(n->op))) continue;
       lm_plan_of(pl, n)->materialize = true;
       for (int s = 0; s < n->nsrc; s++) {
         const lm_node *base;
@@ -103,7 +103,7 @@ static void count_uses(lm_planner *pl) {
     lm_node *n = g->nodes[i];
     if (lm_is_computed(n)) continue;
     lm_plan_node *pn = lm_plan_of(pl, n);
-    if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL || n->op == LM_ATTENTION)
+    if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL || lm_op_is_attention(n->op))
       pn->materialize = true;
     if (lm_op_is_collective(n->op)) { /* a library step: its sources whole in memory */
       pn->materialize = true;
@@ -300,7 +300,7 @@ bool lm_fuse_epilogues(lm_planner *pl) {
   for (int i = 0; i < g->n; i++) {
     lm_node *e = g->nodes[i];
     if (!lm_materialized(pl, e) || lm_op_is_reduce(e->op) || e->op == LM_MATMUL ||
-        e->op == LM_ATTENTION || lm_op_is_collective(e->op))
+        lm_op_is_attention(e->op) || lm_op_is_collective(e->op))
       continue;
     lm_node *r = NULL;
     bool bad = false;

@@ -61,34 +61,38 @@ static bool attention_operand(const lm_planner *pl, const lm_node *operand, cons
 
 bool lm_library_operand(const lm_planner *pl, const lm_node *consumer, const lm_node *operand,
                         const lm_node **base, lm_view *view) {
-  if (consumer->op != LM_ATTENTION) return lm_gemm_operand(pl, operand, base, view);
+  if (!lm_op_is_attention(consumer->op)) return lm_gemm_operand(pl, operand, base, view);
   return attention_operand(pl, operand, base, view,
-                           consumer->nsrc == 4 && consumer->src[3] == operand);
+                           consumer->arg.attn.mask && consumer->src[3] == operand);
 }
 
 void lm_plan_attention(const lm_planner *pl, lm_node *n, lm_step *step) {
   lm_attention *a = &step->attn;
   memset(a, 0, sizeof *a);
-  int nd = n->shape.ndim;
+  const loom_shape *q = &n->src[0]->shape;
+  int nd = q->ndim;
   a->nbatch = nd - 2;
-  for (int d = 0; d < nd - 2; d++) a->batch[d] = n->shape.dim[d];
-  a->tq = n->shape.dim[nd - 2];
-  a->dv = n->shape.dim[nd - 1];
+  for (int d = 0; d < nd - 2; d++) a->batch[d] = q->dim[d];
+  a->tq = q->dim[nd - 2];
+  a->d = q->dim[nd - 1];
   a->tk = n->src[1]->shape.dim[nd - 2];
-  a->d = n->src[0]->shape.dim[nd - 1];
+  a->dv = n->src[2]->shape.dim[nd - 1];
   a->scale = n->arg.attn.scale;
   a->causal = n->arg.attn.causal;
   a->mask = n->arg.attn.mask;
-  a->pos[3] = -1;
+  a->backward = n->op == LM_ATTENTION_GRAD;
+  for (int k = 0; k < LM_ATTENTION_OPERANDS; k++) a->pos[k] = -1;
   for (int s = 0; s < n->nsrc; s++) {
+    /* q, k, v, [mask], then the gradient's o and do at 4 and 5 */
+    int k = s < 3 || a->mask ? s : s + 1;
     const lm_node *base;
     lm_view view;
-    attention_operand(pl, n->src[s], &base, &view, s == 3);
-    a->pos[s] = lm_graph_pos(pl->g, base);
-    a->offset[s] = view.offset;
-    a->row_stride[s] = view.strides[nd - 2];
-    for (int d = 0; d < nd - 2; d++) a->bstride[s][d] = view.strides[d];
-    if (s == 3) a->mask_stride = view.strides[nd - 1];
+    attention_operand(pl, n->src[s], &base, &view, k == 3);
+    a->pos[k] = lm_graph_pos(pl->g, base);
+    a->offset[k] = view.offset;
+    a->row_stride[k] = view.strides[nd - 2];
+    for (int d = 0; d < nd - 2; d++) a->bstride[k][d] = view.strides[d];
+    if (k == 3) a->mask_stride = view.strides[nd - 1];
   }
   step->kind = LM_STEP_ATTENTION;
   step->out = n->pos;
@@ -233,7 +237,7 @@ static bool makes_gemm_operand(const lm_graph *g, const lm_schedule *p, const lm
       if (!s->arg_key[a] && s->arg_pos[a] == e->out) return false;
     for (int k = 0; s->kind == LM_STEP_COLLECTIVE && k < s->coll.nin; k++)
       if (s->coll.in_pos[k] == e->out) return false;
-    for (int k = 0; s->kind == LM_STEP_ATTENTION && k < 4; k++)
+    for (int k = 0; s->kind == LM_STEP_ATTENTION && k < LM_ATTENTION_OPERANDS; k++)
       if (s->attn.pos[k] == e->out) return false;
   }
   return readers > 0;

@@ -55,21 +55,27 @@ typedef struct lm_gemm {
 } lm_gemm;
 
 /* Fused attention (LM_ATTENTION): out [batch.., Tq, Dv], contiguous, from q,
- * k and v read in place through views whose last dim has unit stride. The
- * numbers are what the kernel reads (runtime/attention_cpu.c's argument
- * numbers, lm_attention_f32_numbers): sizes, then per operand its offset, row stride
+ * k and v read in place through views whose last dim has unit stride; its
+ * backward (LM_ATTENTION_GRAD, `backward`): out [batch.., Tq D + Tk D + Tk Dv],
+ * each batch index's dq, dk and dv one after the other, contiguous, from the
+ * same operands and the forward's output and its gradient. The numbers are
+ * what the kernels read (runtime/attention_cpu.c's argument numbers,
+ * lm_attention_f32_numbers): sizes, then per operand its offset, row stride
  * and batch strides, in elements. */
+enum { LM_ATTENTION_OPERANDS = 6 };
 typedef struct lm_attention {
   int nbatch;
   int64_t batch[LOOM_MAX_DIMS];
   int64_t tq, tk, d, dv;
-  /* q, k, v and the mask; the mask's row stride is along Tq, mask_stride
-     along Tk */
-  int64_t offset[4], row_stride[4], bstride[4][LOOM_MAX_DIMS], mask_stride;
-  int pos[4]; /* canonical positions of their buffers (the mask's: -1 without) */
-  int mask;   /* lm_attention_mask */
+  /* q, k, v, the mask, the forward's output and its gradient; the mask's row
+     stride is along Tq, mask_stride along Tk */
+  int64_t offset[LM_ATTENTION_OPERANDS], row_stride[LM_ATTENTION_OPERANDS];
+  int64_t bstride[LM_ATTENTION_OPERANDS][LOOM_MAX_DIMS], mask_stride;
+  int pos[LM_ATTENTION_OPERANDS]; /* canonical positions of their buffers (-1: none) */
+  int mask;                       /* lm_attention_mask */
   double scale;
-  bool causal; /* key j > query i masked */
+  bool causal;   /* key j > query i masked */
+  bool backward; /* LM_ATTENTION_GRAD */
 } lm_attention;
 
 /* A collective across processes (LM_ALL_REDUCE, LM_BROADCAST, LM_ALL_GATHER):

@@ -85,7 +85,7 @@ static loom_status lower_step(const lm_planner *pl, lm_schedule *p, lm_node *n, 
     lm_plan_gemm(pl, n, step);
     return LOOM_OK;
   }
-  if (n->op == LM_ATTENTION) {
+  if (lm_op_is_attention(n->op)) {
     lm_plan_attention(pl, n, step);
     return LOOM_OK;
   }

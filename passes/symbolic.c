@@ -485,17 +485,48 @@ static void infer_node(infer *f, int pos) {
     }
     return;
   case LM_OPC_LIBRARY: {
-    if (n->op == LM_ATTENTION) { /* q [.., Tq, D], k [.., Tk, D], v [.., Tk, Dv] */
-      for (int d = 0; d < nd - 2; d++)
-        for (int s = 0; s < 3; s++) join(f, slot(pos, d), slot(src[s], d));
-      join(f, slot(pos, nd - 2), slot(src[0], nd - 2));
-      join(f, slot(pos, nd - 1), slot(src[2], nd - 1));
-      join(f, slot(src[0], nd - 1), slot(src[1], nd - 1));
-      join(f, slot(src[1], nd - 2), slot(src[2], nd - 2));
-      if (n->nsrc == 4) { /* the mask [.., Tq, Tk] */
-        for (int d = 0; d < nd - 2; d++) join(f, slot(pos, d), slot(src[3], d));
-        join(f, slot(src[3], nd - 2), slot(pos, nd - 2));
-        join(f, slot(src[3], nd - 1), slot(src[1], nd - 2));
+    if (lm_op_is_attention(n->op)) { /* q [.., Tq, D], k [.., Tk, D], v [.., Tk, Dv] */
+      int nq = g->nodes[src[0]]->shape.ndim, inputs = n->arg.attn.mask ? 4 : 3;
+      for (int d = 0; d < nq - 2; d++)
+        for (int s = 1; s < n->nsrc; s++) join(f, slot(src[0], d), slot(src[s], d));
+      join(f, slot(src[0], nq - 1), slot(src[1], nq - 1));
+      join(f, slot(src[1], nq - 2), slot(src[2], nq - 2));
+      if (inputs == 4) { /* the mask [.., Tq, Tk] */
+        join(f, slot(src[3], nq - 2), slot(src[0], nq - 2));
+        join(f, slot(src[3], nq - 1), slot(src[1], nq - 2));
+      }
+      for (int s = inputs; s < n->nsrc; s++) { /* the gradient's o and do [.., Tq, Dv] */
+        join(f, slot(src[s], nq - 2), slot(src[0], nq - 2));
+        join(f, slot(src[s], nq - 1), slot(src[2], nq - 1));
+      }
+      for (int d = 0; d < nq - 2; d++) join(f, slot(pos, d), slot(src[0], d));
+      if (n->op == LM_ATTENTION) {
+        join(f, slot(pos, nq - 2), slot(src[0], nq - 2));
+        join(f, slot(pos, nq - 1), slot(src[2], nq - 1));
+        return;
+      }
+      /* the gradient's [.., 3, max(Tq, Tk), max(D, Dv)]: each max is one of
+       * its sizes where they are equal, or both fixed */
+      lm_sym_expr three = lm_sym_const(3);
+      set_expr(f, slot(pos, nq - 2), &three);
+      for (int x = 0; x < 2; x++) {
+        int a = x ? slot(src[0], nq - 1) : slot(src[0], nq - 2),
+            b = x ? slot(src[2], nq - 1) : slot(src[1], nq - 2), out = slot(pos, nq - 1 + x);
+        const lm_sym_expr *ea = known_expr(f, a), *eb = known_expr(f, b);
+        if (!ea || !eb) continue;
+        if (find(f, a) == find(f, b) || lm_sym_eq(ea, eb)) {
+          join(f, out, a);
+        } else if (lm_sym_is_const(ea) && lm_sym_is_const(eb)) {
+          lm_sym_expr larger = lm_sym_const(concrete(f, out));
+          set_expr(f, out, &larger);
+        } else {
+          char sa[128], sb[128];
+          fail_at(f, pos,
+                  "attention's fused gradient over sizes %s and %s: the larger of two different "
+                  "symbolic sizes follows no polynomial (LOOM_ATTENTION=composite composes it)",
+                  lm_sym_str(ea, f->names, sa, sizeof sa), lm_sym_str(eb, f->names, sb, sizeof sb));
+          return;
+        }
       }
       return;
     }

@@ -7,13 +7,16 @@
 
 int lm_attention_numbers(const lm_attention *a, int64_t *num) {
   return lm_attention_f32_numbers(a->nbatch, a->batch, a->tq, a->tk, a->d, a->dv, a->causal,
-                                  a->mask, a->mask_stride, a->offset, a->row_stride,
+                                  a->mask, a->mask_stride, a->backward, a->offset, a->row_stride,
                                   &a->bstride[0][0], LOOM_MAX_DIMS, num);
 }
 
 int64_t lm_attention_work(const lm_step *s) {
   const lm_attention *a = &s->attn;
-  return s->outer / (a->dv > 0 ? a->dv : 1) * a->tk * (a->d + a->dv);
+  int64_t batch = 1;
+  for (int d = 0; d < a->nbatch; d++) batch *= a->batch[d];
+  /* the backward computes the scores twice, dp, dq, dk and dv */
+  return batch * a->tq * a->tk * (a->backward ? 4 * a->d + 2 * a->dv : a->d + a->dv);
 }
 
 loom_status lm_attention_run_cpu(const lm_exec *x, const lm_step *s) {
@@ -29,8 +32,14 @@ loom_status lm_attention_run_cpu(const lm_exec *x, const lm_step *s) {
                         x->bufs[a->pos[2]],
                         num,
                         (void *)&a->scale,
-                        a->mask ? x->bufs[a->pos[3]] : NULL};
-  lm_run_kernel_fn(lm_attention_f32, args, 0, lm_attention_f32_items(num), lm_attention_work(s));
+                        a->mask ? x->bufs[a->pos[3]] : NULL,
+                        a->backward ? x->bufs[a->pos[4]] : NULL,
+                        a->backward ? x->bufs[a->pos[5]] : NULL};
+  if (a->backward)
+    lm_run_kernel_fn(lm_attention_grad_f32, args, 0, lm_attention_grad_f32_items(num),
+                     lm_attention_work(s));
+  else
+    lm_run_kernel_fn(lm_attention_f32, args, 0, lm_attention_f32_items(num), lm_attention_work(s));
   lm_stat_add(LM_STAT_KERNELS_LAUNCHED, 1);
   return LOOM_OK;
 }

@@ -13,8 +13,12 @@
  * [begin, end): work items (lm_attention_f32_items). */
 void lm_attention_f32(void *const *args, int64_t begin, int64_t end);
 int64_t lm_attention_f32_items(const int64_t *num);
+/* The backward (LM_ATTENTION_GRAD): args as the forward's, then the
+ * forward's output and its gradient; a work item is a batch index. */
+void lm_attention_grad_f32(void *const *args, int64_t begin, int64_t end);
+int64_t lm_attention_grad_f32_items(const int64_t *num);
 int lm_attention_f32_numbers(int nbatch, const int64_t *batch, int64_t tq, int64_t tk, int64_t d,
-                             int64_t dv, int causal, int mask, int64_t mask_stride,
+                             int64_t dv, int causal, int mask, int64_t mask_stride, int backward,
                              const int64_t *offset, const int64_t *row_stride,
                              const int64_t *bstride, int pitch, int64_t *num);
 /* The numbers of a step (room for LM_ATTENTION_MAX_NUMBERS); how many. */

@@ -1,7 +1,9 @@
 /* Fused attention on the CPU: out = softmax(q k^T * scale + mask) v,
  * one block of query rows at a time over tiles of keys, with the softmax
  * computed online (a running max and sum per row, the output rescaled when
- * the max grows), so no row of scores longer than a tile is ever stored.
+ * the max grows), so no row of scores longer than a tile is ever stored;
+ * and its backward (lm_attention_grad_f32), which recomputes the scores a
+ * tile at a time instead of reading them back.
  *
  * This file is self-contained C (no loom header): it is compiled into the
  * library and its text is also written into exported libraries
@@ -27,6 +29,9 @@
 #define ATTN_KTILE 64 /* keys per tile: a multiple of the widest vector */
 #define ATTN_MAX_HEAD 256
 #define ATTN_MAX_BATCH 6
+/* q, k, v, the mask, and for the backward the forward's output and its
+ * gradient */
+#define ATTN_OPERANDS 6
 /* the numbers' positions (args[4]) */
 enum {
   ATTN_NBATCH,
@@ -37,11 +42,11 @@ enum {
   ATTN_CAUSAL,
   ATTN_MASK,                                  /* 0 none, 1 bool, 2 added */
   ATTN_MASK_COL,                              /* the mask's stride along Tk */
-  ATTN_OFFSET,                                /* 4: q, k, v, mask */
-  ATTN_ROW = ATTN_OFFSET + 4,                 /* 4 */
-  ATTN_BATCH = ATTN_ROW + 4,                  /* ATTN_MAX_BATCH */
-  ATTN_BSTRIDE = ATTN_BATCH + ATTN_MAX_BATCH, /* 4 x ATTN_MAX_BATCH */
-  ATTN_NUMBERS = ATTN_BSTRIDE + 4 * ATTN_MAX_BATCH
+  ATTN_OFFSET,                                /* ATTN_OPERANDS */
+  ATTN_ROW = ATTN_OFFSET + ATTN_OPERANDS,     /* ATTN_OPERANDS */
+  ATTN_BATCH = ATTN_ROW + ATTN_OPERANDS,      /* ATTN_MAX_BATCH */
+  ATTN_BSTRIDE = ATTN_BATCH + ATTN_MAX_BATCH, /* ATTN_OPERANDS x ATTN_MAX_BATCH */
+  ATTN_NUMBERS = ATTN_BSTRIDE + ATTN_OPERANDS * ATTN_MAX_BATCH
 };
 
 /* 16 floats: a 512-bit register with AVX-512, two with AVX2, four with SSE
@@ -52,6 +57,10 @@ typedef uint32_t attn_vu __attribute__((vector_size(64)));
 typedef float attn_vf_unaligned __attribute__((vector_size(64), aligned(4), may_alias));
 #define ATTN_SPLAT(x) ((attn_vf){0} + (float)(x))
 #define ATTN_INLINE static inline __attribute__((always_inline))
+/* The loops over a group's U independent sums unrolled whole, so that their
+ * accumulators live in registers: GCC unrolls them only at -O3, and exports
+ * compile this text at -O2 (2.3x slower without). */
+#define ATTN_UNROLL _Pragma("GCC unroll 16")
 
 ATTN_INLINE attn_vf attn_load(const float *p) { return *(const attn_vf_unaligned *)p; }
 ATTN_INLINE void attn_store(float *p, attn_vf v) { *(attn_vf_unaligned *)p = v; }
@@ -95,13 +104,14 @@ ATTN_INLINE float attn_hsum(attn_vf v) {
   return s;
 }
 
-/* Where batch index b's q, k, v and mask start (elements). */
-ATTN_INLINE void attn_offsets(const int64_t *num, int64_t b, int64_t off[4]) {
-  for (int s = 0; s < 4; s++) off[s] = num[ATTN_OFFSET + s];
+/* Where batch index b's operands start (elements). */
+ATTN_INLINE void attn_offsets(const int64_t *num, int64_t b, int64_t off[ATTN_OPERANDS]) {
+  for (int s = 0; s < ATTN_OPERANDS; s++) off[s] = num[ATTN_OFFSET + s];
   for (int64_t at = b, x = num[ATTN_NBATCH] - 1; x >= 0; x--) { /* last batch dim fastest */
     int64_t size = num[ATTN_BATCH + x], i = at % size;
     at /= size;
-    for (int s = 0; s < 4; s++) off[s] += i * num[ATTN_BSTRIDE + s * ATTN_MAX_BATCH + x];
+    for (int s = 0; s < ATTN_OPERANDS; s++)
+      off[s] += i * num[ATTN_BSTRIDE + s * ATTN_MAX_BATCH + x];
   }
 }
 
@@ -114,8 +124,8 @@ ATTN_INLINE float attn_mask_at(const void *mask, int64_t how, int64_t at) {
 /* One query row i against every key it sees, a tile's keys in the vector
  * lanes (the tile transposed once): decoding's single rows. */
 ATTN_INLINE void attn_row(float *dst, const float *q, const float *k, const float *v,
-                          const void *mask, const int64_t *num, float scale, const int64_t off[4],
-                          int64_t i) {
+                          const void *mask, const int64_t *num, float scale,
+                          const int64_t off[ATTN_OPERANDS], int64_t i) {
   enum { V = ATTN_KTILE / 16 };
   int64_t tk = num[ATTN_TK], d = num[ATTN_D], dv = num[ATTN_DV];
   int64_t kr = num[ATTN_ROW + 1], vr = num[ATTN_ROW + 2];
@@ -166,50 +176,79 @@ ATTN_INLINE void attn_row(float *dst, const float *q, const float *k, const floa
   for (int64_t e = 0; e < dv; e++) dst[e] = acc[e] * inv;
 }
 
-/* ATTN_QROWS (16) query rows [i0, i0 + rows) at once, one row per vector
- * lane (q transposed once for the block; rows past the end repeat the last):
- * a key's scores are one vector, so are the softmax's running max and sum
- * and each output dim's accumulator, and no key tile is transposed. Keys go
- * 8 at a time, and so do output dims (8 independent sums hide the adds'
- * latency). */
-ATTN_INLINE void attn_rows(float *out, const float *q, const float *k, const float *v,
-                           const void *mask, const int64_t *num, float scale, const int64_t off[4],
-                           int64_t i0, int64_t rows) {
+/* st[j] = sum_e x[j][e] xt[e] for j < n, the rows x[j] at x + j * stride,
+ * xt[e] one vector of the block's lanes per e < len: a tile's keys (or
+ * values) against the block's rows, 8 at a time (8 independent sums hide the
+ * adds' latency). */
+ATTN_INLINE void attn_dots(attn_vf *st, const attn_vf *xt, const float *x, int64_t stride,
+                           int64_t len, int64_t n) {
   enum { U = 8 };
-  int64_t tk = num[ATTN_TK], d = num[ATTN_D], dv = num[ATTN_DV];
-  int64_t qr = num[ATTN_ROW], kr = num[ATTN_ROW + 1], vr = num[ATTN_ROW + 2];
+  for (int64_t j = 0; j < n; j += U) {
+    const float *xj[U];
+    ATTN_UNROLL
+    for (int u = 0; u < U; u++) xj[u] = x + (j + u < n ? j + u : n - 1) * stride;
+    attn_vf sc[U] = {{0}};
+    for (int64_t e = 0; e < len; e++) {
+      attn_vf xe = xt[e];
+      ATTN_UNROLL
+      for (int u = 0; u < U; u++) sc[u] += xj[u][e] * xe;
+    }
+    for (int u = 0; u < U && j + u < n; u++) st[j + u] = sc[u];
+  }
+}
+
+/* The scores of a block's rows [i0, i0 + rows), one per lane (q transposed
+ * in qt), against one tile's keys [j0, j0 + n): st[j][r] = q_r . k_j * scale
+ * plus the mask, -inf where the row does not see the key (causal), past the
+ * tile's keys and in lanes past the block's rows. */
+ATTN_INLINE void attn_block_scores(attn_vf st[ATTN_KTILE], const attn_vf *qt, const float *k,
+                                   const void *mask, const int64_t *num, float scale,
+                                   const int64_t off[ATTN_OPERANDS], int64_t i0, int64_t rows,
+                                   int64_t j0, int64_t n) {
   int64_t mr = num[ATTN_ROW + 3], mc = num[ATTN_MASK_COL], how = mask ? num[ATTN_MASK] : 0;
   int causal = num[ATTN_CAUSAL] != 0;
-  attn_vf qt[ATTN_MAX_HEAD], acc[ATTN_MAX_HEAD], st[ATTN_KTILE];
-  attn_vf max = ATTN_SPLAT(-INFINITY), sum = ATTN_SPLAT(0);
   attn_vi lane;
   for (int r = 0; r < 16; r++) lane[r] = r;
-  for (int64_t e = 0; e < d; e++)
-    for (int r = 0; r < 16; r++) qt[e][r] = q[off[0] + (i0 + (r < rows ? r : rows - 1)) * qr + e];
+  attn_vi past_rows = lane >= (attn_vi){0} + (int32_t)rows;
+  attn_dots(st, qt, k + off[1] + j0 * num[ATTN_ROW + 1], num[ATTN_ROW + 1], num[ATTN_D], n);
+  for (int64_t j = 0; j < ATTN_KTILE; j++) { /* what each row does not see */
+    attn_vi hidden = j >= n ? ~(attn_vi){0} : past_rows;
+    int64_t ahead = j0 + j - i0; /* key j0 + j is after query i0 + r where ahead > r */
+    if (causal) hidden |= ((attn_vi){0} + (int32_t)(ahead < 16 ? ahead : 16)) > lane;
+    st[j] =
+        j < n ? attn_select(hidden, ATTN_SPLAT(-INFINITY), st[j] * scale) : ATTN_SPLAT(-INFINITY);
+  }
+  for (int64_t j = 0; how && j < n; j++)
+    for (int r = 0; r < rows; r++)
+      st[j][r] += attn_mask_at(mask, how, off[3] + (i0 + r) * mr + (j0 + j) * mc);
+}
+
+/* The block's rows transposed: xt[e][r] = x[i0 + r][e] for e < len, lanes
+ * past `rows` repeating the last row. */
+ATTN_INLINE void attn_transpose_rows(attn_vf *xt, const float *x, int64_t stride, int64_t len,
+                                     int64_t rows) {
+  for (int64_t e = 0; e < len; e++)
+    for (int r = 0; r < 16; r++) xt[e][r] = x[(r < rows ? r : rows - 1) * stride + e];
+}
+
+/* ATTN_QROWS (16) query rows [i0, i0 + rows) at once, one row per vector
+ * lane (q transposed once for the block): a key's scores are one vector, so
+ * are the softmax's running max and sum and each output dim's accumulator,
+ * and no key tile is transposed. Output dims go 8 at a time. */
+ATTN_INLINE void attn_rows(float *out, const float *q, const float *k, const float *v,
+                           const void *mask, const int64_t *num, float scale,
+                           const int64_t off[ATTN_OPERANDS], int64_t i0, int64_t rows) {
+  enum { U = 8 };
+  int64_t tk = num[ATTN_TK], d = num[ATTN_D], dv = num[ATTN_DV];
+  int64_t qr = num[ATTN_ROW], vr = num[ATTN_ROW + 2];
+  attn_vf qt[ATTN_MAX_HEAD], acc[ATTN_MAX_HEAD], st[ATTN_KTILE];
+  attn_vf max = ATTN_SPLAT(-INFINITY), sum = ATTN_SPLAT(0);
+  attn_transpose_rows(qt, q + off[0] + i0 * qr, qr, d, rows);
   for (int64_t e = 0; e < dv; e++) acc[e] = ATTN_SPLAT(0);
-  int64_t keys = causal && i0 + rows < tk ? i0 + rows : tk;
+  int64_t keys = num[ATTN_CAUSAL] && i0 + rows < tk ? i0 + rows : tk;
   for (int64_t j0 = 0; j0 < keys; j0 += ATTN_KTILE) {
     int64_t n = keys - j0 < ATTN_KTILE ? keys - j0 : ATTN_KTILE;
-    for (int64_t j = 0; j < n; j += U) { /* scores: st[j][r] = q_r . k_j */
-      const float *kj[U];
-      for (int u = 0; u < U; u++) kj[u] = k + off[1] + (j0 + (j + u < n ? j + u : n - 1)) * kr;
-      attn_vf sc[U] = {{0}};
-      for (int64_t e = 0; e < d; e++) {
-        attn_vf qe = qt[e];
-        for (int u = 0; u < U; u++) sc[u] += kj[u][e] * qe;
-      }
-      for (int u = 0; u < U; u++) st[j + u] = sc[u] * scale;
-    }
-    for (int64_t j = (n + U - 1) / U * U; j < ATTN_KTILE; j++) st[j] = ATTN_SPLAT(-INFINITY);
-    for (int64_t j = 0; j < ATTN_KTILE; j++) { /* what each row does not see */
-      attn_vi hidden = j >= n ? ~(attn_vi){0} : (attn_vi){0};
-      int64_t ahead = j0 + j - i0; /* key j0 + j is after query i0 + r where ahead > r */
-      if (causal) hidden |= ((attn_vi){0} + (int32_t)(ahead < 16 ? ahead : 16)) > lane;
-      st[j] = attn_select(hidden, ATTN_SPLAT(-INFINITY), st[j]);
-    }
-    for (int64_t j = 0; how && j < n; j++)
-      for (int r = 0; r < rows; r++)
-        st[j][r] += attn_mask_at(mask, how, off[3] + (i0 + r) * mr + (j0 + j) * mc);
+    attn_block_scores(st, qt, k, mask, num, scale, off, i0, rows, j0, n);
     attn_vf grown = max;
     for (int j = 0; j < ATTN_KTILE; j++) grown = attn_max(st[j], grown);
     /* the terms are e^(score - max); a row that has seen nothing yet (max
@@ -226,12 +265,15 @@ ATTN_INLINE void attn_rows(float *out, const float *q, const float *k, const flo
     int64_t e = 0;
     for (; e + U <= dv; e += U) { /* acc[e] = acc[e] * rescale + sum_j p[j] v[j][e] */
       attn_vf a[U];
+      ATTN_UNROLL
       for (int u = 0; u < U; u++) a[u] = acc[e + u] * rescale;
       for (int64_t j = 0; j < n; j++) {
         const float *vj = v + off[2] + (j0 + j) * vr + e;
         attn_vf p = st[j];
+        ATTN_UNROLL
         for (int u = 0; u < U; u++) a[u] += vj[u] * p;
       }
+      ATTN_UNROLL
       for (int u = 0; u < U; u++) acc[e + u] = a[u];
     }
     for (; e < dv; e++) {
@@ -247,6 +289,121 @@ ATTN_INLINE void attn_rows(float *out, const float *q, const float *k, const flo
   }
 }
 
+/* y_u[e] += sum_(r < rows) w[u][r] x[r * stride + e] for e < len and u < n
+ * (at most 4): n consecutive rows of a key tile's gradient (y_u at y + u *
+ * pitch) from the block's rows x, each row of x loaded once for the 4. */
+ATTN_INLINE void attn_add_rows(float *y, const attn_vf *w, int64_t n, int64_t pitch, const float *x,
+                               int64_t stride, int64_t len, int64_t rows) {
+  enum { K = 4 };
+  float ws[K][16];
+  for (int u = 0; u < K; u++) attn_store(ws[u], u < n ? w[u] : ATTN_SPLAT(0));
+  float *yu[K];
+  for (int u = 0; u < K; u++) yu[u] = y + (u < n ? u : 0) * pitch; /* rows past n: add 0 */
+  int64_t e = 0;
+  for (; e + 16 <= len; e += 16) {
+    attn_vf a[K];
+    ATTN_UNROLL
+    for (int u = 0; u < K; u++) a[u] = ATTN_SPLAT(0);
+    for (int64_t r = 0; r < rows; r++) {
+      attn_vf xr = attn_load(x + r * stride + e);
+      ATTN_UNROLL
+      for (int u = 0; u < K; u++) a[u] += ws[u][r] * xr;
+    }
+    ATTN_UNROLL
+    for (int u = 0; u < K; u++) attn_store(yu[u] + e, attn_load(yu[u] + e) + a[u]);
+  }
+  for (; e < len; e++)
+    for (int u = 0; u < n; u++) {
+      float a = 0;
+      for (int64_t r = 0; r < rows; r++) a += ws[u][r] * x[r * stride + e];
+      yu[u][e] += a;
+    }
+}
+
+/* The gradients of one batch index's attention, dq [Tq, D], dk [Tk, D] and
+ * dv [Tk, Dv] at `out`, each in a [T, W] part of rows of W floats (T and W the
+ * larger of the queries' and keys' counts and of D and Dv; the part's rest
+ * zeros), the three one after the other, from the forward's output o and
+ * its gradient g (FlashAttention-2's backward, one thread a batch index so
+ * that dk and dv need no atomics). Per block of 16 query rows, one per lane:
+ * the rows' log-sum-exp first (the forward's running max and sum again),
+ * then per tile of keys p = e^(s - lse), dp = g v^T, ds = p (dp - rowsum(g o)),
+ * dq += ds k, dk += ds^T q (both times the scale) and dv += p^T g. No score
+ * is stored beyond a tile. */
+ATTN_INLINE void attn_grad_head(float *out, const float *q, const float *k, const float *v,
+                                const void *mask, const float *o, const float *g,
+                                const int64_t *num, float scale, const int64_t off[ATTN_OPERANDS]) {
+  enum { U = 8 };
+  int64_t tq = num[ATTN_TQ], tk = num[ATTN_TK], d = num[ATTN_D], dv = num[ATTN_DV];
+  int64_t qr = num[ATTN_ROW], kr = num[ATTN_ROW + 1], vr = num[ATTN_ROW + 2];
+  int64_t orow = num[ATTN_ROW + 4], gr = num[ATTN_ROW + 5];
+  int64_t t = tq > tk ? tq : tk, w = d > dv ? d : dv;
+  float *dq = out, *dk = out + t * w, *dval = dk + t * w;
+  memset(out, 0, sizeof *out * (size_t)(3 * t * w));
+  attn_vf qt[ATTN_MAX_HEAD], gt[ATTN_MAX_HEAD], dqt[ATTN_MAX_HEAD], p[ATTN_KTILE], ds[ATTN_KTILE];
+  for (int64_t i0 = 0; i0 < tq; i0 += ATTN_QROWS) {
+    int64_t rows = tq - i0 < ATTN_QROWS ? tq - i0 : ATTN_QROWS;
+    const float *qi = q + off[0] + i0 * qr, *gi = g + off[5] + i0 * gr;
+    const float *oi = o + off[4] + i0 * orow;
+    attn_transpose_rows(qt, qi, qr, d, rows);
+    attn_transpose_rows(gt, gi, gr, dv, rows);
+    attn_vf delta = ATTN_SPLAT(0); /* rowsum(g o), summed in double */
+    for (int64_t r = 0; r < rows; r++) {
+      double t = 0;
+      for (int64_t e = 0; e < dv; e++) t += (double)gi[r * gr + e] * oi[r * orow + e];
+      delta[r] = (float)t;
+    }
+    int64_t keys = num[ATTN_CAUSAL] && i0 + rows < tk ? i0 + rows : tk;
+    attn_vf max = ATTN_SPLAT(-INFINITY), sum = ATTN_SPLAT(0);
+    for (int64_t j0 = 0; j0 < keys; j0 += ATTN_KTILE) {
+      int64_t n = keys - j0 < ATTN_KTILE ? keys - j0 : ATTN_KTILE;
+      attn_block_scores(p, qt, k, mask, num, scale, off, i0, rows, j0, n);
+      attn_vf grown = max;
+      for (int64_t j = 0; j < n; j++) grown = attn_max(p[j], grown);
+      attn_vf shift = attn_select(grown == ATTN_SPLAT(-INFINITY), ATTN_SPLAT(0), grown);
+      sum *= attn_exp(max - shift);
+      max = grown;
+      for (int64_t j = 0; j < n; j++) sum += attn_exp(p[j] - shift);
+    }
+    /* a row hiding every key: -inf, and its probabilities NaN, as softmax's */
+    attn_vf lse = attn_select(max == ATTN_SPLAT(-INFINITY), ATTN_SPLAT(0), max);
+    for (int r = 0; r < 16; r++) lse[r] += logf(sum[r]);
+    for (int64_t e = 0; e < d; e++) dqt[e] = ATTN_SPLAT(0);
+    for (int64_t j0 = 0; j0 < keys; j0 += ATTN_KTILE) {
+      int64_t n = keys - j0 < ATTN_KTILE ? keys - j0 : ATTN_KTILE;
+      attn_block_scores(p, qt, k, mask, num, scale, off, i0, rows, j0, n);
+      for (int64_t j = 0; j < n; j++) p[j] = attn_exp(p[j] - lse);
+      attn_dots(ds, gt, v + off[2] + j0 * vr, vr, dv, n); /* dp */
+      for (int64_t j = 0; j < n; j++) ds[j] = p[j] * (ds[j] - delta);
+      const float *kt = k + off[1] + j0 * kr;
+      int64_t e = 0;
+      for (; e + U <= d; e += U) { /* dqt[e] += sum_j k[j][e] ds[j] */
+        attn_vf a[U];
+        ATTN_UNROLL
+        for (int u = 0; u < U; u++) a[u] = dqt[e + u];
+        for (int64_t j = 0; j < n; j++) {
+          const float *kj = kt + j * kr + e;
+          attn_vf w = ds[j];
+          ATTN_UNROLL
+          for (int u = 0; u < U; u++) a[u] += kj[u] * w;
+        }
+        ATTN_UNROLL
+        for (int u = 0; u < U; u++) dqt[e + u] = a[u];
+      }
+      for (; e < d; e++)
+        for (int64_t j = 0; j < n; j++) dqt[e] += kt[j * kr + e] * ds[j];
+      for (int64_t j = 0; j < n; j++) ds[j] *= scale;
+      for (int64_t j = 0; j < n; j += 4) {
+        int64_t m = n - j < 4 ? n - j : 4;
+        attn_add_rows(dval + (j0 + j) * w, &p[j], m, w, gi, gr, dv, rows);
+        attn_add_rows(dk + (j0 + j) * w, &ds[j], m, w, qi, qr, d, rows);
+      }
+    }
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t e = 0; e < d; e++) dq[(i0 + r) * w + e] = dqt[e][r] * scale;
+  }
+}
+
 static inline __attribute__((always_inline)) void attn_items(void *const *args, int64_t begin,
                                                              int64_t end) {
   const int64_t *num = args[4];
@@ -255,7 +412,7 @@ static inline __attribute__((always_inline)) void attn_items(void *const *args, 
   for (int64_t item = begin; item < end; item++) {
     int64_t b = item / blocks, i0 = item % blocks * ATTN_QROWS;
     int64_t rows = tq - i0 < ATTN_QROWS ? tq - i0 : ATTN_QROWS;
-    int64_t off[4];
+    int64_t off[ATTN_OPERANDS];
     attn_offsets(num, b, off);
     float *o = (float *)args[0] + b * tq * num[ATTN_DV];
     if (rows == 1)
@@ -265,23 +422,51 @@ static inline __attribute__((always_inline)) void attn_items(void *const *args, 
   }
 }
 
+static inline __attribute__((always_inline)) void attn_grad_items(void *const *args, int64_t begin,
+                                                                  int64_t end) {
+  const int64_t *num = args[4];
+  float scale = (float)*(const double *)args[5];
+  int64_t t = num[ATTN_TQ] > num[ATTN_TK] ? num[ATTN_TQ] : num[ATTN_TK];
+  int64_t per = 3 * t * (num[ATTN_D] > num[ATTN_DV] ? num[ATTN_D] : num[ATTN_DV]);
+  for (int64_t b = begin; b < end; b++) {
+    int64_t off[ATTN_OPERANDS];
+    attn_offsets(num, b, off);
+    attn_grad_head((float *)args[0] + b * per, args[1], args[2], args[3], args[6], args[7], args[8],
+                   num, scale, off);
+  }
+}
+
+/* Each entry point in an AVX-512 and an AVX2+FMA build, chosen at run time. */
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f,avx512dq,avx2,fma"))) static void
-attn_items_avx512(void *const *args, int64_t begin, int64_t end) {
-  attn_items(args, begin, end);
-}
-__attribute__((target("avx2,fma"))) static void attn_items_avx2(void *const *args, int64_t begin,
-                                                                int64_t end) {
-  attn_items(args, begin, end);
-}
+#define ATTN_DISPATCH(name, body)                                                                  \
+  __attribute__((target("avx512f,avx512dq,avx2,fma"))) static void name##_avx512(                  \
+      void *const *args, int64_t begin, int64_t end) {                                             \
+    body(args, begin, end);                                                                        \
+  }                                                                                                \
+  __attribute__((target("avx2,fma"))) static void name##_avx2(void *const *args, int64_t begin,    \
+                                                              int64_t end) {                       \
+    body(args, begin, end);                                                                        \
+  }                                                                                                \
+  void name(void *const *args, int64_t begin, int64_t end) {                                       \
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"))                   \
+      name##_avx512(args, begin, end);                                                             \
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))                      \
+      name##_avx2(args, begin, end);                                                               \
+    else                                                                                           \
+      body(args, begin, end);                                                                      \
+  }
+#else
+#define ATTN_DISPATCH(name, body)                                                                  \
+  void name(void *const *args, int64_t begin, int64_t end) { body(args, begin, end); }
 #endif
 
-/* The numbers the kernel reads, from the step's description: offset,
- * row_stride and bstride for q, k, v and the mask; bstride[s * pitch + x] is
- * operand s's stride along batch dim x. Returns how many (at most 64), or 0
- * for more batch dims or wider heads than it takes. */
+/* The numbers the kernels read, from the step's description: offset,
+ * row_stride and bstride for q, k, v, the mask and (backward) the forward's
+ * output and its gradient; bstride[s * pitch + x] is operand s's stride
+ * along batch dim x. Returns how many (at most 64), or 0 for more batch dims
+ * or wider heads than it takes. */
 int lm_attention_f32_numbers(int nbatch, const int64_t *batch, int64_t tq, int64_t tk, int64_t d,
-                             int64_t dv, int causal, int mask, int64_t mask_stride,
+                             int64_t dv, int causal, int mask, int64_t mask_stride, int backward,
                              const int64_t *offset, const int64_t *row_stride,
                              const int64_t *bstride, int pitch, int64_t *num) {
   if (nbatch < 0 || nbatch > ATTN_MAX_BATCH || d > ATTN_MAX_HEAD || dv > ATTN_MAX_HEAD) return 0;
@@ -289,7 +474,8 @@ int lm_attention_f32_numbers(int nbatch, const int64_t *batch, int64_t tq, int64
   num[ATTN_NBATCH] = nbatch, num[ATTN_TQ] = tq, num[ATTN_TK] = tk;
   num[ATTN_D] = d, num[ATTN_DV] = dv, num[ATTN_CAUSAL] = causal != 0;
   num[ATTN_MASK] = mask, num[ATTN_MASK_COL] = mask_stride;
-  for (int s = 0; s < (mask ? 4 : 3); s++) {
+  for (int s = 0; s < ATTN_OPERANDS; s++) {
+    if ((s == 3 && !mask) || (s > 3 && !backward)) continue;
     num[ATTN_OFFSET + s] = offset[s];
     num[ATTN_ROW + s] = row_stride[s];
     for (int x = 0; x < nbatch; x++)
@@ -306,16 +492,12 @@ int64_t lm_attention_f32_items(const int64_t *num) {
   return items;
 }
 
-void lm_attention_f32(void *const *args, int64_t begin, int64_t end) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) {
-    attn_items_avx512(args, begin, end);
-    return;
-  }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    attn_items_avx2(args, begin, end);
-    return;
-  }
-#endif
-  attn_items(args, begin, end);
+/* The backward's work items: every batch index. */
+int64_t lm_attention_grad_f32_items(const int64_t *num) {
+  int64_t items = 1;
+  for (int64_t x = 0; x < num[ATTN_NBATCH]; x++) items *= num[ATTN_BATCH + x];
+  return items;
 }
+
+ATTN_DISPATCH(lm_attention_f32, attn_items)
+ATTN_DISPATCH(lm_attention_grad_f32, attn_grad_items)

@@ -309,28 +309,32 @@ static void write_gemm_step(const lm_export_layout *l, int i, FILE *f) {
 static void write_attention_step(const lm_export_layout *l, int i, FILE *f) {
   const lm_step *s = &l->p->plan->steps[i];
   const lm_attention *a = &s->attn;
-  char o[96], q[96], k[96], v[96], m[96];
+  char o[96], q[96], k[96], v[96], m[96], fo[96], fg[96];
   int64_t num[LM_ATTENTION_MAX_NUMBERS];
   int count = lm_attention_numbers(a, num);
-  fprintf(f, "  { /* step %d: attention, %" PRId64 " queries, %" PRId64 " keys%s%s%s */\n", i,
-          a->tq, a->tk, a->causal ? ", causal" : "", a->mask ? ", mask " : "",
-          a->mask ? lm_attention_mask_name(a->mask) : "");
+  const char *fn = a->backward ? "attention_grad_f32" : "attention_f32";
+  fprintf(f, "  { /* step %d: attention%s, %" PRId64 " queries, %" PRId64 " keys%s%s%s */\n", i,
+          a->backward ? "'s gradient" : "", a->tq, a->tk, a->causal ? ", causal" : "",
+          a->mask ? ", mask " : "", a->mask ? lm_attention_mask_name(a->mask) : "");
   fprintf(f, "    const int64_t num[] = {"); /* not static: a symbolic export computes them */
   for (int x = 0; x < count; x++) fprintf(f, "%s%" PRId64, x ? ", " : "", num[x]);
   fprintf(f, "};\n    static const double scale = %a;\n", a->scale);
-  fprintf(f, "    void *const args[] = {%s, %s, %s, %s, (void *)num, (void *)&scale, %s};\n",
+  fprintf(f,
+          "    void *const args[] = {%s, %s, %s, %s, (void *)num, (void *)&scale, %s, %s, %s};\n",
           buffer(l, s->out, o, sizeof o), buffer(l, a->pos[0], q, sizeof q),
           buffer(l, a->pos[1], k, sizeof k), buffer(l, a->pos[2], v, sizeof v),
-          a->mask ? buffer(l, a->pos[3], m, sizeof m) : "NULL");
-  fprintf(
-      f, "    run_kernel(%s_attention_f32, args, %s_attention_f32_items(num), %" PRId64 ");\n  }\n",
-      l->name, l->name, lm_attention_work(s));
+          a->mask ? buffer(l, a->pos[3], m, sizeof m) : "NULL",
+          a->backward ? buffer(l, a->pos[4], fo, sizeof fo) : "NULL",
+          a->backward ? buffer(l, a->pos[5], fg, sizeof fg) : "NULL");
+  fprintf(f, "    run_kernel(%s_%s, args, %s_%s_items(num), %" PRId64 ");\n  }\n", l->name, fn,
+          l->name, fn, lm_attention_work(s));
 }
 
 /* runtime/attention_cpu.c itself, its functions renamed into the library's
  * prefix. */
 static void write_attention_source(const lm_export_layout *l, FILE *f) {
-  const char *fns[] = {"lm_attention_f32", "lm_attention_f32_items", "lm_attention_f32_numbers"};
+  const char *fns[] = {"lm_attention_f32", "lm_attention_f32_items", "lm_attention_grad_f32",
+                       "lm_attention_grad_f32_items", "lm_attention_f32_numbers"};
   for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
     fprintf(f, "#define %s %s%s\n", fns[i], l->name, fns[i] + 2);
   fprintf(f, "/* ---- loom's fused attention kernel (runtime/attention_cpu.c) ---- */\n%s\n",

@@ -49,8 +49,8 @@
 /* A field added to a step must be described by walk_plan (as shape or as a
  * number) or an instance runs with the template's value of it. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(lm_step) == 1304 && sizeof(lm_gemm) == 312 && sizeof(lm_collective) == 88 &&
-                   sizeof(lm_attention) == 472 && sizeof(lk_kernel) == 304,
+_Static_assert(sizeof(lm_step) == 1472 && sizeof(lm_gemm) == 312 && sizeof(lm_collective) == 88 &&
+                   sizeof(lm_attention) == 640 && sizeof(lk_kernel) == 304,
                "lm_step changed: describe the new field in walk_plan, then update the sizes here");
 #endif
 
@@ -214,16 +214,18 @@ static void walk_collective(walk *w, lm_collective *c) {
 static void walk_attention(walk *w, lm_attention *a) {
   if (w->d) {
     PUT(w->d, a->nbatch);
-    PUT_ARRAY(w->d, a->pos, 4);
+    PUT_ARRAY(w->d, a->pos, LM_ATTENTION_OPERANDS);
     PUT(w->d, a->scale);
     PUT(w->d, a->causal);
     PUT(w->d, a->mask);
+    PUT(w->d, a->backward);
   }
   for (int i = 0; i < a->nbatch; i++) number(w, &a->batch[i]);
   int64_t *nums[] = {&a->tq, &a->tk, &a->d, &a->dv};
   for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) number(w, nums[i]);
   number(w, &a->mask_stride);
-  for (int s = 0; s < (a->mask ? 4 : 3); s++) {
+  for (int s = 0; s < LM_ATTENTION_OPERANDS; s++) {
+    if (a->pos[s] < 0) continue;
     number(w, &a->offset[s]);
     number(w, &a->row_stride[s]);
     for (int i = 0; i < a->nbatch; i++) number(w, &a->bstride[s][i]);

@@ -44,10 +44,11 @@ static void print_step(const lm_step *s, int i, double ms) {
   }
   if (s->kind == LM_STEP_ATTENTION) {
     const lm_attention *a = &s->attn;
-    fprintf(stderr, "attention Tq %lld Tk %lld D %lld Dv %lld batch %lld%s\n", (long long)a->tq,
-            (long long)a->tk, (long long)a->d, (long long)a->dv,
-            (long long)(s->outer / (a->tq * a->dv > 0 ? a->tq * a->dv : 1)),
-            a->causal ? ", causal" : "");
+    int64_t batch = 1;
+    for (int d = 0; d < a->nbatch; d++) batch *= a->batch[d];
+    fprintf(stderr, "attention%s Tq %lld Tk %lld D %lld Dv %lld batch %lld%s\n",
+            a->backward ? "_grad" : "", (long long)a->tq, (long long)a->tk, (long long)a->d,
+            (long long)a->dv, (long long)batch, a->causal ? ", causal" : "");
     return;
   }
   const lk_kernel *k = &s->kernel;

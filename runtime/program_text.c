@@ -602,21 +602,33 @@ static void dump_attention(text *t, const loom_program *p, int i) {
   const lm_step *s = &p->plan->steps[i];
   const lm_attention *a = &s->attn;
   char o[24], x[24];
-  static const char *names[4] = {"q", "k", "v", "mask"};
-  int n = a->mask ? 4 : 3;
-  put(t, "  step %d: attention -> %s f32[%lld,%lld]%s%s%s, scale %.9g\n", i, pos_name(p, s->out, o),
-      (long long)a->tq, (long long)a->dv, a->causal ? " causal" : "", a->mask ? ", mask " : "",
-      a->mask ? lm_attention_mask_name(a->mask) : "", a->scale);
+  static const char *names[LM_ATTENTION_OPERANDS] = {"q", "k", "v", "mask", "o", "do"};
+  if (a->backward)
+    put(t,
+        "  step %d: attention_grad -> %s f32[3,%lld,%lld], dq dk dv of Tq %lld Dv %lld%s%s%s, "
+        "scale %.9g\n",
+        i, pos_name(p, s->out, o), (long long)(a->tq > a->tk ? a->tq : a->tk),
+        (long long)(a->d > a->dv ? a->d : a->dv), (long long)a->tq, (long long)a->dv,
+        a->causal ? " causal" : "", a->mask ? ", mask " : "",
+        a->mask ? lm_attention_mask_name(a->mask) : "", a->scale);
+  else
+    put(t, "  step %d: attention -> %s f32[%lld,%lld]%s%s%s, scale %.9g\n", i,
+        pos_name(p, s->out, o), (long long)a->tq, (long long)a->dv, a->causal ? " causal" : "",
+        a->mask ? ", mask " : "", a->mask ? lm_attention_mask_name(a->mask) : "", a->scale);
   put(t, "    Tk %lld D %lld:", (long long)a->tk, (long long)a->d);
-  for (int k = 0; k < n; k++)
-    put(t, "%s %s %s row stride %lld offset %lld", k ? "," : "", names[k],
+  for (int k = 0, first = 1; k < LM_ATTENTION_OPERANDS; k++) {
+    if (a->pos[k] < 0) continue;
+    put(t, "%s %s %s row stride %lld offset %lld", first ? "" : ",", names[k],
         pos_name(p, a->pos[k], x), (long long)a->row_stride[k], (long long)a->offset[k]);
+    first = 0;
+  }
   if (a->mask) put(t, " column stride %lld", (long long)a->mask_stride);
   put(t, "\n");
   if (a->nbatch > 0) {
     put(t, "    batch [");
     for (int d = 0; d < a->nbatch; d++) put(t, d ? ",%lld" : "%lld", (long long)a->batch[d]);
-    for (int k = 0; k < n; k++) {
+    for (int k = 0; k < LM_ATTENTION_OPERANDS; k++) {
+      if (a->pos[k] < 0) continue;
       put(t, "], %s strides [", names[k]);
       for (int d = 0; d < a->nbatch; d++) put(t, d ? ",%lld" : "%lld", (long long)a->bstride[k][d]);
     }

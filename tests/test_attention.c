@@ -176,6 +176,21 @@ static char *plan_text(loom_tensor *t) {
 
 typedef enum { NO_MASK, KEEP_MASK, ADD_MASK } mask_kind;
 
+/* A [TQ, TK] mask of the kind: a bool pattern, or floats with -inf in places,
+ * every row keeping some key (free both). */
+static void make_mask(mask_kind mk, int TQ, int TK, unsigned seed, unsigned char **keep,
+                      float **add) {
+  if (mk == KEEP_MASK) {
+    *keep = malloc((size_t)TQ * TK);
+    for (int i = 0; i < TQ * TK; i++) (*keep)[i] = (i * 7919) % 5 != 0 || i % TK == 0;
+  }
+  if (mk == ADD_MASK) {
+    float *a = *add = random_floats((size_t)TQ * TK, seed);
+    for (int i = 0; i < TQ * TK; i++) a[i] = i % 3 == 1 ? -INFINITY : 2 * a[i];
+    for (int i = 0; i < TQ; i++) a[i * TK] = 0.5f;
+  }
+}
+
 /* One case, fused (LOOM_ATTENTION=fused: the kernel wherever it can run, as
  * CUDA's default runs it for short queries only) and composed
  * (LOOM_ATTENTION=composite), each against the double reference; `fused`:
@@ -186,15 +201,7 @@ static void check_general(const char *what, int B, int H, int TQ, int TK, int D,
   float *q = random_floats((size_t)BH * TQ * D, 11), *k = random_floats((size_t)BH * TK * D, 12),
         *v = random_floats((size_t)BH * TK * DV, 13), *add = NULL;
   unsigned char *keep = NULL;
-  if (mk == KEEP_MASK) { /* a pseudo-random pattern, every row keeping some key */
-    keep = malloc((size_t)TQ * TK);
-    for (int i = 0; i < TQ * TK; i++) keep[i] = (i * 7919) % 5 != 0 || i % TK == 0;
-  }
-  if (mk == ADD_MASK) {
-    add = random_floats((size_t)TQ * TK, 14);
-    for (int i = 0; i < TQ * TK; i++) add[i] = i % 3 == 1 ? -INFINITY : 2 * add[i];
-    for (int i = 0; i < TQ; i++) add[i * TK] = 0.5f;
-  }
+  make_mask(mk, TQ, TK, 14, &keep, &add);
   double scale = 1 / sqrt((double)D);
   size_t nout = (size_t)BH * TQ * DV;
   double *want = malloc(sizeof(double) * nout);
@@ -314,6 +321,116 @@ static void test_fused(void) {
   test_fused_views();
   test_fused_nan();
   test_default_path();
+}
+
+/* The gradients of sum(w * attention(q, k, v)) to q, k and v: the fused
+ * backward (LM_ATTENTION_GRAD, on the CPU) against the composition's
+ * (LOOM_ATTENTION=composite), whose rules gradcheck checks by finite
+ * differences. H query heads over HKV key/value heads; `order2`: also the
+ * second derivative through loom_grad_of (the gradient of sum(dq * dq) to
+ * v), which differentiates a composed backward. */
+static void check_grads(const char *what, int B, int H, int HKV, int TQ, int TK, int D, int DV,
+                        bool causal, mask_kind mk, bool order2) {
+  size_t nq = (size_t)B * H * TQ * D, nk = (size_t)B * HKV * TK * D, nv = (size_t)B * HKV * TK * DV;
+  size_t no = (size_t)B * H * TQ * DV;
+  float *q = random_floats(nq, 31), *k = random_floats(nk, 32), *v = random_floats(nv, 33);
+  float *w = random_floats(no, 34), *add = NULL;
+  unsigned char *keep = NULL;
+  make_mask(mk, TQ, TK, 35, &keep, &add);
+  size_t sizes[4] = {nq, nk, nv, nv};
+  float *got[2][4];
+  bool fused_plan = false;
+  for (int composite = 0; composite < 2; composite++) {
+    for (int i = 0; i < 4; i++) got[composite][i] = calloc(sizes[i], sizeof(float));
+    setenv("LOOM_ATTENTION", composite ? "composite" : "fused", 1);
+    LOOM_SCOPE {
+      loom_device dev = test_device();
+      loom_tensor *in[3] = {loom_from_data(q, LOOM_SHAPE(B, H, TQ, D), LOOM_F32, dev),
+                            loom_from_data(k, LOOM_SHAPE(B, HKV, TK, D), LOOM_F32, dev),
+                            loom_from_data(v, LOOM_SHAPE(B, HKV, TK, DV), LOOM_F32, dev)};
+      for (int i = 0; i < 3; i++) CHECK_OK(loom_set_requires_grad(in[i], true));
+      loom_tensor *mask = mk == KEEP_MASK ? loom_from_data(keep, LOOM_SHAPE(TQ, TK), LOOM_BOOL, dev)
+                          : mk == ADD_MASK ? loom_from_data(add, LOOM_SHAPE(TQ, TK), LOOM_F32, dev)
+                                           : NULL;
+      loom_tensor *out = loom_scaled_dot_product_attention(in[0], in[1], in[2], mask, causal, 0);
+      loom_tensor *tw = loom_from_data(w, LOOM_SHAPE(B, H, TQ, DV), LOOM_F32, dev);
+      loom_tensor *loss = loom_sum_all(loom_mul(out, tw));
+      if (order2) {
+        loom_tensor *g[3], *g2;
+        CHECK_OK(loom_grad_of(&loss, 1, in, 3, g));
+        loom_tensor *inner = loom_sum_all(loom_mul(g[0], g[0]));
+        CHECK_OK(loom_grad_of(&inner, 1, &in[2], 1, &g2));
+        for (int i = 0; i < 3; i++)
+          CHECK_OK(loom_copy_to_host(g[i], got[composite][i], sizes[i] * 4));
+        CHECK_OK(loom_copy_to_host(g2, got[composite][3], sizes[3] * 4));
+      } else {
+        CHECK_OK(loom_backward(loss));
+        if (!composite) {
+          loom_tensor *dq = loom_grad(in[0]);
+          char *text = plan_text(dq);
+          fused_plan = text && strstr(text, ": attention_grad ->") != NULL;
+          free(text);
+        }
+        for (int i = 0; i < 3; i++)
+          CHECK_OK(loom_copy_to_host(loom_grad(in[i]), got[composite][i], sizes[i] * 4));
+      }
+    }
+    unsetenv("LOOM_ATTENTION");
+  }
+  bool cpu = test_device().type == LOOM_DEVICE_CPU;
+  CHECK_MSG(order2 || fused_plan == cpu, "%s: the gradient's plan %s the fused backward", what,
+            cpu ? "lacks" : "has");
+  static const char *names[4] = {"dq", "dk", "dv", "d(|dq|^2)/dv"};
+  for (int i = 0; i < (order2 ? 4 : 3); i++) {
+    double worst = 0, top = 0;
+    for (size_t j = 0; j < sizes[i]; j++) {
+      worst = fmax(worst, fabs((double)got[0][i][j] - got[1][i][j]));
+      top = fmax(top, fabs((double)got[1][i][j]));
+    }
+    CHECK_MSG(worst <= 2e-5 * fmax(top, 1), "%s: %s fused and composed differ by %g (largest %g)",
+              what, names[i], worst, top);
+  }
+  for (int c = 0; c < 2; c++)
+    for (int i = 0; i < 4; i++) free(got[c][i]);
+  free(q), free(k), free(v), free(w), free(add), free(keep);
+}
+
+/* Where a gradient flows, the default takes the fused forward and backward
+ * on the CPU over 128 keys or more; shorter rows, and CUDA, the composition. */
+static void test_default_train_path(void) {
+  const int lengths[] = {64, 127, 128, 200};
+  for (int i = 0; i < 4; i++) LOOM_SCOPE {
+      loom_device dev = test_device();
+      loom_tensor *q = loom_ones(LOOM_SHAPE(2, 8, 8), LOOM_F32, dev);
+      loom_tensor *k = loom_ones(LOOM_SHAPE(2, lengths[i], 8), LOOM_F32, dev);
+      CHECK_OK(loom_set_requires_grad(k, true));
+      CHECK_OK(
+          loom_backward(loom_sum_all(loom_scaled_dot_product_attention(q, k, k, NULL, false, 0))));
+      loom_tensor *g = loom_grad(k);
+      char *text = plan_text(g);
+      bool want = dev.type == LOOM_DEVICE_CPU && lengths[i] >= 128;
+      CHECK_MSG(text && (strstr(text, ": attention_grad ->") != NULL) == want,
+                "%d keys: the default gradient's plan %s the fused backward", lengths[i],
+                want ? "lacks" : "has");
+      free(text);
+      loom_free(g);
+    }
+}
+
+static void test_fused_grads(void) {
+  test_default_train_path();
+  check_grads("plain", 2, 3, 3, 37, 37, 16, 16, false, NO_MASK, false);
+  check_grads("causal across tiles and row blocks", 1, 2, 2, 70, 70, 64, 64, true, NO_MASK, false);
+  check_grads("fewer queries, causal", 1, 2, 2, 5, 131, 16, 16, true, NO_MASK, false);
+  check_grads("more queries, causal", 2, 1, 1, 20, 6, 8, 8, true, NO_MASK, false);
+  check_grads("one query", 1, 2, 2, 1, 40, 8, 8, false, NO_MASK, false);
+  check_grads("kept keys", 2, 2, 2, 33, 65, 16, 16, false, KEEP_MASK, false);
+  check_grads("added mask", 1, 3, 3, 18, 40, 8, 8, false, ADD_MASK, false);
+  check_grads("grouped heads, causal", 2, 4, 2, 24, 24, 16, 16, true, NO_MASK, false);
+  check_grads("other value width, odd", 1, 2, 2, 17, 23, 24, 37, true, NO_MASK, false);
+  check_grads("widest head", 1, 1, 1, 9, 70, 256, 256, false, NO_MASK, false);
+  check_grads("second order, causal", 1, 2, 2, 9, 9, 8, 8, true, NO_MASK, true);
+  check_grads("second order, kept keys", 1, 2, 2, 7, 11, 8, 4, false, KEEP_MASK, true);
 }
 
 static loom_tensor *sdpa_causal(loom_tensor *const *in) {
@@ -571,5 +688,6 @@ int main(void) {
     }
   test_scores_fused();
   test_fused();
+  test_fused_grads();
   return check_report();
 }

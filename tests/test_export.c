@@ -332,6 +332,33 @@ static loom_program *attention_program(void) {
   return p;
 }
 
+/* Attention's fused backward (130 keys: the default takes it): a weight's
+ * gradient through causal attention of a projection. */
+static loom_program *attention_grad_program(void) {
+  loom_program *p = NULL;
+  float wv[64];
+  check_fill_uniform(wv, 64, 5);
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(1, 2, 130, 8), LOOM_F32, LOOM_CPU);
+    loom_tensor *w = loom_from_data(wv, LOOM_SHAPE(8, 8), LOOM_F32, LOOM_CPU);
+    CHECK_OK(loom_set_requires_grad(w, true));
+    loom_tensor *q = loom_matmul(x, w);
+    loom_tensor *y = loom_scaled_dot_product_attention(q, loom_mul_s(q, 0.5), x, NULL, true, 0);
+    CHECK_OK(loom_backward(loom_sum_all(loom_mul(y, x))));
+    loom_tensor *g = loom_grad(w);
+    p = loom_compile(&g, 1, &x, 1);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (p && f) loom_program_dump(p, f);
+    if (f) fclose(f);
+    CHECK_MSG(text && strstr(text, ": attention_grad ->"), "the program lacks the fused backward");
+    free(text);
+    loom_free(g);
+  }
+  return p;
+}
+
 static void test_programs(void) {
   loom_program *p = chain_program();
   export_and_compare(p, "chain");
@@ -369,6 +396,11 @@ static void test_programs(void) {
   CHECK(p != NULL);
   export_and_compare(p, "attention");
   check_needed("attention");
+  loom_program_free(p);
+  p = attention_grad_program();
+  CHECK(p != NULL);
+  export_and_compare(p, "attention_grad");
+  check_needed("attention_grad");
   loom_program_free(p);
 }
 

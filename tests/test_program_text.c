@@ -232,6 +232,19 @@ static void attention(loom_tensor *const *in, loom_tensor **out) {
   out[1] = loom_scaled_dot_product_attention(in[0], k, in[0], keep, false, 0.3);
 }
 
+/* Attention's fused backward (over 130 keys, as the default takes it): a
+ * weight's gradient through causal attention. */
+static void attention_grad(loom_tensor *const *in, loom_tensor **out) {
+  loom_tensor *w = floats(LOOM_SHAPE(8, 8), 17);
+  CHECK_OK(loom_set_requires_grad(w, true));
+  loom_tensor *q = loom_matmul(in[0], w);
+  loom_tensor *y = loom_scaled_dot_product_attention(q, in[0], in[0], NULL, true, 0);
+  CHECK_OK(loom_backward(loom_sum_all(loom_mul(y, in[0]))));
+  loom_tensor *g = loom_grad(w); /* (a handle outside the scope) */
+  out[0] = loom_mul_s(g, 1);
+  loom_free(g);
+}
+
 static const model models[] = {
     {"chain", 1, 1, {LOOM_SHAPE(37, 19)}, {LOOM_F32}, chain},
     {"clamp", 1, 2, {LOOM_SHAPE(6, 7)}, {LOOM_F32}, clamps},
@@ -252,6 +265,7 @@ static const model models[] = {
     {"embedding", 1, 2, {LOOM_SHAPE(3, 5)}, {LOOM_I64}, embedding},
     {"normalized", 2, 2, {LOOM_SHAPE(5, 12), LOOM_SHAPE(5)}, {LOOM_F64, LOOM_I64}, normalized},
     {"attention", 1, 2, {LOOM_SHAPE(2, 3, 9, 8)}, {LOOM_F32}, attention},
+    {"attention_grad", 1, 1, {LOOM_SHAPE(1, 2, 130, 8)}, {LOOM_F32}, attention_grad},
 };
 #define NMODELS ((int)(sizeof models / sizeof models[0]))
 

@@ -286,25 +286,70 @@ static loom_tensor *attention_forward(loom_tensor *const *ins, void *ctx) {
   return loom_scaled_dot_product_attention(q, h, h, NULL, true, 0);
 }
 
-static void test_attention(void) {
-  loom_tensor *w[3] = {filled(LOOM_SHAPE(8), 60), filled(LOOM_SHAPE(8), 61),
-                       filled(LOOM_SHAPE(8, 8), 62)};
+/* A weight's gradient through that attention (LOOM_ATTENTION=fused: the
+ * fused backward at every length), its packed [b, 24 t] gradient node sized
+ * by the symbols. */
+static loom_tensor *attention_grad_forward(loom_tensor *const *ins, void *ctx) {
+  loom_tensor **w = ctx;
+  loom_clear_grad(w[2]);
+  loom_tensor *h = loom_layer_norm(ins[0], 1, w[0], w[1], 1e-5);
+  loom_tensor *y = loom_scaled_dot_product_attention(loom_matmul(h, w[2]), h, h, NULL, true, 0);
+  CHECK_OK(loom_backward(loom_sum_all(loom_mul(y, h))));
+  loom_tensor *g = loom_grad(w[2]); /* (a handle outside the scope) */
+  loom_tensor *r = loom_mul_s(g, 1);
+  loom_free(g);
+  return r;
+}
+
+/* build's program over x [b, t, 8], compiled symbolic in b and t, against
+ * build itself at other sizes. */
+static void check_attention_sizes(builder build, loom_tensor **w, const char *name, unsigned seed) {
   loom_tensor *x = loom_input("x", LOOM_SHAPE(2, 5, 8), LOOM_F32, test_device());
-  loom_tensor *out = attention_forward(&x, w);
+  loom_tensor *out = build(&x, w);
   loom_symbolic_dim dims[2] = {{0, 0, "b"}, {0, 1, "t"}};
   loom_program *p = loom_compile_symbolic(&out, 1, &x, 1, dims, 2);
   CHECK_MSG(p != NULL, "%s", loom_last_error());
   const int64_t sizes[][2] = {{2, 5}, {1, 1}, {3, 2}, {1, 17}, {4, 9}};
   for (int i = 0; p && i < (int)(sizeof sizes / sizeof sizes[0]); i++) {
-    char what[64];
-    snprintf(what, sizeof what, "attention b=%lld t=%lld", (long long)sizes[i][0],
+    char what[80];
+    snprintf(what, sizeof what, "%s b=%lld t=%lld", name, (long long)sizes[i][0],
              (long long)sizes[i][1]);
-    loom_tensor *in = filled(LOOM_SHAPE(sizes[i][0], sizes[i][1], 8), 70 + (unsigned)i);
-    check_run(p, attention_forward, w, &in, what);
+    loom_tensor *in = filled(LOOM_SHAPE(sizes[i][0], sizes[i][1], 8), seed + (unsigned)i);
+    check_run(p, build, w, &in, what);
     loom_free(in);
   }
   loom_program_free(p);
   loom_free(out), loom_free(x);
+}
+
+static void test_attention_grad(void) {
+  setenv("LOOM_ATTENTION", "fused", 1);
+  loom_tensor *w[3] = {filled(LOOM_SHAPE(8), 60), filled(LOOM_SHAPE(8), 61),
+                       filled(LOOM_SHAPE(8, 8), 62)};
+  CHECK_OK(loom_set_requires_grad(w[2], true));
+  check_attention_sizes(attention_grad_forward, w, "attention's gradient", 80);
+  /* queries and keys of two symbols: the fused gradient's parts are as long
+   * as the longer, which no polynomial gives */
+  loom_tensor *xs[2] = {loom_input("q", LOOM_SHAPE(5, 8), LOOM_F32, test_device()),
+                        loom_input("kv", LOOM_SHAPE(7, 8), LOOM_F32, test_device())};
+  loom_clear_grad(w[2]);
+  loom_tensor *y =
+      loom_scaled_dot_product_attention(loom_matmul(xs[0], w[2]), xs[1], xs[1], NULL, false, 0);
+  CHECK_OK(loom_backward(loom_sum_all(y)));
+  loom_tensor *g = loom_grad(w[2]);
+  loom_symbolic_dim two[2] = {{0, 0, "tq"}, {1, 0, "tk"}};
+  loom_clear_error();
+  CHECK(loom_compile_symbolic(&g, 1, xs, 2, two, 2) == NULL);
+  CHECK_STR_CONTAINS(loom_last_error(), "attention's fused gradient over sizes");
+  loom_free(g), loom_free(xs[0]), loom_free(xs[1]);
+  for (int i = 0; i < 3; i++) loom_free(w[i]);
+  unsetenv("LOOM_ATTENTION");
+}
+
+static void test_attention(void) {
+  loom_tensor *w[3] = {filled(LOOM_SHAPE(8), 60), filled(LOOM_SHAPE(8), 61),
+                       filled(LOOM_SHAPE(8, 8), 62)};
+  check_attention_sizes(attention_forward, w, "attention", 70);
   for (int i = 0; i < 3; i++) loom_free(w[i]);
 }
 
@@ -916,9 +961,10 @@ static void test_plan_template(void) {
 
 int main(void) {
   /* each test's intermediate tensors (the traced graphs') go with its scope */
-  void (*tests[])(void) = {test_mlp,      test_products,      test_shared_symbol, test_attention,
-                           test_ops,      test_random_graphs, test_threads,       test_counts,
-                           test_refusals, test_plan_template};
+  void (*tests[])(void) = {test_mlp,           test_products,       test_shared_symbol,
+                           test_attention,     test_attention_grad, test_ops,
+                           test_random_graphs, test_threads,        test_counts,
+                           test_refusals,      test_plan_template};
   for (int i = 0; i < (int)(sizeof tests / sizeof tests[0]); i++) {
     loom_scope_begin();
     loom_clear_error(); /* the first error sticks: each test's messages are its own */

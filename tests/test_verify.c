@@ -531,7 +531,35 @@ static lm_node *attention(loom_shape out, lm_node *q, lm_node *k, lm_node *v, lm
   return n;
 }
 
+/* Attention's gradient node over q [2, 5, 4], k [2, 7, 4], v [2, 7, 3],
+ * the output o and its gradient g: [2, 3, 7, 4]. */
+static lm_node *attention_grad(loom_shape out, lm_node *o, lm_node *g, int nsrc) {
+  lm_node *src[5] = {leaf(F32, S(2, 5, 4)), leaf(F32, S(2, 7, 4)), leaf(F32, S(2, 7, 3)), o, g};
+  lm_node *n = lm_node_new(LM_ATTENTION_GRAD, nsrc, src, out, F32, LOOM_CPU);
+  for (int s = 0; s < 5; s++) lm_node_release(src[s]);
+  n->arg.attn.scale = 0.5, n->arg.attn.causal = true, n->arg.attn.mask = LM_ATTENTION_NO_MASK;
+  return n;
+}
+
+static void test_broken_attention_grad(void) {
+  accepted("attention_grad",
+           attention_grad(S(2, 3, 7, 4), leaf(F32, S(2, 5, 3)), leaf(F32, S(2, 5, 3)), 5));
+  refused("attention_grad shape",
+          attention_grad(S(2, 3, 5, 4), leaf(F32, S(2, 5, 3)), leaf(F32, S(2, 5, 3)), 5),
+          "the shape must be [2,3,7,4]");
+  refused("attention_grad output",
+          attention_grad(S(2, 3, 7, 4), leaf(F32, S(2, 5, 4)), leaf(F32, S(2, 5, 3)), 5),
+          "output [2,5,4]: attention's output and its gradient are [.., Tq, Dv] [2,5,3]");
+  refused("attention_grad gradient dtype",
+          attention_grad(S(2, 3, 7, 4), leaf(F32, S(2, 5, 3)), leaf(LOOM_F64, S(2, 5, 3)), 5),
+          "source 4 is f64, it must be f32");
+  refused("attention_grad sources",
+          attention_grad(S(2, 3, 7, 4), leaf(F32, S(2, 5, 3)), leaf(F32, S(2, 5, 3)), 4),
+          "4 sources: attention takes q, k, v (and a mask), its output and the output's gradient");
+}
+
 static void test_broken_attention(void) {
+  test_broken_attention_grad();
   accepted("attention", attention(S(2, 5, 3), leaf(F32, S(2, 5, 4)), leaf(F32, S(2, 7, 4)),
                                   leaf(F32, S(2, 7, 3)), NULL, LM_ATTENTION_NO_MASK, true));
   accepted("attention, bool mask",

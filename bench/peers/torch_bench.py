@@ -64,6 +64,19 @@ def attention_causal():
     return call
 
 
+def attention_causal_train():
+    q, k, v = (uniform(1, 12, 1024, 64).requires_grad_(True) for _ in range(3))
+    w = uniform(1, 12, 1024, 64)
+    hidden = torch.ones(1024, 1024, dtype=torch.bool).triu(1)
+
+    def call():  # the forward and the gradients to q, k, v (loom's workload)
+        with torch.enable_grad():
+            scores = (q @ k.transpose(-2, -1)) * 0.125
+            out = scores.masked_fill(hidden, float("-inf")).softmax(-1) @ v
+            return torch.autograd.grad((out * w).sum(), (q, k, v))
+    return call
+
+
 def layernorm_primitives():
     x, w, b = uniform(ROWS, COLS), uniform(COLS), uniform(COLS)
 
@@ -242,6 +255,8 @@ common.run("torch", {
     "ew_chain_16M": [("eager", ew_chain_eager), ("out=", ew_chain_out)],
     "softmax_4096x1024": [("torch.softmax", softmax)],
     "attention_causal_1x12x1024x64": [("matmul, softmax", attention_causal)],
+    "attention_causal_train_1x12x1024x64": [("matmul, softmax, autograd",
+                                             attention_causal_train)],
     "layernorm_4096x1024": [("primitives", layernorm_primitives),
                             ("F.layer_norm", layernorm_op)],
     "sum_16M": [("sum", sum_all)],

@@ -240,6 +240,11 @@ static loom_status step_code(const lm_schedule *p, lm_step *s, int dev, const un
     snprintf(name, sizeof name, "lm_gemm_%s_%c%c", loom_dtype_name(s->gemm.dtype),
              s->gemm.a_trans ? 't' : 'n', s->gemm.b_trans ? 't' : 'n');
     st = find_code(dev, name, gemm_source, &s->gemm, code, NULL);
+  } else if (s->kind == LM_STEP_ATTENTION && s->attn.backward) {
+    /* (the frontend composes attention on CUDA wherever a gradient flows) */
+    return lm_fail(LOOM_ERR_DEVICE,
+                   "loom_realize: attention's fused gradient (attention_grad) runs on the CPU "
+                   "only; on CUDA attention's training is composed");
   } else if (s->kind == LM_STEP_ATTENTION) {
     st = find_code(dev, "lm_attention_f32", attention_source, NULL, code, NULL);
   } else {
