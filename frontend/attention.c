@@ -218,15 +218,15 @@ LM_PUBLIC(loom_tensor *, loom_gelu_tanh, (const loom_tensor *a), (a)) {
  * (autograd records the fused backward, LM_ATTENTION_GRAD; CUDA, a mask's
  * gradient and shorter rows take the composition below: measured on an AMD
  * EPYC Zen 4, 2 threads, 12 heads of D 64, causal, forward and backward:
- * fused/composed 1.11x the time at 64 keys, 1.0x at 112, 0.85x at 128,
- * 0.49x at 256, 0.53x at 1,024);
+ * fused/composed 1.03x the time at 64 keys, 1.02x at 80, 0.83x at 96, 0.73x
+ * at 128, 0.47x at 256, 0.49x at 1,024);
  * on CUDA, queries of at most LM_ATTENTION_CUDA_MAX_ROWS rows (decoding's),
  * where it is faster than the composition's tiled GEMMs (measured on an H200:
  * a token of GPT-2 124M over 1,024 positions 4.3 against 11.2 ms; 12 heads of
  * 1,024 causal queries 1.0 against 0.38 ms). LOOM_ATTENTION=composite records
  * the composition everywhere, =fused the kernel wherever it can run. NULL
  * where it does not serve. */
-enum { LM_ATTENTION_CUDA_MAX_ROWS = 16, LM_ATTENTION_TRAIN_MIN_KEYS = 128 };
+enum { LM_ATTENTION_CUDA_MAX_ROWS = 16, LM_ATTENTION_TRAIN_MIN_KEYS = 96 };
 
 static loom_tensor *fused_attention(const loom_tensor *q, const loom_tensor *k,
                                     const loom_tensor *v, const loom_tensor *mask, bool causal,

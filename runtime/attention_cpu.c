@@ -15,6 +15,7 @@
  * scores, [.., Tq, Tk] through strides. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* 64-byte vectors pass in registers only with AVX-512: every function taking
@@ -340,6 +341,10 @@ ATTN_INLINE void attn_grad_head(float *out, const float *q, const float *k, cons
   int64_t t = tq > tk ? tq : tk, w = d > dv ? d : dv;
   float *dq = out, *dk = out + t * w, *dval = dk + t * w;
   memset(out, 0, sizeof *out * (size_t)(3 * t * w));
+  /* the block's scores against every key, from the first pass to the second
+   * (a sixth of the multiply-adds); where the heap has no room, recomputed */
+  size_t strip_bytes = sizeof(attn_vf) * (size_t)((tk + ATTN_KTILE - 1) / ATTN_KTILE * ATTN_KTILE);
+  attn_vf *strip = aligned_alloc(sizeof(attn_vf), strip_bytes);
   attn_vf qt[ATTN_MAX_HEAD], gt[ATTN_MAX_HEAD], dqt[ATTN_MAX_HEAD], p[ATTN_KTILE], ds[ATTN_KTILE];
   for (int64_t i0 = 0; i0 < tq; i0 += ATTN_QROWS) {
     int64_t rows = tq - i0 < ATTN_QROWS ? tq - i0 : ATTN_QROWS;
@@ -357,13 +362,14 @@ ATTN_INLINE void attn_grad_head(float *out, const float *q, const float *k, cons
     attn_vf max = ATTN_SPLAT(-INFINITY), sum = ATTN_SPLAT(0);
     for (int64_t j0 = 0; j0 < keys; j0 += ATTN_KTILE) {
       int64_t n = keys - j0 < ATTN_KTILE ? keys - j0 : ATTN_KTILE;
-      attn_block_scores(p, qt, k, mask, num, scale, off, i0, rows, j0, n);
+      attn_vf *s = strip ? strip + j0 : p; /* kept for the second pass where there is room */
+      attn_block_scores(s, qt, k, mask, num, scale, off, i0, rows, j0, n);
       attn_vf grown = max;
-      for (int64_t j = 0; j < n; j++) grown = attn_max(p[j], grown);
+      for (int64_t j = 0; j < n; j++) grown = attn_max(s[j], grown);
       attn_vf shift = attn_select(grown == ATTN_SPLAT(-INFINITY), ATTN_SPLAT(0), grown);
       sum *= attn_exp(max - shift);
       max = grown;
-      for (int64_t j = 0; j < n; j++) sum += attn_exp(p[j] - shift);
+      for (int64_t j = 0; j < n; j++) sum += attn_exp(s[j] - shift);
     }
     /* a row hiding every key: -inf, and its probabilities NaN, as softmax's */
     attn_vf lse = attn_select(max == ATTN_SPLAT(-INFINITY), ATTN_SPLAT(0), max);
@@ -371,8 +377,9 @@ ATTN_INLINE void attn_grad_head(float *out, const float *q, const float *k, cons
     for (int64_t e = 0; e < d; e++) dqt[e] = ATTN_SPLAT(0);
     for (int64_t j0 = 0; j0 < keys; j0 += ATTN_KTILE) {
       int64_t n = keys - j0 < ATTN_KTILE ? keys - j0 : ATTN_KTILE;
-      attn_block_scores(p, qt, k, mask, num, scale, off, i0, rows, j0, n);
-      for (int64_t j = 0; j < n; j++) p[j] = attn_exp(p[j] - lse);
+      const attn_vf *s = strip ? strip + j0 : p;
+      if (!strip) attn_block_scores(p, qt, k, mask, num, scale, off, i0, rows, j0, n);
+      for (int64_t j = 0; j < n; j++) p[j] = attn_exp(s[j] - lse);
       attn_dots(ds, gt, v + off[2] + j0 * vr, vr, dv, n); /* dp */
       for (int64_t j = 0; j < n; j++) ds[j] = p[j] * (ds[j] - delta);
       const float *kt = k + off[1] + j0 * kr;
@@ -402,6 +409,7 @@ ATTN_INLINE void attn_grad_head(float *out, const float *q, const float *k, cons
     for (int64_t r = 0; r < rows; r++)
       for (int64_t e = 0; e < d; e++) dq[(i0 + r) * w + e] = dqt[e][r] * scale;
   }
+  free(strip);
 }
 
 static inline __attribute__((always_inline)) void attn_items(void *const *args, int64_t begin,

@@ -396,9 +396,9 @@ static void check_grads(const char *what, int B, int H, int HKV, int TQ, int TK,
 }
 
 /* Where a gradient flows, the default takes the fused forward and backward
- * on the CPU over 128 keys or more; shorter rows, and CUDA, the composition. */
+ * on the CPU over 96 keys or more; shorter rows, and CUDA, the composition. */
 static void test_default_train_path(void) {
-  const int lengths[] = {64, 127, 128, 200};
+  const int lengths[] = {64, 95, 96, 200};
   for (int i = 0; i < 4; i++) LOOM_SCOPE {
       loom_device dev = test_device();
       loom_tensor *q = loom_ones(LOOM_SHAPE(2, 8, 8), LOOM_F32, dev);
@@ -408,7 +408,7 @@ static void test_default_train_path(void) {
           loom_backward(loom_sum_all(loom_scaled_dot_product_attention(q, k, k, NULL, false, 0))));
       loom_tensor *g = loom_grad(k);
       char *text = plan_text(g);
-      bool want = dev.type == LOOM_DEVICE_CPU && lengths[i] >= 128;
+      bool want = dev.type == LOOM_DEVICE_CPU && lengths[i] >= 96;
       CHECK_MSG(text && (strstr(text, ": attention_grad ->") != NULL) == want,
                 "%d keys: the default gradient's plan %s the fused backward", lengths[i],
                 want ? "lacks" : "has");
