@@ -1,6 +1,6 @@
 /*
- * Kernel -> object file: codegen, verify, optimize (default<O3>), emit; plus the
- * LOOM_DEBUG / LOOM_DUMP output.
+ * Kernel -> object file: codegen, verify, optimize (default<O3>; GEMM blocks a
+ * short pass list), emit; plus the LOOM_DEBUG / LOOM_DUMP output.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -42,6 +42,13 @@ static void on_diagnostic(LLVMDiagnosticInfoRef info, void *ctx) {
 
 /* ------------------------------------------------------------------ steps */
 
+/* What one compile makes: a kernel or a GEMM block function. */
+typedef struct unit {
+  const lk_kernel *kernel; /* NULL for a GEMM */
+  const lk_gemm *gemm;
+  const char *symbol;
+} unit;
+
 static loom_status fail_with_message(char *err, size_t errlen, const char *symbol, const char *what,
                                      char *msg) {
   lm_set_err(err, errlen, "kernel %s: %s: %s", symbol, what, msg ? msg : "(no message)");
@@ -67,12 +74,18 @@ static loom_status verify(LLVMModuleRef mod, const char *symbol, char *err, size
 }
 
 /* Kernels get LLVM's loop vectorizer, SLP and interleaving (their IR is
- * scalar). A GEMM block function's IR is vectors and unrolled tiles already:
- * those passes found nothing to do there and took most of its compile time
- * (GPT-2 124M's three tiles: a fresh process's first step 7.3 -> 5.0 s, with
- * the GEMMs as fast). */
-static loom_status optimize(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *symbol,
-                            bool vectorized, char *err, size_t errlen) {
+ * scalar). A GEMM block function's IR is vectors and unrolled tiles already,
+ * so it gets only what its form needs: its alwaysinline helpers (micro-
+ * kernels, packing) inlined, its variables in registers, redundancies and
+ * branches folded. Under O3 those functions took 0.54-0.91 s each to build
+ * (GPT-2 124M's three), under this list 0.2 s, with the micro-kernels' loops
+ * the same instructions and the products as fast (docs/ARCHITECTURE.md,
+ * "The LLVM backend"). AMX blocks keep O3: the only AMX CPU they have run on
+ * ran them so, and this machine has none to check another pipeline on. */
+#define GEMM_PASSES "always-inline,function(sroa,early-cse,instcombine,simplifycfg)"
+static loom_status optimize(LLVMModuleRef mod, LLVMTargetMachineRef tm, const unit *u, char *err,
+                            size_t errlen) {
+  bool vectorized = u->gemm != NULL;
   LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
   LLVMPassBuilderOptionsSetLoopVectorization(opts, !vectorized);
   LLVMPassBuilderOptionsSetSLPVectorization(opts, !vectorized);
@@ -80,10 +93,11 @@ static loom_status optimize(LLVMModuleRef mod, LLVMTargetMachineRef tm, const ch
   /* Unrolling on for kernels, but codegen marks every loop except reduction
    * loops llvm.loop.unroll.disable (see loop_end in codegen.c). */
   LLVMPassBuilderOptionsSetLoopUnrolling(opts, !vectorized);
-  LLVMErrorRef e = LLVMRunPasses(mod, "default<O3>", tm, opts);
+  const char *passes = vectorized && !u->gemm->amx ? GEMM_PASSES : "default<O3>";
+  LLVMErrorRef e = LLVMRunPasses(mod, passes, tm, opts);
   LLVMDisposePassBuilderOptions(opts);
   if (e)
-    return fail_with_message(err, errlen, symbol, "optimization failed", LLVMGetErrorMessage(e));
+    return fail_with_message(err, errlen, u->symbol, "optimization failed", LLVMGetErrorMessage(e));
   return LOOM_OK;
 }
 
@@ -110,13 +124,6 @@ static void dump_text(const char *dir, const char *symbol, const char *ext, cons
     fprintf(stderr, "loom: LOOM_DUMP: cannot write %s: %s\n", path, strerror(errno));
   if (f) fclose(f);
 }
-
-/* What one compile makes: a kernel or a GEMM block function. */
-typedef struct unit {
-  const lk_kernel *kernel; /* NULL for a GEMM */
-  const lk_gemm *gemm;
-  const char *symbol;
-} unit;
 
 static void print_unit(const unit *u, FILE *f) {
   if (u->kernel)
@@ -187,7 +194,7 @@ static loom_status build_and_emit(LLVMContextRef ctx, LLVMTargetMachineRef tm, c
   if (st != LOOM_OK) return st;
   set_target(mod, tm);
   st = verify(mod, symbol, err, errlen);
-  if (st == LOOM_OK) st = optimize(mod, tm, symbol, u->gemm != NULL, err, errlen);
+  if (st == LOOM_OK) st = optimize(mod, tm, u, err, errlen);
   if (st == LOOM_OK) debug_output(u, mod, tm);
   if (st == LOOM_OK) st = emit_file(mod, tm, LLVMObjectFile, symbol, out, err, errlen);
   LLVMDisposeModule(mod);
