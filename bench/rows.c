@@ -99,6 +99,35 @@ static loom_status attention_train_run(void *state, bench_call_report *report) {
   return bench_first_error(st, loom_scope_end());
 }
 
+/* Sampling's selections over GPT-2's vocabulary: a whole descending sort
+ * (top-p's) and the top 40 (top-k's), values and positions. */
+#define VOCAB 50257
+
+static loom_status vocab_setup(void **state) {
+  loom_shape shapes[1] = {LOOM_SHAPE(1, VOCAB)};
+  return bench_inputs_new(state, 1, shapes);
+}
+
+static loom_status select_run(void *state, int64_t k) {
+  bench_inputs *in = state;
+  loom_scope_begin();
+  loom_tensor *out[2] = {NULL, NULL};
+  loom_status st = k == VOCAB ? loom_sort(in->t[0], -1, true, &out[0], &out[1])
+                              : loom_topk(in->t[0], k, -1, true, &out[0], &out[1]);
+  if (!st) st = loom_eval(out, 2);
+  return bench_first_error(st, loom_scope_end());
+}
+
+static loom_status sort_run(void *state, bench_call_report *report) {
+  (void)report;
+  return select_run(state, VOCAB);
+}
+
+static loom_status topk_run(void *state, bench_call_report *report) {
+  (void)report;
+  return select_run(state, 40);
+}
+
 const bench_workload bench_rows_workloads[] = {
     {
         .name = "softmax_4096x1024",
@@ -135,6 +164,25 @@ const bench_workload bench_rows_workloads[] = {
         .measure_peak = true,
         .setup = attention_train_setup,
         .run = attention_train_run,
+        .teardown = bench_inputs_free,
+    },
+    {
+        .name = "sort_1x50257",
+        .what = "loom_sort(x, -1, descending) of a [1, 50257] F32 row: values and positions (the "
+                "sort step; LOOM_SORT=network: the bitonic network)",
+        .metric = BENCH_BANDWIDTH,
+        .work = VOCAB * (4.0 + 4.0 + 8.0),
+        .setup = vocab_setup,
+        .run = sort_run,
+        .teardown = bench_inputs_free,
+    },
+    {
+        .name = "topk_1x50257_k40",
+        .what = "loom_topk(x, 40, -1, largest) of a [1, 50257] F32 row: values and positions",
+        .metric = BENCH_BANDWIDTH,
+        .work = VOCAB * 4.0 + 40 * (4.0 + 8.0),
+        .setup = vocab_setup,
+        .run = topk_run,
         .teardown = bench_inputs_free,
     },
     {

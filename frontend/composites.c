@@ -1,9 +1,12 @@
 /* torch ops that the core ops express: var and std (with a correction),
- * sign, repeat, index_select and gather. Each is a composition (its gradient
- * the composition's: index_select's is the embedding's scatter-add, gather's
- * the selection's), fused like any other. */
+ * sign, repeat, index_select and gather, flip and cumsum. Each is a
+ * composition (its gradient the composition's: index_select's is the
+ * embedding's scatter-add, gather's the selection's), fused like any other.
+ * Sort and topk record one library step (LM_SORT: the positions), their
+ * values gathered by them; or a bitonic network of elementwise ops. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "frontend/frontend.h"
 
@@ -171,7 +174,7 @@ LM_PUBLIC(loom_tensor *, loom_gather, (const loom_tensor *a, int axis, const loo
   return lm_composite_end(token, loom_permute(chosen, back, nd));
 }
 
-/* ------------------------------------------------------------ topk, sampling */
+/* ------------------------------------------------------------ sort steps */
 
 /* The checks topk and sort share: the outputs cleared, a good non-bool
  * tensor, an output asked for, the axis (normalized into *ax). NULL or the
@@ -191,10 +194,186 @@ static loom_tensor *check_selection(const char *op, const loom_tensor *a, int ax
   return NULL;
 }
 
-/* torch.topk: for a small k, k passes of argmax, each pick then masked out
- * (ties: the first index), values = gather(a, indices) so that their
- * gradient reaches a at the picks; for a k beyond the bitonic network's stage
- * count, the first k of loom_sort. */
+/* A sort step on CUDA counts, n^2 comparisons a row
+ * (backends/nvrtc/cuda_sort.c): longer rows take the bitonic network there. */
+#define SORT_CUDA_MAX_ROW 65536
+
+/* LOOM_SORT=network records the network everywhere (read per call, as the
+ * tests switch it). */
+static bool sort_step_serves(const loom_tensor *a, int ax) {
+  const char *how = getenv("LOOM_SORT");
+  if (how && !strcmp(how, "network")) return false;
+  return a->node->device.type == LOOM_DEVICE_CPU || a->node->shape.dim[ax] <= SORT_CUDA_MAX_ROW;
+}
+
+/* a's values along ax at positions (I64, a's shape but k along ax), through
+ * the row gather of a's lines, flattened, each position offset by its line's
+ * start: O(k) a line, and the gradient a scatter-add into a. */
+static loom_tensor *pick_along(const loom_tensor *a, int ax, const loom_tensor *positions) {
+  int nd = a->node->shape.ndim;
+  int64_t n = a->node->shape.dim[ax];
+  if (n == 0) return loom_slice(a, ax, 0, 0, 1); /* (then no positions either) */
+  int token = lm_composite_begin();
+  int perm[LOOM_MAX_DIMS], back[LOOM_MAX_DIMS];
+  lm_axis_last(nd, ax, perm, back);
+  loom_tensor *lines = loom_permute(a, perm, nd); /* [.., n] */
+  int64_t count = lm_shape_numel(&a->node->shape) / n;
+  /* each line's first element's flat index: the first column of each
+   * element's, an arange over the lines' shape; the where ties its dims to the
+   * lines' (a symbolic n follows; only the column is computed) */
+  lm_node *iota = lm_node_new(LM_IOTA, 0, NULL, loom_shape_of(lines), LOOM_I64, a->node->device);
+  if (iota) iota->arg.iota.start = 0, iota->arg.iota.step = 1;
+  loom_tensor *every = lm_result(iota);
+  loom_tensor *starts = loom_slice(loom_where(loom_ne(lines, lines), every, every), -1, 0, 1, 1);
+  loom_tensor *flat = loom_add(loom_permute(positions, perm, nd), starts);
+  loom_tensor *table = loom_reshape(lines, LOOM_SHAPE(count * n));
+  return lm_composite_end(token, loom_permute(loom_embedding_f(flat, table), back, nd));
+}
+
+/* The selections' results: *indices the positions (taken), *values a's
+ * values there (each only where asked for). */
+static loom_status with_values(const loom_tensor *a, int ax, loom_tensor *positions,
+                               loom_tensor **values, loom_tensor **indices) {
+  loom_status st = loom_status_of(positions);
+  if (!st && !lm_is_computed(positions->node)) /* made here: integers carry no gradient */
+    positions->node->requires_grad = false;
+  loom_tensor *picked = !st && values ? pick_along(a, ax, positions) : NULL;
+  if (!st && picked) st = loom_status_of(picked);
+  if (st || !indices) loom_free(positions);
+  if (st) {
+    loom_free(picked);
+    return st;
+  }
+  if (values) *values = picked;
+  if (indices) *indices = positions;
+  return LOOM_OK;
+}
+
+/* a with dim ax and its last swapped (its own inverse). */
+static lm_node *swap_last(lm_node *a, int ax) {
+  int nd = a->shape.ndim, perm[LOOM_MAX_DIMS];
+  for (int d = 0; d < nd; d++) perm[d] = d;
+  perm[ax] = nd - 1, perm[nd - 1] = ax;
+  return nb_permute(a, perm);
+}
+
+/* The first k of a's lines along ax in order, by one LM_SORT node over the
+ * axis moved last (full: a whole sort, k the axis' length). */
+static loom_status sort_with_step(const loom_tensor *a, int ax, int64_t k, bool descending,
+                                  bool full, loom_tensor **values, loom_tensor **indices) {
+  int nd = a->node->shape.ndim;
+  lm_node *lines = ax == nd - 1 ? (lm_node_retain(a->node), a->node) : swap_last(a->node, ax);
+  loom_shape s = lines ? lines->shape : a->node->shape;
+  s.dim[nd - 1] = k;
+  lm_node *r = lines ? lm_node_new(LM_SORT, 1, &lines, s, LOOM_I64, lines->device) : NULL;
+  lm_node_release(lines);
+  if (r) {
+    r->arg.sort.k = k, r->arg.sort.descending = descending, r->arg.sort.full = full;
+    r->requires_grad = false; /* positions: the values' gradient goes through pick_along */
+  }
+  lm_node *back = r && ax != nd - 1 ? swap_last(r, ax) : (lm_node_retain(r), r);
+  lm_node_release(r);
+  return with_values(a, ax, lm_result(back), values, indices);
+}
+
+/* ------------------------------------------------------------ sort */
+
+/* Whether a belongs after b: keys in order (NaN the largest, as torch),
+ * padding (an index >= n) after every key. */
+static loom_tensor *after(const loom_tensor *a, const loom_tensor *b, const loom_tensor *ia,
+                          const loom_tensor *ib, int64_t n, bool descending) {
+  loom_tensor *a_nan = loom_ne(a, a), *b_nan = loom_ne(b, b);
+  loom_tensor *keys =
+      descending ? loom_logical_or(loom_lt(a, b), loom_logical_and(b_nan, loom_logical_not(a_nan)))
+                 : loom_logical_or(loom_gt(a, b), loom_logical_and(a_nan, loom_logical_not(b_nan)));
+  loom_tensor *pa = loom_ge_s(ia, (double)n), *pb = loom_ge_s(ib, (double)n);
+  loom_tensor *neither = loom_logical_not(loom_logical_or(pa, pb));
+  return loom_logical_or(loom_logical_and(pa, loom_logical_not(pb)),
+                         loom_logical_and(neither, keys));
+}
+
+/* The positions of a bitonic network (CUDA's rows longer than the sort step
+ * takes): the axis padded to a power of two, log2(N) (log2(N) + 1) / 2 stages
+ * of compare-exchange over pairs at distance j in blocks of k, each stage a
+ * few elementwise ops over views, each pair's positions compared where its
+ * values tie, so the order is the stable one the sort step gives. */
+static loom_tensor *bitonic_positions(const loom_tensor *a, int ax, bool descending) {
+  const char *op = "loom_sort";
+  int nd = a->node->shape.ndim;
+  int64_t n = a->node->shape.dim[ax], width = 1;
+  while (width < n) width *= 2;
+  int token = lm_composite_begin();
+  loom_device dev = a->node->device;
+  /* the axis last, padded; the values compared, their positions beside them */
+  loom_tensor *keys = loom_transpose(a, ax, nd - 1);
+  loom_shape s = loom_shape_of(keys);
+  int64_t pad[2] = {0, width - n};
+  keys = loom_contiguous(loom_pad(keys, pad, 2, 0));
+  loom_shape ws = s;
+  ws.dim[nd - 1] = width;
+  loom_tensor *idx = loom_contiguous(
+      loom_expand(loom_arange(0, (double)width, 1, LOOM_I64, dev), ws)); /* [.., width] */
+  for (int64_t k = 2; k <= width; k *= 2)
+    for (int64_t j = k / 2; j >= 1; j /= 2) {
+      int64_t blocks = width / (2 * j);
+      /* pairs (i, i + j) for i with bit j clear: [.., blocks, 2, j] */
+      loom_shape ps = ws;
+      ps.ndim = nd + 2;
+      ps.dim[nd - 1] = blocks, ps.dim[nd] = 2, ps.dim[nd + 1] = j;
+      loom_tensor *kp = loom_reshape(keys, ps), *ip = loom_reshape(idx, ps);
+      loom_tensor *ka = loom_slice(kp, nd, 0, 1, 1), *kb = loom_slice(kp, nd, 1, 2, 1);
+      loom_tensor *ia = loom_slice(ip, nd, 0, 1, 1), *ib = loom_slice(ip, nd, 1, 2, 1);
+      /* a block ascends where bit k of its first index is clear */
+      bool *up = malloc((size_t)blocks);
+      if (!up) return lm_composite_end(token, lm_error(LOOM_ERR_OOM, "%s: out of memory", op));
+      for (int64_t blk = 0; blk < blocks; blk++) up[blk] = ((blk * 2 * j) & k) == 0;
+      loom_shape us = {nd + 2, {0}};
+      for (int d = 0; d < nd + 2; d++) us.dim[d] = 1;
+      us.dim[nd - 1] = blocks;
+      loom_tensor *ascend = loom_from_data(up, us, LOOM_BOOL, dev);
+      free(up);
+      /* ties: the later position after the earlier (negative zeros equal) */
+      loom_tensor *tie =
+          loom_logical_or(loom_eq(ka, kb), loom_logical_and(loom_ne(ka, ka), loom_ne(kb, kb)));
+      loom_tensor *later = loom_gt(ia, ib);
+      loom_tensor *a_after =
+          loom_logical_or(after(ka, kb, ia, ib, n, descending), loom_logical_and(tie, later));
+      loom_tensor *b_after = loom_logical_or(after(kb, ka, ib, ia, n, descending),
+                                             loom_logical_and(tie, loom_logical_not(later)));
+      loom_tensor *swap = loom_where(ascend, a_after, b_after);
+      loom_tensor *kpair[2] = {loom_where(swap, kb, ka), loom_where(swap, ka, kb)};
+      loom_tensor *ipair[2] = {loom_where(swap, ib, ia), loom_where(swap, ia, ib)};
+      keys = loom_contiguous(loom_reshape(loom_cat(kpair, 2, nd), ws));
+      idx = loom_contiguous(loom_reshape(loom_cat(ipair, 2, nd), ws));
+    }
+  return lm_composite_end(
+      token, loom_contiguous(loom_transpose(loom_slice(idx, -1, 0, n, 1), ax, nd - 1)));
+}
+
+LM_PUBLIC(loom_status, loom_sort,
+          (const loom_tensor *a, int axis, bool descending, loom_tensor **values,
+           loom_tensor **indices),
+          (a, axis, descending, values, indices)) {
+  int ax = axis;
+  loom_tensor *err = check_selection("loom_sort", a, axis, &ax, values, indices);
+  if (err) return lm_error_status(err);
+  int64_t n = a->node->shape.dim[ax];
+  if (sort_step_serves(a, ax)) return sort_with_step(a, ax, n, descending, true, values, indices);
+  return with_values(a, ax, bitonic_positions(a, ax, descending), values, indices);
+}
+
+LM_PUBLIC(loom_tensor *, loom_argsort, (const loom_tensor *a, int axis, bool descending),
+          (a, axis, descending)) {
+  loom_tensor *indices = NULL;
+  loom_status st = loom_sort(a, axis, descending, NULL, &indices);
+  return st ? lm_error_recorded(st) : indices;
+}
+
+/* ------------------------------------------------------------ topk, sampling */
+
+/* torch.topk: the first k of a sort along axis (largest: descending; ties:
+ * the first position first): the sort step's partial selection, or the
+ * first k of the bitonic network where that serves instead. */
 LM_PUBLIC(loom_status, loom_topk,
           (const loom_tensor *a, int64_t k, int axis, bool largest, loom_tensor **values,
            loom_tensor **indices),
@@ -203,56 +382,15 @@ LM_PUBLIC(loom_status, loom_topk,
   int ax = axis;
   loom_tensor *err = check_selection(op, a, axis, &ax, values, indices);
   if (err) return lm_error_status(err);
-  int nd = a->node->shape.ndim;
   int64_t len = a->node->shape.dim[ax];
   if (k < 0 || k > len)
     return lm_fail(LOOM_ERR_VALUE, "%s: k %lld is outside [0, %lld] (the length of axis %d)", op,
                    (long long)k, (long long)len, axis);
-  int levels = 0;
-  while ((int64_t)1 << levels < len) levels++;
-  if (k > (int64_t)levels * (levels + 1) / 2) { /* fewer passes through a sort */
-    loom_tensor *sv = NULL, *si = NULL;
-    loom_status st = loom_sort(a, ax, largest, values ? &sv : NULL, indices ? &si : NULL);
-    if (st) return st;
-    if (values) *values = loom_slice(sv, ax, 0, k, 1);
-    if (indices) *indices = loom_slice(si, ax, 0, k, 1);
-    loom_free(sv), loom_free(si);
-    return LOOM_OK;
-  }
-  int token = lm_composite_begin();
-  int perm[LOOM_MAX_DIMS], back[LOOM_MAX_DIMS];
-  lm_axis_last(nd, ax, perm, back);
-  loom_tensor *lines = loom_permute(a, perm, nd); /* the axis last */
-  loom_tensor *scores = loom_dtype_is_float(a->node->dtype) ? lines : loom_cast(lines, LOOM_F64);
-  if (!largest) scores = loom_neg(scores);
-  loom_tensor **picks = malloc(sizeof *picks * (size_t)(k ? k : 1));
-  if (!picks) {
-    loom_free(lm_composite_end(token, NULL));
-    return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
-  }
-  for (int64_t i = 0; i < k; i++) {
-    picks[i] = loom_argmax(scores, -1, true); /* [.., 1] */
-    loom_tensor *taken = loom_cast(loom_one_hot(loom_squeeze(picks[i], -1), len), LOOM_BOOL);
-    scores = loom_masked_fill(scores, taken, -INFINITY);
-  }
-  loom_shape none = loom_shape_of(lines);
-  none.dim[nd - 1] = 0;
-  loom_tensor *idx = k ? loom_cat(picks, (int)k, -1) : loom_zeros(none, LOOM_I64, a->node->device);
-  free(picks);
-  /* the indices leave the composite for the caller's scope; the values are
-   * made there, from them */
-  loom_tensor *out_idx = lm_composite_end(token, loom_permute(idx, back, nd));
-  loom_status st = loom_status_of(out_idx);
-  loom_tensor *out_val = !st && values ? loom_gather(a, ax, out_idx) : NULL;
-  if (!st && out_val) st = loom_status_of(out_val);
-  if (st || !indices) loom_free(out_idx);
-  if (st) {
-    loom_free(out_val);
-    return st;
-  }
-  if (values) *values = out_val;
-  if (indices) *indices = out_idx;
-  return LOOM_OK;
+  if (sort_step_serves(a, ax)) return sort_with_step(a, ax, k, largest, false, values, indices);
+  loom_tensor *all = bitonic_positions(a, ax, largest);
+  loom_tensor *first = loom_slice(all, ax, 0, k, 1);
+  loom_free(all);
+  return with_values(a, ax, first, values, indices);
 }
 
 /* torch.multinomial by the Gumbel-max trick: argmax(log p + g), g Gumbel
@@ -358,103 +496,4 @@ LM_PUBLIC(loom_tensor *, loom_cumsum, (const loom_tensor *a, int axis), (a, axis
   loom_tensor *sums = loom_transpose(prefix_sums(x), ax, nd - 1);
   /* integer sums of integers in F64 are exact: the cast back loses nothing */
   return lm_composite_end(token, is_float ? sums : loom_cast(sums, LOOM_I64));
-}
-
-/* ------------------------------------------------------------ sort */
-
-/* Whether a belongs after b: keys in order (NaN the largest, as torch),
- * padding (an index >= n) after every key. */
-static loom_tensor *after(const loom_tensor *a, const loom_tensor *b, const loom_tensor *ia,
-                          const loom_tensor *ib, int64_t n, bool descending) {
-  loom_tensor *a_nan = loom_ne(a, a), *b_nan = loom_ne(b, b);
-  loom_tensor *keys =
-      descending ? loom_logical_or(loom_lt(a, b), loom_logical_and(b_nan, loom_logical_not(a_nan)))
-                 : loom_logical_or(loom_gt(a, b), loom_logical_and(a_nan, loom_logical_not(b_nan)));
-  loom_tensor *pa = loom_ge_s(ia, (double)n), *pb = loom_ge_s(ib, (double)n);
-  loom_tensor *neither = loom_logical_not(loom_logical_or(pa, pb));
-  return loom_logical_or(loom_logical_and(pa, loom_logical_not(pb)),
-                         loom_logical_and(neither, keys));
-}
-
-/* torch.sort along one axis by a bitonic network: the axis padded to a power
- * of two, log2(N) (log2(N) + 1) / 2 stages of compare-exchange over pairs at
- * distance j in blocks of k, each stage a few elementwise ops over views.
- * Not stable, as torch's default. */
-LM_PUBLIC(loom_status, loom_sort,
-          (const loom_tensor *a, int axis, bool descending, loom_tensor **values,
-           loom_tensor **indices),
-          (a, axis, descending, values, indices)) {
-  const char *op = "loom_sort";
-  int ax = axis;
-  loom_tensor *err = check_selection(op, a, axis, &ax, values, indices);
-  if (err) return lm_error_status(err);
-  int nd = a->node->shape.ndim;
-  int64_t n = a->node->shape.dim[ax], width = 1;
-  while (width < n) width *= 2;
-  int token = lm_composite_begin();
-  loom_device dev = a->node->device;
-  /* the axis last, padded; the values themselves are compared and carried
-   * (so the selections carry their gradient), their indices beside them */
-  loom_tensor *keys = loom_transpose(a, ax, nd - 1);
-  loom_shape s = loom_shape_of(keys);
-  int64_t pad[2] = {0, width - n};
-  keys = loom_contiguous(loom_pad(keys, pad, 2, 0));
-  loom_shape ws = s;
-  ws.dim[nd - 1] = width;
-  loom_tensor *idx = loom_contiguous(
-      loom_expand(loom_arange(0, (double)width, 1, LOOM_I64, dev), ws)); /* [.., width] */
-  bool ok = true;
-  for (int64_t k = 2; ok && k <= width; k *= 2)
-    for (int64_t j = k / 2; ok && j >= 1; j /= 2) {
-      int64_t blocks = width / (2 * j);
-      /* pairs (i, i + j) for i with bit j clear: [.., blocks, 2, j] */
-      loom_shape ps = ws;
-      ps.ndim = nd + 2;
-      ps.dim[nd - 1] = blocks, ps.dim[nd] = 2, ps.dim[nd + 1] = j;
-      loom_tensor *kp = loom_reshape(keys, ps), *ip = loom_reshape(idx, ps);
-      loom_tensor *ka = loom_slice(kp, nd, 0, 1, 1), *kb = loom_slice(kp, nd, 1, 2, 1);
-      loom_tensor *ia = loom_slice(ip, nd, 0, 1, 1), *ib = loom_slice(ip, nd, 1, 2, 1);
-      /* a block ascends where bit k of its first index is clear */
-      bool *up = malloc((size_t)blocks);
-      if (!up) {
-        ok = false;
-        break;
-      }
-      for (int64_t blk = 0; blk < blocks; blk++) up[blk] = ((blk * 2 * j) & k) == 0;
-      loom_shape us = {nd + 2, {0}};
-      for (int d = 0; d < nd + 2; d++) us.dim[d] = 1;
-      us.dim[nd - 1] = blocks;
-      loom_tensor *ascend = loom_from_data(up, us, LOOM_BOOL, dev);
-      free(up);
-      loom_tensor *swap = loom_where(ascend, after(ka, kb, ia, ib, n, descending),
-                                     after(kb, ka, ib, ia, n, descending));
-      loom_tensor *kpair[2] = {loom_where(swap, kb, ka), loom_where(swap, ka, kb)};
-      loom_tensor *ipair[2] = {loom_where(swap, ib, ia), loom_where(swap, ia, ib)};
-      keys = loom_contiguous(loom_reshape(loom_cat(kpair, 2, nd), ws));
-      idx = loom_contiguous(loom_reshape(loom_cat(ipair, 2, nd), ws));
-    }
-  if (!ok) {
-    loom_free(lm_composite_end(token, NULL));
-    return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
-  }
-  loom_tensor *sorted = loom_contiguous(loom_transpose(loom_slice(keys, -1, 0, n, 1), ax, nd - 1));
-  loom_tensor *order = loom_transpose(loom_slice(idx, -1, 0, n, 1), ax, nd - 1);
-  /* two results leave the composite: the indices as its result, the values
-   * by a reference of their own, then given to the caller's scope */
-  loom_status st = loom_status_of(sorted);
-  bool held = st == LOOM_OK, given = false;
-  if (held) sorted->refs++;
-  loom_tensor *out_idx = lm_composite_end(token, loom_contiguous(order));
-  if (!st) st = loom_status_of(out_idx);
-  if (!st && values) {
-    given = lm_scope_track(sorted);
-    if (!given) st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
-  }
-  if (held && !given) lm_tensor_release(sorted); /* not wanted, or an error */
-  if (!given) sorted = NULL;
-  if (st || !indices) loom_free(out_idx), out_idx = NULL;
-  if (st) return st;
-  if (values) *values = sorted;
-  if (indices) *indices = out_idx;
-  return LOOM_OK;
 }

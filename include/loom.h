@@ -398,16 +398,21 @@ loom_tensor *loom_flip(const loom_tensor *a, int axis);
  * about sqrt(n): O(n sqrt(n)) work through the GEMM. */
 loom_tensor *loom_cumsum(const loom_tensor *a, int axis);
 /* torch.topk: the k largest (or smallest) along axis, in order, as *values
- * (a's dtype, differentiable) and *indices (I64); either may be NULL. A small
- * k is k passes over the axis (ties: the first index); a larger one the first
- * k of loom_sort (ties: any order, as torch). */
+ * (a's dtype, differentiable) and *indices (I64); either may be NULL. Ties:
+ * the first position first (torch leaves their order open). A partial
+ * selection on the CPU, O(n) a line for k well below n. */
 loom_status loom_topk(const loom_tensor *a, int64_t k, int axis, bool largest, loom_tensor **values,
                       loom_tensor **indices);
-/* torch.sort along axis (descending: the largest first; NaN count as the
- * largest, as torch): *values (a's dtype, differentiable) and *indices (I64),
- * either may be NULL. A bitonic network, O(n log^2 n), not stable. */
+/* torch.sort along axis with stable=True (descending: the largest first; NaN
+ * count as the largest, -0 equals 0, as torch; equal values keep their
+ * order): *values (a's dtype, differentiable) and *indices (I64), either may
+ * be NULL. One library step: a radix sort on the CPU (0.44 ms for 50,257
+ * floats), a counting kernel on CUDA for lines of up to 65,536 (a bitonic
+ * network of elementwise ops for longer ones). */
 loom_status loom_sort(const loom_tensor *a, int axis, bool descending, loom_tensor **values,
                       loom_tensor **indices);
+/* torch.argsort(stable=True): loom_sort's indices alone. */
+loom_tensor *loom_argsort(const loom_tensor *a, int axis, bool descending);
 /* torch.multinomial with a key: n category indices (I64, [n] or [N, n]) drawn
  * from probs [C] or [N, C] (non-negative weights, not necessarily summing to
  * 1), with or without replacement; the Gumbel-max trick, so the draws are

@@ -129,6 +129,10 @@ static bool put_args(lm_graph *g, const lm_node *n) {
     ok = put_f64(g, n->arg.attn.scale) && put_i64(g, n->arg.attn.causal) &&
          put_i64(g, n->arg.attn.mask);
     break;
+  case LM_ARG_SORT:
+    ok = put_i64(g, n->arg.sort.k) && put_i64(g, n->arg.sort.descending) &&
+         put_i64(g, n->arg.sort.full);
+    break;
   case LM_ARG_WINDOW:
     for (int i = 0; i < 2 && ok; i++)
       ok = put_i64(g, n->arg.window.kernel[i]) && put_i64(g, n->arg.window.stride[i]) &&
@@ -255,6 +259,10 @@ lm_hash128 lm_graph_family_hash(const lm_graph *g) {
     case LM_ARG_AXIS: family_put(st, n->arg.axis); break;
     case LM_ARG_PERM:
       for (int d = 0; d < nd; d++) family_put(st, n->arg.perm[d]);
+      break;
+    case LM_ARG_SORT: /* (k is the row's length in a whole sort, else checked as the rest) */
+      family_put(st, n->arg.sort.descending);
+      family_put(st, n->arg.sort.full);
       break;
     default: break; /* the rest is checked at the sizes by the caller */
     }

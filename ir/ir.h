@@ -111,6 +111,12 @@ typedef enum lm_op {
      [Tk, Dv] in the top left of its three [T, W] parts (the rest zeros), so that
      each is a slice of constant bounds where Tq = Tk and D = Dv */
   LM_ATTENTION_GRAD,
+  /* (after ATTENTION_GRAD, for the same reason) the order of each row of src[0] along
+     its last dim, I64: the source positions of its arg.sort.k first values, from the
+     smallest (or, descending, the largest); NaN counts as larger than any number and
+     -0 as 0; equal values keep their order (stable). [.., n] -> [.., k]; with
+     arg.sort.full, k is n (a sort: k follows n where n is symbolic) */
+  LM_SORT,
   LM_NUM_OPS
 } lm_op;
 
@@ -187,6 +193,11 @@ struct lm_node {
       bool causal;
       int mask; /* lm_attention_mask */
     } attn;
+    struct {
+      int64_t k;       /* values kept per row */
+      bool descending; /* the largest first */
+      bool full;       /* k is the row's length (a sort, not a top-k) */
+    } sort;
   } arg;
   bool requires_grad;            /* gradients flow through it (set when recorded) */
   struct loom_tensor *grad_leaf; /* the handle its gradients accumulate into (weak) */
@@ -239,7 +250,8 @@ typedef enum lm_op_class {
   LM_OPC_LIBRARY,     /* computed by a library call (BLAS) */
   LM_OPC_GATHER,      /* data-dependent rows */
   LM_OPC_COPY,        /* from another device, computed when recorded */
-  LM_OPC_COLLECTIVE   /* across processes, a library step (runtime/dist.c) */
+  LM_OPC_COLLECTIVE,  /* across processes, a library step (runtime/dist.c) */
+  LM_OPC_SORT         /* a library step over whole rows of its stored source */
 } lm_op_class;
 
 /* Which member of lm_node.arg an op uses, and so how it is hashed and written. */
@@ -256,14 +268,15 @@ typedef enum lm_arg_kind {
   LM_ARG_WINDOW, /* arg.window: kernel=[2] stride=[2] dilation=[2] */
   LM_ARG_CLAMP,  /* arg.clamp: lo=<f64> hi=<f64> */
   LM_ARG_COLL,   /* arg.coll: reduce=<name> root=<int> axis=<int> world=<int> */
-  LM_ARG_ATTN    /* arg.attn: scale=<f64> causal=<0|1> mask=<none|bool|add> */
+  LM_ARG_ATTN,   /* arg.attn: scale=<f64> causal=<0|1> mask=<none|bool|add> */
+  LM_ARG_SORT    /* arg.sort: k=<int> descending=<0|1> full=<0|1> */
 } lm_arg_kind;
 
 /* The dtype an op gives, from its (first value) source's. */
 typedef enum lm_op_result {
   LM_RES_SOURCE, /* the source's (or, for CAST and leaves, the node's own) */
   LM_RES_BOOL,   /* comparisons and logic */
-  LM_RES_I64     /* ARGMAX ARGMIN */
+  LM_RES_I64     /* ARGMAX ARGMIN SORT */
 } lm_op_result;
 
 typedef struct lm_op_info {
@@ -286,6 +299,7 @@ bool lm_op_is_view(lm_op op);
 bool lm_op_is_reduce(lm_op op);
 bool lm_op_is_collective(lm_op op);
 bool lm_op_is_attention(lm_op op); /* LM_ATTENTION or its gradient */
+bool lm_op_is_sort(lm_op op);
 /* loom_reduce_op's name in listings and the program text ("sum", ...), NULL
  * outside the enum; and back (-1 for none). */
 const char *lm_reduce_op_name(int reduce);

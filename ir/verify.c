@@ -537,6 +537,25 @@ static bool check_collective(const verdict *v) {
          keeps_dtype(v);
 }
 
+/* Sort: a numeric source of at least one dim, I64 positions [.., k], k at
+ * most the last dim's length (and equal to it for a whole sort). */
+static bool check_sort(const verdict *v) {
+  const lm_node *n = v->n, *x = n->src[0];
+  char a[200];
+  if (x->dtype == LOOM_BOOL) return refuse(v, "sorts numbers, not bool");
+  if (n->dtype != LOOM_I64)
+    return refuse(v, "gives i64 positions, not %s", loom_dtype_name(n->dtype));
+  if (x->shape.ndim < 1) return refuse(v, "sorts along the last dim of a source with none");
+  int64_t len = x->shape.dim[x->shape.ndim - 1], k = n->arg.sort.k;
+  if (k < 0 || k > len || (n->arg.sort.full && k != len))
+    return refuse(v, "k %lld of a source %s: %s", (long long)k, shape_str(&x->shape, a, sizeof a),
+                  n->arg.sort.full ? "a whole sort keeps the row's length"
+                                   : "it must be 0 to the last dim's length");
+  loom_shape want = x->shape;
+  want.dim[want.ndim - 1] = k;
+  return shape_is(v, &want, "the source's, the last dim k");
+}
+
 /* ------------------------------------------------------------ leaves */
 
 static bool check_leaf(const verdict *v) {
@@ -613,6 +632,7 @@ bool lm_node_verify(const lm_node *n, char *why, size_t len) {
   case LM_ALL_REDUCE:
   case LM_BROADCAST:
   case LM_ALL_GATHER: return check_collective(&v);
+  case LM_SORT: return check_sort(&v);
   default: return refuse(&v, "no rule for this op");
   }
 }

@@ -13,7 +13,8 @@ typedef enum lm_step_kind {
   LM_STEP_KERNEL,
   LM_STEP_GEMM,
   LM_STEP_COLLECTIVE,
-  LM_STEP_ATTENTION
+  LM_STEP_ATTENTION,
+  LM_STEP_SORT
 } lm_step_kind;
 
 /* A kernel reads at most this many buffers and keys (its slots); planning
@@ -78,6 +79,15 @@ typedef struct lm_attention {
   bool backward; /* LM_ATTENTION_GRAD */
 } lm_attention;
 
+/* A sort (LM_SORT): out [rows, k] I64, each row's first k positions in
+ * order, from its source stored whole ([rows, n], row-major). */
+typedef struct lm_sort {
+  loom_dtype dtype; /* the source's */
+  int in_pos;       /* canonical position of the source's buffer */
+  int64_t rows, n, k;
+  bool descending;
+} lm_sort;
+
 /* A collective across processes (LM_ALL_REDUCE, LM_BROADCAST, LM_ALL_GATHER):
  * the sources' whole buffers, row-major, into the step's output. */
 typedef struct lm_collective {
@@ -124,6 +134,8 @@ typedef struct lm_step {
   lm_collective coll;
   /* LM_STEP_ATTENTION */
   lm_attention attn;
+  /* LM_STEP_SORT */
+  lm_sort sort;
   /* GEMM epilogues: a GEMM whose only reader is an elementwise kernel runs
    * deferred, in row blocks, each followed by the kernel on those rows while
    * they are in cache; the kernel's slot gemm_slot reads the block. */

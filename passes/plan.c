@@ -42,6 +42,16 @@ static bool planner_reserve(lm_planner *pl, int pos) {
   return true;
 }
 
+/* A library step's common fields: it computes n, alone. */
+static void library_step(lm_step *step, lm_step_kind kind, const lm_node *n) {
+  step->kind = kind;
+  step->out = n->pos;
+  step->dtype = n->dtype;
+  step->outer = lm_shape_numel(&n->shape);
+  step->gemm_partner = -1;
+  step->b_producer = -1;
+}
+
 /* A collective's step: its sources are stored (fusion.c marks them) and read
  * whole. False when out of memory. */
 static bool plan_collective(const lm_planner *pl, lm_node *n, lm_step *step) {
@@ -69,13 +79,22 @@ static bool plan_collective(const lm_planner *pl, lm_node *n, lm_step *step) {
     else
       c->inner *= x->shape.dim[d];
   }
-  step->kind = LM_STEP_COLLECTIVE;
-  step->out = n->pos;
-  step->dtype = n->dtype;
-  step->outer = lm_shape_numel(&n->shape);
-  step->gemm_partner = -1;
-  step->b_producer = -1;
+  library_step(step, LM_STEP_COLLECTIVE, n);
   return true;
+}
+
+/* A sort's step: its source is stored (fusion.c marks it) and read whole,
+ * as rows of its last dim. */
+static void plan_sort(const lm_planner *pl, lm_node *n, lm_step *step) {
+  const lm_node *x = n->src[0];
+  int64_t n_cols = x->shape.dim[x->shape.ndim - 1], numel = lm_shape_numel(&x->shape);
+  step->sort = (lm_sort){.dtype = x->dtype,
+                         .in_pos = lm_graph_pos(pl->g, n->src[0]),
+                         .rows = n_cols > 0 ? numel / n_cols : lm_shape_numel(&n->shape),
+                         .n = n_cols,
+                         .k = n->arg.sort.k,
+                         .descending = n->arg.sort.descending};
+  library_step(step, LM_STEP_SORT, n);
 }
 
 static loom_status lower_step(const lm_planner *pl, lm_schedule *p, lm_node *n, char *err,
@@ -87,6 +106,10 @@ static loom_status lower_step(const lm_planner *pl, lm_schedule *p, lm_node *n, 
   }
   if (lm_op_is_attention(n->op)) {
     lm_plan_attention(pl, n, step);
+    return LOOM_OK;
+  }
+  if (lm_op_is_sort(n->op)) {
+    plan_sort(pl, n, step);
     return LOOM_OK;
   }
   if (lm_op_is_collective(n->op)) {

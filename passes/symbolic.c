@@ -550,6 +550,15 @@ static void infer_node(infer *f, int pos) {
     for (int d = 0; d < nd && n->nsrc == 1; d++)
       if (n->op != LM_ALL_GATHER || d != n->arg.coll.axis) join(f, slot(pos, d), slot(src[0], d));
     return;
+  case LM_OPC_SORT: /* the source's dims, but the last: k, or the row's length */
+    for (int d = 0; d < nd - 1; d++) join(f, slot(pos, d), slot(src[0], d));
+    if (n->arg.sort.full) {
+      join(f, slot(pos, nd - 1), slot(src[0], nd - 1));
+    } else {
+      lm_sym_expr k = lm_sym_const(n->arg.sort.k);
+      set_expr(f, slot(pos, nd - 1), &k);
+    }
+    return;
   case LM_OPC_VIEW: break;
   }
   const lm_node *in = g->nodes[src[0]];

@@ -13,6 +13,7 @@
 #include "runtime/export.h"
 #include "runtime/gemm.h"
 #include "runtime/runtime.h"
+#include "runtime/sort.h"
 
 static int64_t align_up(int64_t v) {
   return (v + LM_EXPORT_ALIGN - 1) / LM_EXPORT_ALIGN * LM_EXPORT_ALIGN;
@@ -125,6 +126,7 @@ static loom_status layout_make(lm_export_layout *l, const loom_program *p, const
   for (int i = 0; i < p->plan->nsteps; i++) {
     const lm_step *s = &p->plan->steps[i];
     l->uses_attention |= s->kind == LM_STEP_ATTENTION;
+    l->uses_sort |= s->kind == LM_STEP_SORT;
     if (s->kind != LM_STEP_GEMM) continue;
     l->uses_gemm = true;
     const lm_gemm *chooser = &tiles_from->steps[i].gemm;
@@ -330,17 +332,44 @@ static void write_attention_step(const lm_export_layout *l, int i, FILE *f) {
           l->name, fn, lm_attention_work(s));
 }
 
-/* runtime/attention_cpu.c itself, its functions renamed into the library's
- * prefix. */
-static void write_attention_source(const lm_export_layout *l, FILE *f) {
-  const char *fns[] = {"lm_attention_f32", "lm_attention_f32_items", "lm_attention_grad_f32",
-                       "lm_attention_grad_f32_items", "lm_attention_f32_numbers"};
-  for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
-    fprintf(f, "#define %s %s%s\n", fns[i], l->name, fns[i] + 2);
-  fprintf(f, "/* ---- loom's fused attention kernel (runtime/attention_cpu.c) ---- */\n%s\n",
-          lm_attention_cpu_source);
-  for (size_t i = 0; i < sizeof fns / sizeof *fns; i++) fprintf(f, "#undef %s\n", fns[i]);
+/* A sort: runtime/sort_cpu.c's entry point over the rows, its numbers
+ * written out (so a symbolic export fits them as any other). */
+static void write_sort_step(const lm_export_layout *l, int i, FILE *f) {
+  const lm_step *s = &l->p->plan->steps[i];
+  if (s->outer == 0) return;
+  char o[96], x[96];
+  int64_t num[LM_SORT_NUMBERS];
+  lm_sort_numbers(&s->sort, num);
+  fprintf(f, "  { /* step %d: sort, the first %" PRId64 " of rows of %" PRId64 " %s%s */\n", i,
+          s->sort.k, s->sort.n, loom_dtype_name(s->sort.dtype),
+          s->sort.descending ? ", descending" : "");
+  fprintf(f, "    const int64_t num[] = {");
+  for (int x2 = 0; x2 < LM_SORT_NUMBERS; x2++) fprintf(f, "%s%" PRId64, x2 ? ", " : "", num[x2]);
+  fprintf(f, "};\n    void *const args[] = {%s, %s, (void *)num};\n",
+          buffer(l, s->out, o, sizeof o), buffer(l, s->sort.in_pos, x, sizeof x));
+  fprintf(f, "    run_kernel(%s_sort_rows, args, %s_sort_items(num), %" PRId64 ");\n  }\n", l->name,
+          l->name, lm_sort_work(&s->sort));
+}
+
+/* A library step's CPU kernel (runtime/<what>_cpu.c) itself, its functions
+ * renamed into the library's prefix. */
+static void write_kernel_source(const lm_export_layout *l, const char *what, const char *text,
+                                const char *const *fns, size_t nfns, FILE *f) {
+  for (size_t i = 0; i < nfns; i++) fprintf(f, "#define %s %s%s\n", fns[i], l->name, fns[i] + 2);
+  fprintf(f, "/* ---- loom's %s kernel (runtime/%s_cpu.c) ---- */\n%s\n", what, what, text);
+  for (size_t i = 0; i < nfns; i++) fprintf(f, "#undef %s\n", fns[i]);
   fputs("/* ---- */\n\n", f);
+}
+
+static void write_library_sources(const lm_export_layout *l, FILE *f) {
+  static const char *const attention[] = {"lm_attention_f32", "lm_attention_f32_items",
+                                          "lm_attention_grad_f32", "lm_attention_grad_f32_items",
+                                          "lm_attention_f32_numbers"};
+  static const char *const sort[] = {"lm_sort_rows", "lm_sort_items"};
+  if (l->uses_attention)
+    write_kernel_source(l, "attention", lm_attention_cpu_source, attention,
+                        sizeof attention / sizeof *attention, f);
+  if (l->uses_sort) write_kernel_source(l, "sort", lm_sort_cpu_source, sort, 2, f);
 }
 
 /* The block functions' argument (ir/kernel.h's lk_gemm_args) and their
@@ -635,7 +664,7 @@ static void write_prelude(const lm_export_layout *l, FILE *f) {
               k[1]);
     }
   if (l->uses_gemm) write_gemm_declarations(l, f);
-  if (l->uses_attention) write_attention_source(l, f);
+  write_library_sources(l, f);
   write_pool(l, f);
   if (l->embed)
     fprintf(f, "extern const unsigned char %s_weights_blob[]; /* weights.S */\n\n", l->name);
@@ -826,6 +855,8 @@ void lm_export_write_source(const lm_export_layout *l, FILE *f) {
       write_gemm_step(l, i, f);
     else if (s->kind == LM_STEP_ATTENTION)
       write_attention_step(l, i, f);
+    else if (s->kind == LM_STEP_SORT)
+      write_sort_step(l, i, f);
     else if (s->outer > 0)
       write_kernel_step(l, i, f);
   }

@@ -49,8 +49,8 @@
 /* A field added to a step must be described by walk_plan (as shape or as a
  * number) or an instance runs with the template's value of it. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(lm_step) == 1472 && sizeof(lm_gemm) == 312 && sizeof(lm_collective) == 88 &&
-                   sizeof(lm_attention) == 640 && sizeof(lk_kernel) == 304,
+_Static_assert(sizeof(lm_step) == 1512 && sizeof(lm_gemm) == 312 && sizeof(lm_collective) == 88 &&
+                   sizeof(lm_attention) == 640 && sizeof(lm_sort) == 40 && sizeof(lk_kernel) == 304,
                "lm_step changed: describe the new field in walk_plan, then update the sizes here");
 #endif
 
@@ -232,6 +232,17 @@ static void walk_attention(walk *w, lm_attention *a) {
   }
 }
 
+static void walk_sort(walk *w, lm_sort *s) {
+  if (w->d) {
+    PUT(w->d, s->dtype);
+    PUT(w->d, s->in_pos);
+    PUT(w->d, s->descending);
+  }
+  number(w, &s->rows);
+  number(w, &s->n);
+  number(w, &s->k);
+}
+
 /* Every field of every step that a run reads (runtime/exec.c): a new field of
  * lm_step must be described here too, or an instance would run with the
  * template's value of it. */
@@ -270,6 +281,7 @@ static void walk_plan(walk *w, lm_schedule *p) {
     if (s->kind == LM_STEP_GEMM) walk_gemm(w, &s->gemm);
     if (s->kind == LM_STEP_COLLECTIVE) walk_collective(w, &s->coll);
     if (s->kind == LM_STEP_ATTENTION) walk_attention(w, &s->attn);
+    if (s->kind == LM_STEP_SORT) walk_sort(w, &s->sort);
   }
 }
 

@@ -51,6 +51,12 @@ static void print_step(const lm_step *s, int i, double ms) {
             (long long)a->dv, (long long)batch, a->causal ? ", causal" : "");
     return;
   }
+  if (s->kind == LM_STEP_SORT) {
+    fprintf(stderr, "sort: the first %lld of %lld rows of %lld %s%s\n", (long long)s->sort.k,
+            (long long)s->sort.rows, (long long)s->sort.n, loom_dtype_name(s->sort.dtype),
+            s->sort.descending ? ", descending" : "");
+    return;
+  }
   const lk_kernel *k = &s->kernel;
   fprintf(stderr, "kernel %lld points, dom [", (long long)s->outer);
   for (int d = 0; d < k->ndim; d++) fprintf(stderr, "%s%lld", d ? "," : "", (long long)k->dom[d]);

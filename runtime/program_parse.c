@@ -435,6 +435,21 @@ static loom_status parse_args(parser *p, lm_node *n) {
       return bad(p, "mask=%s: expected none, bool or add", quote(m, q));
     return st;
   }
+  case LM_ARG_SORT: {
+    token v = {NULL, 0};
+    char q[72];
+    int descending = 0, full = 0;
+    st = take_arg(p, "k", &v);
+    if (st == LOOM_OK && !parse_i64(v.s, v.len, &n->arg.sort.k))
+      return bad(p, "k=%s is not an integer", quote(v, q));
+    if (st == LOOM_OK) st = arg_int(p, "descending", &descending);
+    if (st == LOOM_OK) st = arg_int(p, "full", &full);
+    if (st == LOOM_OK && ((descending != 0 && descending != 1) || (full != 0 && full != 1)))
+      return bad(p, "descending=%d full=%d: expected 0 or 1", descending, full);
+    n->arg.sort.descending = descending == 1;
+    n->arg.sort.full = full == 1;
+    return st;
+  }
   case LM_ARG_WINDOW:
     st = arg_list(p, "kernel", 2, INT64_MIN, INT64_MAX, n->arg.window.kernel);
     if (st == LOOM_OK) st = arg_list(p, "stride", 2, INT64_MIN, INT64_MAX, n->arg.window.stride);

@@ -262,6 +262,8 @@ static loom_status instantiate(const char *op, const loom_program *p, const int6
         c->arg.pad.lo[d] = c->shape.dim[d] - c->src[0]->shape.dim[d] -
                            (n->shape.dim[d] - n->src[0]->shape.dim[d] - n->arg.pad.lo[d]);
     }
+    if (n->op == LM_SORT && n->arg.sort.full) /* a whole sort keeps the row's length */
+      c->arg.sort.k = c->shape.dim[c->shape.ndim - 1];
     for (int i = 0; i < p->ncounts; i++)
       if (p->counts[i].pos == pos) c->arg.f = (double)lm_sym_eval(&p->counts[i].value, values);
     b->nodes[pos] = c;

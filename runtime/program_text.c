@@ -173,6 +173,10 @@ static void put_args(text *t, const lm_node *n) {
     put_f64(t, "scale", n->arg.attn.scale);
     put(t, " causal=%d mask=%s", (int)n->arg.attn.causal, lm_attention_mask_name(n->arg.attn.mask));
     break;
+  case LM_ARG_SORT:
+    put(t, " k=%lld descending=%d full=%d", (long long)n->arg.sort.k, (int)n->arg.sort.descending,
+        (int)n->arg.sort.full);
+    break;
   case LM_ARG_WINDOW:
     put_list(t, "kernel", n->arg.window.kernel, 2);
     put_list(t, "stride", n->arg.window.stride, 2);
@@ -413,14 +417,15 @@ static bool steps_computing(const loom_program *p, computing *c) {
 }
 
 static void dump_header(text *t, const loom_program *p) {
-  int weights = 0, nodes = 0, kernels = 0, gemms = 0, attentions = 0;
+  int weights = 0, nodes = 0, kernels = 0, gemms = 0, attentions = 0, sorts = 0;
   for (int pos = 0; pos < p->n; pos++)
     weights += p->kind[pos] == LM_SLOT_WEIGHT, nodes += p->kind[pos] == LM_SLOT_NODE;
   for (int i = 0; i < p->plan->nsteps; i++)
     kernels += p->plan->steps[i].kind == LM_STEP_KERNEL,
         gemms += p->plan->steps[i].kind == LM_STEP_GEMM,
-        attentions += p->plan->steps[i].kind == LM_STEP_ATTENTION;
-  int collectives = p->plan->nsteps - kernels - gemms - attentions;
+        attentions += p->plan->steps[i].kind == LM_STEP_ATTENTION,
+        sorts += p->plan->steps[i].kind == LM_STEP_SORT;
+  int collectives = p->plan->nsteps - kernels - gemms - attentions - sorts;
   put(t,
       "loom program: %d input%s, %d weight%s, %d node%s, %d output%s; %d step%s (%d kernel%s, "
       "%d gemm%s",
@@ -429,6 +434,7 @@ static void dump_header(text *t, const loom_program *p) {
       p->plan->nsteps == 1 ? "" : "s", kernels, kernels == 1 ? "" : "s", gemms,
       gemms == 1 ? "" : "s");
   if (attentions) put(t, ", %d attention%s", attentions, attentions == 1 ? "" : "s");
+  if (sorts) put(t, ", %d sort%s", sorts, sorts == 1 ? "" : "s");
   if (collectives) put(t, ", %d collective%s", collectives, collectives == 1 ? "" : "s");
   put(t, ")\n");
 }
@@ -598,6 +604,16 @@ static void dump_kernel(text *t, const loom_program *p, int i, const computing *
   dump_listing(t, &s->kernel);
 }
 
+static void dump_sort(text *t, const loom_program *p, int i) {
+  const lm_step *s = &p->plan->steps[i];
+  const lm_sort *so = &s->sort;
+  char o[24], x[24];
+  put(t, "  step %d: sort -> %s i64[%lld,%lld], the first %lld of rows of %lld %s%s from %s\n", i,
+      pos_name(p, s->out, o), (long long)so->rows, (long long)so->k, (long long)so->k,
+      (long long)so->n, loom_dtype_name(so->dtype), so->descending ? ", descending" : "",
+      pos_name(p, so->in_pos, x));
+}
+
 static void dump_attention(text *t, const loom_program *p, int i) {
   const lm_step *s = &p->plan->steps[i];
   const lm_attention *a = &s->attn;
@@ -660,6 +676,8 @@ static void dump_schedule(text *t, const loom_program *p, const computing *c) {
       dump_collective(t, p, i);
     else if (p->plan->steps[i].kind == LM_STEP_ATTENTION)
       dump_attention(t, p, i);
+    else if (p->plan->steps[i].kind == LM_STEP_SORT)
+      dump_sort(t, p, i);
     else
       dump_kernel(t, p, i, c);
   }
@@ -737,6 +755,7 @@ static void dot_step(text *t, const loom_program *p, int i, const picture *pic) 
       s->kind == LM_STEP_GEMM         ? "gemm"
       : s->kind == LM_STEP_COLLECTIVE ? lm_op_name(s->coll.op)
       : s->kind == LM_STEP_ATTENTION  ? "attention"
+      : s->kind == LM_STEP_SORT       ? "sort"
                                       : "kernel");
   if (s->out >= p->n)
     put(t, "    t%d [shape=point, xlabel=\"%%t%d\"];\n", s->out - p->n, s->out - p->n);

@@ -359,6 +359,21 @@ static loom_program *attention_grad_program(void) {
   return p;
 }
 
+/* A sort and a top-k (runtime/sort_cpu.c's text compiled into the library):
+ * rows long enough for its radix sort and its partial selection. */
+static loom_program *sort_program(void) {
+  loom_program *p = NULL;
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(3, 200), LOOM_F32, LOOM_CPU);
+    loom_tensor *values, *top;
+    CHECK_OK(loom_sort(x, -1, true, &values, NULL));
+    CHECK_OK(loom_topk(loom_neg(x), 3, 0, false, &top, NULL));
+    loom_tensor *outs[2] = {loom_add(values, loom_cast(loom_argsort(x, 1, false), LOOM_F32)), top};
+    p = loom_compile(outs, 2, &x, 1);
+  }
+  return p;
+}
+
 static void test_programs(void) {
   loom_program *p = chain_program();
   export_and_compare(p, "chain");
@@ -401,6 +416,11 @@ static void test_programs(void) {
   CHECK(p != NULL);
   export_and_compare(p, "attention_grad");
   check_needed("attention_grad");
+  loom_program_free(p);
+  p = sort_program();
+  CHECK(p != NULL);
+  export_and_compare(p, "sort");
+  check_needed("sort");
   loom_program_free(p);
 }
 

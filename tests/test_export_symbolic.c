@@ -177,6 +177,23 @@ static loom_program *tail_program(void) {
   return p;
 }
 
+/* rows of t sorted (the sort's k follows t) with their positions, and the
+ * top 3 of each (k fixed) */
+static loom_program *sort_program(void) {
+  loom_program *p = NULL;
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(7, 11), LOOM_F32, LOOM_CPU);
+    loom_tensor *values, *top;
+    CHECK_OK(loom_sort(x, 1, false, &values, NULL));
+    CHECK_OK(loom_topk(x, 3, 1, true, &top, NULL));
+    loom_tensor *outs[2] = {loom_add(values, loom_cast(loom_argsort(x, 1, true), LOOM_F32)), top};
+    loom_symbolic_dim dims[2] = {{0, 0, "b"}, {0, 1, "t"}};
+    p = loom_compile_symbolic(outs, 2, &x, 1, dims, 2);
+  }
+  CHECK_MSG(p != NULL, "%s", loom_last_error());
+  return p;
+}
+
 /* ------------------------------------------------------------ tests */
 
 static void test_mlp(void) {
@@ -267,6 +284,13 @@ static void test_attention(void) {
   for (int i = 0; i < 3; i++) loom_free(w[i]);
 }
 
+static void test_sort(void) {
+  loom_program *p = sort_program();
+  const int64_t sizes[][2] = {{1, 3}, {7, 11}, {2, 5}, {3, 40}, {5, 300}};
+  export_and_check(p, "sort", &sizes[0][0], 5, 2);
+  loom_program_free(p);
+}
+
 static void test_counts(void) {
   loom_program *p = stats_program();
   const int64_t rows[] = {2, 9, 3, 50, 17};
@@ -302,6 +326,7 @@ int main(void) {
   mkdir(dir, 0700);
   test_mlp();
   test_attention();
+  test_sort();
   test_counts();
   test_tail();
   test_refused();

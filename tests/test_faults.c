@@ -448,6 +448,42 @@ static void run_bf16_gemm_sweep(void) {
   CHECK(faults > 0);
 }
 
+/* A sort's positions under a fault at each allocation: its kernel's scratch
+ * failing is absorbed (the partial selection it falls back on needs none:
+ * the same positions); anything else ends in LOOM_ERR_OOM. */
+static void run_sort_sweep(void) {
+  enum { ROWS = 4, N = 300 };
+  static float v[ROWS * N];
+  static int64_t want[ROWS * N], got[ROWS * N];
+  for (int i = 0; i < ROWS * N; i++) v[i] = (float)((i * 37) % 101) - 50; /* ties */
+  LOOM_SCOPE {
+    loom_tensor *x = loom_from_data(v, LOOM_SHAPE(ROWS, N), LOOM_F32, LOOM_CPU);
+    CHECK_OK(loom_copy_to_host(loom_argsort(x, -1, true), want, sizeof want));
+  }
+  long faults = 0, oom = 0;
+  for (long n = 1;; n++) {
+    bool fired = false;
+    LOOM_SCOPE {
+      loom_tensor *x = loom_from_data(v, LOOM_SHAPE(ROWS, N), LOOM_F32, LOOM_CPU);
+      arm(n, false);
+      loom_tensor *pos = loom_argsort(x, -1, true);
+      loom_status st = loom_realize(pos);
+      fired = disarm();
+      if (st == LOOM_OK) {
+        CHECK_OK(loom_copy_to_host(pos, got, sizeof got));
+        CHECK_MSG(memcmp(got, want, sizeof got) == 0, "sort, fault %ld: wrong positions", n);
+      } else {
+        CHECK_MSG(st == LOOM_ERR_OOM, "sort, fault %ld: %s", n, loom_status_name(st));
+        oom++;
+      }
+    }
+    if (!fired) break;
+    faults++;
+  }
+  printf("sort: %ld faults, %ld ended in LOOM_ERR_OOM, the rest absorbed\n", faults, oom);
+  CHECK(faults > oom); /* at least the kernel's scratch */
+}
+
 /* got ([rows, cols]) against softmax(3 x) over each row, in double. */
 static void check_softmax3(const double *x, const double *got, int rows, int cols, const char *what,
                            long fault) {
@@ -574,6 +610,7 @@ int main(void) {
   for (int sw = 0; sw < NUM_SWEEPS; sw++) run_sweep((sweep)sw, stride);
   run_bn_sweep(stride);
   run_bf16_gemm_sweep();
+  run_sort_sweep();
   run_generic_sweep();
   run_symbolic_sweep();
   /* The library is usable afterwards. */

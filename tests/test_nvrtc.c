@@ -186,15 +186,20 @@ static void add_gemm_kernels(void) {
     }
 }
 
-/* The fused attention kernel of LM_STEP_ATTENTION (its source carries the
- * prelude). */
-static void add_attention_kernel(void) {
+static void add_library_kernel(const char *label,
+                               loom_status (*source)(char **, char[36], char *, size_t)) {
   char *src = NULL, name[36], err[512];
-  loom_status st = lm_cuda_attention_source(&src, name, err, sizeof err);
-  CHECK_MSG(st == LOOM_OK, "attention: %s", err);
+  loom_status st = source(&src, name, err, sizeof err);
+  CHECK_MSG(st == LOOM_OK, "%s: %s", label, err);
   if (st == LOOM_OK)
-    queue_job(name, src, NULL, "attention",
-              (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0});
+    queue_job(name, src, NULL, label, (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0});
+}
+
+/* The library steps' kernels: fused attention (LM_STEP_ATTENTION) and sort
+ * (LM_STEP_SORT); their sources carry the prelude. */
+static void add_library_kernels(void) {
+  add_library_kernel("attention", lm_cuda_attention_source);
+  add_library_kernel("sort", lm_cuda_sort_source);
 }
 
 /* The kernel shape-generic as LOOM_DYNAMIC=always makes it (every extent and
@@ -844,8 +849,9 @@ static void test_codegen_rules(void) {
   CHECK(src == NULL);
   /* names are the LLVM backend's symbols; every kernel is one extern "C" global */
   for (int i = 0; i < njobs; i++) {
-    if (strcmp(jobs[i].label, "gemm") == 0 || strcmp(jobs[i].label, "attention") == 0)
-      continue; /* named by dtype and transposes; one attention kernel */
+    if (strcmp(jobs[i].label, "gemm") == 0 || strcmp(jobs[i].label, "attention") == 0 ||
+        strcmp(jobs[i].label, "sort") == 0)
+      continue; /* named by dtype and transposes; one attention kernel, one sort kernel */
     char decl[96];
     snprintf(decl, sizeof decl, "__launch_bounds__(%d) %s(void *s0", LM_CUDA_BLOCK, jobs[i].name);
     if (!strstr(jobs[i].source, decl) || strlen(jobs[i].name) != 35) {
@@ -873,7 +879,7 @@ int main(void) {
   test_philox_text();
   collect_all();
   add_gemm_kernels();
-  add_attention_kernel();
+  add_library_kernels();
   check_coverage();
   test_codegen_rules();
   dump_sources();

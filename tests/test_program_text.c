@@ -245,6 +245,13 @@ static void attention_grad(loom_tensor *const *in, loom_tensor **out) {
   loom_free(g);
 }
 
+/* A sort's values and a top-k's positions along the other axis (two sort
+ * steps: ascending whole rows, the 3 largest of each column). */
+static void sorts(loom_tensor *const *in, loom_tensor **out) {
+  CHECK_OK(loom_sort(in[0], -1, false, &out[0], NULL));
+  CHECK_OK(loom_topk(in[0], 3, 0, true, NULL, &out[1]));
+}
+
 static const model models[] = {
     {"chain", 1, 1, {LOOM_SHAPE(37, 19)}, {LOOM_F32}, chain},
     {"clamp", 1, 2, {LOOM_SHAPE(6, 7)}, {LOOM_F32}, clamps},
@@ -266,6 +273,7 @@ static const model models[] = {
     {"normalized", 2, 2, {LOOM_SHAPE(5, 12), LOOM_SHAPE(5)}, {LOOM_F64, LOOM_I64}, normalized},
     {"attention", 1, 2, {LOOM_SHAPE(2, 3, 9, 8)}, {LOOM_F32}, attention},
     {"attention_grad", 1, 1, {LOOM_SHAPE(1, 2, 130, 8)}, {LOOM_F32}, attention_grad},
+    {"sort", 1, 2, {LOOM_SHAPE(6, 50)}, {LOOM_F32}, sorts},
 };
 #define NMODELS ((int)(sizeof models / sizeof models[0]))
 

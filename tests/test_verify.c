@@ -521,6 +521,33 @@ static void test_broken_cat_window(void) {
   refused("window of 1 dim", view(LM_WINDOW, S(4, 1, 1), leaf(F32, S(4))), "needs 2 or more dims");
 }
 
+/* A sort node of x: its first k (full: a whole sort). */
+static lm_node *sort(loom_shape out, loom_dtype dtype, lm_node *x, int64_t k, bool full) {
+  lm_node *n = lm_node_new(LM_SORT, 1, &x, out, dtype, LOOM_CPU);
+  lm_node_release(x);
+  n->arg.sort.k = k, n->arg.sort.full = full, n->arg.sort.descending = true;
+  return n;
+}
+
+static void test_broken_sort(void) {
+  accepted("sort", sort(S(3, 5), LOOM_I64, leaf(LOOM_F16, S(3, 5)), 5, true));
+  accepted("top 2", sort(S(3, 2), LOOM_I64, leaf(LOOM_U8, S(3, 5)), 2, false));
+  accepted("top 0", sort(S(3, 0), LOOM_I64, leaf(F32, S(3, 5)), 0, false));
+  refused("sort of bools", sort(S(3, 5), LOOM_I64, leaf(LOOM_BOOL, S(3, 5)), 5, true),
+          "sorts numbers, not bool");
+  refused("sort to f32", sort(S(3, 5), F32, leaf(F32, S(3, 5)), 5, true),
+          "gives i64 positions, not f32");
+  refused("sort of a scalar", sort(S(1), LOOM_I64, leaf(F32, (loom_shape){0, {0}}), 1, false),
+          "sorts along the last dim of a source with none");
+  refused("top 6 of 5", sort(S(3, 6), LOOM_I64, leaf(F32, S(3, 5)), 6, false),
+          "k 6 of a source [3,5]: it must be 0 to the last dim's length");
+  refused("top -1", sort(S(3, 5), LOOM_I64, leaf(F32, S(3, 5)), -1, false), "k -1");
+  refused("a whole sort of 4", sort(S(3, 4), LOOM_I64, leaf(F32, S(3, 5)), 4, true),
+          "a whole sort keeps the row's length");
+  refused("sort shape", sort(S(5, 2), LOOM_I64, leaf(F32, S(3, 5)), 2, false),
+          "the shape must be [3,2]");
+}
+
 /* An attention node of q [2, 5, 4], k [2, 7, 4], v [2, 7, 3], and a mask when given. */
 static lm_node *attention(loom_shape out, lm_node *q, lm_node *k, lm_node *v, lm_node *mask,
                           int kind, bool causal) {
@@ -716,6 +743,7 @@ int main(void) {
   test_gradients();
   CHECK_MSG(nodes_verified > 1000, "only %d frontend nodes verified", nodes_verified);
   test_broken_common();
+  test_broken_sort();
   test_broken_elementwise();
   test_broken_reductions();
   test_broken_views();

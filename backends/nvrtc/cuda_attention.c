@@ -153,16 +153,5 @@ static const char attention_source[] =
     "}\n";
 
 loom_status lm_cuda_attention_source(char **source, char name[36], char *err, size_t errlen) {
-  const char *prelude = lm_cuda_prelude();
-  size_t a = strlen(prelude), b = strlen(attention_source);
-  *source = malloc(a + b + 1);
-  snprintf(name, 36, "lm_attention_f32");
-  if (*source) {
-    memcpy(*source, prelude, a);
-    memcpy(*source + a, attention_source, b + 1);
-  } else {
-    snprintf(err, errlen, "out of memory");
-    return LOOM_ERR_OOM;
-  }
-  return LOOM_OK;
+  return lm_cuda_with_prelude(attention_source, "lm_attention_f32", source, name, err, errlen);
 }

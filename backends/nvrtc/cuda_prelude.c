@@ -17,6 +17,10 @@
  * in double and round once). Compiling with -DLM_PRECISE_F32 makes the F32
  * functions evaluate in double and round once, as the CPU does.
  */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "backends/nvrtc/nvrtc_backend.h"
 #include "backends/nvrtc/philox_cuda.h"
 
@@ -212,3 +216,16 @@ static const char PRELUDE[] =
                                                    "\n";
 
 const char *lm_cuda_prelude(void) { return PRELUDE; }
+
+loom_status lm_cuda_with_prelude(const char *body, const char *kernel, char **source, char name[36],
+                                 char *err, size_t errlen) {
+  size_t a = strlen(PRELUDE), b = strlen(body);
+  snprintf(name, 36, "%s", kernel);
+  if (!(*source = malloc(a + b + 1))) {
+    snprintf(err, errlen, "out of memory");
+    return LOOM_ERR_OOM;
+  }
+  memcpy(*source, PRELUDE, a);
+  memcpy(*source + a, body, b + 1);
+  return LOOM_OK;
+}

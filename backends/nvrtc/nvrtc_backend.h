@@ -128,6 +128,20 @@ const char *lm_cuda_prelude(void);
  */
 loom_status lm_cuda_attention_source(char **source, char name[36], char *err, size_t errlen);
 
+/*
+ * CUDA C of the sort kernel of LM_STEP_SORT (cuda_sort.c):
+ *   extern "C" __global__ void lm_sort_rows(long long *out, const void *src,
+ *       long long n, long long k, long long dtype, long long descending,
+ *       long long rows)
+ * (src [rows, n] of loom_dtype `dtype`, out [rows, k] int64); launched with
+ * LM_CUDA_BLOCK threads and any grid (blocks stride over rows x
+ * ceil(n / LM_CUDA_BLOCK) items). As lm_cuda_attention_source otherwise.
+ */
+loom_status lm_cuda_sort_source(char **source, char name[36], char *err, size_t errlen);
+/* The prelude, then body, into *source (malloc'd); kernel's name into name. */
+loom_status lm_cuda_with_prelude(const char *body, const char *kernel, char **source,
+                                 char name[36], char *err, size_t errlen);
+
 /* Whether NVRTC could be loaded; when not, why (into why, when why && whylen). */
 bool lm_nvrtc_available(char *why, size_t whylen);
 

@@ -54,6 +54,16 @@ def softmax():
     return lambda: torch.softmax(x, -1)
 
 
+def sort_vocab():
+    x = uniform(1, 50257)
+    return lambda: torch.sort(x, stable=True, dim=-1, descending=True)
+
+
+def topk_vocab():
+    x = uniform(1, 50257)
+    return lambda: torch.topk(x, 40, -1)
+
+
 def attention_causal():
     q, k, v = (uniform(1, 12, 1024, 64) for _ in range(3))
     hidden = torch.ones(1024, 1024, dtype=torch.bool).triu(1)
@@ -254,6 +264,8 @@ inf = float("inf")
 common.run("torch", {
     "ew_chain_16M": [("eager", ew_chain_eager), ("out=", ew_chain_out)],
     "softmax_4096x1024": [("torch.softmax", softmax)],
+    "sort_1x50257": [("torch.sort", sort_vocab)],
+    "topk_1x50257_k40": [("torch.topk", topk_vocab)],
     "attention_causal_1x12x1024x64": [("matmul, softmax", attention_causal)],
     "attention_causal_train_1x12x1024x64": [("matmul, softmax, autograd",
                                              attention_causal_train)],

@@ -36,6 +36,7 @@
 #include "runtime/gemm.h"
 #include "runtime/pool.h"
 #include "runtime/runtime.h"
+#include "runtime/sort.h"
 
 #ifndef LOOM_CODEGEN_ID /* CMakeLists.txt defines it for this file */
 #error "LOOM_CODEGEN_ID (a hash of the code generators' sources) is not defined"
@@ -201,6 +202,13 @@ static loom_status attention_source(const void *ctx, char **source, cuda_code *c
   return lm_cuda_attention_source(source, c->name, err, errlen);
 }
 
+static loom_status sort_source(const void *ctx, char **source, cuda_code *c, char *err,
+                               size_t errlen) {
+  (void)ctx;
+  c->launch = (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0}; /* launched by its step */
+  return lm_cuda_sort_source(source, c->name, err, errlen);
+}
+
 /* A kernel step with its deferred GEMM fused in. */
 typedef struct fused_ctx {
   const lk_kernel *kernel; /* the step's, or the generic one serving it */
@@ -247,6 +255,8 @@ static loom_status step_code(const lm_schedule *p, lm_step *s, int dev, const un
                    "only; on CUDA attention's training is composed");
   } else if (s->kind == LM_STEP_ATTENTION) {
     st = find_code(dev, "lm_attention_f32", attention_source, NULL, code, NULL);
+  } else if (s->kind == LM_STEP_SORT) {
+    st = find_code(dev, "lm_sort_rows", sort_source, NULL, code, NULL);
   } else {
     /* the shape-generic kernel serving this one, when its shape has one */
     lk_kernel generic;
@@ -540,7 +550,27 @@ static loom_status attention_step(const lm_exec *x, const lm_step *s) {
   return launch(x, s->device_code, (unsigned)blocks, 1, 1, v, n);
 }
 
-static const lm_step_runner cuda_runner = {kernel_step, gemm_step, attention_step};
+/* A sort (cuda_sort.c's kernel): a block per LM_CUDA_BLOCK values of a row,
+ * up to BLOCKS_PER_SM per multiprocessor (the kernel strides over the rest). */
+static loom_status sort_step(const lm_exec *x, const lm_step *s) {
+  const lm_sort *so = &s->sort;
+  loom_status st = lm_sort_check(so);
+  if (st != LOOM_OK || s->outer == 0) return st;
+  uint64_t v[] = {ptr_value(x->bufs[s->out]),
+                  ptr_value(x->bufs[so->in_pos]),
+                  (uint64_t)so->n,
+                  (uint64_t)so->k,
+                  (uint64_t)so->dtype,
+                  so->descending,
+                  (uint64_t)so->rows};
+  int64_t blocks = so->rows * ((so->n + LM_CUDA_BLOCK - 1) / LM_CUDA_BLOCK), cap = BLOCKS_PER_SM;
+  const lm_cu_device *dev = lm_cu_device_at(x->device.index);
+  if (dev && dev->multiprocessors > 0) cap *= dev->multiprocessors;
+  if (blocks > cap) blocks = cap;
+  return launch(x, s->device_code, (unsigned)blocks, 1, 1, v, (int)(sizeof v / sizeof *v));
+}
+
+static const lm_step_runner cuda_runner = {kernel_step, gemm_step, attention_step, sort_step};
 
 /* The Philox keys the kernels read, copied to the device: keys[pos] becomes
  * a device pointer to the two words. */
