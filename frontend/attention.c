@@ -214,9 +214,10 @@ LM_PUBLIC(loom_tensor *, loom_gelu_tanh, (const loom_tensor *a), (a)) {
 /* The fused kernel (LM_ATTENTION), where it serves: F32 (on the CPU or a
  * CUDA device), a bool or F32 mask if any, head dims up to
  * LM_ATTENTION_MAX_HEAD, nothing empty; where a gradient flows, on the CPU
- * only, not into the mask and over at least LM_ATTENTION_TRAIN_MIN_KEYS keys
- * (autograd records the fused backward, LM_ATTENTION_GRAD; CUDA, a mask's
- * gradient and shorter rows take the composition below: measured on an AMD
+ * (on CUDA with LOOM_ATTENTION=fused), not into the mask and over at least
+ * LM_ATTENTION_TRAIN_MIN_KEYS keys (autograd records the fused backward,
+ * LM_ATTENTION_GRAD; a mask's gradient and shorter rows take the
+ * composition below: measured on an AMD
  * EPYC Zen 4, 2 threads, 12 heads of D 64, causal, forward and backward:
  * fused/composed 1.03x the time at 64 keys, 1.02x at 80, 0.83x at 96, 0.73x
  * at 128, 0.47x at 256, 0.49x at 1,024);
@@ -243,7 +244,7 @@ static loom_tensor *fused_attention(const loom_tensor *q, const loom_tensor *k,
         n[s]->device.index != n[0]->device.index || lm_shape_numel(&n[s]->shape) == 0)
       return NULL;
     if (lm_grad_enabled() && n[s]->requires_grad) {
-      if (s == 3 || n[0]->device.type != LOOM_DEVICE_CPU) return NULL;
+      if (s == 3) return NULL; /* the mask's gradient: the composition's */
       flows = true;
     }
   }
@@ -264,6 +265,9 @@ static loom_tensor *fused_attention(const loom_tensor *q, const loom_tensor *k,
   if (n[0]->device.type == LOOM_DEVICE_CUDA && tq > LM_ATTENTION_CUDA_MAX_ROWS && !forced)
     return NULL;
   if (flows && tk < LM_ATTENTION_TRAIN_MIN_KEYS && !forced) return NULL;
+  /* CUDA's fused backward has run on the emulated device only: until a GPU
+   * measures it against the composition, training composes unless forced */
+  if (flows && n[0]->device.type == LOOM_DEVICE_CUDA && !forced) return NULL;
   loom_shape mask_full = batch, mask_joined;
   mask_full.ndim = nd, mask_full.dim[nb] = tq, mask_full.dim[nb + 1] = tk;
   if (mask && (!lm_broadcast_shape(&mask_full, &n[3]->shape, &mask_joined) ||

@@ -195,10 +195,12 @@ static void add_library_kernel(const char *label,
     queue_job(name, src, NULL, label, (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0});
 }
 
-/* The library steps' kernels: fused attention (LM_STEP_ATTENTION) and sort
- * (LM_STEP_SORT); their sources carry the prelude. */
+/* The library steps' kernels: fused attention and its backward
+ * (LM_STEP_ATTENTION) and sort (LM_STEP_SORT); their sources carry the
+ * prelude. */
 static void add_library_kernels(void) {
   add_library_kernel("attention", lm_cuda_attention_source);
+  add_library_kernel("attention", lm_cuda_attention_grad_source);
   add_library_kernel("sort", lm_cuda_sort_source);
 }
 
@@ -851,7 +853,7 @@ static void test_codegen_rules(void) {
   for (int i = 0; i < njobs; i++) {
     if (strcmp(jobs[i].label, "gemm") == 0 || strcmp(jobs[i].label, "attention") == 0 ||
         strcmp(jobs[i].label, "sort") == 0)
-      continue; /* named by dtype and transposes; one attention kernel, one sort kernel */
+      continue; /* named by dtype and transposes; attention's and sort's by their names */
     char decl[96];
     snprintf(decl, sizeof decl, "__launch_bounds__(%d) %s(void *s0", LM_CUDA_BLOCK, jobs[i].name);
     if (!strstr(jobs[i].source, decl) || strlen(jobs[i].name) != 35) {

@@ -61,7 +61,7 @@ step "ops, gradients, Adam, Philox on cuda:0 against the CPU"
 check cuda_gpu suite cuda_gpu timeout 300 "$build/test_cuda_gpu"
 
 step "the op, view, gradient, layer, optimizer, random-graph and thread suites on cuda:0"
-for t in ops views autograd nn optim random_graphs threads sums attention half gpt2; do
+for t in ops views autograd nn optim random_graphs threads sums attention half gpt2 sort; do
   check "$t" suite "$t" LOOM_TEST_DEVICE=cuda timeout 300 "$build/test_$t"
 done
 
@@ -86,6 +86,11 @@ check digits_cpu sh -c "timeout 120 '$build/train_digits' --model mlp --epochs 1
 
 step "CUDA benchmarks (loom bench --device cuda)"
 check bench timeout 300 "$build/loom" bench --device cuda --repeats 20
+step "attention's training on cuda:0: the fused backward against the composition (which the default takes until this says otherwise)"
+for how in fused composite; do
+  check "attention_train_$how" env LOOM_ATTENTION=$how timeout 120 "$build/loom" bench \
+    attention_causal_train_1x12x1024x64 --device cuda --repeats 20
+done
 step "done"
 if [ -n "$failed" ]; then
   echo "FAILED:$failed"

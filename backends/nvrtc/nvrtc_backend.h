@@ -127,6 +127,18 @@ const char *lm_cuda_prelude(void);
  * is malloc'd; name needs 36 bytes.
  */
 loom_status lm_cuda_attention_source(char **source, char name[36], char *err, size_t errlen);
+/*
+ * Its backward (LM_ATTENTION_GRAD), two launches of one kernel:
+ *   extern "C" __global__ void lm_attention_grad_f32(long long phase,
+ *       float *out, q, k, v, mask, const float *o, const float *g,
+ *       float *stats, long long scale_bits, nbatch, tq, tk, d, dv, causal,
+ *       how, mc, items, t, w, offsets o0..o5, row strides r0..r5, batch
+ *       sizes n0..n5, batch strides of q, k, v, mask, o and g (6 each))
+ * (out [batch.., 3, t, w]; stats: 2 floats per batch index and query row;
+ * items = batch x ceil(t / 8)); phase 0 then phase 1, LM_CUDA_BLOCK threads.
+ */
+loom_status lm_cuda_attention_grad_source(char **source, char name[36], char *err,
+                                          size_t errlen);
 
 /*
  * CUDA C of the sort kernel of LM_STEP_SORT (cuda_sort.c):

@@ -202,6 +202,13 @@ static loom_status attention_source(const void *ctx, char **source, cuda_code *c
   return lm_cuda_attention_source(source, c->name, err, errlen);
 }
 
+static loom_status attention_grad_source(const void *ctx, char **source, cuda_code *c, char *err,
+                                         size_t errlen) {
+  (void)ctx;
+  c->launch = (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0}; /* launched by its step */
+  return lm_cuda_attention_grad_source(source, c->name, err, errlen);
+}
+
 static loom_status sort_source(const void *ctx, char **source, cuda_code *c, char *err,
                                size_t errlen) {
   (void)ctx;
@@ -249,10 +256,7 @@ static loom_status step_code(const lm_schedule *p, lm_step *s, int dev, const un
              s->gemm.a_trans ? 't' : 'n', s->gemm.b_trans ? 't' : 'n');
     st = find_code(dev, name, gemm_source, &s->gemm, code, NULL);
   } else if (s->kind == LM_STEP_ATTENTION && s->attn.backward) {
-    /* (the frontend composes attention on CUDA wherever a gradient flows) */
-    return lm_fail(LOOM_ERR_DEVICE,
-                   "loom_realize: attention's fused gradient (attention_grad) runs on the CPU "
-                   "only; on CUDA attention's training is composed");
+    st = find_code(dev, "lm_attention_grad_f32", attention_grad_source, NULL, code, NULL);
   } else if (s->kind == LM_STEP_ATTENTION) {
     st = find_code(dev, "lm_attention_f32", attention_source, NULL, code, NULL);
   } else if (s->kind == LM_STEP_SORT) {
@@ -522,9 +526,65 @@ static loom_status kernel_step(const lm_exec *x, const lm_step *s) {
  * decoding's one, the fewest power of two holding them, so the block's spare
  * warps split the keys), up to BLOCKS_PER_SM per multiprocessor (the kernel
  * strides over the rest). */
+/* The operands' layouts as the attention kernels take them: `operands`
+ * offsets, then their row strides, the 6 batch sizes, and per operand its 6
+ * batch strides. */
+static int attention_layout(const lm_attention *a, int operands, uint64_t *v, int n) {
+  for (int k = 0; k < operands; k++) v[n++] = (uint64_t)a->offset[k];
+  for (int k = 0; k < operands; k++) v[n++] = (uint64_t)a->row_stride[k];
+  for (int d = 0; d < 6; d++) v[n++] = (uint64_t)(d < a->nbatch ? a->batch[d] : 1);
+  for (int k = 0; k < operands; k++)
+    for (int d = 0; d < 6; d++) v[n++] = (uint64_t)(d < a->nbatch ? a->bstride[k][d] : 0);
+  return n;
+}
+
+/* Blocks for `items` work items: up to BLOCKS_PER_SM per multiprocessor (the
+ * kernels stride over the rest). */
+static unsigned grid_for(const lm_exec *x, int64_t items) {
+  int64_t cap = BLOCKS_PER_SM;
+  const lm_cu_device *dev = lm_cu_device_at(x->device.index);
+  if (dev && dev->multiprocessors > 0) cap *= dev->multiprocessors;
+  return (unsigned)(items < cap ? items : cap);
+}
+
+/* Attention's backward (cuda_attention.c's lm_attention_grad_f32): phase 0
+ * over query rows (dq, and each row's log-sum-exp and delta into scratch),
+ * then phase 1 over key rows (dk, dv), each 8 rows a block over the rows of
+ * the output's [.., 3, T, W] parts. */
+static loom_status attention_grad_step(const lm_exec *x, const lm_step *s) {
+  const lm_attention *a = &s->attn;
+  int64_t batch = 1, t = a->tq > a->tk ? a->tq : a->tk, w = a->d > a->dv ? a->d : a->dv;
+  for (int d = 0; d < a->nbatch; d++) batch *= a->batch[d];
+  size_t bytes = sizeof(float) * 2 * (size_t)(batch * a->tq);
+  void *stats = NULL;
+  loom_status st = lm_cuda_alloc("loom_realize", x->device.index, bytes ? bytes : 1, &stats);
+  if (st != LOOM_OK) return st;
+  uint64_t v[96];
+  int n = 1; /* v[0]: the phase */
+  v[n++] = ptr_value(x->bufs[s->out]);
+  for (int k = 0; k < 3; k++) v[n++] = ptr_value(x->bufs[a->pos[k]]);
+  v[n++] = a->mask ? ptr_value(x->bufs[a->pos[3]]) : 0;
+  v[n++] = ptr_value(x->bufs[a->pos[4]]);
+  v[n++] = ptr_value(x->bufs[a->pos[5]]);
+  v[n++] = ptr_value(stats);
+  memcpy(&v[n++], &a->scale, sizeof a->scale);
+  int64_t items = batch * ((t + 7) / 8);
+  const int64_t head[] = {a->nbatch, a->tq,          a->tk, a->d, a->dv, a->causal,
+                          a->mask,   a->mask_stride, items, t,    w};
+  for (size_t i = 0; i < sizeof head / sizeof *head; i++) v[n++] = (uint64_t)head[i];
+  n = attention_layout(a, LM_ATTENTION_OPERANDS, v, n);
+  for (uint64_t phase = 0; phase < 2 && st == LOOM_OK; phase++) {
+    v[0] = phase;
+    st = launch(x, s->device_code, grid_for(x, items), 1, 1, v, n);
+  }
+  lm_cuda_free(x->device.index, stats, bytes ? bytes : 1); /* reused only behind these */
+  return st;
+}
+
 static loom_status attention_step(const lm_exec *x, const lm_step *s) {
   const lm_attention *a = &s->attn;
   if (s->outer == 0) return LOOM_OK;
+  if (a->backward) return attention_grad_step(x, s);
   uint64_t v[64];
   int n = 0;
   v[n++] = ptr_value(x->bufs[s->out]);
@@ -538,16 +598,8 @@ static loom_status attention_step(const lm_exec *x, const lm_step *s) {
   const int64_t head[] = {a->nbatch, a->tq,   a->tk,          a->d,  a->dv,
                           a->causal, a->mask, a->mask_stride, items, rows};
   for (size_t i = 0; i < sizeof head / sizeof *head; i++) v[n++] = (uint64_t)head[i];
-  for (int k = 0; k < 4; k++) v[n++] = (uint64_t)a->offset[k];
-  for (int k = 0; k < 4; k++) v[n++] = (uint64_t)a->row_stride[k];
-  for (int d = 0; d < 6; d++) v[n++] = (uint64_t)(d < a->nbatch ? a->batch[d] : 1);
-  for (int k = 0; k < 4; k++)
-    for (int d = 0; d < 6; d++) v[n++] = (uint64_t)(d < a->nbatch ? a->bstride[k][d] : 0);
-  int64_t blocks = items, cap = BLOCKS_PER_SM;
-  const lm_cu_device *dev = lm_cu_device_at(x->device.index);
-  if (dev && dev->multiprocessors > 0) cap *= dev->multiprocessors;
-  if (blocks > cap) blocks = cap;
-  return launch(x, s->device_code, (unsigned)blocks, 1, 1, v, n);
+  n = attention_layout(a, 4, v, n);
+  return launch(x, s->device_code, grid_for(x, items), 1, 1, v, n);
 }
 
 /* A sort (cuda_sort.c's kernel): a block per LM_CUDA_BLOCK values of a row,
@@ -563,11 +615,8 @@ static loom_status sort_step(const lm_exec *x, const lm_step *s) {
                   (uint64_t)so->dtype,
                   so->descending,
                   (uint64_t)so->rows};
-  int64_t blocks = so->rows * ((so->n + LM_CUDA_BLOCK - 1) / LM_CUDA_BLOCK), cap = BLOCKS_PER_SM;
-  const lm_cu_device *dev = lm_cu_device_at(x->device.index);
-  if (dev && dev->multiprocessors > 0) cap *= dev->multiprocessors;
-  if (blocks > cap) blocks = cap;
-  return launch(x, s->device_code, (unsigned)blocks, 1, 1, v, (int)(sizeof v / sizeof *v));
+  int64_t items = so->rows * ((so->n + LM_CUDA_BLOCK - 1) / LM_CUDA_BLOCK);
+  return launch(x, s->device_code, grid_for(x, items), 1, 1, v, (int)(sizeof v / sizeof *v));
 }
 
 static const lm_step_runner cuda_runner = {kernel_step, gemm_step, attention_step, sort_step};
