@@ -47,33 +47,8 @@ static inline uint64_t float_key(uint64_t bits, int width, uint64_t exp_mask, ui
   return bits & sign ? ~bits & all : bits | sign;
 }
 
-/* The key of a row's value i, complemented (flip all ones) for descending. */
-static inline uint64_t key_at(const void *row, int64_t i, int dtype, uint64_t flip) {
-  uint64_t k = 0;
-  switch (dtype) {
-  case SORT_F32: {
-    uint32_t u;
-    memcpy(&u, (const char *)row + 4 * i, 4);
-    k = float_key(u, 32, 0x7f800000u, 0x7fffffu);
-    break;
-  }
-  case SORT_F64: {
-    uint64_t u;
-    memcpy(&u, (const char *)row + 8 * i, 8);
-    k = float_key(u, 64, 0x7ff0000000000000ull, 0xfffffffffffffull);
-    break;
-  }
-  case SORT_BF16: k = float_key(((const uint16_t *)row)[i], 16, 0x7f80u, 0x7fu); break;
-  case SORT_F16: k = float_key(((const uint16_t *)row)[i], 16, 0x7c00u, 0x3ffu); break;
-  case SORT_I32: k = (uint32_t)((const int32_t *)row)[i] ^ 0x80000000u; break;
-  case SORT_I64: k = (uint64_t)((const int64_t *)row)[i] ^ ((uint64_t)1 << 63); break;
-  default: k = ((const uint8_t *)row)[i]; break; /* SORT_U8 */
-  }
-  return k ^ flip;
-}
-
 /* The keys of a row's values [i0, i0 + m): one loop per dtype, which the
- * compiler vectorizes (key_at's switch inside a loop it does not). */
+ * compiler vectorizes (a switch inside the loop it would not). */
 #define KEYS_LOOP(T, expr)                                                                         \
   do {                                                                                             \
     const T *v = (const T *)row + i0;                                                              \
@@ -94,6 +69,13 @@ static void keys_at(uint64_t *key, const void *row, int64_t i0, int64_t m, int d
   }
 }
 #define KEY_BLOCK 256
+
+/* One value's key, complemented (flip all ones) for descending. */
+static inline uint64_t key_at(const void *row, int64_t i, int dtype, uint64_t flip) {
+  uint64_t k;
+  keys_at(&k, row, i, 1, dtype, flip);
+  return k;
+}
 
 static inline bool before(uint64_t ka, int64_t ia, uint64_t kb, int64_t ib) {
   return ka < kb || (ka == kb && ia < ib);
@@ -180,19 +162,21 @@ static bool scratch_take(scratch *s, int64_t n) {
   return true;
 }
 
+/* passes: those the key's bits need (a descending key's bits above them are
+ * all ones, the same digit for every key) */
 static void sort_radix(int64_t *out, const void *row, int64_t n, int64_t k, int dtype,
-                       uint64_t flip, scratch *s) {
-  memset(s->count, 0, sizeof(int64_t) * RADIX_PASSES * RADIX_BUCKETS);
+                       uint64_t flip, int passes, scratch *s) {
+  memset(s->count, 0, sizeof(int64_t) * (size_t)passes * RADIX_BUCKETS);
   uint64_t *key = s->key[0];
   int64_t *at = s->at[0];
   keys_at(key, row, 0, n, dtype, flip);
   for (int64_t i = 0; i < n; i++) {
     at[i] = i;
-    for (int p = 0; p < RADIX_PASSES; p++)
+    for (int p = 0; p < passes; p++)
       s->count[p][(key[i] >> (p * RADIX_BITS)) & (RADIX_BUCKETS - 1)]++;
   }
   int from = 0;
-  for (int p = 0; p < RADIX_PASSES; p++) {
+  for (int p = 0; p < passes; p++) {
     int shift = p * RADIX_BITS;
     int64_t *count = s->count[p];
     if (count[(s->key[from][0] >> shift) & (RADIX_BUCKETS - 1)] == n) continue; /* one digit */
@@ -232,6 +216,7 @@ void lm_sort_rows(void *const *args, int64_t begin, int64_t end) {
                  : dtype == SORT_F32 || dtype == SORT_I32 ? 4
                  : dtype == SORT_U8                       ? 1
                                                           : 2;
+  int passes = (int)(8 * width + RADIX_BITS - 1) / RADIX_BITS;
   bool radix = k > 0 && n > SHORT_ROW && k > n / FEW;
   scratch s = {{NULL, NULL}, {NULL, NULL}, NULL};
   if (radix && !scratch_take(&s, n)) radix = false; /* the heap needs no memory */
@@ -245,7 +230,7 @@ void lm_sort_rows(void *const *args, int64_t begin, int64_t end) {
     if (n <= SHORT_ROW)
       sort_short(o, row, n, kept, dtype, flip);
     else if (radix)
-      sort_radix(o, row, n, kept, dtype, flip, &s);
+      sort_radix(o, row, n, kept, dtype, flip, passes, &s);
     else
       sort_heap(o, row, n, kept, dtype, flip);
   }
