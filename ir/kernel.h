@@ -377,6 +377,13 @@ static inline bool lk_gemm_unpacked(int64_t m, int64_t n, int64_t k, int64_t a_c
          (m <= LK_GEMM_DOT_MAX_ROWS || m * n * LK_GEMM_DOT_TERMS_PER_OUTPUT <= k);
 }
 
+/* Products of few rows against B's contiguous rows (b_col == 1: a token
+ * against a layer stored [in, out], GPT-2's Conv1D) are computed unpacked too,
+ * B's rows swept once each, scaled by A's terms into the rows' sums. */
+static inline bool lk_gemm_swept(int64_t m, int64_t k, int64_t b_col) {
+  return b_col == 1 && k > 0 && m <= LK_GEMM_DOT_MAX_ROWS;
+}
+
 /* B's rows contiguous (b_col == 1), its whole slivers are read where they are
  * (lk_gemm_args.b_in_place) when few tiles of rows share each (packing would
  * copy about as much as they read) or the slivers are short: measured on an

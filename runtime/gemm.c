@@ -168,7 +168,7 @@ static void loom_block(const lm_gemm *g, const char *a, const char *b, int64_t m
 static bool loom_takes(const lm_gemm *g, int64_t m, int64_t n, int64_t k) {
   int64_t a_row, a_col, b_row, b_col;
   lm_gemm_strides(g, &a_row, &a_col, &b_row, &b_col);
-  if (lk_gemm_unpacked(m, n, k, a_col, b_row)) return true;
+  if (lk_gemm_unpacked(m, n, k, a_col, b_row) || lk_gemm_swept(m, k, b_col)) return true;
   if (m == 1) return false; /* BLAS's matrix-vector product (block_beta) */
   const lk_gemm *t = &g->tile;
   return (m + t->mr - 1) / t->mr <= LK_GEMM_IN_PLACE_MAX_TILES && n >= LOOM_WIDE_TILES * t->nr;
@@ -193,8 +193,8 @@ static void block_beta(const lm_gemm *g, const char *a, const char *b, part p, c
     loom_block(g, ar, b, r1 - r0, c1 - c0, p.k1 - p.k0, c, ldc_, accumulate);
     return;
   }
-  /* one row against B (a token through a layer stored [in, out]): BLAS's
-   * matrix-vector product streams B once, where its GEMM packed all of it */
+  /* one row against B where loom's GEMM does not take it (LOOM_GEMM=blas):
+   * BLAS's matrix-vector product streams B once, where its GEMM packed all of it */
   blasint incx = (blasint)(g->a_trans ? g->lda : 1);
   enum CBLAS_TRANSPOSE tv = g->b_trans ? CblasNoTrans : CblasTrans;
   blasint vrows = g->b_trans ? n : k, vcols = g->b_trans ? k : n;

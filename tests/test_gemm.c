@@ -177,6 +177,13 @@ static void test_block_function(loom_dtype dt, bool pairs, bool amx) {
       run_block(fn, &tile, (layout){203, 517, 301, true, true, 5, true, 84, 96, 256, in_place});
       run_block(fn, &tile,
                 (layout){32, 2 * nr + 5, 144, false, false, 3, false, 32, 144, 4096, in_place});
+      /* a few rows against B's rows (swept unpacked, lk_gemm_swept): whole
+       * blocks of columns and a masked last one, each row count */
+      for (int64_t m = 1; m <= LK_GEMM_DOT_MAX_ROWS + 1; m++)
+        for (int64_t n = 1; n <= 301; n += 150)
+          run_block(fn, &tile,
+                    (layout){m, n + 129 * (m & 1), 1 + 150 * (n > 1), m == 2, false, 3 * (m & 1),
+                             m >= 3, m, 64, n + 129, in_place});
       /* no terms: C = 0, or left as it is */
       run_block(fn, &tile, (layout){5, 7, 0, false, false, 1, false, 5, 1, 7, in_place});
       run_block(fn, &tile, (layout){5, 7, 0, false, true, 1, true, 5, 1, 7, in_place});
