@@ -122,8 +122,82 @@ ATTN_INLINE float attn_mask_at(const void *mask, int64_t how, int64_t at) {
   return ((const float *)mask)[at];
 }
 
-/* One query row i against every key it sees, a tile's keys in the vector
- * lanes (the tile transposed once): decoding's single rows. */
+/* GCC from 12 and clang shuffle generic vectors (exports compile this text
+ * with the host's compiler): one row's scores then come from dot products
+ * along the head, summed 16 keys at a time; without, from the key tile
+ * transposed. */
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define ATTN_SHUFFLES 1
+/* One level of attn_sum16: lanes of a and b in groups of h, a's and b's
+ * groups interleaved, even groups plus odd ones. */
+#define ATTN_HALVES(a, b, E, O)                                                                    \
+  (__builtin_shufflevector(a, b, E) + __builtin_shufflevector(a, b, O))
+#define ATTN_H8E 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define ATTN_H8O 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define ATTN_H4E 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define ATTN_H4O 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define ATTN_H2E 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define ATTN_H2O 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define ATTN_H1E 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
+#define ATTN_H1O 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
+
+/* Lane u of the result: the sum of x[attn_rev4(u)]'s lanes (four levels of
+ * halving; the levels leave their vectors' sums in bit-reversed order, so
+ * the caller stores key u's partial sums at x[attn_rev4(u)]). */
+ATTN_INLINE attn_vf attn_sum16(const attn_vf x[16]) {
+  attn_vf y[8], z[4], w[2];
+  ATTN_UNROLL
+  for (int u = 0; u < 8; u++) y[u] = ATTN_HALVES(x[2 * u], x[2 * u + 1], ATTN_H8E, ATTN_H8O);
+  ATTN_UNROLL
+  for (int u = 0; u < 4; u++) z[u] = ATTN_HALVES(y[2 * u], y[2 * u + 1], ATTN_H4E, ATTN_H4O);
+  ATTN_UNROLL
+  for (int u = 0; u < 2; u++) w[u] = ATTN_HALVES(z[2 * u], z[2 * u + 1], ATTN_H2E, ATTN_H2O);
+  return ATTN_HALVES(w[0], w[1], ATTN_H1E, ATTN_H1O);
+}
+
+ATTN_INLINE int attn_rev4(int u) {
+  return (u & 1) << 3 | (u & 2) << 1 | (u & 4) >> 1 | (u & 8) >> 3;
+}
+#else
+#define ATTN_SHUFFLES 0
+#endif
+
+/* s[j] = q . k_j for the tile's n keys (rows of k at kr), keys j >= n clamped
+ * to the last: with shuffles and whole vectors along the head, each key's
+ * dot product is a vector of partial sums, 16 keys' summed at once;
+ * otherwise the tile is transposed (kt, d x ATTN_KTILE) and each lane a key. */
+ATTN_INLINE void attn_tile_scores(float *s, float *kt, const float *qi, const float *k, int64_t kr,
+                                  int64_t d, int64_t n) {
+  enum { V = ATTN_KTILE / 16 };
+#if ATTN_SHUFFLES
+  if (d % 16 == 0) {
+    for (int u0 = 0; u0 < V && 16 * u0 < n; u0++) {
+      attn_vf part[16];
+      ATTN_UNROLL
+      for (int u = 0; u < 16; u++) {
+        int64_t j = 16 * u0 + u;
+        const float *kj = k + (j < n ? j : n - 1) * kr;
+        attn_vf acc = ATTN_SPLAT(0);
+        for (int64_t e = 0; e < d; e += 16) acc += attn_load(qi + e) * attn_load(kj + e);
+        part[attn_rev4(u)] = acc;
+      }
+      attn_store(s + 16 * u0, attn_sum16(part));
+    }
+    return;
+  }
+#endif
+  for (int64_t j = 0; j < ATTN_KTILE; j++) {
+    const float *kj = k + (j < n ? j : n - 1) * kr;
+    for (int64_t e = 0; e < d; e++) kt[e * ATTN_KTILE + j] = kj[e];
+  }
+  attn_vf sv[V] = {{0}};
+  for (int64_t e = 0; e < d; e++)
+    for (int u = 0; u < V; u++) sv[u] += qi[e] * attn_load(kt + e * ATTN_KTILE + 16 * u);
+  for (int u = 0; u < V; u++) attn_store(s + 16 * u, sv[u]);
+}
+
+/* One query row i against every key it sees, a tile of keys at a time:
+ * decoding's single rows. */
 ATTN_INLINE void attn_row(float *dst, const float *q, const float *k, const float *v,
                           const void *mask, const int64_t *num, float scale,
                           const int64_t off[ATTN_OPERANDS], int64_t i) {
@@ -138,14 +212,8 @@ ATTN_INLINE void attn_row(float *dst, const float *q, const float *k, const floa
   int64_t keys = num[ATTN_CAUSAL] && i + 1 < tk ? i + 1 : tk;
   for (int64_t j0 = 0; j0 < keys; j0 += ATTN_KTILE) {
     int64_t n = keys - j0 < ATTN_KTILE ? keys - j0 : ATTN_KTILE;
-    for (int64_t j = 0; j < ATTN_KTILE; j++) {
-      const float *kj = k + off[1] + (j0 + (j < n ? j : n - 1)) * kr;
-      for (int64_t e = 0; e < d; e++) kt[e * ATTN_KTILE + j] = kj[e];
-    }
-    attn_vf sv[V] = {{0}};
-    for (int64_t e = 0; e < d; e++)
-      for (int u = 0; u < V; u++) sv[u] += qi[e] * attn_load(kt + e * ATTN_KTILE + 16 * u);
-    for (int u = 0; u < V; u++) attn_store(s + 16 * u, sv[u] * scale);
+    attn_tile_scores(s, kt, qi, k + off[1] + j0 * kr, kr, d, n);
+    for (int64_t j = 0; j < n; j++) s[j] *= scale;
     for (int64_t j = n; j < ATTN_KTILE; j++) s[j] = -INFINITY;
     for (int64_t j = 0; how && j < n; j++)
       s[j] += attn_mask_at(mask, how, off[3] + i * mr + (j0 + j) * mc);

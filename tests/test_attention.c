@@ -312,6 +312,12 @@ static void test_fused(void) {
   check_general("more queries, causal", 2, 1, 20, 6, 8, 8, true, NO_MASK, true);
   check_general("two queries, causal", 2, 3, 2, 70, 16, 16, true, NO_MASK, true);
   check_general("one query, kept keys", 1, 4, 1, 130, 32, 32, false, KEEP_MASK, true);
+  /* one query's scores: 16 keys' dot products summed at once (heads of whole
+   * vectors), else the key tile transposed */
+  check_general("one query, long keys, added mask", 2, 3, 1, 1000, 64, 48, false, ADD_MASK, true);
+  check_general("one query, odd head", 1, 2, 1, 77, 7, 9, false, NO_MASK, true);
+  check_general("one query, widest head", 1, 1, 1, 70, 256, 256, false, KEEP_MASK, true);
+  check_general("one query, causal", 1, 2, 1, 40, 16, 16, true, NO_MASK, true);
   check_general("rows, kept keys", 2, 2, 33, 65, 16, 16, false, KEEP_MASK, true);
   check_general("added mask", 1, 3, 18, 40, 8, 8, false, ADD_MASK, true);
   check_general("other value width", 1, 2, 17, 23, 24, 40, true, NO_MASK, true);
