@@ -159,8 +159,9 @@ static void cnn_teardown(void *state) {
 
 /* ------------------------------------------------------------ GPT-2s, AdamW */
 
-/* issue 18's shapes: "L4 H4 C256, V256, B=8" with a context of 64, and GPT-2
- * 124M (1024 positions) at B=4, T=64 */
+/* issue 18's shapes: "L4 H4 C256, V256, B=8" with a context of 64, the same
+ * blocks with GPT-2's vocabulary and context at B=4, and GPT-2 124M (1024
+ * positions) at B=4, T=64 */
 typedef struct gpt_shape {
   int layers, heads;
   int64_t embed, vocab, positions, batch, tokens;
@@ -168,6 +169,7 @@ typedef struct gpt_shape {
 } gpt_shape;
 
 static const gpt_shape GPT_SMALL = {4, 4, 256, 256, 64, 8, 64, LOOM_F32};
+static const gpt_shape GPT_SMALL_V50257 = {4, 4, 256, 50257, 1024, 4, 64, LOOM_F32};
 static const gpt_shape GPT2_124M = {12, 12, 768, 50257, 1024, 4, 64, LOOM_F32};
 static const gpt_shape GPT2_124M_BF16 = {12, 12, 768, 50257, 1024, 4, 64, LOOM_BF16};
 
@@ -225,6 +227,9 @@ static void gpt_teardown(void *state) {
 }
 
 static loom_status gpt_small_setup(void **state) { return gpt_setup(state, &GPT_SMALL); }
+static loom_status gpt_small_v50257_setup(void **state) {
+  return gpt_setup(state, &GPT_SMALL_V50257);
+}
 static loom_status gpt2_124m_setup(void **state) { return gpt_setup(state, &GPT2_124M); }
 static loom_status gpt2_124m_bf16_setup(void **state) { return gpt_setup(state, &GPT2_124M_BF16); }
 
@@ -331,6 +336,18 @@ const bench_workload bench_train_workloads[] = {
         .compare_unfused = false,
         .compare_generic = true,
         .setup = gpt_small_setup,
+        .run = gpt_run,
+        .teardown = gpt_teardown,
+    },
+    {
+        .name = "gpt_small_v50257_train_step",
+        .what = "GPT-2 layout, 4 layers, 4 heads, C 256, GPT-2's vocabulary (50257), batch 4 x 64 "
+                "tokens; AdamW: one whole step",
+        .metric = BENCH_FLOPS,
+        .work = GPT_WORK(GPT_SMALL_V50257),
+        .measure_peak = true,
+        .compare_unfused = false,
+        .setup = gpt_small_v50257_setup,
         .run = gpt_run,
         .teardown = gpt_teardown,
     },

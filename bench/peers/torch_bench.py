@@ -246,6 +246,10 @@ def gpt_small_train_step():
     return gpt_train_step(4, 4, 256, 256, 64, 8, 64)
 
 
+def gpt_small_v50257_train_step():
+    return gpt_train_step(4, 4, 256, 50257, 1024, 4, 64)
+
+
 def gpt2_124m_train_step():
     return gpt_train_step(12, 12, 768, 50257, 1024, 4, 64)
 
@@ -279,6 +283,7 @@ common.run("torch", {
     "mlp_train_step": [("eager", mlp_train_step)],
     "cnn_train_step": [("eager", cnn_train_step)],
     "gpt_small_train_step": [("eager", gpt_small_train_step)],
+    "gpt_small_v50257_train_step": [("eager", gpt_small_v50257_train_step)],
     "gpt2_124m_train_step": [("eager", gpt2_124m_train_step)],
     "gpt2_124m_train_step_bf16": [("eager, autocast", gpt2_124m_train_step_bf16)],
     "gpt2_decode_ctx128": [("eager, KV cache", lambda: gpt2_decode(128))],
