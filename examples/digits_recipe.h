@@ -85,11 +85,8 @@ static double digits_lr(int epoch, int epochs) {
 }
 
 static loom_optim *digits_optimizer(loom_params *ps) {
-  return loom_adamw(ps, (loom_adam_opts){.lr = DIGITS_LR,
-                                         .beta1 = 0.9,
-                                         .beta2 = 0.999,
-                                         .eps = 1e-8,
-                                         .weight_decay = DIGITS_WEIGHT_DECAY});
+  /* betas and eps left out: torch's defaults */
+  return loom_adamw(ps, (loom_adam_opts){.lr = DIGITS_LR, .weight_decay = DIGITS_WEIGHT_DECAY});
 }
 
 #endif

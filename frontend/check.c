@@ -65,6 +65,11 @@ bool lm_axis(int *axis, int ndim) {
   return true;
 }
 
+double lm_option(double value, double fallback) {
+  if (value != 0) return value;
+  return signbit(value) ? 0.0 : fallback;
+}
+
 loom_tensor *lm_result(lm_node *n) {
   if (!n) return lm_error(LOOM_ERR_OOM, "out of memory recording a node");
   return lm_tensor_wrap(n);

@@ -12,12 +12,16 @@
 loom_status loom_ddp(loom_params *ps, loom_ddp_opts opts) {
   const char *op = "loom_ddp";
   if (!ps) return lm_fail(LOOM_ERR_NULL, "%s: the parameter collection is NULL", op);
-  if (opts.bucket_bytes <= 0)
-    return lm_fail(LOOM_ERR_VALUE, "%s: bucket_bytes %lld is not positive", op,
-                   (long long)opts.bucket_bytes);
-  if (opts.first_bucket_bytes < 0)
-    return lm_fail(LOOM_ERR_VALUE, "%s: first_bucket_bytes %lld is negative", op,
-                   (long long)opts.first_bucket_bytes);
+  if (opts.bucket_bytes < 0 || opts.first_bucket_bytes < 0)
+    return lm_fail(LOOM_ERR_VALUE, "%s: bucket_bytes %lld and first_bucket_bytes %lld must be >= 0",
+                   op, (long long)opts.bucket_bytes, (long long)opts.first_bucket_bytes);
+  /* include/loom.h's options rule: zero fields take DDP's defaults; a first
+   * bucket left zero is never larger than the others */
+  if (opts.bucket_bytes == 0) opts.bucket_bytes = LOOM_DDP_DEFAULTS.bucket_bytes;
+  if (opts.first_bucket_bytes == 0)
+    opts.first_bucket_bytes = LOOM_DDP_DEFAULTS.first_bucket_bytes < opts.bucket_bytes
+                                  ? LOOM_DDP_DEFAULTS.first_bucket_bytes
+                                  : opts.bucket_bytes;
   int world;
   loom_status st = lm_dist_world(op, &world);
   int trainable = 0;
@@ -97,8 +101,7 @@ loom_status lm_ddp_grads(lm_optim_slot *const *active, int n, lm_node **grads) {
     }
     const lm_node *g = p->grad;
     int64_t bytes = lm_shape_numel(&g->shape) * (int64_t)loom_dtype_size(g->dtype);
-    int64_t cap = first_bucket && p->ddp_first_bucket_bytes > 0 ? p->ddp_first_bucket_bytes
-                                                                : p->ddp_bucket_bytes;
+    int64_t cap = first_bucket ? p->ddp_first_bucket_bytes : p->ddp_bucket_bytes;
     int first = last;
     while (first > 0 && last - first + 1 < LM_CAT_MAX_SOURCES) {
       const loom_tensor *q = active[first - 1]->param;

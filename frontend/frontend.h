@@ -34,6 +34,10 @@ loom_tensor *lm_check_axis(const char *op, int *axis, int ndim);
 /* perm moves dim ax of nd last, the others in order; back (may be NULL)
  * undoes it. */
 void lm_axis_last(int nd, int ax, int *perm, int *back);
+/* An option's value under include/loom.h's rule: a field left zero takes
+ * torch's default `fallback`, LOOM_ZERO (-0.0) is a real zero, anything else
+ * is itself (the caller validates it). */
+double lm_option(double value, double fallback);
 /* For calls that return a status: err's status (LOOM_OK for NULL), err
  * freed; its message stays recorded as the thread's error. */
 loom_status lm_error_status(loom_tensor *err);

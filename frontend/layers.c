@@ -95,8 +95,9 @@ loom_batchnorm2d loom_batchnorm2d_new(loom_params *ps, const char *name, int64_t
 LM_PUBLIC(loom_tensor *, loom_batchnorm2d_forward,
           (const loom_batchnorm2d *b, const loom_tensor *x, bool train), (b, x, train)) {
   if (!b) return lm_error(LOOM_ERR_NULL, "loom_batchnorm2d_forward: layer is NULL");
-  return loom_batch_norm(x, b->running_mean, b->running_var, b->weight, b->bias, train, b->momentum,
-                         b->eps);
+  /* include/loom.h's options rule: zero fields are torch's defaults */
+  return loom_batch_norm(x, b->running_mean, b->running_var, b->weight, b->bias, train,
+                         lm_option(b->momentum, 0.1), lm_option(b->eps, 1e-5));
 }
 
 loom_layernorm loom_layernorm_new(loom_params *ps, const char *name, int64_t dim) {
@@ -112,7 +113,7 @@ loom_layernorm loom_layernorm_new(loom_params *ps, const char *name, int64_t dim
 LM_PUBLIC(loom_tensor *, loom_layernorm_forward, (const loom_layernorm *l, const loom_tensor *x),
           (l, x)) {
   if (!l) return lm_error(LOOM_ERR_NULL, "loom_layernorm_forward: layer is NULL");
-  return loom_layer_norm(x, 1, l->weight, l->bias, l->eps);
+  return loom_layer_norm(x, 1, l->weight, l->bias, lm_option(l->eps, 1e-5));
 }
 
 loom_embedding loom_embedding_new(loom_params *ps, const char *name, int64_t num, int64_t dim,

@@ -325,6 +325,13 @@ static loom_tensor *update_running(loom_tensor *running_mean, loom_tensor *runni
   return NULL;
 }
 
+/* eps and momentum: finite and >= 0 (a negative eps can take the root of a
+ * negative variance; NaN would make every output NaN without a word). */
+static loom_tensor *check_norm_option(const char *op, const char *name, double value) {
+  if (value >= 0 && !isinf(value)) return NULL;
+  return lm_error(LOOM_ERR_VALUE, "%s: %s %g is not a finite value >= 0", op, name, value);
+}
+
 LM_PUBLIC(loom_tensor *, loom_batch_norm,
           (const loom_tensor *x, loom_tensor *running_mean, loom_tensor *running_var,
            const loom_tensor *weight, const loom_tensor *bias, bool train, double momentum,
@@ -332,6 +339,9 @@ LM_PUBLIC(loom_tensor *, loom_batch_norm,
           (x, running_mean, running_var, weight, bias, train, momentum, eps)) {
   loom_tensor *err;
   if ((err = lm_check("loom_batch_norm", x))) return err;
+  if ((err = check_norm_option("loom_batch_norm", "eps", eps)) ||
+      (err = check_norm_option("loom_batch_norm", "momentum", momentum)))
+    return err;
   int nd = x->node->shape.ndim;
   if (nd < 2)
     return lm_error(LOOM_ERR_SHAPE, "loom_batch_norm: needs [N, C, ...], got %d dims", nd);
@@ -368,7 +378,9 @@ LM_PUBLIC(loom_tensor *, loom_layer_norm,
            double eps),
           (x, ndims, weight, bias, eps)) {
   loom_tensor *err;
-  if ((err = lm_check("loom_layer_norm", x))) return err;
+  if ((err = lm_check("loom_layer_norm", x)) ||
+      (err = check_norm_option("loom_layer_norm", "eps", eps)))
+    return err;
   int nd = x->node->shape.ndim;
   if (ndims < 1 || ndims > nd)
     return lm_error(LOOM_ERR_AXIS, "loom_layer_norm: cannot normalize %d of %d dims", ndims, nd);

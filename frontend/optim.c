@@ -22,6 +22,12 @@ bool lm_optim_check_beta(const char *name, const char *option, double value) {
   return false;
 }
 
+bool lm_optim_check_number(const char *name, const char *option, double value) {
+  if (!isnan(value)) return true;
+  lm_fail(LOOM_ERR_VALUE, "%s: invalid %s: %g (must be a number)", name, option, value);
+  return false;
+}
+
 /* ------------------------------------------------------------ the handle */
 
 loom_optim *lm_optim_new(const char *name, loom_params *ps, const lm_optim_rule *rule,

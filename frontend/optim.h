@@ -68,6 +68,7 @@ loom_optim *lm_optim_new(const char *name, loom_params *ps, const lm_optim_rule 
  * value is outside what torch accepts (NaN never is). */
 bool lm_optim_check_nonneg(const char *name, const char *option, double value);
 bool lm_optim_check_beta(const char *name, const char *option, double value);
+bool lm_optim_check_number(const char *name, const char *option, double value); /* not NaN */
 
 /* ------------------------------------------------------------ expressions */
 /* Builders for update expressions over one parameter's shape and dtype.

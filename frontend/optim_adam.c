@@ -61,8 +61,14 @@ static bool adam_valid(const char *name, const loom_adam_opts *opt) {
          lm_optim_check_nonneg(name, "weight_decay", opt->weight_decay);
 }
 
+/* include/loom.h's options rule: zero fields take torch's defaults. */
 static loom_optim *adam_new(const char *name, loom_params *ps, loom_adam_opts opts,
                             bool decoupled) {
+  opts.lr = lm_option(opts.lr, 1e-3);
+  opts.beta1 = lm_option(opts.beta1, 0.9);
+  opts.beta2 = lm_option(opts.beta2, 0.999);
+  opts.eps = lm_option(opts.eps, 1e-8);
+  opts.weight_decay = lm_option(opts.weight_decay, decoupled ? 1e-2 : 0.0);
   if (!adam_valid(name, &opts)) return NULL;
   loom_optim *o = lm_optim_new(name, ps, &adam_rule, opts.weight_decay);
   if (!o) return NULL;

@@ -45,6 +45,7 @@ static const lm_optim_rule sgd_rule = {sgd_scalars, sgd_update};
 static bool sgd_valid(const char *name, const loom_sgd_opts *opt) {
   if (!lm_optim_check_nonneg(name, "lr", opt->lr) ||
       !lm_optim_check_nonneg(name, "momentum", opt->momentum) ||
+      !lm_optim_check_number(name, "dampening", opt->dampening) ||
       !lm_optim_check_nonneg(name, "weight_decay", opt->weight_decay))
     return false;
   if (opt->nesterov && (opt->momentum <= 0 || opt->dampening != 0)) {
@@ -59,6 +60,11 @@ static bool sgd_valid(const char *name, const loom_sgd_opts *opt) {
 
 loom_optim *loom_sgd(loom_params *ps, loom_sgd_opts opts) {
   const char *name = "loom_sgd";
+  /* include/loom.h's options rule: lr 0 is torch's 1e-3, the rest default to 0 */
+  opts.lr = lm_option(opts.lr, 1e-3);
+  opts.momentum = lm_option(opts.momentum, 0);
+  opts.dampening = lm_option(opts.dampening, 0);
+  opts.weight_decay = lm_option(opts.weight_decay, 0);
   if (!sgd_valid(name, &opts)) return NULL;
   loom_optim *o = lm_optim_new(name, ps, &sgd_rule, opts.weight_decay);
   if (!o) return NULL;

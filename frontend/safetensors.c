@@ -454,7 +454,7 @@ static loom_status match_collection(const st_file *sf, const loom_params *ps, st
   if (!sorted) return load_fail(sf, LOOM_ERR_OOM, "out of memory");
   problem_list problems = {.len = 0};
   char fs[160], cs[160];
-  bool oom = false;
+  bool oom = false, castable = false; /* a mismatch opts.cast would convert */
   for (int i = 0; i < ps->count; i++) {
     const lm_node *node = ps->items[i].tensor->node;
     const char *want_dtype = dtype_name_of(node->dtype);
@@ -471,6 +471,8 @@ static loom_status match_collection(const st_file *sf, const loom_params *ps, st
     }
     e->matched = true;
     bool same_shape = shape_matches(e->shape, &node->shape);
+    castable |=
+        same_shape && !dtype_fits(e, node->dtype, opts.cast) && dtype_fits(e, node->dtype, true);
     if (!same_shape || !dtype_fits(e, node->dtype, opts.cast))
       add_problem(&problems, same_shape ? LOOM_ERR_DTYPE : LOOM_ERR_SHAPE,
                   "'%s' is %s %s in the file, %s %s in the collection", e->name, e->dtype->name,
@@ -491,8 +493,11 @@ static loom_status match_collection(const st_file *sf, const loom_params *ps, st
   if (!problems.count) return LOOM_OK;
   char more[48] = "";
   if (problems.hidden) snprintf(more, sizeof more, "; and %d more", problems.hidden);
-  return load_fail(sf, problems.status, "does not fit the collection (%d problem%s): %s%s",
-                   problems.count, problems.count == 1 ? "" : "s", problems.text, more);
+  return load_fail(sf, problems.status, "does not fit the collection (%d problem%s): %s%s%s",
+                   problems.count, problems.count == 1 ? "" : "s", problems.text, more,
+                   castable ? " (loom_params_load_ex with (loom_load_opts){.cast = true} "
+                              "converts float dtypes)"
+                            : "");
 }
 
 /* ------------------------------------------------------------ converting */

@@ -436,6 +436,24 @@ loom_status loom_chunk(const loom_tensor *a, int chunks, int axis, loom_tensor *
 /* torch.matmul's rules: 1-D, 2-D, batched with broadcasting. */
 loom_tensor *loom_matmul(const loom_tensor *a, const loom_tensor *b);
 
+/* ------------------------------------------------------------------ options */
+
+/* One rule for every options struct (loom_*_opts, the option fields of the
+ * layer structs): write a compound literal naming what you change, and a
+ * field left out (zero) means torch's default for it:
+ * loom_adam(ps, (loom_adam_opts){.lr = 3e-4}) is torch's Adam(lr=3e-4).
+ * Where torch's default is zero (momentum, weight_decay, padding), zero is
+ * that. Where it is not but a zero is still a setting (Adam's beta1 = 0,
+ * AdamW's weight_decay = 0, attention's scale), write LOOM_ZERO: every
+ * floating field takes it as a real zero. An integer field whose zero is a
+ * setting of its own is read only when a flag beside it is set
+ * (cross-entropy's ignore). Values torch refuses (a negative rate, a beta
+ * outside [0, 1), NaN) are refused with LOOM_ERR_VALUE naming the function,
+ * the field and the value. Plain arguments (loom_dropout's p,
+ * loom_layer_norm's eps) mean what they hold, but for those that stand for
+ * torch's None: attention's scale and pooling's stride, 0 the default. */
+#define LOOM_ZERO (-0.0)
+
 /* ------------------------------------------------------------------ nn ops */
 /* Functional forms (torch.nn.functional); the names ending in _f avoid the
  * layer types below. */
@@ -443,7 +461,7 @@ loom_tensor *loom_matmul(const loom_tensor *a, const loom_tensor *b);
 /* x @ w^T + b (b may be NULL): x [.., in], w [out, in], b [out]. */
 loom_tensor *loom_linear_f(const loom_tensor *x, const loom_tensor *w, const loom_tensor *b);
 
-/* Zero fields take torch's defaults: stride 1, padding 0, dilation 1, groups 1. */
+/* Options (LOOM_ZERO's rule): stride 1, padding 0, dilation 1, groups 1. */
 typedef struct loom_conv2d_opts {
   int stride[2], padding[2], dilation[2], groups;
 } loom_conv2d_opts;
@@ -489,9 +507,12 @@ typedef enum loom_reduction {
   LOOM_REDUCE_MAX,
   LOOM_REDUCE_MIN
 } loom_reduction;
+/* Options (LOOM_ZERO's rule): nothing ignored (a label outside [0, C) is an
+ * error, where torch ignores -100), no smoothing, MEAN. */
 typedef struct loom_cross_entropy_opts {
   bool ignore;              /* labels equal to ignore_index add nothing (torch: ignore_index) */
-  int64_t ignore_index;     /* e.g. -100 (torch's default) or -1 (nanoGPT's padding) */
+  int64_t ignore_index;     /* read only with ignore: 0 is label 0; torch's -100 or nanoGPT's
+                               -1 are written out */
   double label_smoothing;   /* in [0, 1]: the target is (1 - s) one-hot + s / C */
   loom_reduction reduction; /* MEAN (default: over the labels not ignored), SUM, NONE */
 } loom_cross_entropy_opts;
@@ -508,11 +529,14 @@ loom_tensor *loom_cross_entropy_ex(const loom_tensor *logits, const loom_tensor 
  * q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (leading dims broadcast), the
  * result [..., Tq, Dv]. mask (may be NULL) is BOOL (true: attend) or additive,
  * broadcast to [..., Tq, Tk]; causal: query i attends to keys 0..i (not with a
- * mask); scale 0 means 1/sqrt(D). Grouped-query attention: with H query heads
- * (dim -3) over Hkv key/value heads (H a multiple of Hkv), query head i uses
- * key/value head i / (H / Hkv). A row that attends to nothing is NaN, as in
- * torch. Composed from matmuls and one fused softmax kernel: the [Tq, Tk]
- * scores are materialized. */
+ * mask); scale 0 means 1/sqrt(D) (torch's None), LOOM_ZERO a real zero.
+ * Grouped-query attention: with H query heads (dim -3) over Hkv key/value
+ * heads (H a multiple of Hkv; k's and v's heads equal, or one of them 1),
+ * query head i uses key/value head i / (H / Hkv). A row that attends to
+ * nothing is NaN, as in torch. Checked first, as torch checks: q, k and v of
+ * one float dtype and device, the same rank; an additive mask of q's dtype
+ * or F32 (added, then rounded to q's dtype). Composed from matmuls and one
+ * fused softmax kernel: the [Tq, Tk] scores are materialized. */
 loom_tensor *loom_scaled_dot_product_attention(const loom_tensor *q, const loom_tensor *k,
                                                const loom_tensor *v, const loom_tensor *mask,
                                                bool causal, double scale);
@@ -541,14 +565,14 @@ loom_tensor *loom_conv2d_forward(const loom_conv2d *c, const loom_tensor *x);
 
 typedef struct loom_batchnorm2d {
   loom_tensor *weight, *bias, *running_mean, *running_var;
-  double momentum, eps; /* 0.1, 1e-5 */
+  double momentum, eps; /* options (LOOM_ZERO's rule): 0.1, 1e-5 */
 } loom_batchnorm2d;
 loom_batchnorm2d loom_batchnorm2d_new(loom_params *ps, const char *name, int64_t channels);
 loom_tensor *loom_batchnorm2d_forward(const loom_batchnorm2d *b, const loom_tensor *x, bool train);
 
 typedef struct loom_layernorm {
   loom_tensor *weight, *bias; /* [dim] */
-  double eps;                 /* 1e-5 */
+  double eps;                 /* an option (LOOM_ZERO's rule): 1e-5 */
 } loom_layernorm;
 loom_layernorm loom_layernorm_new(loom_params *ps, const char *name, int64_t dim);
 loom_tensor *loom_layernorm_forward(const loom_layernorm *l, const loom_tensor *x);
@@ -654,8 +678,9 @@ loom_tensor *loom_clip_grad_norm(loom_params *ps, double max_norm);
 loom_status loom_params_save(const loom_params *ps, const char *path);
 loom_status loom_params_load(loom_params *ps, const char *path);
 
-/* Loading with torch's load_state_dict options. Zero is strict, as torch's
- * default. Shapes must always match. */
+/* Loading with torch's load_state_dict options (LOOM_ZERO's rule): strict,
+ * as torch's default, and a dtype mismatch refused (torch converts; the
+ * error says to set cast). Shapes must always match. */
 typedef struct loom_load_opts {
   bool non_strict; /* missing and unexpected names go to the report, not errors
                       (torch's strict=False); a missing tensor keeps its value */
@@ -842,12 +867,12 @@ loom_tensor *loom_all_gather(const loom_tensor *t, int axis);
  * every step. loom_params_save of such a collection writes on rank 0 only
  * (the others return LOOM_OK and write nothing). Shard the data with
  * loom_loader_shard. */
-typedef struct loom_ddp_opts {
-  int64_t bucket_bytes; /* > 0; DDP's default 25 MiB */
+typedef struct loom_ddp_opts { /* options: LOOM_ZERO's rule */
+  int64_t bucket_bytes;        /* DDP's default 25 MiB */
   /* The first bucket (the last parameters' gradients, made first) holds up
      to this many bytes, so that its all-reduce starts early and runs while
-     the backward pass computes the rest; 0: as large as the others. DDP's
-     default 1 MiB. */
+     the backward pass computes the rest. DDP's default 1 MiB, or
+     bucket_bytes where that is smaller. */
   int64_t first_bucket_bytes;
 } loom_ddp_opts;
 #define LOOM_DDP_DEFAULTS                                                                          \
@@ -859,22 +884,22 @@ loom_status loom_ddp(loom_params *ps, loom_ddp_opts opts);
 /* Handles that own their state (momentum buffers, moments). loom_optim_step
  * records the updates as lazy assignments: the next realization (of the
  * loss, say) runs forward, backward and every update as one program.
- * Every field means what it holds: zero is zero. Start from PyTorch's
- * defaults, LOOM_SGD_DEFAULTS, LOOM_ADAM_DEFAULTS or LOOM_ADAMW_DEFAULTS, and
- * change what you need:
- *   loom_adam_opts o = LOOM_ADAMW_DEFAULTS;
- *   o.lr = 6e-4, o.weight_decay = 0.1;                                       */
+ * Options follow LOOM_ZERO's rule: (loom_adam_opts){.lr = 6e-4} is torch's
+ * defaults with that rate; a zero where torch's default is not zero is
+ * LOOM_ZERO: loom_adamw(ps, (loom_adam_opts){.weight_decay = LOOM_ZERO}). A
+ * zero assigned later is a field left zero too: o.beta1 = 0 is 0.9.
+ * LOOM_*_DEFAULTS spell torch's defaults out. */
 typedef struct loom_optim loom_optim;
 
 typedef struct loom_sgd_opts {
-  double lr; /* torch's default 1e-3 */
-  double momentum, dampening, weight_decay;
-  bool nesterov, maximize;
+  double lr;                                /* torch's default 1e-3 */
+  double momentum, dampening, weight_decay; /* 0 */
+  bool nesterov, maximize;                  /* nesterov: momentum > 0, dampening 0 */
 } loom_sgd_opts;
 
 typedef struct loom_adam_opts {
   double lr;           /* torch's default 1e-3 */
-  double beta1, beta2; /* 0.9, 0.999 */
+  double beta1, beta2; /* 0.9, 0.999; each in [0, 1) */
   double eps;          /* 1e-8 */
   double weight_decay; /* 0 (Adam), 1e-2 (AdamW) */
   bool amsgrad, maximize;

@@ -661,6 +661,364 @@ static void test_sort(void) {
   }
 }
 
+/* ------------------------------------------------------------ the arguments' sweep */
+
+/* Every combination a caller can pass loom_scaled_dot_product_attention:
+ * mask dtypes (none, bool, q's float, F32, another float, integers) and
+ * shapes (exact, broadcast, wrong), head counts (equal, grouped, broadcast,
+ * not a multiple, k's and v's apart), ranks 2 to 4 and batch dims that
+ * broadcast or not, with q in F32, F64 and BF16. Each case either computes
+ * what a double reference does (torch 2's rules: a bool mask keeps where
+ * true, a float one is added) or is refused with the message that names
+ * what the caller passed: torch's checks, never an inner op's shapes. */
+
+enum { SW_B = 2, SW_TQ = 3, SW_TK = 5, SW_D = 4, SW_DV = 3 };
+
+typedef enum {
+  MASK_NONE,
+  MASK_BOOL,
+  MASK_Q,
+  MASK_F32,
+  MASK_OTHER,
+  MASK_I32,
+  MASK_I64,
+  MASK_U8
+} sweep_mask;
+typedef enum {
+  AT_EXACT,
+  AT_ROWS,
+  AT_KEYS,
+  AT_ONE_D,
+  AT_WRONG_TK,
+  AT_WRONG_LEAD,
+  AT_TOO_MANY
+} sweep_at;
+
+/* Values k/64 with |k| <= 64: exact in every float dtype. */
+static double *sweep_values(int64_t n, unsigned seed) {
+  double *x = malloc(sizeof(double) * (size_t)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++) {
+    seed = seed * 1103515245u + 12345u;
+    x[i] = (double)((int)((seed >> 8) % 129) - 64) / 64;
+  }
+  return x;
+}
+
+static int64_t sweep_numel(loom_shape s) {
+  int64_t n = 1;
+  for (int d = 0; d < s.ndim; d++) n *= s.dim[d];
+  return n;
+}
+
+/* The offset of element idx (of full's rank) in a tensor of shape s
+ * broadcast to it (s aligned to the right, size-1 dims repeated). */
+static int64_t sweep_offset(loom_shape s, const int64_t *idx, int rank) {
+  int64_t off = 0;
+  for (int d = 0; d < s.ndim; d++) {
+    int64_t i = idx[rank - s.ndim + d];
+    off = off * s.dim[d] + (s.dim[d] == 1 ? 0 : i);
+  }
+  return off;
+}
+
+/* softmax(q k^T * scale (+ mask)) v in doubles over the scores' shape S
+ * [..., Tq, Tk]: query head h reads key head h / (H / Hk) (h for Hk = H, 0
+ * for 1), likewise value heads. */
+static void sweep_reference(const double *q, loom_shape qs, const double *k, loom_shape ks,
+                            const double *v, loom_shape vs, const double *mask, loom_shape ms,
+                            bool bool_mask, loom_shape S, double *out) {
+  int r = S.ndim;
+  int64_t tq = S.dim[r - 2], tk = S.dim[r - 1], d = qs.dim[r - 1], dv = vs.dim[r - 1];
+  int64_t rows = sweep_numel(S) / tk, idx[LOOM_MAX_DIMS + 1];
+  double scale = 1 / sqrt((double)d), s[SW_TK + 1];
+  for (int64_t row = 0; row < rows; row++) {
+    int64_t rest = row;
+    for (int x = r - 2; x >= 0; x--) idx[x] = rest % S.dim[x], rest /= S.dim[x];
+    int64_t h = r >= 3 ? idx[r - 3] : 0, H = r >= 3 ? S.dim[r - 3] : 1;
+    int64_t kidx[LOOM_MAX_DIMS], vidx[LOOM_MAX_DIMS];
+    memcpy(kidx, idx, sizeof kidx), memcpy(vidx, idx, sizeof vidx);
+    if (r >= 3) {
+      int64_t hk = ks.dim[r - 3], hv = vs.dim[r - 3];
+      kidx[r - 3] = hk == 1 ? 0 : h / (H / hk), vidx[r - 3] = hv == 1 ? 0 : h / (H / hv);
+    }
+    double m = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < tk; j++) {
+      double dot = 0;
+      kidx[r - 2] = j, idx[r - 1] = j;
+      for (int64_t e = 0; e < d; e++) {
+        idx[r - 1] = e, kidx[r - 1] = e;
+        dot += q[sweep_offset(qs, idx, r)] * k[sweep_offset(ks, kidx, r)];
+      }
+      idx[r - 1] = j;
+      s[j] = dot * scale;
+      if (mask) {
+        double mv = mask[sweep_offset(ms, idx, r)];
+        s[j] = bool_mask ? (mv != 0 ? s[j] : -INFINITY) : s[j] + mv;
+      }
+      m = fmax(m, s[j]);
+    }
+    for (int64_t j = 0; j < tk; j++) sum += s[j] = exp(s[j] - m);
+    for (int64_t e = 0; e < dv; e++) {
+      double acc = 0;
+      vidx[r - 1] = e;
+      for (int64_t j = 0; j < tk; j++) {
+        vidx[r - 2] = j;
+        acc += s[j] / sum * v[sweep_offset(vs, vidx, r)];
+      }
+      out[row / tq * tq * dv + (row % tq) * dv + e] = acc;
+    }
+  }
+}
+
+static loom_shape sweep_mask_shape(sweep_at at, loom_shape S) {
+  int r = S.ndim;
+  loom_shape m = S;
+  switch (at) {
+  case AT_EXACT: break;
+  case AT_ROWS: m = LOOM_SHAPE(S.dim[r - 2], S.dim[r - 1]); break;
+  case AT_KEYS: /* [B, 1, 1, Tk]: a padding mask */
+    for (int x = 1; x < r - 1; x++) m.dim[x] = 1;
+    break;
+  case AT_ONE_D: m = LOOM_SHAPE(S.dim[r - 1]); break;
+  case AT_WRONG_TK: m = LOOM_SHAPE(S.dim[r - 2], S.dim[r - 1] + 1); break;
+  case AT_WRONG_LEAD: m.dim[0] = 7; break;
+  case AT_TOO_MANY:
+    m.ndim = r + 1, m.dim[0] = 2;
+    for (int x = 0; x < r; x++) m.dim[x + 1] = S.dim[x];
+    break;
+  }
+  return m;
+}
+
+static loom_tensor *sweep_tensor(const double *x, loom_shape s, loom_dtype dt) {
+  return loom_cast(loom_from_data(x, s, LOOM_F64, test_device()), dt);
+}
+
+static char *sweep_shape_text(loom_shape s, char *buf) {
+  int n = sprintf(buf, "[");
+  for (int d = 0; d < s.ndim; d++) n += sprintf(buf + n, d ? ",%lld" : "%lld", (long long)s.dim[d]);
+  sprintf(buf + n, "]");
+  return buf;
+}
+
+/* One case: q [.., H, Tq, D] (heads and batch as the shapes say), k, v, a
+ * mask of the kind at its place, and what must come of it: NULL (values
+ * against the reference) or the message's part. */
+static int sweep_computed, sweep_refused;
+
+static void sweep_case(loom_dtype qdt, loom_shape qs, loom_shape ks, loom_shape vs, sweep_mask kind,
+                       sweep_at at) {
+  int r = qs.ndim;
+  /* the scores' shape: batch dims and heads broadcast */
+  loom_shape S = qs;
+  for (int x = 0; x < r - 2; x++) { /* heads: q's, else k's or v's */
+    int64_t n = 1;
+    const int64_t e[3] = {qs.dim[x], ks.dim[x], vs.dim[x]};
+    for (int i = 2; i >= 0; i--)
+      if (e[i] != 1) n = e[i];
+    S.dim[x] = n;
+  }
+  S.dim[r - 1] = ks.dim[r - 2];
+  loom_shape ms = sweep_mask_shape(at, S), os = S;
+  os.dim[r - 1] = vs.dim[r - 1];
+  static const loom_dtype mask_dtypes[] = {LOOM_F32, LOOM_BOOL, LOOM_F32, LOOM_F32,
+                                           LOOM_F64, LOOM_I32,  LOOM_I64, LOOM_U8};
+  loom_dtype mdt = kind == MASK_Q ? qdt : mask_dtypes[kind];
+  if (kind == MASK_OTHER) mdt = qdt == LOOM_F64 ? LOOM_F16 : LOOM_F64;
+  /* what torch 2 says, in loom's order of checks */
+  char want[512] = "", a[64], b[64], c[64];
+  sweep_shape_text(qs, a), sweep_shape_text(ks, b), sweep_shape_text(vs, c);
+  int64_t h = r >= 3 ? qs.dim[r - 3] : 1, hk = r >= 3 ? ks.dim[r - 3] : 1;
+  int64_t hv = r >= 3 ? vs.dim[r - 3] : 1, hkv = hk > hv ? hk : hv;
+  bool batch_ok = true;
+  for (int x = 0; x < r - 3; x++)
+    batch_ok &= (qs.dim[x] == 1 || qs.dim[x] == S.dim[x]) &&
+                (ks.dim[x] == 1 || ks.dim[x] == S.dim[x]) &&
+                (vs.dim[x] == 1 || vs.dim[x] == S.dim[x]);
+  bool mask_fits = true;
+  for (int x = 0; x < ms.ndim; x++) {
+    int sx = S.ndim - ms.ndim + x;
+    mask_fits &= sx >= 0 && (ms.dim[x] == 1 || ms.dim[x] == S.dim[sx]);
+  }
+  loom_status want_status = LOOM_OK;
+  if (hk != hv && hk != 1 && hv != 1) {
+    want_status = LOOM_ERR_SHAPE;
+    snprintf(want, sizeof want, "key heads (%lld) and value heads (%lld) differ (k %s, v %s)",
+             (long long)hk, (long long)hv, b, c);
+  } else if (hkv != h && hkv > 1 && h != 1 && h % hkv) {
+    want_status = LOOM_ERR_SHAPE;
+    snprintf(want, sizeof want,
+             "query heads (%lld) must be a multiple of key/value heads (%lld) (q %s, k %s, v %s)",
+             (long long)h, (long long)hkv, a, b, c);
+  } else if (!batch_ok) {
+    want_status = LOOM_ERR_SHAPE;
+    snprintf(want, sizeof want, "the batch dims of q %s, k %s, v %s do not broadcast", a, b, c);
+  } else if (kind != MASK_NONE && mdt != LOOM_BOOL && mdt != LOOM_F32 && mdt != qdt) {
+    want_status = LOOM_ERR_DTYPE;
+    snprintf(want, sizeof want, "the mask is %s and q %s: a mask is bool (true: attend) or added",
+             loom_dtype_name(mdt), loom_dtype_name(qdt));
+  } else if (kind != MASK_NONE && !mask_fits) {
+    char sm[64], ss[64];
+    want_status = LOOM_ERR_SHAPE;
+    snprintf(want, sizeof want, "the mask %s does not broadcast to the scores' shape %s",
+             sweep_shape_text(ms, sm), sweep_shape_text(S, ss));
+  }
+  char at_text[64];
+  check_set_ctx("attention sweep: %s q %s, k %s, v %s, mask %s %s", loom_dtype_name(qdt), a, b, c,
+                kind == MASK_NONE ? "none" : loom_dtype_name(mdt),
+                kind == MASK_NONE ? "" : sweep_shape_text(ms, at_text));
+  double *q = sweep_values(sweep_numel(qs), 41), *k = sweep_values(sweep_numel(ks), 42);
+  double *v = sweep_values(sweep_numel(vs), 43), *mv = NULL;
+  if (kind != MASK_NONE) { /* every row keeps its first key */
+    int64_t n = sweep_numel(ms), tk = ms.dim[ms.ndim - 1];
+    mv = sweep_values(n, 44);
+    for (int64_t i = 0; i < n; i++)
+      mv[i] = kind == MASK_BOOL ? (double)((i * 7919) % 5 != 0 || i % tk == 0)
+              : i % tk == 0     ? 0.5
+              : i % 3 == 1      ? -INFINITY
+                                : 2 * mv[i];
+  }
+  LOOM_NO_GRAD LOOM_SCOPE {
+    loom_tensor *tq = sweep_tensor(q, qs, qdt), *tk = sweep_tensor(k, ks, qdt);
+    loom_tensor *tv = sweep_tensor(v, vs, qdt), *tm = mv ? sweep_tensor(mv, ms, mdt) : NULL;
+    loom_tensor *out = loom_scaled_dot_product_attention(tq, tk, tv, tm, false, 0);
+    CHECK_EQ_INT(loom_status_of(out), want_status);
+    *(want_status == LOOM_OK ? &sweep_computed : &sweep_refused) += 1;
+    if (want_status != LOOM_OK) {
+      const char *msg = loom_error_message(out);
+      CHECK_MSG(msg && !strncmp(msg, "loom_scaled_dot_product_attention: ", 35) &&
+                    strstr(msg, want) && !strstr(msg, "loom_matmul"),
+                "message %s, want %s", msg ? msg : "(none)", want);
+    } else {
+      int64_t n = sweep_numel(os);
+      double *got = malloc(sizeof(double) * (size_t)n), *ref = malloc(sizeof(double) * (size_t)n);
+      char gs[64], ws[64];
+      CHECK_MSG(!strcmp(sweep_shape_text(loom_shape_of(out), gs), sweep_shape_text(os, ws)),
+                "the result is %s, want %s", gs, ws);
+      CHECK_OK(loom_copy_to_host(loom_cast(out, LOOM_F64), got, sizeof(double) * (size_t)n));
+      sweep_reference(q, qs, k, ks, v, vs, mv, ms, kind == MASK_BOOL, S, ref);
+      double worst = 0, tol = qdt == LOOM_F64 ? 1e-12 : qdt == LOOM_F32 ? 3e-5 : 4e-2;
+      for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(got[i] - ref[i]));
+      CHECK_MSG(worst <= tol, "worst difference %g from the double reference", worst);
+      free(got), free(ref);
+    }
+  }
+  check_set_ctx("%s", "");
+  loom_clear_error();
+  free(q), free(k), free(v), free(mv);
+}
+
+static void test_argument_sweep(void) {
+  /* (H, Hk, Hv): equal, grouped, grouped over one value head, one key/value
+   * head for all, one query head for several, not a multiple, keys and
+   * values apart */
+  static const int64_t heads[][3] = {{4, 4, 4}, {4, 2, 2}, {6, 3, 1}, {4, 1, 1},
+                                     {1, 2, 2}, {6, 4, 4}, {4, 2, 4}};
+  enum { NHEADS = sizeof heads / sizeof heads[0] };
+  for (int i = 0; i < NHEADS; i++) {
+    int64_t h = heads[i][0], hk = heads[i][1], hv = heads[i][2];
+    loom_shape q4 = LOOM_SHAPE(SW_B, h, SW_TQ, SW_D), k4 = LOOM_SHAPE(SW_B, hk, SW_TK, SW_D);
+    loom_shape v4 = LOOM_SHAPE(SW_B, hv, SW_TK, SW_DV);
+    loom_shape q3 = LOOM_SHAPE(h, SW_TQ, SW_D), k3 = LOOM_SHAPE(hk, SW_TK, SW_D);
+    loom_shape v3 = LOOM_SHAPE(hv, SW_TK, SW_DV);
+    sweep_case(LOOM_F32, q4, k4, v4, MASK_NONE, AT_EXACT);
+    sweep_case(LOOM_F32, q3, k3, v3, MASK_NONE, AT_EXACT);
+    for (int kind = MASK_BOOL; kind <= MASK_U8; kind++)
+      for (int at = AT_EXACT; at <= AT_TOO_MANY; at++) {
+        sweep_case(LOOM_F32, q4, k4, v4, (sweep_mask)kind, (sweep_at)at);
+        if (i < 2 || i == 5) sweep_case(LOOM_F32, q3, k3, v3, (sweep_mask)kind, (sweep_at)at);
+      }
+  }
+  /* rank 2; ranks 4 with batch dims that broadcast (k's and v's 1) or not */
+  loom_shape q2 = LOOM_SHAPE(SW_TQ, SW_D), k2 = LOOM_SHAPE(SW_TK, SW_D),
+             v2 = LOOM_SHAPE(SW_TK, SW_DV);
+  sweep_case(LOOM_F32, q2, k2, v2, MASK_NONE, AT_EXACT);
+  for (int kind = MASK_BOOL; kind <= MASK_U8; kind++)
+    for (int at = AT_EXACT; at <= AT_TOO_MANY; at++)
+      sweep_case(LOOM_F32, q2, k2, v2, (sweep_mask)kind, (sweep_at)at);
+  loom_shape qb = LOOM_SHAPE(SW_B, 4, SW_TQ, SW_D);
+  for (int kind = MASK_NONE; kind <= MASK_F32; kind++) {
+    sweep_case(LOOM_F32, qb, LOOM_SHAPE(1, 2, SW_TK, SW_D), LOOM_SHAPE(SW_B, 2, SW_TK, SW_DV),
+               (sweep_mask)kind, AT_KEYS);
+    sweep_case(LOOM_F32, LOOM_SHAPE(1, 4, SW_TQ, SW_D), LOOM_SHAPE(SW_B, 4, SW_TK, SW_D),
+               LOOM_SHAPE(1, 4, SW_TK, SW_DV), (sweep_mask)kind, AT_EXACT);
+    sweep_case(LOOM_F32, qb, LOOM_SHAPE(3, 4, SW_TK, SW_D), LOOM_SHAPE(3, 4, SW_TK, SW_DV),
+               (sweep_mask)kind, AT_ROWS);
+  }
+  /* F64 (the composition) and BF16 (an F32 mask added, then rounded) */
+  for (int kind = MASK_NONE; kind <= MASK_U8; kind++)
+    for (int at = AT_EXACT; at <= AT_WRONG_TK; at++) {
+      sweep_case(LOOM_F64, LOOM_SHAPE(SW_B, 4, SW_TQ, SW_D), LOOM_SHAPE(SW_B, 2, SW_TK, SW_D),
+                 LOOM_SHAPE(SW_B, 2, SW_TK, SW_DV), (sweep_mask)kind, (sweep_at)at);
+      if (at == AT_ROWS || at == AT_WRONG_TK)
+        sweep_case(LOOM_BF16, LOOM_SHAPE(SW_B, 2, SW_TQ, SW_D), LOOM_SHAPE(SW_B, 2, SW_TK, SW_D),
+                   LOOM_SHAPE(SW_B, 2, SW_TK, SW_DV), (sweep_mask)kind, (sweep_at)at);
+    }
+  printf("attention's arguments: %d cases computed, %d refused\n", sweep_computed, sweep_refused);
+}
+
+/* The refusals the sweep does not reach, each naming what was passed; a
+ * scale of LOOM_ZERO is a real zero (every key weighs alike). */
+static void test_argument_errors(void) {
+  LOOM_NO_GRAD LOOM_SCOPE {
+    loom_device dev = test_device();
+    loom_tensor *q = loom_ones(LOOM_SHAPE(2, 3, 4), LOOM_F32, dev);
+    loom_tensor *k = loom_ones(LOOM_SHAPE(2, 5, 4), LOOM_F32, dev);
+    struct {
+      loom_tensor *result;
+      loom_status status;
+      const char *message;
+    } rows[] = {
+        {loom_scaled_dot_product_attention(q, loom_ones(LOOM_SHAPE(1, 2, 5, 4), LOOM_F32, dev), k,
+                                           NULL, false, 0),
+         LOOM_ERR_SHAPE, "q [2,3,4], k [1,2,5,4], v [2,5,4]: need [..., T, D] each, the same rank"},
+        {loom_scaled_dot_product_attention(loom_ones(LOOM_SHAPE(4), LOOM_F32, dev), k, k, NULL,
+                                           false, 0),
+         LOOM_ERR_SHAPE, "q [4], k [2,5,4], v [2,5,4]: need [..., T, D] each"},
+        {loom_scaled_dot_product_attention(q, loom_ones(LOOM_SHAPE(2, 5, 3), LOOM_F32, dev), k,
+                                           NULL, false, 0),
+         LOOM_ERR_SHAPE, "q and k need the same last dim, k and v the same length"},
+        {loom_scaled_dot_product_attention(q, k, loom_ones(LOOM_SHAPE(2, 6, 4), LOOM_F32, dev),
+                                           NULL, false, 0),
+         LOOM_ERR_SHAPE, "q and k need the same last dim, k and v the same length"},
+        {loom_scaled_dot_product_attention(q, loom_cast(k, LOOM_F64), k, NULL, false, 0),
+         LOOM_ERR_DTYPE, "q is f32, k f64, v f32: q, k and v need one dtype"},
+        {loom_scaled_dot_product_attention(q, k, loom_cast(k, LOOM_BF16), NULL, false, 0),
+         LOOM_ERR_DTYPE, "q is f32, k f32, v bf16: q, k and v need one dtype"},
+        {loom_scaled_dot_product_attention(loom_cast(q, LOOM_I32), loom_cast(k, LOOM_I32),
+                                           loom_cast(k, LOOM_I32), NULL, false, 0),
+         LOOM_ERR_DTYPE, "q is i32; attention needs floats"},
+        {loom_scaled_dot_product_attention(q, k, k, loom_ones(LOOM_SHAPE(3, 5), LOOM_BOOL, dev),
+                                           true, 0),
+         LOOM_ERR_VALUE, "a mask and causal together"},
+        {loom_scaled_dot_product_attention(q, k, k, NULL, false, -1), LOOM_ERR_VALUE,
+         "scale -1 is not a finite value >= 0"},
+        {loom_scaled_dot_product_attention(q, k, k, NULL, false, NAN), LOOM_ERR_VALUE,
+         "scale nan is not a finite value >= 0"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+      const char *msg = loom_error_message(rows[i].result);
+      CHECK_EQ_INT(loom_status_of(rows[i].result), rows[i].status);
+      CHECK_MSG(msg && !strncmp(msg, "loom_scaled_dot_product_attention: ", 35) &&
+                    strstr(msg, rows[i].message),
+                "row %zu: %s, want %s", i, msg ? msg : "(none)", rows[i].message);
+    }
+    double kv[2 * 5 * 4], got[2 * 3 * 4];
+    for (int i = 0; i < 40; i++) kv[i] = i % 7;
+    loom_tensor *keys = loom_from_data(kv, LOOM_SHAPE(2, 5, 4), LOOM_F64, dev);
+    loom_tensor *flat = loom_scaled_dot_product_attention(loom_cast(q, LOOM_F64), keys, keys, NULL,
+                                                          false, LOOM_ZERO);
+    CHECK_OK(loom_copy_to_host(flat, got, sizeof got));
+    for (int b = 0; b < 2; b++)
+      for (int e = 0; e < 4; e++) {
+        double mean = 0;
+        for (int j = 0; j < 5; j++) mean += kv[(b * 5 + j) * 4 + e] / 5;
+        for (int i = 0; i < 3; i++) CHECK_NEAR(got[(b * 3 + i) * 4 + e], mean, 1e-12);
+      }
+  }
+  loom_clear_error();
+}
+
 int main(void) {
   CHECK_OK(loom_set_default_device(test_device()));
   test_split_chunk();
@@ -690,6 +1048,8 @@ int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) LOOM_SCOPE {
       gradcheck(&cases[i]);
     }
+  test_argument_sweep();
+  test_argument_errors();
   test_scores_fused();
   test_fused();
   test_fused_grads();

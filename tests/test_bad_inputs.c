@@ -247,12 +247,13 @@ ROW_S(dtype_requires_grad,
 /* ------------------------------------------------------------ devices */
 /* A second device: CUDA when this build has it; otherwise a tensor whose node
  * claims cuda:0, so the mixed-device checks still run (never realized). */
-static loom_tensor *elsewhere(void) {
-  if (loom_cuda_available()) return loom_ones(LOOM_SHAPE(4), LOOM_F32, LOOM_CUDA(0));
-  loom_tensor *t = loom_ones(LOOM_SHAPE(4), LOOM_F32, LOOM_CPU);
+static loom_tensor *elsewhere_shaped(loom_shape shape) {
+  if (loom_cuda_available()) return loom_ones(shape, LOOM_F32, LOOM_CUDA(0));
+  loom_tensor *t = loom_ones(shape, LOOM_F32, LOOM_CPU);
   if (!loom_status_of(t)) t->node->device = LOOM_CUDA(0);
   return t;
 }
+static loom_tensor *elsewhere(void) { return elsewhere_shaped(LOOM_SHAPE(4)); }
 ROW_T(device_mixed_add, loom_add(f4, elsewhere()))
 ROW_T(device_mixed_matmul,
       loom_matmul(loom_reshape(f4, LOOM_SHAPE(2, 2)), loom_reshape(elsewhere(), LOOM_SHAPE(2, 2))))
@@ -305,6 +306,24 @@ ROW_T(value_sdpa_mask_causal,
       loom_scaled_dot_product_attention(f254(), f254(), f254(),
                                         loom_ones(LOOM_SHAPE(5, 5), LOOM_BOOL, LOOM_CPU), true, 0))
 ROW_T(value_sdpa_scale, loom_scaled_dot_product_attention(f254(), f254(), f254(), NULL, false, -1))
+ROW_T(dtype_sdpa_mask_f64,
+      loom_scaled_dot_product_attention(f254(), f254(), f254(),
+                                        loom_zeros(LOOM_SHAPE(5, 5), LOOM_F64, LOOM_CPU), false, 0))
+ROW_T(dtype_sdpa_mask_int,
+      loom_scaled_dot_product_attention(f254(), f254(), f254(),
+                                        loom_ones(LOOM_SHAPE(5, 5), LOOM_I32, LOOM_CPU), false, 0))
+ROW_T(dtype_sdpa_kv, loom_scaled_dot_product_attention(f254(), loom_cast(f254(), LOOM_F64), f254(),
+                                                       NULL, false, 0))
+static loom_tensor *heads_of(int64_t h) {
+  return loom_ones(LOOM_SHAPE(1, h, 4, 8), LOOM_F32, LOOM_CPU);
+}
+ROW_T(shape_sdpa_heads,
+      loom_scaled_dot_product_attention(heads_of(6), heads_of(4), heads_of(4), NULL, false, 0))
+ROW_T(shape_sdpa_kv_heads,
+      loom_scaled_dot_product_attention(heads_of(4), heads_of(2), heads_of(4), NULL, false, 0))
+ROW_T(device_sdpa,
+      loom_scaled_dot_product_attention(f254(), f254(), elsewhere_shaped(LOOM_SHAPE(2, 5, 4)), NULL,
+                                        false, 0))
 ROW_T(value_masked_fill_int,
       loom_masked_fill(i4(), loom_ones(LOOM_SHAPE(4), LOOM_BOOL, LOOM_CPU), 0.5))
 ROW_T(shape_masked_fill, loom_masked_fill(f4, loom_ones(LOOM_SHAPE(2, 4), LOOM_BOOL, LOOM_CPU), 0))
@@ -357,6 +376,12 @@ ROW_S(size_threads, loom_set_num_threads(0))
 ROW_S(value_dynamic, loom_set_dynamic((loom_dynamic)9))
 ROW_P(size_lr, loom_adam(params, (loom_adam_opts){.lr = -1}))
 ROW_P(size_beta, loom_adam(params, (loom_adam_opts){.beta1 = 1.5}))
+ROW_P(value_eps_nan, loom_adamw(params, (loom_adam_opts){.eps = NAN}))
+ROW_P(value_dampening_nan, loom_sgd(params, (loom_sgd_opts){.dampening = NAN}))
+ROW_S(value_ddp_bucket, loom_ddp(params, (loom_ddp_opts){.bucket_bytes = -1}))
+ROW_T(value_layer_norm_eps, loom_layer_norm(f23, 1, NULL, NULL, NAN))
+ROW_T(value_batch_norm_eps, loom_batch_norm(loom_ones(LOOM_SHAPE(2, 3, 2, 2), LOOM_F32, LOOM_CPU),
+                                            NULL, NULL, NULL, NULL, true, 0.1, -1))
 static loom_status size_layer(char *msg, size_t len) {
   loom_linear l = loom_linear_new(params, "bad", -3, 4, loom_key_new(1));
   return from_pointer(l.weight, msg, len);
@@ -601,8 +626,28 @@ static const row table[] = {
         shape_sdpa, LOOM_ERR_SHAPE,
         "loom_scaled_dot_product_attention: q [2,5,4], k [2,6,3], v [2,6,3]: q and k need the "
         "same last dim"),
-    ROW("named", "loom_scaled_dot_product_attention(q k v [2,5,4], mask [3,5])", named_sdpa_mask,
-        LOOM_ERR_SHAPE, "loom_scaled_dot_product_attention: "),
+    ROW("wrong shape", "loom_scaled_dot_product_attention(q k v [2,5,4], mask [3,5])",
+        named_sdpa_mask, LOOM_ERR_SHAPE,
+        "loom_scaled_dot_product_attention: the mask [3,5] does not broadcast to the scores' "
+        "shape [2,5,5]"),
+    ROW("wrong dtype", "loom_scaled_dot_product_attention(f32 q k v, f64 mask)",
+        dtype_sdpa_mask_f64, LOOM_ERR_DTYPE,
+        "loom_scaled_dot_product_attention: the mask is f64 and q f32: a mask is bool"),
+    ROW("wrong dtype", "loom_scaled_dot_product_attention(f32 q k v, i32 mask)",
+        dtype_sdpa_mask_int, LOOM_ERR_DTYPE,
+        "loom_scaled_dot_product_attention: the mask is i32 and q f32"),
+    ROW("wrong dtype", "loom_scaled_dot_product_attention(f32 q, f64 k, f32 v)", dtype_sdpa_kv,
+        LOOM_ERR_DTYPE,
+        "loom_scaled_dot_product_attention: q is f32, k f64, v f32: q, k and v need one dtype"),
+    ROW("wrong shape", "loom_scaled_dot_product_attention(6 query heads, 4 key/value heads)",
+        shape_sdpa_heads, LOOM_ERR_SHAPE,
+        "loom_scaled_dot_product_attention: query heads (6) must be a multiple of key/value "
+        "heads (4)"),
+    ROW("wrong shape", "loom_scaled_dot_product_attention(4 query heads, 2 key, 4 value heads)",
+        shape_sdpa_kv_heads, LOOM_ERR_SHAPE,
+        "loom_scaled_dot_product_attention: key heads (2) and value heads (4) differ"),
+    ROW("mixed devices", "loom_scaled_dot_product_attention(cpu q k, cuda:0 v)", device_sdpa,
+        LOOM_ERR_DEVICE, "loom_scaled_dot_product_attention: q is on cpu, v on cuda:0"),
     ROW("bad value", "loom_scaled_dot_product_attention(.., mask, causal)", value_sdpa_mask_causal,
         LOOM_ERR_VALUE, "loom_scaled_dot_product_attention: a mask and causal together"),
     ROW("bad value", "loom_scaled_dot_product_attention(.., scale -1)", value_sdpa_scale,
@@ -748,6 +793,16 @@ static const row table[] = {
         "9 is not LOOM_DYNAMIC_AUTO, _OFF or _ALWAYS"),
     ROW("bad size", "loom_adam(ps, lr -1)", size_lr, LOOM_ERR_VALUE, "invalid lr: -1"),
     ROW("bad size", "loom_adam(ps, beta1 1.5)", size_beta, LOOM_ERR_VALUE, "invalid beta1: 1.5"),
+    ROW("bad value", "loom_adamw(ps, eps NaN)", value_eps_nan, LOOM_ERR_VALUE,
+        "loom_adamw: invalid eps: nan (must be >= 0)"),
+    ROW("bad value", "loom_sgd(ps, dampening NaN)", value_dampening_nan, LOOM_ERR_VALUE,
+        "loom_sgd: invalid dampening: nan (must be a number)"),
+    ROW("bad value", "loom_ddp(ps, bucket_bytes -1)", value_ddp_bucket, LOOM_ERR_VALUE,
+        "loom_ddp: bucket_bytes -1 and first_bucket_bytes 0 must be >= 0"),
+    ROW("bad value", "loom_layer_norm(x, eps NaN)", value_layer_norm_eps, LOOM_ERR_VALUE,
+        "loom_layer_norm: eps nan is not a finite value >= 0"),
+    ROW("bad value", "loom_batch_norm(x, eps -1)", value_batch_norm_eps, LOOM_ERR_VALUE,
+        "loom_batch_norm: eps -1 is not a finite value >= 0"),
     ROW("bad size", "loom_linear_new(ps, in -3)", size_layer, LOOM_ERR_VALUE,
         "sizes must be positive, got -3 and 4"),
     ROW("bad size", "loom_loader_new(d, batch 0)", size_loader, LOOM_ERR_VALUE,

@@ -320,13 +320,16 @@ static void train(mlp *m, bool ddp) {
   loom_dataset_free(d);
 }
 
-/* Buckets of 300 bytes after a first of 16: fc2's bias alone (12 bytes),
- * then fc2's weight with fc1's bias (192 + 64), then fc1's weight (512, more
- * than a bucket: alone). On the CPU, an all-reduce runs while other
- * gradients compute. */
-static void test_buckets(void) {
+/* What one step of a fresh model under loom_ddp(opts) runs: its
+ * collectives, their bytes, and how many ran on while the step computed. */
+typedef struct step_collectives {
+  int run, overlapped;
+  int64_t bytes;
+} step_collectives;
+
+static step_collectives collectives_of_a_step(loom_ddp_opts opts) {
   mlp m = mlp_new(5);
-  CHECK_OK(loom_ddp(m.ps, (loom_ddp_opts){.bucket_bytes = 300, .first_bucket_bytes = 16}));
+  CHECK_OK(loom_ddp(m.ps, opts));
   loom_optim *o = loom_sgd(m.ps, (loom_sgd_opts){.lr = 0.1});
   loom_stats before = loom_get_stats();
   LOOM_SCOPE {
@@ -336,15 +339,31 @@ static void test_buckets(void) {
     CHECK_OK(loom_optim_step(o));
   }
   loom_stats after = loom_get_stats();
-  CHECK_EQ_INT((int)(after.collectives_run - before.collectives_run), 3);
-  CHECK_EQ_INT((int)(after.collective_bytes - before.collective_bytes), 4 * (3 + 48 + 16 + 128));
-  /* (on a device each goes through the host as it comes) */
-  CHECK_EQ_INT(after.collectives_overlapped - before.collectives_overlapped >= 1,
-               test_device().type == LOOM_DEVICE_CPU);
-  CHECK_RC(loom_ddp(m.ps, (loom_ddp_opts){.bucket_bytes = 300, .first_bucket_bytes = -1}),
-           LOOM_ERR_VALUE);
   loom_optim_free(o);
   loom_params_free(m.ps);
+  return (step_collectives){(int)(after.collectives_run - before.collectives_run),
+                            (int)(after.collectives_overlapped - before.collectives_overlapped),
+                            (int64_t)(after.collective_bytes - before.collective_bytes)};
+}
+
+/* Buckets of 300 bytes after a first of 16: fc2's bias alone (12 bytes),
+ * then fc2's weight with fc1's bias (192 + 64), then fc1's weight (512, more
+ * than a bucket: alone). On the CPU, an all-reduce runs while other
+ * gradients compute. Fields left zero are DDP's defaults (include/loom.h's
+ * options rule): 25 MiB after a first of 16 bytes (fc2's bias, then the
+ * rest), a first bucket of 1 MiB but no more than 300 bytes (fc2's and fc1's
+ * bias, then fc1's weight), and all of it in one first bucket of 1 MiB. */
+static void test_buckets(void) {
+  step_collectives c =
+      collectives_of_a_step((loom_ddp_opts){.bucket_bytes = 300, .first_bucket_bytes = 16});
+  CHECK_EQ_INT(c.run, 3);
+  CHECK_EQ_INT(c.bytes, 4 * (3 + 48 + 16 + 128));
+  /* (on a device each goes through the host as it comes) */
+  CHECK_EQ_INT(c.overlapped >= 1, test_device().type == LOOM_DEVICE_CPU);
+  CHECK_EQ_INT(collectives_of_a_step((loom_ddp_opts){.first_bucket_bytes = 16}).run, 2);
+  CHECK_EQ_INT(collectives_of_a_step((loom_ddp_opts){.bucket_bytes = 300}).run, 2);
+  CHECK_EQ_INT(collectives_of_a_step((loom_ddp_opts){0}).run, 1);
+  CHECK_EQ_INT(collectives_of_a_step(LOOM_DDP_DEFAULTS).run, 1);
 }
 
 /* 10 rows over 3 ranks: shares of 4, padded by wrapping to 12 (two rows
@@ -413,7 +432,9 @@ static void test_ddp(void) {
   CHECK_MSG((access(path, F_OK) == 0) == (rank == 0), "rank %d: saved? %d", rank,
             access(path, F_OK) == 0);
   remove(path);
-  CHECK_RC(loom_ddp(m.ps, (loom_ddp_opts){0}), LOOM_ERR_VALUE);
+  CHECK_RC(loom_ddp(m.ps, (loom_ddp_opts){.bucket_bytes = -1}), LOOM_ERR_VALUE);
+  CHECK_RC(loom_ddp(m.ps, (loom_ddp_opts){.bucket_bytes = 300, .first_bucket_bytes = -1}),
+           LOOM_ERR_VALUE);
   CHECK_RC(loom_ddp(NULL, LOOM_DDP_DEFAULTS), LOOM_ERR_NULL);
   loom_params_free(m.ps);
   loom_params_free(ref.ps);

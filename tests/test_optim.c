@@ -30,14 +30,17 @@ typedef struct optcase {
   loom_adam_opts adam;
 } optcase;
 
-/* The cases' shorthand for torch's defaults: a zero field takes the default,
- * -0.0 is a real zero. loom itself takes every field as given (zero is zero):
- * it gets the resolved options. */
+/* The options rule (include/loom.h), for the reference: a zero field takes
+ * torch's default, LOOM_ZERO (-0.0) is a real zero. loom gets the cases'
+ * options as written. */
 static double resolve(double v, double def) { return v != 0 ? v : signbit(v) ? 0.0 : def; }
 
 static optcase resolved(const optcase *c) {
   optcase r = *c;
   r.sgd.lr = resolve(c->sgd.lr, 1e-3);
+  r.sgd.momentum = resolve(c->sgd.momentum, 0);
+  r.sgd.dampening = resolve(c->sgd.dampening, 0);
+  r.sgd.weight_decay = resolve(c->sgd.weight_decay, 0);
   r.adam.lr = resolve(c->adam.lr, 1e-3);
   r.adam.beta1 = resolve(c->adam.beta1, 0.9);
   r.adam.beta2 = resolve(c->adam.beta2, 0.999);
@@ -296,7 +299,7 @@ static trajectory_stats run_trajectory(const problem *pb, const optcase *oc, loo
     params[i] = new_param(pb, i, dt);
     CHECK_OK(loom_params_add(ps, pb->names[i], params[i]));
   }
-  loom_optim *o = make_optim(&rc, ps);
+  loom_optim *o = make_optim(oc, ps); /* as written: zero fields are torch's defaults */
   CHECK(o != NULL);
   trajectory_stats ts = {0};
   loom_stats first = {0};
@@ -356,6 +359,8 @@ static trajectory_stats run_trajectory(const problem *pb, const optcase *oc, loo
 static const optcase cases[] = {
     SGD_CASE("sgd", .lr = 0.05),
     SGD_CASE("sgd defaults", .lr = 0),
+    SGD_CASE("sgd lr zero", .lr = LOOM_ZERO, .momentum = 0.9),
+    SGD_CASE("sgd zeros written", .lr = 0.05, .momentum = LOOM_ZERO, .weight_decay = LOOM_ZERO),
     SGD_CASE("sgd momentum", .lr = 0.05, .momentum = 0.9),
     SGD_CASE("sgd dampening", .lr = 0.05, .momentum = 0.9, .dampening = 0.3),
     SGD_CASE("sgd nesterov", .lr = 0.05, .momentum = 0.8, .nesterov = true),
@@ -364,12 +369,17 @@ static const optcase cases[] = {
     SGD_CASE("sgd maximize", .lr = 0.02, .momentum = 0.9, .maximize = true),
     ADAM_CASE("adam", ADAM, .lr = 0.05),
     ADAM_CASE("adam defaults", ADAM, .lr = 0),
+    ADAM_CASE("adam beta1 zero", ADAM, .lr = 0.05, .beta1 = LOOM_ZERO), /* GANs' (0, 0.99) */
+    ADAM_CASE("adam beta2 zero", ADAM, .lr = 0.05, .beta1 = 0.5, .beta2 = LOOM_ZERO, .eps = 1e-3),
+    ADAM_CASE("adam eps zero", ADAM, .lr = 0.05, .eps = LOOM_ZERO),
+    ADAM_CASE("adam lr zero", ADAM, .lr = LOOM_ZERO),
     ADAM_CASE("adam betas eps", ADAM, .lr = 0.05, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-3),
     ADAM_CASE("adam weight decay", ADAM, .lr = 0.05, .weight_decay = 0.1),
     ADAM_CASE("adam amsgrad", ADAM, .lr = 0.05, .beta2 = 0.5, .amsgrad = true),
     ADAM_CASE("adam maximize", ADAM, .lr = 0.05, .maximize = true),
     ADAM_CASE("adamw", ADAMW, .lr = 0.05),
-    ADAM_CASE("adamw zero decay", ADAMW, .lr = 0.05, .weight_decay = -0.0),
+    ADAM_CASE("adamw zero decay", ADAMW, .lr = 0.05, .weight_decay = LOOM_ZERO),
+    ADAM_CASE("adamw defaults", ADAMW, .lr = 0),
     ADAM_CASE("adamw amsgrad maximize", ADAMW, .lr = 0.05, .beta2 = 0.5, .weight_decay = 0.1,
               .amsgrad = true, .maximize = true),
 };
@@ -386,10 +396,118 @@ static void test_trajectories_f64(void) {
 
 /* F32 parameters read the step's F64 scalars through a cast. */
 static void test_trajectories_f32(void) {
-  static const int picks[] = {2, 4, 8, 12, 16};
-  for (int i = 0; i < (int)(sizeof picks / sizeof picks[0]); i++) {
-    run_trajectory(&quadratic, &cases[picks[i]], LOOM_F32, 1e-5);
-    run_trajectory(&mlp, &cases[picks[i]], LOOM_F32, 1e-5);
+  static const char *picks[] = {"sgd momentum", "sgd nesterov", "adam", "adam amsgrad",
+                                "adamw amsgrad maximize"};
+  for (int i = 0; i < (int)(sizeof picks / sizeof picks[0]); i++)
+    for (int c = 0; c < NCASES; c++) {
+      if (strcmp(cases[c].name, picks[i])) continue;
+      run_trajectory(&quadratic, &cases[c], LOOM_F32, 1e-5);
+      run_trajectory(&mlp, &cases[c], LOOM_F32, 1e-5);
+    }
+}
+
+/* ================================================================ compound literals */
+
+/* Issue 41: (loom_adam_opts){.lr = 1e-3} on an MLP ended in a NaN loss when
+ * a field left out was a zero (beta1 = beta2 = eps = 0). A compound literal
+ * naming some fields is torch's defaults for the rest, LOOM_ZERO a real
+ * zero: the mlp problem's parameters after 3 steps in F64 against
+ * torch 1.13 (torch.optim.Adam(params, lr=1e-3) and so on; SGD's lr given
+ * as 1e-3, torch 2's default), and bit for bit against the LOOM_*_DEFAULTS
+ * spelling. */
+static const double torch_adam[26] = {
+    0.3029999819994959,   -0.19699944990029578,  0.49700022256928267,   0.10299995945516328,
+    -0.39700048327463705, 0.60300045697010274,   0.19700067000521959,   -0.29700046145996223,
+    0.69700069659232111,  -0.097001946418082352, 0.4029993631224027,    0.19700078750899475,
+    0.047000930859112361, -0.097000713797507132, 0.0029993470774772294, 0.097001342827679402,
+    0.39700092494201655,  -0.59700119706507948,  0.30299945859954824,   0.49700144435581239,
+    -0.19700098732478238, 0.10300013926472169,   0.59700130232179593,   -0.39700152821260637,
+    0.097002787593456069, -0.047000747545854787};
+static const double torch_adam_beta1_0[26] = {
+    0.30299972041560375,  -0.19699113635558066,  0.49700343728849261,   0.10299936416798636,
+    -0.39700739856343253, 0.6030073204012012,    0.19701016818725745,   -0.29700707337821508,
+    0.69701056844471165,  -0.097028098890235684, 0.40299032721111472,   0.19701190023957149,
+    0.047013979707748191, -0.097010830411528082, 0.0029901189918588832, 0.097019823411584813,
+    0.39701389981315116,  -0.5970177903864089,   0.3029917572694979,    0.49702124011166882,
+    -0.19701482350111332, 0.10300219806084343,   0.59701926918197268,   -0.39702240997932692,
+    0.097039013039690161, -0.047011322585735926};
+static const double torch_adamw[26] = {
+    0.30299095253567288,  -0.19699348305374087,  0.49698525301883567,   0.10299692913875139,
+    -0.39698851641384825, 0.60298243059044743,   0.19699470248012618,   -0.296991493930581,
+    0.69697972874353475,  -0.096998980373961319, 0.40298733089336053,   0.19699482000267868,
+    0.046999462695563994, -0.096997745214036896, 0.0029993145317301507, 0.096998375358135963,
+    0.3969889572432308,   -0.59698323099602491,  0.30299042685018834,   0.49698647946818392,
+    -0.19699501548452591, 0.10299710602223208,   0.59698333480616461,   -0.39698956216415066,
+    0.09699982181853363,  -0.046999278635245924};
+static const double torch_sgd_momentum[26] = {
+    0.30030147869794371,  -0.19987986109787184,  0.49986890524780347,    0.10044811185689381,
+    -0.39949161001675315, 0.60014500695631456,   0.19973922621971399,    -0.29927632659568115,
+    0.69922181215764068,  -0.099793038038666709, 0.40029803690098148,    0.19901538684667755,
+    0.04867781013443314,  -0.099086354672397292, 0.00032671446576157555, 0.098927473908899791,
+    0.39909018440256538,  -0.59912933056037765,  0.30060373550026709,    0.49951696192539646,
+    -0.19986175446773655, 0.10028522219600164,   0.59950022737567799,    -0.39946691256340566,
+    0.099539564806818248, -0.047637807445185081};
+
+static void train_mlp_3_steps(const optcase *c, double *out) {
+  loom_params *ps = loom_params_new();
+  loom_tensor *params[MAXP];
+  for (int i = 0; i < mlp.nparams; i++) {
+    params[i] = new_param(&mlp, i, LOOM_F64);
+    CHECK_OK(loom_params_add(ps, mlp.names[i], params[i]));
+  }
+  loom_optim *o = make_optim(c, ps);
+  CHECK_MSG(o != NULL, "%s: %s", c->name, loom_last_error() ? loom_last_error() : "");
+  for (int step = 0; o && step < 3; step++) {
+    loom_optim_zero_grad(o);
+    loom_tensor *loss = mlp.loss(params, LOOM_F64);
+    CHECK_OK(loom_backward(loss));
+    CHECK_OK(loom_optim_step(o));
+    CHECK_MSG(isfinite(loom_item(loss)), "%s: loss %g at step %d", c->name, loom_item(loss), step);
+    loom_free(loss);
+  }
+  for (int i = 0, at = 0; i < mlp.nparams; i++) {
+    int n = numel_of(mlp.shapes[i]);
+    read_param(params[i], LOOM_F64, out + at, n);
+    at += n;
+    loom_free(params[i]);
+  }
+  loom_optim_free(o);
+  loom_params_free(ps);
+}
+
+static void test_compound_literals(void) {
+  enum { N = 26 }; /* the mlp problem's parameters, in order */
+  const struct {
+    optcase literal, spelled; /* spelled: the same options from a macro (or name empty) */
+    const double *torch;
+  } rows[] = {
+      {{"adam lr", ADAM, .adam = {.lr = 1e-3}},
+       {"LOOM_ADAM_DEFAULTS", ADAM, .adam = LOOM_ADAM_DEFAULTS},
+       torch_adam},
+      {{"adam nothing", ADAM, .adam = {0}},
+       {"LOOM_ADAM_DEFAULTS", ADAM, .adam = LOOM_ADAM_DEFAULTS},
+       torch_adam},
+      {{"adam beta1 LOOM_ZERO", ADAM, .adam = {.beta1 = LOOM_ZERO}}, {NULL}, torch_adam_beta1_0},
+      {{"adamw lr", ADAMW, .adam = {.lr = 1e-3}},
+       {"LOOM_ADAMW_DEFAULTS", ADAMW, .adam = LOOM_ADAMW_DEFAULTS},
+       torch_adamw},
+      {{"adamw weight_decay LOOM_ZERO", ADAMW, .adam = {.weight_decay = LOOM_ZERO}},
+       {NULL},
+       torch_adam}, /* AdamW(weight_decay=0) is Adam: torch gives the same values */
+      {{"sgd momentum", SGD, .sgd = {.momentum = 0.9}},
+       {"spelled out", SGD, .sgd = {.lr = 1e-3, .momentum = 0.9}},
+       torch_sgd_momentum},
+  };
+  for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+    double got[N], spelled[N];
+    train_mlp_3_steps(&rows[r].literal, got);
+    double err = max_rel_error(got, rows[r].torch, N);
+    CHECK_MSG(err <= 1e-12, "%s: relative error %.3g from torch 1.13 (w1[0] %.17g, torch %.17g)",
+              rows[r].literal.name, err, got[0], rows[r].torch[0]);
+    if (!rows[r].spelled.name) continue;
+    train_mlp_3_steps(&rows[r].spelled, spelled);
+    CHECK_MSG(memcmp(got, spelled, sizeof got) == 0, "%s and %s differ", rows[r].literal.name,
+              rows[r].spelled.name);
   }
 }
 
@@ -415,7 +533,14 @@ static void test_validation(void) {
                  "-0.5");
   check_rejected(loom_sgd(ps, (loom_sgd_opts){.weight_decay = -2}), LOOM_ERR_VALUE, "weight_decay",
                  "-2");
+  check_rejected(loom_sgd(ps, (loom_sgd_opts){.momentum = NAN}), LOOM_ERR_VALUE, "momentum", "nan");
+  check_rejected(loom_sgd(ps, (loom_sgd_opts){.dampening = NAN}), LOOM_ERR_VALUE, "dampening",
+                 "nan");
+  check_rejected(loom_sgd(ps, (loom_sgd_opts){.weight_decay = NAN}), LOOM_ERR_VALUE, "weight_decay",
+                 "nan");
   check_rejected(loom_sgd(ps, (loom_sgd_opts){.nesterov = true}), LOOM_ERR_VALUE, "nesterov", NULL);
+  check_rejected(loom_sgd(ps, (loom_sgd_opts){.momentum = LOOM_ZERO, .nesterov = true}),
+                 LOOM_ERR_VALUE, "nesterov", NULL);
   check_rejected(loom_sgd(ps, (loom_sgd_opts){.momentum = 0.9, .dampening = 0.1, .nesterov = 1}),
                  LOOM_ERR_VALUE, "dampening", "0.1");
   for (int k = ADAM; k <= ADAMW; k++) {
@@ -427,6 +552,14 @@ static void test_validation(void) {
     check_rejected(make(ps, (loom_adam_opts){.beta2 = 1.5}), LOOM_ERR_VALUE, "beta2", "1.5");
     check_rejected(make(ps, (loom_adam_opts){.weight_decay = -1}), LOOM_ERR_VALUE, "weight_decay",
                    "-1");
+    const char *fields[5] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
+    for (int f = 0; f < 5; f++) { /* NaN, in every field (0 <= NaN is false, as torch's test) */
+      loom_adam_opts o = {0};
+      double *field[5] = {&o.lr, &o.beta1, &o.beta2, &o.eps, &o.weight_decay};
+      *field[f] = NAN;
+      check_rejected(make(ps, o), LOOM_ERR_VALUE, fields[f], "nan");
+      check_rejected(make(ps, o), LOOM_ERR_VALUE, k == ADAM ? "loom_adam:" : "loom_adamw:", NULL);
+    }
   }
   check_rejected(loom_adam(NULL, (loom_adam_opts){0}), LOOM_ERR_NULL, "NULL", NULL);
   loom_params *only_buffers = loom_params_new();
@@ -434,9 +567,12 @@ static void test_validation(void) {
   check_rejected(loom_sgd(only_buffers, (loom_sgd_opts){0}), LOOM_ERR_VALUE, "trainable", NULL);
   loom_params_free(only_buffers);
 
-  /* zero is zero; the defaults are torch's */
+  /* a zero field is torch's default, LOOM_ZERO a real zero; the macros are torch's */
   loom_optim *o = loom_sgd(ps, (loom_sgd_opts){0});
-  CHECK(loom_optim_lr(o) == 0);
+  CHECK(loom_optim_lr(o) == 1e-3);
+  loom_optim_free(o);
+  o = loom_sgd(ps, (loom_sgd_opts){.lr = LOOM_ZERO});
+  CHECK(loom_optim_lr(o) == 0 && !signbit(loom_optim_lr(o)));
   CHECK_RC(loom_optim_set_lr(o, -1), LOOM_ERR_VALUE);
   CHECK_STR_CONTAINS(loom_last_error(), "lr");
   CHECK_RC(loom_optim_set_lr(o, NAN), LOOM_ERR_VALUE);
@@ -448,6 +584,9 @@ static void test_validation(void) {
   CHECK(o != NULL && loom_optim_lr(o) == 1e-3);
   loom_optim_free(o);
   o = loom_adam(ps, (loom_adam_opts){0});
+  CHECK(o != NULL && loom_optim_lr(o) == 1e-3);
+  loom_optim_free(o);
+  o = loom_adamw(ps, (loom_adam_opts){.lr = LOOM_ZERO});
   CHECK(o != NULL && loom_optim_lr(o) == 0);
   loom_optim_free(o);
   loom_adam_opts d = LOOM_ADAM_DEFAULTS, dw = LOOM_ADAMW_DEFAULTS;
@@ -740,6 +879,7 @@ int main(void) {
   test_setting_gradients();
   test_trajectories_f64();
   test_trajectories_f32();
+  test_compound_literals();
   test_validation();
   test_skips_params_without_grad();
   test_param_groups();
