@@ -128,6 +128,32 @@ static loom_status topk_run(void *state, bench_call_report *report) {
   return select_run(state, 40);
 }
 
+/* Prefix sums along the last axis (torch.cumsum): a sampler's running
+ * probabilities over GPT-2's vocabulary, many short rows, a large matrix. */
+#define CUMSUM_SETUP(rows, cols)                                                                   \
+  static loom_status cumsum_setup_##rows##x##cols(void **state) {                                  \
+    loom_shape shapes[1] = {LOOM_SHAPE(rows, cols)};                                               \
+    return bench_inputs_new(state, 1, shapes);                                                     \
+  }
+CUMSUM_SETUP(1, 50257)
+CUMSUM_SETUP(64, 1000)
+CUMSUM_SETUP(4096, 4096)
+
+static loom_tensor *build_cumsum(loom_tensor *const *in) { return loom_cumsum(in[0], -1); }
+
+static loom_status cumsum_run(void *state, bench_call_report *report) {
+  (void)report;
+  return bench_realize_in_scope(build_cumsum, state);
+}
+
+#define CUMSUM_WORKLOAD(rows, cols)                                                                \
+  {                                                                                                \
+    .name = "cumsum_" #rows "x" #cols,                                                             \
+    .what = "loom_cumsum(x, -1) of a [" #rows ", " #cols "] F32 matrix (the scan step)",           \
+    .metric = BENCH_BANDWIDTH, .work = 2.0 * rows * cols * sizeof(float),                          \
+    .setup = cumsum_setup_##rows##x##cols, .run = cumsum_run, .teardown = bench_inputs_free,       \
+  }
+
 const bench_workload bench_rows_workloads[] = {
     {
         .name = "softmax_4096x1024",
@@ -185,6 +211,9 @@ const bench_workload bench_rows_workloads[] = {
         .run = topk_run,
         .teardown = bench_inputs_free,
     },
+    CUMSUM_WORKLOAD(1, 50257),
+    CUMSUM_WORKLOAD(64, 1000),
+    CUMSUM_WORKLOAD(4096, 4096),
     {
         .name = "layernorm_4096x1024",
         .what = "layer norm from primitives (mean, sub, square, mean, rsqrt, mul, *w + b)",

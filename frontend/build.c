@@ -172,6 +172,14 @@ bool nb_is_transpose_last(const lm_node *x) {
   return x->arg.perm[nd - 2] == nd - 1 && x->arg.perm[nd - 1] == nd - 2;
 }
 
+lm_node *nb_scan(lm_node *a, int axis, bool reverse) {
+  if (!a) return NULL;
+  lm_node *n = make(LM_SCAN, 1, &a, a->shape, a->dtype);
+  if (n)
+    n->arg.scan.axis = axis, n->arg.scan.combine = LOOM_REDUCE_SUM, n->arg.scan.reverse = reverse;
+  return n;
+}
+
 lm_node *nb_transpose_last(lm_node *a) {
   if (!a) return NULL;
   int perm[LOOM_MAX_DIMS], nd = a->shape.ndim;

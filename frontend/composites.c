@@ -1,9 +1,9 @@
 /* torch ops that the core ops express: var and std (with a correction),
- * sign, repeat, index_select and gather, flip and cumsum. Each is a
- * composition (its gradient the composition's: index_select's is the
- * embedding's scatter-add, gather's the selection's), fused like any other.
- * Sort and topk record one library step (LM_SORT: the positions), their
- * values gathered by them; or a bitonic network of elementwise ops. */
+ * sign, repeat, index_select and gather, flip. Each is a composition (its
+ * gradient the composition's: index_select's is the embedding's scatter-add,
+ * gather's the selection's), fused like any other. Sort and topk record one
+ * library step (LM_SORT: the positions), their values gathered by them; or a
+ * bitonic network of elementwise ops. Cumsum records one scan step (LM_SCAN). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -449,51 +449,20 @@ LM_PUBLIC(loom_tensor *, loom_flip, (const loom_tensor *a, int axis), (a, axis))
   return lm_composite_end(token, loom_index_select(a, ax, reversed));
 }
 
-/* Inclusive prefix sums along the last axis of x (float), as products with
- * an upper-triangular matrix of ones: directly up to CUMSUM_DIRECT terms,
- * beyond in blocks of about sqrt(n), each block's sums then shifted by the
- * (recursive) prefix sums of the blocks before it. O(n sqrt(n)) work, in
- * GEMMs. */
-#define CUMSUM_DIRECT 256
-static loom_tensor *prefix_sums(loom_tensor *x) {
-  loom_shape s = loom_shape_of(x);
-  int nd = s.ndim;
-  int64_t n = s.dim[nd - 1];
-  loom_dtype dt = loom_dtype_of(x);
-  loom_device dev = loom_device_of(x);
-  if (n <= CUMSUM_DIRECT) { /* U[j][i] = j <= i */
-    loom_tensor *upper = loom_triu(loom_ones(LOOM_SHAPE(n, n), dt, dev), 0);
-    return loom_matmul(x, upper);
-  }
-  int64_t b = (int64_t)ceil(sqrt((double)n)), m = (n + b - 1) / b;
-  int64_t pad[2] = {0, m * b - n};
-  loom_shape blocks = s;
-  blocks.ndim = nd + 1;
-  blocks.dim[nd - 1] = m, blocks.dim[nd] = b;
-  loom_tensor *xb = loom_reshape(loom_pad(x, pad, 2, 0), blocks); /* [.., m, b] */
-  loom_tensor *within = prefix_sums(xb);
-  loom_tensor *totals = loom_sum(xb, (int[]){-1}, 1, false); /* [.., m] */
-  loom_tensor *before = loom_sub(prefix_sums(totals), totals);
-  loom_tensor *shifted = loom_add(within, loom_unsqueeze(before, -1));
-  loom_shape flat = s;
-  flat.dim[nd - 1] = m * b;
-  return loom_slice(loom_reshape(shifted, flat), -1, 0, n, 1);
-}
-
-/* torch.cumsum: integers and bools sum as I64 (exact below 2^53, through
- * F64), floats in their dtype. */
+/* torch.cumsum: one scan step (LM_SCAN) along the axis. Integers and bools
+ * sum as I64 (torch's result; exact, wrapping on overflow as torch's),
+ * floats give their dtype: F32 summed in double, as torch's CPU, and halves
+ * in F32 (then in double), rounded to their dtype once. */
 LM_PUBLIC(loom_tensor *, loom_cumsum, (const loom_tensor *a, int axis), (a, axis)) {
   const char *op = "loom_cumsum";
   loom_tensor *err;
   if ((err = lm_check(op, a))) return err;
   int nd = a->node->shape.ndim, ax = axis;
-  if (nd == 0) return loom_cast(a, loom_dtype_is_float(a->node->dtype) ? a->node->dtype : LOOM_I64);
+  loom_dtype dt = a->node->dtype, out = loom_dtype_is_float(dt) ? dt : LOOM_I64;
+  if (nd == 0) return loom_cast(a, out);
   if ((err = lm_check_axis(op, &ax, nd))) return err;
   int token = lm_composite_begin();
-  bool is_float = loom_dtype_is_float(a->node->dtype);
-  loom_tensor *x =
-      loom_transpose(is_float ? loom_cast(a, a->node->dtype) : loom_cast(a, LOOM_F64), ax, nd - 1);
-  loom_tensor *sums = loom_transpose(prefix_sums(x), ax, nd - 1);
-  /* integer sums of integers in F64 are exact: the cast back loses nothing */
-  return lm_composite_end(token, is_float ? sums : loom_cast(sums, LOOM_I64));
+  loom_tensor *x = loom_cast(a, out == LOOM_BF16 || out == LOOM_F16 ? LOOM_F32 : out);
+  loom_tensor *sums = loom_status_of(x) ? x : lm_result(nb_scan(x->node, ax, false));
+  return lm_composite_end(token, loom_cast(sums, out));
 }

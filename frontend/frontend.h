@@ -79,6 +79,8 @@ lm_node *nb_slice(lm_node *a, loom_shape shape, const int64_t *start, const int6
 lm_node *nb_pad(lm_node *a, const int64_t *lo, const int64_t *hi, double value);
 /* [.., M, K] @ [.., K, N], batch dims equal, floats (LM_MATMUL). */
 lm_node *nb_matmul(lm_node *a, lm_node *b);
+/* Running sums of a (F32, F64 or I64) along axis, from its end if reverse (LM_SCAN). */
+lm_node *nb_scan(lm_node *a, int axis, bool reverse);
 /* Swaps the last two dims. */
 lm_node *nb_transpose_last(lm_node *a);
 /* Whether x is a transpose of its last two dims (a weight read as W^T). */

@@ -439,6 +439,8 @@ lm_node *lm_grad_rule(const lm_node *n, int which, lm_node *g, bool *oom) {
     r = which == 0 ? gather_grad(&c, g) : NULL;
   else if (n->op == LM_MATMUL)
     r = matmul_grad(&c, which, g);
+  else if (n->op == LM_SCAN) /* each value reaches the sums after it: the scan the other way */
+    r = keep(&a, nb_scan(g, n->arg.scan.axis, !n->arg.scan.reverse));
   else if (n->op == LM_WHERE)
     r = which == 0
             ? NULL

@@ -393,9 +393,12 @@ loom_tensor *loom_index_select(const loom_tensor *a, int axis, const loom_tensor
 loom_tensor *loom_gather(const loom_tensor *a, int axis, const loom_tensor *index);
 /* torch.flip along one axis. */
 loom_tensor *loom_flip(const loom_tensor *a, int axis);
-/* torch.cumsum: inclusive prefix sums along axis; integers and bools give I64
- * (exact below 2^53). Products with triangular matrices of ones, in blocks of
- * about sqrt(n): O(n sqrt(n)) work through the GEMM. */
+/* torch.cumsum: inclusive running sums along axis, each of the values up to
+ * it in order, so NaN and inf reach only the sums after them ([1, 2, nan, 4]
+ * gives [1, 3, nan, nan]). Integers and bools give I64, exact and wrapping on
+ * overflow as torch; F32 sums in double, F16 and BF16 in F32 (then double),
+ * each sum rounded to the dtype. One scan step, O(n) work over the threads;
+ * its gradient is the running sums from the other end. */
 loom_tensor *loom_cumsum(const loom_tensor *a, int axis);
 /* torch.topk: the k largest (or smallest) along axis, in order, as *values
  * (a's dtype, differentiable) and *indices (I64); either may be NULL. Ties:

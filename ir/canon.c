@@ -133,6 +133,10 @@ static bool put_args(lm_graph *g, const lm_node *n) {
     ok = put_i64(g, n->arg.sort.k) && put_i64(g, n->arg.sort.descending) &&
          put_i64(g, n->arg.sort.full);
     break;
+  case LM_ARG_SCAN:
+    ok = put_i64(g, n->arg.scan.axis) && put_i64(g, n->arg.scan.combine) &&
+         put_i64(g, n->arg.scan.reverse);
+    break;
   case LM_ARG_WINDOW:
     for (int i = 0; i < 2 && ok; i++)
       ok = put_i64(g, n->arg.window.kernel[i]) && put_i64(g, n->arg.window.stride[i]) &&
@@ -263,6 +267,11 @@ lm_hash128 lm_graph_family_hash(const lm_graph *g) {
     case LM_ARG_SORT: /* (k is the row's length in a whole sort, else checked as the rest) */
       family_put(st, n->arg.sort.descending);
       family_put(st, n->arg.sort.full);
+      break;
+    case LM_ARG_SCAN:
+      family_put(st, n->arg.scan.axis);
+      family_put(st, n->arg.scan.combine);
+      family_put(st, n->arg.scan.reverse);
       break;
     default: break; /* the rest is checked at the sizes by the caller */
     }

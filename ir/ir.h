@@ -117,6 +117,13 @@ typedef enum lm_op {
      -0 as 0; equal values keep their order (stable). [.., n] -> [.., k]; with
      arg.sort.full, k is n (a sort: k follows n where n is symbolic) */
   LM_SORT,
+  /* (after SORT, for the same reason) running sums of src[0] along arg.scan.axis:
+     out[.., i, ..] = x[.., 0, ..] + .. + x[.., i, ..] in order (arg.scan.reverse:
+     x[.., i, ..] + .. + x[.., n - 1, ..], from the end), so that NaN and inf reach only
+     the sums after them; F32 summed in double and rounded once, F64 in double, I64
+     wrapping (two's complement); the source's shape and dtype (arg.scan.combine:
+     LOOM_REDUCE_SUM, the one combination there is) */
+  LM_SCAN,
   LM_NUM_OPS
 } lm_op;
 
@@ -198,6 +205,11 @@ struct lm_node {
       bool descending; /* the largest first */
       bool full;       /* k is the row's length (a sort, not a top-k) */
     } sort;
+    struct {
+      int axis;     /* the dim scanned */
+      int combine;  /* loom_reduce_op: LOOM_REDUCE_SUM */
+      bool reverse; /* from the dim's end */
+    } scan;
   } arg;
   bool requires_grad;            /* gradients flow through it (set when recorded) */
   struct loom_tensor *grad_leaf; /* the handle its gradients accumulate into (weak) */
@@ -251,7 +263,8 @@ typedef enum lm_op_class {
   LM_OPC_GATHER,      /* data-dependent rows */
   LM_OPC_COPY,        /* from another device, computed when recorded */
   LM_OPC_COLLECTIVE,  /* across processes, a library step (runtime/dist.c) */
-  LM_OPC_SORT         /* a library step over whole rows of its stored source */
+  LM_OPC_SORT,        /* a library step over whole rows of its stored source */
+  LM_OPC_SCAN         /* a library step along one dim of its stored source */
 } lm_op_class;
 
 /* Which member of lm_node.arg an op uses, and so how it is hashed and written. */
@@ -269,7 +282,8 @@ typedef enum lm_arg_kind {
   LM_ARG_CLAMP,  /* arg.clamp: lo=<f64> hi=<f64> */
   LM_ARG_COLL,   /* arg.coll: reduce=<name> root=<int> axis=<int> world=<int> */
   LM_ARG_ATTN,   /* arg.attn: scale=<f64> causal=<0|1> mask=<none|bool|add> */
-  LM_ARG_SORT    /* arg.sort: k=<int> descending=<0|1> full=<0|1> */
+  LM_ARG_SORT,   /* arg.sort: k=<int> descending=<0|1> full=<0|1> */
+  LM_ARG_SCAN    /* arg.scan: axis=<int> combine=<name> reverse=<0|1> */
 } lm_arg_kind;
 
 /* The dtype an op gives, from its (first value) source's. */
@@ -300,6 +314,7 @@ bool lm_op_is_reduce(lm_op op);
 bool lm_op_is_collective(lm_op op);
 bool lm_op_is_attention(lm_op op); /* LM_ATTENTION or its gradient */
 bool lm_op_is_sort(lm_op op);
+bool lm_op_is_scan(lm_op op);
 /* loom_reduce_op's name in listings and the program text ("sum", ...), NULL
  * outside the enum; and back (-1 for none). */
 const char *lm_reduce_op_name(int reduce);

@@ -90,6 +90,8 @@ const lm_op_info lm_op_table[LM_NUM_OPS] = {
                            false, 0},
     /* indices: the values' gradient flows through a gather by them (loom_sort) */
     [LM_SORT] = {"sort", LM_OPC_SORT, 1, LM_ARG_SORT, LM_RES_I64, false, false, 0},
+    /* the gradient: the scan the other way (frontend/grad_rules.c) */
+    [LM_SCAN] = {"scan", LM_OPC_SCAN, 1, LM_ARG_SCAN, LM_RES_SOURCE, false, true, 0},
 };
 
 static const char *const reduce_names[] = {"mean", "sum", "none", "max",
@@ -127,6 +129,7 @@ bool lm_op_is_reduce(lm_op op) { return is_class(op, LM_OPC_REDUCE); }
 bool lm_op_is_collective(lm_op op) { return is_class(op, LM_OPC_COLLECTIVE); }
 bool lm_op_is_attention(lm_op op) { return op == LM_ATTENTION || op == LM_ATTENTION_GRAD; }
 bool lm_op_is_sort(lm_op op) { return is_class(op, LM_OPC_SORT); }
+bool lm_op_is_scan(lm_op op) { return is_class(op, LM_OPC_SCAN); }
 
 static const char *const mask_names[] = {"none", "bool", "add"};
 

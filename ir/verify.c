@@ -556,6 +556,22 @@ static bool check_sort(const verdict *v) {
   return shape_is(v, &want, "the source's, the last dim k");
 }
 
+/* Scan: running sums along a dim of the source, its shape and dtype: F32,
+ * F64 or I64 (the frontend casts the others: integers and bools to I64, as
+ * torch.cumsum gives, halves to F32). */
+static bool check_scan(const verdict *v) {
+  const lm_node *n = v->n, *x = n->src[0];
+  int axis = n->arg.scan.axis;
+  if (n->arg.scan.combine != LOOM_REDUCE_SUM)
+    return refuse(v, "combine %d: sums are the one scan there is (%d, sum)", n->arg.scan.combine,
+                  (int)LOOM_REDUCE_SUM);
+  if (x->dtype != LOOM_F32 && x->dtype != LOOM_F64 && x->dtype != LOOM_I64)
+    return refuse(v, "scans f32, f64 or i64, not %s", loom_dtype_name(x->dtype));
+  if (axis < 0 || axis >= x->shape.ndim)
+    return refuse(v, "axis %d of a source of %d dims", axis, x->shape.ndim);
+  return shape_is(v, &x->shape, "the source's") && keeps_dtype(v);
+}
+
 /* ------------------------------------------------------------ leaves */
 
 static bool check_leaf(const verdict *v) {
@@ -633,6 +649,7 @@ bool lm_node_verify(const lm_node *n, char *why, size_t len) {
   case LM_BROADCAST:
   case LM_ALL_GATHER: return check_collective(&v);
   case LM_SORT: return check_sort(&v);
+  case LM_SCAN: return check_scan(&v);
   default: return refuse(&v, "no rule for this op");
   }
 }

@@ -105,8 +105,8 @@ static void count_uses(lm_planner *pl) {
     lm_plan_node *pn = lm_plan_of(pl, n);
     if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL || lm_op_is_attention(n->op))
       pn->materialize = true;
-    if (lm_op_is_collective(n->op) || lm_op_is_sort(n->op)) { /* a library step: its sources
-                                                                   whole in memory */
+    if (lm_op_is_collective(n->op) || lm_op_is_sort(n->op) ||
+        lm_op_is_scan(n->op)) { /* a library step: its sources whole in memory */
       pn->materialize = true;
       for (int s = 0; s < n->nsrc; s++)
         if (!lm_is_computed(n->src[s])) lm_plan_of(pl, n->src[s])->materialize = true;
@@ -301,7 +301,8 @@ bool lm_fuse_epilogues(lm_planner *pl) {
   for (int i = 0; i < g->n; i++) {
     lm_node *e = g->nodes[i];
     if (!lm_materialized(pl, e) || lm_op_is_reduce(e->op) || e->op == LM_MATMUL ||
-        lm_op_is_attention(e->op) || lm_op_is_collective(e->op) || lm_op_is_sort(e->op))
+        lm_op_is_attention(e->op) || lm_op_is_collective(e->op) || lm_op_is_sort(e->op) ||
+        lm_op_is_scan(e->op))
       continue;
     lm_node *r = NULL;
     bool bad = false;

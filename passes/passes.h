@@ -14,7 +14,8 @@ typedef enum lm_step_kind {
   LM_STEP_GEMM,
   LM_STEP_COLLECTIVE,
   LM_STEP_ATTENTION,
-  LM_STEP_SORT
+  LM_STEP_SORT,
+  LM_STEP_SCAN
 } lm_step_kind;
 
 /* A kernel reads at most this many buffers and keys (its slots); planning
@@ -88,6 +89,16 @@ typedef struct lm_sort {
   bool descending;
 } lm_sort;
 
+/* A scan (LM_SCAN): out, of the source's shape and dtype, holds the running
+ * sums of its source, stored whole, along the middle dim of [outer, n, inner]
+ * (row-major; inner 1 where the scanned dim is the last). */
+typedef struct lm_scan {
+  loom_dtype dtype; /* the source's and the output's: F32, F64, I64 */
+  int in_pos;       /* canonical position of the source's buffer */
+  int64_t outer, n, inner;
+  bool reverse; /* from the dim's end */
+} lm_scan;
+
 /* A collective across processes (LM_ALL_REDUCE, LM_BROADCAST, LM_ALL_GATHER):
  * the sources' whole buffers, row-major, into the step's output. */
 typedef struct lm_collective {
@@ -136,6 +147,8 @@ typedef struct lm_step {
   lm_attention attn;
   /* LM_STEP_SORT */
   lm_sort sort;
+  /* LM_STEP_SCAN */
+  lm_scan scan;
   /* GEMM epilogues: a GEMM whose only reader is an elementwise kernel runs
    * deferred, in row blocks, each followed by the kernel on those rows while
    * they are in cache; the kernel's slot gemm_slot reads the block. */

@@ -97,6 +97,26 @@ static void plan_sort(const lm_planner *pl, lm_node *n, lm_step *step) {
   library_step(step, LM_STEP_SORT, n);
 }
 
+/* A scan's step: its source is stored (fusion.c marks it) and read whole, as
+ * [outer, n, inner] around the scanned dim. */
+static void plan_scan(const lm_planner *pl, lm_node *n, lm_step *step) {
+  const lm_node *x = n->src[0];
+  int axis = n->arg.scan.axis;
+  lm_scan sc = {.dtype = x->dtype,
+                .in_pos = lm_graph_pos(pl->g, x),
+                .outer = 1,
+                .n = x->shape.dim[axis],
+                .inner = 1,
+                .reverse = n->arg.scan.reverse};
+  for (int d = 0; d < x->shape.ndim; d++)
+    if (d < axis)
+      sc.outer *= x->shape.dim[d];
+    else if (d > axis)
+      sc.inner *= x->shape.dim[d];
+  step->scan = sc;
+  library_step(step, LM_STEP_SCAN, n);
+}
+
 static loom_status lower_step(const lm_planner *pl, lm_schedule *p, lm_node *n, char *err,
                               size_t errlen) {
   lm_step *step = &p->steps[p->nsteps++];
@@ -110,6 +130,10 @@ static loom_status lower_step(const lm_planner *pl, lm_schedule *p, lm_node *n, 
   }
   if (lm_op_is_sort(n->op)) {
     plan_sort(pl, n, step);
+    return LOOM_OK;
+  }
+  if (lm_op_is_scan(n->op)) {
+    plan_scan(pl, n, step);
     return LOOM_OK;
   }
   if (lm_op_is_collective(n->op)) {

@@ -87,8 +87,8 @@ static loom_status write_kernels(job *j) {
     size_t len = 0;
     const lm_step *s = &plan->steps[i];
     if ((s->kind == LM_STEP_KERNEL && s->outer == 0) || s->kind == LM_STEP_ATTENTION ||
-        s->kind == LM_STEP_SORT)
-      continue; /* never run; attention and sort are C in the wrapper */
+        s->kind == LM_STEP_SORT || s->kind == LM_STEP_SCAN)
+      continue; /* never run; attention, sort and scan are C in the wrapper */
     loom_status st = s->kind == LM_STEP_KERNEL
                          ? lm_kernel_object(&j->l->kernel[i], j->l->symbol[i], &obj, &len)
                          : lm_gemm_object(&j->l->tile[i], j->l->symbol[i], &obj, &len);
@@ -260,9 +260,9 @@ static loom_status link_library(job *j) {
   snprintf(script, sizeof script, "--version-script=%s/exports.map", j->work);
   /* the fused attention kernel's loops need -O3's unrolling and
    * vectorization: at -O2 its backward runs 1.25x slower (sort's key loops
-   * are compiled at -O3 in libloom too) */
+   * and scan's are compiled at -O3 in libloom too) */
   bool ok = add_compiler(j) && add_arg(j, "-shared") && add_arg(j, "-fPIC") &&
-            add_arg(j, l->uses_attention || l->uses_sort ? "-O3" : "-O2") &&
+            add_arg(j, l->uses_attention || l->uses_sort || l->uses_scan ? "-O3" : "-O2") &&
             add_arg(j, "-D_GNU_SOURCE") && add_arg(j, "-I") && add_arg(j, j->work) &&
             add_arg(j, "-o") && add_path(j, lib) && add_path(j, src);
   int head = j->argc;

@@ -13,6 +13,7 @@
 #include "runtime/export.h"
 #include "runtime/gemm.h"
 #include "runtime/runtime.h"
+#include "runtime/scan.h"
 #include "runtime/sort.h"
 
 static int64_t align_up(int64_t v) {
@@ -127,6 +128,7 @@ static loom_status layout_make(lm_export_layout *l, const loom_program *p, const
     const lm_step *s = &p->plan->steps[i];
     l->uses_attention |= s->kind == LM_STEP_ATTENTION;
     l->uses_sort |= s->kind == LM_STEP_SORT;
+    l->uses_scan |= s->kind == LM_STEP_SCAN;
     if (s->kind != LM_STEP_GEMM) continue;
     l->uses_gemm = true;
     const lm_gemm *chooser = &tiles_from->steps[i].gemm;
@@ -305,6 +307,14 @@ static void write_gemm_step(const lm_export_layout *l, int i, FILE *f) {
           (int)loom_dtype_size(g->in_dtype), (int)loom_dtype_size(g->dtype), pack_stride(l));
 }
 
+/* A library step's numbers as its block's array `num` (not static: a
+ * symbolic export computes them). */
+static void write_numbers(FILE *f, const int64_t *num, int count) {
+  fprintf(f, "    const int64_t num[] = {");
+  for (int x = 0; x < count; x++) fprintf(f, "%s%" PRId64, x ? ", " : "", num[x]);
+  fprintf(f, "};\n");
+}
+
 /* Fused attention: runtime/attention_cpu.c's entry point over its work
  * items, its numbers written out (so a symbolic export fits them as any
  * other). */
@@ -318,9 +328,8 @@ static void write_attention_step(const lm_export_layout *l, int i, FILE *f) {
   fprintf(f, "  { /* step %d: attention%s, %" PRId64 " queries, %" PRId64 " keys%s%s%s */\n", i,
           a->backward ? "'s gradient" : "", a->tq, a->tk, a->causal ? ", causal" : "",
           a->mask ? ", mask " : "", a->mask ? lm_attention_mask_name(a->mask) : "");
-  fprintf(f, "    const int64_t num[] = {"); /* not static: a symbolic export computes them */
-  for (int x = 0; x < count; x++) fprintf(f, "%s%" PRId64, x ? ", " : "", num[x]);
-  fprintf(f, "};\n    static const double scale = %a;\n", a->scale);
+  write_numbers(f, num, count);
+  fprintf(f, "    static const double scale = %a;\n", a->scale);
   fprintf(f,
           "    void *const args[] = {%s, %s, %s, %s, (void *)num, (void *)&scale, %s, %s, %s};\n",
           buffer(l, s->out, o, sizeof o), buffer(l, a->pos[0], q, sizeof q),
@@ -343,12 +352,34 @@ static void write_sort_step(const lm_export_layout *l, int i, FILE *f) {
   fprintf(f, "  { /* step %d: sort, the first %" PRId64 " of rows of %" PRId64 " %s%s */\n", i,
           s->sort.k, s->sort.n, loom_dtype_name(s->sort.dtype),
           s->sort.descending ? ", descending" : "");
-  fprintf(f, "    const int64_t num[] = {");
-  for (int x2 = 0; x2 < LM_SORT_NUMBERS; x2++) fprintf(f, "%s%" PRId64, x2 ? ", " : "", num[x2]);
-  fprintf(f, "};\n    void *const args[] = {%s, %s, (void *)num};\n",
-          buffer(l, s->out, o, sizeof o), buffer(l, s->sort.in_pos, x, sizeof x));
+  write_numbers(f, num, LM_SORT_NUMBERS);
+  fprintf(f, "    void *const args[] = {%s, %s, (void *)num};\n", buffer(l, s->out, o, sizeof o),
+          buffer(l, s->sort.in_pos, x, sizeof x));
   fprintf(f, "    run_kernel(%s_sort_rows, args, %s_sort_items(num), %" PRId64 ");\n  }\n", l->name,
           l->name, lm_sort_work(&s->sort));
+}
+
+/* A scan: runtime/scan_cpu.c's two passes over its items (the first only
+ * where it cuts the chains into parts), its numbers written out (so a
+ * symbolic export fits them as any other) and the parts' totals on the
+ * stack. */
+static void write_scan_step(const lm_export_layout *l, int i, FILE *f) {
+  const lm_step *s = &l->p->plan->steps[i];
+  if (s->outer == 0) return;
+  char o[96], x[96];
+  int64_t num[LM_SCAN_NUMBERS];
+  lm_scan_numbers(&s->scan, num);
+  fprintf(f, "  { /* step %d: scan, running sums of %s%s */\n", i, loom_dtype_name(s->scan.dtype),
+          s->scan.reverse ? ", from the end" : "");
+  write_numbers(f, num, LM_SCAN_NUMBERS);
+  fprintf(f, "    uint64_t partial[%d];\n", LM_SCAN_MAX_PARTIALS);
+  fprintf(f, "    void *const args[] = {%s, %s, (void *)num, partial};\n",
+          buffer(l, s->out, o, sizeof o), buffer(l, s->scan.in_pos, x, sizeof x));
+  fprintf(f, "    if (%s_scan_parts(num) > 1)\n", l->name);
+  fprintf(f, "      run_kernel(%s_scan_sums, args, %s_scan_items(num), %" PRId64 ");\n", l->name,
+          l->name, lm_scan_work(&s->scan));
+  fprintf(f, "    run_kernel(%s_scan_rows, args, %s_scan_items(num), %" PRId64 ");\n  }\n", l->name,
+          l->name, lm_scan_work(&s->scan));
 }
 
 /* A library step's CPU kernel (runtime/<what>_cpu.c) itself, its functions
@@ -369,7 +400,10 @@ static void write_library_sources(const lm_export_layout *l, FILE *f) {
   if (l->uses_attention)
     write_kernel_source(l, "attention", lm_attention_cpu_source, attention,
                         sizeof attention / sizeof *attention, f);
+  static const char *const scan[] = {"lm_scan_sums", "lm_scan_rows", "lm_scan_items",
+                                     "lm_scan_parts"};
   if (l->uses_sort) write_kernel_source(l, "sort", lm_sort_cpu_source, sort, 2, f);
+  if (l->uses_scan) write_kernel_source(l, "scan", lm_scan_cpu_source, scan, 4, f);
 }
 
 /* The block functions' argument (ir/kernel.h's lk_gemm_args) and their
@@ -857,6 +891,8 @@ void lm_export_write_source(const lm_export_layout *l, FILE *f) {
       write_attention_step(l, i, f);
     else if (s->kind == LM_STEP_SORT)
       write_sort_step(l, i, f);
+    else if (s->kind == LM_STEP_SCAN)
+      write_scan_step(l, i, f);
     else if (s->outer > 0)
       write_kernel_step(l, i, f);
   }

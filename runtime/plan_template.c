@@ -49,8 +49,9 @@
 /* A field added to a step must be described by walk_plan (as shape or as a
  * number) or an instance runs with the template's value of it. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(lm_step) == 1512 && sizeof(lm_gemm) == 312 && sizeof(lm_collective) == 88 &&
-                   sizeof(lm_attention) == 640 && sizeof(lm_sort) == 40 && sizeof(lk_kernel) == 304,
+_Static_assert(sizeof(lm_step) == 1552 && sizeof(lm_gemm) == 312 && sizeof(lm_collective) == 88 &&
+                   sizeof(lm_attention) == 640 && sizeof(lm_sort) == 40 && sizeof(lm_scan) == 40 &&
+                   sizeof(lk_kernel) == 304,
                "lm_step changed: describe the new field in walk_plan, then update the sizes here");
 #endif
 
@@ -232,6 +233,17 @@ static void walk_attention(walk *w, lm_attention *a) {
   }
 }
 
+static void walk_scan(walk *w, lm_scan *s) {
+  if (w->d) {
+    PUT(w->d, s->dtype);
+    PUT(w->d, s->in_pos);
+    PUT(w->d, s->reverse);
+  }
+  number(w, &s->outer);
+  number(w, &s->n);
+  number(w, &s->inner);
+}
+
 static void walk_sort(walk *w, lm_sort *s) {
   if (w->d) {
     PUT(w->d, s->dtype);
@@ -282,6 +294,7 @@ static void walk_plan(walk *w, lm_schedule *p) {
     if (s->kind == LM_STEP_COLLECTIVE) walk_collective(w, &s->coll);
     if (s->kind == LM_STEP_ATTENTION) walk_attention(w, &s->attn);
     if (s->kind == LM_STEP_SORT) walk_sort(w, &s->sort);
+    if (s->kind == LM_STEP_SCAN) walk_scan(w, &s->scan);
   }
 }
 

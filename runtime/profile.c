@@ -57,6 +57,12 @@ static void print_step(const lm_step *s, int i, double ms) {
             s->sort.descending ? ", descending" : "");
     return;
   }
+  if (s->kind == LM_STEP_SCAN) {
+    fprintf(stderr, "scan: sums of %lld chains of %lld %s%s\n",
+            (long long)(s->scan.outer * s->scan.inner), (long long)s->scan.n,
+            loom_dtype_name(s->scan.dtype), s->scan.reverse ? ", from the end" : "");
+    return;
+  }
   const lk_kernel *k = &s->kernel;
   fprintf(stderr, "kernel %lld points, dom [", (long long)s->outer);
   for (int d = 0; d < k->ndim; d++) fprintf(stderr, "%s%lld", d ? "," : "", (long long)k->dom[d]);

@@ -450,6 +450,20 @@ static loom_status parse_args(parser *p, lm_node *n) {
     n->arg.sort.full = full == 1;
     return st;
   }
+  case LM_ARG_SCAN: {
+    token v = {NULL, 0};
+    char q[72];
+    int reverse = 0;
+    st = arg_int(p, "axis", &n->arg.scan.axis);
+    if (st == LOOM_OK) st = take_arg(p, "combine", &v);
+    if (st == LOOM_OK && (n->arg.scan.combine = lm_reduce_op_named(v.s, v.len)) < 0)
+      return bad(p, "combine=%s: expected sum", quote(v, q));
+    if (st == LOOM_OK) st = arg_int(p, "reverse", &reverse);
+    if (st == LOOM_OK && reverse != 0 && reverse != 1)
+      return bad(p, "reverse=%d: expected 0 or 1", reverse);
+    n->arg.scan.reverse = reverse == 1;
+    return st;
+  }
   case LM_ARG_WINDOW:
     st = arg_list(p, "kernel", 2, INT64_MIN, INT64_MAX, n->arg.window.kernel);
     if (st == LOOM_OK) st = arg_list(p, "stride", 2, INT64_MIN, INT64_MAX, n->arg.window.stride);

@@ -177,6 +177,12 @@ static void put_args(text *t, const lm_node *n) {
     put(t, " k=%lld descending=%d full=%d", (long long)n->arg.sort.k, (int)n->arg.sort.descending,
         (int)n->arg.sort.full);
     break;
+  case LM_ARG_SCAN: {
+    const char *combine = lm_reduce_op_name(n->arg.scan.combine);
+    put(t, " axis=%d combine=%s reverse=%d", n->arg.scan.axis, combine ? combine : "?",
+        (int)n->arg.scan.reverse);
+    break;
+  }
   case LM_ARG_WINDOW:
     put_list(t, "kernel", n->arg.window.kernel, 2);
     put_list(t, "stride", n->arg.window.stride, 2);
@@ -417,15 +423,16 @@ static bool steps_computing(const loom_program *p, computing *c) {
 }
 
 static void dump_header(text *t, const loom_program *p) {
-  int weights = 0, nodes = 0, kernels = 0, gemms = 0, attentions = 0, sorts = 0;
+  int weights = 0, nodes = 0, kernels = 0, gemms = 0, attentions = 0, sorts = 0, scans = 0;
   for (int pos = 0; pos < p->n; pos++)
     weights += p->kind[pos] == LM_SLOT_WEIGHT, nodes += p->kind[pos] == LM_SLOT_NODE;
   for (int i = 0; i < p->plan->nsteps; i++)
     kernels += p->plan->steps[i].kind == LM_STEP_KERNEL,
         gemms += p->plan->steps[i].kind == LM_STEP_GEMM,
         attentions += p->plan->steps[i].kind == LM_STEP_ATTENTION,
-        sorts += p->plan->steps[i].kind == LM_STEP_SORT;
-  int collectives = p->plan->nsteps - kernels - gemms - attentions - sorts;
+        sorts += p->plan->steps[i].kind == LM_STEP_SORT,
+        scans += p->plan->steps[i].kind == LM_STEP_SCAN;
+  int collectives = p->plan->nsteps - kernels - gemms - attentions - sorts - scans;
   put(t,
       "loom program: %d input%s, %d weight%s, %d node%s, %d output%s; %d step%s (%d kernel%s, "
       "%d gemm%s",
@@ -435,6 +442,7 @@ static void dump_header(text *t, const loom_program *p) {
       gemms == 1 ? "" : "s");
   if (attentions) put(t, ", %d attention%s", attentions, attentions == 1 ? "" : "s");
   if (sorts) put(t, ", %d sort%s", sorts, sorts == 1 ? "" : "s");
+  if (scans) put(t, ", %d scan%s", scans, scans == 1 ? "" : "s");
   if (collectives) put(t, ", %d collective%s", collectives, collectives == 1 ? "" : "s");
   put(t, ")\n");
 }
@@ -614,6 +622,15 @@ static void dump_sort(text *t, const loom_program *p, int i) {
       pos_name(p, so->in_pos, x));
 }
 
+static void dump_scan(text *t, const loom_program *p, int i) {
+  const lm_step *s = &p->plan->steps[i];
+  const lm_scan *sc = &s->scan;
+  char o[24], x[24];
+  put(t, "  step %d: scan -> %s %s[%lld,%lld,%lld], running sums along the middle dim%s from %s\n",
+      i, pos_name(p, s->out, o), loom_dtype_name(sc->dtype), (long long)sc->outer, (long long)sc->n,
+      (long long)sc->inner, sc->reverse ? " from its end" : "", pos_name(p, sc->in_pos, x));
+}
+
 static void dump_attention(text *t, const loom_program *p, int i) {
   const lm_step *s = &p->plan->steps[i];
   const lm_attention *a = &s->attn;
@@ -678,6 +695,8 @@ static void dump_schedule(text *t, const loom_program *p, const computing *c) {
       dump_attention(t, p, i);
     else if (p->plan->steps[i].kind == LM_STEP_SORT)
       dump_sort(t, p, i);
+    else if (p->plan->steps[i].kind == LM_STEP_SCAN)
+      dump_scan(t, p, i);
     else
       dump_kernel(t, p, i, c);
   }
@@ -756,6 +775,7 @@ static void dot_step(text *t, const loom_program *p, int i, const picture *pic) 
       : s->kind == LM_STEP_COLLECTIVE ? lm_op_name(s->coll.op)
       : s->kind == LM_STEP_ATTENTION  ? "attention"
       : s->kind == LM_STEP_SORT       ? "sort"
+      : s->kind == LM_STEP_SCAN       ? "scan"
                                       : "kernel");
   if (s->out >= p->n)
     put(t, "    t%d [shape=point, xlabel=\"%%t%d\"];\n", s->out - p->n, s->out - p->n);

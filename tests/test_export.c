@@ -374,6 +374,27 @@ static loom_program *sort_program(void) {
   return p;
 }
 
+/* Running sums (runtime/scan_cpu.c's text compiled into the library): along
+ * two long rows (cut into parts), along the first axis, and from the end (a
+ * weight's gradient through a cumsum). */
+static loom_program *scan_program(void) {
+  loom_program *p = NULL;
+  float *wv = malloc(sizeof *wv * 18000);
+  check_fill_uniform(wv, 18000, 6);
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(2, 9000), LOOM_F32, LOOM_CPU);
+    loom_tensor *w = loom_from_data(wv, LOOM_SHAPE(2, 9000), LOOM_F32, LOOM_CPU);
+    CHECK_OK(loom_set_requires_grad(w, true));
+    CHECK_OK(loom_backward(loom_sum_all(loom_mul(loom_cumsum(loom_mul(x, w), 1), x))));
+    loom_tensor *g = loom_grad(w);
+    loom_tensor *outs[3] = {loom_cumsum(x, -1), loom_cumsum(x, 0), g};
+    p = loom_compile(outs, 3, &x, 1);
+    loom_free(g);
+  }
+  free(wv);
+  return p;
+}
+
 static void test_programs(void) {
   loom_program *p = chain_program();
   export_and_compare(p, "chain");
@@ -421,6 +442,10 @@ static void test_programs(void) {
   CHECK(p != NULL);
   export_and_compare(p, "sort");
   check_needed("sort");
+  loom_program_free(p);
+  p = scan_program();
+  export_and_compare(p, "scan");
+  check_needed("scan");
   loom_program_free(p);
 }
 

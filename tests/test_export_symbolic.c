@@ -194,6 +194,21 @@ static loom_program *sort_program(void) {
   return p;
 }
 
+/* running sums along t (a symbolic length) and along b, and a row's sums
+ * from the end (the gradient of a cumsum) */
+static loom_program *scan_program(void) {
+  loom_program *p = NULL;
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(7, 11), LOOM_F32, LOOM_CPU);
+    loom_tensor *y = loom_add(loom_cumsum(x, 1), loom_mul_s(loom_cumsum(x, 0), 0.5));
+    loom_tensor *outs[2] = {y, loom_flip(loom_cumsum(loom_flip(x, 1), 1), 1)};
+    loom_symbolic_dim dims[2] = {{0, 0, "b"}, {0, 1, "t"}};
+    p = loom_compile_symbolic(outs, 2, &x, 1, dims, 2);
+  }
+  CHECK_MSG(p != NULL, "%s", loom_last_error());
+  return p;
+}
+
 /* ------------------------------------------------------------ tests */
 
 static void test_mlp(void) {
@@ -291,6 +306,14 @@ static void test_sort(void) {
   loom_program_free(p);
 }
 
+/* (5,000: two rows cut into parts) */
+static void test_scan(void) {
+  loom_program *p = scan_program();
+  const int64_t sizes[][2] = {{1, 1}, {7, 11}, {2, 5000}, {3, 40}, {67, 13}};
+  export_and_check(p, "scan", &sizes[0][0], 5, 2);
+  loom_program_free(p);
+}
+
 static void test_counts(void) {
   loom_program *p = stats_program();
   const int64_t rows[] = {2, 9, 3, 50, 17};
@@ -327,6 +350,7 @@ int main(void) {
   test_mlp();
   test_attention();
   test_sort();
+  test_scan();
   test_counts();
   test_tail();
   test_refused();

@@ -484,6 +484,44 @@ static void run_sort_sweep(void) {
   CHECK(faults > oom); /* at least the kernel's scratch */
 }
 
+/* Running sums and their gradient (a scan each way: rows long enough to be
+ * cut into parts) under a fault at each allocation: the right sums, or
+ * LOOM_ERR_OOM. */
+static void run_scan_sweep(void) {
+  enum { ROWS = 3, N = 5000 };
+  static float v[ROWS * N], want[2][ROWS * N], got[2][ROWS * N];
+  for (int i = 0; i < ROWS * N; i++) v[i] = (float)((i * 37) % 101) - 50;
+  long faults = 0, oom = 0;
+  for (long n = 0;; n++) { /* (n 0: no fault, the values wanted) */
+    bool fired = false;
+    LOOM_SCOPE {
+      loom_tensor *x = loom_from_data(v, LOOM_SHAPE(ROWS, N), LOOM_F32, LOOM_CPU);
+      CHECK_OK(loom_set_requires_grad(x, true));
+      if (n) arm(n, false);
+      loom_tensor *sums = loom_cumsum(x, -1);
+      loom_status st = loom_backward(loom_sum_all(loom_mul(sums, x)));
+      loom_tensor *outs[2] = {sums, st == LOOM_OK ? loom_grad(x) : NULL};
+      if (st == LOOM_OK) st = loom_eval(outs, 2);
+      fired = n && disarm();
+      for (int k = 0; k < 2 && st == LOOM_OK; k++)
+        CHECK_OK(loom_copy_to_host(outs[k], n ? got[k] : want[k], sizeof got[k]));
+      if (!n)
+        CHECK_OK(st);
+      else if (st == LOOM_OK)
+        CHECK_MSG(!memcmp(got, want, sizeof got), "scan, fault %ld: wrong sums", n);
+      else
+        CHECK_MSG(st == LOOM_ERR_OOM, "scan, fault %ld: %s", n, loom_status_name(st));
+      oom += n && st != LOOM_OK;
+      loom_free(outs[1]);
+    }
+    if (!n) continue;
+    if (!fired) break;
+    faults++;
+  }
+  printf("scan: %ld faults, %ld ended in LOOM_ERR_OOM, the rest absorbed\n", faults, oom);
+  CHECK(faults > 0);
+}
+
 /* got ([rows, cols]) against softmax(3 x) over each row, in double. */
 static void check_softmax3(const double *x, const double *got, int rows, int cols, const char *what,
                            long fault) {
@@ -611,6 +649,7 @@ int main(void) {
   run_bn_sweep(stride);
   run_bf16_gemm_sweep();
   run_sort_sweep();
+  run_scan_sweep();
   run_generic_sweep();
   run_symbolic_sweep();
   /* The library is usable afterwards. */

@@ -196,12 +196,13 @@ static void add_library_kernel(const char *label,
 }
 
 /* The library steps' kernels: fused attention and its backward
- * (LM_STEP_ATTENTION) and sort (LM_STEP_SORT); their sources carry the
- * prelude. */
+ * (LM_STEP_ATTENTION), sort (LM_STEP_SORT) and scan (LM_STEP_SCAN, from
+ * backends/nvrtc/cuda_scan.cu); their sources carry the prelude. */
 static void add_library_kernels(void) {
   add_library_kernel("attention", lm_cuda_attention_source);
   add_library_kernel("attention", lm_cuda_attention_grad_source);
   add_library_kernel("sort", lm_cuda_sort_source);
+  add_library_kernel("scan", lm_cuda_scan_source);
 }
 
 /* The kernel shape-generic as LOOM_DYNAMIC=always makes it (every extent and
@@ -852,8 +853,8 @@ static void test_codegen_rules(void) {
   /* names are the LLVM backend's symbols; every kernel is one extern "C" global */
   for (int i = 0; i < njobs; i++) {
     if (strcmp(jobs[i].label, "gemm") == 0 || strcmp(jobs[i].label, "attention") == 0 ||
-        strcmp(jobs[i].label, "sort") == 0)
-      continue; /* named by dtype and transposes; attention's and sort's by their names */
+        strcmp(jobs[i].label, "sort") == 0 || strcmp(jobs[i].label, "scan") == 0)
+      continue; /* named by dtype and transposes; the library steps' by their names */
     char decl[96];
     snprintf(decl, sizeof decl, "__launch_bounds__(%d) %s(void *s0", LM_CUDA_BLOCK, jobs[i].name);
     if (!strstr(jobs[i].source, decl) || strlen(jobs[i].name) != 35) {

@@ -252,6 +252,19 @@ static void sorts(loom_tensor *const *in, loom_tensor **out) {
   CHECK_OK(loom_topk(in[0], 3, 0, true, NULL, &out[1]));
 }
 
+/* Running sums along either axis (floats, and integers as I64) and a
+ * weight's gradient through one: three scan steps, the last from the end. */
+static void cumsums(loom_tensor *const *in, loom_tensor **out) {
+  loom_tensor *w = floats(LOOM_SHAPE(6, 50), 18);
+  CHECK_OK(loom_set_requires_grad(w, true));
+  out[0] = loom_cumsum(in[0], 0);
+  out[1] = loom_cumsum(loom_cast(loom_gt_s(in[0], 0), LOOM_I32), -1);
+  CHECK_OK(loom_backward(loom_sum_all(loom_mul(loom_cumsum(loom_mul(in[0], w), 1), in[0]))));
+  loom_tensor *g = loom_grad(w); /* (a handle outside the scope) */
+  out[2] = loom_mul_s(g, 1);
+  loom_free(g);
+}
+
 static const model models[] = {
     {"chain", 1, 1, {LOOM_SHAPE(37, 19)}, {LOOM_F32}, chain},
     {"clamp", 1, 2, {LOOM_SHAPE(6, 7)}, {LOOM_F32}, clamps},
@@ -274,6 +287,7 @@ static const model models[] = {
     {"attention", 1, 2, {LOOM_SHAPE(2, 3, 9, 8)}, {LOOM_F32}, attention},
     {"attention_grad", 1, 1, {LOOM_SHAPE(1, 2, 130, 8)}, {LOOM_F32}, attention_grad},
     {"sort", 1, 2, {LOOM_SHAPE(6, 50)}, {LOOM_F32}, sorts},
+    {"cumsum", 1, 3, {LOOM_SHAPE(6, 50)}, {LOOM_F32}, cumsums},
 };
 #define NMODELS ((int)(sizeof models / sizeof models[0]))
 

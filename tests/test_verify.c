@@ -548,6 +548,34 @@ static void test_broken_sort(void) {
           "the shape must be [3,2]");
 }
 
+/* A scan node of x along axis (sums unless combine says otherwise). */
+static lm_node *scan(loom_shape out, loom_dtype dtype, lm_node *x, int axis, int combine) {
+  lm_node *n = node(LM_SCAN, out, dtype, x, NULL, NULL);
+  n->arg.scan.axis = axis, n->arg.scan.combine = combine, n->arg.scan.reverse = true;
+  return n;
+}
+
+static void test_broken_scan(void) {
+  const int sum = LOOM_REDUCE_SUM;
+  accepted("scan", scan(S(3, 5), F32, leaf(F32, S(3, 5)), 1, sum));
+  accepted("scan i64", scan(S(3, 0, 2), LOOM_I64, leaf(LOOM_I64, S(3, 0, 2)), 1, sum));
+  refused("scan of i32", scan(S(3, 5), LOOM_I32, leaf(LOOM_I32, S(3, 5)), 0, sum),
+          "scans f32, f64 or i64, not i32");
+  refused("scan of f16", scan(S(3, 5), LOOM_F16, leaf(LOOM_F16, S(3, 5)), 0, sum),
+          "scans f32, f64 or i64, not f16");
+  refused("scan to f64", scan(S(3, 5), LOOM_F64, leaf(F32, S(3, 5)), 0, sum),
+          "source 0 is f32, it must be f64");
+  refused("scan axis 2", scan(S(3, 5), F32, leaf(F32, S(3, 5)), 2, sum),
+          "axis 2 of a source of 2 dims");
+  refused("scan axis -1", scan(S(3, 5), F32, leaf(F32, S(3, 5)), -1, sum), "axis -1");
+  refused("scan of a scalar",
+          scan((loom_shape){0, {0}}, F32, leaf(F32, (loom_shape){0, {0}}), 0, sum),
+          "axis 0 of a source of 0 dims");
+  refused("scan by max", scan(S(3, 5), F32, leaf(F32, S(3, 5)), 1, LOOM_REDUCE_MAX),
+          "sums are the one scan there is");
+  refused("scan shape", scan(S(5, 3), F32, leaf(F32, S(3, 5)), 1, sum), "the shape must be [3,5]");
+}
+
 /* An attention node of q [2, 5, 4], k [2, 7, 4], v [2, 7, 3], and a mask when given. */
 static lm_node *attention(loom_shape out, lm_node *q, lm_node *k, lm_node *v, lm_node *mask,
                           int kind, bool causal) {
@@ -744,6 +772,7 @@ int main(void) {
   CHECK_MSG(nodes_verified > 1000, "only %d frontend nodes verified", nodes_verified);
   test_broken_common();
   test_broken_sort();
+  test_broken_scan();
   test_broken_elementwise();
   test_broken_reductions();
   test_broken_views();

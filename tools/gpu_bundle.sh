@@ -20,7 +20,7 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/$build" "$stage/libs"
 bins="loom train_digits test_cuda test_cuda_gpu test_dist"
-for t in ops views autograd nn optim random_graphs threads sums attention half gpt2 dynamic symbolic memory; do
+for t in ops views autograd nn optim random_graphs threads sums attention half gpt2 sort scan dynamic symbolic memory; do
   bins="$bins test_$t"
 done
 for f in $bins; do cp "$build/$f" "$stage/$build/"; done

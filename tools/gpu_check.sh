@@ -61,7 +61,7 @@ step "ops, gradients, Adam, Philox on cuda:0 against the CPU"
 check cuda_gpu suite cuda_gpu timeout 300 "$build/test_cuda_gpu"
 
 step "the op, view, gradient, layer, optimizer, random-graph and thread suites on cuda:0"
-for t in ops views autograd nn optim random_graphs threads sums attention half gpt2 sort; do
+for t in ops views autograd nn optim random_graphs threads sums attention half gpt2 sort scan; do
   check "$t" suite "$t" LOOM_TEST_DEVICE=cuda timeout 300 "$build/test_$t"
 done
 

@@ -64,6 +64,11 @@ def topk_vocab():
     return lambda: torch.topk(x, 40, -1)
 
 
+def cumsum(rows, cols):
+    x = uniform(rows, cols)
+    return lambda: torch.cumsum(x, -1)
+
+
 def attention_causal():
     q, k, v = (uniform(1, 12, 1024, 64) for _ in range(3))
     hidden = torch.ones(1024, 1024, dtype=torch.bool).triu(1)
@@ -270,6 +275,9 @@ common.run("torch", {
     "softmax_4096x1024": [("torch.softmax", softmax)],
     "sort_1x50257": [("torch.sort", sort_vocab)],
     "topk_1x50257_k40": [("torch.topk", topk_vocab)],
+    "cumsum_1x50257": [("torch.cumsum", lambda: cumsum(1, 50257))],
+    "cumsum_64x1000": [("torch.cumsum", lambda: cumsum(64, 1000))],
+    "cumsum_4096x4096": [("torch.cumsum", lambda: cumsum(4096, 4096))],
     "attention_causal_1x12x1024x64": [("matmul, softmax", attention_causal)],
     "attention_causal_train_1x12x1024x64": [("matmul, softmax, autograd",
                                              attention_causal_train)],

@@ -195,25 +195,19 @@ static loom_status gemm_source(const void *ctx, char **source, cuda_code *c, cha
   return lm_cuda_gemm_source(g->dtype, g->a_trans, g->b_trans, source, c->name, err, errlen);
 }
 
-static loom_status attention_source(const void *ctx, char **source, cuda_code *c, char *err,
-                                    size_t errlen) {
-  (void)ctx;
+/* A library step's kernel (attention, its backward, sort, scan): ctx points
+ * to the function making its source; its step launches it. */
+typedef loom_status (*library_source_fn)(char **source, char name[36], char *err, size_t errlen);
+
+static loom_status library_source(const void *ctx, char **source, cuda_code *c, char *err,
+                                  size_t errlen) {
+  const library_source_fn *make = ctx;
   c->launch = (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0}; /* launched by its step */
-  return lm_cuda_attention_source(source, c->name, err, errlen);
+  return (*make)(source, c->name, err, errlen);
 }
 
-static loom_status attention_grad_source(const void *ctx, char **source, cuda_code *c, char *err,
-                                         size_t errlen) {
-  (void)ctx;
-  c->launch = (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0}; /* launched by its step */
-  return lm_cuda_attention_grad_source(source, c->name, err, errlen);
-}
-
-static loom_status sort_source(const void *ctx, char **source, cuda_code *c, char *err,
-                               size_t errlen) {
-  (void)ctx;
-  c->launch = (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0}; /* launched by its step */
-  return lm_cuda_sort_source(source, c->name, err, errlen);
+static loom_status library_code(int dev, const char *name, library_source_fn make, lm_code **code) {
+  return find_code(dev, name, library_source, &make, code, NULL);
 }
 
 /* A kernel step with its deferred GEMM fused in. */
@@ -256,11 +250,13 @@ static loom_status step_code(const lm_schedule *p, lm_step *s, int dev, const un
              s->gemm.a_trans ? 't' : 'n', s->gemm.b_trans ? 't' : 'n');
     st = find_code(dev, name, gemm_source, &s->gemm, code, NULL);
   } else if (s->kind == LM_STEP_ATTENTION && s->attn.backward) {
-    st = find_code(dev, "lm_attention_grad_f32", attention_grad_source, NULL, code, NULL);
+    st = library_code(dev, "lm_attention_grad_f32", lm_cuda_attention_grad_source, code);
   } else if (s->kind == LM_STEP_ATTENTION) {
-    st = find_code(dev, "lm_attention_f32", attention_source, NULL, code, NULL);
+    st = library_code(dev, "lm_attention_f32", lm_cuda_attention_source, code);
   } else if (s->kind == LM_STEP_SORT) {
-    st = find_code(dev, "lm_sort_rows", sort_source, NULL, code, NULL);
+    st = library_code(dev, "lm_sort_rows", lm_cuda_sort_source, code);
+  } else if (s->kind == LM_STEP_SCAN) {
+    st = library_code(dev, "lm_scan_rows", lm_cuda_scan_source, code);
   } else {
     /* the shape-generic kernel serving this one, when its shape has one */
     lk_kernel generic;
@@ -619,7 +615,54 @@ static loom_status sort_step(const lm_exec *x, const lm_step *s) {
   return launch(x, s->device_code, grid_for(x, items), 1, 1, v, (int)(sizeof v / sizeof *v));
 }
 
-static const lm_step_runner cuda_runner = {kernel_step, gemm_step, attention_step, sort_step};
+/* A scan (cuda_scan.cu's kernel): rows (inner 1) a block per part of a row,
+ * other dims a thread per part of a chain. Where the chains are too few to
+ * give each multiprocessor SCAN_BLOCKS_PER_SM blocks, each is cut into parts
+ * (of at least a tile, 2,048 values, in a row; 64 values otherwise; at most
+ * SCAN_MAX_PARTS): their totals into scratch first (phase 0), then the sums
+ * (phase 1). */
+#define SCAN_BLOCKS_PER_SM 4
+#define SCAN_MAX_PARTS 1024
+static loom_status scan_step(const lm_exec *x, const lm_step *s) {
+  const lm_scan *sc = &s->scan;
+  if (s->outer == 0) return LOOM_OK;
+  const lm_cu_device *dev = lm_cu_device_at(x->device.index);
+  int64_t wanted =
+      SCAN_BLOCKS_PER_SM * (dev && dev->multiprocessors > 0 ? dev->multiprocessors : 1);
+  bool rows = sc->inner == 1;
+  int64_t chains = sc->outer * sc->inner, per = rows ? 1 : LM_CUDA_BLOCK;
+  int64_t parts = 1, shortest = rows ? 2048 : 64;
+  if (chains < wanted * per && sc->n >= 2 * shortest) {
+    parts = (wanted * per + chains - 1) / chains;
+    if (parts > sc->n / shortest) parts = sc->n / shortest;
+    if (parts > SCAN_MAX_PARTS) parts = SCAN_MAX_PARTS;
+  }
+  size_t bytes = parts > 1 ? sizeof(uint64_t) * (size_t)(chains * parts) : 0;
+  void *partial = NULL;
+  loom_status st =
+      bytes ? lm_cuda_alloc("loom_realize", x->device.index, bytes, &partial) : LOOM_OK;
+  if (st != LOOM_OK) return st;
+  uint64_t v[] = {0,
+                  ptr_value(x->bufs[s->out]),
+                  ptr_value(x->bufs[sc->in_pos]),
+                  ptr_value(partial),
+                  (uint64_t)sc->n,
+                  (uint64_t)sc->inner,
+                  (uint64_t)sc->outer,
+                  (uint64_t)parts,
+                  (uint64_t)sc->dtype,
+                  sc->reverse};
+  int64_t items = rows ? chains * parts : (chains * parts + LM_CUDA_BLOCK - 1) / LM_CUDA_BLOCK;
+  for (uint64_t phase = parts > 1 ? 0 : 1; phase < 2 && st == LOOM_OK; phase++) {
+    v[0] = phase;
+    st = launch(x, s->device_code, grid_for(x, items), 1, 1, v, (int)(sizeof v / sizeof *v));
+  }
+  if (bytes) lm_cuda_free(x->device.index, partial, bytes); /* reused only behind these */
+  return st;
+}
+
+static const lm_step_runner cuda_runner = {kernel_step, gemm_step, attention_step, sort_step,
+                                           scan_step};
 
 /* The Philox keys the kernels read, copied to the device: keys[pos] becomes
  * a device pointer to the two words. */

@@ -71,6 +71,11 @@ static inline double __longlong_as_double(long long i) {
   __builtin_memcpy(&d, &i, 8);
   return d;
 }
+static inline long long __double_as_longlong(double d) {
+  long long i;
+  __builtin_memcpy(&i, &d, 8);
+  return i;
+}
 static inline unsigned int __umulhi(unsigned int a, unsigned int b) {
   return (unsigned int)(((unsigned long long)a * b) >> 32);
 }
