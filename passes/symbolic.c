@@ -559,6 +559,9 @@ static void infer_node(infer *f, int pos) {
       set_expr(f, slot(pos, nd - 1), &k);
     }
     return;
+  case LM_OPC_CHECK: /* the source itself (the others give the range their shapes) */
+    for (int d = 0; d < nd; d++) join(f, slot(pos, d), slot(src[0], d));
+    return;
   case LM_OPC_VIEW: break;
   }
   const lm_node *in = g->nodes[src[0]];

@@ -177,6 +177,11 @@ static void put_args(text *t, const lm_node *n) {
     put(t, " k=%lld descending=%d full=%d", (long long)n->arg.sort.k, (int)n->arg.sort.descending,
         (int)n->arg.sort.full);
     break;
+  case LM_ARG_CHECK:
+    put(t, " rule=%s axis=%d", lm_check_rule_name(n->arg.check.rule), n->arg.check.axis);
+    if (n->arg.check.has_ignore) put(t, " ignore=%lld", (long long)n->arg.check.ignore);
+    put(t, " op=%.*s", LM_CHECK_OP_LEN - 1, n->arg.check.op);
+    break;
   case LM_ARG_WINDOW:
     put_list(t, "kernel", n->arg.window.kernel, 2);
     put_list(t, "stride", n->arg.window.stride, 2);
@@ -417,15 +422,16 @@ static bool steps_computing(const loom_program *p, computing *c) {
 }
 
 static void dump_header(text *t, const loom_program *p) {
-  int weights = 0, nodes = 0, kernels = 0, gemms = 0, attentions = 0, sorts = 0;
+  int weights = 0, nodes = 0, kernels = 0, gemms = 0, attentions = 0, sorts = 0, checks = 0;
   for (int pos = 0; pos < p->n; pos++)
     weights += p->kind[pos] == LM_SLOT_WEIGHT, nodes += p->kind[pos] == LM_SLOT_NODE;
   for (int i = 0; i < p->plan->nsteps; i++)
     kernels += p->plan->steps[i].kind == LM_STEP_KERNEL,
         gemms += p->plan->steps[i].kind == LM_STEP_GEMM,
         attentions += p->plan->steps[i].kind == LM_STEP_ATTENTION,
-        sorts += p->plan->steps[i].kind == LM_STEP_SORT;
-  int collectives = p->plan->nsteps - kernels - gemms - attentions - sorts;
+        sorts += p->plan->steps[i].kind == LM_STEP_SORT,
+        checks += p->plan->steps[i].kind == LM_STEP_CHECK;
+  int collectives = p->plan->nsteps - kernels - gemms - attentions - sorts - checks;
   put(t,
       "loom program: %d input%s, %d weight%s, %d node%s, %d output%s; %d step%s (%d kernel%s, "
       "%d gemm%s",
@@ -435,6 +441,7 @@ static void dump_header(text *t, const loom_program *p) {
       gemms == 1 ? "" : "s");
   if (attentions) put(t, ", %d attention%s", attentions, attentions == 1 ? "" : "s");
   if (sorts) put(t, ", %d sort%s", sorts, sorts == 1 ? "" : "s");
+  if (checks) put(t, ", %d check%s", checks, checks == 1 ? "" : "s");
   if (collectives) put(t, ", %d collective%s", collectives, collectives == 1 ? "" : "s");
   put(t, ")\n");
 }
@@ -614,6 +621,17 @@ static void dump_sort(text *t, const loom_program *p, int i) {
       pos_name(p, so->in_pos, x));
 }
 
+static void dump_check(text *t, const loom_program *p, int i) {
+  const lm_check_step *c = &p->plan->steps[i].check;
+  char o[24], x[24];
+  put(t, "  step %d: check -> %s, %s's %s rule over %lld rows of %lld %s from %s", i,
+      pos_name(p, p->plan->steps[i].out, o), c->op, lm_check_rule_name(c->rule), (long long)c->rows,
+      (long long)c->cols, loom_dtype_name(c->dtype), pos_name(p, c->in_pos, x));
+  if (c->rule != LM_CHECK_WEIGHTS) put(t, ": [%lld, %lld)", (long long)c->lo, (long long)c->hi);
+  if (c->has_ignore) put(t, " or %lld", (long long)c->ignore);
+  put(t, "\n");
+}
+
 static void dump_attention(text *t, const loom_program *p, int i) {
   const lm_step *s = &p->plan->steps[i];
   const lm_attention *a = &s->attn;
@@ -678,6 +696,8 @@ static void dump_schedule(text *t, const loom_program *p, const computing *c) {
       dump_attention(t, p, i);
     else if (p->plan->steps[i].kind == LM_STEP_SORT)
       dump_sort(t, p, i);
+    else if (p->plan->steps[i].kind == LM_STEP_CHECK)
+      dump_check(t, p, i);
     else
       dump_kernel(t, p, i, c);
   }
@@ -756,6 +776,7 @@ static void dot_step(text *t, const loom_program *p, int i, const picture *pic) 
       : s->kind == LM_STEP_COLLECTIVE ? lm_op_name(s->coll.op)
       : s->kind == LM_STEP_ATTENTION  ? "attention"
       : s->kind == LM_STEP_SORT       ? "sort"
+      : s->kind == LM_STEP_CHECK      ? "check"
                                       : "kernel");
   if (s->out >= p->n)
     put(t, "    t%d [shape=point, xlabel=\"%%t%d\"];\n", s->out - p->n, s->out - p->n);

@@ -1,7 +1,7 @@
 # cmake -DIN=<file> -DOUT=<file.c> -DNAME=<symbol> -P tools/embed_text.cmake
 # Writes `const char NAME[]`: IN's bytes and a NUL, for source text a program
-# writes out (runtime/attention_cpu.c and runtime/sort_cpu.c into exported
-# libraries).
+# writes out (runtime/attention_cpu.c, runtime/sort_cpu.c and runtime/check_cpu.c
+# into exported libraries).
 file(READ "${IN}" hex HEX)
 string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
 string(REGEX REPLACE "(0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,)" "\\1\n" bytes
