@@ -48,16 +48,19 @@ LM_PUBLIC(loom_tensor *, loom_masked_fill,
 
 /* ------------------------------------------------------------ slice update */
 
-static loom_tensor *slice_update_checked(const loom_tensor *t, int axis, const loom_tensor *start,
-                                         const loom_tensor *update) {
+static loom_tensor *slice_update_checked(const char *op, const loom_tensor *t, int axis,
+                                         const loom_tensor *start, const loom_tensor *update) {
   const loom_shape *ts = &t->node->shape, *us = &update->node->shape;
   int64_t size = ts->dim[axis], n = us->dim[axis];
   loom_device dev = t->node->device;
   int token = lm_composite_begin();
-  if (n == 0) return lm_composite_end(token, loom_reshape(t, *ts)); /* nothing replaced */
-  loom_shape along = *ts;                                           /* [1, .., size, .., 1] */
+  /* start in [0, size - n]: refused at the call or by the run, never clamped
+   * (a KV cache written past its end would lose its last row silently) */
+  loom_tensor *good = lm_checked_start(op, start, t->node, update->node, axis), *err;
+  if ((err = lm_check(op, good))) return lm_composite_end(token, err);
+  loom_shape along = *ts; /* [1, .., size, .., 1] */
   for (int d = 0; d < along.ndim; d++) along.dim[d] = d == axis ? size : 1;
-  loom_tensor *first = loom_clamp(loom_cast(start, LOOM_I64), 0, (double)(size - n));
+  loom_tensor *first = loom_cast(good, LOOM_I64);
   loom_tensor *at = loom_arange(0, (double)size, 1, LOOM_I64, dev);
   /* the window's mask from an iota already in the broadcast shape: the where's
    * kernel computes it inline (an iota reshaped after the comparison is stored) */
@@ -65,9 +68,12 @@ static loom_tensor *slice_update_checked(const loom_tensor *t, int axis, const l
   loom_tensor *inside = n == 1
                             ? loom_eq_s(offset, 0) /* one comparison: inlined where it is read */
                             : loom_logical_and(loom_ge_s(offset, 0), loom_lt_s(offset, (double)n));
-  const loom_tensor *rows = update; /* one row broadcasts along the axis */
-  if (n > 1)
-    rows = loom_index_select(update, axis, loom_clamp(loom_sub(at, first), 0, (double)(n - 1)));
+  /* one row broadcasts along the axis; no row: nothing is replaced (the
+   * start still checked) */
+  const loom_tensor *rows = n == 0 ? t : update;
+  if (n > 1) /* (offsets outside the window are masked: clamped, not checked) */
+    rows = lm_index_select(op, update, axis, loom_clamp(loom_sub(at, first), 0, (double)(n - 1)),
+                           false);
   return lm_composite_end(token, loom_where(inside, rows, t));
 }
 
@@ -104,7 +110,7 @@ LM_PUBLIC(loom_tensor *, loom_slice_update,
                     "%s: update %s does not fit %s along axis %d (the other dims equal, at most "
                     "the tensor's size along it)",
                     op, shape_text(update, b, sizeof b), shape_text(t, a, sizeof a), axis);
-  return slice_update_checked(t, axis, start, update);
+  return slice_update_checked(op, t, axis, start, update);
 }
 
 /* column - row of the last two dims, compared with diagonal (I64 iotas, broadcast). */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "frontend/frontend.h"
+#include "runtime/check.h"
 
 loom_tensor *lm_check(const char *op, const loom_tensor *t) {
   if (!t) return lm_error(LOOM_ERR_NULL, "%s: tensor argument is NULL", op);
@@ -149,4 +150,57 @@ loom_status lm_error_status(loom_tensor *err) {
   loom_status st = err ? loom_status_of(err) : LOOM_OK;
   loom_free(err);
   return st;
+}
+
+/* ------------------------------------------------------------ data-dependent input */
+
+/* values under rule: checked now when its data is at hand (the call fails,
+ * naming the op the user called and the first value breaking the rule), else
+ * by an LM_CHECK node the run checks (the run fails alike). shapes: the
+ * rule's other sources, whose dim `axis` gives the range. The integer rules
+ * read through reshapes (the same values, in order): a reshaped realized
+ * tensor is checked now, a reshaped program input by a step over the input
+ * itself (which planning runs first: lm_plan). */
+static loom_tensor *checked(const char *op, const loom_tensor *values, lm_check_rule rule, int axis,
+                            lm_node *const *shapes, bool has_ignore, int64_t ignore) {
+  lm_node *x = values->node;
+  while (rule != LM_CHECK_WEIGHTS && x->op == LM_RESHAPE && !lm_is_computed(x)) x = x->src[0];
+  lm_node *src[3] = {x, NULL, NULL};
+  int nsrc = lm_check_rule_sources(rule);
+  for (int s = 1; s < nsrc; s++) src[s] = shapes[s - 1];
+  lm_node *n = lm_node_new(LM_CHECK, nsrc, src, x->shape, x->dtype, x->device);
+  if (!n) return lm_error(LOOM_ERR_OOM, "%s: out of memory", op);
+  n->requires_grad = false; /* integers, or the weights of a draw */
+  n->arg.check.rule = rule;
+  n->arg.check.axis = axis;
+  n->arg.check.has_ignore = has_ignore;
+  n->arg.check.ignore = has_ignore ? ignore : 0;
+  const char *called = lm_called_op();
+  snprintf(n->arg.check.op, LM_CHECK_OP_LEN, "%s", called ? called : op);
+  if (!x->data && x == values->node) return lm_result(n);
+  if (!x->data) {
+    loom_tensor *base = lm_result(n);
+    loom_tensor *r = loom_reshape(base, values->node->shape);
+    loom_free(base);
+    return r;
+  }
+  loom_status st = lm_check_now(n);
+  lm_node_release(n);
+  return st != LOOM_OK ? lm_error_recorded(st) : lm_tensor_ref(values);
+}
+
+loom_tensor *lm_checked_index(const char *op, const loom_tensor *index, const lm_node *table,
+                              int axis, bool has_ignore, int64_t ignore) {
+  lm_node *shapes[1] = {(lm_node *)table};
+  return checked(op, index, LM_CHECK_INDEX, axis, shapes, has_ignore, ignore);
+}
+
+loom_tensor *lm_checked_start(const char *op, const loom_tensor *start, const lm_node *t,
+                              const lm_node *update, int axis) {
+  lm_node *shapes[2] = {(lm_node *)t, (lm_node *)update};
+  return checked(op, start, LM_CHECK_START, axis, shapes, false, 0);
+}
+
+loom_tensor *lm_checked_weights(const char *op, const loom_tensor *probs) {
+  return checked(op, probs, LM_CHECK_WEIGHTS, 0, NULL, false, 0);
 }

@@ -113,9 +113,8 @@ LM_PUBLIC(loom_tensor *, loom_repeat, (const loom_tensor *a, const int64_t *reps
 
 /* torch.index_select: a's slices at index (1-D integers) along axis, through
  * the embedding's row gather with axis moved first. */
-LM_PUBLIC(loom_tensor *, loom_index_select,
-          (const loom_tensor *a, int axis, const loom_tensor *index), (a, axis, index)) {
-  const char *op = "loom_index_select";
+loom_tensor *lm_index_select(const char *op, const loom_tensor *a, int axis,
+                             const loom_tensor *index, bool check) {
   loom_tensor *err;
   if ((err = lm_check(op, a)) || (err = lm_check(op, index))) return err;
   int nd = a->node->shape.ndim, ax = axis;
@@ -131,8 +130,13 @@ LM_PUBLIC(loom_tensor *, loom_index_select,
   for (int d = 0, j = 1; d < nd; d++)
     if (d != ax) to_front[j++] = d;
   for (int d = 0; d < nd; d++) back[to_front[d]] = d;
-  loom_tensor *rows = loom_embedding_f(index, loom_permute(a, to_front, nd));
+  loom_tensor *rows = lm_gather_rows(op, index, loom_permute(a, to_front, nd), check);
   return lm_composite_end(token, loom_permute(rows, back, nd));
+}
+
+LM_PUBLIC(loom_tensor *, loom_index_select,
+          (const loom_tensor *a, int axis, const loom_tensor *index), (a, axis, index)) {
+  return lm_index_select("loom_index_select", a, axis, index, true);
 }
 
 /* torch.gather: out[i][j][k] = a[index[i][j][k]][j][k] along axis 0 (and so
@@ -159,6 +163,8 @@ LM_PUBLIC(loom_tensor *, loom_gather, (const loom_tensor *a, int axis, const loo
                     op, lm_shape_str(is, si, sizeof si), lm_shape_str(s, sa, sizeof sa), axis);
   }
   int token = lm_composite_begin();
+  loom_tensor *good = lm_checked_index(op, index, a->node, ax, false, 0); /* in [0, n) */
+  if ((err = lm_check(op, good))) return lm_composite_end(token, err);
   /* a cut to the index's size off axis, with axis moved last and one
    * broadcast dim for the index's positions along it: [.., 1, n] against
    * the index's one-hot [.., m, n] */
@@ -168,8 +174,9 @@ LM_PUBLIC(loom_tensor *, loom_gather, (const loom_tensor *a, int axis, const loo
   int perm[LOOM_MAX_DIMS], back[LOOM_MAX_DIMS];
   lm_axis_last(nd, ax, perm, back);
   loom_tensor *lines = loom_unsqueeze(loom_permute(cut, perm, nd), nd - 1); /* [.., 1, n] */
-  loom_tensor *picks = loom_permute(index, perm, nd);                       /* [.., m] */
-  loom_tensor *hit = loom_cast(loom_one_hot(picks, s->dim[ax]), LOOM_BOOL); /* [.., m, n] */
+  loom_tensor *picks = loom_permute(good, perm, nd);                        /* [.., m] */
+  loom_tensor *hit =
+      loom_cast(lm_one_hot(op, picks, s->dim[ax], false), LOOM_BOOL); /* [.., m, n] */
   loom_tensor *chosen = loom_sum(loom_where_s(hit, lines, 0), (int[]){-1}, 1, false);
   return lm_composite_end(token, loom_permute(chosen, back, nd));
 }
@@ -227,7 +234,9 @@ static loom_tensor *pick_along(const loom_tensor *a, int ax, const loom_tensor *
   loom_tensor *starts = loom_slice(loom_where(loom_ne(lines, lines), every, every), -1, 0, 1, 1);
   loom_tensor *flat = loom_add(loom_permute(positions, perm, nd), starts);
   loom_tensor *table = loom_reshape(lines, LOOM_SHAPE(count * n));
-  return lm_composite_end(token, loom_permute(loom_embedding_f(flat, table), back, nd));
+  /* (the positions are in their lines by construction: not checked) */
+  const char *op = lm_called_op() ? lm_called_op() : "loom_sort";
+  return lm_composite_end(token, loom_permute(lm_gather_rows(op, flat, table, false), back, nd));
 }
 
 /* The selections' results: *indices the positions (taken), *values a's
@@ -414,7 +423,11 @@ LM_PUBLIC(loom_tensor *, loom_multinomial_key,
     return lm_error(LOOM_ERR_VALUE, "%s: %lld draws %s from %lld categories", op, (long long)n,
                     replacement ? "with replacement" : "without replacement", (long long)classes);
   int token = lm_composite_begin();
-  loom_tensor *logp = loom_log(loom_cast(probs, LOOM_F64)), *draws;
+  /* torch's invalid distributions (a weight < 0, inf or NaN; a row summing to
+   * 0) refused, not drawn from: log of a negative weight is NaN, which
+   * argmax takes for the largest */
+  loom_tensor *weights = lm_checked_weights(op, probs);
+  loom_tensor *logp = loom_log(loom_cast(weights, LOOM_F64)), *draws;
   if (replacement) { /* [.., n, C]: n noisy copies */
     loom_shape wide = *s;
     wide.ndim = s->ndim + 1;
@@ -446,7 +459,7 @@ LM_PUBLIC(loom_tensor *, loom_flip, (const loom_tensor *a, int axis), (a, axis))
   /* n - 1 follows a symbolic n (a symbolic program's flip over its sequence) */
   if (loom_status_of(reversed) == LOOM_OK && reversed->node->op == LM_IOTA)
     reversed->node->arg.iota.from_end = 1;
-  return lm_composite_end(token, loom_index_select(a, ax, reversed));
+  return lm_composite_end(token, lm_index_select(op, a, ax, reversed, false));
 }
 
 /* torch.cumsum: one scan step (LM_SCAN) along the axis. Integers and bools

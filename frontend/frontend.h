@@ -38,6 +38,28 @@ void lm_axis_last(int nd, int ax, int *perm, int *back);
  * torch's default `fallback`, LOOM_ZERO (-0.0) is a real zero, anything else
  * is itself (the caller validates it). */
 double lm_option(double value, double fallback);
+/* Data-dependent input, one rule for every op (README, "Reliability"): a
+ * value an op cannot take fails the call when its data is at hand (realized,
+ * on any device), else the run that computes it (an LM_CHECK node), with the
+ * same message naming the op the user called and the value. Each returns a
+ * new reference to what the op reads instead of `values` (itself, checked;
+ * or the check's node), or the error tensor. Indices (embedding rows,
+ * gather positions, class labels) in [0, table's dim axis), or `ignore`
+ * where has_ignore; a slice's start in [0, t's dim axis - update's]; weights
+ * finite and >= 0, each row along the last dim with one above 0. */
+loom_tensor *lm_checked_index(const char *op, const loom_tensor *index, const lm_node *table,
+                              int axis, bool has_ignore, int64_t ignore);
+loom_tensor *lm_checked_start(const char *op, const loom_tensor *start, const lm_node *t,
+                              const lm_node *update, int axis);
+loom_tensor *lm_checked_weights(const char *op, const loom_tensor *probs);
+/* loom_embedding_f, loom_one_hot and loom_index_select naming op; without
+ * `check`, for indices in range by construction (a sort's positions, a
+ * flip's reversed range, a clamped offset), which the rule would only cost. */
+loom_tensor *lm_gather_rows(const char *op, const loom_tensor *indices, const loom_tensor *weight,
+                            bool check);
+loom_tensor *lm_one_hot(const char *op, const loom_tensor *labels, int64_t num_classes, bool check);
+loom_tensor *lm_index_select(const char *op, const loom_tensor *a, int axis,
+                             const loom_tensor *index, bool check);
 /* For calls that return a status: err's status (LOOM_OK for NULL), err
  * freed; its message stays recorded as the thread's error. */
 loom_status lm_error_status(loom_tensor *err);

@@ -187,31 +187,6 @@ LM_PUBLIC(loom_tensor *, loom_avg_pool2d,
 
 /* ------------------------------------------------------------ indices */
 
-/* Realized integer labels on the host can be checked now, as torch does; lazy
- * ones, device ones and a program's placeholders are clamped by the kernel. */
-/* Indices outside [0, limit), when they are at hand (computed on the host);
- * with `ignore`, the value `ignored` is allowed too. NULL when none is. */
-static loom_tensor *check_range_but(const char *name, const lm_node *labels, int64_t limit,
-                                    bool ignore, int64_t ignored) {
-  if (!lm_is_computed(labels) || !labels->data || labels->device.type == LOOM_DEVICE_CUDA)
-    return NULL; /* device data stays on the device: the kernel clamps */
-  int64_t n = lm_shape_numel(&labels->shape);
-  for (int64_t i = 0; i < n; i++) {
-    int64_t v = labels->dtype == LOOM_I64   ? ((const int64_t *)labels->data)[i]
-                : labels->dtype == LOOM_I32 ? ((const int32_t *)labels->data)[i]
-                                            : ((const uint8_t *)labels->data)[i];
-    if ((v < 0 || v >= limit) && !(ignore && v == ignored))
-      return lm_error(LOOM_ERR_VALUE, "%s: index %lld at position %lld is outside [0, %lld)%s",
-                      name, (long long)v, (long long)i, (long long)limit,
-                      ignore ? " and not the ignored index" : "");
-  }
-  return NULL;
-}
-
-static loom_tensor *check_range(const char *name, const lm_node *labels, int64_t limit) {
-  return check_range_but(name, labels, limit, false, 0);
-}
-
 static loom_tensor *check_labels(const char *name, const loom_tensor *labels) {
   loom_tensor *err;
   if ((err = lm_check(name, labels))) return err;
@@ -221,40 +196,57 @@ static loom_tensor *check_labels(const char *name, const loom_tensor *labels) {
   return NULL;
 }
 
-LM_PUBLIC(loom_tensor *, loom_embedding_f, (const loom_tensor *indices, const loom_tensor *weight),
-          (indices, weight)) {
-  const char *name = "loom_embedding_f";
+loom_tensor *lm_gather_rows(const char *name, const loom_tensor *indices, const loom_tensor *weight,
+                            bool check) {
   loom_tensor *err;
   if ((err = check_labels(name, indices)) || (err = lm_check(name, weight))) return err;
   const lm_node *w = weight->node, *ix = indices->node;
   if (w->shape.ndim < 1 || ix->shape.ndim + w->shape.ndim - 1 > LOOM_MAX_DIMS)
     return lm_error(LOOM_ERR_SHAPE, "%s: weight needs at least one dim", name);
-  if (w->shape.dim[0] == 0 && lm_shape_numel(&ix->shape) > 0) /* no row to clamp an index to */
+  if (w->shape.dim[0] == 0 && lm_shape_numel(&ix->shape) > 0) /* no row to pick */
     return lm_error(LOOM_ERR_SHAPE, "%s: the table has no rows, and %lld indices pick from it",
                     name, (long long)lm_shape_numel(&ix->shape));
-  if ((err = check_range(name, ix, w->shape.dim[0])) || (err = lm_check_same_device(name, w, ix)))
+  if ((err = lm_check_same_device(name, w, ix))) return err;
+  loom_tensor *rows = check ? lm_checked_index(name, indices, w, 0, false, 0) : NULL;
+  if (rows && (err = lm_check(name, rows))) {
+    loom_free(rows);
     return err;
+  }
   loom_shape s = ix->shape;
   for (int d = 1; d < w->shape.ndim; d++) s.dim[s.ndim++] = w->shape.dim[d];
-  lm_node *src[2] = {weight->node, indices->node};
-  return lm_result(lm_node_new(LM_GATHER, 2, src, s, w->dtype, w->device));
+  lm_node *src[2] = {weight->node, rows ? rows->node : indices->node};
+  loom_tensor *r = lm_result(lm_node_new(LM_GATHER, 2, src, s, w->dtype, w->device));
+  loom_free(rows);
+  return r;
 }
 
-LM_PUBLIC(loom_tensor *, loom_one_hot, (const loom_tensor *labels, int64_t num_classes),
-          (labels, num_classes)) {
-  const char *name = "loom_one_hot";
+LM_PUBLIC(loom_tensor *, loom_embedding_f, (const loom_tensor *indices, const loom_tensor *weight),
+          (indices, weight)) {
+  return lm_gather_rows("loom_embedding_f", indices, weight, true);
+}
+
+loom_tensor *lm_one_hot(const char *name, const loom_tensor *labels, int64_t num_classes,
+                        bool check) {
   loom_tensor *err;
   if ((err = check_labels(name, labels))) return err;
   if (num_classes <= 0)
     return lm_error(LOOM_ERR_VALUE, "%s: num_classes must be positive, got %lld", name,
                     (long long)num_classes);
-  if ((err = check_range(name, labels->node, num_classes))) return err;
-  loom_tensor *col = loom_unsqueeze(labels, -1);
   loom_tensor *classes = loom_arange(0, (double)num_classes, 1, LOOM_I64, labels->node->device);
+  /* the classes' count gives the labels' range: [0, num_classes) */
+  loom_tensor *good = check && !loom_status_of(classes)
+                          ? lm_checked_index(name, labels, classes->node, 0, false, 0)
+                          : lm_tensor_ref(labels);
+  loom_tensor *col = loom_unsqueeze(good, -1);
   loom_tensor *hit = loom_eq(col, classes);
   loom_tensor *r = loom_cast(hit, LOOM_I64);
-  drop(col, classes, hit, NULL);
+  drop(good, col, classes, hit);
   return r;
+}
+
+LM_PUBLIC(loom_tensor *, loom_one_hot, (const loom_tensor *labels, int64_t num_classes),
+          (labels, num_classes)) {
+  return lm_one_hot("loom_one_hot", labels, num_classes, true);
 }
 
 LM_PUBLIC(loom_tensor *, loom_dropout, (const loom_tensor *x, double p, loom_key key, bool train),
@@ -431,7 +423,8 @@ LM_PUBLIC(loom_tensor *, loom_nll_loss, (const loom_tensor *log_probs, const loo
   int token = lm_composite_begin();
   /* Selected, not multiplied by a 0/1 mask: a -inf score of another class
    * (a logit of -inf) times 0 would make the loss NaN. */
-  loom_tensor *mask = loom_cast(loom_one_hot(labels, s->dim[1]), LOOM_BOOL);
+  loom_tensor *good = lm_checked_index("loom_nll_loss", labels, log_probs->node, 1, false, 0);
+  loom_tensor *mask = loom_cast(lm_one_hot("loom_nll_loss", good, s->dim[1], false), LOOM_BOOL);
   loom_tensor *none = loom_zeros_like(log_probs);
   loom_tensor *picked = loom_sum(loom_where(mask, log_probs, none), (int[]){1}, 1, false);
   return lm_composite_end(token, loom_neg(loom_mean_all(picked)));
@@ -475,8 +468,11 @@ LM_PUBLIC(loom_tensor *, loom_cross_entropy_ex,
     return lm_error(LOOM_ERR_VALUE, "%s: reduction %d is not mean, sum or none", name,
                     (int)o.reduction);
   int64_t classes = s->dim[class_axis];
-  if ((err = check_range_but(name, labels->node, classes, o.ignore, o.ignore_index))) return err;
   int token = lm_composite_begin();
+  /* labels in [0, C), or the ignored one */
+  loom_tensor *good =
+      lm_checked_index(name, labels, logits->node, class_axis, o.ignore, o.ignore_index);
+  if ((err = lm_check(name, good))) return lm_composite_end(token, err);
   /* classes last: [N, d..., C] */
   int perm[LOOM_MAX_DIMS];
   lm_axis_last(s->ndim, class_axis, perm, NULL);
@@ -484,11 +480,11 @@ LM_PUBLIC(loom_tensor *, loom_cross_entropy_ex,
   loom_tensor *wide = loom_cast(logits, lm_compute_dtype(out));
   loom_tensor *scores = single ? wide : loom_permute(wide, perm, s->ndim);
   loom_tensor *log_probs = loom_log_softmax(scores, -1);
-  loom_tensor *valid = o.ignore ? loom_ne_s(labels, (double)o.ignore_index)
+  loom_tensor *valid = o.ignore ? loom_ne_s(good, (double)o.ignore_index)
                                 : loom_ones(*l, LOOM_BOOL, labels->node->device);
-  loom_tensor *safe = loom_where_s(valid, labels, 0); /* ignored: any class, then zeroed */
+  loom_tensor *safe = loom_where_s(valid, good, 0); /* ignored: any class, then zeroed */
   /* selected, not multiplied by a 0/1 mask (a -inf score times 0 is NaN) */
-  loom_tensor *hit = loom_cast(loom_one_hot(safe, classes), LOOM_BOOL);
+  loom_tensor *hit = loom_cast(lm_one_hot(name, safe, classes, false), LOOM_BOOL);
   loom_tensor *picked = loom_sum(loom_where_s(hit, log_probs, 0), (int[]){-1}, 1, false);
   loom_tensor *per = loom_neg(picked);
   if (o.label_smoothing > 0) {

@@ -189,7 +189,11 @@ uint16_t loom_float_to_f16(float value);
  * Gradients of t keep accumulating into t. On the CPU, a value that is
  * loom_where(mask, x, t) (or loom_where(mask, t, x)) is computed in t's own
  * buffer when nothing else holds t's old value (no other handle, view or
- * pending op, no gradient history): only the elements x gives are written. */
+ * pending op, no gradient history): only the elements x gives are written.
+ * A realization that fails keeps its assignments pending (realizing again
+ * completes them), but for LOOM_ERR_VALUE (a value a check refused, which
+ * would fail again): it drops them, and t keeps the value assigned, which
+ * fails alike when realized until t is assigned again. */
 loom_status loom_assign(loom_tensor *t, const loom_tensor *value);
 
 /* ------------------------------------------------------------------ autograd */
@@ -305,8 +309,11 @@ loom_tensor *loom_masked_fill(const loom_tensor *a, const loom_tensor *mask, dou
 /* t with its slice [start, start + n) along axis replaced by update, n being
  * update's size there (its other dims are t's; same dtype and device), as
  * jax.lax.dynamic_update_slice: start is a 0-d integer tensor, so one
- * compiled program serves every position, and is clamped to [0, size - n]
- * (a value computed later cannot fail the call). A KV cache takes a row so:
+ * compiled program serves every position. A start outside [0, size - n] is
+ * LOOM_ERR_VALUE ("loom_slice_update: start 4 is outside [0, 3]"; jax clamps
+ * it, which wrote a full KV cache's last row in silence): from the call when
+ * start is realized, else from the run that computes it (README,
+ * "Reliability"). A KV cache takes a row so:
  * loom_assign(cache, loom_slice_update(cache, 2, pos, row)), which is written
  * in place (see loom_assign). */
 loom_tensor *loom_slice_update(const loom_tensor *t, int axis, const loom_tensor *start,
@@ -386,10 +393,20 @@ loom_tensor *loom_contiguous(const loom_tensor *a);
 /* torch.Tensor.repeat: a tiled reps[i] times along each dim; nreps >= a's dims
  * (extra repeats add leading dims). */
 loom_tensor *loom_repeat(const loom_tensor *a, const int64_t *reps, int nreps);
-/* torch.index_select: a's slices at index (1-D integers) along axis. */
+/* Data-dependent input, in every op below that reads indices, positions or
+ * weights from a tensor (README, "Reliability"): a value the op cannot take
+ * fails the call with LOOM_ERR_VALUE when the tensor is realized, else the
+ * run computing it (loom_realize, loom_item, loom_program_run, an export's
+ * run), with the same message naming the op and the value ("loom_gather:
+ * index 3 at position 1 is outside [0, 3)"); the run then publishes nothing,
+ * and the assignments it carried are dropped (see loom_assign). */
+
+/* torch.index_select: a's slices at index (1-D integers in [0, a's size
+ * along axis); negative ones are refused, as torch does). */
 loom_tensor *loom_index_select(const loom_tensor *a, int axis, const loom_tensor *index);
 /* torch.gather: out[..i..] = a[..index[..i..]..] along axis; index has a's
- * rank and no dim larger than a's except along axis. */
+ * rank and no dim larger than a's except along axis; its values in [0, a's
+ * size along axis). */
 loom_tensor *loom_gather(const loom_tensor *a, int axis, const loom_tensor *index);
 /* torch.flip along one axis. */
 loom_tensor *loom_flip(const loom_tensor *a, int axis);
@@ -419,7 +436,9 @@ loom_tensor *loom_argsort(const loom_tensor *a, int axis, bool descending);
 /* torch.multinomial with a key: n category indices (I64, [n] or [N, n]) drawn
  * from probs [C] or [N, C] (non-negative weights, not necessarily summing to
  * 1), with or without replacement; the Gumbel-max trick, so the draws are
- * exact and fuse. */
+ * exact and fuse. A weight that is negative, NaN or infinite, or a row whose
+ * weights are all 0, is an invalid distribution, as in torch: LOOM_ERR_VALUE
+ * (at the call or from the run, as the indices above). */
 loom_tensor *loom_multinomial_key(loom_key key, const loom_tensor *probs, int64_t n,
                                   bool replacement);
 /* The lower (tril: column - row <= diagonal) or upper (triu: >= diagonal)
@@ -477,9 +496,11 @@ loom_tensor *loom_conv2d_f(const loom_tensor *x, const loom_tensor *w, const loo
 loom_tensor *loom_max_pool2d(const loom_tensor *x, int kernel, int stride, int padding);
 loom_tensor *loom_avg_pool2d(const loom_tensor *x, int kernel, int stride, int padding);
 /* Rows of weight [V, D] picked by integer indices (any shape): indices + [D].
- * Out-of-range realized indices are an error; lazy ones are clamped. */
+ * An index outside [0, V) is LOOM_ERR_VALUE: from the call when the indices
+ * are realized, else from the run (as loom_index_select's). */
 loom_tensor *loom_embedding_f(const loom_tensor *indices, const loom_tensor *weight);
-/* I64 one-hot encoding of integer labels: labels + [num_classes]. */
+/* I64 one-hot encoding of integer labels: labels + [num_classes]; a label
+ * outside [0, num_classes) is LOOM_ERR_VALUE (at the call or from the run). */
 loom_tensor *loom_one_hot(const loom_tensor *labels, int64_t num_classes);
 /* x * mask / (1 - p) with mask ~ Bernoulli(1 - p) drawn from key, when train;
  * x itself otherwise. */
@@ -495,7 +516,8 @@ loom_tensor *loom_batch_norm(const loom_tensor *x, loom_tensor *running_mean,
 loom_tensor *loom_layer_norm(const loom_tensor *x, int ndims, const loom_tensor *weight,
                              const loom_tensor *bias, double eps);
 
-/* Losses, mean over the batch. Labels are integer class indices. */
+/* Losses, mean over the batch. Labels are integer class indices in [0, C): any
+ * other is LOOM_ERR_VALUE, at the call or from the run (as loom_one_hot's). */
 loom_tensor *loom_mse_loss(const loom_tensor *pred, const loom_tensor *target);
 loom_tensor *loom_cross_entropy(const loom_tensor *logits, const loom_tensor *labels);
 loom_tensor *loom_nll_loss(const loom_tensor *log_probs, const loom_tensor *labels);
@@ -520,7 +542,9 @@ typedef struct loom_cross_entropy_opts {
   loom_reduction reduction; /* MEAN (default: over the labels not ignored), SUM, NONE */
 } loom_cross_entropy_opts;
 /* torch's F.cross_entropy with its options: logits [N, C, d...] (classes on
- * axis 1) against integer labels [N, d...], or [C] against one 0-d label.
+ * axis 1) against integer labels [N, d...] in [0, C) (or equal to the ignored
+ * index, with ignore; any other is LOOM_ERR_VALUE, at the call or from the
+ * run), or [C] against one 0-d label.
  * NONE gives the loss per label ([N, d...], 0 where ignored); MEAN over no
  * labels at all (every one ignored) is NaN, as in torch. */
 loom_tensor *loom_cross_entropy_ex(const loom_tensor *logits, const loom_tensor *labels,
@@ -585,6 +609,7 @@ typedef struct loom_embedding {
 } loom_embedding;
 loom_embedding loom_embedding_new(loom_params *ps, const char *name, int64_t num, int64_t dim,
                                   loom_key key);
+/* The rows of e's weight at indices, each in [0, num) (as loom_embedding_f). */
 loom_tensor *loom_embedding_forward(const loom_embedding *e, const loom_tensor *indices);
 
 /* Multi-head self-attention, as torch.nn.MultiheadAttention(embed, heads,

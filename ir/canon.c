@@ -137,6 +137,14 @@ static bool put_args(lm_graph *g, const lm_node *n) {
     ok = put_i64(g, n->arg.scan.axis) && put_i64(g, n->arg.scan.combine) &&
          put_i64(g, n->arg.scan.reverse);
     break;
+  case LM_ARG_CHECK: { /* the op's name too: the message of a run that fails names it */
+    size_t len = strnlen(n->arg.check.op, LM_CHECK_OP_LEN);
+    ok = put_i64(g, n->arg.check.rule) && put_i64(g, n->arg.check.axis) &&
+         put_i64(g, n->arg.check.has_ignore) &&
+         put_i64(g, n->arg.check.has_ignore ? n->arg.check.ignore : 0) &&
+         put_i64(g, (int64_t)len) && put(g, n->arg.check.op, len);
+    break;
+  }
   case LM_ARG_WINDOW:
     for (int i = 0; i < 2 && ok; i++)
       ok = put_i64(g, n->arg.window.kernel[i]) && put_i64(g, n->arg.window.stride[i]) &&
@@ -272,6 +280,10 @@ lm_hash128 lm_graph_family_hash(const lm_graph *g) {
       family_put(st, n->arg.scan.axis);
       family_put(st, n->arg.scan.combine);
       family_put(st, n->arg.scan.reverse);
+      break;
+    case LM_ARG_CHECK:
+      family_put(st, n->arg.check.rule);
+      family_put(st, n->arg.check.axis);
       break;
     default: break; /* the rest is checked at the sizes by the caller */
     }

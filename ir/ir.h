@@ -92,7 +92,8 @@ typedef enum lm_op {
                    after the query; batch dims equal (broadcast by views); [..., Tq, Dv] */
   /* data-dependent indexing */
   LM_GATHER, /* src[0] [V, ..] rows picked by src[1] (integers, shape S): S + [..];
-                indices are clamped to [0, V) */
+                indices are clamped to [0, V) (the frontend's are checked first:
+                LM_CHECK, so that none reaches it out of range) */
   /* a copy from another device (loom_to), computed when recorded: it holds its
      data from the start and keeps src[0], on the other device, only so that
      autograd can copy its gradient back */
@@ -124,6 +125,16 @@ typedef enum lm_op {
      wrapping (two's complement); the source's shape and dtype (arg.scan.combine:
      LOOM_REDUCE_SUM, the one combination there is) */
   LM_SCAN,
+  /* (after SORT, for the same reason) src[0] itself, once every value passed the
+     rule arg.check names; else the run fails with an error naming the public op
+     that recorded it (arg.check.op) and the first value that broke it. A library
+     step over its stored source (runtime/check.c): data-dependent indices,
+     positions and probabilities that a kernel cannot refuse. The range of the
+     integer rules comes from the shapes of the other sources, which are not
+     read (so that it follows a symbolic size): index, src[1] the table:
+     [0, src[1] dim arg.check.axis); start, src[1] the tensor and src[2] the
+     update: [0, src[1] dim axis - src[2] dim axis] */
+  LM_CHECK,
   LM_NUM_OPS
 } lm_op;
 
@@ -139,6 +150,23 @@ int lm_attention_mask_named(const char *s, size_t len); /* -1: none such */
 /* The fused attention kernel's largest head dim (D and Dv): its tiles live on
  * the stack (runtime/attention_cpu.c). */
 #define LM_ATTENTION_MAX_HEAD 256
+
+/* What an LM_CHECK node asks of its source's values (arg.check). */
+typedef enum lm_check_rule {
+  LM_CHECK_INDEX,  /* integers in [0, n), or equal to `ignore` where has_ignore */
+  LM_CHECK_START,  /* integers in [0, n] (a slice's start: n = size - length) */
+  LM_CHECK_WEIGHTS /* floats, rows along the last dim: each finite and >= 0, and
+                      some value of each row above 0 (a multinomial distribution) */
+} lm_check_rule;
+#define LM_CHECK_RULES 3
+/* The sources a rule takes (the values, then the shapes giving its range). */
+int lm_check_rule_sources(int rule);
+/* The rule's name in the program text ("index", ...), NULL outside the enum;
+ * and back (-1 for none). */
+const char *lm_check_rule_name(int rule);
+int lm_check_rule_named(const char *s, size_t len);
+/* Room for the public op's name a check reports (arg.check.op, terminated). */
+#define LM_CHECK_OP_LEN 48
 
 typedef enum lm_rand_kind { LM_RAND_UNIFORM, LM_RAND_NORMAL, LM_RAND_BERNOULLI } lm_rand_kind;
 
@@ -210,6 +238,13 @@ struct lm_node {
       int combine;  /* loom_reduce_op: LOOM_REDUCE_SUM */
       bool reverse; /* from the dim's end */
     } scan;
+    struct {
+      int rule;                 /* lm_check_rule */
+      int axis;                 /* the integer rules: the dim of src[1] (and src[2]) */
+      bool has_ignore;          /* LM_CHECK_INDEX: `ignore` is allowed too */
+      int64_t ignore;           /* (cross-entropy's ignore_index) */
+      char op[LM_CHECK_OP_LEN]; /* the public op that recorded it, for the message */
+    } check;
   } arg;
   bool requires_grad;            /* gradients flow through it (set when recorded) */
   struct loom_tensor *grad_leaf; /* the handle its gradients accumulate into (weak) */
@@ -264,7 +299,8 @@ typedef enum lm_op_class {
   LM_OPC_COPY,        /* from another device, computed when recorded */
   LM_OPC_COLLECTIVE,  /* across processes, a library step (runtime/dist.c) */
   LM_OPC_SORT,        /* a library step over whole rows of its stored source */
-  LM_OPC_SCAN         /* a library step along one dim of its stored source */
+  LM_OPC_SCAN,        /* a library step along one dim of its stored source */
+  LM_OPC_CHECK        /* a library step checking its stored source's values */
 } lm_op_class;
 
 /* Which member of lm_node.arg an op uses, and so how it is hashed and written. */
@@ -283,7 +319,8 @@ typedef enum lm_arg_kind {
   LM_ARG_COLL,   /* arg.coll: reduce=<name> root=<int> axis=<int> world=<int> */
   LM_ARG_ATTN,   /* arg.attn: scale=<f64> causal=<0|1> mask=<none|bool|add> */
   LM_ARG_SORT,   /* arg.sort: k=<int> descending=<0|1> full=<0|1> */
-  LM_ARG_SCAN    /* arg.scan: axis=<int> combine=<name> reverse=<0|1> */
+  LM_ARG_SCAN,   /* arg.scan: axis=<int> combine=<name> reverse=<0|1> */
+  LM_ARG_CHECK   /* arg.check: rule=<name> axis=<int> [ignore=<int>] op=<name> */
 } lm_arg_kind;
 
 /* The dtype an op gives, from its (first value) source's. */
@@ -315,6 +352,7 @@ bool lm_op_is_collective(lm_op op);
 bool lm_op_is_attention(lm_op op); /* LM_ATTENTION or its gradient */
 bool lm_op_is_sort(lm_op op);
 bool lm_op_is_scan(lm_op op);
+bool lm_op_is_check(lm_op op);
 /* loom_reduce_op's name in listings and the program text ("sum", ...), NULL
  * outside the enum; and back (-1 for none). */
 const char *lm_reduce_op_name(int reduce);

@@ -92,7 +92,17 @@ const lm_op_info lm_op_table[LM_NUM_OPS] = {
     [LM_SORT] = {"sort", LM_OPC_SORT, 1, LM_ARG_SORT, LM_RES_I64, false, false, 0},
     /* the gradient: the scan the other way (frontend/grad_rules.c) */
     [LM_SCAN] = {"scan", LM_OPC_SCAN, 1, LM_ARG_SCAN, LM_RES_SOURCE, false, true, 0},
+    /* its source's values, passed on unchanged: no gradient (integers, or a
+       distribution that multinomial draws from) */
+    [LM_CHECK] = {"check", LM_OPC_CHECK, -1, LM_ARG_CHECK, LM_RES_SOURCE, false, false, 0},
 };
+
+/* The position of the name s[0..len) among names[0..n), or -1. */
+static int named(const char *const *names, int n, const char *s, size_t len) {
+  for (int i = 0; i < n; i++)
+    if (strlen(names[i]) == len && !memcmp(names[i], s, len)) return i;
+  return -1;
+}
 
 static const char *const reduce_names[] = {"mean", "sum", "none", "max",
                                            "min"}; /* loom_reduction */
@@ -104,9 +114,7 @@ const char *lm_reduce_op_name(int reduce) {
 }
 
 int lm_reduce_op_named(const char *name, size_t len) {
-  for (int i = 0; i < (int)(sizeof reduce_names / sizeof *reduce_names); i++)
-    if (strlen(reduce_names[i]) == len && !memcmp(reduce_names[i], name, len)) return i;
-  return -1;
+  return named(reduce_names, (int)(sizeof reduce_names / sizeof *reduce_names), name, len);
 }
 
 const lm_op_info *lm_op_info_of(lm_op op) {
@@ -130,6 +138,21 @@ bool lm_op_is_collective(lm_op op) { return is_class(op, LM_OPC_COLLECTIVE); }
 bool lm_op_is_attention(lm_op op) { return op == LM_ATTENTION || op == LM_ATTENTION_GRAD; }
 bool lm_op_is_sort(lm_op op) { return is_class(op, LM_OPC_SORT); }
 bool lm_op_is_scan(lm_op op) { return is_class(op, LM_OPC_SCAN); }
+bool lm_op_is_check(lm_op op) { return is_class(op, LM_OPC_CHECK); }
+
+static const char *const check_rule_names[LM_CHECK_RULES] = {"index", "start", "weights"};
+
+const char *lm_check_rule_name(int rule) {
+  return rule >= 0 && rule < LM_CHECK_RULES ? check_rule_names[rule] : NULL;
+}
+
+int lm_check_rule_named(const char *s, size_t len) {
+  return named(check_rule_names, LM_CHECK_RULES, s, len);
+}
+
+int lm_check_rule_sources(int rule) {
+  return rule == LM_CHECK_INDEX ? 2 : rule == LM_CHECK_START ? 3 : 1;
+}
 
 static const char *const mask_names[] = {"none", "bool", "add"};
 
@@ -137,8 +160,4 @@ const char *lm_attention_mask_name(int mask) {
   return mask >= 0 && mask < 3 ? mask_names[mask] : "?";
 }
 
-int lm_attention_mask_named(const char *s, size_t len) {
-  for (int m = 0; m < 3; m++)
-    if (strlen(mask_names[m]) == len && !strncmp(s, mask_names[m], len)) return m;
-  return -1;
-}
+int lm_attention_mask_named(const char *s, size_t len) { return named(mask_names, 3, s, len); }

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "ir/ir.h"
 
@@ -572,6 +573,44 @@ static bool check_scan(const verdict *v) {
   return shape_is(v, &x->shape, "the source's") && keeps_dtype(v);
 }
 
+/* Check: the source's shape and dtype; integers for the integer rules,
+ * floats of at least one dim for weights; the sources the rule takes, the
+ * axis a dim of each shape source (a start's update no longer than the tensor
+ * along it); the public op's name for the message. */
+static bool check_check(const verdict *v) {
+  const lm_node *n = v->n, *x = n->src[0];
+  int rule = n->arg.check.rule, axis = n->arg.check.axis;
+  const char *name = lm_check_rule_name(rule);
+  if (!name) return refuse(v, "rule %d is not index, start or weights", rule);
+  if (n->nsrc != lm_check_rule_sources(rule))
+    return refuse(v, "%d sources, the %s rule takes %d", n->nsrc, name,
+                  lm_check_rule_sources(rule));
+  if (!shape_is(v, &x->shape, "the source's") || !keeps_dtype(v)) return false;
+  if (rule == LM_CHECK_WEIGHTS ? !lm_dtype_is_float(x->dtype) || x->shape.ndim < 1
+                               : !lm_dtype_is_int(x->dtype))
+    return refuse(v, "the %s rule does not take %s values%s", name, loom_dtype_name(x->dtype),
+                  rule == LM_CHECK_WEIGHTS ? " (floats of at least one dim)" : " (integers)");
+  for (int s = 1; s < n->nsrc; s++)
+    if (axis < 0 || axis >= n->src[s]->shape.ndim)
+      return refuse(v, "axis %d is not a dim of source %d", axis, s);
+  if (rule == LM_CHECK_START && n->src[2]->shape.dim[axis] > n->src[1]->shape.dim[axis])
+    return refuse(v, "an update of %lld along axis %d does not fit a tensor of %lld",
+                  (long long)n->src[2]->shape.dim[axis], axis,
+                  (long long)n->src[1]->shape.dim[axis]);
+  if (n->arg.check.has_ignore && rule != LM_CHECK_INDEX)
+    return refuse(v, "the %s rule allows no ignored value", name);
+  size_t len = strnlen(n->arg.check.op, LM_CHECK_OP_LEN);
+  bool word = len > 0 && len < LM_CHECK_OP_LEN; /* (written into programs and exported C) */
+  for (size_t i = 0; i < len && word; i++) {
+    char c = n->arg.check.op[i];
+    word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  }
+  if (!word)
+    return refuse(v, "the op it reports for is not named by 1 to %d letters, digits or '_'",
+                  LM_CHECK_OP_LEN - 1);
+  return true;
+}
+
 /* ------------------------------------------------------------ leaves */
 
 static bool check_leaf(const verdict *v) {
@@ -650,6 +689,7 @@ bool lm_node_verify(const lm_node *n, char *why, size_t len) {
   case LM_ALL_GATHER: return check_collective(&v);
   case LM_SORT: return check_sort(&v);
   case LM_SCAN: return check_scan(&v);
+  case LM_CHECK: return check_check(&v);
   default: return refuse(&v, "no rule for this op");
   }
 }

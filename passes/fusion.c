@@ -103,19 +103,21 @@ static void count_uses(lm_planner *pl) {
     lm_node *n = g->nodes[i];
     if (lm_is_computed(n)) continue;
     lm_plan_node *pn = lm_plan_of(pl, n);
+    /* the sources it reads: a check's first (the others give it shapes only) */
+    int reads = lm_op_is_check(n->op) ? 1 : n->nsrc;
     if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL || lm_op_is_attention(n->op))
       pn->materialize = true;
     if (lm_op_is_collective(n->op) || lm_op_is_sort(n->op) ||
-        lm_op_is_scan(n->op)) { /* a library step: its sources whole in memory */
+        lm_op_is_scan(n->op) || lm_op_is_check(n->op)) { /* a library step: its sources whole in memory */
       pn->materialize = true;
-      for (int s = 0; s < n->nsrc; s++)
+      for (int s = 0; s < reads; s++)
         if (!lm_is_computed(n->src[s])) lm_plan_of(pl, n->src[s])->materialize = true;
     }
     bool inline_view = lm_op_is_view(n->op) && !pn->materialize;
     bool repeats = inline_view && (broadcasts(n) || pn->broadcast_use || n->op == LM_WINDOW);
     if (n->op == LM_GATHER && !lm_is_computed(n->src[0]))
       lm_plan_of(pl, n->src[0])->broadcast_use = true; /* rows read many times */
-    for (int s = 0; s < n->nsrc; s++) {
+    for (int s = 0; s < reads; s++) {
       bool repeated = false;
       for (int r = 0; r < s; r++) repeated |= n->src[r] == n->src[s];
       if (repeated || lm_is_computed(n->src[s])) continue;
@@ -302,7 +304,7 @@ bool lm_fuse_epilogues(lm_planner *pl) {
     lm_node *e = g->nodes[i];
     if (!lm_materialized(pl, e) || lm_op_is_reduce(e->op) || e->op == LM_MATMUL ||
         lm_op_is_attention(e->op) || lm_op_is_collective(e->op) || lm_op_is_sort(e->op) ||
-        lm_op_is_scan(e->op))
+        lm_op_is_scan(e->op) || lm_op_is_check(e->op))
       continue;
     lm_node *r = NULL;
     bool bad = false;

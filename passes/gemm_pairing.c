@@ -241,6 +241,7 @@ static bool makes_gemm_operand(const lm_graph *g, const lm_schedule *p, const lm
       if (s->attn.pos[k] == e->out) return false;
     if (s->kind == LM_STEP_SORT && s->sort.in_pos == e->out) return false;
     if (s->kind == LM_STEP_SCAN && s->scan.in_pos == e->out) return false;
+    if (s->kind == LM_STEP_CHECK && s->check.in_pos == e->out) return false;
   }
   return readers > 0;
 }

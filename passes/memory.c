@@ -20,6 +20,7 @@ void lm_step_reads(const lm_schedule *p, int i, void (*read)(void *ctx, int pos,
     if (s->attn.pos[k] >= 0) read(ctx, s->attn.pos[k], i);
   if (s->kind == LM_STEP_SORT) read(ctx, s->sort.in_pos, i);
   if (s->kind == LM_STEP_SCAN) read(ctx, s->scan.in_pos, i);
+  if (s->kind == LM_STEP_CHECK) read(ctx, s->check.in_pos, i);
   for (int a = 1; s->kind == LM_STEP_KERNEL && a < s->kernel.nslots; a++)
     if (!s->arg_key[a]) read(ctx, s->arg_pos[a], i);
   if (s->kind == LM_STEP_KERNEL && s->gemm_partner >= 0) { /* its GEMM runs here */

@@ -15,7 +15,8 @@ typedef enum lm_step_kind {
   LM_STEP_COLLECTIVE,
   LM_STEP_ATTENTION,
   LM_STEP_SORT,
-  LM_STEP_SCAN
+  LM_STEP_SCAN,
+  LM_STEP_CHECK
 } lm_step_kind;
 
 /* A kernel reads at most this many buffers and keys (its slots); planning
@@ -98,6 +99,24 @@ typedef struct lm_scan {
   int64_t outer, n, inner;
   bool reverse; /* from the dim's end */
 } lm_scan;
+/* A check (LM_CHECK): its source stored whole ([rows, cols], row-major; the
+ * weights rule's rows run along the last dim) passes arg.check's rule into
+ * the output, a copy; or the run fails there, naming `op` and the first
+ * value that broke the rule (runtime/check.c). */
+typedef struct lm_check_step {
+  loom_dtype dtype; /* the source's */
+  int in_pos;       /* canonical position of the source's buffer */
+  int rule;         /* lm_check_rule */
+  bool has_ignore;
+  int64_t lo, hi, ignore;
+  int64_t rows, cols;
+  char op[LM_CHECK_OP_LEN];
+} lm_check_step;
+/* The check LM_CHECK node n asks for, at its sizes: its rows and columns (the
+ * weights rule's rows run along the last dim; a 0-d source is one row of
+ * one), the integer rules' range [lo, hi) from the other sources' shapes
+ * (in_pos -1: planning sets it). */
+void lm_check_describe(const lm_node *n, lm_check_step *c);
 
 /* A collective across processes (LM_ALL_REDUCE, LM_BROADCAST, LM_ALL_GATHER):
  * the sources' whole buffers, row-major, into the step's output. */
@@ -149,6 +168,8 @@ typedef struct lm_step {
   lm_sort sort;
   /* LM_STEP_SCAN */
   lm_scan scan;
+  /* LM_STEP_CHECK */
+  lm_check_step check;
   /* GEMM epilogues: a GEMM whose only reader is an elementwise kernel runs
    * deferred, in row blocks, each followed by the kernel on those rows while
    * they are in cache; the kernel's slot gemm_slot reads the block. */

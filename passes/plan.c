@@ -117,6 +117,34 @@ static void plan_scan(const lm_planner *pl, lm_node *n, lm_step *step) {
   library_step(step, LM_STEP_SCAN, n);
 }
 
+void lm_check_describe(const lm_node *n, lm_check_step *c) {
+  const lm_node *x = n->src[0];
+  int nd = x->shape.ndim, axis = n->arg.check.axis;
+  int64_t rows = 1, hi = 0;
+  for (int d = 0; d + 1 < nd; d++) rows *= x->shape.dim[d];
+  if (n->arg.check.rule == LM_CHECK_INDEX) hi = n->src[1]->shape.dim[axis];
+  if (n->arg.check.rule == LM_CHECK_START)
+    hi = n->src[1]->shape.dim[axis] - n->src[2]->shape.dim[axis] + 1;
+  *c = (lm_check_step){.dtype = x->dtype,
+                       .in_pos = -1,
+                       .rule = n->arg.check.rule,
+                       .has_ignore = n->arg.check.has_ignore,
+                       .lo = 0,
+                       .hi = hi,
+                       .ignore = n->arg.check.has_ignore ? n->arg.check.ignore : 0,
+                       .rows = rows,
+                       .cols = nd ? x->shape.dim[nd - 1] : 1};
+  memcpy(c->op, n->arg.check.op, LM_CHECK_OP_LEN);
+  c->op[LM_CHECK_OP_LEN - 1] = 0;
+}
+
+/* A check's step: its source is stored (fusion.c marks it) and read whole. */
+static void plan_check(const lm_planner *pl, lm_node *n, lm_step *step) {
+  lm_check_describe(n, &step->check);
+  step->check.in_pos = lm_graph_pos(pl->g, n->src[0]);
+  library_step(step, LM_STEP_CHECK, n);
+}
+
 static loom_status lower_step(const lm_planner *pl, lm_schedule *p, lm_node *n, char *err,
                               size_t errlen) {
   lm_step *step = &p->steps[p->nsteps++];
@@ -134,6 +162,10 @@ static loom_status lower_step(const lm_planner *pl, lm_schedule *p, lm_node *n, 
   }
   if (lm_op_is_scan(n->op)) {
     plan_scan(pl, n, step);
+    return LOOM_OK;
+  }
+  if (lm_op_is_check(n->op)) {
+    plan_check(pl, n, step);
     return LOOM_OK;
   }
   if (lm_op_is_collective(n->op)) {
@@ -204,6 +236,10 @@ static loom_status plan_node(lm_planner *pl, lm_schedule *p, lm_node *n, temps *
   return st;
 }
 
+static bool hoisted_check(const lm_planner *pl, const lm_node *n) {
+  return lm_op_is_check(n->op) && lm_materialized(pl, n) && lm_is_computed(n->src[0]);
+}
+
 loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, size_t errlen) {
   *out = NULL;
   /* a record per graph position; split reductions' partial results add theirs */
@@ -238,9 +274,16 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, 
   }
   p->nnodes = g->n;
   loom_status st = LOOM_OK;
+  /* Checks of leaves (a program's token ids, positions) first: a run that
+   * fails one stops before any other step has run. */
+  for (int i = 0; i < g->n && st == LOOM_OK; i++)
+    if (hoisted_check(&pl, g->nodes[i])) {
+      p->published[i] = lm_plan_of(&pl, g->nodes[i])->target;
+      st = lower_step(&pl, p, g->nodes[i], err, errlen);
+    }
   for (int i = 0; i < g->n && st == LOOM_OK; i++) {
     lm_node *n = g->nodes[i];
-    if (!lm_materialized(&pl, n)) continue;
+    if (!lm_materialized(&pl, n) || hoisted_check(&pl, n)) continue;
     p->published[i] = lm_plan_of(&pl, n)->target;
     temps t = {.n = 0};
     if (!fuse)

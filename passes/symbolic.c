@@ -560,6 +560,7 @@ static void infer_node(infer *f, int pos) {
     }
     return;
   case LM_OPC_SCAN: /* the source's dims, the scanned one too */
+  case LM_OPC_CHECK: /* the source itself (the others give the range their shapes) */
     for (int d = 0; d < nd; d++) join(f, slot(pos, d), slot(src[0], d));
     return;
   case LM_OPC_VIEW: break;

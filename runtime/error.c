@@ -24,6 +24,8 @@ const char *lm_called_enter(const char *op) {
 
 void lm_called_leave(const char *previous) { called_op = previous; }
 
+const char *lm_called_op(void) { return called_op; }
+
 /* message, named after the op the user called when another op raised it. */
 static void format_message(char *message, size_t len, const char *fmt, va_list ap) {
   if (called_op) {

@@ -158,7 +158,7 @@ static loom_status cpu_gemm(const lm_exec *x, const lm_step *s) {
 }
 
 static const lm_step_runner cpu_runner = {cpu_kernel, cpu_gemm, lm_attention_run_cpu,
-                                          lm_sort_run_cpu, lm_scan_run_cpu};
+                                          lm_sort_run_cpu, lm_scan_run_cpu, lm_check_run_cpu};
 
 /* The all-reduces a run started and has not finished: each runs while the
  * steps before its wait_before compute, and its step's dead buffers (its
@@ -290,6 +290,7 @@ static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i, in
            : s->kind == LM_STEP_ATTENTION ? r->attention(x, s)
            : s->kind == LM_STEP_SORT      ? r->sort(x, s)
            : s->kind == LM_STEP_SCAN      ? r->scan(x, s)
+           : s->kind == LM_STEP_CHECK     ? r->check(x, s)
                                           : r->kernel(x, s);
   }
   if (!started) release_dead(x, s);

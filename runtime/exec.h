@@ -38,8 +38,9 @@ loom_status lm_exec_compile_lifted(lm_schedule *p, loom_device device, unsigned 
 /* How one device runs kernel and GEMM steps: lm_exec_steps walks a program
  * with them (allocating outputs, freeing intermediates after their last
  * reader) for every device. `kernel` runs a kernel step (with its deferred
- * GEMM, if any) into bufs[s->out]; `gemm` a GEMM step; `attention`,
- * `sort` and `scan` those library steps. Collective steps
+ * GEMM, if any) into bufs[s->out]; `gemm` a GEMM step; `attention`, `sort`,
+ * `scan` and `check` those library steps (a check that fails fails the run,
+ * before any later step). Collective steps
  * (CPU buffers) run through runtime/dist.c. */
 typedef struct lm_step_runner {
   loom_status (*kernel)(const lm_exec *x, const lm_step *s);
@@ -47,6 +48,7 @@ typedef struct lm_step_runner {
   loom_status (*attention)(const lm_exec *x, const lm_step *s);
   loom_status (*sort)(const lm_exec *x, const lm_step *s);
   loom_status (*scan)(const lm_exec *x, const lm_step *s);
+  loom_status (*check)(const lm_exec *x, const lm_step *s);
 } lm_step_runner;
 /* runtime/attention.c: a fused attention step on the CPU's threads. */
 loom_status lm_attention_run_cpu(const lm_exec *x, const lm_step *s);
@@ -54,6 +56,8 @@ loom_status lm_attention_run_cpu(const lm_exec *x, const lm_step *s);
 loom_status lm_sort_run_cpu(const lm_exec *x, const lm_step *s);
 /* runtime/scan.c: a scan step on the CPU's threads. */
 loom_status lm_scan_run_cpu(const lm_exec *x, const lm_step *s);
+/* runtime/check.c: a check step on the CPU. */
+loom_status lm_check_run_cpu(const lm_exec *x, const lm_step *s);
 /* Runs a kernel-shaped fn over items [begin, end) on loom's threads, or on
  * the caller's when `work` (element visits or multiply-adds) is too little
  * to wake the pool for. */

@@ -87,8 +87,8 @@ static loom_status write_kernels(job *j) {
     size_t len = 0;
     const lm_step *s = &plan->steps[i];
     if ((s->kind == LM_STEP_KERNEL && s->outer == 0) || s->kind == LM_STEP_ATTENTION ||
-        s->kind == LM_STEP_SORT || s->kind == LM_STEP_SCAN)
-      continue; /* never run; attention, sort and scan are C in the wrapper */
+        s->kind == LM_STEP_SORT || s->kind == LM_STEP_SCAN || s->kind == LM_STEP_CHECK)
+      continue; /* never run; attention, sort, scans and checks are C in the wrapper */
     loom_status st = s->kind == LM_STEP_KERNEL
                          ? lm_kernel_object(&j->l->kernel[i], j->l->symbol[i], &obj, &len)
                          : lm_gemm_object(&j->l->tile[i], j->l->symbol[i], &obj, &len);

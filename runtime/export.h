@@ -32,6 +32,7 @@ typedef struct lm_export_layout {
   bool uses_attention; /* a fused attention step: runtime/attention_cpu.c's text goes in */
   bool uses_sort;      /* a sort step: runtime/sort_cpu.c's text goes in */
   bool uses_scan;      /* a scan step: runtime/scan_cpu.c's text goes in */
+  bool uses_check;     /* a check step: runtime/check_cpu.c's text goes in */
   bool uses_amx;       /* a GEMM runs on AMX tiles: the library asks Linux for them */
   lk_kernel *kernel;   /* [nsteps] what a kernel step links: its own kernel, or
                           (generic) its kernel generalized, instructions owned */

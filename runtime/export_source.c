@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime/attention.h"
+#include "runtime/check.h"
 #include "runtime/compile.h"
 #include "runtime/export.h"
 #include "runtime/gemm.h"
@@ -129,6 +130,7 @@ static loom_status layout_make(lm_export_layout *l, const loom_program *p, const
     l->uses_attention |= s->kind == LM_STEP_ATTENTION;
     l->uses_sort |= s->kind == LM_STEP_SORT;
     l->uses_scan |= s->kind == LM_STEP_SCAN;
+    l->uses_check |= s->kind == LM_STEP_CHECK;
     if (s->kind != LM_STEP_GEMM) continue;
     l->uses_gemm = true;
     const lm_gemm *chooser = &tiles_from->steps[i].gemm;
@@ -382,6 +384,30 @@ static void write_scan_step(const lm_export_layout *l, int i, FILE *f) {
           l->name, lm_scan_work(&s->scan));
 }
 
+/* A check: runtime/check_cpu.c's over the source, its numbers written out (a
+ * symbolic export fits a table's rows as any other size); a value it refuses
+ * ends the run with <NAME>_ERR_VALUE and loom's message, kept for
+ * <name>_error_detail. Then the copy into its output. */
+static void write_check_step(const lm_export_layout *l, int i, FILE *f) {
+  const lm_step *s = &l->p->plan->steps[i];
+  const lm_check_step *c = &s->check;
+  char o[96], x[96];
+  int64_t num[LM_CHECK_NUMBERS];
+  lm_check_numbers(c, num);
+  fprintf(f, "  { /* step %d: check, %s's %s rule */\n", i, c->op, lm_check_rule_name(c->rule));
+  write_numbers(f, num, LM_CHECK_NUMBERS);
+  fprintf(f,
+          "    if (%s_check_values(%s, num, \"%s\", error_detail, sizeof error_detail)) {\n"
+          "      free(scratch);\n%s"
+          "      return %s_ERR_VALUE;\n    }\n",
+          l->name, buffer(l, c->in_pos, x, sizeof x), c->op,
+          l->pack_bytes > 0 ? "      free(pack);\n" : "", l->upper);
+  if (s->outer > 0)
+    fprintf(f, "    memcpy(%s, %s, %" PRId64 ");\n", buffer(l, s->out, o, sizeof o), x,
+            s->outer * (int64_t)loom_dtype_size(s->dtype));
+  fputs("  }\n", f);
+}
+
 /* A library step's CPU kernel (runtime/<what>_cpu.c) itself, its functions
  * renamed into the library's prefix. */
 static void write_kernel_source(const lm_export_layout *l, const char *what, const char *text,
@@ -402,8 +428,10 @@ static void write_library_sources(const lm_export_layout *l, FILE *f) {
                         sizeof attention / sizeof *attention, f);
   static const char *const scan[] = {"lm_scan_sums", "lm_scan_rows", "lm_scan_items",
                                      "lm_scan_parts"};
+  static const char *const check[] = {"lm_check_values"};
   if (l->uses_sort) write_kernel_source(l, "sort", lm_sort_cpu_source, sort, 2, f);
   if (l->uses_scan) write_kernel_source(l, "scan", lm_scan_cpu_source, scan, 4, f);
+  if (l->uses_check) write_kernel_source(l, "check", lm_check_cpu_source, check, 1, f);
 }
 
 /* The block functions' argument (ir/kernel.h's lk_gemm_args) and their
@@ -723,7 +751,18 @@ static void write_status_string(const lm_export_layout *l, FILE *f) {
             "  case %s_ERR_DIMS: return \"a size in dims is below 1, or makes a tensor too "
             "large, or a dim that follows the sizes below 1\";\n",
             l->upper);
+  if (l->uses_check)
+    fprintf(f,
+            "  case %s_ERR_VALUE: return \"an input holds a value its op refuses (an index "
+            "outside its table, a position past the end, an invalid multinomial distribution): "
+            "%s_error_detail() says which\";\n",
+            l->upper, l->name);
   fputs("  default: return \"unknown status\";\n  }\n}\n\n", f);
+  if (l->uses_check) /* per thread, as the calls */
+    fprintf(f,
+            "static _Thread_local char error_detail[512];\n\n"
+            "const char *%s_error_detail(void) { return error_detail; }\n\n",
+            l->name);
   if (l->uses_amx) /* Linux hands the tiles' large state only to processes that ask */
     fputs(
         "static int amx_granted;\nstatic pthread_once_t amx_once = PTHREAD_ONCE_INIT;\n"
@@ -893,6 +932,8 @@ void lm_export_write_source(const lm_export_layout *l, FILE *f) {
       write_sort_step(l, i, f);
     else if (s->kind == LM_STEP_SCAN)
       write_scan_step(l, i, f);
+    else if (s->kind == LM_STEP_CHECK)
+      write_check_step(l, i, f);
     else if (s->outer > 0)
       write_kernel_step(l, i, f);
   }
@@ -989,6 +1030,14 @@ void lm_export_write_header(const lm_export_layout *l, FILE *f) {
           "#define %s_ERR_CPU 4\n",
           u, u, u, u, u);
   if (l->generic) fprintf(f, "#define %s_ERR_DIMS 5\n", u);
+  if (l->uses_check)
+    fprintf(f,
+            "/* an input holds a value an op refuses: an index outside its table, a\n"
+            " * position past the end of a cache, an invalid multinomial distribution\n"
+            " * (loom's run fails alike); %s_error_detail() names the op and the value.\n"
+            " * The outputs then hold no result. */\n"
+            "#define %s_ERR_VALUE 6\n",
+            n, u);
   fprintf(f, "\n#define %s_NUM_INPUTS %d\n#define %s_NUM_OUTPUTS %d\n", u, p->nin, u, p->nout);
   if (l->generic) {
     fprintf(f, "#define %s_NUM_SYMBOLS %d\n", u, p->nsym);
@@ -1025,17 +1074,24 @@ void lm_export_write_header(const lm_export_layout *l, FILE *f) {
             n, n, n, n);
   else
     fprintf(f, "int %s_run(const void *const *inputs, void *const *outputs);\n", n);
-  fprintf(f, "const char *%s_status_string(int status);\n\n", n);
-  fprintf(f, "#ifdef __cplusplus\n}\n#endif\n\n#endif /* %s_H */\n", u);
+  fprintf(f, "const char *%s_status_string(int status);\n", n);
+  if (l->uses_check)
+    fprintf(f,
+            "/* After a call on this thread returned %s_ERR_VALUE: the op and the value\n"
+            " * it refused, as loom says it (\"loom_embedding_f: index 7 at position 0 is\n"
+            " * outside [0, 5)\"). */\n"
+            "const char *%s_error_detail(void);\n",
+            u, n);
+  fprintf(f, "\n#ifdef __cplusplus\n}\n#endif\n\n#endif /* %s_H */\n", u);
 }
 
 void lm_export_write_version_script(const lm_export_layout *l, FILE *f) {
   const char *n = l->name;
   if (l->generic)
-    fprintf(f,
-            "{\n  global: %s_run_dims; %s_scratch_bytes; %s_input_shape; %s_output_shape; "
-            "%s_status_string;\n  local: *;\n};\n",
-            n, n, n, n, n);
+    fprintf(f, "{\n  global: %s_run_dims; %s_scratch_bytes; %s_input_shape; %s_output_shape; ", n,
+            n, n, n);
   else
-    fprintf(f, "{\n  global: %s_run; %s_status_string;\n  local: *;\n};\n", n, n);
+    fprintf(f, "{\n  global: %s_run; ", n);
+  if (l->uses_check) fprintf(f, "%s_error_detail; ", n);
+  fprintf(f, "%s_status_string;\n  local: *;\n};\n", n);
 }

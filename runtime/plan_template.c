@@ -49,9 +49,9 @@
 /* A field added to a step must be described by walk_plan (as shape or as a
  * number) or an instance runs with the template's value of it. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(lm_step) == 1552 && sizeof(lm_gemm) == 312 && sizeof(lm_collective) == 88 &&
+_Static_assert(sizeof(lm_step) == 1656 && sizeof(lm_gemm) == 312 && sizeof(lm_collective) == 88 &&
                    sizeof(lm_attention) == 640 && sizeof(lm_sort) == 40 && sizeof(lm_scan) == 40 &&
-                   sizeof(lk_kernel) == 304,
+                   sizeof(lm_check_step) == 104 && sizeof(lk_kernel) == 304,
                "lm_step changed: describe the new field in walk_plan, then update the sizes here");
 #endif
 
@@ -244,6 +244,21 @@ static void walk_scan(walk *w, lm_scan *s) {
   number(w, &s->inner);
 }
 
+static void walk_check(walk *w, lm_check_step *c) {
+  if (w->d) {
+    PUT(w->d, c->dtype);
+    PUT(w->d, c->in_pos);
+    PUT(w->d, c->rule);
+    PUT(w->d, c->has_ignore);
+    PUT(w->d, c->ignore);
+    PUT(w->d, c->op);
+  }
+  number(w, &c->lo);
+  number(w, &c->hi); /* a table's rows, a cache's length less the update's: they may follow */
+  number(w, &c->rows);
+  number(w, &c->cols);
+}
+
 static void walk_sort(walk *w, lm_sort *s) {
   if (w->d) {
     PUT(w->d, s->dtype);
@@ -295,6 +310,7 @@ static void walk_plan(walk *w, lm_schedule *p) {
     if (s->kind == LM_STEP_ATTENTION) walk_attention(w, &s->attn);
     if (s->kind == LM_STEP_SORT) walk_sort(w, &s->sort);
     if (s->kind == LM_STEP_SCAN) walk_scan(w, &s->scan);
+    if (s->kind == LM_STEP_CHECK) walk_check(w, &s->check);
   }
 }
 

@@ -51,6 +51,12 @@ static void print_step(const lm_step *s, int i, double ms) {
             (long long)a->dv, (long long)batch, a->causal ? ", causal" : "");
     return;
   }
+  if (s->kind == LM_STEP_CHECK) {
+    fprintf(stderr, "check: %s's %s rule over %lld rows of %lld %s\n", s->check.op,
+            lm_check_rule_name(s->check.rule), (long long)s->check.rows, (long long)s->check.cols,
+            loom_dtype_name(s->check.dtype));
+    return;
+  }
   if (s->kind == LM_STEP_SORT) {
     fprintf(stderr, "sort: the first %lld of %lld rows of %lld %s%s\n", (long long)s->sort.k,
             (long long)s->sort.rows, (long long)s->sort.n, loom_dtype_name(s->sort.dtype),

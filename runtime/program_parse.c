@@ -390,6 +390,31 @@ static loom_status arg_coll(parser *p, lm_node *n) {
   return arg_int(p, "world", &n->arg.coll.world);
 }
 
+/* A check's: rule=<name> axis=<int> [ignore=<int>] op=<name> (the op's name
+ * as the verifier takes it: letters, digits, '_'). */
+static loom_status arg_check(parser *p, lm_node *n) {
+  token v = {NULL, 0};
+  char q[72];
+  loom_status st = take_arg(p, "rule", &v);
+  if (st != LOOM_OK) return st;
+  if ((n->arg.check.rule = lm_check_rule_named(v.s, v.len)) < 0)
+    return bad(p, "rule=%s: expected index, start or weights", quote(v, q));
+  if ((st = arg_int(p, "axis", &n->arg.check.axis)) != LOOM_OK) return st;
+  static const char ignore[] = "ignore=";
+  if ((size_t)(p->eol - p->cur) > strlen(ignore) && !memcmp(p->cur, ignore, strlen(ignore))) {
+    n->arg.check.has_ignore = true;
+    if ((st = take_arg(p, "ignore", &v)) != LOOM_OK) return st;
+    if (!parse_i64(v.s, v.len, &n->arg.check.ignore))
+      return bad(p, "ignore=%s is not an integer", quote(v, q));
+  }
+  if ((st = take_arg(p, "op", &v)) != LOOM_OK) return st;
+  if (v.len == 0 || v.len >= LM_CHECK_OP_LEN)
+    return bad(p, "op=%s: expected a name of 1 to %d characters", quote(v, q), LM_CHECK_OP_LEN - 1);
+  memcpy(n->arg.check.op, v.s, v.len);
+  n->arg.check.op[v.len] = 0;
+  return LOOM_OK;
+}
+
 /* The op's arguments, in the order the format fixes. Lists have one entry
  * per dim of the node (window's two per spatial dim). */
 static loom_status parse_args(parser *p, lm_node *n) {
@@ -464,6 +489,7 @@ static loom_status parse_args(parser *p, lm_node *n) {
     n->arg.scan.reverse = reverse == 1;
     return st;
   }
+  case LM_ARG_CHECK: return arg_check(p, n);
   case LM_ARG_WINDOW:
     st = arg_list(p, "kernel", 2, INT64_MIN, INT64_MAX, n->arg.window.kernel);
     if (st == LOOM_OK) st = arg_list(p, "stride", 2, INT64_MIN, INT64_MAX, n->arg.window.stride);

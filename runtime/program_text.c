@@ -183,6 +183,11 @@ static void put_args(text *t, const lm_node *n) {
         (int)n->arg.scan.reverse);
     break;
   }
+  case LM_ARG_CHECK:
+    put(t, " rule=%s axis=%d", lm_check_rule_name(n->arg.check.rule), n->arg.check.axis);
+    if (n->arg.check.has_ignore) put(t, " ignore=%lld", (long long)n->arg.check.ignore);
+    put(t, " op=%.*s", LM_CHECK_OP_LEN - 1, n->arg.check.op);
+    break;
   case LM_ARG_WINDOW:
     put_list(t, "kernel", n->arg.window.kernel, 2);
     put_list(t, "stride", n->arg.window.stride, 2);
@@ -423,7 +428,8 @@ static bool steps_computing(const loom_program *p, computing *c) {
 }
 
 static void dump_header(text *t, const loom_program *p) {
-  int weights = 0, nodes = 0, kernels = 0, gemms = 0, attentions = 0, sorts = 0, scans = 0;
+  int weights = 0, nodes = 0, kernels = 0, gemms = 0, attentions = 0, sorts = 0, scans = 0,
+      checks = 0;
   for (int pos = 0; pos < p->n; pos++)
     weights += p->kind[pos] == LM_SLOT_WEIGHT, nodes += p->kind[pos] == LM_SLOT_NODE;
   for (int i = 0; i < p->plan->nsteps; i++)
@@ -431,8 +437,9 @@ static void dump_header(text *t, const loom_program *p) {
         gemms += p->plan->steps[i].kind == LM_STEP_GEMM,
         attentions += p->plan->steps[i].kind == LM_STEP_ATTENTION,
         sorts += p->plan->steps[i].kind == LM_STEP_SORT,
-        scans += p->plan->steps[i].kind == LM_STEP_SCAN;
-  int collectives = p->plan->nsteps - kernels - gemms - attentions - sorts - scans;
+        scans += p->plan->steps[i].kind == LM_STEP_SCAN,
+        checks += p->plan->steps[i].kind == LM_STEP_CHECK;
+  int collectives = p->plan->nsteps - kernels - gemms - attentions - sorts - scans - checks;
   put(t,
       "loom program: %d input%s, %d weight%s, %d node%s, %d output%s; %d step%s (%d kernel%s, "
       "%d gemm%s",
@@ -443,6 +450,7 @@ static void dump_header(text *t, const loom_program *p) {
   if (attentions) put(t, ", %d attention%s", attentions, attentions == 1 ? "" : "s");
   if (sorts) put(t, ", %d sort%s", sorts, sorts == 1 ? "" : "s");
   if (scans) put(t, ", %d scan%s", scans, scans == 1 ? "" : "s");
+  if (checks) put(t, ", %d check%s", checks, checks == 1 ? "" : "s");
   if (collectives) put(t, ", %d collective%s", collectives, collectives == 1 ? "" : "s");
   put(t, ")\n");
 }
@@ -631,6 +639,17 @@ static void dump_scan(text *t, const loom_program *p, int i) {
       (long long)sc->inner, sc->reverse ? " from its end" : "", pos_name(p, sc->in_pos, x));
 }
 
+static void dump_check(text *t, const loom_program *p, int i) {
+  const lm_check_step *c = &p->plan->steps[i].check;
+  char o[24], x[24];
+  put(t, "  step %d: check -> %s, %s's %s rule over %lld rows of %lld %s from %s", i,
+      pos_name(p, p->plan->steps[i].out, o), c->op, lm_check_rule_name(c->rule), (long long)c->rows,
+      (long long)c->cols, loom_dtype_name(c->dtype), pos_name(p, c->in_pos, x));
+  if (c->rule != LM_CHECK_WEIGHTS) put(t, ": [%lld, %lld)", (long long)c->lo, (long long)c->hi);
+  if (c->has_ignore) put(t, " or %lld", (long long)c->ignore);
+  put(t, "\n");
+}
+
 static void dump_attention(text *t, const loom_program *p, int i) {
   const lm_step *s = &p->plan->steps[i];
   const lm_attention *a = &s->attn;
@@ -697,6 +716,8 @@ static void dump_schedule(text *t, const loom_program *p, const computing *c) {
       dump_sort(t, p, i);
     else if (p->plan->steps[i].kind == LM_STEP_SCAN)
       dump_scan(t, p, i);
+    else if (p->plan->steps[i].kind == LM_STEP_CHECK)
+      dump_check(t, p, i);
     else
       dump_kernel(t, p, i, c);
   }
@@ -776,6 +797,7 @@ static void dot_step(text *t, const loom_program *p, int i, const picture *pic) 
       : s->kind == LM_STEP_ATTENTION  ? "attention"
       : s->kind == LM_STEP_SORT       ? "sort"
       : s->kind == LM_STEP_SCAN       ? "scan"
+      : s->kind == LM_STEP_CHECK      ? "check"
                                       : "kernel");
   if (s->out >= p->n)
     put(t, "    t%d [shape=point, xlabel=\"%%t%d\"];\n", s->out - p->n, s->out - p->n);

@@ -441,16 +441,30 @@ static loom_status bind_leaves(const lm_graph *g, void **bufs, void **keys) {
 
 /* The leaves that steps of p may update in place (lm_plan_in_place), into
  * donatable[]: those nothing holds but the node updating them (one
- * reference), which keeps no gradient history through them. */
+ * reference, and those of checks that read only its shape: a KV cache's
+ * length gives its position's range), which keeps no gradient history
+ * through them. */
 static void find_donatable(const lm_graph *g, const lm_schedule *p, bool *donatable) {
+  int *shape_refs = NULL;
+  for (int pos = 0; pos < g->n; pos++) {
+    const lm_node *n = g->nodes[pos];
+    for (int s = 1; n->op == LM_CHECK && s < n->nsrc; s++) {
+      if (!shape_refs && !(shape_refs = calloc((size_t)g->n, sizeof *shape_refs)))
+        return; /* no update in place: copies */
+      int at = lm_graph_pos(g, n->src[s]);
+      if (at >= 0) shape_refs[at]++;
+    }
+  }
   for (int i = 0; i < p->nsteps; i++) {
     const lm_step *s = &p->steps[i];
     if (s->donor < 0) continue;
     const lm_node *leaf = g->nodes[s->donor], *out = g->nodes[s->out];
-    donatable[s->donor] = atomic_load(&leaf->refs) == 1 && leaf->op == LM_BUFFER && leaf->data &&
-                          !leaf->requires_grad && !out->requires_grad &&
+    int holders = 1 + (shape_refs ? shape_refs[s->donor] : 0);
+    donatable[s->donor] = atomic_load(&leaf->refs) == holders && leaf->op == LM_BUFFER &&
+                          leaf->data && !leaf->requires_grad && !out->requires_grad &&
                           leaf->bytes == (size_t)s->outer * loom_dtype_size(s->dtype);
   }
+  free(shape_refs);
 }
 
 /* After a run that took leaves' buffers: on success each such leaf lets go
@@ -557,7 +571,14 @@ loom_status lm_realize_nodes(lm_node *const *nodes, int n) {
   }
   loom_status st = realize_grouped(todo, count);
   free(todo);
-  if (st == LOOM_OK && npending) lm_pending_clear();
+  /* A value the run refused (a check's index, position or weights; an input
+   * outside a program) fails every realization alike: the assignments it
+   * carried are dropped, or each later one would fail too. Their tensors keep
+   * the values given them (realizing one fails alike, until assigned again;
+   * a leaf a step took for its update holds that update's values, which the
+   * update recomputes alike: settle_taken). Other failures (memory) keep them
+   * pending, so that realizing again completes the step. */
+  if (npending && (st == LOOM_OK || st == LOOM_ERR_VALUE)) lm_pending_clear();
   return st;
 }
 

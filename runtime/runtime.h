@@ -67,6 +67,8 @@ loom_tensor *lm_error_recorded(loom_status status);
  * wins. lm_called_enter returns what lm_called_leave restores. */
 const char *lm_called_enter(const char *op);
 void lm_called_leave(const char *previous);
+/* The public op the user called (the outermost running), or NULL. */
+const char *lm_called_op(void);
 /* The same for functions returning a status. */
 /* Trial work whose failures are answers, not errors (planning a symbolic
  * program at sizes that may not fit it, inferring a lazy graph's symbols):

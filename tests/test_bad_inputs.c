@@ -346,6 +346,40 @@ ROW_T(shape_ce_ex, loom_cross_entropy_ex(f23, i4(), (loom_cross_entropy_opts){0}
 
 ROW_T(value_repeat, loom_repeat(f23, (int64_t[]){2}, 1))
 ROW_T(shape_gather, loom_gather(f23, 1, loom_ones(LOOM_SHAPE(3, 1), LOOM_I64, LOOM_CPU)))
+/* data-dependent input (issue 41): refused at the call when its data is at
+ * hand, by the run otherwise (the same message) */
+static loom_tensor *i64_of(int64_t a, int64_t b, loom_shape s) {
+  int64_t v[2] = {a, b};
+  return loom_from_data(v, s, LOOM_I64, LOOM_CPU);
+}
+static loom_tensor *weights3(float middle) {
+  float v[3] = {0.5f, middle, 0.6f};
+  return loom_from_data(v, LOOM_SHAPE(3), LOOM_F32, LOOM_CPU);
+}
+static loom_tensor *i64_scalar(int64_t v) {
+  return loom_from_data(&v, LOOM_SHAPE0, LOOM_I64, LOOM_CPU);
+}
+static loom_tensor *kv_cache(void) { return loom_zeros(LOOM_SHAPE(4, 2), LOOM_F32, LOOM_CPU); }
+static loom_tensor *kv_row(void) { return loom_ones(LOOM_SHAPE(1, 2), LOOM_F32, LOOM_CPU); }
+ROW_T(value_gather_past, loom_gather(f23, 1, i64_of(0, 3, LOOM_SHAPE(2, 1))))
+ROW_T(value_gather_before, loom_gather(f23, 0, i64_of(-1, 0, LOOM_SHAPE(1, 2))))
+ROW_T(value_index_select_past, loom_index_select(f23, 1, i64_of(2, 3, LOOM_SHAPE(2))))
+ROW_T(value_index_select_before, loom_index_select(f23, 0, i64_of(-1, 0, LOOM_SHAPE(2))))
+ROW_T(value_one_hot, loom_one_hot(i64_of(0, 3, LOOM_SHAPE(2)), 3))
+ROW_T(value_nll_label, loom_nll_loss(f23, i64_of(0, -1, LOOM_SHAPE(2))))
+ROW_T(value_multinomial_negative, loom_multinomial_key(loom_key_new(1), weights3(-0.1f), 1, true))
+ROW_T(value_multinomial_nan, loom_multinomial_key(loom_key_new(1), weights3(NAN), 1, true))
+static loom_tensor *zero_weights(void) {
+  float v[6] = {0};
+  return loom_from_data(v, LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU);
+}
+ROW_T(value_multinomial_zero, loom_multinomial_key(loom_key_new(1), zero_weights(), 1, false))
+ROW_T(value_slice_update_past, loom_slice_update(kv_cache(), 0, i64_scalar(4), kv_row()))
+ROW_T(value_slice_update_before, loom_slice_update(kv_cache(), 0, i64_scalar(-1), kv_row()))
+ROW_S(value_embedding_run,
+      loom_realize(loom_embedding_f(loom_add_s(i64_of(1, 3, LOOM_SHAPE(2)), 0), f23)))
+ROW_S(value_slice_update_run,
+      loom_realize(loom_slice_update(kv_cache(), 0, loom_add_s(i64_scalar(1), 3), kv_row())))
 ROW_T(shape_index_select,
       loom_index_select(f23, 0, loom_ones(LOOM_SHAPE(1, 1), LOOM_I64, LOOM_CPU)))
 ROW_T(value_var, loom_var(f23, NULL, 0, -1, false))
@@ -682,6 +716,36 @@ static const row table[] = {
         "1"),
     ROW("wrong shape", "loom_index_select([2,3], 0, index [1,1])", shape_index_select,
         LOOM_ERR_SHAPE, "loom_index_select: the index must be 1-D, got [1,1]"),
+    ROW("bad data", "loom_gather([2,3], 1, index {0, 3})", value_gather_past, LOOM_ERR_VALUE,
+        "loom_gather: index 3 at position 1 is outside [0, 3)"),
+    ROW("bad data", "loom_gather([2,3], 0, index {-1, 0})", value_gather_before, LOOM_ERR_VALUE,
+        "loom_gather: index -1 at position 0 is outside [0, 2)"),
+    ROW("bad data", "loom_index_select([2,3], 1, index {2, 3})", value_index_select_past,
+        LOOM_ERR_VALUE, "loom_index_select: index 3 at position 1 is outside [0, 3)"),
+    ROW("bad data", "loom_index_select([2,3], 0, index {-1, 0})", value_index_select_before,
+        LOOM_ERR_VALUE, "loom_index_select: index -1 at position 0 is outside [0, 2)"),
+    ROW("bad data", "loom_one_hot(labels {0, 3}, 3)", value_one_hot, LOOM_ERR_VALUE,
+        "loom_one_hot: index 3 at position 1 is outside [0, 3)"),
+    ROW("bad data", "loom_nll_loss([2,3], labels {0, -1})", value_nll_label, LOOM_ERR_VALUE,
+        "loom_nll_loss: index -1 at position 1 is outside [0, 3)"),
+    ROW("bad data", "loom_multinomial_key(k, {0.5, -0.1, 0.6}, 1)", value_multinomial_negative,
+        LOOM_ERR_VALUE,
+        "loom_multinomial_key: weight -0.1 at position 1 of row 0 is not a finite value >= 0 (an "
+        "invalid multinomial distribution)"),
+    ROW("bad data", "loom_multinomial_key(k, {0.5, NaN, 0.6}, 1)", value_multinomial_nan,
+        LOOM_ERR_VALUE, "loom_multinomial_key: weight nan at position 1 of row 0"),
+    ROW("bad data", "loom_multinomial_key(k, zeros [2,3], 1)", value_multinomial_zero,
+        LOOM_ERR_VALUE,
+        "loom_multinomial_key: row 0's 3 weights sum to 0 (an invalid multinomial distribution)"),
+    ROW("bad data", "loom_slice_update([4,2], 0, start 4, [1,2])", value_slice_update_past,
+        LOOM_ERR_VALUE, "loom_slice_update: start 4 is outside [0, 3]"),
+    ROW("bad data", "loom_slice_update([4,2], 0, start -1, [1,2])", value_slice_update_before,
+        LOOM_ERR_VALUE, "loom_slice_update: start -1 is outside [0, 3]"),
+    ROW("bad data", "loom_embedding_f(index {1, 3} computed by the run, [2,3]), realized",
+        value_embedding_run, LOOM_ERR_VALUE,
+        "loom_embedding_f: index 3 at position 1 is outside [0, 2)"),
+    ROW("bad data", "loom_slice_update([4,2], 0, start 1 + 3 computed by the run, [1,2]), realized",
+        value_slice_update_run, LOOM_ERR_VALUE, "loom_slice_update: start 4 is outside [0, 3]"),
     ROW("bad value", "loom_var([2,3], correction -1)", value_var, LOOM_ERR_VALUE,
         "loom_var: correction -1 is not a finite value >= 0"),
     ROW("wrong shape", "loom_copy_to_host([2,3], buf, 20)", shape_copy, LOOM_ERR_BUFFER,

@@ -25,13 +25,7 @@ static int64_t numel(loom_shape s) {
   return n;
 }
 
-static void *open_lib(const char *name) {
-  char path[512];
-  snprintf(path, sizeof path, "%s/lib%s.so", dir, name);
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  CHECK_MSG(h != NULL, "dlopen %s: %s", path, dlerror());
-  return h;
-}
+static void *open_lib(const char *name) { return check_open_library(dir, name); }
 
 static run_fn find_run(void *lib, const char *name) {
   char sym[96];

@@ -265,6 +265,17 @@ static void cumsums(loom_tensor *const *in, loom_tensor **out) {
   loom_free(g);
 }
 
+/* Checks of data-dependent input (LM_CHECK, every rule): a draw's weights, labels
+ * with one ignored, a KV cache's position (inputs below 10: every one valid). */
+static void checks(loom_tensor *const *in, loom_tensor **out) {
+  out[0] = loom_multinomial_key(loom_key_new(5), loom_softmax(in[0], 1), 2, true);
+  out[1] = loom_cross_entropy_ex(in[0], in[1],
+                                 (loom_cross_entropy_opts){.ignore = true, .ignore_index = 3});
+  loom_tensor *start = loom_reshape(loom_slice(in[1], 0, 0, 1, 1), LOOM_SHAPE0);
+  out[2] =
+      loom_slice_update(floats(LOOM_SHAPE(12, 10), 17), 0, start, loom_slice(in[0], 0, 0, 1, 1));
+}
+
 static const model models[] = {
     {"chain", 1, 1, {LOOM_SHAPE(37, 19)}, {LOOM_F32}, chain},
     {"clamp", 1, 2, {LOOM_SHAPE(6, 7)}, {LOOM_F32}, clamps},
@@ -288,6 +299,7 @@ static const model models[] = {
     {"attention_grad", 1, 1, {LOOM_SHAPE(1, 2, 130, 8)}, {LOOM_F32}, attention_grad},
     {"sort", 1, 2, {LOOM_SHAPE(6, 50)}, {LOOM_F32}, sorts},
     {"cumsum", 1, 3, {LOOM_SHAPE(6, 50)}, {LOOM_F32}, cumsums},
+    {"checks", 2, 3, {LOOM_SHAPE(4, 10), LOOM_SHAPE(4)}, {LOOM_F32, LOOM_I64}, checks},
 };
 #define NMODELS ((int)(sizeof models / sizeof models[0]))
 

@@ -204,6 +204,14 @@ static void test_creation_and_nn(void) {
     V(loom_nll_loss(loom_log_softmax(x, 1), labels));
     V(loom_mse_loss(x, loom_zeros_like(x)));
     V(loom_bce_with_logits(x, loom_ones_like(x)));
+    /* data-dependent input the run checks (LM_CHECK) */
+    V(loom_cross_entropy_ex(x, labels,
+                            (loom_cross_entropy_opts){.ignore = true, .ignore_index = -100}));
+    V(loom_gather(x, 1, loom_input("at", LOOM_SHAPE(8, 3), LOOM_I32, LOOM_CPU)));
+    V(loom_index_select(x, 0, loom_input("rows", LOOM_SHAPE(2), LOOM_U8, LOOM_CPU)));
+    V(loom_multinomial_key(loom_key_new(4), loom_softmax(x, 1), 3, false));
+    loom_tensor *pos = loom_input("pos", LOOM_SHAPE0, LOOM_I64, LOOM_CPU);
+    V(loom_slice_update(img, 2, pos, loom_slice(img, 2, 0, 2, 1)));
   }
   lm_pending_clear(); /* batch norm's updates depend on a placeholder: never realized */
 }
@@ -576,6 +584,70 @@ static void test_broken_scan(void) {
   refused("scan shape", scan(S(5, 3), F32, leaf(F32, S(3, 5)), 1, sum), "the shape must be [3,5]");
 }
 
+/* A check node of x under rule, its range from the shapes of a and b. */
+static lm_node *check(lm_check_rule rule, loom_shape out, loom_dtype dtype, lm_node *x, lm_node *a,
+                      lm_node *b, int axis, const char *op) {
+  lm_node *n = node(LM_CHECK, out, dtype, x, a, b);
+  n->arg.check.rule = rule, n->arg.check.axis = axis;
+  snprintf(n->arg.check.op, LM_CHECK_OP_LEN, "%s", op);
+  return n;
+}
+
+static void test_broken_check(void) {
+  accepted("index", check(LM_CHECK_INDEX, S(3), LOOM_I64, leaf(LOOM_I64, S(3)), leaf(F32, S(5, 2)),
+                          NULL, 0, "loom_embedding_f"));
+  accepted("start", check(LM_CHECK_START, LOOM_SHAPE0, LOOM_I32, leaf(LOOM_I32, LOOM_SHAPE0),
+                          leaf(F32, S(2, 8)), leaf(F32, S(2, 3)), 1, "loom_slice_update"));
+  accepted("weights", check(LM_CHECK_WEIGHTS, S(2, 4), LOOM_BF16, leaf(LOOM_BF16, S(2, 4)), NULL,
+                            NULL, 0, "loom_multinomial_key"));
+  lm_node *ignoring = check(LM_CHECK_INDEX, S(3), LOOM_U8, leaf(LOOM_U8, S(3)), leaf(F32, S(3, 7)),
+                            NULL, 1, "loom_cross_entropy_ex");
+  ignoring->arg.check.has_ignore = true, ignoring->arg.check.ignore = -100;
+  accepted("index or ignored", ignoring);
+  refused("rule 7", check(7, S(3), LOOM_I64, leaf(LOOM_I64, S(3)), NULL, NULL, 0, "loom_x"),
+          "rule 7 is not index, start or weights");
+  refused("index without a table",
+          check(LM_CHECK_INDEX, S(3), LOOM_I64, leaf(LOOM_I64, S(3)), NULL, NULL, 0, "loom_x"),
+          "1 sources, the index rule takes 2");
+  refused("float indices",
+          check(LM_CHECK_INDEX, S(3), F32, leaf(F32, S(3)), leaf(F32, S(4)), NULL, 0, "loom_x"),
+          "the index rule does not take f32 values (integers)");
+  refused("integer weights",
+          check(LM_CHECK_WEIGHTS, S(3), LOOM_I64, leaf(LOOM_I64, S(3)), NULL, NULL, 0, "loom_x"),
+          "the weights rule does not take i64 values");
+  refused(
+      "weights of a scalar",
+      check(LM_CHECK_WEIGHTS, LOOM_SHAPE0, F32, leaf(F32, LOOM_SHAPE0), NULL, NULL, 0, "loom_x"),
+      "floats of at least one dim");
+  refused("another shape",
+          check(LM_CHECK_INDEX, S(4), LOOM_I64, leaf(LOOM_I64, S(3)), leaf(F32, S(4)), NULL, 0,
+                "loom_x"),
+          "the shape must be [3]");
+  refused("axis 2 of a table [4]",
+          check(LM_CHECK_INDEX, S(3), LOOM_I64, leaf(LOOM_I64, S(3)), leaf(F32, S(4)), NULL, 2,
+                "loom_x"),
+          "axis 2 is not a dim of source 1");
+  refused("an update longer than the tensor",
+          check(LM_CHECK_START, LOOM_SHAPE0, LOOM_I64, leaf(LOOM_I64, LOOM_SHAPE0),
+                leaf(F32, S(2, 3)), leaf(F32, S(2, 4)), 1, "loom_x"),
+          "an update of 4 along axis 1 does not fit a tensor of 3");
+  lm_node *start = check(LM_CHECK_START, LOOM_SHAPE0, LOOM_I64, leaf(LOOM_I64, LOOM_SHAPE0),
+                         leaf(F32, S(5)), leaf(F32, S(1)), 0, "loom_x");
+  start->arg.check.has_ignore = true;
+  refused("a start ignoring", start, "the start rule allows no ignored value");
+  refused("no op",
+          check(LM_CHECK_INDEX, S(3), LOOM_I64, leaf(LOOM_I64, S(3)), leaf(F32, S(4)), NULL, 0, ""),
+          "the op it reports for is not named");
+  refused("a quote in the op",
+          check(LM_CHECK_INDEX, S(3), LOOM_I64, leaf(LOOM_I64, S(3)), leaf(F32, S(4)), NULL, 0,
+                "loom\"x"),
+          "the op it reports for is not named");
+  lm_node *unterminated = check(LM_CHECK_INDEX, S(3), LOOM_I64, leaf(LOOM_I64, S(3)),
+                                leaf(F32, S(4)), NULL, 0, "loom_x");
+  memset(unterminated->arg.check.op, 'a', LM_CHECK_OP_LEN);
+  refused("an unterminated op", unterminated, "the op it reports for is not named");
+}
+
 /* An attention node of q [2, 5, 4], k [2, 7, 4], v [2, 7, 3], and a mask when given. */
 static lm_node *attention(loom_shape out, lm_node *q, lm_node *k, lm_node *v, lm_node *mask,
                           int kind, bool causal) {
@@ -773,6 +845,7 @@ int main(void) {
   test_broken_common();
   test_broken_sort();
   test_broken_scan();
+  test_broken_check();
   test_broken_elementwise();
   test_broken_reductions();
   test_broken_views();

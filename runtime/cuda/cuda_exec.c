@@ -28,6 +28,7 @@
 
 #include "backends/nvrtc/nvrtc_backend.h"
 #include "runtime/cache.h"
+#include "runtime/check.h"
 #include "runtime/compile.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda/cuda_driver.h"
@@ -323,7 +324,8 @@ typedef struct cuda_compile_job {
 #endif
 
 static bool compiles(const lm_step *s) {
-  return s->kind != LM_STEP_COLLECTIVE; /* run through the host (runtime/exec.c) */
+  /* collectives run through the host (runtime/exec.c), checks on it */
+  return s->kind != LM_STEP_COLLECTIVE && s->kind != LM_STEP_CHECK;
 }
 
 static void compile_steps(void *ctx, int64_t begin, int64_t end) {
@@ -661,8 +663,27 @@ static loom_status scan_step(const lm_exec *x, const lm_step *s) {
   return st;
 }
 
+/* A check (runtime/check_cpu.c) on the host: the source copied down (which
+ * waits for the steps before it), checked, then copied into the output on
+ * the device. Checked here, before any later step is queued, a failing run
+ * stops where the CPU's does: nothing after it runs, a KV cache updated in
+ * place later in the run among them. Its sources are token ids, positions
+ * and labels (a few bytes) or multinomial's weights. */
+static loom_status check_step(const lm_exec *x, const lm_step *s) {
+  const char *op = "loom_realize";
+  size_t bytes = (size_t)s->outer * loom_dtype_size(s->dtype);
+  void *host = malloc(bytes + 1);
+  if (!host) return lm_fail(LOOM_ERR_OOM, "%s: out of memory for a check's %zu bytes", op, bytes);
+  const void *in = x->bufs[s->check.in_pos];
+  loom_status st = lm_cuda_copy(op, LOOM_CPU, host, x->device, in, bytes);
+  if (st == LOOM_OK) st = lm_check_host(&s->check, host);
+  free(host);
+  if (st == LOOM_OK) st = lm_cuda_copy(op, x->device, x->bufs[s->out], x->device, in, bytes);
+  return st;
+}
+
 static const lm_step_runner cuda_runner = {kernel_step, gemm_step, attention_step, sort_step,
-                                           scan_step};
+                                           scan_step, check_step};
 
 /* The Philox keys the kernels read, copied to the device: keys[pos] becomes
  * a device pointer to the two words. */

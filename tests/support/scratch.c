@@ -1,10 +1,20 @@
 /* See scratch.h. */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "scratch.h"
+
+void *check_open_library(const char *dir, const char *name) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/lib%s.so", dir, name);
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  CHECK_MSG(h != NULL, "dlopen %s: %s", path, dlerror());
+  return h;
+}
 
 void check_remove_dir(const char *dir) {
   DIR *d = opendir(dir);

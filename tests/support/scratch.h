@@ -8,5 +8,8 @@
 void check_remove_dir(const char *dir);
 /* Whether the file's first 64 KiB hold `what`. */
 bool check_file_contains(const char *path, const char *what);
+/* dir/lib<name>.so (an exported library) opened with dlopen, or NULL (a
+ * failed check). */
+void *check_open_library(const char *dir, const char *name);
 
 #endif
