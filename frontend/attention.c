@@ -21,8 +21,12 @@ LM_PUBLIC(loom_tensor *, loom_where_s, (const loom_tensor *cond, const loom_tens
           (cond, a, s)) {
   loom_tensor *err;
   if ((err = lm_check("loom_where_s", a))) return err;
+  loom_dtype dt = lm_scalar_promote(a->node->dtype, s);
+  if (!lm_dtype_holds(dt, s)) /* the value is the result's: wrapped, it would be another */
+    return lm_error(LOOM_ERR_VALUE, "loom_where_s: the value %.17g does not fit %s", s,
+                    loom_dtype_name(dt));
   int token = lm_composite_begin();
-  loom_tensor *c = loom_full(LOOM_SHAPE0, s, lm_scalar_promote(a->node->dtype, s), a->node->device);
+  loom_tensor *c = loom_full(LOOM_SHAPE0, s, dt, a->node->device);
   return lm_composite_end(token, loom_where(cond, a, c));
 }
 

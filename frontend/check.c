@@ -110,6 +110,15 @@ loom_dtype lm_scalar_promote(loom_dtype t, double s) {
   return t == LOOM_BOOL ? LOOM_I64 : t;
 }
 
+loom_tensor *lm_scalar_value(const char *op, loom_dtype dt, double s, double *value) {
+  *value = s;
+  if (!lm_dtype_is_int(dt)) return NULL;
+  if (!(s >= -0x1p63 && s < 0x1p63)) /* (integral: lm_scalar_promote made dt an integer) */
+    return lm_error(LOOM_ERR_VALUE, "%s: the scalar %.17g is outside the 64-bit integers", op, s);
+  *value = (double)lm_dtype_wrap((int64_t)s, dt);
+  return NULL;
+}
+
 bool lm_broadcast_shape(const loom_shape *a, const loom_shape *b, loom_shape *out) {
   int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
   out->ndim = nd;

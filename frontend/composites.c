@@ -29,8 +29,13 @@ static loom_tensor *variance(const char *op, const loom_tensor *a, const int *ax
     count *= s->dim[ax];
   }
   int token = lm_composite_begin();
+  /* In F64, as torch sums the squares of float values in double: in F32 they
+   * overflowed past 1.8e19 and lost their digits below 1e-19
+   * (std([+-1e37, +-2e37]) was inf for torch's 1.8257e37, the std of 1e-30
+   * values 0). BF16 and F16 are rounded once, from F64; F64 values square in
+   * F64, as torch's do. */
   loom_dtype out = lm_float_result(a->node->dtype);
-  loom_tensor *x = loom_cast(a, lm_compute_dtype(out)); /* BF16, F16: in F32, rounded once */
+  loom_tensor *x = loom_cast(a, LOOM_F64);
   loom_tensor *centered = loom_sub(x, loom_mean(x, axes, naxes, true));
   loom_tensor *squares = loom_sum(loom_square(centered), axes, naxes, keepdim);
   /* torch: max(0, N - correction); 0 gives inf or NaN, as torch */

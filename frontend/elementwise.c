@@ -22,8 +22,8 @@ static lm_node *record_binary(lm_op op, lm_node *a, lm_node *b, loom_dtype dt,
   lm_node *ca = nb_cast(a, dt), *cb = nb_cast(b, dt);
   lm_node *ba = nb_broadcast(ca, *shape), *bb = nb_broadcast(cb, *shape);
   lm_node *r;
-  if (op == LM_POW && !loom_dtype_is_float(dt)) {
-    /* integer powers are computed exactly enough in F64 and cast back */
+  if (op == LM_POW && dt == LOOM_BOOL) {
+    /* bool powers (torch refuses them) in F64, cast back: 0^0 is 1 */
     lm_node *fa = nb_cast(ba, LOOM_F64), *fb = nb_cast(bb, LOOM_F64);
     lm_node *p = nb_binary(LM_POW, fa, fb);
     r = nb_cast(p, dt);
@@ -88,6 +88,17 @@ static loom_tensor *scalar(const char *name, lm_op op, kind k, const loom_tensor
   if (op == LM_SUB && n->dtype == LOOM_BOOL)
     return lm_error(LOOM_ERR_DTYPE, "%s: subtraction with a bool tensor is not supported", name);
   loom_dtype dt = compute_dtype(k, lm_scalar_promote(n->dtype, s));
+  if (op == LM_POW && lm_dtype_is_int(dt)) { /* the exponent as it is, as torch takes it */
+    if (s < 0)
+      return lm_error(LOOM_ERR_VALUE,
+                      "%s: integers to negative integer powers are not allowed (exponent %.17g)",
+                      name, s);
+    if (!lm_dtype_holds(dt, s))
+      return lm_error(LOOM_ERR_VALUE, "%s: the exponent %.17g does not fit %s", name, s,
+                      loom_dtype_name(dt));
+  } else if ((err = lm_scalar_value(name, dt, s, &s))) {
+    return err;
+  }
   lm_node *c = nb_const(s, LOOM_SHAPE0, dt, n->device);
   lm_node *r = scalar_first ? record_binary(op, c, n, dt, &n->shape)
                             : record_binary(op, n, c, dt, &n->shape);

@@ -72,6 +72,11 @@ loom_dtype lm_promote(loom_dtype a, loom_dtype b);
 loom_dtype lm_result_dtype(const lm_node *a, const lm_node *b);
 /* The dtype an op with a tensor of `t` and a scalar `s` computes in. */
 loom_dtype lm_scalar_promote(loom_dtype t, double s);
+/* The value scalar s takes in dtype dt (lm_scalar_promote's result): itself
+ * for a float dt; for an integer dt, s modulo 2^bits, as PyTorch converts a
+ * Python int (U8 + 300 adds 44, U8 + -1 adds 255), or an error naming op when
+ * s is outside the 64-bit integers (torch: "Overflow when unpacking long"). */
+loom_tensor *lm_scalar_value(const char *op, loom_dtype dt, double s, double *value);
 /* What a composite torch computes in float runs in: F32 for BF16, F16 and the
  * integers, the dtype itself for F32 and F64; and the dtype it returns in. */
 static inline loom_dtype lm_compute_dtype(loom_dtype dt) {

@@ -266,12 +266,20 @@ loom_tensor *loom_add(const loom_tensor *a, const loom_tensor *b);
 loom_tensor *loom_sub(const loom_tensor *a, const loom_tensor *b);
 loom_tensor *loom_mul(const loom_tensor *a, const loom_tensor *b);
 loom_tensor *loom_div(const loom_tensor *a, const loom_tensor *b); /* true division */
+/* Integers: exact, wrapping; a negative exponent gives 1 for a base of 1, +-1
+ * for -1 and 0 otherwise (torch's). */
 loom_tensor *loom_pow(const loom_tensor *a, const loom_tensor *b);
 loom_tensor *loom_maximum(const loom_tensor *a, const loom_tensor *b);
 loom_tensor *loom_minimum(const loom_tensor *a, const loom_tensor *b);
 
 /* Scalar forms: the scalar is a "weak" type, as in PyTorch: an integer tensor
- * stays integer for an integral scalar, and becomes F32 for a fractional one. */
+ * stays integer for an integral scalar, and becomes F32 for a fractional (or
+ * infinite, or NaN) one. An integral scalar takes the tensor's dtype modulo
+ * 2^bits, as torch converts a Python int, and integer arithmetic wraps: a U8
+ * tensor + 300 adds 44, + -1 adds 255, < 300 compares with 44. An integral
+ * scalar outside [-2^63, 2^63) is refused. loom_pow_s of an integer tensor
+ * takes an exponent that the dtype holds and that is not negative (torch's
+ * rule), and computes exactly. */
 loom_tensor *loom_add_s(const loom_tensor *a, double s);
 loom_tensor *loom_sub_s(const loom_tensor *a, double s);
 loom_tensor *loom_rsub_s(double s, const loom_tensor *a); /* s - a */
@@ -301,7 +309,8 @@ loom_tensor *loom_logical_or(const loom_tensor *a, const loom_tensor *b);
 
 /* cond ? a : b; cond must be BOOL; a and b are promoted; all three broadcast. */
 loom_tensor *loom_where(const loom_tensor *cond, const loom_tensor *a, const loom_tensor *b);
-/* cond ? a : s, the scalar promoted as in the scalar forms (torch.where(cond, a, s)). */
+/* cond ? a : s, the scalar promoted as in the scalar forms (torch.where(cond, a, s));
+ * an integral s must be a value of an integer result's dtype. */
 loom_tensor *loom_where_s(const loom_tensor *cond, const loom_tensor *a, double s);
 /* a with value where mask (BOOL, broadcast to a's shape) is true, a's dtype kept
  * (torch.Tensor.masked_fill); an integer tensor's value must fit its dtype. */
@@ -366,7 +375,9 @@ loom_tensor *loom_mean_all(const loom_tensor *a);
 loom_tensor *loom_argmax(const loom_tensor *a, int axis, bool keepdim); /* LOOM_I64 */
 loom_tensor *loom_argmin(const loom_tensor *a, int axis, bool keepdim); /* LOOM_I64 */
 /* torch.var / torch.std: the sum of squared deviations over N - correction
- * (1: Bessel's, torch's default; 0: the population's); integers compute in F32. */
+ * (1: Bessel's, torch's default; 0: the population's), computed in F64 (torch
+ * sums the squares of floats in double) and rounded once to the result: a's
+ * float dtype, F32 for integers. */
 loom_tensor *loom_var(const loom_tensor *a, const int *axes, int naxes, double correction,
                       bool keepdim);
 loom_tensor *loom_std(const loom_tensor *a, const int *axes, int naxes, double correction,

@@ -128,3 +128,12 @@ int64_t lm_dtype_saturate(double v, loom_dtype d) {
   if (v >= hi) return hi == 0x1p63 ? INT64_MAX : (int64_t)hi;
   return (int64_t)v;
 }
+
+int64_t lm_dtype_wrap(int64_t v, loom_dtype d) {
+  switch (d) {
+  case LOOM_BOOL: return v != 0;
+  case LOOM_U8: return (int64_t)(uint8_t)(uint64_t)v;
+  case LOOM_I32: return (int64_t)(int32_t)(uint32_t)(uint64_t)v;
+  default: return v;
+  }
+}

@@ -72,5 +72,9 @@ static inline bool lm_dtype_is_half(loom_dtype d) { return d == LOOM_BF16 || d =
  * (what a float -> integer cast computes, and integer constants from doubles:
  * converting an out-of-range double in C is undefined). BOOL is v != 0. */
 int64_t lm_dtype_saturate(double v, loom_dtype d);
+/* v modulo 2^bits as a value of integer dtype d (two's complement: 300 as U8
+ * is 44, -1 is 255, 2^31 as I32 is INT32_MIN): how PyTorch converts an
+ * integer scalar to an integer tensor's dtype. BOOL is v != 0. */
+int64_t lm_dtype_wrap(int64_t v, loom_dtype d);
 
 #endif

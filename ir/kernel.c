@@ -412,9 +412,12 @@ static const char *check_inst_dtypes(const lk_kernel *k, const lk_inst *in) {
       return "arithmetic operands must match a numeric dtype";
     return NULL;
   case LK_DIV:
-  case LK_POW:
     if (!lm_dtype_is_float(dt) || da != dt || db != dt)
-      return "div/pow operands must match a float dtype";
+      return "div operands must match a float dtype";
+    return NULL;
+  case LK_POW:
+    if (!lm_dtype_is_numeric(dt) || da != dt || db != dt)
+      return "pow operands must match a numeric dtype";
     return NULL;
   case LK_NEG:
   case LK_ABS:

@@ -60,7 +60,9 @@ typedef enum lk_op {
   LK_DIV, /* floats only                                                   */
   LK_MAX,
   LK_MIN, /* NaN-propagating for floats                              */
-  LK_POW, /* floats only, as C pow                                         */
+  LK_POW, /* floats: as C pow. Integers: exact, wrapping (modulo 2^bits);
+             a negative exponent gives 1 for a base of 1, +-1 for -1, else 0
+             (PyTorch's integer pow)                                         */
   LK_NEG,
   LK_ABS,
   LK_EXP,

@@ -158,10 +158,11 @@ static bool check_binary(const verdict *v) {
     return source_dtype_is(v, 0, LOOM_BOOL, "logic takes bools") &&
            source_dtype_is(v, 1, LOOM_BOOL, "logic takes bools");
   default:
-    if (lm_op_table[n->op].float_only && !lm_dtype_is_float(n->dtype)) /* DIV POW */
+    if (lm_op_table[n->op].float_only && !lm_dtype_is_float(n->dtype)) /* DIV */
       return refuse(v, "%s computes in f32 or f64 (the frontend casts integers)",
                     lm_op_name(n->op));
-    /* ADD SUB MUL MAX MIN: the frontend makes bool add/max an or, mul/min an and */
+    /* ADD SUB MUL POW MAX MIN: the frontend makes bool add/max an or, mul/min an and,
+       and takes bool powers in f64 */
     if (!lm_dtype_is_numeric(n->dtype)) return refuse(v, "arithmetic does not take bool");
     break;
   }

@@ -498,9 +498,11 @@ static int unary_value(builder *b, const lm_node *n, loom_dtype dt, int x) {
     int zero = op2(b, LK_CMPEQ, LOOM_BOOL, r, cnst(b, dt, 0));
     return op3(b, LK_WHERE, dt, zero, op2(b, LK_MUL, dt, x, cnst(b, dt, 0)), r);
   }
-  case LM_EXPM1: { /* (u - 1) * x / log(u), u = exp(x) (Kahan) */
+  case LM_EXPM1: { /* (u - 1) * (x / log(u)), u = exp(x) (Kahan): x / log(u) is near 1, so
+                      the product stays finite up to the float's max, where (u - 1) * x
+                      overflowed from x = 84.2 (F32) or 703 (F64) on */
     int u = op1(b, LK_EXP, dt, x), um1 = op2(b, LK_SUB, dt, u, cnst(b, dt, 1));
-    int r = op2(b, LK_DIV, dt, op2(b, LK_MUL, dt, um1, x), op1(b, LK_LOG, dt, u));
+    int r = op2(b, LK_MUL, dt, um1, op2(b, LK_DIV, dt, x, op1(b, LK_LOG, dt, u)));
     r = op3(b, LK_WHERE, dt, op2(b, LK_CMPEQ, LOOM_BOOL, u, cnst(b, dt, INFINITY)), u, r);
     r = op3(b, LK_WHERE, dt, op2(b, LK_CMPEQ, LOOM_BOOL, um1, cnst(b, dt, -1)), um1, r);
     return op3(b, LK_WHERE, dt, op2(b, LK_CMPEQ, LOOM_BOOL, u, cnst(b, dt, 1)), x, r);
@@ -526,6 +528,17 @@ static int unary_value(builder *b, const lm_node *n, loom_dtype dt, int x) {
   }
 }
 
+/* x^e of an integer dtype for a known e >= 0 (a pow_s): its squarings and
+ * products, which wrap as the dtype's multiplication does (x^3 is x * x * x). */
+static int int_pow_known(builder *b, loom_dtype dt, int x, uint64_t e) {
+  int r = -1, square = x;
+  for (; e; e >>= 1) {
+    if (e & 1) r = r < 0 ? square : op2(b, LK_MUL, dt, r, square);
+    if (e > 1) square = op2(b, LK_MUL, dt, square, square);
+  }
+  return r < 0 ? cnst(b, dt, 1) : r;
+}
+
 static int binary_value(builder *b, const lm_node *n, loom_dtype dt, int x, int y) {
   static const lk_op map[LM_NUM_OPS] = {
       [LM_ADD] = LK_ADD,  [LM_SUB] = LK_SUB,  [LM_MUL] = LK_MUL,  [LM_DIV] = LK_DIV,
@@ -533,6 +546,9 @@ static int binary_value(builder *b, const lm_node *n, loom_dtype dt, int x, int 
       [LM_LE] = LK_CMPLE, [LM_EQ] = LK_CMPEQ, [LM_NE] = LK_CMPNE, [LM_AND] = LK_AND,
       [LM_OR] = LK_OR,
   };
+  if (n->op == LM_POW && lm_dtype_is_int(dt) && !b->fail && b->inst[y].op == LK_CONST &&
+      b->inst[y].imm_i >= 0)
+    return int_pow_known(b, dt, x, (uint64_t)b->inst[y].imm_i);
   return op2(b, map[n->op], dt, x, y);
 }
 

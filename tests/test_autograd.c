@@ -38,6 +38,8 @@ static const int ax1[] = {1}, ax0[] = {0};
 static loom_tensor *g_sum(loom_tensor *const *in) { return loom_sum(in[0], ax1, 1, false); }
 static loom_tensor *g_mean(loom_tensor *const *in) { return loom_mean(in[0], ax0, 1, true); }
 static loom_tensor *g_max(loom_tensor *const *in) { return loom_max(in[0], ax1, 1, false); }
+static loom_tensor *g_var(loom_tensor *const *in) { return loom_var(in[0], ax1, 1, 1, false); }
+static loom_tensor *g_std(loom_tensor *const *in) { return loom_std(in[0], NULL, 0, 0, true); }
 static loom_tensor *g_min(loom_tensor *const *in) { return loom_min(in[0], NULL, 0, false); }
 static loom_tensor *g_lse(loom_tensor *const *in) { return loom_logsumexp(in[0], 1); }
 static loom_tensor *g_softmax(loom_tensor *const *in) { return loom_softmax(in[0], 1); }
@@ -102,6 +104,8 @@ static const gcase cases[] = {
     {"max", g_max, 1, {LOOM_SHAPE(2, 3)}, DISTINCT},
     {"min (all)", g_min, 1, {LOOM_SHAPE(2, 3)}, DISTINCT},
     {"logsumexp", g_lse, 1, {LOOM_SHAPE(2, 3)}, ANY},
+    {"var", g_var, 1, {LOOM_SHAPE(2, 3)}, ANY},
+    {"std (all)", g_std, 1, {LOOM_SHAPE(2, 3)}, ANY},
     {"softmax", g_softmax, 1, {LOOM_SHAPE(2, 3)}, ANY},
     {"log_softmax", g_log_softmax, 1, {LOOM_SHAPE(2, 3)}, ANY},
     {"reshape", g_reshape, 1, {LOOM_SHAPE(2, 3)}, ANY},

@@ -181,6 +181,36 @@ static LLVMValueRef emit_neg_abs(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef
   return LLVMBuildSelect(g->b, negative, LLVMBuildNeg(g->b, a, ""), a, "");
 }
 
+/* Integer a^e, exact and wrapping: square-and-multiply over e's bits (the
+ * sign bit of a signed e aside), branch-free so the loop still vectorizes; a
+ * negative e gives PyTorch's 1 for a base of 1, +-1 for -1 by e's parity,
+ * else 0. Through double, results past 2^53 were inexact and overflow
+ * saturated where torch wraps. */
+static LLVMValueRef emit_int_pow(lm_cg *g, loom_dtype dt, LLVMValueRef a, LLVMValueRef e) {
+  LLVMTypeRef t = LLVMTypeOf(a);
+  bool is_unsigned = lm_dtype_is_unsigned(dt);
+  unsigned bits = LLVMGetIntTypeWidth(t) - (is_unsigned ? 0 : 1);
+  LLVMValueRef zero = LLVMConstNull(t), one = LLVMConstInt(t, 1, 0);
+  LLVMValueRef r = one, square = a, rest = e;
+  for (unsigned k = 0; k < bits; k++) {
+    LLVMValueRef bit = LLVMBuildICmp(g->b, LLVMIntNE, LLVMBuildAnd(g->b, rest, one, ""), zero, "");
+    r = LLVMBuildSelect(g->b, bit, LLVMBuildMul(g->b, r, square, ""), r, "");
+    if (k + 1 == bits) break;
+    square = LLVMBuildMul(g->b, square, square, "");
+    rest = LLVMBuildLShr(g->b, rest, one, "");
+  }
+  if (is_unsigned) return r;
+  LLVMValueRef minus_one = LLVMConstAllOnes(t);
+  LLVMValueRef odd = LLVMBuildICmp(g->b, LLVMIntNE, LLVMBuildAnd(g->b, e, one, ""), zero, "");
+  LLVMValueRef of_minus_one = LLVMBuildSelect(g->b, odd, minus_one, one, "");
+  LLVMValueRef below_zero =
+      LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntEQ, a, one, ""), one,
+                      LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntEQ, a, minus_one, ""),
+                                      of_minus_one, zero, ""),
+                      "");
+  return LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, e, zero, ""), below_zero, r, "");
+}
+
 /* Floats: ordered (false on NaN) except NE, which is true on NaN. */
 static LLVMValueRef emit_compare(lm_cg *g, lk_op op, loom_dtype dt, LLVMValueRef a,
                                  LLVMValueRef b) {
@@ -295,6 +325,8 @@ static LLVMValueRef emit_inst_unrounded(lm_cg *g, int i) {
     if (g->absorbed[i]) return lm_emit_exp_absorbed(g, a);
     return lm_emit_math(g, in->op, dt, a, b);
   case LK_POW:
+    if (!lm_dtype_is_float(dt)) return emit_int_pow(g, dt, a, b);
+    return lm_emit_math(g, in->op, dt, a, b);
   case LK_LOG:
   case LK_SQRT:
   case LK_SIN:

@@ -134,6 +134,13 @@ void lm_neumaier_add(lm_cg *g, LLVMValueRef total, LLVMValueRef comp, LLVMValueR
   LLVMValueRef lost_x = LLVMBuildFAdd(g->b, LLVMBuildFSub(g->b, s, t, ""), x, "");
   LLVMValueRef lost_s = LLVMBuildFAdd(g->b, LLVMBuildFSub(g->b, x, t, ""), s, "");
   LLVMValueRef lost = LLVMBuildSelect(g->b, s_larger, lost_x, lost_s, "");
+  /* nothing is lost once the total is infinite or NaN (inf - inf would make a
+     sum with an inf NaN) */
+  LLVMValueRef abs_t = lm_emit_math(g, LK_ABS, LOOM_F64, t, NULL);
+  if (!abs_t) return;
+  LLVMValueRef finite =
+      LLVMBuildFCmp(g->b, LLVMRealOLT, abs_t, LLVMConstReal(g->t_f64, INFINITY), "");
+  lost = LLVMBuildSelect(g->b, finite, lost, LLVMConstNull(g->t_f64), "");
   LLVMValueRef c = LLVMBuildLoad2(g->b, g->t_f64, comp, "");
   LLVMBuildStore(g->b, LLVMBuildFAdd(g->b, c, lost, ""), comp);
   LLVMBuildStore(g->b, t, total);

@@ -392,20 +392,42 @@ loom_dtype ref_binop_dtype(ref_binop op, loom_dtype a, loom_dtype b) {
   return ct;
 }
 
-static double ipow(double x, double y, loom_dtype ct) {
-  double r = ref_cvt(1, ct);
-  for (int64_t i = 0; i < (int64_t)y; i++) r = ref_cvt(r * x, ct);
-  return r;
+int64_t ref_int_wrap(uint64_t v, loom_dtype d) {
+  switch (d) {
+  case LOOM_U8: return (uint8_t)v;
+  case LOOM_I32: return (int32_t)(uint32_t)v;
+  case LOOM_BOOL: return v != 0;
+  default: return (int64_t)v;
+  }
 }
+
+int64_t ref_int_pow(int64_t base, int64_t e, loom_dtype d) {
+  if (e < 0) return base == 1 ? 1 : base == -1 ? ((e & 1) ? -1 : 1) : 0;
+  uint64_t r = 1, square = (uint64_t)base;
+  for (uint64_t k = (uint64_t)e; k; k >>= 1) {
+    if (k & 1) r *= square;
+    square *= square;
+  }
+  return ref_int_wrap(r, d);
+}
+
+/* Integers compute modulo 2^64 and wrap to ct: exact, where a product of
+ * doubles past 2^53 was not (I64 values past 2^53 still round in a ref_t). */
+static double iwrap(uint64_t v, loom_dtype ct) { return (double)ref_int_wrap(v, ct); }
 
 /* One element of a binary op computed in dtype ct (inputs already in ct). */
 static double binop_apply(ref_binop op, double x, double y, loom_dtype ct) {
+  if (ref_is_int(ct) && (op == REF_ADD || op == REF_SUB || op == REF_MUL)) {
+    uint64_t a = (uint64_t)(int64_t)x, b = (uint64_t)(int64_t)y;
+    return iwrap(op == REF_ADD ? a + b : op == REF_SUB ? a - b : a * b, ct);
+  }
   switch (op) {
   case REF_ADD: return x + y;
   case REF_SUB: return x - y;
   case REF_MUL: return x * y;
   case REF_DIV: return x / y;
-  case REF_POW: return ref_is_float(ct) ? pow(x, y) : ipow(x, y, ct);
+  case REF_POW:
+    return ref_is_float(ct) ? pow(x, y) : (double)ref_int_pow((int64_t)x, (int64_t)y, ct);
   case REF_MAXIMUM: return (x != x || y != y) ? NAN : (x > y ? x : y);
   case REF_MINIMUM: return (x != x || y != y) ? NAN : (x < y ? x : y);
   case REF_LT: return x < y;
@@ -462,8 +484,12 @@ ref_t *ref_binary_s(ref_binop op, const ref_t *a, double s, bool reversed) {
     od = LOOM_BOOL;
   else if (op == REF_DIV && !ref_is_float(ct))
     od = ct = LOOM_F32;
-  ref_t *sv = ref_full(LOOM_SHAPE0, ref_cvt(s, ct), ct);
-  sv->data[0] = ref_cvt(s, ct);
+  /* an integer scalar wraps to ct (torch: u8 + 300 adds 44); pow's exponent
+     is taken as it is */
+  bool wraps = ref_is_int(ct) && op != REF_POW && s >= -0x1p63 && s < 0x1p63;
+  double sc = wraps ? iwrap((uint64_t)(int64_t)s, ct) : ref_cvt(s, ct);
+  ref_t *sv = ref_full(LOOM_SHAPE0, sc, ct);
+  sv->data[0] = sc;
   ref_t *r = reversed ? binary_impl(op, sv, a, ct, od) : binary_impl(op, a, sv, ct, od);
   ref_free(sv);
   return r;

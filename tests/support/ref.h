@@ -43,6 +43,11 @@ bool ref_is_int(loom_dtype d); /* U8, I32, I64 (not BOOL) */
 /* Rounds v to a value of dtype d: float32 via (float), ints truncate toward zero
  * and wrap (U8 mod 256), BOOL -> v != 0. NaN stays NaN for floats. */
 double ref_cvt(double v, loom_dtype d);
+/* v modulo 2^bits as a value of integer dtype d (two's complement), and
+ * torch's integer pow: by squaring, wrapping; a negative exponent gives 1 for
+ * a base of 1, +-1 for -1 by its parity, else 0. */
+int64_t ref_int_wrap(uint64_t v, loom_dtype d);
+int64_t ref_int_pow(int64_t base, int64_t e, loom_dtype d);
 /* PyTorch promotion: bool < int < float; within a category the wider wins. */
 loom_dtype ref_promote(loom_dtype a, loom_dtype b);
 /* Promotion with a weak Python scalar. */
