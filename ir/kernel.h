@@ -198,6 +198,18 @@ int lk_kernel_roots(const lk_kernel *k, int *roots);
  * false arm); 0 when the kernel keeps no slot. */
 int lk_kernel_keep_arm(const lk_kernel *k);
 
+/* The points that whoever splits a kernel's output range over threads keeps
+ * in one part: a row kernel's rows (dom[nouter - 1] points each), else 1. A
+ * backend computes a row's statistics the same way for any range, but a
+ * range that cuts a row may reach them by another loop (the LLVM backend's
+ * row that stores softmax's exps while summing them, and the cut row that
+ * does not, are vectorized each in its own way), so a sum's last bits could
+ * depend on where the parts fall, and so on the thread count. */
+static inline int64_t lk_kernel_split_unit(const lk_kernel *k) {
+  if (k->nstats == 0 || k->nouter < 1 || k->dom[k->nouter - 1] < 1) return 1;
+  return k->dom[k->nouter - 1];
+}
+
 /* 128-bit hash of the kernel's canonical description (stable across runs). */
 typedef struct lk_hash {
   uint64_t lo, hi;

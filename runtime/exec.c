@@ -30,31 +30,43 @@ static void release_dead(const lm_exec *x, const lm_step *s) {
 typedef struct kernel_call {
   lk_fn fn;
   void *const *args;
-  int64_t offset;
+  int64_t begin, end;
+  int64_t first, unit; /* the parts are of units [first, ..) of `unit` items */
 } kernel_call;
 
-static void run_range(void *ctx, int64_t begin, int64_t end) {
+static void run_units(void *ctx, int64_t u0, int64_t u1) {
   kernel_call *c = ctx;
-  c->fn(c->args, c->offset + begin, c->offset + end);
+  int64_t begin = (c->first + u0) * c->unit, end = (c->first + u1) * c->unit;
+  c->fn(c->args, begin > c->begin ? begin : c->begin, end < c->end ? end : c->end);
 }
 
 /* Below this many element visits a kernel runs on the calling thread: waking
  * the pool costs more than it saves. */
 #define PARALLEL_WORK 32768
 
-void lm_run_kernel_fn(lk_fn fn, void *const *args, int64_t begin, int64_t end, int64_t work) {
-  int64_t n = end - begin;
+/* fn over items [begin, end), each part of the split whole units of `unit`
+ * items (counted from item 0) */
+static void run_kernel_units(lk_fn fn, void *const *args, int64_t begin, int64_t end, int64_t work,
+                             int64_t unit) {
+  int64_t first = begin / unit, n = end > begin ? (end + unit - 1) / unit - first : 0;
   int parts = work < PARALLEL_WORK ? 1 : loom_num_threads();
   if (parts > n) parts = (int)n;
-  kernel_call call = {fn, args, begin};
-  lm_parallel_for(n, parts, run_range, &call);
+  kernel_call call = {fn, args, begin, end, first, unit};
+  lm_parallel_for(n, parts, run_units, &call);
 }
 
-/* Runs a kernel over output points [begin, end). */
+void lm_run_kernel_fn(lk_fn fn, void *const *args, int64_t begin, int64_t end, int64_t work) {
+  run_kernel_units(fn, args, begin, end, work, 1);
+}
+
+/* Runs a kernel over output points [begin, end), a row kernel's rows kept
+ * whole in its parts (lk_kernel_split_unit): the same bits on any number of
+ * threads. */
 static void launch(const lm_step *s, void *const *args, int64_t begin, int64_t end) {
   int64_t inner = 1;
   for (int d = s->kernel.nouter; d < s->kernel.ndim; d++) inner *= s->kernel.dom[d];
-  lm_run_kernel_fn(s->fn, args, begin, end, (end - begin) * (inner > 0 ? inner : 1));
+  run_kernel_units(s->fn, args, begin, end, (end - begin) * (inner > 0 ? inner : 1),
+                   lk_kernel_split_unit(&s->kernel));
 }
 
 /* Rows a GEMM epilogue block covers: at least GEMM_BLOCK_ROWS (a BLAS call on

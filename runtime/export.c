@@ -259,10 +259,15 @@ static loom_status link_library(job *j) {
   snprintf(soname, sizeof soname, "-soname=%s", lib);
   snprintf(script, sizeof script, "--version-script=%s/exports.map", j->work);
   /* the fused attention kernel's loops need -O3's unrolling and
-   * vectorization: at -O2 its backward runs 1.25x slower (sort's key loops
-   * and scan's are compiled at -O3 in libloom too) */
+   * vectorization: at -O2 its backward runs 1.25x slower (sort's key loops,
+   * scan's and check's are compiled at -O3 in libloom too); and libloom compiles it with
+   * -ffp-contract=fast (CMakeLists.txt), which clang and ISO C modes do not
+   * default to: without it, an export's attention rounds otherwise */
   bool ok = add_compiler(j) && add_arg(j, "-shared") && add_arg(j, "-fPIC") &&
-            add_arg(j, l->uses_attention || l->uses_sort || l->uses_scan ? "-O3" : "-O2") &&
+            add_arg(j, l->uses_attention || l->uses_sort || l->uses_scan || l->uses_check
+                           ? "-O3"
+                           : "-O2") &&
+            (!l->uses_attention || add_arg(j, "-ffp-contract=fast")) &&
             add_arg(j, "-D_GNU_SOURCE") && add_arg(j, "-I") && add_arg(j, j->work) &&
             add_arg(j, "-o") && add_path(j, lib) && add_path(j, src);
   int head = j->argc;

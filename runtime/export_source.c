@@ -265,9 +265,14 @@ static void write_kernel_step(const lm_export_layout *l, int i, FILE *f) {
   }
   int64_t inner = 1;
   for (int d = s->kernel.nouter; d < s->kernel.ndim; d++) inner *= s->kernel.dom[d];
-  fprintf(f, "%s};\n    run_kernel(%s, args, %" PRId64 ", %" PRId64 ");\n  }\n",
-          sizes ? ", (void *)sizes" : "", l->symbol[i], s->outer,
-          s->outer * (inner > 0 ? inner : 1));
+  fprintf(f, "%s};\n", sizes ? ", (void *)sizes" : "");
+  if (s->kernel.nstats > 0) /* rows kept whole (lk_kernel_split_unit) */
+    fprintf(f, "    run_kernel_rows(%s, args, %" PRId64 ", %" PRId64 ", %" PRId64 ");\n  }\n",
+            l->symbol[i], s->outer, s->outer * (inner > 0 ? inner : 1),
+            lk_kernel_split_unit(&s->kernel));
+  else
+    fprintf(f, "    run_kernel(%s, args, %" PRId64 ", %" PRId64 ");\n  }\n", l->symbol[i], s->outer,
+            s->outer * (inner > 0 ? inner : 1));
 }
 
 static void write_gemm_step(const lm_export_layout *l, int i, FILE *f) {
@@ -305,8 +310,9 @@ static void write_gemm_step(const lm_export_layout *l, int i, FILE *f) {
           ", 0, 0, 0, 0, pack, 0};\n",
           g->M, g->N, g->K, a_row, a_col, b_row, b_col, g->M * g->N, g->N);
   fprintf(f, "      gemm_blocking(&tile, &args);\n");
-  fprintf(f, "      run_gemm(%s, &args, %d, %d, pack, %" PRId64 ");\n    }\n  }\n", l->symbol[i],
-          (int)loom_dtype_size(g->in_dtype), (int)loom_dtype_size(g->dtype), pack_stride(l));
+  fprintf(f, "      run_gemm(%s, &tile, &args, %d, %d, pack, %" PRId64 ");\n    }\n  }\n",
+          l->symbol[i], (int)loom_dtype_size(g->in_dtype), (int)loom_dtype_size(g->dtype),
+          pack_stride(l));
 }
 
 /* A library step's numbers as its block's array `num` (not static: a
@@ -596,23 +602,33 @@ static void write_pool(const lm_export_layout *l, FILE *f) {
       "struct kernel_job {\n"
       "  void (*fn)(void *const *args, int64_t begin, int64_t end);\n"
       "  void *const *args;\n"
-      "  int64_t points;\n"
+      "  int64_t points, unit; /* a part is whole units of points */\n"
       "};\n\n"
       "static void kernel_part(const void *job, int part, int parts) {\n"
       "  const struct kernel_job *k = job;\n"
-      "  int64_t begin = k->points * part / parts, end = k->points * (part + 1) / parts;\n"
+      "  int64_t units = (k->points + k->unit - 1) / k->unit;\n"
+      "  int64_t begin = units * part / parts * k->unit;\n"
+      "  int64_t end = units * (part + 1) / parts * k->unit;\n"
+      "  if (end > k->points) end = k->points;\n"
       "  if (end > begin) k->fn(k->args, begin, end);\n"
       "}\n\n"
-      "/* A kernel's points over the pool; below %d element visits, on this thread. */\n"
-      "static void run_kernel(void (*fn)(void *const *args, int64_t begin, int64_t end),\n"
-      "                       void *const *args, int64_t points, int64_t visits) {\n"
+      "/* A kernel's points over the pool in parts of whole rows of `row` points\n"
+      " * (a row kernel's: its sums are then the same on any number of threads);\n"
+      " * below %d element visits, on this thread. */\n"
+      "static void run_kernel_rows(void (*fn)(void *const *args, int64_t begin, int64_t end),\n"
+      "                            void *const *args, int64_t points, int64_t visits, int64_t row) "
+      "{\n"
       "  if (points <= 0) return;\n"
       "  if (visits < %d) {\n"
       "    fn(args, 0, points);\n"
       "    return;\n"
       "  }\n"
-      "  const struct kernel_job job = {fn, args, points};\n"
+      "  const struct kernel_job job = {fn, args, points, row > 0 ? row : 1};\n"
       "  run_parts(kernel_part, &job, pool.threads);\n"
+      "}\n\n"
+      "static void run_kernel(void (*fn)(void *const *args, int64_t begin, int64_t end),\n"
+      "                       void *const *args, int64_t points, int64_t visits) {\n"
+      "  run_kernel_rows(fn, args, points, visits, 1);\n"
       "}\n\n",
       l->upper, EXPORT_PARALLEL_WORK, EXPORT_PARALLEL_WORK);
   if (!l->uses_gemm) return;
@@ -641,10 +657,6 @@ static void write_pool(const lm_export_layout *l, FILE *f) {
       "  }\n"
       "  a.pack = g->pack + part * g->pack_stride;\n"
       "  g->fn(&a);\n"
-      "}\n\n"
-      "static int gemm_parts(int64_t extent, int64_t at_least) {\n"
-      "  int64_t n = extent / at_least;\n"
-      "  return n < pool.threads ? (int)(n > 0 ? n : 1) : pool.threads;\n"
       "}\n\n",
       f);
   /* runtime/gemm.c's lm_gemm_blocking and ir/kernel.h's lk_gemm_b_in_place,
@@ -673,13 +685,34 @@ static void write_pool(const lm_export_layout *l, FILE *f) {
           "  a->b_in_place = a->b_col == 1 && t->same_dtype && !t->paired &&\n"
           "                  ((a->m + t->mr - 1) / t->mr <= %d || a->kc <= %d);\n"
           "}\n\n"
+          "/* ir/kernel.h's lk_gemm_unpacked: the block function's path for each output\n"
+          " * a dot product of unpacked operands */\n"
+          "static int gemm_unpacked(int64_t m, int64_t n, const struct gemm_args *a) {\n"
+          "  return a->a_col == 1 && a->b_row == 1 && a->k > 0 && (m <= %d || m * n * %d <= "
+          "a->k);\n"
+          "}\n\n"
+          "/* Parts of the rows (or columns), at least at_least each. Each output is\n"
+          " * summed as the whole product's path sums it: a part of few outputs for its\n"
+          " * sum would take the unpacked path where the whole is packed (its partial\n"
+          " * sums are another order), so such a product takes fewer, larger parts. */\n"
+          "static int gemm_parts(const struct gemm_tile *t, const struct gemm_args *a,\n"
+          "                      int by_rows, int64_t at_least) {\n"
+          "  int64_t extent = by_rows ? a->m : a->n, n = extent / at_least;\n"
+          "  int parts = n < pool.threads ? (int)(n > 0 ? n : 1) : pool.threads;\n"
+          "  if (!t->paired && !gemm_unpacked(a->m, a->n, a))\n"
+          "    for (; parts > 1; parts--) {\n"
+          "      int64_t least = extent / parts; /* a part's fewest rows (columns) */\n"
+          "      if (!gemm_unpacked(by_rows ? least : a->m, by_rows ? a->n : least, a)) break;\n"
+          "    }\n"
+          "  return parts;\n"
+          "}\n\n"
           "/* Rows over the pool (%d or more a part), or columns (%d or more) for few\n"
           " * rows: each part packs into its own panels. Below %d multiply-adds, on\n"
           " * this thread. */\n"
-          "static void run_gemm(void (*fn)(const struct gemm_args *args), const struct gemm_args "
-          "*args,\n"
-          "                     int in_element, int element, unsigned char *pack, int64_t "
-          "pack_stride) {\n"
+          "static void run_gemm(void (*fn)(const struct gemm_args *args), const struct gemm_tile "
+          "*tile,\n"
+          "                     const struct gemm_args *args, int in_element, int element,\n"
+          "                     unsigned char *pack, int64_t pack_stride) {\n"
           "  if (args->m <= 0 || args->n <= 0) return;\n"
           "  int by_rows = args->m >= %d ? 1 : args->n >= %d ? 0 : -1;\n"
           "  if (args->m * args->n * args->k < %d || by_rows < 0) {\n"
@@ -688,14 +721,13 @@ static void write_pool(const lm_export_layout *l, FILE *f) {
           "  }\n"
           "  const struct gemm_job job = {fn, args, in_element, element, by_rows, pack, "
           "pack_stride};\n"
-          "  run_parts(gemm_part, &job, gemm_parts(by_rows ? args->m : args->n, by_rows ? %d : "
-          "%d));\n"
+          "  run_parts(gemm_part, &job, gemm_parts(tile, args, by_rows, by_rows ? %d : %d));\n"
           "}\n\n",
           LK_GEMM_AMX_K, LK_GEMM_AMX_K, LK_GEMM_AMX_K, LK_GEMM_AMX_K, LK_GEMM_AMX_K,
-          LK_GEMM_IN_PLACE_MAX_TILES, LK_GEMM_IN_PLACE_SHORT_KC, EXPORT_GEMM_MIN_ROWS,
-          EXPORT_GEMM_MIN_COLS, EXPORT_GEMM_PARALLEL_WORK, 2 * EXPORT_GEMM_MIN_ROWS,
-          2 * EXPORT_GEMM_MIN_COLS, EXPORT_GEMM_PARALLEL_WORK, EXPORT_GEMM_MIN_ROWS,
-          EXPORT_GEMM_MIN_COLS);
+          LK_GEMM_IN_PLACE_MAX_TILES, LK_GEMM_IN_PLACE_SHORT_KC, LK_GEMM_DOT_MAX_ROWS,
+          LK_GEMM_DOT_TERMS_PER_OUTPUT, EXPORT_GEMM_MIN_ROWS, EXPORT_GEMM_MIN_COLS,
+          EXPORT_GEMM_PARALLEL_WORK, 2 * EXPORT_GEMM_MIN_ROWS, 2 * EXPORT_GEMM_MIN_COLS,
+          EXPORT_GEMM_PARALLEL_WORK, EXPORT_GEMM_MIN_ROWS, EXPORT_GEMM_MIN_COLS);
 }
 
 static void write_prelude(const lm_export_layout *l, FILE *f) {
