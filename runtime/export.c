@@ -263,13 +263,13 @@ static loom_status link_library(job *j) {
    * scan's and check's are compiled at -O3 in libloom too); and libloom compiles it with
    * -ffp-contract=fast (CMakeLists.txt), which clang and ISO C modes do not
    * default to: without it, an export's attention rounds otherwise */
-  bool ok = add_compiler(j) && add_arg(j, "-shared") && add_arg(j, "-fPIC") &&
-            add_arg(j, l->uses_attention || l->uses_sort || l->uses_scan || l->uses_check
-                           ? "-O3"
-                           : "-O2") &&
-            (!l->uses_attention || add_arg(j, "-ffp-contract=fast")) &&
-            add_arg(j, "-D_GNU_SOURCE") && add_arg(j, "-I") && add_arg(j, j->work) &&
-            add_arg(j, "-o") && add_path(j, lib) && add_path(j, src);
+  bool ok =
+      add_compiler(j) && add_arg(j, "-shared") && add_arg(j, "-fPIC") &&
+      add_arg(j,
+              l->uses_attention || l->uses_sort || l->uses_scan || l->uses_check ? "-O3" : "-O2") &&
+      (!l->uses_attention || add_arg(j, "-ffp-contract=fast")) && add_arg(j, "-D_GNU_SOURCE") &&
+      add_arg(j, "-I") && add_arg(j, j->work) && add_arg(j, "-o") && add_path(j, lib) &&
+      add_path(j, src);
   int head = j->argc;
   ok = ok && add_arg(j, "-Xlinker") && add_arg(j, script) && add_arg(j, "-Xlinker") &&
        add_arg(j, soname) && add_arg(j, "-Wl,-z,noexecstack") && add_arg(j, "-lm") &&
