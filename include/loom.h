@@ -192,8 +192,8 @@ uint16_t loom_float_to_f16(float value);
  * pending op, no gradient history): only the elements x gives are written.
  * A realization that fails keeps its assignments pending (realizing again
  * completes them), but for LOOM_ERR_VALUE (a value a check refused, which
- * would fail again): it drops them, and t keeps the value assigned, which
- * fails alike when realized until t is assigned again. */
+ * would fail again): it undoes them, each t naming its value from before
+ * (a training step with a bad label applies none of its updates). */
 loom_status loom_assign(loom_tensor *t, const loom_tensor *value);
 
 /* ------------------------------------------------------------------ autograd */

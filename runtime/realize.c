@@ -441,11 +441,15 @@ static loom_status bind_leaves(const lm_graph *g, void **bufs, void **keys) {
 
 /* The leaves that steps of p may update in place (lm_plan_in_place), into
  * donatable[]: those nothing holds but the node updating them (one
- * reference, and those of checks that read only its shape: a KV cache's
- * length gives its position's range), which keeps no gradient history
- * through them. */
+ * reference, those of checks that read only its shape: a KV cache's length
+ * gives its position's range, and those of pending assignments that would
+ * give it back if a check failed), which keeps no gradient history through
+ * them; and only by steps after every check, so that a run a check fails
+ * has written no leaf (lm_pending_rollback gives the leaves back). */
 static void find_donatable(const lm_graph *g, const lm_schedule *p, bool *donatable) {
-  int *shape_refs = NULL;
+  int *shape_refs = NULL, last_check = -1;
+  for (int i = 0; i < p->nsteps; i++)
+    if (p->steps[i].kind == LM_STEP_CHECK) last_check = i;
   for (int pos = 0; pos < g->n; pos++) {
     const lm_node *n = g->nodes[pos];
     for (int s = 1; n->op == LM_CHECK && s < n->nsrc; s++) {
@@ -457,9 +461,9 @@ static void find_donatable(const lm_graph *g, const lm_schedule *p, bool *donata
   }
   for (int i = 0; i < p->nsteps; i++) {
     const lm_step *s = &p->steps[i];
-    if (s->donor < 0) continue;
+    if (s->donor < 0 || i < last_check) continue;
     const lm_node *leaf = g->nodes[s->donor], *out = g->nodes[s->out];
-    int holders = 1 + (shape_refs ? shape_refs[s->donor] : 0);
+    int holders = 1 + (shape_refs ? shape_refs[s->donor] : 0) + lm_pending_holds(leaf);
     donatable[s->donor] = atomic_load(&leaf->refs) == holders && leaf->op == LM_BUFFER &&
                           leaf->data && !leaf->requires_grad && !out->requires_grad &&
                           leaf->bytes == (size_t)s->outer * loom_dtype_size(s->dtype);
@@ -572,13 +576,14 @@ loom_status lm_realize_nodes(lm_node *const *nodes, int n) {
   loom_status st = realize_grouped(todo, count);
   free(todo);
   /* A value the run refused (a check's index, position or weights; an input
-   * outside a program) fails every realization alike: the assignments it
-   * carried are dropped, or each later one would fail too. Their tensors keep
-   * the values given them (realizing one fails alike, until assigned again;
-   * a leaf a step took for its update holds that update's values, which the
-   * update recomputes alike: settle_taken). Other failures (memory) keep them
-   * pending, so that realizing again completes the step. */
-  if (npending && (st == LOOM_OK || st == LOOM_ERR_VALUE)) lm_pending_clear();
+   * outside a program) would fail every realization alike: the assignments it
+   * carried are undone, each tensor naming its value from before them (no
+   * step that updates a leaf in place runs before the last check:
+   * find_donatable), as torch's raising op leaves the tensors it would have
+   * written. Other failures (memory) keep them pending, so that realizing
+   * again completes the step. */
+  if (npending && st == LOOM_OK) lm_pending_clear();
+  if (npending && st == LOOM_ERR_VALUE) lm_pending_rollback();
   return st;
 }
 

@@ -169,6 +169,14 @@ bool lm_pending_reserve(int extra);
 int lm_pending_count(void);
 lm_node *lm_pending_at(int i);
 void lm_pending_clear(void);
+/* Gives every handle with a pending assignment the value it named before
+ * (unless assigned again since), then clears them: a run that refused a
+ * value (LOOM_ERR_VALUE) applies none of its assignments, as torch's
+ * raising op leaves its tensors. */
+void lm_pending_rollback(void);
+/* How many pending assignments hold n as the value their handle named
+ * before (references that updates in place do not count). */
+int lm_pending_holds(const lm_node *n);
 
 /* ------------------------------------------------------------ names */
 /* 1 to LM_MAX_NAME letters, digits or '_', not starting with a digit: a C

@@ -313,10 +313,10 @@ static void test_slice_update(void) {
 }
 
 /* The KV cache as a decoder writes it: loom_assign(cache, slice_update(cache,
- * 2, pos, row)). A position past the end fails the realization; the cache's
- * buffer is not written; the assignment does not stay pending (a later
- * realization of anything else works); the cache's value keeps failing until
- * it is assigned again. */
+ * 2, pos, row)). A position past the end fails the realization; the
+ * assignment is undone (the cache keeps the rows it had, as torch's raising
+ * index leaves it) and does not stay pending (a later realization of
+ * anything else works). */
 static void test_kv_cache(void) {
   loom_tensor *cache = loom_zeros(LOOM_SHAPE(1, 1, 4, 2), LOOM_F32, test_device());
   CHECK_OK(loom_realize(cache));
@@ -340,8 +340,12 @@ static void test_kv_cache(void) {
               msg ? msg : "(none)");
     loom_clear_error();
     CHECK_OK(loom_realize(other)); /* not pending any more */
-    CHECK_EQ_INT(loom_realize(cache), LOOM_ERR_VALUE);
+    check_values("the cache as it was", cache, filled, 8);
+    CHECK_OK(loom_assign(cache, loom_slice_update(cache, 2, lazy(i64s(&past, LOOM_SHAPE0)), row)));
     loom_clear_error();
+    CHECK_EQ_INT(loom_realize(cache), LOOM_ERR_VALUE); /* the cache itself */
+    loom_clear_error();
+    check_values("the cache as it was, again", cache, filled, 8);
   }
   LOOM_SCOPE {
     loom_tensor *fresh = loom_zeros(LOOM_SHAPE(1, 1, 4, 2), LOOM_F32, test_device());
@@ -350,6 +354,46 @@ static void test_kv_cache(void) {
     check_values("the cache assigned again", cache, zeros, 8);
   }
   loom_free(cache);
+}
+
+/* A training step whose labels (computed by the run) hold one out of range:
+ * the step fails and none of its updates is applied, so the parameters and
+ * the optimizer's momentum are those of before it, and the steps after it
+ * train as if it had never been taken (a bad batch must not end the model:
+ * its parameters once kept the failing value for good). */
+static void train_steps(const int *labels_of_step, int steps, float *weights_out) {
+  float xs[] = {0, 0, 1, 0, 0, 1, 1, 1};
+  loom_tensor *x = loom_from_data(xs, LOOM_SHAPE(4, 2), LOOM_F32, test_device());
+  loom_params *ps = loom_params_new();
+  loom_linear fc = loom_linear_new(ps, "fc", 2, 3, loom_key_new(4));
+  loom_optim *opt = loom_sgd(ps, (loom_sgd_opts){.lr = 0.1, .momentum = 0.9});
+  for (int step = 0; step < steps; step++) {
+    LOOM_SCOPE {
+      uint8_t labels[4] = {0, 1, 2, 1};
+      if (labels_of_step[step] >= 0) labels[2] = (uint8_t)labels_of_step[step];
+      loom_tensor *given = loom_from_data(labels, LOOM_SHAPE(4), LOOM_U8, test_device());
+      loom_tensor *loss =
+          loom_cross_entropy(loom_linear_forward(&fc, x), loom_cast(given, LOOM_I64)); /* lazy */
+      loom_optim_zero_grad(opt);
+      CHECK_OK(loom_backward(loss));
+      CHECK_OK(loom_optim_step(opt));
+      loom_clear_error();
+      loom_status st = loom_realize(loss);
+      CHECK_EQ_INT(st, labels_of_step[step] >= 3 ? LOOM_ERR_VALUE : LOOM_OK);
+      loom_clear_error();
+    }
+  }
+  CHECK_OK(loom_copy_to_host(fc.weight, weights_out, sizeof(float) * 6));
+  loom_optim_free(opt), loom_params_free(ps), loom_free(x);
+}
+
+static void test_failed_step_undone(void) {
+  const int good[] = {-1, -1, -1, -1}, with_bad[] = {-1, -1, 7, -1, -1};
+  float want[6] = {0}, got[6] = {0};
+  train_steps(good, 4, want);
+  train_steps(with_bad, 5, got);
+  for (int i = 0; i < 6; i++)
+    CHECK_MSG(got[i] == want[i], "weight %d: %g, not %g", i, got[i], want[i]);
 }
 
 /* A position computed by the run keeps the cache's write in place (its check
@@ -576,6 +620,7 @@ int main(void) {
   test_labels();
   test_slice_update();
   test_kv_cache();
+  test_failed_step_undone();
   test_in_place();
   test_programs();
   test_symbolic();
