@@ -57,8 +57,13 @@ static loom_tensor *slice_update_checked(const loom_tensor *t, int axis, const l
   if (n == 0) return lm_composite_end(token, loom_reshape(t, *ts)); /* nothing replaced */
   loom_shape along = *ts;                                           /* [1, .., size, .., 1] */
   for (int d = 0; d < along.ndim; d++) along.dim[d] = d == axis ? size : 1;
-  loom_tensor *first = loom_clamp(loom_cast(start, LOOM_I64), 0, (double)(size - n));
   loom_tensor *at = loom_arange(0, (double)size, 1, LOOM_I64, dev);
+  /* the start clamped to [0, size - n] (jax's clamp), size - n from the last
+   * position (a slice from the end) rather than a number computed from the
+   * size, so that over a symbolic size it follows */
+  loom_tensor *last = loom_reshape(loom_slice(at, 0, -1, INT64_MAX, 1), LOOM_SHAPE0);
+  loom_tensor *first = loom_minimum(loom_maximum_s(loom_cast(start, LOOM_I64), 0),
+                                    loom_sub_s(last, (double)(n - 1)));
   /* the window's mask from an iota already in the broadcast shape: the where's
    * kernel computes it inline (an iota reshaped after the comparison is stored) */
   loom_tensor *offset = loom_sub(loom_reshape(at, along), first);

@@ -251,6 +251,8 @@ LM_PUBLIC(loom_tensor *, loom_one_hot, (const loom_tensor *labels, int64_t num_c
   if ((err = check_range(name, labels->node, num_classes))) return err;
   loom_tensor *col = loom_unsqueeze(labels, -1);
   loom_tensor *classes = loom_arange(0, (double)num_classes, 1, LOOM_I64, labels->node->device);
+  if (loom_status_of(classes) == LOOM_OK) /* the user's count, or the one a loss derived */
+    nb_user_sized(classes->node, name, 1);
   loom_tensor *hit = loom_eq(col, classes);
   loom_tensor *r = loom_cast(hit, LOOM_I64);
   drop(col, classes, hit, NULL);
