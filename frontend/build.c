@@ -15,6 +15,14 @@ lm_node *nb_const(double value, loom_shape shape, loom_dtype dtype, loom_device 
   return n;
 }
 
+lm_node *nb_user_sized(lm_node *n, const char *op, uint8_t dims) {
+  if (n && lm_called_by_user(op)) {
+    n->fixed_dims |= dims;
+    if (!n->made_by) n->made_by = op;
+  }
+  return n;
+}
+
 lm_node *nb_cast(lm_node *a, loom_dtype dtype) {
   if (!a) return NULL;
   if (a->dtype == dtype) {
@@ -121,6 +129,16 @@ lm_node *nb_slice(lm_node *a, loom_shape shape, const int64_t *start, const int6
     memcpy(n->arg.slice.step, step, sizeof(int64_t) * (size_t)shape.ndim);
   }
   return n;
+}
+
+lm_node *nb_reverse(lm_node *a, int d) {
+  if (!a) return NULL;
+  int64_t n = a->shape.dim[d], start[LOOM_MAX_DIMS] = {0}, step[LOOM_MAX_DIMS];
+  for (int k = 0; k < LOOM_MAX_DIMS; k++) step[k] = 1;
+  if (n > 1) start[d] = n - 1, step[d] = -1; /* (0 or 1 slices: a itself) */
+  lm_node *r = nb_slice(a, a->shape, start, step);
+  if (r && n > 1) r->arg.slice.from_end[d] = LM_SLICE_START_FROM_END;
+  return r;
 }
 
 lm_node *nb_pad(lm_node *a, const int64_t *lo, const int64_t *hi, double value) {

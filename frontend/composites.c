@@ -1,9 +1,10 @@
 /* torch ops that the core ops express: var and std (with a correction),
- * sign, repeat, index_select and gather, flip. Each is a composition (its
- * gradient the composition's: index_select's is the embedding's scatter-add,
- * gather's the selection's), fused like any other. Sort and topk record one
- * library step (LM_SORT: the positions), their values gathered by them; or a
- * bitonic network of elementwise ops. Cumsum records one scan step (LM_SCAN). */
+ * sign, repeat, index_select and gather, flip (a reversed view). Each is a
+ * composition (its gradient the composition's: index_select's is the
+ * embedding's scatter-add, gather's the selection's), fused like any other.
+ * Sort and topk record one library step (LM_SORT: the positions), their
+ * values gathered by them; or a bitonic network of elementwise ops. Cumsum
+ * records one scan step (LM_SCAN). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -438,6 +439,8 @@ LM_PUBLIC(loom_tensor *, loom_multinomial_key,
     wide.ndim = s->ndim + 1;
     wide.dim[wide.ndim - 1] = classes, wide.dim[wide.ndim - 2] = n;
     loom_tensor *u = loom_rand_key(key, wide, LOOM_F64, probs->node->device);
+    if (loom_status_of(u) == LOOM_OK) /* the draws, counted by the user */
+      nb_user_sized(u->node, op, (uint8_t)(1u << (wide.ndim - 2)));
     loom_tensor *gumbel = loom_neg(loom_log(loom_neg(loom_log(u))));
     draws = loom_argmax(loom_add(loom_unsqueeze(logp, -2), gumbel), -1, false);
   } else {
@@ -451,20 +454,16 @@ LM_PUBLIC(loom_tensor *, loom_multinomial_key,
 
 /* ------------------------------------------------------------ flip, cumsum */
 
-/* torch.flip along one axis: the slices in reverse, through index_select. */
+/* torch.flip along one axis: a view of a's slices in reverse, from n - 1 by
+ * -1, its start from the end: over a symbolic axis it follows the size
+ * (passes/symbolic.c). */
 LM_PUBLIC(loom_tensor *, loom_flip, (const loom_tensor *a, int axis), (a, axis)) {
   const char *op = "loom_flip";
   loom_tensor *err;
   if ((err = lm_check(op, a))) return err;
   int ax = axis;
   if ((err = lm_check_axis(op, &ax, a->node->shape.ndim))) return err;
-  int64_t n = a->node->shape.dim[ax];
-  int token = lm_composite_begin();
-  loom_tensor *reversed = loom_arange((double)n - 1, -1, -1, LOOM_I64, a->node->device);
-  /* n - 1 follows a symbolic n (a symbolic program's flip over its sequence) */
-  if (loom_status_of(reversed) == LOOM_OK && reversed->node->op == LM_IOTA)
-    reversed->node->arg.iota.from_end = 1;
-  return lm_composite_end(token, lm_index_select(op, a, ax, reversed, false));
+  return lm_result(nb_reverse(a->node, ax));
 }
 
 /* torch.cumsum: one scan step (LM_SCAN) along the axis. Integers and bools

@@ -39,29 +39,33 @@ loom_tensor *loom_from_data(const void *data, loom_shape shape, loom_dtype dtype
   return t;
 }
 
-loom_tensor *loom_full(loom_shape shape, double value, loom_dtype dtype, loom_device device) {
+static loom_tensor *constant(const char *name, loom_shape shape, double value, loom_dtype dtype,
+                             loom_device device) {
   loom_tensor *err;
-  if ((err = check_new("loom_full", &shape, dtype, device))) return err;
-  return lm_result(nb_const(value, shape, dtype, device));
+  if ((err = check_new(name, &shape, dtype, device))) return err;
+  lm_node *n = nb_const(value, shape, dtype, device);
+  return lm_result(nb_user_sized(n, name, nb_all_dims(&shape)));
 }
 
-LM_PUBLIC(loom_tensor *, loom_zeros, (loom_shape shape, loom_dtype dtype, loom_device device),
-          (shape, dtype, device)) {
-  return loom_full(shape, 0.0, dtype, device);
+loom_tensor *loom_full(loom_shape shape, double value, loom_dtype dtype, loom_device device) {
+  return constant("loom_full", shape, value, dtype, device);
 }
-LM_PUBLIC(loom_tensor *, loom_ones, (loom_shape shape, loom_dtype dtype, loom_device device),
-          (shape, dtype, device)) {
-  return loom_full(shape, 1.0, dtype, device);
+loom_tensor *loom_zeros(loom_shape shape, loom_dtype dtype, loom_device device) {
+  return constant("loom_zeros", shape, 0.0, dtype, device);
 }
-LM_PUBLIC(loom_tensor *, loom_scalar, (double value, loom_dtype dtype, loom_device device),
-          (value, dtype, device)) {
-  return loom_full(LOOM_SHAPE0, value, dtype, device);
+loom_tensor *loom_ones(loom_shape shape, loom_dtype dtype, loom_device device) {
+  return constant("loom_ones", shape, 1.0, dtype, device);
+}
+loom_tensor *loom_scalar(double value, loom_dtype dtype, loom_device device) {
+  return constant("loom_scalar", LOOM_SHAPE0, value, dtype, device);
 }
 
 static loom_tensor *full_like(const char *name, const loom_tensor *t, double value) {
   loom_tensor *err;
   if ((err = lm_check(name, t))) return err;
-  return lm_result(nb_const(value, t->node->shape, t->node->dtype, t->node->device));
+  lm_node *n = nb_const(value, t->node->shape, t->node->dtype, t->node->device);
+  if (n && !n->made_by) n->made_by = name; /* (its sizes are t's: they follow, not fixed) */
+  return lm_result(n);
 }
 loom_tensor *loom_zeros_like(const loom_tensor *t) { return full_like("loom_zeros_like", t, 0); }
 loom_tensor *loom_ones_like(const loom_tensor *t) { return full_like("loom_ones_like", t, 1); }
@@ -87,7 +91,7 @@ loom_tensor *loom_arange(double start, double stop, double step, loom_dtype dtyp
     n->arg.iota.start = start;
     n->arg.iota.step = step;
   }
-  return lm_result(n);
+  return lm_result(nb_user_sized(n, name, nb_all_dims(&shape)));
 }
 
 loom_tensor *loom_input(const char *name, loom_shape shape, loom_dtype dtype, loom_device device) {

@@ -54,7 +54,7 @@ loom_tensor *lm_checked_start(const char *op, const loom_tensor *start, const lm
 loom_tensor *lm_checked_weights(const char *op, const loom_tensor *probs);
 /* loom_embedding_f, loom_one_hot and loom_index_select naming op; without
  * `check`, for indices in range by construction (a sort's positions, a
- * flip's reversed range, a clamped offset), which the rule would only cost. */
+ * clamped offset), which the rule would only cost. */
 loom_tensor *lm_gather_rows(const char *op, const loom_tensor *indices, const loom_tensor *weight,
                             bool check);
 loom_tensor *lm_one_hot(const char *op, const loom_tensor *labels, int64_t num_classes, bool check);
@@ -89,6 +89,12 @@ bool lm_broadcast_shape(const loom_shape *a, const loom_shape *b, loom_shape *ou
 
 /* ------------------------------------------------------------ node builders */
 lm_node *nb_const(double value, loom_shape shape, loom_dtype dtype, loom_device device);
+/* n (an input-free leaf) with `dims` (bit d: dim d) marked as sizes the user
+ * wrote when the user called op directly, not a composite op deriving them
+ * from another tensor's (lm_node.fixed_dims; lm_called_by_user); n itself. */
+lm_node *nb_user_sized(lm_node *n, const char *op, uint8_t dims);
+/* Every dim of shape (nb_user_sized's dims for a whole leaf). */
+static inline uint8_t nb_all_dims(const loom_shape *s) { return (uint8_t)((1u << s->ndim) - 1); }
 lm_node *nb_cast(lm_node *a, loom_dtype dtype);
 lm_node *nb_reshape(lm_node *a, loom_shape shape);
 lm_node *nb_expand(lm_node *a, loom_shape shape); /* same ndim; size-1 dims grow */
@@ -102,6 +108,10 @@ lm_node *nb_reduce(lm_op op, lm_node *a, uint32_t axes);
 lm_node *nb_squeeze_axes(lm_node *a, uint32_t axes);
 /* Per dim: out[i] = a[start + i * step], out extents given by shape. */
 lm_node *nb_slice(lm_node *a, loom_shape shape, const int64_t *start, const int64_t *step);
+/* a's slices along dim d in reverse: a slice from n - 1 by -1 whose start is
+ * from the end, so that over a symbolic dim it follows the size (a itself
+ * for n <= 1). */
+lm_node *nb_reverse(lm_node *a, int d);
 /* Pads (lo, hi >= 0 per dim) with value. */
 lm_node *nb_pad(lm_node *a, const int64_t *lo, const int64_t *hi, double value);
 /* [.., M, K] @ [.., K, N], batch dims equal, floats (LM_MATMUL). */

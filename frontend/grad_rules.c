@@ -173,6 +173,15 @@ static lm_node *unslice_dim(ctx *c, lm_node *g, int d, int64_t start, int64_t st
   int64_t lo[LOOM_MAX_DIMS] = {0}, hi[LOOM_MAX_DIMS] = {0};
   lm_node *cur = g;
   int64_t span = m;
+  /* a negative step: g reversed (its start from the end, so that a flip's follows a
+   * symbolic m), then placed from the lowest position read, by -step */
+  if (step < 0 && m > 1) {
+    cur = keep(c->a, nb_reverse(cur, d));
+    start += (m - 1) * step, step = -step;
+    start_from_end = false;
+  } else if (step < 0) {
+    step = -step;
+  }
   if (step > 1 && m > 0) { /* [.., m, ..] -> [.., m, step, ..] zero-padded -> [.., m*step, ..] */
     loom_shape split = {g->shape.ndim + 1, {0}};
     for (int k = 0, o = 0; k < g->shape.ndim; k++) {

@@ -58,7 +58,7 @@ static loom_tensor *draw(const char *name, loom_key key, lm_rand_kind kind, doub
     n->arg.rand.kind = kind;
     n->arg.rand.p = p;
   }
-  return lm_result(n);
+  return lm_result(nb_user_sized(n, name, nb_all_dims(&shape)));
 }
 
 loom_tensor *loom_rand_key(loom_key key, loom_shape shape, loom_dtype dtype, loom_device device) {

@@ -419,7 +419,8 @@ loom_tensor *loom_index_select(const loom_tensor *a, int axis, const loom_tensor
  * rank and no dim larger than a's except along axis; its values in [0, a's
  * size along axis). */
 loom_tensor *loom_gather(const loom_tensor *a, int axis, const loom_tensor *index);
-/* torch.flip along one axis. */
+/* torch.flip along one axis: a view of a's slices in reverse (its gradient
+ * reversed likewise; over a symbolic dim it follows the size). */
 loom_tensor *loom_flip(const loom_tensor *a, int axis);
 /* torch.cumsum: inclusive running sums along axis, each of the values up to
  * it in order, so NaN and inf reach only the sums after them ([1, 2, nan, 4]
@@ -790,7 +791,13 @@ typedef struct loom_symbolic_dim {
  * seen plans the graph at them once (its kernels from the caches,
  * shape-generic from the second size on). The plans of the sizes used last
  * are kept: up to 256, and at least 16, as 2^18 nodes allow. Refused with LOOM_ERR_SHAPE, naming
- * the node: a symbolic dim meeting a fixed one (a weight's dim), a reshape that splits a symbolic
+ * the node, the op that recorded it and the symbol: a symbolic dim meeting a fixed one (a
+ * weight's dim, or a dim of an input-free tensor whose sizes the program wrote: loom_ones(shape),
+ * loom_arange, the loom_rand draws, as eager refuses the mismatch at other sizes; make such a
+ * tensor from the input, with loom_zeros_like or by broadcasting a [1, ..] one), a dim that no
+ * input's size gives but that an op sized from another tensor (loom_zeros_like alone, with its
+ * input outside the graph; loom_cumsum's matrix along a symbolic axis) equal to a symbol's traced
+ * size, which would keep its traced value, a reshape that splits a symbolic
  * dim in no way or in more than one way at the example sizes (trace with
  * distinct sizes), sliding windows over a symbolic dim, and a constant
  * within 1 of a symbolic dim's traced size (from 3 up) or of its reciprocal,

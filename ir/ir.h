@@ -79,7 +79,8 @@ typedef enum lm_op {
   LM_RESHAPE,
   LM_PERMUTE, /* out dim d is src dim arg.perm[d] */
   LM_EXPAND,  /* size-1 src dims repeat to the node's shape */
-  LM_SLICE,   /* out[i] = src[start + i * step] per dim */
+  LM_SLICE,   /* out[i] = src[start + i * step] per dim (a negative step reads
+                 backwards: loom_flip's) */
   LM_PAD,     /* out[i] = src[i - lo] where in range, else arg.pad.value */
   LM_CAT,     /* sources joined along arg.axis */
   LM_WINDOW,  /* sliding windows over the last two dims: [.., H, W] ->
@@ -185,7 +186,8 @@ struct lm_node {
     struct {
       double start, step;
       /* 1: start is the node's element count less its traced distance from
-         it (loom_flip's n - 1), so that it follows a symbolic size */
+         it (n - 1: the index of a flip as version 3 files hold it; loom_flip
+         is a reversed slice now), so that it follows a symbolic size */
       uint8_t from_end;
     } iota;
     struct {
@@ -246,6 +248,15 @@ struct lm_node {
       char op[LM_CHECK_OP_LEN]; /* the public op that recorded it, for the message */
     } check;
   } arg;
+  /* An input-free leaf (CONST IOTA RAND): bit d set when the user wrote dim d's
+     size (loom_ones(shape) called directly, not by a composite op deriving it
+     from another tensor's): a symbolic program keeps it fixed and refuses to
+     give it a symbol (passes/symbolic.c). Other nodes: 0. */
+  uint8_t fixed_dims;
+  /* The public op that was recording when the node was made (the outermost
+     one on the thread: lm_recording_op), for messages; NULL outside any (a
+     plain op called directly, a node read from a file). A static string. */
+  const char *made_by;
   bool requires_grad;            /* gradients flow through it (set when recorded) */
   struct loom_tensor *grad_leaf; /* the handle its gradients accumulate into (weak) */
   char *label;                   /* LM_INPUT: its name (owned) */
@@ -269,6 +280,13 @@ struct lm_node {
 void lm_no_grad_push(void);
 void lm_no_grad_pop(void);
 bool lm_grad_enabled(void);
+/* The public op recording nodes on this thread (per thread, like grad mode):
+ * while one runs others, the outermost wins. New nodes take it as made_by,
+ * and errors name it first (runtime/error.c). lm_recording_op_enter returns
+ * what lm_recording_op_leave restores. */
+const char *lm_recording_op_enter(const char *op);
+void lm_recording_op_leave(const char *previous);
+const char *lm_recording_op(void); /* NULL when none runs */
 
 lm_node *lm_node_new(lm_op op, int nsrc, lm_node *const *src, loom_shape shape, loom_dtype dtype,
                      loom_device device);

@@ -13,6 +13,17 @@ void lm_no_grad_pop(void) {
 }
 bool lm_grad_enabled(void) { return grad_mode_depth == 0; }
 
+/* The outermost public op running on this thread (lm_recording_op_enter). */
+static _Thread_local const char *recording_op;
+
+const char *lm_recording_op_enter(const char *op) {
+  const char *previous = recording_op;
+  if (!previous) recording_op = op;
+  return previous;
+}
+void lm_recording_op_leave(const char *previous) { recording_op = previous; }
+const char *lm_recording_op(void) { return recording_op; }
+
 lm_node *lm_node_new(lm_op op, int nsrc, lm_node *const *src, loom_shape shape, loom_dtype dtype,
                      loom_device device) {
   lm_node *n = calloc(1, sizeof *n);
@@ -36,6 +47,7 @@ lm_node *lm_node_new(lm_op op, int nsrc, lm_node *const *src, loom_shape shape, 
   n->shape = shape;
   n->dtype = dtype;
   n->device = device;
+  n->made_by = recording_op;
   n->pos = -1;
   return n;
 }

@@ -27,7 +27,9 @@ static bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool
 }
 
 /* operand as a view of the buffer it is read from: itself when it has memory,
- * else an affine chain of views down to a node that does; false otherwise. */
+ * else an affine chain of views down to a node that does; false otherwise,
+ * and for a view reading backwards (a flip: a negative stride, which the
+ * library steps' layouts do not take). */
 static bool operand_view(const lm_planner *pl, const lm_node *operand, const lm_node **base,
                          lm_view *view) {
   if (lm_has_memory(pl, operand)) {
@@ -37,7 +39,11 @@ static bool operand_view(const lm_planner *pl, const lm_node *operand, const lm_
     lm_shape_strides(&operand->shape, view->strides);
     return true;
   }
-  return lm_op_is_view(operand->op) && lm_view_affine(operand, lm_planner_stores, pl, base, view);
+  if (!lm_op_is_view(operand->op) || !lm_view_affine(operand, lm_planner_stores, pl, base, view))
+    return false;
+  for (int d = 0; d < view->shape.ndim; d++)
+    if (view->strides[d] < 0 && view->shape.dim[d] > 1) return false;
+  return true;
 }
 
 bool lm_gemm_operand(const lm_planner *pl, const lm_node *operand, const lm_node **base,

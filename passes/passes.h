@@ -291,19 +291,23 @@ typedef struct lm_sym_count {
   lm_sym_expr value;
 } lm_sym_count;
 
-/* Every dim of g's nodes as an expression over the symbols (dims[pos *
+/* Every dim of g's nodes as an expression over the nsym symbols (dims[pos *
  * LOOM_MAX_DIMS + d]), given which input dims are which symbols and the
  * symbols' sizes in the traced graph (each at least 2), and the constants
  * that count symbolic dims (counts[0..*ncounts), room for g->n). Refuses
- * (with err) a symbol meeting a fixed size, a reshape that splits a symbolic
- * dim other than one way, sliding windows over a symbolic dim, and any other
- * constant equal to the traced size of a symbolic dim or its reciprocal
- * (it may have been computed from it, and would not follow it), and slice
- * bounds likewise near one, unless numbers_checked: the caller compares the
- * graph at every other size with the one recorded there (a lazy family), so
- * a number that did not follow is caught there rather than guessed. */
+ * (with err) a symbol meeting a fixed size (an input's, a weight's, or an
+ * input-free leaf's the user wrote: lm_node.fixed_dims), a reshape that
+ * splits a symbolic dim other than one way, sliding windows over a symbolic
+ * dim, a dim nothing ties to an input that holds a size the graph may have
+ * computed (an input-free leaf's a composite op sized, a broadcast's) equal to
+ * a symbol's or a symbolic dim's traced size, and any other constant equal
+ * to the traced size of a symbolic dim or its reciprocal (it may have been
+ * computed from it, and would not follow it), and slice bounds likewise near
+ * one, unless numbers_checked: the caller compares the graph at every other
+ * size with the one recorded there (a lazy family), so a number that did not
+ * follow is caught there rather than guessed. */
 loom_status lm_sym_infer(const lm_graph *g, const char *const *names, const int64_t *example,
-                         const lm_sym_seed *seeds, int nseeds, bool numbers_checked,
+                         int nsym, const lm_sym_seed *seeds, int nseeds, bool numbers_checked,
                          lm_sym_expr *dims, lm_sym_count *counts, int *ncounts, char *err,
                          size_t errlen);
 

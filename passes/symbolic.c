@@ -234,6 +234,11 @@ typedef struct infer {
   int *parent;       /* union-find over slots (pos * LOOM_MAX_DIMS + d) */
   bool *known;       /* per class root */
   lm_sym_expr *expr; /* per class root, when known */
+  int *origin;       /* per class root, when known: the slot that gave its expression */
+  bool *derived;     /* per class root: holds a size the graph may have computed from
+                        another's (an input-free leaf's the user did not write, a
+                        broadcast's), not a number written in it (a slice's length) */
+  int at;            /* the node being inferred (messages name it), or -1 */
   bool changed;
   char *err;
   size_t errlen;
@@ -255,15 +260,48 @@ static int64_t concrete(const infer *f, int s) {
   return f->g->nodes[s / LOOM_MAX_DIMS]->shape.dim[s % LOOM_MAX_DIMS];
 }
 
+/* "node 3 (const [37,37], recorded by loom_cumsum)" */
+static const char *node_str(const lm_graph *g, int pos, char *buf, size_t len) {
+  const lm_node *n = g->nodes[pos];
+  char shape[96];
+  lm_shape_str(&n->shape, shape, sizeof shape);
+  bool weight = lm_is_computed(n) && n->op != LM_INPUT; /* (data: a buffer, or a copy) */
+  snprintf(buf, len, "node %d (%s %s%s%s)", pos, weight ? "weight" : lm_op_name(n->op), shape,
+           n->made_by ? ", recorded by " : "", n->made_by ? n->made_by : "");
+  return buf;
+}
+
 static void fail_at(infer *f, int pos, const char *fmt, const char *a, const char *b) {
   if (f->failed) return;
   f->failed = true;
-  const lm_node *n = f->g->nodes[pos];
-  char shape[96];
-  lm_shape_str(&n->shape, shape, sizeof shape);
-  char what[512];
+  char what[2048], where[200];
   snprintf(what, sizeof what, fmt, a, b);
-  snprintf(f->err, f->errlen, "%s (at node %d, %s %s)", what, pos, lm_op_name(n->op), shape);
+  snprintf(f->err, f->errlen, "%s (at %s)", what, node_str(f->g, pos, where, sizeof where));
+}
+
+/* What fixed a dim's size, for a refusal: the leaf it comes from and why its
+ * sizes stay fixed. */
+static const char *origin_str(const infer *f, int s, char *buf, size_t len) {
+  int pos = s / LOOM_MAX_DIMS, d = s % LOOM_MAX_DIMS;
+  const lm_node *n = f->g->nodes[pos];
+  char at[200];
+  node_str(f->g, pos, at, sizeof at);
+  if (n->op == LM_INPUT)
+    snprintf(buf, len, "dim %d of input '%s' (%s), which has no symbol there", d,
+             n->label ? n->label : "?", at);
+  else if (lm_is_computed(n))
+    snprintf(buf, len, "dim %d of %s, a weight: its sizes are its data's", d, at);
+  else if (lm_op_info_of(n->op)->cls == LM_OPC_LEAF && (n->fixed_dims & (1u << d)))
+    snprintf(buf, len,
+             "dim %d of %s, an input-free tensor whose sizes the program wrote (loom_full, "
+             "loom_zeros, loom_ones, loom_arange, the loom_rand ops, loom_one_hot's classes): "
+             "they stay fixed, as eager refuses the mismatch at other sizes; make it from the "
+             "input (loom_full_like, a slice of a longer tensor, a [1, ..] tensor broadcast) or "
+             "give the dim no symbol",
+             d, at);
+  else
+    snprintf(buf, len, "dim %d of %s", d, at);
+  return buf;
 }
 
 static void set_expr(infer *f, int s, const lm_sym_expr *e) {
@@ -278,6 +316,7 @@ static void set_expr(infer *f, int s, const lm_sym_expr *e) {
   }
   f->known[r] = true;
   f->expr[r] = *e;
+  f->origin[r] = s;
   f->changed = true;
 }
 
@@ -285,23 +324,27 @@ static void join(infer *f, int a, int b) {
   int ra = find(f, a), rb = find(f, b);
   if (ra == rb) return;
   if (f->known[ra] && f->known[rb] && !lm_sym_eq(&f->expr[ra], &f->expr[rb])) {
-    char x[128], y[128];
+    char x[128], y[1024];
     const lm_sym_expr *ea = &f->expr[ra], *eb = &f->expr[rb];
-    if (lm_sym_is_const(ea) != lm_sym_is_const(eb))
-      fail_at(f, b / LOOM_MAX_DIMS,
-              "a dim of size %s meets a fixed dim of size %s (a weight's, or another input's): "
-              "make both follow the symbol or neither",
-              lm_sym_str(lm_sym_is_const(ea) ? eb : ea, f->names, x, sizeof x),
-              lm_sym_str(lm_sym_is_const(ea) ? ea : eb, f->names, y, sizeof y));
-    else
-      fail_at(f, b / LOOM_MAX_DIMS, "dims of sizes %s and %s must be equal",
-              lm_sym_str(ea, f->names, x, sizeof x), lm_sym_str(eb, f->names, y, sizeof y));
+    int at = f->at >= 0 ? f->at : b / LOOM_MAX_DIMS;
+    if (lm_sym_is_const(ea) != lm_sym_is_const(eb)) {
+      int fixed = lm_sym_is_const(ea) ? ra : rb;
+      char size[32], whose[800];
+      lm_sym_str(&f->expr[fixed], f->names, size, sizeof size);
+      snprintf(y, sizeof y, "%s, %s", size, origin_str(f, f->origin[fixed], whose, sizeof whose));
+      fail_at(f, at, "a dim of size %s meets a fixed dim of size %s",
+              lm_sym_str(fixed == ra ? eb : ea, f->names, x, sizeof x), y);
+    } else {
+      fail_at(f, at, "dims of sizes %s and %s must be equal", lm_sym_str(ea, f->names, x, sizeof x),
+              lm_sym_str(eb, f->names, y, sizeof y));
+    }
     return;
   }
   if (f->known[rb] && !f->known[ra]) {
     int t = ra;
     ra = rb, rb = t;
   }
+  f->derived[ra] |= f->derived[rb];
   f->parent[rb] = ra;
   f->changed = true;
 }
@@ -358,6 +401,59 @@ static void split(splitter *sp, int k, lm_sym_term rest) {
   }
 }
 
+/* The product of dims [k0, k1) of node pos, when all are known. */
+static bool group_product(infer *f, int pos, int k0, int k1, lm_sym_expr *prod) {
+  *prod = lm_sym_const(1);
+  for (int k = k0; k < k1; k++) {
+    const lm_sym_expr *e = known_expr(f, slot(pos, k));
+    if (!e || !sym_mul(prod, e, prod)) return false;
+  }
+  return true;
+}
+
+/* A reshape group's product over dims [k0, k1) of node `to` (of shape s): one
+ * dim takes it; several take the parts of it their example sizes have, which
+ * must be one way (reshape at node pos: the messages name it). */
+static void distribute(infer *f, int pos, const lm_sym_expr *prod, int to, int k0, int k1,
+                       const loom_shape *s) {
+  if (k1 - k0 == 1) {
+    set_expr(f, slot(to, k0), prod);
+    return;
+  }
+  if (lm_sym_is_const(prod)) {
+    for (int k = k0; k < k1; k++) {
+      lm_sym_expr c = lm_sym_const(s->dim[k]);
+      set_expr(f, slot(to, k), &c);
+    }
+    return;
+  }
+  char a[128];
+  if (prod->nterms != 1) {
+    fail_at(f, pos, "a reshape splits the dim %s%s, which is not a product",
+            lm_sym_str(prod, f->names, a, sizeof a), "");
+    return;
+  }
+  splitter sp = {.example = f->example, .sizes = &s->dim[k0], .nout = k1 - k0, .budget = 1 << 16};
+  split(&sp, 0, prod->t[0]);
+  if (sp.budget <= 0) {
+    fail_at(f, pos, "a reshape splits %s in too many ways to try%s",
+            lm_sym_str(prod, f->names, a, sizeof a), "");
+    return;
+  }
+  if (sp.ways != 1) {
+    fail_at(f, pos,
+            sp.ways ? "a reshape splits %s in more than one way at these example sizes%s: trace "
+                      "with distinct sizes for the symbols"
+                    : "a reshape splits %s into dims that do not follow its symbols%s",
+            lm_sym_str(prod, f->names, a, sizeof a), "");
+    return;
+  }
+  for (int k = k0; k < k1; k++) {
+    lm_sym_expr e = {.nterms = 1, .t = {sp.first[k - k0]}};
+    set_expr(f, slot(to, k), &e);
+  }
+}
+
 /* A reshape: dims grouped where the running products of the example sizes
  * meet; a group of one dim on either side maps through a product. */
 static void infer_reshape(infer *f, int pos, const lm_node *n, int src_pos) {
@@ -395,60 +491,14 @@ static void infer_reshape(infer *f, int pos, const lm_node *n, int src_pos) {
       join(f, slot(src_pos, i0), slot(pos, o0));
       continue;
     }
-    /* the group's product, from the side that is known */
-    lm_sym_expr prod = lm_sym_const(1);
-    bool in_known = true;
-    for (int k = i0; k < i && in_known; k++) {
-      const lm_sym_expr *e = known_expr(f, slot(src_pos, k));
-      if (!e || !sym_mul(&prod, e, &prod)) in_known = false;
-    }
-    if (!in_known) {
-      if (i - i0 != 1) continue;
-      lm_sym_expr back = lm_sym_const(1);
-      for (int k = o0; k < o; k++) {
-        const lm_sym_expr *e = known_expr(f, slot(pos, k));
-        if (!e || !sym_mul(&back, e, &back)) return;
-      }
-      set_expr(f, slot(src_pos, i0), &back);
-      continue;
-    }
-    if (o - o0 == 1) {
-      set_expr(f, slot(pos, o0), &prod);
-      continue;
-    }
-    if (lm_sym_is_const(&prod)) {
-      for (int k = o0; k < o; k++) {
-        lm_sym_expr c = lm_sym_const(out->dim[k]);
-        set_expr(f, slot(pos, k), &c);
-      }
-      continue;
-    }
-    char a[128];
-    if (prod.nterms != 1) {
-      fail_at(f, pos, "a reshape splits the dim %s%s, which is not a product",
-              lm_sym_str(&prod, f->names, a, sizeof a), "");
-      return;
-    }
-    splitter sp = {
-        .example = f->example, .sizes = &out->dim[o0], .nout = o - o0, .budget = 1 << 16};
-    split(&sp, 0, prod.t[0]);
-    if (sp.budget <= 0) {
-      fail_at(f, pos, "a reshape splits %s in too many ways to try%s",
-              lm_sym_str(&prod, f->names, a, sizeof a), "");
-      return;
-    }
-    if (sp.ways != 1) {
-      fail_at(f, pos,
-              sp.ways ? "a reshape splits %s in more than one way at these example sizes%s: trace "
-                        "with distinct sizes for the symbols"
-                      : "a reshape splits %s into dims that do not follow its symbols%s",
-              lm_sym_str(&prod, f->names, a, sizeof a), "");
-      return;
-    }
-    for (int k = o0; k < o; k++) {
-      lm_sym_expr e = {.nterms = 1, .t = {sp.first[k - o0]}};
-      set_expr(f, slot(pos, k), &e);
-    }
+    /* the group's product, from the side that is known, over the other
+     * (a constant reshaped for a product whose rows follow a symbol learns
+     * them backwards) */
+    lm_sym_expr prod;
+    if (group_product(f, src_pos, i0, i, &prod))
+      distribute(f, pos, &prod, pos, o0, o, out);
+    else if (group_product(f, pos, o0, o, &prod))
+      distribute(f, pos, &prod, src_pos, i0, i, in);
   }
 }
 
@@ -465,6 +515,7 @@ static void infer_node(infer *f, int pos) {
   const lm_node *n = g->nodes[pos];
   int nd = n->shape.ndim;
   if (lm_is_computed(n)) return; /* seeded */
+  f->at = pos;
   int src[LM_CAT_MAX_SOURCES];
   for (int s = 0; s < n->nsrc && s < LM_CAT_MAX_SOURCES; s++) src[s] = lm_graph_pos(g, n->src[s]);
   switch (lm_op_info_of(n->op)->cls) {
@@ -579,7 +630,12 @@ static void infer_node(infer *f, int pos) {
     for (int d = 0; d < nd; d++) {
       int64_t start = n->arg.slice.start[d], step = n->arg.slice.step[d];
       int64_t len = n->shape.dim[d], from = in->shape.dim[d];
-      if (start == 0 && step == 1 && len == from) {
+      bool start_rel = n->arg.slice.from_end[d] & LM_SLICE_START_FROM_END,
+           stop_rel = n->arg.slice.from_end[d] & LM_SLICE_STOP_FROM_END;
+      /* the whole dim, or the whole dim reversed from its last (a flip: its
+       * start from the end follows the size too) */
+      if (len == from &&
+          ((start == 0 && step == 1) || (start_rel && step == -1 && start == from - 1))) {
         join(f, slot(pos, d), slot(src[0], d));
         continue;
       }
@@ -590,13 +646,12 @@ static void infer_node(infer *f, int pos) {
       lm_sym_expr out = lm_sym_const(len);
       bool to_end = step == 1 && start + len == from;
       /* bounds given from the end keep their distance from it (x[-1:], x[:-1]) */
-      bool start_rel = n->arg.slice.from_end[d] & LM_SLICE_START_FROM_END,
-           stop_rel = n->arg.slice.from_end[d] & LM_SLICE_STOP_FROM_END;
       if (step != 1) { /* every step-th of t: ceil((t - start) / step), no polynomial */
         char a[128], b[32];
         snprintf(b, sizeof b, "%lld", (long long)step);
         fail_at(f, pos,
-                "a slice over a dim of size %s with step %s: only unit steps can follow a symbol",
+                "a slice over a dim of size %s with step %s: only unit steps (and a whole dim "
+                "reversed, loom_flip's) can follow a symbol",
                 lm_sym_str(e, f->names, a, sizeof a), b);
         return;
       }
@@ -723,16 +778,20 @@ static int cmp_i64(const void *a, const void *b) {
 
 /* The traced sizes of symbolic dims, and one more or less: what a constant
  * computed from one would hold (from 3 up: 1, 2 and 0.5 are everywhere).
- * sizes: the traced sizes of symbolic dims, sorted. */
-static bool is_symbolic_size(const int64_t *sizes, int nsizes, double v) {
+ * sizes: the traced sizes of symbolic dims, sorted; *near: the one v is near. */
+static bool is_symbolic_size(const int64_t *sizes, int nsizes, double v, int64_t *near) {
   if (!(v >= 3 && v <= 9007199254740992.0) || v != floor(v)) return false;
   for (int64_t k = (int64_t)v - 1; k <= (int64_t)v + 1; k++)
-    if (bsearch(&k, sizes, (size_t)nsizes, sizeof *sizes, cmp_i64)) return true;
+    if (bsearch(&k, sizes, (size_t)nsizes, sizeof *sizes, cmp_i64)) {
+      *near = k;
+      return true;
+    }
   return false;
 }
 
-static loom_status find_counts(const lm_graph *g, const lm_sym_expr *dims, lm_sym_count *counts,
-                               int *ncounts, bool numbers_checked, char *err, size_t errlen) {
+static loom_status find_counts(const lm_graph *g, const char *const *names, const lm_sym_expr *dims,
+                               lm_sym_count *counts, int *ncounts, bool numbers_checked, char *err,
+                               size_t errlen) {
   *ncounts = 0;
   int64_t *sizes = malloc(sizeof *sizes * ((size_t)g->n * LOOM_MAX_DIMS + 1));
   if (!sizes) {
@@ -773,16 +832,24 @@ static loom_status find_counts(const lm_graph *g, const lm_sym_expr *dims, lm_sy
     }
     for (int k = 0; k < nvalues; k++) {
       double v = fabs(values[k]);
-      if (!(is_symbolic_size(sizes, nsizes, v) ||
-            (v > 0 && is_symbolic_size(sizes, nsizes, 1 / v))))
+      int64_t near = 0;
+      if (!(is_symbolic_size(sizes, nsizes, v, &near) ||
+            (v > 0 && is_symbolic_size(sizes, nsizes, 1 / v, &near))))
         continue;
       free(sizes);
+      char dim[128] = "?"; /* the symbolic dim it is near, by name */
+      for (int q = 0; q < g->n * LOOM_MAX_DIMS && dim[0] == '?'; q++)
+        if (q % LOOM_MAX_DIMS < g->nodes[q / LOOM_MAX_DIMS]->shape.ndim &&
+            !lm_sym_is_const(&dims[q]) &&
+            g->nodes[q / LOOM_MAX_DIMS]->shape.dim[q % LOOM_MAX_DIMS] == near)
+          lm_sym_str(&dims[q], names, dim, sizeof dim);
       snprintf(err, errlen,
-               "%s %.17g (at node %d, %s) is within 1 of the traced size of a symbolic dim, or "
-               "of its reciprocal: a value computed from a symbolic size (other than a mean's or "
-               "a variance's count) would not follow it. Trace at sizes no value of the graph "
-               "is near",
-               what, values[k], pos, lm_op_name(n->op));
+               "%s %.17g (at node %d, %s%s%s) is within 1 of the traced size of a symbolic dim "
+               "(%s, traced at %lld), or of its reciprocal: a value computed from a symbolic size "
+               "(other than a mean's or a variance's count) would not follow it. Trace at sizes "
+               "no value of the graph is near",
+               what, values[k], pos, lm_op_name(n->op), n->made_by ? ", recorded by " : "",
+               n->made_by ? n->made_by : "", dim, (long long)near);
       return LOOM_ERR_SHAPE;
     }
   }
@@ -798,6 +865,24 @@ static void propagate(infer *f) {
   }
 }
 
+/* Whether a symbol (its input maybe outside the graph: a program whose
+ * output only has its shape) or a symbolic class is v at the traced sizes:
+ * *like its expression. */
+static bool symbolic_traced_at(infer *f, int nsym, int64_t v, lm_sym_expr *like) {
+  for (int s = 0; s < nsym; s++)
+    if (f->example[s] == v) {
+      *like = lm_sym_symbol(s);
+      return true;
+    }
+  for (int s = 0; s < f->g->n * LOOM_MAX_DIMS; s++)
+    if (f->parent[s] == s && f->known[s] && !lm_sym_is_const(&f->expr[s]) &&
+        example_of(f, &f->expr[s]) == v) {
+      *like = f->expr[s];
+      return true;
+    }
+  return false;
+}
+
 static bool all_known(infer *f, int pos) {
   for (int d = 0; d < f->g->nodes[pos]->shape.ndim; d++)
     if (!f->known[find(f, slot(pos, d))]) return false;
@@ -805,7 +890,7 @@ static bool all_known(infer *f, int pos) {
 }
 
 loom_status lm_sym_infer(const lm_graph *g, const char *const *names, const int64_t *example,
-                         const lm_sym_seed *seeds, int nseeds, bool numbers_checked,
+                         int nsym, const lm_sym_seed *seeds, int nseeds, bool numbers_checked,
                          lm_sym_expr *dims, lm_sym_count *counts, int *ncounts, char *err,
                          size_t errlen) {
   if (g->n > LM_SYM_MAX_NODES) {
@@ -817,23 +902,38 @@ loom_status lm_sym_infer(const lm_graph *g, const char *const *names, const int6
   infer f = {.g = g,
              .names = names,
              .example = example,
+             .at = -1,
              .err = err,
              .errlen = errlen,
              .numbers_checked = numbers_checked};
   f.parent = malloc(sizeof(int) * (size_t)(nslots + 1));
   f.known = calloc((size_t)nslots + 1, sizeof(bool));
   f.expr = calloc((size_t)nslots + 1, sizeof(lm_sym_expr));
-  if (!f.parent || !f.known || !f.expr) {
-    free(f.parent), free(f.known), free(f.expr);
+  f.origin = malloc(sizeof(int) * (size_t)(nslots + 1));
+  f.derived = calloc((size_t)nslots + 1, sizeof(bool));
+  if (!f.parent || !f.known || !f.expr || !f.origin || !f.derived) {
+    free(f.parent), free(f.known), free(f.expr), free(f.origin), free(f.derived);
     snprintf(err, errlen, "out of memory");
     return LOOM_ERR_OOM;
   }
   for (int s = 0; s < nslots; s++) f.parent[s] = s;
-  /* leaves with data and inputs: their sizes, or the symbols named on them */
+  for (int pos = 0; pos < g->n; pos++) { /* sizes the graph may have computed */
+    const lm_node *n = g->nodes[pos];
+    bool leaf = !lm_is_computed(n) && lm_op_info_of(n->op)->cls == LM_OPC_LEAF;
+    for (int d = 0; d < n->shape.ndim && !lm_is_computed(n); d++)
+      f.derived[slot(pos, d)] = (leaf && !(n->fixed_dims & (1u << d))) ||
+                                (n->op == LM_EXPAND && n->src[0]->shape.dim[d] != n->shape.dim[d]);
+  }
+  /* leaves with data and inputs: their sizes, or the symbols named on them;
+   * input-free leaves the user sized (loom_ones(shape)): those sizes, fixed
+   * (a lazy family's user code sizes them anew at each size: open there) */
   for (int pos = 0; pos < g->n; pos++) {
     const lm_node *n = g->nodes[pos];
-    if (!lm_is_computed(n)) continue;
+    bool user_sized = !lm_is_computed(n) && !numbers_checked &&
+                      lm_op_info_of(n->op)->cls == LM_OPC_LEAF && n->fixed_dims;
+    if (!lm_is_computed(n) && !user_sized) continue;
     for (int d = 0; d < n->shape.ndim; d++) {
+      if (user_sized && !(n->fixed_dims & (1u << d))) continue;
       lm_sym_expr c = lm_sym_const(n->shape.dim[d]);
       for (int i = 0; i < nseeds; i++)
         if (seeds[i].pos == pos && seeds[i].axis == d) c = lm_sym_symbol(seeds[i].symbol);
@@ -853,12 +953,27 @@ loom_status lm_sym_infer(const lm_graph *g, const char *const *names, const int6
   for (int first = 0; !f.failed;) {
     while (first < g->n && all_known(&f, first)) first++;
     if (first == g->n) break;
-    for (int d = 0; d < g->nodes[first]->shape.ndim; d++) {
+    f.at = first;
+    for (int d = 0; d < g->nodes[first]->shape.ndim && !f.failed; d++) {
       int s = slot(first, d);
-      if (!f.known[find(&f, s)]) {
-        lm_sym_expr c = lm_sym_const(concrete(&f, s));
-        set_expr(&f, s, &c);
+      if (f.known[find(&f, s)]) continue;
+      /* a size no input gives that a symbolic dim has at the traced sizes was
+       * likely computed from it (a flip's, a cumsum's length inside the op):
+       * fixed, it would keep the traced value */
+      lm_sym_expr like;
+      if (!numbers_checked && f.derived[find(&f, s)] &&
+          symbolic_traced_at(&f, nsym, concrete(&f, s), &like)) {
+        char a[160], b[128];
+        snprintf(a, sizeof a, "dim %d, of size %lld,", d, (long long)concrete(&f, s));
+        fail_at(&f, first,
+                "%s follows no input's size yet equals %s at the traced sizes: a size computed "
+                "from a symbolic dim would keep its traced value at other sizes. Make it follow "
+                "the symbol, or trace at sizes it does not equal",
+                a, lm_sym_str(&like, names, b, sizeof b));
+        break;
       }
+      lm_sym_expr c = lm_sym_const(concrete(&f, s));
+      set_expr(&f, s, &c);
     }
     propagate(&f);
   }
@@ -889,7 +1004,7 @@ loom_status lm_sym_infer(const lm_graph *g, const char *const *names, const int6
       }
       dims[s] = *e;
     }
-  free(f.parent), free(f.known), free(f.expr);
+  free(f.parent), free(f.known), free(f.expr), free(f.origin), free(f.derived);
   if (f.failed) return LOOM_ERR_SHAPE;
-  return find_counts(g, dims, counts, ncounts, numbers_checked, err, errlen);
+  return find_counts(g, names, dims, counts, ncounts, numbers_checked, err, errlen);
 }

@@ -13,21 +13,21 @@ static _Thread_local char first_message[1024];
 static _Thread_local char recent_message[1024];
 /* Inside trial work (lm_errors_quiet_begin): failures are answers. */
 static _Thread_local int quiet;
-/* The public op the user called, while it runs others (lm_called_enter). */
-static _Thread_local const char *called_op;
+/* The public op the user called, while it runs others, is ir/'s recording
+ * op (its nodes' made_by). */
+const char *lm_called_enter(const char *op) { return lm_recording_op_enter(op); }
 
-const char *lm_called_enter(const char *op) {
-  const char *previous = called_op;
-  if (!previous) called_op = op;
-  return previous;
+void lm_called_leave(const char *previous) { lm_recording_op_leave(previous); }
+
+bool lm_called_by_user(const char *op) {
+  const char *called_op = lm_recording_op();
+  return !called_op || strcmp(called_op, op) == 0;
 }
 
-void lm_called_leave(const char *previous) { called_op = previous; }
-
-const char *lm_called_op(void) { return called_op; }
-
+const char *lm_called_op(void) { return lm_recording_op(); }
 /* message, named after the op the user called when another op raised it. */
 static void format_message(char *message, size_t len, const char *fmt, va_list ap) {
+  const char *called_op = lm_recording_op();
   if (called_op) {
     char first[768]; /* room for the name in front */
     vsnprintf(first, sizeof first, fmt, ap);

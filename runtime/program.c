@@ -73,7 +73,10 @@ static loom_status clone_graph(const lm_graph *g, const lazy_spec *lazy, lm_node
         break;
       }
       for (int s = 0; s < n->nsrc; s++) src[s] = clones[lm_graph_pos(g, n->src[s])];
-      if ((c = lm_node_new(n->op, n->nsrc, src, n->shape, n->dtype, n->device))) c->arg = n->arg;
+      if ((c = lm_node_new(n->op, n->nsrc, src, n->shape, n->dtype, n->device))) {
+        c->arg = n->arg;
+        c->fixed_dims = n->fixed_dims, c->made_by = n->made_by;
+      }
       if (src != src_small) free(src);
     }
     if (!c) {

@@ -152,7 +152,8 @@ const char *lm_program_output_label(int i, char buf[16]);
 /* ------------------------------------------------------------ text form */
 /* docs/PROGRAM_FORMAT.md describes it. The first line is the magic word and
  * the version; this loom writes and reads versions LM_PROGRAM_VERSION,
- * LM_PROGRAM_VERSION_SYMBOLS and LM_PROGRAM_VERSION_FROM_END. */
+ * LM_PROGRAM_VERSION_SYMBOLS, LM_PROGRAM_VERSION_FROM_END and
+ * LM_PROGRAM_VERSION_FOLLOWS. */
 #define LM_PROGRAM_MAGIC "loom-program"
 #define LM_PROGRAM_VERSION 1
 /* Version 2: version 1 and the symbol lines of a symbolic program (written
@@ -161,6 +162,11 @@ const char *lm_program_output_label(int i, char buf[16]);
 /* Version 3: version 2 and the bounds from the end of a symbolic program's
  * slices and pads (`from_end=`, `lo_from_end=`; written only where one is). */
 #define LM_PROGRAM_VERSION_FROM_END 3
+/* Version 4: version 3 and which dims of a symbolic program's input-free
+ * leaves (const, iota, rand) follow the sizes their consumers give them
+ * (`follows=`; written only where one does): the others are sizes the program
+ * wrote, which stay fixed (lm_node.fixed_dims). */
+#define LM_PROGRAM_VERSION_FOLLOWS 4
 /* Limits a reader enforces before allocating for them. */
 #define LM_PROGRAM_MAX_TEXT ((size_t)1 << 28) /* bytes of a program file */
 #define LM_PROGRAM_MAX_ITEMS (1 << 20)        /* positions, inputs, outputs (each) */

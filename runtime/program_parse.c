@@ -298,15 +298,36 @@ static loom_status arg_list(parser *p, const char *key, int want, int64_t lo, in
 }
 
 /* An optional list of per-dim flags in [0, max] (absent: all 0), from format
- * version 3. */
-static loom_status arg_flags(parser *p, const char *key, int want, int max, uint8_t *out) {
+ * version `since`. */
+static loom_status arg_flags_since(parser *p, int since, const char *key, int want, int max,
+                                   uint8_t *out) {
   size_t k = strlen(key);
-  if (p->version < LM_PROGRAM_VERSION_FROM_END || (size_t)(p->eol - p->cur) <= k ||
-      memcmp(p->cur, key, k) != 0 || p->cur[k] != '=')
+  if (p->version < since || (size_t)(p->eol - p->cur) <= k || memcmp(p->cur, key, k) != 0 ||
+      p->cur[k] != '=')
     return LOOM_OK; /* (in an older version, the line's end then refuses it) */
   int64_t v[LOOM_MAX_DIMS];
   loom_status st = arg_list(p, key, want, 0, max, v);
   for (int d = 0; d < want && st == LOOM_OK; d++) out[d] = (uint8_t)v[d];
+  return st;
+}
+
+/* Bounds from the end (version 3). */
+static loom_status arg_flags(parser *p, const char *key, int want, int max, uint8_t *out) {
+  return arg_flags_since(p, LM_PROGRAM_VERSION_FROM_END, key, want, max, out);
+}
+
+/* An input-free leaf's dims are fixed (sizes the program wrote) but those
+ * `follows=` lists (version 4), and an arange's whose start is from the end
+ * (version 3: a flip's index, sized by its source): a symbolic program refuses
+ * to give a fixed dim a symbol. */
+static loom_status arg_follows(parser *p, lm_node *n) {
+  uint8_t follows[LOOM_MAX_DIMS] = {0};
+  loom_status st =
+      arg_flags_since(p, LM_PROGRAM_VERSION_FOLLOWS, "follows", n->shape.ndim, 1, follows);
+  n->fixed_dims = (uint8_t)((1u << n->shape.ndim) - 1);
+  for (int d = 0; d < n->shape.ndim; d++)
+    if (follows[d] || (n->op == LM_IOTA && n->arg.iota.from_end))
+      n->fixed_dims &= (uint8_t) ~(1u << d);
   return st;
 }
 
@@ -730,6 +751,7 @@ static loom_status parse_node(parser *p, token opname, lm_node **out) {
   lm_node *n = lm_node_new(op, nsrc, p->srcs, shape, dtype, LOOM_CPU);
   if (!n) return out_of_memory(p);
   st = parse_args(p, n);
+  if (st == LOOM_OK && lm_op_table[op].cls == LM_OPC_LEAF) st = arg_follows(p, n);
   if (st == LOOM_OK) st = line_done(p, "the node");
   if (st == LOOM_OK && !lm_node_verify(n, why, sizeof why)) st = bad(p, "%s", why);
   if (st != LOOM_OK) {
@@ -803,9 +825,9 @@ static loom_status parse_header(parser *p) {
   take(p, &word);
   if (!take(p, &version) || !parse_i64(version.s, version.len, &v) || v < 0)
     return bad(p, "the format version '%s' is not a number", quote(version, q));
-  if (v < LM_PROGRAM_VERSION || v > LM_PROGRAM_VERSION_FROM_END)
+  if (v < LM_PROGRAM_VERSION || v > LM_PROGRAM_VERSION_FOLLOWS)
     return bad(p, "written by format version %lld, this loom reads versions %d to %d", (long long)v,
-               LM_PROGRAM_VERSION, LM_PROGRAM_VERSION_FROM_END);
+               LM_PROGRAM_VERSION, LM_PROGRAM_VERSION_FOLLOWS);
   p->version = (int)v;
   return line_done(p, "the version");
 }

@@ -149,9 +149,9 @@ static loom_status infer_dims(const char *op, loom_program *p, const loom_symbol
   lm_graph g;
   loom_status st = lm_graph_build(&g, targets, p->nout);
   if (st == LOOM_OK && g.n != p->n) st = LOOM_ERR_INTERNAL;
-  char err[1024];
+  char err[2048];
   if (st == LOOM_OK) {
-    st = lm_sym_infer(&g, (const char *const *)p->sym_names, p->sym_example, seeds, nseeds,
+    st = lm_sym_infer(&g, (const char *const *)p->sym_names, p->sym_example, p->nsym, seeds, nseeds,
                       numbers_checked, p->dims, p->counts, &p->ncounts, err, sizeof err);
     if (st != LOOM_OK) st = lm_fail(st, "%s: %s", op, err);
   } else {

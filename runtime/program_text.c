@@ -26,6 +26,7 @@ typedef struct text {
   size_t len, cap;
   bool oom;      /* an append failed: the text is incomplete */
   bool from_end; /* bounds from the end are written (a symbolic program's) */
+  bool follows;  /* input-free leaves' following dims are written (likewise) */
 } text;
 
 static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -223,6 +224,11 @@ static void put_position(text *t, const loom_program *p, int pos, const int *wnu
   put_type(t, n->dtype, &n->shape);
   for (int s = p->src_start[pos]; s < p->src_start[pos + 1]; s++) put(t, " %%%d", p->src_pos[s]);
   put_args(t, n);
+  if (t->follows && lm_op_table[n->op].cls == LM_OPC_LEAF) {
+    uint8_t follows[LOOM_MAX_DIMS];
+    for (int d = 0; d < n->shape.ndim; d++) follows[d] = !(n->fixed_dims & (1u << d));
+    put_flags(t, "follows", follows, n->shape.ndim);
+  }
 }
 
 static void put_input_declaration(text *t, const loom_program *p, int i) {
@@ -247,10 +253,24 @@ static bool has_from_end(const loom_program *p) {
   return false;
 }
 
+/* Whether an input-free leaf of symbolic program p has a dim that follows
+ * its consumers' sizes (one the program did not write). */
+static bool has_follows(const loom_program *p) {
+  for (int pos = 0; pos < p->n && p->nsym > 0; pos++) {
+    const lm_node *n = p->nodes[pos];
+    if (p->kind[pos] == LM_SLOT_NODE && lm_op_table[n->op].cls == LM_OPC_LEAF &&
+        n->fixed_dims != (uint8_t)((1u << n->shape.ndim) - 1))
+      return true;
+  }
+  return false;
+}
+
 static void put_program(text *t, const loom_program *p, const int *wnum) {
-  t->from_end = has_from_end(p);
+  t->follows = has_follows(p);
+  t->from_end = t->follows || has_from_end(p);
   put(t, "%s %d\n", LM_PROGRAM_MAGIC,
-      t->from_end   ? LM_PROGRAM_VERSION_FROM_END
+      t->follows    ? LM_PROGRAM_VERSION_FOLLOWS
+      : t->from_end ? LM_PROGRAM_VERSION_FROM_END
       : p->nsym > 0 ? LM_PROGRAM_VERSION_SYMBOLS
                     : LM_PROGRAM_VERSION);
   for (int i = 0; i < p->nin; i++) {

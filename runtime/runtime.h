@@ -69,6 +69,11 @@ const char *lm_called_enter(const char *op);
 void lm_called_leave(const char *previous);
 /* The public op the user called (the outermost running), or NULL. */
 const char *lm_called_op(void);
+/* Whether op (a public op's name) runs because the user called it: no public
+ * op is running on this thread, or op itself is the outermost. Sizes such an
+ * op takes from its arguments are the user's, not derived by a composite op
+ * from another tensor's (lm_node.fixed_dims). */
+bool lm_called_by_user(const char *op);
 /* The same for functions returning a status. */
 /* Trial work whose failures are answers, not errors (planning a symbolic
  * program at sizes that may not fit it, inferring a lazy graph's symbols):

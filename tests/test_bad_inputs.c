@@ -768,7 +768,7 @@ static const row table[] = {
     ROW("wrong dtype", "loom_cast(x, 99)", dtype_cast_unknown, LOOM_ERR_DTYPE,
         "loom_cast: unknown dtype 99"),
     ROW("wrong dtype", "loom_zeros([2], -1)", dtype_zeros_unknown, LOOM_ERR_DTYPE,
-        "loom_full: unknown dtype -1"),
+        "loom_zeros: unknown dtype -1"),
     ROW("wrong dtype", "loom_rand_key(k, [2], i32)", dtype_rand_int, LOOM_ERR_DTYPE,
         "loom_rand_key: needs a float dtype (f32, f64, bf16, f16), got i32"),
     ROW("wrong dtype", "loom_cross_entropy(logits, f32 labels)", dtype_float_labels, LOOM_ERR_DTYPE,

@@ -328,6 +328,38 @@ static void test_tail(void) {
   loom_program_free(p);
 }
 
+/* issue 41: a flip along t (and a cumsum) over [b, t] traced at [3, 37]:
+ * <name>_output_shape at {2, 5} said [2, 37] */
+static void test_flip(void) {
+  loom_symbolic_dim dims[2] = {{0, 0, "b"}, {0, 1, "t"}};
+  loom_program *p = NULL, *sums = NULL;
+  LOOM_SCOPE {
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(3, 37), LOOM_F32, LOOM_CPU);
+    loom_tensor *y = loom_mul_s(loom_flip(x, 1), 2.0), *c = loom_cumsum(x, 1);
+    p = loom_compile_symbolic(&y, 1, &x, 1, dims, 2);
+    CHECK_MSG(p != NULL, "%s", loom_last_error());
+    loom_clear_error();
+    sums = loom_compile_symbolic(&c, 1, &x, 1, dims, 2);
+    CHECK_MSG(sums != NULL, "%s", loom_last_error());
+  }
+  const int64_t sizes[][2] = {{2, 5}, {1, 1}, {3, 37}, {4, 100}};
+  export_and_check(p, "flip", &sizes[0][0], 4, 2);
+  if (sums) export_and_check(sums, "cumsum", &sizes[0][0], 4, 2);
+  for (int k = 0; k < 2; k++) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/lib%s.so", dir, k ? "cumsum" : "flip");
+    void *h = (k ? sums : p) ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+    shape_fn out_shape = h ? (shape_fn)symbol(h, k ? "cumsum" : "flip", "output_shape") : NULL;
+    int64_t at[2] = {2, 5}, shape[2] = {0, 0};
+    if (out_shape) {
+      CHECK_EQ_INT(out_shape(0, at, shape), 2);
+      CHECK(shape[0] == 2 && shape[1] == 5);
+    }
+    if (h) dlclose(h);
+  }
+  loom_program_free(p), loom_program_free(sums);
+}
+
 /* five symbols: 3^5 plans is past what an export makes */
 static void test_refused(void) {
   loom_program *p = NULL;
@@ -353,6 +385,7 @@ int main(void) {
   test_scan();
   test_counts();
   test_tail();
+  test_flip();
   test_refused();
   if (!check_failures && !getenv("LOOM_EXPORT_KEEP")) check_remove_dir(dir);
   return check_report();

@@ -707,10 +707,10 @@ static void test_hand_written(void) {
                "ELF\x02\x01",
                "not a loom program");
   refused_text("no newline", "loom-program 1", "<text>:1: the line does not end with a newline");
-  refused_text("version 4", "loom-program 4\n",
-               "<text>:1: written by format version 4, this loom reads versions 1 to 3");
+  refused_text("version 5", "loom-program 5\n",
+               "<text>:1: written by format version 5, this loom reads versions 1 to 4");
   refused_text("version 0", "loom-program 0\n%0 = const f32[] value=0x0p+0\n",
-               "written by format version 0, this loom reads versions 1 to 3");
+               "written by format version 0, this loom reads versions 1 to 4");
   refused_text("version x", "loom-program one\n", "the format version 'one' is not a number");
   /* symbol lines (version 2): an input dim that takes any size */
   const char *rows = "%0 = input 0\n%1 = relu f32[5,3] %0\noutput %1\nend\n";
@@ -773,6 +773,29 @@ static void test_hand_written(void) {
   snprintf(body, sizeof body, last, " from_end=[4,0]");
   snprintf(sym, sizeof sym, "loom-program 3\ninput 0 x f32[5,3]\nsymbol 0 0 rows\n%s", body);
   refused_text("from_end out of range", sym, "entry 0 (4) is outside [0, 3]");
+  /* input-free leaves (version 4): dims fixed unless follows= lists them */
+  const char *ones = "loom-program %d\ninput 0 x f32[5,3]\nsymbol 0 0 rows\n%%0 = input 0\n"
+                     "%%1 = const f32[5,3] value=0x1p+0%s\n%%2 = add f32[5,3] %%0 %%1\n"
+                     "output %%2\nend\n";
+  snprintf(sym, sizeof sym, ones, 4, " follows=[1,0]");
+  CHECK_OK(parse(sym, &p));
+  if (p) {
+    LOOM_SCOPE {
+      float x[6] = {1, 2, 3, 4, 5, 6}, y[6];
+      loom_tensor *in = loom_from_data(x, LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU), *out = NULL;
+      CHECK_OK(loom_program_run(p, &in, &out));
+      CHECK_OK(loom_copy_to_host(out, y, sizeof y));
+      CHECK(y[0] == 2 && y[5] == 7);
+    }
+    loom_program_free(p);
+  }
+  snprintf(sym, sizeof sym, ones, 3, " follows=[1,0]");
+  refused_text("follows in version 3", sym, "<text>:5: unexpected 'follows=[1,0]'");
+  snprintf(sym, sizeof sym, ones, 4, " follows=[2,0]");
+  refused_text("follows out of range", sym, "entry 0 (2) is outside [0, 1]");
+  snprintf(sym, sizeof sym, ones, 4, "");
+  refused_text("a fixed constant meeting a symbol", sym,
+               "a dim of size rows meets a fixed dim of size 5, dim 0 of node 1 (const [5,3])");
   refused_text("tab", "loom-program\t1\n", "not a loom program");
   refused_text("crlf", "loom-program 1\r\n", "<text>:1: byte 0x0d at column 15");
   refused_bytes("nul", "loom-program 1\n%0\0", 18,
@@ -1110,8 +1133,8 @@ static void mutate_lines(const text_lines *ls, bool one_output) {
     if (one_output) refused_line(ls, i, NULL, LOOM_ERR_CORRUPT, mutant, "deleted");
     if (i == 0) {
       snprintf(needle, sizeof needle,
-               "%s written by format version 4, this loom reads versions 1 to 3", at);
-      refused_line(ls, i, "loom-program 4", LOOM_ERR_CORRUPT, needle, "version");
+               "%s written by format version 5, this loom reads versions 1 to 4", at);
+      refused_line(ls, i, "loom-program 5", LOOM_ERR_CORRUPT, needle, "version");
     } else if (strcmp(ws.w[0], "input") == 0) {
       mutate_declaration(ls, i, ws, at);
     } else if (strcmp(ws.w[0], "output") == 0) {

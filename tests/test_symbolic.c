@@ -30,6 +30,9 @@ typedef loom_tensor *(*builder)(loom_tensor *const *ins, void *ctx);
  * references, lazy graphs, plan their own families). */
 static uint64_t runs_planned, runs_from_template;
 
+/* The program's output against the graph build records on the same inputs:
+ * both must succeed, with the same dtype and shape and every value equal
+ * (within 1e-5 relative: a shape-generic kernel may sum in another order). */
 static void check_run(const loom_program *p, builder build, void *ctx, loom_tensor *const *ins,
                       const char *what) {
   loom_scope_begin();
@@ -41,26 +44,35 @@ static void check_run(const loom_program *p, builder build, void *ctx, loom_tens
   runs_from_template += after.program_sizes_from_template - before.program_sizes_from_template;
   CHECK_MSG(st == LOOM_OK, "%s: %s", what, loom_last_error());
   loom_tensor *want = build(ins, ctx);
+  CHECK_MSG(loom_realize(want) == LOOM_OK, "%s: recorded directly: %s", what, loom_last_error());
   if (st == LOOM_OK && loom_status_of(want) == LOOM_OK) {
     loom_shape gs = loom_shape_of(got), ws = loom_shape_of(want);
+    loom_dtype dt = loom_dtype_of(got);
+    CHECK_MSG(dt == loom_dtype_of(want), "%s: %s, want %s", what, loom_dtype_name(dt),
+              loom_dtype_name(loom_dtype_of(want)));
+    bool same = gs.ndim == ws.ndim && dt == loom_dtype_of(want);
     CHECK_MSG(gs.ndim == ws.ndim, "%s: %d dims, want %d", what, gs.ndim, ws.ndim);
-    int64_t n = 1;
     for (int d = 0; d < gs.ndim && d < ws.ndim; d++) {
       CHECK_MSG(gs.dim[d] == ws.dim[d], "%s: dim %d is %lld, want %lld", what, d,
                 (long long)gs.dim[d], (long long)ws.dim[d]);
-      n *= ws.dim[d];
+      same = same && gs.dim[d] == ws.dim[d];
     }
-    float *a = malloc(sizeof(float) * (size_t)(n ? n : 1)),
-          *b = malloc(sizeof(float) * (size_t)(n ? n : 1));
-    CHECK_OK(loom_copy_to_host(got, a, sizeof(float) * (size_t)n));
-    CHECK_OK(loom_copy_to_host(want, b, sizeof(float) * (size_t)n));
+    int64_t n = loom_numel(want);
+    size_t bytes = (size_t)n * loom_dtype_size(dt);
+    void *a = same ? malloc(bytes + 8) : NULL, *b = same ? malloc(bytes + 8) : NULL;
+    if (a && b) {
+      CHECK_OK(loom_copy_to_host(got, a, bytes));
+      CHECK_OK(loom_copy_to_host(want, b, bytes));
+    }
     int bad = 0;
-    for (int64_t i = 0; i < n && bad < 3; i++)
-      if (!(fabs(a[i] - b[i]) <= 1e-5 * (1 + fabs(b[i])))) {
+    for (int64_t i = 0; a && b && i < n && bad < 3; i++) {
+      double x = check_element(a, dt, i), y = check_element(b, dt, i);
+      if (!(x == y || (isnan(x) && isnan(y)) || fabs(x - y) <= 1e-5 * (1 + fabs(y)))) {
         bad++;
         check_fail_at(__FILE__, __LINE__, "%s: element %lld is %.9g, want %.9g", what, (long long)i,
-                      a[i], b[i]);
+                      x, y);
       }
+    }
     free(a), free(b);
   }
   loom_scope_end();
@@ -830,6 +842,7 @@ static void test_counts(void) {
   loom_clear_error();
   CHECK(loom_compile_symbolic(&scaled, 1, &x, 1, &batch, 1) == NULL);
   CHECK_STR_CONTAINS(loom_last_error(), "a constant 5 (at node 1, const)");
+  CHECK_STR_CONTAINS(loom_last_error(), "(batch, traced at 6)");
   loom_tensor *y = loom_input("y", LOOM_SHAPE(37, 3), LOOM_F32, test_device());
   scaled = loom_mul_s(y, 5.0); /* traced at 37: 5 is a constant */
   loom_program *q = loom_compile_symbolic(&scaled, 1, &y, 1, &batch, 1);
@@ -922,6 +935,107 @@ static void test_refusals(void) {
   CHECK(loom_program_input_dim_symbol(NULL, 0, 0) == NULL);
 }
 
+/* ------------------------------------------------------------ issue 41 */
+
+/* The program's single output at input `in` into host floats (n of them). */
+static loom_status run_floats(const loom_program *p, loom_tensor *in, float *out, size_t n,
+                              loom_shape *shape) {
+  loom_status st = LOOM_OK;
+  LOOM_SCOPE {
+    loom_tensor *o = NULL;
+    st = loom_program_run(p, &in, &o);
+    if (st == LOOM_OK) *shape = loom_shape_of(o);
+    if (st == LOOM_OK && loom_numel(o) == (int64_t)n) st = loom_copy_to_host(o, out, n * 4);
+  }
+  return st;
+}
+
+/* Symbolic programs kept the traced length of a flip's and a cumsum's
+ * library-sized constants (traced at 37, run at 4: [1, 37]), and let an
+ * input-free constant of sizes the user wrote take a symbol (x[2, c] @
+ * randn[16, 16] ran at c = 20); a file declaring a symbol on a fixed axis
+ * loaded. (tests/test_symbolic_ops.c sweeps every op.) */
+static void test_issue41(void) {
+  loom_symbolic_dim s = {0, 1, "s"};
+  float four[4] = {0, 1, 2, 3}, got[4] = {0};
+  loom_shape shape = {0};
+  LOOM_SCOPE { /* flip over [1, s] traced at 37, run at 4 */
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(1, 37), LOOM_F32, test_device());
+    loom_tensor *y = loom_flip(x, 1);
+    loom_program *p = loom_compile_symbolic(&y, 1, &x, 1, &s, 1);
+    CHECK_MSG(p != NULL, "%s", loom_last_error());
+    loom_tensor *in = loom_from_data(four, LOOM_SHAPE(1, 4), LOOM_F32, test_device());
+    if (p) CHECK_OK(run_floats(p, in, got, 4, &shape));
+    CHECK(shape.ndim == 2 && shape.dim[0] == 1 && shape.dim[1] == 4);
+    CHECK(got[0] == 3 && got[1] == 2 && got[2] == 1 && got[3] == 0);
+    loom_program_free(p);
+  }
+  LOOM_SCOPE { /* cumsum over [3, s] traced at 37, run at [3, 100] */
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(3, 37), LOOM_F32, test_device());
+    loom_tensor *y = loom_cumsum(x, 1);
+    loom_clear_error();
+    loom_program *p = loom_compile_symbolic(&y, 1, &x, 1, &s, 1);
+    CHECK_MSG(p != NULL, "%s", loom_last_error());
+    if (p) {
+      float x300[300], y300[300];
+      for (int i = 0; i < 300; i++) x300[i] = (float)(i % 7) - 3;
+      loom_tensor *in = loom_from_data(x300, LOOM_SHAPE(3, 100), LOOM_F32, test_device());
+      CHECK_OK(run_floats(p, in, y300, 300, &shape));
+      CHECK(shape.ndim == 2 && shape.dim[0] == 3 && shape.dim[1] == 100);
+      int bad = 0;
+      for (int r = 0; r < 3; r++)
+        for (int c = 0, sum = 0; c < 100; c++)
+          sum += (int)x300[r * 100 + c], bad += y300[r * 100 + c] != sum;
+      CHECK_EQ_INT(bad, 0);
+    }
+    loom_program_free(p);
+  }
+  LOOM_SCOPE { /* x[2, c] @ randn[16, 16]: the draw's sizes are the user's */
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(2, 16), LOOM_F32, test_device());
+    loom_tensor *r = loom_randn_key(loom_key_new(3), LOOM_SHAPE(16, 16), LOOM_F32, test_device());
+    loom_tensor *y = loom_matmul(x, r);
+    loom_symbolic_dim c = {0, 1, "c"};
+    loom_clear_error();
+    CHECK(loom_compile_symbolic(&y, 1, &x, 1, &c, 1) == NULL);
+    CHECK_STR_CONTAINS(loom_last_error(), "a dim of size c meets a fixed dim of size 16, dim 0 of "
+                                          "node 1 (rand [16,16], recorded by loom_randn_key)");
+    CHECK_STR_CONTAINS(loom_last_error(), "(at node 2 (matmul [2,16]))");
+    /* the same program at fixed sizes, saved, its text edited to give x's
+     * dim 1 a symbol: refused when loaded, as for a weight's dim */
+    loom_tensor *w = filled(LOOM_SHAPE(16, 4), 9);
+    loom_tensor *outs[2] = {y, loom_matmul(x, w)};
+    for (int k = 0; k < 2 && test_device().type == LOOM_DEVICE_CPU; k++) {
+      loom_program *p = loom_compile(&outs[k], 1, &x, 1);
+      char path[64], text[4096];
+      snprintf(path, sizeof path, "/tmp/loom-test-symbolic-41-%d.loom", (int)getpid());
+      CHECK_OK(loom_program_save(p, path));
+      loom_program_free(p);
+      FILE *f = fopen(path, "r");
+      size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
+      if (f) fclose(f);
+      text[len] = 0;
+      const char *input = "input 0 x f32[2,16]\n";
+      char *at = strstr(text, input);
+      CHECK(strncmp(text, "loom-program 1\n", 15) == 0 && at);
+      if (at && (f = fopen(path, "w"))) {
+        at += strlen(input);
+        fprintf(f, "loom-program 2\n%.*s", (int)(at - text - 15), text + 15);
+        fprintf(f, "symbol 0 1 c\n%s", at);
+        fclose(f);
+      }
+      loom_clear_error();
+      CHECK(loom_program_load(path) == NULL);
+      CHECK_STR_CONTAINS(loom_last_error(), "a dim of size c meets a fixed dim of size 16");
+      CHECK_STR_CONTAINS(loom_last_error(), k == 0 ? "dim 0 of node 1 (rand [16,16])"
+                                                   : "dim 0 of node 1 (weight [16,4]), a weight");
+      remove(path);
+      strcat(path, ".safetensors");
+      remove(path);
+    }
+    loom_free(w);
+  }
+}
+
 /* A plan that changes with the size: a sum of [t, 4096] to one value splits
  * in two kernels from 16 rows (65536 inputs). Traced at 2, the template is
  * planned at 2, 3, 4, 7 and 14 (one kernel each); 40 is past the split: the
@@ -966,7 +1080,7 @@ int main(void) {
   void (*tests[])(void) = {test_mlp,           test_products,       test_shared_symbol,
                            test_attention,     test_attention_grad, test_ops,
                            test_random_graphs, test_threads,        test_counts,
-                           test_refusals,      test_plan_template};
+                           test_refusals,      test_plan_template,  test_issue41};
   for (int i = 0; i < (int)(sizeof tests / sizeof tests[0]); i++) {
     loom_scope_begin();
     loom_clear_error(); /* the first error sticks: each test's messages are its own */

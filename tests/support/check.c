@@ -3,6 +3,8 @@
 #include <math.h>
 #include <stdarg.h>
 
+#include "loom.h"
+
 int check_passes = 0;
 int check_failures = 0;
 char check_ctx[256] = "";
@@ -49,6 +51,18 @@ double check_sum_tolerance(bool f32, double n, double sumsq, double sum) {
 double check_sum_bound(bool f32, double n, double sumabs) {
   double u = f32 ? ldexp(1, -24) : ldexp(1, -53), m = n < 1024 ? n : 1024;
   return u * (m + 32) * sumabs;
+}
+
+double check_element(const void *data, int dtype, int64_t i) {
+  switch ((loom_dtype)dtype) {
+  case LOOM_F32: return ((const float *)data)[i];
+  case LOOM_F64: return ((const double *)data)[i];
+  case LOOM_I32: return ((const int32_t *)data)[i];
+  case LOOM_I64: return (double)((const int64_t *)data)[i];
+  case LOOM_BOOL:
+  case LOOM_U8: return ((const uint8_t *)data)[i];
+  default: return NAN;
+  }
 }
 
 void check_fill_uniform(float *x, int64_t n, unsigned seed) {

@@ -19,6 +19,8 @@ void check_fail_at(const char *file, int line, const char *fmt, ...)
 bool check_record(bool ok, const char *file, int line, const char *what);
 /* n floats in [-1, 1] from a seed (a small LCG: the same values everywhere). */
 void check_fill_uniform(float *x, int64_t n, unsigned seed);
+/* Element i of host data of a loom_dtype as a double (NaN for BF16, F16). */
+double check_element(const void *data, int dtype, int64_t i);
 /*
  * How far loom's float sum of n terms may be from the exact sum of the same
  * terms, with u the unit roundoff (2^-24 for F32, else 2^-53). No accumulator
