@@ -142,6 +142,13 @@ loom_tensor *lm_pair_error(loom_status st, const char *op, const loom_shape *a, 
                   lm_shape_str(b, sb, sizeof sb), what);
 }
 
+loom_tensor *lm_check_fill(const char *op, loom_dtype dtype, double value) {
+  if (loom_dtype_is_float(dtype) || dtype == LOOM_BOOL) return NULL;
+  if (isfinite(value) && lm_dtype_holds(dtype, trunc(value))) return NULL;
+  return lm_error(LOOM_ERR_VALUE, "%s: the value %.17g cannot be converted to %s without overflow",
+                  op, value, loom_dtype_name(dtype));
+}
+
 loom_tensor *lm_check_axis(const char *op, int *axis, int ndim) {
   int given = *axis;
   if (ndim > 0 && lm_axis(axis, ndim)) return NULL;

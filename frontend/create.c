@@ -42,7 +42,8 @@ loom_tensor *loom_from_data(const void *data, loom_shape shape, loom_dtype dtype
 static loom_tensor *constant(const char *name, loom_shape shape, double value, loom_dtype dtype,
                              loom_device device) {
   loom_tensor *err;
-  if ((err = check_new(name, &shape, dtype, device))) return err;
+  if ((err = check_new(name, &shape, dtype, device)) || (err = lm_check_fill(name, dtype, value)))
+    return err;
   lm_node *n = nb_const(value, shape, dtype, device);
   return lm_result(nb_user_sized(n, name, nb_all_dims(&shape)));
 }
@@ -62,7 +63,7 @@ loom_tensor *loom_scalar(double value, loom_dtype dtype, loom_device device) {
 
 static loom_tensor *full_like(const char *name, const loom_tensor *t, double value) {
   loom_tensor *err;
-  if ((err = lm_check(name, t))) return err;
+  if ((err = lm_check(name, t)) || (err = lm_check_fill(name, t->node->dtype, value))) return err;
   lm_node *n = nb_const(value, t->node->shape, t->node->dtype, t->node->device);
   if (n && !n->made_by) n->made_by = name; /* (its sizes are t's: they follow, not fixed) */
   return lm_result(n);

@@ -31,6 +31,10 @@ bool lm_axis(int *axis, int ndim);
 /* NULL when *axis names one of ndim dims (normalized in place), else an
  * LOOM_ERR_AXIS error tensor naming op, the axis and the rank. */
 loom_tensor *lm_check_axis(const char *op, int *axis, int ndim);
+/* A value filling an integer tensor, as torch.full takes it: finite and in
+ * the dtype's range once truncated toward zero (2.5 is 2; 300 for U8 is
+ * refused, never saturated to 255). Floats and bools take any value. */
+loom_tensor *lm_check_fill(const char *op, loom_dtype dtype, double value);
 /* perm moves dim ax of nd last, the others in order; back (may be NULL)
  * undoes it. */
 void lm_axis_last(int nd, int ax, int *perm, int *back);

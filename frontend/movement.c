@@ -177,6 +177,7 @@ loom_tensor *loom_pad(const loom_tensor *a, const int64_t *pads, int npads, doub
   const char *name = "loom_pad";
   loom_tensor *err;
   if ((err = lm_check(name, a))) return err;
+  if ((err = lm_check_fill(name, a->node->dtype, value))) return err;
   int nd = a->node->shape.ndim;
   if (npads < 0 || npads % 2 || npads / 2 > nd)
     return lm_error(LOOM_ERR_VALUE, "%s: %d pad values for %d dims (need pairs, at most %d)", name,

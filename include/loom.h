@@ -141,6 +141,9 @@ loom_tensor *loom_from_data(const void *data, loom_shape shape, loom_dtype dtype
                             loom_device device);
 loom_tensor *loom_zeros(loom_shape shape, loom_dtype dtype, loom_device device);
 loom_tensor *loom_ones(loom_shape shape, loom_dtype dtype, loom_device device);
+/* An integer dtype takes value truncated toward zero (2.5 is 2, as torch.full);
+ * a value outside the dtype, NaN or inf, is LOOM_ERR_VALUE (loom_full_like
+ * and loom_pad's value alike). */
 loom_tensor *loom_full(loom_shape shape, double value, loom_dtype dtype, loom_device device);
 loom_tensor *loom_scalar(double value, loom_dtype dtype, loom_device device);
 /* Values start, start+step, ... below stop (above it for a negative step). */

@@ -896,11 +896,12 @@ static const row table[] = {
     ROW("non-finite", "loom_backward(NaN loss), then the gradient", nonfinite_backward, LOOM_OK,
         "value nan"),
 
-    ROW("non-finite", "loom_full([], NaN, i32)", nonfinite_int_nan, LOOM_OK, "value 0"),
-    ROW("non-finite", "loom_full([1], 1e30, i64) (saturates)", nonfinite_int_huge, LOOM_OK,
-        "value 9.22337e+18"),
-    ROW("non-finite", "loom_pad(i32 ones, {1, 0}, -inf) summed (-inf is INT32_MIN)",
-        nonfinite_int_pad, LOOM_OK, "value -2147483645"),
+    ROW("non-finite", "loom_full([], NaN, i32)", nonfinite_int_nan, LOOM_ERR_VALUE,
+        "loom_full: the value nan cannot be converted to i32 without overflow"),
+    ROW("non-finite", "loom_full([1], 1e30, i64)", nonfinite_int_huge, LOOM_ERR_VALUE,
+        "loom_full: the value 1e+30 cannot be converted to i64 without overflow"),
+    ROW("non-finite", "loom_pad(i32 ones, {1, 0}, -inf) summed", nonfinite_int_pad, LOOM_ERR_VALUE,
+        "loom_pad: the value -inf cannot be converted to i32 without overflow"),
 
     ROW("non-finite", "loom_cast(-1e30 f32, i64) (saturates)", nonfinite_cast_huge, LOOM_OK,
         "value -9.22337e+18"),

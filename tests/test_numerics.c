@@ -398,6 +398,57 @@ static void test_refusals(void) {
   loom_clear_error();
 }
 
+/* Values filling an integer tensor, as torch.full takes them: truncated toward
+ * zero, refused outside the dtype ("value cannot be converted to type uint8_t
+ * without overflow"); saturated before (300 gave 255, 2^31 gave INT32_MAX). */
+static void test_fill_values(void) {
+  LOOM_SCOPE {
+    const struct {
+      loom_dtype dtype;
+      double value;
+    } refused[] = {{LOOM_U8, 300},        {LOOM_U8, 256},          {LOOM_U8, -1},
+                   {LOOM_I32, 0x1p31},    {LOOM_I32, -0x1p31 - 1}, {LOOM_I64, 1e19},
+                   {LOOM_I64, -1e19},     {LOOM_I32, NAN},         {LOOM_U8, INFINITY},
+                   {LOOM_I64, -INFINITY}, {LOOM_I32, 4294967295.0}};
+    for (int i = 0; i < (int)(sizeof refused / sizeof refused[0]); i++) {
+      loom_dtype d = refused[i].dtype;
+      double v = refused[i].value;
+      char want[160];
+      snprintf(want, sizeof want, "the value %.17g cannot be converted to %s without overflow", v,
+               loom_dtype_name(d));
+      loom_tensor *like = loom_zeros(LOOM_SHAPE(2), d, LOOM_CPU);
+      loom_tensor *r[3] = {loom_full(LOOM_SHAPE(2), v, d, LOOM_CPU), loom_full_like(like, v),
+                           loom_pad(like, (const int64_t[]){1, 0}, 2, v)};
+      const char *op[3] = {"loom_full", "loom_full_like", "loom_pad"};
+      for (int k = 0; k < 3; k++) {
+        check_set_ctx("%s(%s, %g)", op[k], loom_dtype_name(d), v);
+        CHECK_STATUS(r[k], LOOM_ERR_VALUE);
+        CHECK_STR_CONTAINS(loom_error_message(r[k]), op[k]);
+        CHECK_STR_CONTAINS(loom_error_message(r[k]), want);
+      }
+    }
+    check_set_ctx("%s", "");
+    /* in range: kept, truncated toward zero as torch.full(.., 2.5, int32) */
+    const struct {
+      loom_dtype dtype;
+      double value;
+      int64_t want;
+    } kept[] = {
+        {LOOM_I32, 2.5, 2},    {LOOM_I32, -2.5, -2},           {LOOM_U8, 255, 255},
+        {LOOM_U8, 255.9, 255}, {LOOM_I32, -0x1p31, INT32_MIN}, {LOOM_I64, -0x1p63, INT64_MIN},
+        {LOOM_BOOL, -3, 1}};
+    for (int i = 0; i < (int)(sizeof kept / sizeof kept[0]); i++) {
+      int64_t got[2] = {0, 0};
+      loom_tensor *t = loom_full(LOOM_SHAPE(2), kept[i].value, kept[i].dtype, LOOM_CPU);
+      CHECK_OK(loom_copy_to_host(loom_cast(t, LOOM_I64), got, sizeof got));
+      CHECK_MSG(got[0] == kept[i].want && got[1] == kept[i].want, "full(%s, %g): %lld, not %lld",
+                loom_dtype_name(kept[i].dtype), kept[i].value, (long long)got[0],
+                (long long)kept[i].want);
+    }
+  }
+  loom_clear_error();
+}
+
 /* ================================================================ float ranges */
 
 static double *as_doubles(loom_tensor *t, int64_t n) {
@@ -659,6 +710,7 @@ int main(void) {
   test_wide_scalar_ops_extremes();
   test_tensor_ops_wrap();
   test_refusals();
+  test_fill_values();
   test_expm1_range();
   test_var_std_range();
   test_var_std_gradients();
