@@ -233,8 +233,9 @@ loom_tensor *lm_one_hot(const char *name, const loom_tensor *labels, int64_t num
     return lm_error(LOOM_ERR_VALUE, "%s: num_classes must be positive, got %lld", name,
                     (long long)num_classes);
   loom_tensor *classes = loom_arange(0, (double)num_classes, 1, LOOM_I64, labels->node->device);
-  if (loom_status_of(classes) == LOOM_OK) /* the user's count, or the one a loss derived */
-    nb_user_sized(classes->node, name, 1);
+  /* the user's count when loom_one_hot is the op called (a loss's or a
+   * gather's is derived from a shape) */
+  if (loom_status_of(classes) == LOOM_OK) nb_user_sized(classes->node, "loom_one_hot", 1);
   /* the classes' count gives the labels' range: [0, num_classes) */
   loom_tensor *good = check && !loom_status_of(classes)
                           ? lm_checked_index(name, labels, classes->node, 0, false, 0)

@@ -28,24 +28,16 @@ typedef struct library {
   scratch_fn scratch_bytes;
 } library;
 
-static void *symbol(void *h, const char *name, const char *what) {
-  char sym[128];
-  snprintf(sym, sizeof sym, "%s_%s", name, what);
-  void *f = h ? dlsym(h, sym) : NULL;
-  CHECK_MSG(f != NULL, "%s not in lib%s.so", sym, name);
-  return f;
-}
-
 static library open_library(const char *name) {
   library l = {0};
   char path[512];
   snprintf(path, sizeof path, "%s/lib%s.so", dir, name);
   l.handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   CHECK_MSG(l.handle != NULL, "dlopen %s: %s", path, dlerror());
-  l.run = (run_dims_fn)symbol(l.handle, name, "run_dims");
-  l.input_shape = (shape_fn)symbol(l.handle, name, "input_shape");
-  l.output_shape = (shape_fn)symbol(l.handle, name, "output_shape");
-  l.scratch_bytes = (scratch_fn)symbol(l.handle, name, "scratch_bytes");
+  l.run = (run_dims_fn)check_library_symbol(l.handle, name, "run_dims");
+  l.input_shape = (shape_fn)check_library_symbol(l.handle, name, "input_shape");
+  l.output_shape = (shape_fn)check_library_symbol(l.handle, name, "output_shape");
+  l.scratch_bytes = (scratch_fn)check_library_symbol(l.handle, name, "scratch_bytes");
   CHECK(l.handle && dlsym(l.handle, "x_run") == NULL); /* no fixed-size entry */
   return l;
 }
@@ -105,15 +97,7 @@ static void check_at(const loom_program *p, const library *l, const int64_t *dim
   for (int i = 0; i < 4; i++) free(in[i]), free(out[i]);
 }
 
-static loom_tensor *filled(loom_shape s, unsigned seed) {
-  int64_t n = 1;
-  for (int d = 0; d < s.ndim; d++) n *= s.dim[d];
-  float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
-  check_fill_uniform(x, n, seed);
-  loom_tensor *t = loom_from_data(x, s, LOOM_F32, LOOM_CPU);
-  free(x);
-  return t;
-}
+static loom_tensor *filled(loom_shape s, unsigned seed) { return check_filled(s, seed, LOOM_CPU); }
 
 /* ------------------------------------------------------------ programs */
 
@@ -349,7 +333,8 @@ static void test_flip(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/lib%s.so", dir, k ? "cumsum" : "flip");
     void *h = (k ? sums : p) ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
-    shape_fn out_shape = h ? (shape_fn)symbol(h, k ? "cumsum" : "flip", "output_shape") : NULL;
+    shape_fn out_shape =
+        h ? (shape_fn)check_library_symbol(h, k ? "cumsum" : "flip", "output_shape") : NULL;
     int64_t at[2] = {2, 5}, shape[2] = {0, 0};
     if (out_shape) {
       CHECK_EQ_INT(out_shape(0, at, shape), 2);

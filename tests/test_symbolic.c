@@ -10,16 +10,11 @@
 
 #include "check.h"
 #include "loom.h"
+#include "scratch.h"
 #include "test_device.h"
 
 static loom_tensor *filled(loom_shape s, unsigned seed) {
-  int64_t n = 1;
-  for (int d = 0; d < s.ndim; d++) n *= s.dim[d];
-  float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
-  check_fill_uniform(x, n, seed);
-  loom_tensor *t = loom_from_data(x, s, LOOM_F32, test_device());
-  free(x);
-  return t;
+  return check_filled(s, seed, test_device());
 }
 
 /* The program's outputs at these inputs against the graph `build` records on

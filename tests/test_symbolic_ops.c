@@ -28,13 +28,7 @@ static const int64_t sizes[] = {1, 7, 131};
 #define NSIZES ((int)(sizeof sizes / sizeof sizes[0]))
 
 static loom_tensor *filled(loom_shape s, unsigned seed) {
-  int64_t n = 1;
-  for (int d = 0; d < s.ndim; d++) n *= s.dim[d];
-  float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
-  check_fill_uniform(x, n, seed);
-  loom_tensor *t = loom_from_data(x, s, LOOM_F32, test_device());
-  free(x);
-  return t;
+  return check_filled(s, seed, test_device());
 }
 
 /* ------------------------------------------------------------ what the entries use */
@@ -179,7 +173,7 @@ static loom_tensor *op_select(loom_tensor *x) {
 static loom_tensor *op_slice_update(loom_tensor *x) {
   loom_tensor *row = loom_mul_s(loom_slice(x, along_s, 0, 1, 1), -3.0); /* [2, 1, 6] */
   loom_tensor *at = loom_reshape(loom_argmax(loom_sum(x, (int[]){0, 2}, 2, false), 0, false),
-                                 LOOM_SHAPE0); /* in [0, s) */
+                                 LOOM_SHAPE0);                    /* in [0, s) */
   loom_tensor *cols = loom_mul_s(loom_slice(x, 2, 0, 2, 1), 5.0); /* [2, s, 2] */
   loom_tensor *four = loom_add_s(loom_mul_s(at, 0), 4);
   return loom_add(loom_slice_update(x, along_s, at, row), loom_slice_update(x, 2, four, cols));
@@ -803,14 +797,6 @@ static void check_entry(const sweep_op *op, loom_program *p) {
 typedef int (*run_dims_fn)(const int64_t *dims, const void *const *inputs, void *const *outputs);
 typedef int (*shape_fn)(int i, const int64_t *dims, int64_t *shape);
 
-static void *lib_symbol(void *h, const char *name, const char *what) {
-  char sym[128];
-  snprintf(sym, sizeof sym, "%s_%s", name, what);
-  void *f = h ? dlsym(h, sym) : NULL;
-  CHECK_MSG(f != NULL, "%s not in lib%s.so", sym, name);
-  return f;
-}
-
 /* The entries [first, last) that compiled, as one program of one output each,
  * exported as lib<name>.so and run at every size against eager. */
 static void check_export(const char *name, const int *entries, int n) {
@@ -832,9 +818,9 @@ static void check_export(const char *name, const int *entries, int n) {
   snprintf(path, sizeof path, "%s/lib%s.so", dir, name);
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   CHECK_MSG(h != NULL, "dlopen %s: %s", path, dlerror());
-  run_dims_fn run = (run_dims_fn)lib_symbol(h, name, "run_dims");
-  shape_fn in_shape = (shape_fn)lib_symbol(h, name, "input_shape");
-  shape_fn out_shape = (shape_fn)lib_symbol(h, name, "output_shape");
+  run_dims_fn run = (run_dims_fn)check_library_symbol(h, name, "run_dims");
+  shape_fn in_shape = (shape_fn)check_library_symbol(h, name, "input_shape");
+  shape_fn out_shape = (shape_fn)check_library_symbol(h, name, "output_shape");
   for (int k = 0; run && in_shape && out_shape && k < NSIZES; k++) {
     int64_t dims[1] = {sizes[k]}, shape[LOOM_MAX_DIMS];
     CHECK_EQ_INT(in_shape(0, dims, shape), 3);
