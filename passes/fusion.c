@@ -107,8 +107,8 @@ static void count_uses(lm_planner *pl) {
     int reads = lm_op_is_check(n->op) ? 1 : n->nsrc;
     if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL || lm_op_is_attention(n->op))
       pn->materialize = true;
-    if (lm_op_is_collective(n->op) || lm_op_is_sort(n->op) ||
-        lm_op_is_scan(n->op) || lm_op_is_check(n->op)) { /* a library step: its sources whole in memory */
+    if (lm_op_is_collective(n->op) || lm_op_is_sort(n->op) || lm_op_is_scan(n->op) ||
+        lm_op_is_check(n->op)) { /* a library step: its sources whole in memory */
       pn->materialize = true;
       for (int s = 0; s < reads; s++)
         if (!lm_is_computed(n->src[s])) lm_plan_of(pl, n->src[s])->materialize = true;

@@ -610,7 +610,7 @@ static void infer_node(infer *f, int pos) {
       set_expr(f, slot(pos, nd - 1), &k);
     }
     return;
-  case LM_OPC_SCAN: /* the source's dims, the scanned one too */
+  case LM_OPC_SCAN:  /* the source's dims, the scanned one too */
   case LM_OPC_CHECK: /* the source itself (the others give the range their shapes) */
     for (int d = 0; d < nd; d++) join(f, slot(pos, d), slot(src[0], d));
     return;

@@ -169,7 +169,7 @@ static loom_status cpu_gemm(const lm_exec *x, const lm_step *s) {
   return lm_run_gemm_filled(g, x->bufs[g->a_pos], fill_columns, &call, x->bufs[s->out]);
 }
 
-static const lm_step_runner cpu_runner = {cpu_kernel, cpu_gemm, lm_attention_run_cpu,
+static const lm_step_runner cpu_runner = {cpu_kernel,      cpu_gemm,        lm_attention_run_cpu,
                                           lm_sort_run_cpu, lm_scan_run_cpu, lm_check_run_cpu};
 
 /* The all-reduces a run started and has not finished: each runs while the

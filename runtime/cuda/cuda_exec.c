@@ -682,8 +682,8 @@ static loom_status check_step(const lm_exec *x, const lm_step *s) {
   return st;
 }
 
-static const lm_step_runner cuda_runner = {kernel_step, gemm_step, attention_step, sort_step,
-                                           scan_step, check_step};
+static const lm_step_runner cuda_runner = {kernel_step, gemm_step, attention_step,
+                                           sort_step,   scan_step, check_step};
 
 /* The Philox keys the kernels read, copied to the device: keys[pos] becomes
  * a device pointer to the two words. */
