@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "inputs.h"
 #include "loom.h"
 #include "scratch.h"
 

@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "inputs.h"
 #include "loom.h"
-#include "scratch.h"
 #include "test_device.h"
 
 static loom_tensor *filled(loom_shape s, unsigned seed) {

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "inputs.h"
 #include "loom.h"
 #include "scratch.h"
 #include "test_device.h"

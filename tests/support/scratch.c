@@ -2,7 +2,6 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -23,16 +22,6 @@ void *check_library_symbol(void *h, const char *name, const char *what) {
   void *f = h ? dlsym(h, sym) : NULL;
   CHECK_MSG(f != NULL, "%s not in lib%s.so", sym, name);
   return f;
-}
-
-loom_tensor *check_filled(loom_shape s, unsigned seed, loom_device device) {
-  int64_t n = 1;
-  for (int d = 0; d < s.ndim; d++) n *= s.dim[d];
-  float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
-  check_fill_uniform(x, n, seed);
-  loom_tensor *t = loom_from_data(x, s, LOOM_F32, device);
-  free(x);
-  return t;
 }
 
 void check_remove_dir(const char *dir) {

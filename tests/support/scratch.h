@@ -4,8 +4,6 @@
 
 #include <stdbool.h>
 
-#include "loom.h"
-
 /* Removes a directory of plain files; errors are ignored. */
 void check_remove_dir(const char *dir);
 /* Whether the file's first 64 KiB hold `what`. */
@@ -15,7 +13,5 @@ bool check_file_contains(const char *path, const char *what);
 void *check_open_library(const char *dir, const char *name);
 /* The exported library h's function <name>_<what>, or NULL (a failed check). */
 void *check_library_symbol(void *h, const char *name, const char *what);
-/* A float tensor of shape s on device, uniform values from check_fill_uniform(seed). */
-loom_tensor *check_filled(loom_shape s, unsigned seed, loom_device device);
 
 #endif
