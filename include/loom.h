@@ -1,24 +1,16 @@
 /*
  * loom: lazy tensors that compile what you ask of them.
  *
- * Every op records a node in an IR graph; values are computed only when asked
- * for (loom_realize, loom_item, loom_copy_to_host, loom_eval, end of a scope).
- *
- * Ownership: every function returning a loom_tensor * returns a NEW reference;
- * inputs are borrowed. Inside a scope the new reference belongs to the scope;
- * outside any scope the caller releases it with loom_free.
- *
- * Errors: a failing op returns an error tensor (never NULL) carrying a status
- * and a message; ops given an error tensor return an error tensor without
- * recording anything, so a chain of calls needs one check at the end.
- *
- * Threads: independent graphs may be built and realized on several threads at
- * once; the caches they share are guarded. A realized tensor may be shared:
- * any thread may record ops on it, realize graphs that read it, copy it out,
- * and retain and free its own references. A lazy (unrealized) tensor and the
- * graph behind it, gradients through a tensor, assignments, optimizers and
- * parameter collections belong to one thread at a time. Scopes, pending
- * assignments, no-grad regions and the last error are per thread.
+ * Ops record an IR graph; values are computed when asked for (loom_realize,
+ * loom_eval, loom_item, loom_copy_to_host, the end of a scope).
+ * Ownership: a function returning a loom_tensor * returns a NEW reference (the
+ * current scope's, else the caller's to loom_free); inputs are borrowed.
+ * Errors: a failing op returns an error tensor (never NULL); ops given one
+ * return it, so a chain of calls needs one check at the end.
+ * Threads: a realized tensor may be shared; a lazy tensor and its graph,
+ * gradients, assignments, optimizers and parameter collections belong to one
+ * thread at a time. Scopes, assignments, no-grad and errors are per thread.
+ * The rules behind each contract: docs/api.md.
  */
 #ifndef LOOM_H
 #define LOOM_H
@@ -186,17 +178,11 @@ uint16_t loom_float_to_bf16(float value);
 float loom_f16_to_float(uint16_t bits);
 uint16_t loom_float_to_f16(float value);
 
-/* Lazy assignment: t now names value's data (same shape, dtype and device),
- * computed by the next realization on this thread, in the same program as
- * whatever is realized then (optimizers update parameters this way).
- * Gradients of t keep accumulating into t. On the CPU, a value that is
- * loom_where(mask, x, t) (or loom_where(mask, t, x)) is computed in t's own
- * buffer when nothing else holds t's old value (no other handle, view or
- * pending op, no gradient history): only the elements x gives are written.
- * A realization that fails keeps its assignments pending (realizing again
- * completes them), but for LOOM_ERR_VALUE (a value a check refused, which
- * would fail again): it undoes them, each t naming its value from before
- * (a training step with a bad label applies none of its updates). */
+/* Lazy assignment: t names value's data (same shape, dtype and device) from the
+ * next realization on this thread, computed in the same program. A value
+ * loom_where(mask, x, t) is written into t's own buffer when nothing else holds
+ * t's old value. A failed realization keeps its assignments pending, but
+ * LOOM_ERR_VALUE undoes them (docs/api.md, "Assignments"). */
 loom_status loom_assign(loom_tensor *t, const loom_tensor *value);
 
 /* ------------------------------------------------------------------ autograd */
@@ -275,14 +261,11 @@ loom_tensor *loom_pow(const loom_tensor *a, const loom_tensor *b);
 loom_tensor *loom_maximum(const loom_tensor *a, const loom_tensor *b);
 loom_tensor *loom_minimum(const loom_tensor *a, const loom_tensor *b);
 
-/* Scalar forms: the scalar is a "weak" type, as in PyTorch: an integer tensor
- * stays integer for an integral scalar, and becomes F32 for a fractional (or
- * infinite, or NaN) one. An integral scalar takes the tensor's dtype modulo
- * 2^bits, as torch converts a Python int, and integer arithmetic wraps: a U8
- * tensor + 300 adds 44, + -1 adds 255, < 300 compares with 44. An integral
- * scalar outside [-2^63, 2^63) is refused. loom_pow_s of an integer tensor
- * takes an exponent that the dtype holds and that is not negative (torch's
- * rule), and computes exactly. */
+/* Scalar forms: the scalar is a weak type, as in PyTorch: an integral one keeps
+ * an integer tensor's dtype (taken modulo 2^bits, arithmetic wrapping), a
+ * fractional one makes it F32. An integral scalar outside [-2^63, 2^63) is
+ * refused; loom_pow_s of integers takes an exponent >= 0 that the dtype holds
+ * (docs/api.md, "Scalars"). */
 loom_tensor *loom_add_s(const loom_tensor *a, double s);
 loom_tensor *loom_sub_s(const loom_tensor *a, double s);
 loom_tensor *loom_rsub_s(double s, const loom_tensor *a); /* s - a */
@@ -318,16 +301,11 @@ loom_tensor *loom_where_s(const loom_tensor *cond, const loom_tensor *a, double 
 /* a with value where mask (BOOL, broadcast to a's shape) is true, a's dtype kept
  * (torch.Tensor.masked_fill); an integer tensor's value must fit its dtype. */
 loom_tensor *loom_masked_fill(const loom_tensor *a, const loom_tensor *mask, double value);
-/* t with its slice [start, start + n) along axis replaced by update, n being
- * update's size there (its other dims are t's; same dtype and device), as
- * jax.lax.dynamic_update_slice: start is a 0-d integer tensor, so one
- * compiled program serves every position. A start outside [0, size - n] is
- * LOOM_ERR_VALUE ("loom_slice_update: start 4 is outside [0, 3]"; jax clamps
- * it, which wrote a full KV cache's last row in silence): from the call when
- * start is realized, else from the run that computes it (README,
- * "Reliability"). A KV cache takes a row so:
- * loom_assign(cache, loom_slice_update(cache, 2, pos, row)), which is written
- * in place (see loom_assign). */
+/* t with its slice [start, start + n) along axis replaced by update (n: update's
+ * size there; its other dims, dtype and device t's), as jax.lax.dynamic_update_slice
+ * with start a 0-d integer tensor. A start outside [0, size - n] is LOOM_ERR_VALUE
+ * (README, "Reliability"). loom_assign(cache, loom_slice_update(cache, 2, pos,
+ * row)) writes a KV cache's row in place (docs/api.md, "KV caches"). */
 loom_tensor *loom_slice_update(const loom_tensor *t, int axis, const loom_tensor *start,
                                const loom_tensor *update);
 
@@ -407,13 +385,11 @@ loom_tensor *loom_contiguous(const loom_tensor *a);
 /* torch.Tensor.repeat: a tiled reps[i] times along each dim; nreps >= a's dims
  * (extra repeats add leading dims). */
 loom_tensor *loom_repeat(const loom_tensor *a, const int64_t *reps, int nreps);
-/* Data-dependent input, in every op below that reads indices, positions or
- * weights from a tensor (README, "Reliability"): a value the op cannot take
- * fails the call with LOOM_ERR_VALUE when the tensor is realized, else the
- * run computing it (loom_realize, loom_item, loom_program_run, an export's
- * run), with the same message naming the op and the value ("loom_gather:
- * index 3 at position 1 is outside [0, 3)"); the run then publishes nothing,
- * and the assignments it carried are dropped (see loom_assign). */
+/* Data-dependent input (README, "Reliability"): an index, position or weight that
+ * an op below cannot take is LOOM_ERR_VALUE naming the op and the value, from
+ * the call when its tensor is realized, else from the run computing it
+ * (loom_realize, loom_item, loom_program_run, an export's run), which then
+ * publishes nothing and undoes its assignments (see loom_assign). */
 
 /* torch.index_select: a's slices at index (1-D integers in [0, a's size
  * along axis); negative ones are refused, as torch does). */
@@ -425,12 +401,11 @@ loom_tensor *loom_gather(const loom_tensor *a, int axis, const loom_tensor *inde
 /* torch.flip along one axis: a view of a's slices in reverse (its gradient
  * reversed likewise; over a symbolic dim it follows the size). */
 loom_tensor *loom_flip(const loom_tensor *a, int axis);
-/* torch.cumsum: inclusive running sums along axis, each of the values up to
- * it in order, so NaN and inf reach only the sums after them ([1, 2, nan, 4]
- * gives [1, 3, nan, nan]). Integers and bools give I64, exact and wrapping on
- * overflow as torch; F32 sums in double, F16 and BF16 in F32 (then double),
- * each sum rounded to the dtype. One scan step, O(n) work over the threads;
- * its gradient is the running sums from the other end. */
+/* torch.cumsum: inclusive running sums along axis, in order (NaN and inf reach
+ * only the later sums). Integers and bools give I64, exact and wrapping; F32
+ * sums in double, F16 and BF16 in F32, each sum rounded to the dtype. Its
+ * gradient is the running sums from the other end (docs/api.md, "Sorting and
+ * running sums"). */
 loom_tensor *loom_cumsum(const loom_tensor *a, int axis);
 /* torch.topk: the k largest (or smallest) along axis, in order, as *values
  * (a's dtype, differentiable) and *indices (I64); either may be NULL. Ties:
@@ -439,11 +414,9 @@ loom_tensor *loom_cumsum(const loom_tensor *a, int axis);
 loom_status loom_topk(const loom_tensor *a, int64_t k, int axis, bool largest, loom_tensor **values,
                       loom_tensor **indices);
 /* torch.sort along axis with stable=True (descending: the largest first; NaN
- * count as the largest, -0 equals 0, as torch; equal values keep their
- * order): *values (a's dtype, differentiable) and *indices (I64), either may
- * be NULL. One library step: a radix sort on the CPU (0.44 ms for 50,257
- * floats), a counting kernel on CUDA for lines of up to 65,536 (a bitonic
- * network of elementwise ops for longer ones). */
+ * the largest and -0 equal to 0, as torch; equal values keep their order):
+ * *values (a's dtype, differentiable) and *indices (I64), either may be NULL.
+ * One library step (docs/api.md, "Sorting and running sums"). */
 loom_status loom_sort(const loom_tensor *a, int axis, bool descending, loom_tensor **values,
                       loom_tensor **indices);
 /* torch.argsort(stable=True): loom_sort's indices alone. */
@@ -475,20 +448,11 @@ loom_tensor *loom_matmul(const loom_tensor *a, const loom_tensor *b);
 
 /* ------------------------------------------------------------------ options */
 
-/* One rule for every options struct (loom_*_opts, the option fields of the
- * layer structs): write a compound literal naming what you change, and a
- * field left out (zero) means torch's default for it:
- * loom_adam(ps, (loom_adam_opts){.lr = 3e-4}) is torch's Adam(lr=3e-4).
- * Where torch's default is zero (momentum, weight_decay, padding), zero is
- * that. Where it is not but a zero is still a setting (Adam's beta1 = 0,
- * AdamW's weight_decay = 0, attention's scale), write LOOM_ZERO: every
- * floating field takes it as a real zero. An integer field whose zero is a
- * setting of its own is read only when a flag beside it is set
- * (cross-entropy's ignore). Values torch refuses (a negative rate, a beta
- * outside [0, 1), NaN) are refused with LOOM_ERR_VALUE naming the function,
- * the field and the value. Plain arguments (loom_dropout's p,
- * loom_layer_norm's eps) mean what they hold, but for those that stand for
- * torch's None: attention's scale and pooling's stride, 0 the default. */
+/* Options structs (loom_*_opts, the option fields of the layer structs): a field
+ * left zero means torch's default, so (loom_adam_opts){.lr = 3e-4} is torch's
+ * Adam(lr=3e-4); where that default is not zero, LOOM_ZERO is a real zero
+ * (.beta1 = LOOM_ZERO). Values torch refuses are LOOM_ERR_VALUE naming the
+ * function, the field and the value (docs/api.md, "Options"). */
 #define LOOM_ZERO (-0.0)
 
 /* ------------------------------------------------------------------ nn ops */
@@ -503,8 +467,8 @@ typedef struct loom_conv2d_opts {
   int stride[2], padding[2], dilation[2], groups;
 } loom_conv2d_opts;
 /* x [N, C, H, W], w [O, C/groups, KH, KW], b [O] or NULL -> [N, O, OH, OW].
- * Lowered to im2col + GEMM (OpenBLAS on the CPU). A zero field of opts takes its
- * default (stride 1, padding 0, dilation 1, groups 1); negative ones are refused. */
+ * Lowered to im2col + GEMM. A zero field of opts takes its default (stride 1,
+ * padding 0, dilation 1, groups 1); negative ones are refused. */
 loom_tensor *loom_conv2d_f(const loom_tensor *x, const loom_tensor *w, const loom_tensor *b,
                            loom_conv2d_opts opts);
 /* stride 0 means stride = kernel. avg_pool2d counts padding (torch's default). */
@@ -551,8 +515,8 @@ typedef enum loom_reduction {
  * error, where torch ignores -100), no smoothing, MEAN. */
 typedef struct loom_cross_entropy_opts {
   bool ignore;              /* labels equal to ignore_index add nothing (torch: ignore_index) */
-  int64_t ignore_index;     /* read only with ignore: 0 is label 0; torch's -100 or nanoGPT's
-                               -1 are written out */
+  int64_t ignore_index;     /* read only with ignore: 0 is label 0; torch's -100 is
+                               written out */
   double label_smoothing;   /* in [0, 1]: the target is (1 - s) one-hot + s / C */
   loom_reduction reduction; /* MEAN (default: over the labels not ignored), SUM, NONE */
 } loom_cross_entropy_opts;
@@ -568,17 +532,11 @@ loom_tensor *loom_cross_entropy_ex(const loom_tensor *logits, const loom_tensor 
 /* ------------------------------------------------------------------ attention */
 
 /* softmax(q @ k^T * scale + mask) @ v, as torch 2's F.scaled_dot_product_attention:
- * q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (leading dims broadcast), the
- * result [..., Tq, Dv]. mask (may be NULL) is BOOL (true: attend) or additive,
- * broadcast to [..., Tq, Tk]; causal: query i attends to keys 0..i (not with a
- * mask); scale 0 means 1/sqrt(D) (torch's None), LOOM_ZERO a real zero.
- * Grouped-query attention: with H query heads (dim -3) over Hkv key/value
- * heads (H a multiple of Hkv; k's and v's heads equal, or one of them 1),
- * query head i uses key/value head i / (H / Hkv). A row that attends to
- * nothing is NaN, as in torch. Checked first, as torch checks: q, k and v of
- * one float dtype and device, the same rank; an additive mask of q's dtype
- * or F32 (added, then rounded to q's dtype). Composed from matmuls and one
- * fused softmax kernel: the [Tq, Tk] scores are materialized. */
+ * q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] -> [..., Tq, Dv]; mask (or NULL)
+ * BOOL (true: attend) or additive, broadcast to [..., Tq, Tk]; causal: query i
+ * sees keys 0..i; scale 0 is 1/sqrt(D), LOOM_ZERO a real 0. Grouped-query heads
+ * and argument checks as torch's; a row that sees nothing is NaN. One fused
+ * kernel where it serves, else composed (docs/api.md, "Attention"). */
 loom_tensor *loom_scaled_dot_product_attention(const loom_tensor *q, const loom_tensor *k,
                                                const loom_tensor *v, const loom_tensor *mask,
                                                bool causal, double scale);
@@ -642,8 +600,8 @@ loom_mha loom_mha_new(loom_params *ps, const char *name, int64_t embed, int64_t 
                       loom_key key);
 loom_tensor *loom_mha_forward(const loom_mha *m, const loom_tensor *x);
 
-/* Sequential composition (TorchLean's seq): stages run in order. A stage is
- * a function of (its layer, input, train) returning a new reference. */
+/* Sequential composition: stages run in order. A stage is a function of (its
+ * layer, input, train) returning a new reference. */
 typedef loom_tensor *(*loom_stage_fn)(const void *layer, const loom_tensor *x, bool train);
 typedef struct loom_seq loom_seq;
 loom_seq *loom_seq_new(void);
@@ -683,7 +641,7 @@ bool loom_loader_next(loom_loader *l, loom_tensor **x, loom_tensor **y);
 loom_status loom_loader_shard(loom_loader *l, int rank, int ranks);
 int64_t loom_loader_batches(const loom_loader *l);
 void loom_loader_free(loom_loader *l);
-/* TorchLean's meanLoss: the mean of per-batch losses weighted by batch size. */
+/* The mean of per-batch losses weighted by batch size. */
 typedef struct loom_mean_loss {
   double sum;
   int64_t count;
@@ -750,15 +708,11 @@ loom_params *loom_safetensors_read(const char *path, loom_device device);
 
 /* ------------------------------------------------------------------ programs */
 
-/* A compiled program (TorchLean's Program / CompiledOut): the graph between
- * some placeholders and some outputs, planned and compiled once, then run on
- * new inputs without recording or hashing anything. Realized tensors the
- * outputs depend on (weights) are captured as constants when it is compiled:
- * later assignments to them do not reach the program. Random draws in it
- * (dropout, say) keep the keys they were recorded with.
- *
- * A program is immutable once compiled: loom_program_run may be called from
- * several threads at once. */
+/* A compiled program: the graph between some placeholders and some outputs,
+ * planned and compiled once, then run on new inputs without recording or
+ * hashing. Realized tensors it reads (weights) are captured when it is compiled,
+ * and its random draws keep their keys. Immutable once compiled:
+ * loom_program_run may be called from several threads at once. */
 typedef struct loom_program loom_program;
 
 /* A placeholder for a program's input: a tensor with a shape and dtype but no
@@ -777,39 +731,12 @@ typedef struct loom_symbolic_dim {
   int input, axis;
   const char *symbol;
 } loom_symbolic_dim;
-/* loom_compile with input dims that take any size of at least 1 (at most 8
- * symbols). The placeholders' sizes are the traced example, at least 2 on a
- * symbolic dim. Every other dim follows the symbols as the traced graph says
- * (b*t after a flatten, 2*b after a cat, t-1 after a slice to the end or
- * one ending at -1, 1 after a slice from -1: bounds given from the end keep
- * their distance from it, gradients included), and
- * loom_program_run checks each run's sizes against them. The first run at
- * sizes not traced makes the program's plan for every size: planned at 3
- * sizes of each symbol from the traced one and 2 further out, where the plans
- * agree but for numbers that are polynomials of the symbols (at most 4
- * symbols, CPU programs), a run at other sizes evaluates them and plans
- * nothing (its kernels read their sizes at run time); a size beyond those
- * planned so far is planned at twice as far first, to check the plan still
- * holds there. Otherwise (and with LOOM_DYNAMIC=off) a run at sizes not yet
- * seen plans the graph at them once (its kernels from the caches,
- * shape-generic from the second size on). The plans of the sizes used last
- * are kept: up to 256, and at least 16, as 2^18 nodes allow. Refused with LOOM_ERR_SHAPE, naming
- * the node, the op that recorded it and the symbol: a symbolic dim meeting a fixed one (a
- * weight's dim, or a dim of an input-free tensor whose sizes the program wrote: loom_ones(shape),
- * loom_arange, the loom_rand draws, as eager refuses the mismatch at other sizes; make such a
- * tensor from the input, with loom_zeros_like or by broadcasting a [1, ..] one), a dim that no
- * input's size gives but that an op sized from another tensor (loom_zeros_like alone, with its
- * input outside the graph; loom_cumsum's matrix along a symbolic axis) equal to a symbol's traced
- * size, which would keep its traced value, a reshape that splits a symbolic
- * dim in no way or in more than one way at the example sizes (trace with
- * distinct sizes), sliding windows over a symbolic dim, and a constant
- * within 1 of a symbolic dim's traced size (from 3 up) or of its reciprocal,
- * which may have been computed from it and would not follow it (a mean's and
- * a variance's counts do follow), and likewise a slice of a symbolic dim
- * with a start, or a length short of its end, within 1 of the traced size or
- * of a half, third or quarter of it (slicing the last row: give its start
- * as -1), or with a step other than 1. loom_program_save/load keep the symbols,
- * and loom_program_export makes one library for every size (<name>_run_dims). */
+/* loom_compile with input dims that take any size >= 1 (at most 8 symbols),
+ * traced at the placeholders' sizes (>= 2 on a symbolic dim); every other dim
+ * follows the symbols as the traced graph says, and each run checks its sizes.
+ * NULL when a size or a number cannot follow the symbols (LOOM_ERR_SHAPE naming
+ * the node, its op and the symbol; docs/api.md, "Symbolic programs"). Saved,
+ * loaded and exported programs keep the symbols (<name>_run_dims). */
 loom_program *loom_compile_symbolic(loom_tensor *const *outs, int nout, loom_tensor *const *ins,
                                     int nin, const loom_symbolic_dim *dims, int ndims);
 /* The symbols of a program (0 for one compiled by loom_compile), their names,
@@ -844,31 +771,21 @@ loom_status loom_program_save(const loom_program *p, const char *path);
 /* Loads and compiles a saved program; NULL on a missing, corrupt or
  * wrong-version file (loom_last_error says which and where). */
 loom_program *loom_program_load(const char *path);
-/* Writes lib<name>.so and <name>.h into dir: the kernels as native code for
- * this CPU, the schedule and memory plan compiled in, weights embedded (or,
- * past LOOM_EXPORT_EMBED_LIMIT bytes, in <name>.weights beside the library,
- * mapped at load). The library needs only libc, libm and pthreads (loom's
- * own GEMM is linked in). Linked with `cc` (or $CC). A program of fixed
- * sizes exports <name>_run(inputs, outputs). A symbolic one (at most 4
- * symbols) exports <name>_run_dims(dims, inputs, outputs), dims[s] the size
- * of symbol s, with <name>_scratch_bytes(dims) and <name>_input_shape /
- * <name>_output_shape(i, dims, shape); its kernels take every size at run
- * time. It is planned at 3 sizes of each symbol (the traced one and the next
- * two) and 2 more: where those plans differ other than in sizes that are
- * polynomials of the symbols with integer coefficients, the export is
- * refused (LOOM_ERR_VALUE, naming the first difference). */
+/* Writes lib<name>.so and <name>.h into dir: the kernels as native code for this
+ * CPU, the schedule, the weights embedded (past LOOM_EXPORT_EMBED_LIMIT bytes, in
+ * <name>.weights beside it); it needs only libc, libm and pthreads; linked with
+ * $CC (default cc). It exports <name>_run(inputs, outputs), or for a symbolic
+ * program <name>_run_dims(dims, inputs, outputs); LOOM_ERR_VALUE where the plan
+ * changes with the sizes (docs/api.md, "Exported libraries"). */
 loom_status loom_program_export(const loom_program *p, const char *dir, const char *name);
 
 /* ------------------------------------------------------------------ distributed */
 
-/* Data-parallel work across processes over MPI (Open MPI, MPICH: whichever
- * libloom_mpi.so was built with), opened at run time: libloom itself does
- * not depend on it. Launch with `mpirun -np N prog`; a process started
- * alone is a world of one. loom_dist_init finds libloom_mpi.so in
- * $LOOM_MPI_PLUGIN, beside the library or program holding loom, or on the
- * loader's path, and initializes MPI (MPI_THREAD_MULTIPLE): LOOM_ERR_DIST
- * with the reason when there is none. Call it once, before any collective;
- * loom_dist_finalize at the end (after it, collectives are refused). */
+/* Processes over MPI, opened at run time (libloom_mpi.so: $LOOM_MPI_PLUGIN,
+ * beside loom, or the loader's path); launch with `mpirun -np N prog`, a process
+ * started alone being a world of one. loom_dist_init once before any collective
+ * (LOOM_ERR_DIST with the reason when there is no MPI); loom_dist_finalize at
+ * the end, after which collectives are refused (docs/api.md, "Processes"). */
 loom_status loom_dist_init(int *argc, char ***argv);
 loom_status loom_dist_finalize(void);
 /* This process's rank and the number of processes (0 and 1 before
@@ -891,8 +808,8 @@ loom_status loom_dist_set_timeout(double seconds);
 
 /* Collectives are ops: they record nodes, run as steps of the realized graph
  * or compiled program (every rank must run the same ones, in the same order)
- * and carry no gradient (as torch.distributed's). CPU tensors; every rank's
- * tensor has the same shape and dtype. */
+ * and carry no gradient (as torch.distributed's). CPU or CUDA tensors; every
+ * rank's tensor has the same shape and dtype. */
 /* Every rank's t combined elementwise by op (LOOM_REDUCE_SUM, _MEAN: the sum
  * over the number of ranks, floats only, _MAX, _MIN); every rank gets the
  * result. BF16 and F16 are combined in F32; BOOL takes MAX (any) and MIN
@@ -903,19 +820,12 @@ loom_tensor *loom_broadcast(const loom_tensor *t, int root);
 /* Every rank's t joined along axis in rank order (that dim grows size-fold). */
 loom_tensor *loom_all_gather(const loom_tensor *t, int axis);
 
-/* Data-parallel training (as PyTorch's DistributedDataParallel): every rank
- * runs the same model on its own batches, and loom_optim_step all-reduces
- * (means) the gradients of ps's trainable tensors across ranks before it
- * updates them, gradients of one dtype gathered into buckets of up to
- * bucket_bytes (one collective each; the last parameters' first, as the
- * backward pass makes them), inside the step's program: each bucket's
- * all-reduce starts once its gradients are made and runs while the rest of
- * the step computes (loom polls MPI between steps). loom_ddp first makes
- * every rank's trainable tensors rank 0's (a broadcast), so that all start
- * alike; it needs loom_dist_init. Every rank then holds the same bits after
- * every step. loom_params_save of such a collection writes on rank 0 only
- * (the others return LOOM_OK and write nothing). Shard the data with
- * loom_loader_shard. */
+/* Data-parallel training (PyTorch's DistributedDataParallel): loom_ddp makes
+ * every rank's trainable tensors rank 0's; then loom_optim_step averages their
+ * gradients across ranks inside the step's program, in buckets whose
+ * all-reduces run while the rest of the step computes, and every rank ends each
+ * step with the same bits. Needs loom_dist_init; loom_params_save then writes on
+ * rank 0 only (docs/api.md, "Data-parallel training"). */
 typedef struct loom_ddp_opts { /* options: LOOM_ZERO's rule */
   int64_t bucket_bytes;        /* DDP's default 25 MiB */
   /* The first bucket (the last parameters' gradients, made first) holds up
@@ -930,14 +840,11 @@ loom_status loom_ddp(loom_params *ps, loom_ddp_opts opts);
 
 /* ------------------------------------------------------------------ optimizers */
 
-/* Handles that own their state (momentum buffers, moments). loom_optim_step
- * records the updates as lazy assignments: the next realization (of the
- * loss, say) runs forward, backward and every update as one program.
- * Options follow LOOM_ZERO's rule: (loom_adam_opts){.lr = 6e-4} is torch's
- * defaults with that rate; a zero where torch's default is not zero is
- * LOOM_ZERO: loom_adamw(ps, (loom_adam_opts){.weight_decay = LOOM_ZERO}). A
- * zero assigned later is a field left zero too: o.beta1 = 0 is 0.9.
- * LOOM_*_DEFAULTS spell torch's defaults out. */
+/* Optimizers own their state (momentum buffers, moments). loom_optim_step
+ * records the updates as lazy assignments: the next realization runs forward,
+ * backward and every update as one program. Options follow LOOM_ZERO's rule (a
+ * zero assigned later counts as left zero: o.beta1 = 0 is 0.9);
+ * LOOM_*_DEFAULTS spell torch's defaults out (docs/api.md, "Optimizers"). */
 typedef struct loom_optim loom_optim;
 
 typedef struct loom_sgd_opts {
@@ -975,13 +882,10 @@ loom_status loom_optim_group(loom_optim *o,
                              bool (*select)(const char *name, loom_shape shape, void *ud), void *ud,
                              double lr_scale, double weight_decay);
 double loom_optim_lr(const loom_optim *o);
-/* Learning-rate schedules, as pure functions of the step (call
- * loom_optim_set_lr with the value before each step; a rate is data, so
- * changing it compiles nothing). Linear warmup from 0 over `warmup` steps to
- * max_lr, then a cosine from max_lr down to min_lr at step `total`, min_lr
- * after (the GPT-2 recipes' get_lr: step 0-based, max_lr * (step + 1) / warmup while
- * warming up). NAN for negative steps, warmup >
- * total or a negative rate. */
+/* Linear warmup from 0 over `warmup` steps to max_lr (max_lr * (step + 1) /
+ * warmup, step 0-based), then a cosine down to min_lr at step `total`, min_lr
+ * after: pass it to loom_optim_set_lr before each step (a rate is data, so
+ * nothing recompiles). NAN for a negative step, warmup > total or a negative rate. */
 double loom_lr_warmup_cosine(int64_t step, int64_t warmup, int64_t total, double max_lr,
                              double min_lr);
 void loom_optim_free(loom_optim *o);
@@ -1053,18 +957,12 @@ int loom_num_threads(void);
  * LOOM_NO_FUSE=1 turns it off at start. */
 void loom_set_fusion(bool enabled);
 bool loom_fusion_enabled(void);
-/* Shape-generic kernels (CPU and CUDA). A kernel that loom has compiled before
- * for other sizes (the same computation over a batch of 7 instead of 3, a
- * sequence one longer) is compiled once more, reading the sizes that changed
- * at run time, and then serves every size: AUTO (the default), as
- * torch.compile's automatic dynamic shapes. ALWAYS compiles every kernel
- * generic at first sight (its extents and index constants other than -1, 0
- * and 1 read at run time); OFF specializes every kernel to its sizes. Empty
- * kernels are always specialized. A generic kernel's sums may round
- * differently from the specialized kernel's (a reassociated sum vectorizes
- * otherwise over a run-time length), so which sizes came first can change the
- * last bits of a result; OFF gives results that depend on nothing else. LOOM_DYNAMIC=
- * auto|off|always sets it at start. Stats: generic_kernels_compiled. */
+/* Shape-generic kernels (CPU and CUDA): AUTO (the default) compiles a kernel met
+ * again over other sizes once more, reading its sizes at run time, to serve every
+ * size; ALWAYS does so at first sight; OFF specializes every kernel. A generic
+ * kernel's sums may round differently, so under AUTO the sizes met first can
+ * change a result's last bits; OFF does not. LOOM_DYNAMIC=auto|off|always sets it
+ * at start (docs/api.md, "Shape-generic kernels"). */
 typedef enum loom_dynamic { LOOM_DYNAMIC_AUTO, LOOM_DYNAMIC_OFF, LOOM_DYNAMIC_ALWAYS } loom_dynamic;
 loom_status loom_set_dynamic(loom_dynamic mode);
 loom_dynamic loom_dynamic_mode(void);
@@ -1092,14 +990,11 @@ const char *loom_target_id(void);
  * OpenBLAS fell back to older kernels than the CPU has). Any pointer may be NULL. */
 void loom_blas_info(const char **library, const char **version, const char **core,
                     const char **reason);
-/* Which GEMM runs F32 and F64 matrix products (LOOM_GEMM): "loom" (loom's own
- * for every product), "blas" (OpenBLAS for every product), "auto" (loom's for
- * the shapes it was measured faster on: a few rows, wide blocks of few rows;
- * OpenBLAS for the rest) or "invalid" (LOOM_GEMM holds something else: products
- * fail). Under auto, loom's takes every product when OpenBLAS runs kernels
- * with narrower vectors than the CPU has (AVX2 kernels on an AVX-512 CPU, say
- * through OPENBLAS_CORETYPE=Haswell). *why (may be NULL) says which case holds.
- * BF16 and F16 products are always loom's. */
+/* Which GEMM runs F32 and F64 products (LOOM_GEMM): "loom" (loom's own for all),
+ * "blas" (OpenBLAS for all), "auto" (loom's where it was measured faster,
+ * OpenBLAS elsewhere; loom's for all when OpenBLAS runs narrower vectors than
+ * the CPU has) or "invalid" (LOOM_GEMM holds something else: products fail).
+ * *why (may be NULL) says which case holds. BF16 and F16 are always loom's. */
 const char *loom_gemm_choice(const char **why);
 /* Whether BF16 matrix products run on the CPU's AMX tiles (loom's own GEMM):
  * the CPU has AMX-BF16, Linux granted the tiles to this process and LOOM_AMX

@@ -305,7 +305,7 @@ static inline bool lm_is_computed(const lm_node *n) { return n->data != NULL || 
  * writer and parser, verification, planning's cost rule, the node builders and
  * printing read instead of a switch of their own. An op's shape rule, lowering
  * and gradient rule are code (ir/verify.c, passes/lower.c, frontend/grad_rules.c);
- * docs/ARCHITECTURE.md, "How to add an op", lists every place.
+ * docs/adding-ops.md lists every place.
  */
 typedef enum lm_op_class {
   LM_OPC_LEAF,        /* no sources: BUFFER CONST IOTA RAND INPUT */

@@ -116,7 +116,7 @@ bool lm_blas_use_core(const char *core) {
 }
 
 /* What was found at load; written once, by the constructor, before the
- * program's own code runs (docs/ARCHITECTURE.md, "Global state"). */
+ * program's own code runs (docs/global-state.md). */
 static char blas_core[64], blas_reason[256];
 static bool blas_narrow;
 

@@ -63,7 +63,7 @@ void lm_code_cache_free(void *code);
 /* The CPU function of kernel k (backends/llvm), with the reference that keeps
  * it loaded (*code, released by the caller). */
 loom_status lm_kernel_function(const lk_kernel *k, lk_fn *fn, lm_code **code);
-/* Shape-generic kernels (loom_set_dynamic; docs/ARCHITECTURE.md): when k's
+/* Shape-generic kernels (loom_set_dynamic; docs/kernels.md): when k's
  * shape has one for target, *out is it (out->inst malloc'd) and *sizes the
  * values it runs with (malloc'd, out->nsizes of them); else *sizes is NULL
  * and k is compiled as it is. The CPU's is generalized from k regrouped

@@ -2,7 +2,7 @@
  * libloom_mpi.so (runtime/mpi/loom_mpi.h), opened at run time, and the
  * collective steps of realized graphs and programs.
  *
- * State (docs/ARCHITECTURE.md lists it): `dist`, guarded by dist_lock; a
+ * State (docs/global-state.md lists it): `dist`, guarded by dist_lock; a
  * program holds coll_lock from its first collective until its last one
  * completes (lm_dist_begin/end), so that the collectives of two threads of
  * one process never interleave (every rank must issue them in one order). */

@@ -481,7 +481,7 @@ loom_status lm_run_gemm_filled(const lm_gemm *g, const void *a, lm_gemm_fill fil
 
 /* Which GEMM runs, from LOOM_GEMM (auto when unset or empty) and, under auto,
  * OpenBLAS's kernels: narrower than the CPU's vectors, loom's generated ones
- * run 1.3-1.9x faster (docs/ARCHITECTURE.md, "OpenBLAS's kernels"). */
+ * run 1.3-1.9x faster (docs/gemm.md, "OpenBLAS's kernels"). */
 typedef enum gemm_mode { GEMM_AUTO, GEMM_LOOM, GEMM_BLAS, GEMM_BAD, GEMM_AUTO_NARROW } gemm_mode;
 static gemm_mode gemm_mode_set(void) {
   const char *force = getenv("LOOM_GEMM");

@@ -671,7 +671,7 @@ static void test_library_threads(void) {
  * (rows or columns split over threads) would have few enough outputs for the
  * unpacked path, whose partial sums are in another order. Each part takes
  * the whole product's path, on 1 to 4 threads. Not compared with the
- * program: loom splits these products its own way (docs/ARCHITECTURE.md,
+ * program: loom splits these products its own way (docs/gemm.md,
  * "GEMM threads"), and sums of 10000 and 30000 terms in other orders differ
  * by more than check_same's bound (2.4e-5 and 1.7e-4 here). */
 static void test_library_threads_unpacked_edge(void) {

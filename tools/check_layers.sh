@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fails when a folder includes a header of a folder above it (docs/ARCHITECTURE.md,
+# Fails when a folder includes a header of a folder above it (docs/layers.md,
 # "Folders and what they may include"). Folders, lowest first:
 #   ir/          the graph and the kernel description: includes only ir/
 #   passes/      target-free passes over the graph: ir/, passes/

@@ -79,8 +79,8 @@ static loom_status verify(LLVMModuleRef mod, const char *symbol, char *err, size
  * kernels, packing) inlined, its variables in registers, redundancies and
  * branches folded. Under O3 those functions took 0.54-0.91 s each to build
  * (GPT-2 124M's three), under this list 0.2 s, with the micro-kernels' loops
- * the same instructions and the products as fast (docs/ARCHITECTURE.md,
- * "The LLVM backend"). AMX blocks keep O3: the only AMX CPU they have run on
+ * the same instructions and the products as fast (docs/gemm.md,
+ * "loom's own GEMM"). AMX blocks keep O3: the only AMX CPU they have run on
  * ran them so, and this machine has none to check another pipeline on. */
 #define GEMM_PASSES "always-inline,function(sroa,early-cse,instcombine,simplifycfg)"
 static loom_status optimize(LLVMModuleRef mod, LLVMTargetMachineRef tm, const unit *u, char *err,

@@ -1619,7 +1619,7 @@ int lm_llvm_gemm_tiles(loom_dtype in_dtype, bool pairs, bool amx, lk_gemm out[LM
    * for row counts of 8 and 16 and 32, 16 rows of one for narrow products;
    * with 16, 6 rows of two (one more register for the broadcast). Their speed
    * on a large product, relative to the first, as measured on an AVX-512
-   * Xeon (docs/ARCHITECTURE.md); only the first is measured with 16. */
+   * Xeon (docs/gemm.md); only the first is measured with 16. */
   static const struct {
     int mr, nv, per_mille;
   } wide[] = {{14, 2, 1000}, {8, 3, 970}, {16, 1, 780}}, narrow[] = {{6, 2, 1000}};

@@ -53,7 +53,7 @@ typedef struct lm_cuda_launch {
  *   extern "C" __global__ void <name>(void *s0, const void *s1, ...,
  *                                     long long begin, long long end)
  * computing the output points whose row-major index over the outer dims lies
- * in [begin, end), with the values of the CPU kernel (see docs/ARCHITECTURE.md
+ * in [begin, end), with the values of the CPU kernel (see docs/cuda.md
  * for where they may differ: math function accuracy, summation order). Slot i
  * is parameter s<i> (a device pointer; a key slot points to two uint32). A
  * shape-generic kernel (ir/kernel.h) takes its sizes by value instead of its

@@ -6,7 +6,7 @@
  * travels over MPI. The declarations below are NCCL's own ABI (nccl.h, 2.10
  * and later), written out because loom builds without NCCL's headers.
  *
- * State (docs/ARCHITECTURE.md lists it): `nccl`, guarded by nccl_lock; the
+ * State (docs/global-state.md lists it): `nccl`, guarded by nccl_lock; the
  * library is opened once.
  */
 #include <pthread.h>
