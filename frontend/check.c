@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #include "frontend/frontend.h"
-#include "runtime/check.h"
+#include "runtime/check_step.h"
 
 loom_tensor *lm_check(const char *op, const loom_tensor *t) {
   if (!t) return lm_error(LOOM_ERR_NULL, "%s: tensor argument is NULL", op);

@@ -102,7 +102,7 @@ typedef struct lm_scan {
 /* A check (LM_CHECK): its source stored whole ([rows, cols], row-major; the
  * weights rule's rows run along the last dim) passes arg.check's rule into
  * the output, a copy; or the run fails there, naming `op` and the first
- * value that broke the rule (runtime/check.c). */
+ * value that broke the rule (runtime/check_step.c). */
 typedef struct lm_check_step {
   loom_dtype dtype; /* the source's */
   int in_pos;       /* canonical position of the source's buffer */

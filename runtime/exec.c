@@ -1,7 +1,9 @@
 /* Running a planned program: its steps in order over a table of buffers,
  * intermediates freed after their last reader. On the CPU kernels split over
- * the pool and GEMMs go through OpenBLAS; a CUDA device has its own step
- * runner (runtime/cuda.h). Realization and compiled programs share it. */
+ * the pool, GEMMs run through runtime/gemm.c (loom's own GEMM or OpenBLAS)
+ * and library steps through their runners (runtime/<op>_step.c, dist.c); a
+ * CUDA device has its own step runner (runtime/cuda.h). Realization and
+ * compiled programs share it. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>

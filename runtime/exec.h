@@ -50,13 +50,13 @@ typedef struct lm_step_runner {
   loom_status (*scan)(const lm_exec *x, const lm_step *s);
   loom_status (*check)(const lm_exec *x, const lm_step *s);
 } lm_step_runner;
-/* runtime/attention.c: a fused attention step on the CPU's threads. */
+/* runtime/attention_step.c: a fused attention step on the CPU's threads. */
 loom_status lm_attention_run_cpu(const lm_exec *x, const lm_step *s);
-/* runtime/sort.c: a sort step on the CPU's threads. */
+/* runtime/sort_step.c: a sort step on the CPU's threads. */
 loom_status lm_sort_run_cpu(const lm_exec *x, const lm_step *s);
-/* runtime/scan.c: a scan step on the CPU's threads. */
+/* runtime/scan_step.c: a scan step on the CPU's threads. */
 loom_status lm_scan_run_cpu(const lm_exec *x, const lm_step *s);
-/* runtime/check.c: a check step on the CPU. */
+/* runtime/check_step.c: a check step on the CPU. */
 loom_status lm_check_run_cpu(const lm_exec *x, const lm_step *s);
 /* Runs a kernel-shaped fn over items [begin, end) on loom's threads, or on
  * the caller's when `work` (element visits or multiply-adds) is too little

@@ -8,14 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/attention.h"
-#include "runtime/check.h"
+#include "runtime/attention_step.h"
+#include "runtime/check_step.h"
 #include "runtime/compile.h"
 #include "runtime/export.h"
 #include "runtime/gemm.h"
 #include "runtime/runtime.h"
-#include "runtime/scan.h"
-#include "runtime/sort.h"
+#include "runtime/scan_step.h"
+#include "runtime/sort_step.h"
 
 static int64_t align_up(int64_t v) {
   return (v + LM_EXPORT_ALIGN - 1) / LM_EXPORT_ALIGN * LM_EXPORT_ALIGN;

@@ -28,7 +28,7 @@
 
 #include "backends/nvrtc/nvrtc_backend.h"
 #include "runtime/cache.h"
-#include "runtime/check.h"
+#include "runtime/check_step.h"
 #include "runtime/compile.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda/cuda_driver.h"
@@ -37,7 +37,7 @@
 #include "runtime/gemm.h"
 #include "runtime/pool.h"
 #include "runtime/runtime.h"
-#include "runtime/sort.h"
+#include "runtime/sort_step.h"
 
 #ifndef LOOM_CODEGEN_ID /* CMakeLists.txt defines it for this file */
 #error "LOOM_CODEGEN_ID (a hash of the code generators' sources) is not defined"
