@@ -5,13 +5,13 @@
 #include "passes/passes.h"
 
 /* One run of a program whose kernels are compiled (every step's fn set).
- * bufs and sizes have program->nnodes + program->ntemps entries. The caller
+ * bufs and sizes have plan->nnodes + plan->ntemps entries. The caller
  * sets bufs[pos] of every leaf position (a computed node's data, an input's
  * data: borrowed, never freed by the run) and keys[pos] of every LM_RAND position (its
  * loom_key); the run allocates every step's output, frees what no later step
  * reads, and leaves the published (target) buffers in bufs with their sizes. */
 typedef struct lm_exec {
-  const lm_schedule *program;
+  const lm_plan *plan;
   void **bufs;
   size_t *sizes;
   void *const *keys;
@@ -29,11 +29,11 @@ loom_status lm_exec_run(const lm_exec *x);
 /* Compiles (or finds in the caches) every kernel of p for device: on the
  * CPU in parallel, setting each kernel step's fn; on CUDA each step's
  * device_code. */
-loom_status lm_exec_compile(lm_schedule *p, loom_device device);
+loom_status lm_exec_compile(lm_plan *p, loom_device device);
 /* The same, each kernel step i generalized over the sizes vary[i] marks
  * (lm_kernel_generic_lifted): a plan template's plan, whose kernels serve
  * every size of its box. */
-loom_status lm_exec_compile_lifted(lm_schedule *p, loom_device device, unsigned char *const *vary);
+loom_status lm_exec_compile_lifted(lm_plan *p, loom_device device, unsigned char *const *vary);
 
 /* How one device runs kernel and GEMM steps: lm_exec_steps walks a program
  * with them (allocating outputs, freeing intermediates after their last
@@ -68,6 +68,6 @@ loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r);
  * them after each run (ms[i]: step i's wall time). */
 bool lm_profile_enabled(void);
 double lm_profile_now_ms(void);
-void lm_profile_report(const lm_schedule *p, const double *ms);
+void lm_profile_report(const lm_plan *p, const double *ms);
 
 #endif
