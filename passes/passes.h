@@ -190,6 +190,8 @@ typedef struct lm_step {
   int donor;
 } lm_step;
 
+/* A plan (lm_plan_make): the steps that compute a canonical graph, in order,
+ * the positions that get memory of their own, and when each is freed. */
 typedef struct lm_plan {
   int nnodes; /* size of the canonical graph it was planned for */
   int ntemps; /* temporaries at positions nnodes.. (partial reductions) */
@@ -216,7 +218,7 @@ typedef struct lm_plan {
  * between them and waits for it before its first reader). */
 bool lm_collective_runs_on(const lm_plan *p, int i);
 
-/* Plans the graph: decides what is materialized (schedule->materialized),
+/* Plans the graph: decides what is materialized (the plan's `materialized`),
  * lowers every step. Kernels are left for the runtime to compile. Without
  * `fuse` every op that computes gets its own kernel (views and constants stay
  * inline). Its decisions stay in its own records: of the graph's nodes it

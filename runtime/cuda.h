@@ -1,7 +1,7 @@
 /*
  * The CUDA half of the runtime (runtime/cuda/cuda_*.c, or runtime/cuda/cuda_off.c
  * in a -DLOOM_CUDA=OFF build), as the rest of the runtime sees it: whether a
- * device is usable, device memory, copies, and running a planned program on a
+ * device is usable, device memory, copies, and running a plan on a
  * device. It compiles kernels through backends/nvrtc.
  *
  * Device pointers travel as void * (a CUdeviceptr's value): node->data of a

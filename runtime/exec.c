@@ -1,4 +1,4 @@
-/* Running a planned program: its steps in order over a table of buffers,
+/* Running a plan: its steps in order over a table of buffers,
  * intermediates freed after their last reader. On the CPU kernels split over
  * the pool, GEMMs run through runtime/gemm.c (loom's own GEMM or OpenBLAS)
  * and library steps through their runners (runtime/<op>_step.c, dist.c); a

@@ -1,10 +1,10 @@
-/* Running a planned program (passes/passes.h) on its device. */
+/* Running a plan (passes/passes.h lm_plan) on its device. */
 #ifndef LOOM_RUNTIME_EXEC_H
 #define LOOM_RUNTIME_EXEC_H
 
 #include "passes/passes.h"
 
-/* One run of a program whose kernels are compiled (every step's fn set).
+/* One run of a plan whose kernels are compiled (every step's fn set).
  * bufs and sizes have plan->nnodes + plan->ntemps entries. The caller
  * sets bufs[pos] of every leaf position (a computed node's data, an input's
  * data: borrowed, never freed by the run) and keys[pos] of every LM_RAND position (its
@@ -35,7 +35,7 @@ loom_status lm_exec_compile(lm_plan *p, loom_device device);
  * every size of its box. */
 loom_status lm_exec_compile_lifted(lm_plan *p, loom_device device, unsigned char *const *vary);
 
-/* How one device runs kernel and GEMM steps: lm_exec_steps walks a program
+/* How one device runs kernel and GEMM steps: lm_exec_steps walks a plan
  * with them (allocating outputs, freeing intermediates after their last
  * reader) for every device. `kernel` runs a kernel step (with its deferred
  * GEMM, if any) into bufs[s->out]; `gemm` a GEMM step; `attention`, `sort`,

@@ -1,5 +1,5 @@
 /* Realization: the unrealized graph behind some targets -> canonical form ->
- * program (from the graph cache, or planned and compiled) -> run -> the
+ * plan (from the graph cache, or planned and compiled) -> run -> the
  * computed nodes become buffers. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,7 +16,7 @@
 #include "runtime/program.h"
 #include "runtime/runtime.h"
 
-/* A program shared by the cache and the realizations running it. */
+/* A plan shared by the graph cache and the realizations running it. */
 typedef struct shared_plan {
   _Atomic int refs;
   lm_plan *plan;
@@ -32,7 +32,7 @@ static void plan_release(void *v) {
   }
 }
 
-/* A cached program keeps its code loaded: it weighs 1 + the code it holds
+/* A cached plan keeps its code loaded: it weighs 1 + the code it holds
  * against the code caches' capacity, so that what cached plans keep
  * loaded is bounded by the same number as the code caches. */
 static size_t plan_weight(const void *v) {
@@ -71,7 +71,7 @@ static loom_status compile_plan(const lm_graph *g, bool fuse, loom_device device
   atomic_init(&sp->refs, 1); /* the caller's */
   sp->plan = p;
   lm_stat_add(LM_STAT_GRAPHS_COMPILED, 1);
-  /* The cache takes its own reference (or hands back an equal program that
+  /* The cache takes its own reference (or hands back an equal plan that
    * another thread stored first; either runs the same). */
   lm_cache_set_capacity(&plans, lm_code_cache_capacity());
   shared_plan *stored = lm_cache_put(&plans, plan_key(g, fuse), sp, plan_acquire, NULL);
@@ -517,7 +517,7 @@ static loom_status run_graph(const lm_graph *g, const lm_plan *p, loom_device de
   return st;
 }
 
-/* One program for the nodes of one device (nothing records an op across
+/* One plan for the nodes of one device (nothing records an op across
  * devices: loom_to copies at once, so a graph never spans two). */
 static loom_status realize_on(lm_node *const *todo, int count, loom_device device) {
   lm_graph g;
@@ -534,7 +534,7 @@ static loom_status realize_on(lm_node *const *todo, int count, loom_device devic
   return st;
 }
 
-/* The targets grouped by device, one program per device (in the order their
+/* The targets grouped by device, one plan per device (in the order their
  * first target comes). */
 static loom_status realize_grouped(lm_node **todo, int count) {
   loom_status st = LOOM_OK;

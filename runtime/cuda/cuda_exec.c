@@ -1,5 +1,5 @@
 /*
- * Running planned programs on a CUDA device (runtime/cuda.h).
+ * Running plans on a CUDA device (runtime/cuda.h).
  *
  * Compiling: each kernel step's CUDA C (cuda_codegen.c) and each GEMM
  * step's tiled kernel (cuda_gemm.c) is compiled by NVRTC for the device's
