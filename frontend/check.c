@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #include "frontend/frontend.h"
-#include "runtime/check.h"
+#include "runtime/check_step.h"
 
 loom_tensor *lm_check(const char *op, const loom_tensor *t) {
   if (!t) return lm_error(LOOM_ERR_NULL, "%s: tensor argument is NULL", op);
@@ -176,7 +176,7 @@ loom_status lm_error_status(loom_tensor *err) {
  * rule's other sources, whose dim `axis` gives the range. The integer rules
  * read through reshapes (the same values, in order): a reshaped realized
  * tensor is checked now, a reshaped program input by a step over the input
- * itself (which planning runs first: lm_plan). */
+ * itself (which planning runs first: lm_plan_make). */
 static loom_tensor *checked(const char *op, const loom_tensor *values, lm_check_rule rule, int axis,
                             lm_node *const *shapes, bool has_ignore, int64_t ignore) {
   lm_node *x = values->node;

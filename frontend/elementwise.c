@@ -1,4 +1,6 @@
-/* Elementwise ops: broadcasting, type promotion, and the scalar (_s) forms. */
+/* Elementwise ops: broadcasting, type promotion, and the scalar (_s) forms;
+ * and those composed of them: where with a scalar, masked_fill, tril and triu
+ * (one where over a mask each), sign, GELU's tanh form. */
 #include <math.h>
 
 #include "frontend/frontend.h"
@@ -292,4 +294,99 @@ loom_tensor *loom_to(const loom_tensor *a, loom_device device) {
   lm_node *copy;
   loom_status st = lm_copy_node(op, n, device, &copy);
   return st != LOOM_OK ? lm_error_recorded(st) : lm_result(copy);
+}
+
+/* ------------------------------------------------------------ where with a scalar, masks */
+
+LM_PUBLIC(loom_tensor *, loom_where_s, (const loom_tensor *cond, const loom_tensor *a, double s),
+          (cond, a, s)) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_where_s", a))) return err;
+  loom_dtype dt = lm_scalar_promote(a->node->dtype, s);
+  if (!lm_dtype_holds(dt, s)) /* the value is the result's: wrapped, it would be another */
+    return lm_error(LOOM_ERR_VALUE, "loom_where_s: the value %.17g does not fit %s", s,
+                    loom_dtype_name(dt));
+  int token = lm_composite_begin();
+  loom_tensor *c = loom_full(LOOM_SHAPE0, s, dt, a->node->device);
+  return lm_composite_end(token, loom_where(cond, a, c));
+}
+
+LM_PUBLIC(loom_tensor *, loom_masked_fill,
+          (const loom_tensor *a, const loom_tensor *mask, double value), (a, mask, value)) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_masked_fill", a)) || (err = lm_check("loom_masked_fill", mask)))
+    return err;
+  loom_dtype dt = a->node->dtype;
+  if (!loom_dtype_is_float(dt) && !lm_dtype_holds(dt, value))
+    return lm_error(LOOM_ERR_VALUE, "loom_masked_fill: the value %.17g does not fit %s", value,
+                    loom_dtype_name(dt));
+  loom_shape out;
+  char sa[128], sm[128];
+  if (!lm_broadcast_shape(&a->node->shape, &mask->node->shape, &out) ||
+      !lm_shape_eq(&out, &a->node->shape))
+    return lm_error(LOOM_ERR_SHAPE, "loom_masked_fill: the mask %s does not broadcast to %s",
+                    lm_shape_str(&mask->node->shape, sm, sizeof sm),
+                    lm_shape_str(&a->node->shape, sa, sizeof sa));
+  int token = lm_composite_begin();
+  loom_tensor *v = loom_full(LOOM_SHAPE0, value, dt, a->node->device);
+  return lm_composite_end(token, loom_where(mask, v, a));
+}
+
+/* column - row of the last two dims, compared with diagonal (I64 iotas, broadcast). */
+static loom_tensor *triangle(const char *op, const loom_tensor *a, int64_t diagonal, bool lower) {
+  loom_tensor *err;
+  if ((err = lm_check(op, a))) return err;
+  const loom_shape *s = &a->node->shape;
+  if (s->ndim < 2) {
+    char sa[128];
+    return lm_error(LOOM_ERR_SHAPE, "%s: needs at least 2 dims, got %s", op,
+                    lm_shape_str(&a->node->shape, sa, sizeof sa));
+  }
+  int64_t rows = s->dim[s->ndim - 2], cols = s->dim[s->ndim - 1];
+  loom_device dev = a->node->device;
+  int token = lm_composite_begin();
+  loom_tensor *row =
+      loom_reshape(loom_arange(0, (double)rows, 1, LOOM_I64, dev), LOOM_SHAPE(rows, 1));
+  loom_tensor *offset = loom_sub(loom_arange(0, (double)cols, 1, LOOM_I64, dev), row);
+  loom_tensor *keep =
+      lower ? loom_le_s(offset, (double)diagonal) : loom_ge_s(offset, (double)diagonal);
+  loom_tensor *zero = loom_full(LOOM_SHAPE0, 0, a->node->dtype, dev);
+  return lm_composite_end(token, loom_where(keep, a, zero));
+}
+
+LM_PUBLIC(loom_tensor *, loom_tril, (const loom_tensor *a, int64_t diagonal), (a, diagonal)) {
+  return triangle("loom_tril", a, diagonal, true);
+}
+
+LM_PUBLIC(loom_tensor *, loom_triu, (const loom_tensor *a, int64_t diagonal), (a, diagonal)) {
+  return triangle("loom_triu", a, diagonal, false);
+}
+
+/* ------------------------------------------------------------ sign */
+
+LM_PUBLIC(loom_tensor *, loom_sign, (const loom_tensor *a), (a)) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_sign", a))) return err;
+  if (a->node->dtype == LOOM_BOOL) return loom_cast(a, LOOM_BOOL);
+  int token = lm_composite_begin();
+  loom_dtype dt = a->node->dtype;
+  /* (a > 0) - (a < 0); NaN stays NaN, as torch */
+  loom_tensor *s = loom_sub(loom_cast(loom_gt_s(a, 0), dt), loom_cast(loom_lt_s(a, 0), dt));
+  if (loom_dtype_is_float(dt)) s = loom_where(loom_ne(a, a), a, s);
+  return lm_composite_end(token, s);
+}
+
+/* ------------------------------------------------------------ GELU, tanh form */
+
+/* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's and torch's
+ * approximate='tanh'. */
+LM_PUBLIC(loom_tensor *, loom_gelu_tanh, (const loom_tensor *a), (a)) {
+  loom_tensor *err;
+  if ((err = lm_check("loom_gelu_tanh", a))) return err;
+  int token = lm_composite_begin();
+  loom_dtype out = lm_float_result(a->node->dtype);
+  loom_tensor *x = loom_cast(a, lm_compute_dtype(out)); /* BF16, F16: in F32, rounded once */
+  loom_tensor *inner = loom_add(x, loom_mul_s(loom_mul(loom_square(x), x), 0.044715));
+  loom_tensor *t = loom_tanh(loom_mul_s(inner, sqrt(2.0 / M_PI)));
+  return lm_composite_end(token, loom_cast(loom_mul(loom_mul_s(x, 0.5), loom_add_s(t, 1)), out));
 }

@@ -56,14 +56,12 @@ loom_tensor *lm_checked_index(const char *op, const loom_tensor *index, const lm
 loom_tensor *lm_checked_start(const char *op, const loom_tensor *start, const lm_node *t,
                               const lm_node *update, int axis);
 loom_tensor *lm_checked_weights(const char *op, const loom_tensor *probs);
-/* loom_embedding_f, loom_one_hot and loom_index_select naming op; without
- * `check`, for indices in range by construction (a sort's positions, a
- * clamped offset), which the rule would only cost. */
+/* loom_embedding_f and loom_one_hot naming op (index_select, gather and the
+ * sorts build on them); without `check`, for indices in range by construction
+ * (a sort's positions, a clamped offset), which the rule would only cost. */
 loom_tensor *lm_gather_rows(const char *op, const loom_tensor *indices, const loom_tensor *weight,
                             bool check);
 loom_tensor *lm_one_hot(const char *op, const loom_tensor *labels, int64_t num_classes, bool check);
-loom_tensor *lm_index_select(const char *op, const loom_tensor *a, int axis,
-                             const loom_tensor *index, bool check);
 /* For calls that return a status: err's status (LOOM_OK for NULL), err
  * freed; its message stays recorded as the thread's error. */
 loom_status lm_error_status(loom_tensor *err);

@@ -1,4 +1,8 @@
-/* Movement ops: views that kernels index through, never copies. */
+/* Movement ops: reshape, permute, transpose, expand, squeeze and unsqueeze,
+ * flatten, slice, flip, pad, cat and stack, split and chunk (a view each
+ * piece), repeat, contiguous. Kernels index through them (a view, a pad or a
+ * cat reads its sources where they lie), so none copies: a realized view is
+ * stored as any computed tensor is. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -346,4 +350,119 @@ loom_tensor *loom_contiguous(const loom_tensor *a) {
   /* Every computed tensor is stored contiguously, so a view realizes into a
    * fresh contiguous buffer and anything else already is one. */
   return lm_tensor_ref(a);
+}
+
+/* ------------------------------------------------------------ flip */
+
+/* torch.flip along one axis: a view of a's slices in reverse, from n - 1 by
+ * -1, its start from the end: over a symbolic axis it follows the size
+ * (passes/symbolic.c). */
+LM_PUBLIC(loom_tensor *, loom_flip, (const loom_tensor *a, int axis), (a, axis)) {
+  const char *op = "loom_flip";
+  loom_tensor *err;
+  if ((err = lm_check(op, a))) return err;
+  int ax = axis;
+  if ((err = lm_check_axis(op, &ax, a->node->shape.ndim))) return err;
+  return lm_result(nb_reverse(a->node, ax));
+}
+
+/* ------------------------------------------------------------ split, chunk */
+
+/* Pieces of `size` along axis (the last one shorter), as views. */
+static loom_status pieces(const char *op, const loom_tensor *a, int64_t size, int axis,
+                          loom_tensor **out, int cap, int *n) {
+  *n = 0;
+  int ax = axis;
+  loom_tensor *err = lm_check(op, a);
+  if (!err && !out) err = lm_error(LOOM_ERR_NULL, "%s: no array for the pieces", op);
+  if (!err) err = lm_check_axis(op, &ax, a->node->shape.ndim);
+  if (err) return lm_error_status(err);
+  int64_t len = a->node->shape.dim[ax];
+  int64_t count = len == 0 ? 1 : (len + size - 1) / size;
+  if (count > cap)
+    return lm_fail(LOOM_ERR_VALUE,
+                   "%s: %lld pieces of %lld along axis %d (length %lld), room for %d", op,
+                   (long long)count, (long long)size, axis, (long long)len, cap);
+  for (int64_t i = 0; i < count; i++) {
+    int64_t start = i * size, end = start + size < len ? start + size : len;
+    out[i] = loom_slice(a, ax, start, end, 1);
+    if (loom_status_of(out[i]) != LOOM_OK) {
+      loom_status st = loom_status_of(out[i]);
+      for (int64_t j = 0; j <= i; j++) loom_free(out[j]), out[j] = NULL;
+      return st;
+    }
+  }
+  *n = (int)count;
+  return LOOM_OK;
+}
+
+LM_PUBLIC(loom_status, loom_split,
+          (const loom_tensor *a, int64_t size, int axis, loom_tensor **out, int cap, int *n),
+          (a, size, axis, out, cap, n)) {
+  int ignored;
+  if (!n) n = &ignored;
+  *n = 0;
+  if (size <= 0)
+    return lm_fail(LOOM_ERR_VALUE, "loom_split: piece size %lld is not positive", (long long)size);
+  return pieces("loom_split", a, size, axis, out, cap, n);
+}
+
+LM_PUBLIC(loom_status, loom_chunk,
+          (const loom_tensor *a, int chunks, int axis, loom_tensor **out, int *n),
+          (a, chunks, axis, out, n)) {
+  int ignored;
+  if (!n) n = &ignored;
+  *n = 0;
+  if (chunks <= 0) return lm_fail(LOOM_ERR_VALUE, "loom_chunk: %d chunks is not positive", chunks);
+  int ax = axis;
+  loom_tensor *err = lm_check("loom_chunk", a);
+  if (!err) err = lm_check_axis("loom_chunk", &ax, a->node->shape.ndim);
+  if (err) return lm_error_status(err);
+  int64_t len = a->node->shape.dim[ax];
+  int64_t size = (len + chunks - 1) / chunks; /* torch.chunk: ceil, so maybe fewer chunks */
+  return pieces("loom_chunk", a, size > 0 ? size : 1, axis, out, chunks, n);
+}
+
+/* ------------------------------------------------------------ repeat */
+
+/* torch.Tensor.repeat: a tiled reps[i] times along each dim (reps may have
+ * more dims than a, which then gets leading dims of 1). */
+LM_PUBLIC(loom_tensor *, loom_repeat, (const loom_tensor *a, const int64_t *reps, int nreps),
+          (a, reps, nreps)) {
+  const char *op = "loom_repeat";
+  loom_tensor *err;
+  if ((err = lm_check(op, a))) return err;
+  const loom_shape *s = &a->node->shape;
+  if (!reps || nreps < s->ndim || nreps > LOOM_MAX_DIMS)
+    return lm_error(LOOM_ERR_VALUE, "%s: %d repeats for %d dims (need %d to %d)", op, nreps,
+                    s->ndim, s->ndim, LOOM_MAX_DIMS);
+  for (int i = 0; i < nreps; i++)
+    if (reps[i] < 0)
+      return lm_error(LOOM_ERR_VALUE, "%s: repeat %lld of dim %d is negative", op,
+                      (long long)reps[i], i);
+  int token = lm_composite_begin();
+  loom_shape lifted = {nreps, {0}};
+  for (int i = 0; i < nreps; i++)
+    lifted.dim[i] = i < nreps - s->ndim ? 1 : s->dim[i - (nreps - s->ndim)];
+  loom_tensor *cur = loom_reshape(a, lifted);
+  for (int i = 0; i < nreps; i++) { /* dim i: [.., d, ..] -> [.., 1, d, ..] -> [.., r d, ..] */
+    if (reps[i] == 1) continue;
+    loom_shape now = loom_shape_of(cur), merged = now;
+    merged.dim[i] *= reps[i];
+    if (now.ndim < LOOM_MAX_DIMS) {
+      loom_shape ex = {now.ndim + 1, {0}};
+      for (int d = 0, j = 0; d < now.ndim; d++) {
+        if (d == i) ex.dim[j++] = reps[i];
+        ex.dim[j++] = now.dim[d];
+      }
+      cur = loom_reshape(loom_expand(loom_unsqueeze(cur, i), ex), merged);
+    } else { /* no room for another dim: copies side by side */
+      loom_tensor **copies = malloc(sizeof *copies * (size_t)(reps[i] ? reps[i] : 1));
+      if (!copies) return lm_composite_end(token, lm_error(LOOM_ERR_OOM, "%s: out of memory", op));
+      for (int64_t c = 0; c < reps[i]; c++) copies[c] = cur;
+      cur = reps[i] ? loom_cat(copies, (int)reps[i], i) : loom_reshape(cur, merged);
+      free(copies);
+    }
+  }
+  return lm_composite_end(token, loom_contiguous(cur));
 }

@@ -1,5 +1,5 @@
 /* Counter-based random numbers: keys and draws (Philox 4x32-10, generated
- * inside kernels so they fuse). */
+ * inside kernels so they fuse), and torch.multinomial's draws from them. */
 #include <pthread.h>
 
 #include "frontend/frontend.h"
@@ -75,4 +75,50 @@ loom_tensor *loom_rand(loom_shape shape, loom_dtype dtype, loom_device device) {
 }
 loom_tensor *loom_randn(loom_shape shape, loom_dtype dtype, loom_device device) {
   return draw("loom_randn", loom_next_key(), LM_RAND_NORMAL, 0, shape, dtype, device);
+}
+
+/* ------------------------------------------------------------ multinomial */
+
+/* torch.multinomial by the Gumbel-max trick: argmax(log p + g), g Gumbel
+ * noise drawn from key, is a draw from p / sum(p); n such draws are n
+ * independent draws, and the top n of one set of noisy scores are n draws
+ * without replacement (Gumbel-top-k). */
+LM_PUBLIC(loom_tensor *, loom_multinomial_key,
+          (loom_key key, const loom_tensor *probs, int64_t n, bool replacement),
+          (key, probs, n, replacement)) {
+  const char *op = "loom_multinomial_key";
+  loom_tensor *err;
+  if ((err = lm_check(op, probs))) return err;
+  const loom_shape *s = &probs->node->shape;
+  if (s->ndim < 1 || s->ndim > 2 || !loom_dtype_is_float(probs->node->dtype)) {
+    char sp[128];
+    return lm_error(LOOM_ERR_SHAPE, "%s: needs float probabilities [C] or [N, C], got %s %s", op,
+                    loom_dtype_name(probs->node->dtype), lm_shape_str(s, sp, sizeof sp));
+  }
+  int64_t classes = s->dim[s->ndim - 1];
+  if (n <= 0 || (!replacement && n > classes))
+    return lm_error(LOOM_ERR_VALUE, "%s: %lld draws %s from %lld categories", op, (long long)n,
+                    replacement ? "with replacement" : "without replacement", (long long)classes);
+  int token = lm_composite_begin();
+  /* torch's invalid distributions (a weight < 0, inf or NaN; a row summing to
+   * 0) refused, not drawn from: log of a negative weight is NaN, which
+   * argmax takes for the largest */
+  loom_tensor *weights = lm_checked_weights(op, probs);
+  loom_tensor *logp = loom_log(loom_cast(weights, LOOM_F64)), *draws;
+  if (replacement) { /* [.., n, C]: n noisy copies */
+    loom_shape wide = *s;
+    wide.ndim = s->ndim + 1;
+    wide.dim[wide.ndim - 1] = classes, wide.dim[wide.ndim - 2] = n;
+    loom_tensor *u = loom_rand_key(key, wide, LOOM_F64, probs->node->device);
+    if (loom_status_of(u) == LOOM_OK) /* the draws, counted by the user */
+      nb_user_sized(u->node, op, (uint8_t)(1u << (wide.ndim - 2)));
+    loom_tensor *gumbel = loom_neg(loom_log(loom_neg(loom_log(u))));
+    draws = loom_argmax(loom_add(loom_unsqueeze(logp, -2), gumbel), -1, false);
+  } else {
+    loom_tensor *u = loom_rand_key(key, *s, LOOM_F64, probs->node->device);
+    loom_tensor *gumbel = loom_neg(loom_log(loom_neg(loom_log(u))));
+    loom_status st = loom_topk(loom_add(logp, gumbel), n, -1, true, NULL, &draws);
+    if (st) return lm_composite_end(token, lm_error_recorded(st));
+  }
+  return lm_composite_end(token, draws);
 }

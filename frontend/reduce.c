@@ -1,4 +1,6 @@
-/* Reductions and the row-wise ops built from them (softmax, logsumexp). */
+/* Reductions (sum, mean, max, min, their arg forms; var and std, with a
+ * correction), the row-wise ops built from them (softmax, logsumexp), and the
+ * running sum (cumsum: one scan step, LM_SCAN). */
 #include <math.h>
 
 #include "frontend/frontend.h"
@@ -198,4 +200,70 @@ loom_tensor *loom_log_softmax(const loom_tensor *a, int axis) {
 }
 loom_tensor *loom_logsumexp(const loom_tensor *a, int axis) {
   return row("loom_logsumexp", LOGSUMEXP, a, axis);
+}
+
+/* ------------------------------------------------------------ var, std */
+
+static loom_tensor *variance(const char *op, const loom_tensor *a, const int *axes, int naxes,
+                             double correction, bool keepdim, bool root) {
+  loom_tensor *err;
+  if ((err = lm_check(op, a))) return err;
+  if (!(correction >= 0) || isinf(correction))
+    return lm_error(LOOM_ERR_VALUE, "%s: correction %g is not a finite value >= 0", op, correction);
+  /* the reduced count, from the axes as loom_sum reads them (it checks them) */
+  const loom_shape *s = &a->node->shape;
+  int64_t count = 1;
+  bool seen[LOOM_MAX_DIMS] = {false};
+  for (int i = 0; i < (naxes ? naxes : s->ndim); i++) {
+    int ax = naxes ? axes[i] : i;
+    if (!lm_axis(&ax, s->ndim) || seen[ax]) break; /* loom_sum reports it */
+    seen[ax] = true;
+    count *= s->dim[ax];
+  }
+  int token = lm_composite_begin();
+  /* In F64, as torch sums the squares of float values in double: in F32 they
+   * overflowed past 1.8e19 and lost their digits below 1e-19
+   * (std([+-1e37, +-2e37]) was inf for torch's 1.8257e37, the std of 1e-30
+   * values 0). BF16 and F16 are rounded once, from F64; F64 values square in
+   * F64, as torch's do. */
+  loom_dtype out = lm_float_result(a->node->dtype);
+  loom_tensor *x = loom_cast(a, LOOM_F64);
+  loom_tensor *centered = loom_sub(x, loom_mean(x, axes, naxes, true));
+  loom_tensor *squares = loom_sum(loom_square(centered), axes, naxes, keepdim);
+  /* torch: max(0, N - correction); 0 gives inf or NaN, as torch */
+  double denominator = (double)count - correction > 0 ? (double)count - correction : 0;
+  loom_tensor *v = loom_div_s(squares, denominator);
+  return lm_composite_end(token, loom_cast(root ? loom_sqrt(v) : v, out));
+}
+
+LM_PUBLIC(loom_tensor *, loom_var,
+          (const loom_tensor *a, const int *axes, int naxes, double correction, bool keepdim),
+          (a, axes, naxes, correction, keepdim)) {
+  return variance("loom_var", a, axes, naxes, correction, keepdim, false);
+}
+
+LM_PUBLIC(loom_tensor *, loom_std,
+          (const loom_tensor *a, const int *axes, int naxes, double correction, bool keepdim),
+          (a, axes, naxes, correction, keepdim)) {
+  return variance("loom_std", a, axes, naxes, correction, keepdim, true);
+}
+
+/* ------------------------------------------------------------ cumsum */
+
+/* torch.cumsum: one scan step (LM_SCAN) along the axis. Integers and bools
+ * sum as I64 (torch's result; exact, wrapping on overflow as torch's),
+ * floats give their dtype: F32 summed in double, as torch's CPU, and halves
+ * in F32 (then in double), rounded to their dtype once. */
+LM_PUBLIC(loom_tensor *, loom_cumsum, (const loom_tensor *a, int axis), (a, axis)) {
+  const char *op = "loom_cumsum";
+  loom_tensor *err;
+  if ((err = lm_check(op, a))) return err;
+  int nd = a->node->shape.ndim, ax = axis;
+  loom_dtype dt = a->node->dtype, out = loom_dtype_is_float(dt) ? dt : LOOM_I64;
+  if (nd == 0) return loom_cast(a, out);
+  if ((err = lm_check_axis(op, &ax, nd))) return err;
+  int token = lm_composite_begin();
+  loom_tensor *x = loom_cast(a, out == LOOM_BF16 || out == LOOM_F16 ? LOOM_F32 : out);
+  loom_tensor *sums = loom_status_of(x) ? x : lm_result(nb_scan(x->node, ax, false));
+  return lm_composite_end(token, loom_cast(sums, out));
 }

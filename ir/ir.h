@@ -129,7 +129,7 @@ typedef enum lm_op {
   /* (after SORT, for the same reason) src[0] itself, once every value passed the
      rule arg.check names; else the run fails with an error naming the public op
      that recorded it (arg.check.op) and the first value that broke it. A library
-     step over its stored source (runtime/check.c): data-dependent indices,
+     step over its stored source (runtime/check_step.c): data-dependent indices,
      positions and probabilities that a kernel cannot refuse. The range of the
      integer rules comes from the shapes of the other sources, which are not
      read (so that it follows a symbolic size): index, src[1] the table:

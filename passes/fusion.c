@@ -33,7 +33,7 @@ static bool broadcasts(const lm_node *n) {
  * recomputing it would repeat it for every copy. */
 #define BROADCAST_BUDGET 2
 
-/* The records start zero (lm_plan allocates them so); the targets are read
+/* The records start zero (lm_plan_make allocates them so); the targets are read
  * once and stored. Computed targets have nothing to compute. */
 static void mark_targets(lm_planner *pl) {
   const lm_graph *g = pl->g;

@@ -164,7 +164,7 @@ static int elementwise_path(const lm_planner *pl, const lm_node *n, const lm_nod
   return found;
 }
 
-static int step_computing(const lm_schedule *p, int pos) {
+static int step_computing(const lm_plan *p, int pos) {
   for (int i = 0; i < p->nsteps; i++)
     if (p->steps[i].out == pos) return i;
   return -1;
@@ -173,7 +173,7 @@ static int step_computing(const lm_schedule *p, int pos) {
 /* Pairs each GEMM whose output only an elementwise kernel of the same shape
  * reads (bias, activation, residual) with that kernel. False when out of
  * memory. */
-bool lm_pair_gemm_epilogues(lm_planner *pl, lm_schedule *p) {
+bool lm_pair_gemm_epilogues(lm_planner *pl, lm_plan *p) {
   const lm_graph *g = pl->g;
   for (int i = 0; i < p->nsteps; i++) {
     lm_step *e = &p->steps[i];
@@ -223,7 +223,7 @@ static bool reads_whole_b(const lm_step *s, int pos) {
 /* Whether kernel step e's output can be made inside the GEMMs that read it:
  * an elementwise kernel (any subset of its points can be computed alone) on
  * the CPU whose large output only GEMMs read, each as its whole B operand. */
-static bool makes_gemm_operand(const lm_graph *g, const lm_schedule *p, const lm_step *e) {
+static bool makes_gemm_operand(const lm_graph *g, const lm_plan *p, const lm_step *e) {
   if (e->kind != LM_STEP_KERNEL || e->out >= p->nnodes || p->published[e->out] ||
       e->kernel.reduce != LK_RED_NONE || e->kernel.nstats > 0 || e->gemm_partner >= 0 ||
       e->kernel.nslots > LM_PROLOGUE_MAX_SLOTS ||
@@ -252,7 +252,7 @@ static bool makes_gemm_operand(const lm_graph *g, const lm_schedule *p, const lm
   return readers > 0;
 }
 
-void lm_pair_gemm_prologues(const lm_graph *g, lm_schedule *p) {
+void lm_pair_gemm_prologues(const lm_graph *g, lm_plan *p) {
   for (int j = 0; j < p->nsteps; j++) {
     lm_step *e = &p->steps[j];
     if (!makes_gemm_operand(g, p, e)) continue;

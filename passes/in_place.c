@@ -42,7 +42,7 @@ static int kept_slot(const lm_step *s) {
   return found;
 }
 
-void lm_plan_in_place(const lm_graph *g, lm_schedule *p) {
+void lm_plan_in_place(const lm_graph *g, lm_plan *p) {
   int *readers = calloc((size_t)(p->nnodes + p->ntemps) + 1, sizeof *readers);
   if (!readers) return; /* only a copy more */
   for (int i = 0; i < p->nsteps; i++) lm_step_reads(p, i, count_read, readers);

@@ -7,8 +7,7 @@
 
 /* ------------------------------------------------------------ memory */
 
-void lm_step_reads(const lm_schedule *p, int i, void (*read)(void *ctx, int pos, int step),
-                   void *ctx) {
+void lm_step_reads(const lm_plan *p, int i, void (*read)(void *ctx, int pos, int step), void *ctx) {
   const lm_step *s = &p->steps[i];
   if (s->kind == LM_STEP_GEMM) {
     read(ctx, s->gemm.a_pos, i);
@@ -41,7 +40,7 @@ static void note_read(void *last, int pos, int step) {
 /* Liveness: every buffer the program allocates for a non-target is freed
  * right after the last step reading it, so later steps reuse its memory
  * (the allocator hands freed blocks out again by size class). */
-bool lm_plan_frees(lm_schedule *p) {
+bool lm_plan_frees(lm_plan *p) {
   int npos = p->nnodes + p->ntemps;
   int *last = malloc(sizeof(int) * (size_t)(npos > 0 ? npos : 1));
   if (!last) return false;

@@ -209,7 +209,7 @@ static bool merge_into(lm_step *w, lm_step *r, int slot, lm_step *host) {
 }
 
 /* Drops the removed steps, renumbering the step indices steps hold. */
-static void compact(lm_schedule *p, const bool *removed, int *new_index) {
+static void compact(lm_plan *p, const bool *removed, int *new_index) {
   int n = 0;
   for (int i = 0; i < p->nsteps; i++) new_index[i] = removed[i] ? -1 : n++;
   for (int i = 0, at = 0; i < p->nsteps; i++) {
@@ -224,7 +224,7 @@ static void compact(lm_schedule *p, const bool *removed, int *new_index) {
 
 /* Every step's frees again: a merged step reads what its producer read,
  * later. Without the memory for that, nothing is freed before the run ends. */
-static void replan_frees(lm_schedule *p) {
+static void replan_frees(lm_plan *p) {
   for (int i = 0; i < p->nsteps; i++) {
     free(p->steps[i].free_after);
     p->steps[i].free_after = NULL;
@@ -263,7 +263,7 @@ static void drop(lm_step *s) {
   s->free_after = NULL, s->nfree = 0;
 }
 
-void lm_plan_more_outputs(lm_schedule *p, bool cpu) {
+void lm_plan_more_outputs(lm_plan *p, bool cpu) {
   int npos = p->nnodes + p->ntemps, n = p->nsteps;
   readers r = {calloc((size_t)npos + 1, sizeof(int)), malloc(sizeof(int) * ((size_t)npos + 1))};
   int *producer = malloc(sizeof(int) * ((size_t)npos + 1));

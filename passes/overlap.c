@@ -42,7 +42,7 @@ static bool ready(const graph_of_steps *g, const bool *placed, int j) {
 
 /* Whether step j reads the result of a collective already placed and not yet
  * waited for. */
-static bool reads_running(const lm_schedule *p, const graph_of_steps *g, const bool *placed,
+static bool reads_running(const lm_plan *p, const graph_of_steps *g, const bool *placed,
                           const bool *waited, int j) {
   for (int k = g->start[j]; k < g->start[j + 1]; k++) {
     int from = g->deps[k];
@@ -54,7 +54,7 @@ static bool reads_running(const lm_schedule *p, const graph_of_steps *g, const b
 /* A list schedule: the planned order, except that a ready collective goes
  * first (as soon as its sources are made) and the steps reading a running
  * one's result only when no other step is ready. */
-static bool reorder(lm_schedule *p, graph_of_steps *g) {
+static bool reorder(lm_plan *p, graph_of_steps *g) {
   int n = p->nsteps, npos = p->nnodes + p->ntemps;
   g->producer = malloc(sizeof(int) * (size_t)(npos > 0 ? npos : 1));
   g->start = malloc(sizeof(int) * (size_t)(n + 1));
@@ -94,7 +94,7 @@ static bool reorder(lm_schedule *p, graph_of_steps *g) {
   return ok;
 }
 
-bool lm_plan_overlap_collectives(lm_schedule *p) {
+bool lm_plan_overlap_collectives(lm_plan *p) {
   bool any = false;
   for (int i = 0; i < p->nsteps && !any; i++) any = p->steps[i].kind == LM_STEP_COLLECTIVE;
   if (!any) return true;
@@ -113,7 +113,7 @@ static void note_first(void *ctx, int pos, int step) {
   if (pos == f->pos && f->step < 0) f->step = step;
 }
 
-void lm_plan_collective_waits(lm_schedule *p) {
+void lm_plan_collective_waits(lm_plan *p) {
   int of = 0, number = 0;
   for (int i = 0; i < p->nsteps; i++) of += p->steps[i].kind == LM_STEP_COLLECTIVE;
   for (int i = 0; i < p->nsteps; i++) {
@@ -126,7 +126,7 @@ void lm_plan_collective_waits(lm_schedule *p) {
   }
 }
 
-bool lm_collective_runs_on(const lm_schedule *p, int i) {
+bool lm_collective_runs_on(const lm_plan *p, int i) {
   const lm_step *s = &p->steps[i];
   return s->kind == LM_STEP_COLLECTIVE && s->coll.op == LM_ALL_REDUCE &&
          s->coll.wait_before > i + 1;

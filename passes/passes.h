@@ -102,7 +102,7 @@ typedef struct lm_scan {
 /* A check (LM_CHECK): its source stored whole ([rows, cols], row-major; the
  * weights rule's rows run along the last dim) passes arg.check's rule into
  * the output, a copy; or the run fails there, naming `op` and the first
- * value that broke the rule (runtime/check.c). */
+ * value that broke the rule (runtime/check_step.c). */
 typedef struct lm_check_step {
   loom_dtype dtype; /* the source's */
   int in_pos;       /* canonical position of the source's buffer */
@@ -190,7 +190,9 @@ typedef struct lm_step {
   int donor;
 } lm_step;
 
-typedef struct lm_schedule {
+/* A plan (lm_plan_make): the steps that compute a canonical graph, in order,
+ * the positions that get memory of their own, and when each is freed. */
+typedef struct lm_plan {
   int nnodes; /* size of the canonical graph it was planned for */
   int ntemps; /* temporaries at positions nnodes.. (partial reductions) */
   int nsteps;
@@ -204,35 +206,35 @@ typedef struct lm_schedule {
    * each collective's in_count and what release_code drops. */
   bool borrows_steps;
   /* Set by the runtime that compiled the steps: drops their code references
-   * (lm_schedule_free calls it; planning knows nothing of code). */
-  void (*release_code)(struct lm_schedule *p);
+   * (lm_plan_free calls it; planning knows nothing of code). */
+  void (*release_code)(struct lm_plan *p);
   /* Set by the runtime once every rank was found to run this plan's
    * collectives alike (runtime/dist.c lm_dist_check_plan). */
   _Atomic bool ranks_agree;
-} lm_schedule;
+} lm_plan;
 
 /* Whether step i is an all-reduce that runs on while the steps after it,
  * up to its coll.wait_before, compute (runtime/exec.c starts it, polls it
  * between them and waits for it before its first reader). */
-bool lm_collective_runs_on(const lm_schedule *p, int i);
+bool lm_collective_runs_on(const lm_plan *p, int i);
 
-/* Plans the graph: decides what is materialized (schedule->materialized),
+/* Plans the graph: decides what is materialized (the plan's `materialized`),
  * lowers every step. Kernels are left for the runtime to compile. Without
  * `fuse` every op that computes gets its own kernel (views and constants stay
  * inline). Its decisions stay in its own records: of the graph's nodes it
  * writes only the unrealized ones' `visit`. */
-loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, size_t errlen);
+loom_status lm_plan_make(const lm_graph *g, bool fuse, lm_plan **out, char *err, size_t errlen);
 /* Marks the kernel steps of p (planned for lazy graph g) that may update a
  * leaf in place (passes/in_place.c): a published where(c, x, leaf) whose
  * leaf nothing else in p reads. Only for runs that bind g's own leaves
  * (runtime/realize.c): a program's inputs and weights are never taken. */
-void lm_plan_in_place(const lm_graph *g, lm_schedule *p);
+void lm_plan_in_place(const lm_graph *g, lm_plan *p);
 /* Merges into one kernel step a published elementwise kernel and the one
  * later kernel that reads it (passes/multi_output.c: lk_kernel.more); with
  * cpu, also a GEMM's epilogue and its reader. Only for runs that publish
  * targets from their own buffers (runtime/realize.c). */
-void lm_plan_more_outputs(lm_schedule *p, bool cpu);
-void lm_schedule_free(lm_schedule *p);
+void lm_plan_more_outputs(lm_plan *p, bool cpu);
+void lm_plan_free(lm_plan *p);
 
 /* ------------------------------------------------------------ symbolic dims (symbolic.c) */
 

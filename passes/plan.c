@@ -7,7 +7,7 @@
 
 #include "passes/plan_internal.h"
 
-void lm_schedule_free(lm_schedule *p) {
+void lm_plan_free(lm_plan *p) {
   if (!p) return;
   if (p->release_code) p->release_code(p);
   for (int i = 0; i < p->nsteps && p->borrows_steps; i++) free(p->steps[i].coll.in_count);
@@ -145,7 +145,7 @@ static void plan_check(const lm_planner *pl, lm_node *n, lm_step *step) {
   library_step(step, LM_STEP_CHECK, n);
 }
 
-static loom_status lower_step(const lm_planner *pl, lm_schedule *p, lm_node *n, char *err,
+static loom_status lower_step(const lm_planner *pl, lm_plan *p, lm_node *n, char *err,
                               size_t errlen) {
   lm_step *step = &p->steps[p->nsteps++];
   if (n->op == LM_MATMUL) {
@@ -178,10 +178,10 @@ static loom_status lower_step(const lm_planner *pl, lm_schedule *p, lm_node *n, 
 
 /* A row group's root: one kernel with its statistics, or, when one of them
  * is read off its row, the statistics' own kernels and then the root's. */
-static loom_status plan_node(lm_planner *pl, lm_schedule *p, lm_node *n, temps *t, char *err,
+static loom_status plan_node(lm_planner *pl, lm_plan *p, lm_node *n, temps *t, char *err,
                              size_t errlen);
 
-static loom_status plan_row_root(lm_planner *pl, lm_schedule *p, lm_node *e, temps *t, char *err,
+static loom_status plan_row_root(lm_planner *pl, lm_plan *p, lm_node *e, temps *t, char *err,
                                  size_t errlen) {
   const lm_graph *g = pl->g;
   bool misaligned;
@@ -203,7 +203,7 @@ static loom_status plan_row_root(lm_planner *pl, lm_schedule *p, lm_node *e, tem
 }
 
 /* Steps for node n, splitting its reduction first when that pays. */
-static loom_status plan_node(lm_planner *pl, lm_schedule *p, lm_node *n, temps *t, char *err,
+static loom_status plan_node(lm_planner *pl, lm_plan *p, lm_node *n, temps *t, char *err,
                              size_t errlen) {
   lm_node *fused = lm_plan_of(pl, n)->fused_reduce;
   lm_node *red = fused ? fused : lm_op_is_reduce(n->op) ? n : NULL;
@@ -240,7 +240,7 @@ static bool hoisted_check(const lm_planner *pl, const lm_node *n) {
   return lm_op_is_check(n->op) && lm_materialized(pl, n) && lm_is_computed(n->src[0]);
 }
 
-loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, size_t errlen) {
+loom_status lm_plan_make(const lm_graph *g, bool fuse, lm_plan **out, char *err, size_t errlen) {
   *out = NULL;
   /* a record per graph position; split reductions' partial results add theirs */
   lm_planner pl = {
@@ -255,7 +255,7 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, 
     snprintf(err, errlen, "planning: out of memory");
     return LOOM_ERR_OOM;
   }
-  lm_schedule *p = calloc(1, sizeof *p);
+  lm_plan *p = calloc(1, sizeof *p);
   int count = 0;
   for (int i = 0; i < g->n; i++) {
     const lm_plan_node *marks = lm_plan_marks(&pl, g->nodes[i]);
@@ -267,7 +267,7 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, 
     p->materialized = calloc(g->n > 0 ? (size_t)g->n : 1, sizeof(bool));
   }
   if (!p || !p->steps || !p->published || !p->materialized) {
-    lm_schedule_free(p);
+    lm_plan_free(p);
     free(pl.node);
     snprintf(err, errlen, "planning: out of memory");
     return LOOM_ERR_OOM;
@@ -314,7 +314,7 @@ loom_status lm_plan(const lm_graph *g, bool fuse, lm_schedule **out, char *err, 
   for (int i = 0; i < g->n; i++) p->materialized[i] = lm_materialized(&pl, g->nodes[i]);
   free(pl.node);
   if (st != LOOM_OK) {
-    lm_schedule_free(p);
+    lm_plan_free(p);
     return st;
   }
   *out = p;

@@ -132,9 +132,9 @@ void lm_plan_attention(const lm_planner *pl, lm_node *n, lm_step *step);
 /* A GEMM step for matmul n (its operands' layouts). */
 void lm_plan_gemm(const lm_planner *pl, lm_node *n, lm_step *step);
 /* GEMM epilogues; false when out of memory. */
-bool lm_pair_gemm_epilogues(lm_planner *pl, lm_schedule *p);
+bool lm_pair_gemm_epilogues(lm_planner *pl, lm_plan *p);
 /* GEMM prologues (CPU). */
-void lm_pair_gemm_prologues(const lm_graph *g, lm_schedule *p);
+void lm_pair_gemm_prologues(const lm_graph *g, lm_plan *p);
 
 /* ------------------------------------------------------------ lower.c */
 
@@ -151,10 +151,9 @@ loom_status lm_lower_rows(const lm_planner *pl, lm_node *root, lm_step *step, bo
 
 /* Calls read(ctx, pos, i) for each position step i reads (a deferred GEMM's
  * operands at its partner, a GEMM's B producer's at the GEMM). */
-void lm_step_reads(const lm_schedule *p, int i, void (*read)(void *ctx, int pos, int step),
-                   void *ctx);
+void lm_step_reads(const lm_plan *p, int i, void (*read)(void *ctx, int pos, int step), void *ctx);
 /* Each step's free_after list; false when out of memory. */
-bool lm_plan_frees(lm_schedule *p);
+bool lm_plan_frees(lm_plan *p);
 
 /* ------------------------------------------------------------ overlap.c */
 
@@ -162,8 +161,8 @@ bool lm_plan_frees(lm_schedule *p);
  * are made, the steps reading its result as late as they can go, so that it
  * runs while the steps between compute. False when out of memory. Before
  * the GEMM pairing (step indices are not yet stored anywhere). */
-bool lm_plan_overlap_collectives(lm_schedule *p);
+bool lm_plan_overlap_collectives(lm_plan *p);
 /* Numbers the collectives and sets each one's wait_before. */
-void lm_plan_collective_waits(lm_schedule *p);
+void lm_plan_collective_waits(lm_plan *p);
 
 #endif

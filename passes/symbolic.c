@@ -741,7 +741,7 @@ static void infer_node(infer *f, int pos) {
 /* ------------------------------------------------------------ size-valued constants */
 
 /* A mean divides its sum by a constant holding the count (frontend/reduce.c),
- * a variance by the count less its correction (frontend/composites.c):
+ * a variance by the count less its correction (frontend/reduce.c too):
  * DIV(RSUM(x), CONST), the sum maybe reshaped and the constant a broadcast
  * scalar, with the constant equal to the reduced dims' product, or that
  * less 1. That constant becomes the product's expression (less 1). */

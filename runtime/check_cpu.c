@@ -38,7 +38,7 @@ enum {
   CHECK_IGNORE,
   CHECK_NUMBERS
 };
-/* loom_dtype's values and lm_check_rule's (runtime/check.c checks that they are). */
+/* loom_dtype's values and lm_check_rule's (runtime/check_step.c checks that they are). */
 enum { CHECK_F32, CHECK_F64, CHECK_I32, CHECK_I64, CHECK_U8, CHECK_BOOL, CHECK_BF16, CHECK_F16 };
 enum { CHECK_RULE_INDEX, CHECK_RULE_START, CHECK_RULE_WEIGHTS };
 

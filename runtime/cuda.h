@@ -1,7 +1,7 @@
 /*
  * The CUDA half of the runtime (runtime/cuda/cuda_*.c, or runtime/cuda/cuda_off.c
  * in a -DLOOM_CUDA=OFF build), as the rest of the runtime sees it: whether a
- * device is usable, device memory, copies, and running a planned program on a
+ * device is usable, device memory, copies, and running a plan on a
  * device. It compiles kernels through backends/nvrtc.
  *
  * Device pointers travel as void * (a CUdeviceptr's value): node->data of a
@@ -65,7 +65,7 @@ bool lm_nccl_run(int dev, const lm_collective *c, const void *const *bufs, void 
  * device dev; sets each step's device_code. With vary (a plan template's
  * plan), kernel step i is generalized over the sizes vary[i] marks
  * (lm_kernel_generic_lifted) instead of by the shape records. */
-loom_status lm_cuda_exec_compile(lm_schedule *p, int dev, unsigned char *const *vary);
+loom_status lm_cuda_exec_compile(lm_plan *p, int dev, unsigned char *const *vary);
 /* How many run-time sizes a CUDA kernel takes at most (its parameters stay
  * within a launch's 4 KiB); 0 when built without CUDA. */
 int lm_cuda_max_sizes(void);

@@ -227,7 +227,7 @@ static uint64_t fnv(uint64_t h, int64_t v) {
   return h;
 }
 
-loom_status lm_dist_check_plan(const lm_schedule *p, lm_op op, int path) {
+loom_status lm_dist_check_plan(const lm_plan *p, lm_op op, int path) {
   uint64_t sig = fnv(14695981039346656037ull, path);
   int n = 0;
   for (int i = 0; i < p->nsteps; i++) {

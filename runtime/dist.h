@@ -21,7 +21,7 @@ enum { LM_DIST_CPU, LM_DIST_NCCL, LM_DIST_HOST };
  * way (path), compared by a 64-bit signature through one small all-reduce.
  * LOOM_ERR_DIST naming the collective op about to run when they differ (and
  * later collectives are refused). */
-loom_status lm_dist_check_plan(const lm_schedule *p, lm_op op, int path);
+loom_status lm_dist_check_plan(const lm_plan *p, lm_op op, int path);
 /* How this rank runs collectives on device buffers: through NCCL when it is
  * there (a collective NCCL does not run, lm_nccl_runs, goes through the host). */
 int lm_dist_device_path(void);

@@ -1,7 +1,9 @@
-/* Running a planned program: its steps in order over a table of buffers,
+/* Running a plan: its steps in order over a table of buffers,
  * intermediates freed after their last reader. On the CPU kernels split over
- * the pool and GEMMs go through OpenBLAS; a CUDA device has its own step
- * runner (runtime/cuda.h). Realization and compiled programs share it. */
+ * the pool, GEMMs run through runtime/gemm.c (loom's own GEMM or OpenBLAS)
+ * and library steps through their runners (runtime/<op>_step.c, dist.c); a
+ * CUDA device has its own step runner (runtime/cuda.h). Realization and
+ * compiled programs share it. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -80,7 +82,7 @@ static void launch(const lm_step *s, void *const *args, int64_t begin, int64_t e
  * rows. The product goes to one block-sized scratch buffer: the kernel's slot
  * for it points gemm_first elements before, so index i reads scratch[i - first]. */
 static loom_status run_gemm_epilogue(const lm_exec *x, const lm_step *s, void **args) {
-  const lm_gemm *gm = &x->program->steps[s->gemm_partner].gemm;
+  const lm_gemm *gm = &x->plan->steps[s->gemm_partner].gemm;
   size_t es = loom_dtype_size(gm->dtype);
   int64_t n = gm->N > 0 ? gm->N : 1, per = GEMM_BLOCK_ELEMS / n;
   if (per < GEMM_BLOCK_ROWS) per = GEMM_BLOCK_ROWS;
@@ -162,7 +164,7 @@ static loom_status cpu_gemm(const lm_exec *x, const lm_step *s) {
     lm_run_gemm(g, x->bufs[g->a_pos], x->bufs[g->b_pos], x->bufs[s->out]);
     return LOOM_OK;
   }
-  const lm_step *e = &x->program->steps[s->b_producer];
+  const lm_step *e = &x->plan->steps[s->b_producer];
   void *args[LM_PROLOGUE_MAX_SLOTS + 1] = {NULL};
   bind_slots(x, e, args);
   prologue_call call = {e, args, g->b_trans ? g->N : g->K, g->b_trans ? g->K : g->N};
@@ -187,7 +189,7 @@ typedef struct in_flight {
 static loom_status finish(const lm_exec *x, in_flight *f, int k, double *ms, loom_status st) {
   double t0 = ms ? lm_profile_now_ms() : 0;
   loom_status done = lm_dist_finish(&f->q[k]);
-  release_dead(x, &x->program->steps[f->step[k]]);
+  release_dead(x, &x->plan->steps[f->step[k]]);
   if (ms) ms[f->step[k]] += lm_profile_now_ms() - t0;
   f->n--;
   f->step[k] = f->step[f->n], f->q[k] = f->q[f->n];
@@ -201,7 +203,7 @@ static loom_status run_collective_on_host(const lm_exec *x, const lm_step *s) {
   const char *op = "loom_realize";
   const lm_collective *c = &s->coll;
   size_t es = loom_dtype_size(c->dtype), out_bytes = (size_t)s->outer * es;
-  int npos = x->program->nnodes + x->program->ntemps;
+  int npos = x->plan->nnodes + x->plan->ntemps;
   void **host = calloc((size_t)npos + 1, sizeof(void *));
   void *out = malloc(out_bytes + 1);
   loom_status st =
@@ -235,10 +237,10 @@ static loom_status run_collective_on_host(const lm_exec *x, const lm_step *s) {
  * reads next is started and left running (*started); on a device, a
  * collective goes through NCCL where it can, else through the host. */
 static loom_status run_collective(const lm_exec *x, int i, in_flight *f, bool *started) {
-  const lm_step *s = &x->program->steps[i];
+  const lm_step *s = &x->plan->steps[i];
   if (!f->entered) lm_dist_begin();
   f->entered = true;
-  lm_schedule *p = (lm_schedule *)x->program; /* its flag is the runtime's */
+  lm_plan *p = (lm_plan *)x->plan; /* its flag is the runtime's */
   int path = x->device.type == LOOM_DEVICE_CPU ? LM_DIST_CPU : lm_dist_device_path();
   if (!atomic_load(&p->ranks_agree)) {
     loom_status st = lm_dist_check_plan(p, s->coll.op, path);
@@ -251,7 +253,7 @@ static loom_status run_collective(const lm_exec *x, int i, in_flight *f, bool *s
   if (path == LM_DIST_NCCL && lm_nccl_runs(&s->coll))
     return lm_dist_run_nccl(&s->coll, x->device.index, bufs, x->bufs[s->out]);
   if (path != LM_DIST_CPU) return run_collective_on_host(x, s);
-  if (!lm_collective_runs_on(x->program, i) || f->n == MAX_IN_FLIGHT)
+  if (!lm_collective_runs_on(x->plan, i) || f->n == MAX_IN_FLIGHT)
     return lm_dist_run(&s->coll, bufs, x->bufs[s->out]);
   loom_status st = lm_dist_start(&s->coll, bufs, x->bufs[s->out], &f->q[f->n]);
   if (st == LOOM_OK) f->step[f->n++] = i, *started = true;
@@ -275,7 +277,7 @@ static loom_status alloc_more(const lm_exec *x, const lm_step *s) {
 
 /* Step i: its output's memory, the step, then what no later step reads. */
 static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i, in_flight *f) {
-  const lm_step *s = &x->program->steps[i];
+  const lm_step *s = &x->plan->steps[i];
   loom_status st = LOOM_OK;
   bool started = false;
   if (!s->deferred) { /* a deferred GEMM is run by its epilogue kernel */
@@ -310,7 +312,7 @@ static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i, in
 }
 
 loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r) {
-  const lm_schedule *p = x->program;
+  const lm_plan *p = x->plan;
   /* device steps are asynchronous: only the CPU's wall times mean anything */
   double *ms = x->device.type == LOOM_DEVICE_CPU && lm_profile_enabled()
                    ? calloc((size_t)p->nsteps + 1, sizeof(double))
@@ -339,7 +341,7 @@ loom_status lm_exec_run(const lm_exec *x) {
   return lm_exec_steps(x, &cpu_runner);
 }
 
-static void release_code(lm_schedule *p) {
+static void release_code(lm_plan *p) {
   for (int i = 0; i < p->nsteps; i++) {
     lm_code_release(p->steps[i].code);
     p->steps[i].code = NULL;
@@ -353,7 +355,7 @@ static void release_code(lm_schedule *p) {
  * step of each distinct tile first (a GEMM block function is the longest
  * compile, 0.4-2 s cold), then every kernel step. */
 typedef struct compile_job {
-  lm_schedule *p;
+  lm_plan *p;
   const int *order;
   int n;
   bool lifted; /* kernels generic over the sizes in vary (a plan template's) */
@@ -389,7 +391,7 @@ static bool same_tile(const lk_gemm *a, const lk_gemm *b) {
 }
 
 /* The steps compile_steps runs, in order (n of them). */
-static int compile_order(const lm_schedule *p, int *order) {
+static int compile_order(const lm_plan *p, int *order) {
   int n = 0;
   lk_gemm tiles[16]; /* dtypes x tiles; more would only compile later, serially */
   int ntiles = 0;
@@ -412,7 +414,7 @@ static int compile_order(const lm_schedule *p, int *order) {
 /* A new program's kernels and GEMM functions compile in parallel (LLVM work
  * dominates a cold start), one pool part each; cached ones come back at once.
  * Each step holds its code until the schedule is freed. */
-static loom_status compile_cpu(lm_schedule *p, unsigned char *const *vary) {
+static loom_status compile_cpu(lm_plan *p, unsigned char *const *vary) {
   for (int i = 0; i < p->nsteps; i++)
     if (p->steps[i].kind == LM_STEP_KERNEL && lm_env_flag("LOOM_DEBUG"))
       lk_kernel_print(&p->steps[i].kernel, stderr);
@@ -434,14 +436,14 @@ static loom_status compile_cpu(lm_schedule *p, unsigned char *const *vary) {
   return LOOM_OK;
 }
 
-loom_status lm_exec_compile(lm_schedule *p, loom_device device) {
+loom_status lm_exec_compile(lm_plan *p, loom_device device) {
   release_code(p); /* compiled before: for another device, say */
   p->release_code = release_code;
   if (device.type == LOOM_DEVICE_CUDA) return lm_cuda_exec_compile(p, device.index, NULL);
   return compile_cpu(p, NULL);
 }
 
-loom_status lm_exec_compile_lifted(lm_schedule *p, loom_device device, unsigned char *const *vary) {
+loom_status lm_exec_compile_lifted(lm_plan *p, loom_device device, unsigned char *const *vary) {
   release_code(p);
   p->release_code = release_code;
   if (device.type == LOOM_DEVICE_CUDA) return lm_cuda_exec_compile(p, device.index, vary);

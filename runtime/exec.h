@@ -1,17 +1,17 @@
-/* Running a planned program (passes/passes.h) on its device. */
+/* Running a plan (passes/passes.h lm_plan) on its device. */
 #ifndef LOOM_RUNTIME_EXEC_H
 #define LOOM_RUNTIME_EXEC_H
 
 #include "passes/passes.h"
 
-/* One run of a program whose kernels are compiled (every step's fn set).
- * bufs and sizes have program->nnodes + program->ntemps entries. The caller
+/* One run of a plan whose kernels are compiled (every step's fn set).
+ * bufs and sizes have plan->nnodes + plan->ntemps entries. The caller
  * sets bufs[pos] of every leaf position (a computed node's data, an input's
  * data: borrowed, never freed by the run) and keys[pos] of every LM_RAND position (its
  * loom_key); the run allocates every step's output, frees what no later step
  * reads, and leaves the published (target) buffers in bufs with their sizes. */
 typedef struct lm_exec {
-  const lm_schedule *program;
+  const lm_plan *plan;
   void **bufs;
   size_t *sizes;
   void *const *keys;
@@ -29,13 +29,13 @@ loom_status lm_exec_run(const lm_exec *x);
 /* Compiles (or finds in the caches) every kernel of p for device: on the
  * CPU in parallel, setting each kernel step's fn; on CUDA each step's
  * device_code. */
-loom_status lm_exec_compile(lm_schedule *p, loom_device device);
+loom_status lm_exec_compile(lm_plan *p, loom_device device);
 /* The same, each kernel step i generalized over the sizes vary[i] marks
  * (lm_kernel_generic_lifted): a plan template's plan, whose kernels serve
  * every size of its box. */
-loom_status lm_exec_compile_lifted(lm_schedule *p, loom_device device, unsigned char *const *vary);
+loom_status lm_exec_compile_lifted(lm_plan *p, loom_device device, unsigned char *const *vary);
 
-/* How one device runs kernel and GEMM steps: lm_exec_steps walks a program
+/* How one device runs kernel and GEMM steps: lm_exec_steps walks a plan
  * with them (allocating outputs, freeing intermediates after their last
  * reader) for every device. `kernel` runs a kernel step (with its deferred
  * GEMM, if any) into bufs[s->out]; `gemm` a GEMM step; `attention`, `sort`,
@@ -50,13 +50,13 @@ typedef struct lm_step_runner {
   loom_status (*scan)(const lm_exec *x, const lm_step *s);
   loom_status (*check)(const lm_exec *x, const lm_step *s);
 } lm_step_runner;
-/* runtime/attention.c: a fused attention step on the CPU's threads. */
+/* runtime/attention_step.c: a fused attention step on the CPU's threads. */
 loom_status lm_attention_run_cpu(const lm_exec *x, const lm_step *s);
-/* runtime/sort.c: a sort step on the CPU's threads. */
+/* runtime/sort_step.c: a sort step on the CPU's threads. */
 loom_status lm_sort_run_cpu(const lm_exec *x, const lm_step *s);
-/* runtime/scan.c: a scan step on the CPU's threads. */
+/* runtime/scan_step.c: a scan step on the CPU's threads. */
 loom_status lm_scan_run_cpu(const lm_exec *x, const lm_step *s);
-/* runtime/check.c: a check step on the CPU. */
+/* runtime/check_step.c: a check step on the CPU. */
 loom_status lm_check_run_cpu(const lm_exec *x, const lm_step *s);
 /* Runs a kernel-shaped fn over items [begin, end) on loom's threads, or on
  * the caller's when `work` (element visits or multiply-adds) is too little
@@ -68,6 +68,6 @@ loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r);
  * them after each run (ms[i]: step i's wall time). */
 bool lm_profile_enabled(void);
 double lm_profile_now_ms(void);
-void lm_profile_report(const lm_schedule *p, const double *ms);
+void lm_profile_report(const lm_plan *p, const double *ms);
 
 #endif

@@ -81,7 +81,7 @@ static bool add_file(job *j, const char *path) {
 /* ------------------------------------------------------------ pieces */
 
 static loom_status write_kernels(job *j) {
-  const lm_schedule *plan = j->l->p->plan;
+  const lm_plan *plan = j->l->p->plan;
   for (int i = 0; i < plan->nsteps; i++) {
     void *obj = NULL;
     size_t len = 0;

@@ -56,8 +56,7 @@ loom_status lm_export_layout_make(lm_export_layout *l, const loom_program *p, co
  * given (slot[pos], nslots of them). */
 loom_status lm_export_layout_make_generic(lm_export_layout *l, const loom_program *p,
                                           const char *name, int64_t embed_limit,
-                                          const lm_schedule *tiles_from, const int *slot,
-                                          int nslots);
+                                          const lm_plan *tiles_from, const int *slot, int nslots);
 void lm_export_layout_free(lm_export_layout *l);
 /* The first output a computed, published position pos is (its step writes
  * into the caller's buffer), or -1 (it lives in the scratch block). */
@@ -65,7 +64,7 @@ int lm_export_output_of(const loom_program *p, int pos);
 /* Bytes a step's output takes. */
 int64_t lm_export_step_bytes(const lm_step *s);
 /* The last step that reads pos (its buffer is free after it), or def. */
-int lm_export_freed_after(const lm_schedule *plan, int pos, int def);
+int lm_export_freed_after(const lm_plan *plan, int pos, int def);
 
 /* The C wrapper: <name>_run with the schedule inlined. */
 void lm_export_write_source(const lm_export_layout *l, FILE *f);

@@ -8,14 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/attention.h"
-#include "runtime/check.h"
+#include "runtime/attention_step.h"
+#include "runtime/check_step.h"
 #include "runtime/compile.h"
 #include "runtime/export.h"
 #include "runtime/gemm.h"
 #include "runtime/runtime.h"
-#include "runtime/scan.h"
-#include "runtime/sort.h"
+#include "runtime/scan_step.h"
+#include "runtime/sort_step.h"
 
 static int64_t align_up(int64_t v) {
   return (v + LM_EXPORT_ALIGN - 1) / LM_EXPORT_ALIGN * LM_EXPORT_ALIGN;
@@ -55,7 +55,7 @@ static int64_t place(const block *live, int nlive, int64_t size) {
   return at;
 }
 
-int lm_export_freed_after(const lm_schedule *plan, int pos, int def) {
+int lm_export_freed_after(const lm_plan *plan, int pos, int def) {
   for (int i = 0; i < plan->nsteps; i++)
     for (int f = 0; f < plan->steps[i].nfree; f++)
       if (plan->steps[i].free_after[f] == pos) return i;
@@ -63,7 +63,7 @@ int lm_export_freed_after(const lm_schedule *plan, int pos, int def) {
 }
 
 static bool plan_arena(lm_export_layout *l) {
-  const lm_schedule *plan = l->p->plan;
+  const lm_plan *plan = l->p->plan;
   block *live = malloc(sizeof(block) * (size_t)(plan->nsteps + 1));
   if (!live) return false;
   int nlive = 0;
@@ -101,7 +101,7 @@ static int64_t pack_bytes_any(const lk_gemm *t) {
 }
 
 static loom_status layout_make(lm_export_layout *l, const loom_program *p, const char *name,
-                               int64_t embed_limit, const lm_schedule *tiles_from, bool generic) {
+                               int64_t embed_limit, const lm_plan *tiles_from, bool generic) {
   memset(l, 0, sizeof *l);
   l->p = p;
   l->name = name;
@@ -160,11 +160,10 @@ loom_status lm_export_layout_make(lm_export_layout *l, const loom_program *p, co
 
 loom_status lm_export_layout_make_generic(lm_export_layout *l, const loom_program *p,
                                           const char *name, int64_t embed_limit,
-                                          const lm_schedule *tiles_from, const int *slot,
-                                          int nslots) {
+                                          const lm_plan *tiles_from, const int *slot, int nslots) {
   loom_status st = layout_make(l, p, name, embed_limit, tiles_from, true);
   if (st != LOOM_OK) return st;
-  const lm_schedule *plan = p->plan;
+  const lm_plan *plan = p->plan;
   l->generic = true;
   l->slot = slot;
   l->nslots = nslots;
@@ -449,7 +448,7 @@ static void write_gemm_declarations(const lm_export_layout *l, FILE *f) {
         "  int64_t b_row, b_col;\n  void *c;\n  int64_t ldc, accumulate, mc, kc, nc;\n"
         "  void *pack;\n  int64_t b_in_place;\n};\n",
         f);
-  const lm_schedule *plan = l->p->plan;
+  const lm_plan *plan = l->p->plan;
   for (int i = 0; i < plan->nsteps; i++) {
     if (plan->steps[i].kind != LM_STEP_GEMM) continue;
     bool seen = false;

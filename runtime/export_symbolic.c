@@ -244,7 +244,7 @@ static loom_status plan_sample(exporter *x, sample *sm) {
   sm->view.plan = sm->b->plan;
   sm->view.nodes = sm->b->nodes;
   sm->view.in_nodes = sm->in_nodes;
-  const lm_schedule *mine = sm->b->plan, *traced = x->s[0].b ? x->s[0].b->plan : mine;
+  const lm_plan *mine = sm->b->plan, *traced = x->s[0].b ? x->s[0].b->plan : mine;
   if (mine->nsteps != traced->nsteps || mine->ntemps != traced->ntemps) {
     char v0[256], v1[256];
     return lm_fail(LOOM_ERR_VALUE,
@@ -263,7 +263,7 @@ static loom_status plan_sample(exporter *x, sample *sm) {
  * bytes are at most them. */
 static loom_status assign_slots(exporter *x) {
   const loom_program *p = &x->s[0].view;
-  const lm_schedule *plan = p->plan;
+  const lm_plan *plan = p->plan;
   int npos = p->n + plan->ntemps;
   x->slot = malloc(sizeof *x->slot * (size_t)(npos + 1));
   lm_sym_expr *bytes = malloc(sizeof *bytes * (size_t)(plan->nsteps + 1));

@@ -1,5 +1,13 @@
-/* GEMM steps through OpenBLAS: one cblas call per batch index, or per block
- * of rows when an epilogue kernel follows each block.
+/* GEMM steps on the CPU, through loom's own GEMM and OpenBLAS. The product is
+ * cut into blocks (per batch index; per part of the rows, the columns or the
+ * sum, split over loom's pool; per block of rows when an epilogue kernel
+ * follows each block; per block of B's columns when a prologue kernel makes
+ * B), and each block is computed by one of the two: loom's (the block
+ * function the LLVM backend generates for the step's tile, packing into
+ * scratch of its own) or OpenBLAS's cblas_?gemm (?gemv for one row).
+ * lm_gemm_prepare chooses, from LOOM_GEMM: by default loom's takes the
+ * blocks it was measured faster on (loom_takes) and every product of BF16 or
+ * F16 operands, which BLAS has not; OpenBLAS the rest.
  *
  * OpenBLAS runs single-threaded; loom splits rows over its own pool. OpenBLAS's
  * threads busy-wait (sched_yield) after each call, and on a small machine they

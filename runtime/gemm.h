@@ -1,4 +1,5 @@
-/* Running GEMM steps on the CPU. */
+/* Running GEMM steps on the CPU, through loom's own GEMM and OpenBLAS
+ * (runtime/gemm.c). */
 #ifndef LOOM_RUNTIME_GEMM_H
 #define LOOM_RUNTIME_GEMM_H
 

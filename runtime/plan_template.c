@@ -58,7 +58,7 @@ _Static_assert(sizeof(lm_step) == 1656 && sizeof(lm_gemm) == 312 && sizeof(lm_co
 struct lm_plan_template {
   int k; /* symbols */
   loom_device device;
-  lm_schedule *plan; /* the traced sizes' plan, its kernels compiled over the sizes that vary */
+  lm_plan *plan; /* the traced sizes' plan, its kernels compiled over the sizes that vary */
   int nsteps;
   int *nall;            /* [nsteps] a kernel step's sizes (lm_kernel_generic_all's) */
   unsigned char **vary; /* [nsteps] which of them vary (the compiled kernel reads those) */
@@ -273,7 +273,7 @@ static void walk_sort(walk *w, lm_sort *s) {
 /* Every field of every step that a run reads (runtime/exec.c): a new field of
  * lm_step must be described here too, or an instance would run with the
  * template's value of it. */
-static void walk_plan(walk *w, lm_schedule *p) {
+static void walk_plan(walk *w, lm_plan *p) {
   if (w->d && (!(w->d->kfirst = calloc((size_t)p->nsteps + 1, sizeof(int))) ||
                !(w->d->kcount = calloc((size_t)p->nsteps + 1, sizeof(int))))) {
     w->d->oom = true;
@@ -324,8 +324,8 @@ static void desc_free(desc *d) {
 
 /* Plans p at values and describes the plan; *plan (NULL to drop it) gets it.
  * False when it cannot be planned there or holds what no template does. */
-static bool plan_described(const loom_program *p, const int64_t *values, desc *d,
-                           lm_schedule **plan, bool counted) {
+static bool plan_described(const loom_program *p, const int64_t *values, desc *d, lm_plan **plan,
+                           bool counted) {
   *d = (desc){0};
   if (plan) *plan = NULL;
   lm_binding *b;
@@ -374,7 +374,7 @@ void lm_plan_template_free(lm_plan_template *t) {
   for (int i = 0; t->vary && i < t->nsteps; i++) free(t->vary[i]);
   free(t->vary);
   free(t->nall);
-  lm_schedule_free(t->plan);
+  lm_plan_free(t->plan);
   free(t->shape);
   free(t->num);
   pthread_mutex_destroy(&t->lock);
@@ -384,7 +384,7 @@ void lm_plan_template_free(lm_plan_template *t) {
 /* Which sizes of each kernel step vary over the box (their polynomials are
  * not constants): its compiled kernel reads those at run time and keeps the
  * rest (a row length, a fixed stride) as constants the backend can use. */
-static bool mark_varying(lm_plan_template *t, const lm_schedule *plan, const desc *d) {
+static bool mark_varying(lm_plan_template *t, const lm_plan *plan, const desc *d) {
   bool cuda = t->device.type == LOOM_DEVICE_CUDA;
   t->nsteps = plan->nsteps;
   if (!(t->nall = calloc((size_t)plan->nsteps + 1, sizeof *t->nall)) ||
@@ -422,7 +422,7 @@ loom_status lm_plan_template_make(const loom_program *p, lm_plan_template **out)
   int64_t(*values)[LM_SYM_MAX_SYMBOLS] = calloc((size_t)nsamples, sizeof *values);
   int64_t *vals = calloc((size_t)ngrid, sizeof *vals);
   lm_plan_template *t = calloc(1, sizeof *t);
-  lm_schedule *plan = NULL;
+  lm_plan *plan = NULL;
   loom_status st = LOOM_OK;
   if (!d || !values || !vals || !t || pthread_mutex_init(&t->lock, NULL) != 0) {
     free(t);
@@ -463,7 +463,7 @@ done:
   free(d);
   free(values);
   free(vals);
-  lm_schedule_free(plan);
+  lm_plan_free(plan);
   lm_plan_template_free(t);
   return st;
 }
@@ -523,12 +523,11 @@ static void grow(lm_plan_template *t, const loom_program *p, const int64_t *valu
 
 /* The instance's schedule: the template's steps (their arrays shared) with
  * the numbers at values, its own kernel sizes and GEMM functions. */
-static loom_status instantiate(const lm_plan_template *t, const int64_t *values,
-                               lm_schedule **out) {
+static loom_status instantiate(const lm_plan_template *t, const int64_t *values, lm_plan **out) {
   *out = NULL;
-  const lm_schedule *base = t->plan;
+  const lm_plan *base = t->plan;
   int64_t *nums = malloc(sizeof *nums * (size_t)(t->nnum + 1));
-  lm_schedule *s = calloc(1, sizeof *s);
+  lm_plan *s = calloc(1, sizeof *s);
   lm_step *steps = malloc(sizeof *steps * (size_t)(base->nsteps + 1));
   if (!nums || !s || !steps) {
     free(nums);
@@ -566,7 +565,7 @@ static loom_status instantiate(const lm_plan_template *t, const int64_t *values,
     if (steps[i].kind == LM_STEP_GEMM) st = lm_gemm_prepare(&steps[i].gemm, &steps[i].code);
   free(nums);
   if (st != LOOM_OK) {
-    lm_schedule_free(s);
+    lm_plan_free(s);
     return st;
   }
   *out = s;
@@ -574,7 +573,7 @@ static loom_status instantiate(const lm_plan_template *t, const int64_t *values,
 }
 
 loom_status lm_plan_template_instance(lm_plan_template *t, const loom_program *p,
-                                      const int64_t *values, lm_schedule **out) {
+                                      const int64_t *values, lm_plan **out) {
   *out = NULL;
   pthread_mutex_lock(&t->lock);
   if (!in_box(t, values)) grow(t, p, values);
@@ -589,7 +588,7 @@ loom_status lm_plan_template_instance(lm_plan_template *t, const loom_program *p
     if (planned) desc_free(&d);
     if (!ok) {
       char at[256];
-      lm_schedule_free(*out);
+      lm_plan_free(*out);
       *out = NULL;
       st = lm_fail(LOOM_ERR_INTERNAL,
                    OP ": LOOM_VERIFY_PLANS: with %s the program's plan template differs from "

@@ -77,7 +77,7 @@ static void print_step(const lm_step *s, int i, double ms) {
           s->sizes ? ", shape-generic" : "");
 }
 
-void lm_profile_report(const lm_schedule *p, const double *ms) {
+void lm_profile_report(const lm_plan *p, const double *ms) {
   double total = 0;
   for (int i = 0; i < p->nsteps; i++) total += ms[i];
   fprintf(stderr, "loom: profile: %d steps, %.3f ms\n", p->nsteps, total);

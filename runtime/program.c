@@ -19,7 +19,7 @@ static void program_free(loom_program *p) {
   lm_program_free_symbols(p);
   for (int i = 0; p->nodes && i < p->n; i++) lm_node_release(p->nodes[i]);
   for (int i = 0; p->in_nodes && i < p->nin; i++) lm_node_release(p->in_nodes[i]);
-  if (p->plan) lm_schedule_free(p->plan);
+  if (p->plan) lm_plan_free(p->plan);
   free(p->nodes);
   free(p->kind);
   free(p->input_of);
@@ -185,7 +185,7 @@ static loom_status check_placeholders(const char *op, const lm_graph *g, lm_node
 static loom_status plan_and_compile(const char *op, loom_program *p, const lm_graph *g) {
   char err[1024];
   bool fuse = loom_fusion_enabled();
-  loom_status st = lm_plan(g, fuse, &p->plan, err, sizeof err);
+  loom_status st = lm_plan_make(g, fuse, &p->plan, err, sizeof err);
   if (st != LOOM_OK) return lm_fail(st, "%s: %s", op, err);
   if (fuse && p->lazy) lm_plan_more_outputs(p->plan, p->device.type == LOOM_DEVICE_CPU);
   assign_kernels(p);
@@ -390,7 +390,7 @@ loom_status loom_program_run(const loom_program *p, loom_tensor *const *ins, loo
   loom_status st =
       p->symbolic ? lm_program_bind(p, ins, &bound) : lm_program_check_inputs(p, ins, NULL);
   if (st != LOOM_OK) return st;
-  lm_schedule *plan = bound ? bound->plan : p->plan;
+  lm_plan *plan = bound ? bound->plan : p->plan;
   int nbufs = p->n + plan->ntemps;
   void **bufs = calloc((size_t)nbufs, sizeof *bufs);
   size_t *sizes = calloc((size_t)nbufs, sizeof *sizes);

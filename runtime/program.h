@@ -27,9 +27,9 @@ struct loom_program {
   int *input_of;      /* [n] the input index of an LM_SLOT_INPUT position, else -1 */
   int *src_start;     /* [n + 1] node pos's sources are src_pos[src_start[pos]..] */
   int *src_pos;
-  int *kernel_of;    /* [n] the step whose kernel computes (or inlines) it, or -1 */
-  void **keys;       /* [n] an LM_RAND position's key words, else NULL */
-  lm_schedule *plan; /* steps (compiled), memory plan */
+  int *kernel_of; /* [n] the step whose kernel computes (or inlines) it, or -1 */
+  void **keys;    /* [n] an LM_RAND position's key words, else NULL */
+  lm_plan *plan;  /* steps (compiled), memory plan */
   int nin, nout;
   int *in_pos;        /* [nin] graph position of each input, or -1 when unused */
   lm_node **in_nodes; /* [nin] the placeholders (one reference each) */
@@ -67,7 +67,7 @@ typedef struct lm_binding {
   struct lm_binding *next;
   int64_t values[LM_SYM_MAX_SYMBOLS];
   lm_node **nodes; /* [n] one reference each; NULL for an instance of the plan template */
-  lm_schedule *plan;
+  lm_plan *plan;
   int users; /* runs using it now */
 } lm_binding;
 
@@ -101,10 +101,10 @@ typedef struct lm_plan_template lm_plan_template;
 loom_status lm_plan_template_make(const loom_program *p, lm_plan_template **out);
 void lm_plan_template_free(lm_plan_template *t);
 /* The plan at values from template t (compiled; free it with
- * lm_schedule_free), growing t's box when the plans at its new corners agree;
+ * lm_plan_free), growing t's box when the plans at its new corners agree;
  * *out NULL (and LOOM_OK) when values stay outside it: plan them alone. */
 loom_status lm_plan_template_instance(lm_plan_template *t, const loom_program *p,
-                                      const int64_t *values, lm_schedule **out);
+                                      const int64_t *values, lm_plan **out);
 /* Position pos's shape at the symbols' values. */
 loom_shape lm_program_shape_at(const loom_program *p, int pos, const int64_t *values);
 /* The symbols' values, "batch=7, seq=12", into buf. */

@@ -28,7 +28,7 @@ static void free_binding(lm_binding *b, int n) {
   if (!b) return;
   for (int i = 0; b->nodes && i < n; i++) lm_node_release(b->nodes[i]);
   free(b->nodes);
-  if (b->plan) lm_schedule_free(b->plan);
+  if (b->plan) lm_plan_free(b->plan);
   free(b);
 }
 
@@ -292,7 +292,7 @@ static loom_status plan_binding(const char *op, const loom_program *p, lm_bindin
   char err[1024];
   if (!same)
     st = lm_fail(LOOM_ERR_INTERNAL, "%s: the graph at new sizes lost the program's order", op);
-  else if ((st = lm_plan(&g, loom_fusion_enabled(), &b->plan, err, sizeof err)) != LOOM_OK)
+  else if ((st = lm_plan_make(&g, loom_fusion_enabled(), &b->plan, err, sizeof err)) != LOOM_OK)
     st = lm_fail(st, "%s: %s", op, err);
   else if (p->lazy && loom_fusion_enabled())
     lm_plan_more_outputs(b->plan, p->device.type == LOOM_DEVICE_CPU); /* as plan_and_compile */
@@ -431,14 +431,14 @@ loom_status lm_program_bind_values(const loom_program *p, const int64_t *values,
     if (st != LOOM_OK) return st;
   }
   lm_binding *b = NULL;
-  lm_schedule *instance = NULL;
+  lm_plan *instance = NULL;
   pthread_mutex_lock(&mp->bind_lock);
   lm_plan_template *t = mp->template_state == LM_TEMPLATE_DONE ? mp->plan_template : NULL;
   pthread_mutex_unlock(&mp->bind_lock);
   if (t && (st = lm_plan_template_instance(t, p, values, &instance)) != LOOM_OK) return st;
   if (instance) {
     if (!(b = calloc(1, sizeof *b))) {
-      lm_schedule_free(instance);
+      lm_plan_free(instance);
       return lm_fail(LOOM_ERR_OOM, "loom_program_run: out of memory");
     }
     memcpy(b->values, values, sizeof(int64_t) * (size_t)p->nsym);

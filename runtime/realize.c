@@ -1,5 +1,5 @@
 /* Realization: the unrealized graph behind some targets -> canonical form ->
- * program (from the graph cache, or planned and compiled) -> run -> the
+ * plan (from the graph cache, or planned and compiled) -> run -> the
  * computed nodes become buffers. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,67 +16,67 @@
 #include "runtime/program.h"
 #include "runtime/runtime.h"
 
-/* A program shared by the cache and the realizations running it. */
-typedef struct shared_program {
+/* A plan shared by the graph cache and the realizations running it. */
+typedef struct shared_plan {
   _Atomic int refs;
-  lm_schedule *program;
-} shared_program;
+  lm_plan *plan;
+} shared_plan;
 
-static void program_acquire(void *v) { atomic_fetch_add(&((shared_program *)v)->refs, 1); }
+static void plan_acquire(void *v) { atomic_fetch_add(&((shared_plan *)v)->refs, 1); }
 
-static void program_release(void *v) {
-  shared_program *sp = v;
+static void plan_release(void *v) {
+  shared_plan *sp = v;
   if (atomic_fetch_sub(&sp->refs, 1) == 1) {
-    lm_schedule_free(sp->program);
+    lm_plan_free(sp->plan);
     free(sp);
   }
 }
 
-/* A cached program keeps its code loaded: it weighs 1 + the code it holds
- * against the code caches' capacity, so that what cached programs keep
+/* A cached plan keeps its code loaded: it weighs 1 + the code it holds
+ * against the code caches' capacity, so that what cached plans keep
  * loaded is bounded by the same number as the code caches. */
-static size_t program_weight(const void *v) {
-  const lm_schedule *p = ((const shared_program *)v)->program;
+static size_t plan_weight(const void *v) {
+  const lm_plan *p = ((const shared_plan *)v)->plan;
   size_t w = 1;
   for (int i = 0; i < p->nsteps; i++) w += p->steps[i].code != NULL;
   return w;
 }
 
-static lm_cache programs = LM_CACHE_INIT_WEIGHED(0, program_release, program_weight);
+static lm_cache plans = LM_CACHE_INIT_WEIGHED(0, plan_release, plan_weight);
 
 /* The plan depends on the graph and on whether fusion is on. */
-static lm_hash128 program_key(const lm_graph *g, bool fuse) {
+static lm_hash128 plan_key(const lm_graph *g, bool fuse) {
   lm_hash128 k = g->hash;
   if (!fuse) k.hi ^= 0x9e3779b97f4a7c15ull;
   return k;
 }
 
-static loom_status compile_program(const lm_graph *g, bool fuse, loom_device device,
-                                   shared_program **out) {
+static loom_status compile_plan(const lm_graph *g, bool fuse, loom_device device,
+                                shared_plan **out) {
   char err[1024];
-  lm_schedule *p;
-  loom_status st = lm_plan(g, fuse, &p, err, sizeof err);
+  lm_plan *p;
+  loom_status st = lm_plan_make(g, fuse, &p, err, sizeof err);
   if (st != LOOM_OK) return lm_fail(st, "loom_realize: %s", err);
   lm_plan_in_place(g, p);
   if (fuse) lm_plan_more_outputs(p, device.type == LOOM_DEVICE_CPU);
   if ((st = lm_exec_compile(p, device)) != LOOM_OK) {
-    lm_schedule_free(p);
+    lm_plan_free(p);
     return st;
   }
-  shared_program *sp = malloc(sizeof *sp);
+  shared_plan *sp = malloc(sizeof *sp);
   if (!sp) {
-    lm_schedule_free(p);
+    lm_plan_free(p);
     return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
   }
   atomic_init(&sp->refs, 1); /* the caller's */
-  sp->program = p;
+  sp->plan = p;
   lm_stat_add(LM_STAT_GRAPHS_COMPILED, 1);
-  /* The cache takes its own reference (or hands back an equal program that
+  /* The cache takes its own reference (or hands back an equal plan that
    * another thread stored first; either runs the same). */
-  lm_cache_set_capacity(&programs, lm_code_cache_capacity());
-  shared_program *stored = lm_cache_put(&programs, program_key(g, fuse), sp, program_acquire, NULL);
+  lm_cache_set_capacity(&plans, lm_code_cache_capacity());
+  shared_plan *stored = lm_cache_put(&plans, plan_key(g, fuse), sp, plan_acquire, NULL);
   if (stored && stored != sp) {
-    program_release(sp);
+    plan_release(sp);
     sp = stored; /* acquired for us by lm_cache_put */
   }
   *out = sp;
@@ -171,20 +171,20 @@ static void member_remember(const lm_graph *g, family *f, const int64_t *values)
 }
 
 /* Where a run's plan comes from: the graph cache, or a family's program. */
-typedef struct program_ref {
-  shared_program *sp;
+typedef struct plan_ref {
+  shared_plan *sp;
   family *fam;
   lm_binding *bound; /* the family program's plan at other sizes, or NULL: its own */
-  const lm_schedule *plan;
-} program_ref;
+  const lm_plan *plan;
+} plan_ref;
 
-static void program_ref_release(program_ref *r) {
-  if (r->sp) program_release(r->sp);
+static void plan_ref_release(plan_ref *r) {
+  if (r->sp) plan_release(r->sp);
   if (r->fam) {
     lm_program_unbind(r->fam->program, r->bound);
     family_release(r->fam);
   }
-  *r = (program_ref){0};
+  *r = (plan_ref){0};
 }
 
 /* The symbols of f's second graph g and where they are: leaf dims that
@@ -372,7 +372,7 @@ static family *family_find(const lm_graph *g, int64_t *values) {
 
 /* g's plan from its family (*r filled), or LOOM_OK with r->plan NULL: plan
  * it for its sizes. */
-static loom_status family_plan(const lm_graph *g, loom_device device, program_ref *r) {
+static loom_status family_plan(const lm_graph *g, loom_device device, plan_ref *r) {
   if (loom_dynamic_mode() == LOOM_DYNAMIC_OFF) return LOOM_OK;
   int64_t values[LM_SYM_MAX_SYMBOLS];
   family *f = family_find(g, values);
@@ -386,31 +386,31 @@ static loom_status family_plan(const lm_graph *g, loom_device device, program_re
     family_release(f);
     return st;
   }
-  *r = (program_ref){NULL, f, b, b ? b->plan : p->plan};
+  *r = (plan_ref){NULL, f, b, b ? b->plan : p->plan};
   lm_stat_add(LM_STAT_GRAPH_CACHE_HITS, 1); /* planned before, as its family */
   return LOOM_OK;
 }
 
-static loom_status find_program(const lm_graph *g, loom_device device, program_ref *r) {
-  *r = (program_ref){0};
+static loom_status find_plan(const lm_graph *g, loom_device device, plan_ref *r) {
+  *r = (plan_ref){0};
   bool fuse = loom_fusion_enabled();
-  shared_program *sp = lm_cache_get(&programs, program_key(g, fuse), program_acquire);
-  if (sp && sp->program->nnodes == g->n) {
+  shared_plan *sp = lm_cache_get(&plans, plan_key(g, fuse), plan_acquire);
+  if (sp && sp->plan->nnodes == g->n) {
     lm_stat_add(LM_STAT_GRAPH_CACHE_HITS, 1);
-    *r = (program_ref){.sp = sp, .plan = sp->program};
+    *r = (plan_ref){.sp = sp, .plan = sp->plan};
     return LOOM_OK;
   }
-  if (sp) program_release(sp);
+  if (sp) plan_release(sp);
   loom_status st = fuse ? family_plan(g, device, r) : LOOM_OK;
   if (st != LOOM_OK || r->plan) return st;
-  if ((st = compile_program(g, fuse, device, &sp)) == LOOM_OK)
-    *r = (program_ref){.sp = sp, .plan = sp->program};
+  if ((st = compile_plan(g, fuse, device, &sp)) == LOOM_OK)
+    *r = (plan_ref){.sp = sp, .plan = sp->plan};
   return st;
 }
 
 /* Hands every computed buffer to its node. Nodes are retained first: turning
  * one into a leaf releases its sources, which may be other computed nodes. */
-static void publish(const lm_graph *g, const lm_schedule *p, void **bufs, size_t *sizes) {
+static void publish(const lm_graph *g, const lm_plan *p, void **bufs, size_t *sizes) {
   for (int pos = 0; pos < g->n; pos++)
     if (p->published[pos]) lm_node_retain(g->nodes[pos]);
   for (int pos = 0; pos < g->n; pos++) {
@@ -446,7 +446,7 @@ static loom_status bind_leaves(const lm_graph *g, void **bufs, void **keys) {
  * give it back if a check failed), which keeps no gradient history through
  * them; and only by steps after every check, so that a run a check fails
  * has written no leaf (lm_pending_rollback gives the leaves back). */
-static void find_donatable(const lm_graph *g, const lm_schedule *p, bool *donatable) {
+static void find_donatable(const lm_graph *g, const lm_plan *p, bool *donatable) {
   int *shape_refs = NULL, last_check = -1;
   for (int i = 0; i < p->nsteps; i++)
     if (p->steps[i].kind == LM_STEP_CHECK) last_check = i;
@@ -474,7 +474,7 @@ static void find_donatable(const lm_graph *g, const lm_schedule *p, bool *donata
 /* After a run that took leaves' buffers: on success each such leaf lets go
  * of its buffer (its updating node publishes it); on failure it keeps it,
  * holding the update's values, which the update recomputes alike. */
-static void settle_taken(const lm_graph *g, const lm_schedule *p, const bool *taken, void **bufs,
+static void settle_taken(const lm_graph *g, const lm_plan *p, const bool *taken, void **bufs,
                          bool ok) {
   for (int i = 0; i < p->nsteps; i++) {
     const lm_step *s = &p->steps[i];
@@ -488,7 +488,7 @@ static void settle_taken(const lm_graph *g, const lm_schedule *p, const bool *ta
   }
 }
 
-static loom_status run_graph(const lm_graph *g, const lm_schedule *p, loom_device device) {
+static loom_status run_graph(const lm_graph *g, const lm_plan *p, loom_device device) {
   int nbufs = g->n + p->ntemps;
   bool in_place = false;
   for (int i = 0; i < p->nsteps; i++) in_place |= p->steps[i].donor >= 0;
@@ -517,24 +517,24 @@ static loom_status run_graph(const lm_graph *g, const lm_schedule *p, loom_devic
   return st;
 }
 
-/* One program for the nodes of one device (nothing records an op across
+/* One plan for the nodes of one device (nothing records an op across
  * devices: loom_to copies at once, so a graph never spans two). */
 static loom_status realize_on(lm_node *const *todo, int count, loom_device device) {
   lm_graph g;
   loom_status st = lm_graph_build(&g, todo, count);
-  program_ref r = {0};
+  plan_ref r = {0};
   if (st != LOOM_OK)
     st = lm_fail(st, "loom_realize: out of memory collecting the graph");
   else
-    st = find_program(&g, device, &r);
+    st = find_plan(&g, device, &r);
   if (st == LOOM_OK) st = run_graph(&g, r.plan, device);
   if (st == LOOM_OK) lm_stat_add(LM_STAT_REALIZATIONS, 1);
-  program_ref_release(&r);
+  plan_ref_release(&r);
   lm_graph_free(&g);
   return st;
 }
 
-/* The targets grouped by device, one program per device (in the order their
+/* The targets grouped by device, one plan per device (in the order their
  * first target comes). */
 static loom_status realize_grouped(lm_node **todo, int count) {
   loom_status st = LOOM_OK;
@@ -588,7 +588,7 @@ loom_status lm_realize_nodes(lm_node *const *nodes, int n) {
 }
 
 void lm_program_cache_clear(void) {
-  lm_cache_clear(&programs);
+  lm_cache_clear(&plans);
   lm_cache_clear(&members);
   lm_cache_clear(&families);
 }

@@ -30,7 +30,7 @@
 
 /* The numbers a sort reads (lm_sort_numbers writes them). */
 enum { SORT_N, SORT_K, SORT_DTYPE, SORT_DESCENDING, SORT_ROWS, SORT_NUMBERS };
-/* loom_dtype's values (runtime/sort.c checks that they are). */
+/* loom_dtype's values (runtime/sort_step.c checks that they are). */
 enum { SORT_F32, SORT_F64, SORT_I32, SORT_I64, SORT_U8, SORT_BOOL, SORT_BF16, SORT_F16 };
 
 #define SHORT_ROW 32

@@ -1,10 +1,11 @@
-/* Attention's pieces (frontend/attention.c) beyond the PyTorch fixtures
- * (tests/test_nn_fixtures.c): split and chunk as torch counts their pieces,
- * attention on a larger case against a double-precision reference (causal,
- * grouped heads, a padding mask), on the test device, its gradients by
- * finite differences, and its scores' mask and softmax fused; the fused
- * attention kernel (runtime/attention_cpu.c) and the composition each
- * against the reference over lengths, head sizes, masks and views. */
+/* Attention (frontend/attention.c), split and chunk (frontend/movement.c)
+ * beyond the PyTorch fixtures (tests/test_nn_fixtures.c): split and chunk as
+ * torch counts their pieces, attention on a larger case against a
+ * double-precision reference (causal, grouped heads, a padding mask), on the
+ * test device, its gradients by finite differences, and its scores' mask
+ * and softmax fused; the fused attention kernel (runtime/attention_cpu.c) and
+ * the composition each against the reference over lengths, head sizes, masks
+ * and views. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -117,14 +117,14 @@ static void test_permuted_reduction(void) {
  * stopped using in place; backends skip it). */
 static int plan_ops(const loom_tensor *t, lk_op op, bool needed_only) {
   lm_graph g;
-  lm_schedule *p = NULL;
+  lm_plan *p = NULL;
   char err[512];
   int count = 0;
   if (!t->node || lm_graph_build(&g, &t->node, 1) != LOOM_OK) {
     CHECK_MSG(0, "cannot build the graph");
     return -1;
   }
-  CHECK_MSG(lm_plan(&g, true, &p, err, sizeof err) == LOOM_OK, "lm_plan: %s", err);
+  CHECK_MSG(lm_plan_make(&g, true, &p, err, sizeof err) == LOOM_OK, "lm_plan_make: %s", err);
   for (int s = 0; p && s < p->nsteps; s++) {
     const lk_kernel *k = &p->steps[s].kernel;
     if (p->steps[s].kind != LM_STEP_KERNEL) continue;
@@ -135,7 +135,7 @@ static int plan_ops(const loom_tensor *t, lk_op op, bool needed_only) {
     for (int i = 0; i < k->ninst; i++) count += (needed[i] || !needed_only) && k->inst[i].op == op;
     free(needed);
   }
-  lm_schedule_free(p);
+  lm_plan_free(p);
   lm_graph_free(&g);
   return count;
 }

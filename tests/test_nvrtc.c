@@ -237,9 +237,9 @@ static void collect(const char *label, loom_tensor *const *ts, int n, bool unfus
   lm_graph g;
   if (count > 0 && lm_graph_build(&g, nodes, count) == LOOM_OK) {
     for (int fuse = 1; fuse >= (unfused ? 0 : 1); fuse--) {
-      lm_schedule *p = NULL;
+      lm_plan *p = NULL;
       char err[1024];
-      loom_status st = lm_plan(&g, fuse, &p, err, sizeof err);
+      loom_status st = lm_plan_make(&g, fuse, &p, err, sizeof err);
       CHECK_MSG(st == LOOM_OK, "%s: lm_plan: %s", label, err);
       if (p && fuse) lm_plan_in_place(&g, p); /* as realize.c plans a lazy graph */
       for (int s = 0; p && s < p->nsteps; s++) {
@@ -256,7 +256,7 @@ static void collect(const char *label, loom_tensor *const *ts, int n, bool unfus
           add_kernel(label, &generic);
         free(inst);
       }
-      lm_schedule_free(p);
+      lm_plan_free(p);
     }
     lm_graph_free(&g);
   }

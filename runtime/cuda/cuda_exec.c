@@ -1,5 +1,5 @@
 /*
- * Running planned programs on a CUDA device (runtime/cuda.h).
+ * Running plans on a CUDA device (runtime/cuda.h).
  *
  * Compiling: each kernel step's CUDA C (cuda_codegen.c) and each GEMM
  * step's tiled kernel (cuda_gemm.c) is compiled by NVRTC for the device's
@@ -28,7 +28,7 @@
 
 #include "backends/nvrtc/nvrtc_backend.h"
 #include "runtime/cache.h"
-#include "runtime/check.h"
+#include "runtime/check_step.h"
 #include "runtime/compile.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda/cuda_driver.h"
@@ -37,7 +37,7 @@
 #include "runtime/gemm.h"
 #include "runtime/pool.h"
 #include "runtime/runtime.h"
-#include "runtime/sort.h"
+#include "runtime/sort_step.h"
 
 #ifndef LOOM_CODEGEN_ID /* CMakeLists.txt defines it for this file */
 #error "LOOM_CODEGEN_ID (a hash of the code generators' sources) is not defined"
@@ -234,7 +234,7 @@ int lm_cuda_max_sizes(void) { return LM_CUDA_MAX_SIZES; }
 
 /* vary: the sizes a plan template's kernel reads at run time (NULL: as the
  * shape records say). */
-static loom_status step_code(const lm_schedule *p, lm_step *s, int dev, const unsigned char *vary) {
+static loom_status step_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary) {
   lm_code **code = &s->code;
   char name[40];
   loom_status st;
@@ -303,7 +303,7 @@ static loom_status step_code(const lm_schedule *p, lm_step *s, int dev, const un
  * fails is left without code; the caller compiles it again on its own thread,
  * where the error is reported. */
 typedef struct cuda_compile_job {
-  const lm_schedule *p;
+  const lm_plan *p;
   int dev;
   unsigned char *const *vary;
   _Atomic int next;
@@ -338,7 +338,7 @@ static void compile_steps(void *ctx, int64_t begin, int64_t end) {
   }
 }
 
-loom_status lm_cuda_exec_compile(lm_schedule *p, int dev, unsigned char *const *vary) {
+loom_status lm_cuda_exec_compile(lm_plan *p, int dev, unsigned char *const *vary) {
   loom_status st = lm_cuda_enter("loom_realize", dev, NULL);
   if (st != LOOM_OK) return st;
   int ncompiled = 0;
@@ -511,7 +511,7 @@ static loom_status kernel_step(const lm_exec *x, const lm_step *s) {
   if (s->gemm_partner >= 0) { /* the product never goes to memory */
     v[s->gemm_slot] = 0;
     for (int z = 0; z < s->nsizes; z++) v[n + z] = (uint64_t)s->sizes[z]; /* after the slots */
-    st = launch_gemm(x, &x->program->steps[s->gemm_partner].gemm, s->device_code, v, n + s->nsizes);
+    st = launch_gemm(x, &x->plan->steps[s->gemm_partner].gemm, s->device_code, v, n + s->nsizes);
   } else {
     st = launch_kernel(x, s, v);
   }
@@ -688,7 +688,7 @@ static const lm_step_runner cuda_runner = {kernel_step, gemm_step, attention_ste
 /* The Philox keys the kernels read, copied to the device: keys[pos] becomes
  * a device pointer to the two words. */
 static loom_status upload_keys(const lm_exec *x, void **dkeys, void **buf, size_t *bytes) {
-  const lm_schedule *p = x->program;
+  const lm_plan *p = x->plan;
   int n = p->nnodes;
   bool any = false;
   for (int i = 0; i < p->nsteps && !any; i++)
@@ -710,7 +710,7 @@ static loom_status upload_keys(const lm_exec *x, void **dkeys, void **buf, size_
 }
 
 loom_status lm_cuda_exec_run(const lm_exec *x) {
-  int n = x->program->nnodes;
+  int n = x->plan->nnodes;
   void **dkeys = calloc((size_t)(n > 0 ? n : 1), sizeof *dkeys);
   if (!dkeys) return lm_fail(LOOM_ERR_OOM, "loom_realize: out of memory");
   void *keybuf = NULL;

@@ -30,7 +30,7 @@ loom_status lm_cuda_copy(const char *op, loom_device to, void *dst, loom_device 
 loom_status lm_cuda_zero(const char *op, int dev, void *ptr, size_t bytes) { return off(op); }
 loom_status lm_cuda_sync(const char *op, int dev) { return off(op); }
 double lm_cuda_peak_gbs(int dev) { return 0; }
-loom_status lm_cuda_exec_compile(lm_schedule *p, int dev, unsigned char *const *vary) {
+loom_status lm_cuda_exec_compile(lm_plan *p, int dev, unsigned char *const *vary) {
   return off("loom_realize");
 }
 int lm_cuda_max_sizes(void) { return 0; }

@@ -146,7 +146,8 @@ case("log_softmax_last", "log_softmax", {"x": rn(4, 6, scale=3.0)},
 case("softmax_last", "softmax", {"x": rn(4, 6, scale=3.0)},
      lambda x: F.softmax(x, -1), params={"axis": -1})
 
-# attention's pieces (frontend/attention.c)
+# GELU's tanh form, tril, triu, masked_fill, where_s (frontend/elementwise.c); attention
+# (frontend/attention.c)
 case("gelu_tanh", "gelu_tanh", {"x": rn(3, 7, scale=3.0)},
      lambda x: F.gelu(x, approximate="tanh"))
 for diag in (-1, 0, 2):
@@ -248,7 +249,9 @@ case("mha_unbatched", "mha",
          mha(x, in_proj_weight, in_proj_bias, out_w, out_b, 3, False),
      params={"heads": 3})
 
-# composites (frontend/composites.c)
+# composites and library steps: var, std and cumsum (frontend/reduce.c), sign
+# (elementwise.c), repeat and flip (movement.c), index_select and gather (indexing.c),
+# topk and sort (sort.c)
 case("var_axis1", "var", {"x": rn(3, 5, 4)}, lambda x: torch.var(x, 1, unbiased=True),
      params={"axes": 1, "correction": 1})
 case("std_all_population", "std", {"x": rn(4, 6)}, lambda x: torch.std(x, unbiased=False),

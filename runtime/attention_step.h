@@ -1,7 +1,8 @@
-/* Fused attention on the CPU (runtime/attention_cpu.c): a kernel-shaped
- * entry point, its work items, and the numbers it reads. */
-#ifndef LOOM_RUNTIME_ATTENTION_H
-#define LOOM_RUNTIME_ATTENTION_H
+/* The fused attention step (LM_STEP_ATTENTION) on the CPU: the
+ * kernel-shaped entry points of runtime/attention_cpu.c, their work items,
+ * and the numbers they read, made from a step (runtime/attention_step.c). */
+#ifndef LOOM_RUNTIME_ATTENTION_STEP_H
+#define LOOM_RUNTIME_ATTENTION_STEP_H
 
 #include <stdint.h>
 

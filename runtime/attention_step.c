@@ -1,6 +1,6 @@
 /* Fused attention steps on the CPU: the step's description as the numbers
  * runtime/attention_cpu.c reads, and the step run over loom's threads. */
-#include "runtime/attention.h"
+#include "runtime/attention_step.h"
 
 #include "runtime/exec.h"
 #include "runtime/runtime.h"

@@ -1,6 +1,6 @@
 /* Scan steps on the CPU: the step's description as the numbers
  * runtime/scan_cpu.c reads, and its passes run over loom's threads. */
-#include "runtime/scan.h"
+#include "runtime/scan_step.h"
 
 #include "runtime/exec.h"
 #include "runtime/runtime.h"

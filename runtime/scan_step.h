@@ -1,7 +1,8 @@
-/* Running sums on the CPU (runtime/scan_cpu.c): kernel-shaped entry points
- * for a scan's two passes, their work items, and the numbers they read. */
-#ifndef LOOM_RUNTIME_SCAN_H
-#define LOOM_RUNTIME_SCAN_H
+/* The scan step (LM_STEP_SCAN, running sums) on the CPU: the kernel-shaped
+ * entry points of runtime/scan_cpu.c for a scan's two passes, their work
+ * items, and the numbers they read, made from a step (runtime/scan_step.c). */
+#ifndef LOOM_RUNTIME_SCAN_STEP_H
+#define LOOM_RUNTIME_SCAN_STEP_H
 
 #include <stdint.h>
 

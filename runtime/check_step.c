@@ -2,7 +2,7 @@
  * runtime/check_cpu.c reads, the check of values on the host (a failure
  * recorded as the run's error), and the step on the CPU: checked, then
  * copied into its output. */
-#include "runtime/check.h"
+#include "runtime/check_step.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,8 @@
-/* Sorting rows on the CPU (runtime/sort_cpu.c): a kernel-shaped entry point,
- * its work items, and the numbers it reads. */
-#ifndef LOOM_RUNTIME_SORT_H
-#define LOOM_RUNTIME_SORT_H
+/* The sort step (LM_STEP_SORT) on the CPU: the kernel-shaped entry point of
+ * runtime/sort_cpu.c, its work items, and the numbers it reads, made from a
+ * step (runtime/sort_step.c). */
+#ifndef LOOM_RUNTIME_SORT_STEP_H
+#define LOOM_RUNTIME_SORT_STEP_H
 
 #include <stdint.h>
 

@@ -2,8 +2,8 @@
  * step's numbers, the check of values on the host, and the step run on the
  * CPU. The frontend checks realized data at the call with the same function,
  * so that a call and a run refuse a value with the same message. */
-#ifndef LOOM_RUNTIME_CHECK_H
-#define LOOM_RUNTIME_CHECK_H
+#ifndef LOOM_RUNTIME_CHECK_STEP_H
+#define LOOM_RUNTIME_CHECK_STEP_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* Sort steps on the CPU: the step's description as the numbers
  * runtime/sort_cpu.c reads, and the step run over loom's threads. */
-#include "runtime/sort.h"
+#include "runtime/sort_step.h"
 
 #include "runtime/exec.h"
 #include "runtime/runtime.h"
