@@ -413,14 +413,21 @@ static void write_check_step(const lm_export_layout *l, int i, FILE *f) {
   fputs("  }\n", f);
 }
 
+/* A file of loom's (path) copied in whole, between banners. */
+static void write_embedded(const char *path, const char *text, FILE *f) {
+  fprintf(f, "/* ---- loom's %s ---- */\n%s\n/* ---- */\n\n", path, text);
+}
+
 /* A library step's CPU kernel (runtime/<what>_cpu.c) itself, its functions
  * renamed into the library's prefix. */
 static void write_kernel_source(const lm_export_layout *l, const char *what, const char *text,
                                 const char *const *fns, size_t nfns, FILE *f) {
+  char path[64];
+  snprintf(path, sizeof path, "runtime/%s_cpu.c", what);
   for (size_t i = 0; i < nfns; i++) fprintf(f, "#define %s %s%s\n", fns[i], l->name, fns[i] + 2);
-  fprintf(f, "/* ---- loom's %s kernel (runtime/%s_cpu.c) ---- */\n%s\n", what, what, text);
+  write_embedded(path, text, f);
   for (size_t i = 0; i < nfns; i++) fprintf(f, "#undef %s\n", fns[i]);
-  fputs("/* ---- */\n\n", f);
+  fputs("\n", f);
 }
 
 static void write_library_sources(const lm_export_layout *l, FILE *f) {
@@ -439,15 +446,39 @@ static void write_library_sources(const lm_export_layout *l, FILE *f) {
   if (l->uses_check) write_kernel_source(l, "check", lm_check_cpu_source, check, 1, f);
 }
 
-/* The block functions' argument (ir/kernel.h's lk_gemm_args) and their
- * declarations. */
-static void write_gemm_declarations(const lm_export_layout *l, FILE *f) {
-  fputs("/* loom's GEMM block functions (object code from its LLVM backend): C = A @ B. */\n"
-        "struct gemm_args {\n"
-        "  int64_t m, n, k;\n  const void *a;\n  int64_t a_row, a_col;\n  const void *b;\n"
-        "  int64_t b_row, b_col;\n  void *c;\n  int64_t ldc, accumulate, mc, kc, nc;\n"
-        "  void *pack;\n  int64_t b_in_place;\n};\n",
-        f);
+/* The fixed C of the exported libraries (the files of runtime/export/, generated at
+ * build time). */
+extern const char lm_export_thread_pool_text[], lm_export_gemm_runner_text[],
+    lm_export_weights_file_text[];
+
+/* The worker threads every call shares (runtime/export/thread_pool.c): its
+ * numbers, then the file. */
+static void write_pool(const lm_export_layout *l, FILE *f) {
+  fprintf(f, "#define EXPORT_THREADS_ENV \"%s_THREADS\"\n#define EXPORT_PARALLEL_WORK %d\n",
+          l->upper, EXPORT_PARALLEL_WORK);
+  write_embedded("runtime/export/thread_pool.c", lm_export_thread_pool_text, f);
+}
+
+/* The GEMM steps' parts over the pool (runtime/export/gemm_runner.c: its
+ * numbers, then the file), and the block functions' declarations. */
+static void write_gemm_runner(const lm_export_layout *l, FILE *f) {
+  static const struct {
+    const char *name;
+    int value;
+  } numbers[] = {
+      {"LK_GEMM_AMX_K", LK_GEMM_AMX_K},
+      {"LK_GEMM_IN_PLACE_MAX_TILES", LK_GEMM_IN_PLACE_MAX_TILES},
+      {"LK_GEMM_IN_PLACE_SHORT_KC", LK_GEMM_IN_PLACE_SHORT_KC},
+      {"LK_GEMM_DOT_MAX_ROWS", LK_GEMM_DOT_MAX_ROWS},
+      {"LK_GEMM_DOT_TERMS_PER_OUTPUT", LK_GEMM_DOT_TERMS_PER_OUTPUT},
+      {"EXPORT_GEMM_MIN_ROWS", EXPORT_GEMM_MIN_ROWS},
+      {"EXPORT_GEMM_MIN_COLS", EXPORT_GEMM_MIN_COLS},
+      {"EXPORT_GEMM_PARALLEL_WORK", EXPORT_GEMM_PARALLEL_WORK},
+  };
+  for (size_t i = 0; i < sizeof numbers / sizeof *numbers; i++)
+    fprintf(f, "#define %s %d\n", numbers[i].name, numbers[i].value);
+  write_embedded("runtime/export/gemm_runner.c", lm_export_gemm_runner_text, f);
+  fputs("/* loom's GEMM block functions (object code from its LLVM backend). */\n", f);
   const lm_plan *plan = l->p->plan;
   for (int i = 0; i < plan->nsteps; i++) {
     if (plan->steps[i].kind != LM_STEP_GEMM) continue;
@@ -459,274 +490,14 @@ static void write_gemm_declarations(const lm_export_layout *l, FILE *f) {
   fputs("\n", f);
 }
 
-/* The weights file is found beside the library and mapped once; its header
- * is checked (magic, length, FNV-1a of the data) before any call uses it. */
+/* The weights file beside the library (runtime/export/weights_file.c: its
+ * name and header, then the file). */
 static void write_weights_loader(const lm_export_layout *l, FILE *f) {
-  fprintf(
-      f,
-      "static pthread_once_t weights_once = PTHREAD_ONCE_INIT;\n"
-      "static const unsigned char *weights_mapped; /* written once, under weights_once */\n\n"
-      "static uint64_t read_u64(const unsigned char *p) {\n"
-      "  uint64_t v = 0;\n  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];\n  return v;\n}\n\n"
-      "static void map_weights(void) {\n"
-      "  Dl_info info;\n"
-      "  if (!dladdr((void *)&map_weights, &info) || !info.dli_fname) return;\n"
-      "  char path[4096];\n"
-      "  const char *slash = strrchr(info.dli_fname, '/');\n"
-      "  int dirlen = slash ? (int)(slash - info.dli_fname + 1) : 0;\n"
-      "  if (snprintf(path, sizeof path, \"%%.*s%%s\", dirlen, info.dli_fname, \"%s.weights\") >=\n"
-      "      (int)sizeof path)\n    return;\n"
-      "  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block */\n"
-      "  if (fd < 0) return;\n"
-      "  struct stat st;\n"
-      "  size_t want = %d + (size_t)%" PRId64 "ull;\n"
-      "  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size != want) {\n"
-      "    close(fd);\n    return;\n  }\n"
-      "  const unsigned char *m = mmap(NULL, want, PROT_READ, MAP_PRIVATE, fd, 0);\n"
-      "  close(fd);\n"
-      "  if (m == MAP_FAILED) return;\n"
-      "  uint64_t h = 14695981039346656037ull;\n"
-      "  for (size_t i = %d; i < want; i++) h = (h ^ m[i]) * 1099511628211ull;\n"
-      "  if (memcmp(m, \"%s\", 8) != 0 || read_u64(m + 8) != %" PRId64 "ull ||\n"
-      "      read_u64(m + 16) != h) {\n"
-      "    munmap((void *)m, want);\n    return;\n  }\n"
-      "  weights_mapped = m + %d;\n}\n\n",
-      l->name, LM_EXPORT_WEIGHTS_HEADER, l->weight_bytes, LM_EXPORT_WEIGHTS_HEADER,
-      LM_EXPORT_WEIGHTS_MAGIC, l->weight_bytes, LM_EXPORT_WEIGHTS_HEADER);
-}
-
-/* The worker threads every call shares: <NAME>_THREADS of them (the CPUs
- * online by default) counting the caller, started at the first call. One call
- * at a time runs its steps' parts on them; a call that finds them busy runs
- * its parts itself. A part's outputs are its own and every one is computed as
- * on one thread, so the bits never depend on the threads. */
-static void write_pool(const lm_export_layout *l, FILE *f) {
-  fprintf(
-      f,
-      "typedef void (*part_fn)(const void *job, int part, int parts);\n"
-      "static struct {\n"
-      "  pthread_mutex_t busy; /* held by the call using the workers */\n"
-      "  pthread_mutex_t lock; /* guards the waits */\n"
-      "  pthread_cond_t go, done;\n"
-      "  _Atomic unsigned long long round; /* a new job: fn, job, parts are set */\n"
-      "  _Atomic int pending;               /* workers yet to finish this round */\n"
-      "  int threads, parts, quit;\n"
-      "  part_fn fn;\n"
-      "  const void *job;\n"
-      "  pthread_t workers[256];\n"
-      "} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,\n"
-      "          PTHREAD_COND_INITIALIZER, 0, 0, 1, 0, 0, NULL, NULL, {0}};\n"
-      "static pthread_once_t pool_once = PTHREAD_ONCE_INIT;\n\n"
-      "/* Steps take tens of microseconds and waking a thread about as long: a\n"
-      " * worker done with a part, and a caller waiting for the parts, spin this\n"
-      " * long before they sleep. */\n"
-      "#define SPIN_NS 200000\n"
-      "#if defined(__x86_64__) || defined(__i386__)\n"
-      "#define CPU_RELAX() __builtin_ia32_pause()\n"
-      "#else\n"
-      "#define CPU_RELAX() ((void)0)\n"
-      "#endif\n\n"
-      "static int64_t now_ns(void) {\n"
-      "  struct timespec t;\n"
-      "  clock_gettime(CLOCK_MONOTONIC, &t);\n"
-      "  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;\n"
-      "}\n\n"
-      "static void *worker(void *arg) {\n"
-      "  int id = (int)(intptr_t)arg;\n"
-      "  unsigned long long seen = 0;\n"
-      "  for (;;) {\n"
-      "    for (int64_t t0 = now_ns(); atomic_load(&pool.round) == seen && now_ns() - t0 < "
-      "SPIN_NS;)\n"
-      "      CPU_RELAX();\n"
-      "    pthread_mutex_lock(&pool.lock);\n"
-      "    while (atomic_load(&pool.round) == seen && !pool.quit)\n"
-      "      pthread_cond_wait(&pool.go, &pool.lock);\n"
-      "    int quit = pool.quit;\n"
-      "    pthread_mutex_unlock(&pool.lock);\n"
-      "    if (quit) return NULL;\n"
-      "    seen = atomic_load(&pool.round);\n"
-      "    if (id < pool.parts) pool.fn(pool.job, id, pool.parts);\n"
-      "    if (atomic_fetch_sub(&pool.pending, 1) == 1) {\n"
-      "      pthread_mutex_lock(&pool.lock);\n"
-      "      pthread_cond_signal(&pool.done);\n"
-      "      pthread_mutex_unlock(&pool.lock);\n"
-      "    }\n"
-      "  }\n"
-      "}\n\n"
-      "/* dlclose: the workers end before the code they run is unmapped */\n"
-      "__attribute__((destructor)) static void stop_pool(void) {\n"
-      "  pthread_mutex_lock(&pool.lock);\n"
-      "  pool.quit = 1;\n"
-      "  pthread_cond_broadcast(&pool.go);\n"
-      "  pthread_mutex_unlock(&pool.lock);\n"
-      "  for (int i = 1; i < pool.threads; i++) pthread_join(pool.workers[i], NULL);\n"
-      "}\n\n"
-      "static void start_pool(void) {\n"
-      "  const char *e = getenv(\"%s_THREADS\");\n"
-      "  long n = e && *e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);\n"
-      "  if (n < 1) n = 1;\n"
-      "  if (n > 256) n = 256;\n"
-      "  pthread_attr_t attr;\n"
-      "  if (n > 1 && pthread_attr_init(&attr) == 0) {\n"
-      "    pthread_attr_setstacksize(&attr, (size_t)1 << 20);\n"
-      "    for (long i = 1; i < n; i++) {\n"
-      "      if (pthread_create(&pool.workers[i], &attr, worker, (void *)(intptr_t)i) != 0) "
-      "break;\n"
-      "      pool.threads++;\n"
-      "    }\n"
-      "    pthread_attr_destroy(&attr);\n"
-      "  }\n"
-      "}\n\n"
-      "static void run_parts(part_fn fn, const void *job, int parts) {\n"
-      "  if (parts > pool.threads) parts = pool.threads;\n"
-      "  if (parts > 1 && pthread_mutex_trylock(&pool.busy) == 0) {\n"
-      "    pool.fn = fn, pool.job = job, pool.parts = parts;\n"
-      "    atomic_store(&pool.pending, pool.threads - 1);\n"
-      "    pthread_mutex_lock(&pool.lock);\n"
-      "    atomic_fetch_add(&pool.round, 1);\n"
-      "    pthread_cond_broadcast(&pool.go);\n"
-      "    pthread_mutex_unlock(&pool.lock);\n"
-      "    fn(job, 0, parts);\n"
-      "    for (int64_t t0 = now_ns(); atomic_load(&pool.pending) > 0 && now_ns() - t0 < "
-      "SPIN_NS;)\n"
-      "      CPU_RELAX();\n"
-      "    pthread_mutex_lock(&pool.lock);\n"
-      "    while (atomic_load(&pool.pending) > 0) pthread_cond_wait(&pool.done, &pool.lock);\n"
-      "    pthread_mutex_unlock(&pool.lock);\n"
-      "    pthread_mutex_unlock(&pool.busy);\n"
-      "    return;\n"
-      "  }\n"
-      "  for (int p = 0; p < parts; p++) fn(job, p, parts);\n"
-      "}\n\n"
-      "struct kernel_job {\n"
-      "  void (*fn)(void *const *args, int64_t begin, int64_t end);\n"
-      "  void *const *args;\n"
-      "  int64_t points, unit; /* a part is whole units of points */\n"
-      "};\n\n"
-      "static void kernel_part(const void *job, int part, int parts) {\n"
-      "  const struct kernel_job *k = job;\n"
-      "  int64_t units = (k->points + k->unit - 1) / k->unit;\n"
-      "  int64_t begin = units * part / parts * k->unit;\n"
-      "  int64_t end = units * (part + 1) / parts * k->unit;\n"
-      "  if (end > k->points) end = k->points;\n"
-      "  if (end > begin) k->fn(k->args, begin, end);\n"
-      "}\n\n"
-      "/* A kernel's points over the pool in parts of whole rows of `row` points\n"
-      " * (a row kernel's: its sums are then the same on any number of threads);\n"
-      " * below %d element visits, on this thread. */\n"
-      "static void run_kernel_rows(void (*fn)(void *const *args, int64_t begin, int64_t end),\n"
-      "                            void *const *args, int64_t points, int64_t visits, int64_t row) "
-      "{\n"
-      "  if (points <= 0) return;\n"
-      "  if (visits < %d) {\n"
-      "    fn(args, 0, points);\n"
-      "    return;\n"
-      "  }\n"
-      "  const struct kernel_job job = {fn, args, points, row > 0 ? row : 1};\n"
-      "  run_parts(kernel_part, &job, pool.threads);\n"
-      "}\n\n"
-      "static void run_kernel(void (*fn)(void *const *args, int64_t begin, int64_t end),\n"
-      "                       void *const *args, int64_t points, int64_t visits) {\n"
-      "  run_kernel_rows(fn, args, points, visits, 1);\n"
-      "}\n\n",
-      l->upper, EXPORT_PARALLEL_WORK, EXPORT_PARALLEL_WORK);
-  if (!l->uses_gemm) return;
-  fputs(
-      "struct gemm_job {\n"
-      "  void (*fn)(const struct gemm_args *args);\n"
-      "  const struct gemm_args *args;\n"
-      "  int in_element, element, by_rows; /* A's and B's bytes, C's */\n"
-      "  unsigned char *pack;\n"
-      "  int64_t pack_stride;\n"
-      "};\n\n"
-      "/* rows (or columns) [m * part / parts, m * (part + 1) / parts) of C */\n"
-      "static void gemm_part(const void *job, int part, int parts) {\n"
-      "  const struct gemm_job *g = job;\n"
-      "  struct gemm_args a = *g->args;\n"
-      "  int64_t m = g->by_rows ? a.m : a.n, lo = m * part / parts, hi = m * (part + 1) / parts;\n"
-      "  if (hi <= lo) return;\n"
-      "  if (g->by_rows) {\n"
-      "    a.m = hi - lo;\n"
-      "    a.a = (const char *)a.a + lo * a.a_row * g->in_element;\n"
-      "    a.c = (char *)a.c + lo * a.ldc * g->element;\n"
-      "  } else {\n"
-      "    a.n = hi - lo;\n"
-      "    a.b = (const char *)a.b + lo * a.b_col * g->in_element;\n"
-      "    a.c = (char *)a.c + lo * g->element;\n"
-      "  }\n"
-      "  a.pack = g->pack + part * g->pack_stride;\n"
-      "  g->fn(&a);\n"
-      "}\n\n",
-      f);
-  /* runtime/gemm.c's lm_gemm_blocking and ir/kernel.h's lk_gemm_b_in_place,
-   * from the limits lm_gemm_block_limits gives for each tile */
   fprintf(f,
-          "struct gemm_tile {\n"
-          "  int64_t mr, kb, mb, nb, room, in_element, paired, same_dtype;\n"
-          "};\n\n"
-          "static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {\n"
-          "  return v < lo ? lo : v > hi ? hi : v;\n"
-          "}\n\n"
-          "/* The blocks of a product (BLIS's loops): A in mc x kc, B in kc x nc. */\n"
-          "static void gemm_blocking(const struct gemm_tile *t, struct gemm_args *a) {\n"
-          "  a->nc = clamp64(a->n, 1, t->nb);\n"
-          "  if (t->paired) { /* the sum in equal blocks of whole steps of %d */\n"
-          "    int64_t blocks = (a->k + t->kb - 1) / t->kb;\n"
-          "    blocks = blocks > 0 ? blocks : 1;\n"
-          "    a->kc = clamp64(((a->k + blocks - 1) / blocks + %d - 1) / %d * %d, %d, 1024);\n"
-          "    int64_t mb = clamp64(t->room / (a->kc * t->in_element) / t->mr * t->mr, t->mr, "
-          "4096);\n"
-          "    a->mc = clamp64(a->m, 1, mb);\n"
-          "  } else {\n"
-          "    a->mc = clamp64(a->m, 1, t->mb);\n"
-          "    a->kc = clamp64(a->k, 1, t->kb);\n"
-          "  }\n"
-          "  a->b_in_place = a->b_col == 1 && t->same_dtype && !t->paired &&\n"
-          "                  ((a->m + t->mr - 1) / t->mr <= %d || a->kc <= %d);\n"
-          "}\n\n"
-          "/* ir/kernel.h's lk_gemm_unpacked: the block function's path for each output\n"
-          " * a dot product of unpacked operands */\n"
-          "static int gemm_unpacked(int64_t m, int64_t n, const struct gemm_args *a) {\n"
-          "  return a->a_col == 1 && a->b_row == 1 && a->k > 0 && (m <= %d || m * n * %d <= "
-          "a->k);\n"
-          "}\n\n"
-          "/* Parts of the rows (or columns), at least at_least each. Each output is\n"
-          " * summed as the whole product's path sums it: a part of few outputs for its\n"
-          " * sum would take the unpacked path where the whole is packed (its partial\n"
-          " * sums are another order), so such a product takes fewer, larger parts. */\n"
-          "static int gemm_parts(const struct gemm_tile *t, const struct gemm_args *a,\n"
-          "                      int by_rows, int64_t at_least) {\n"
-          "  int64_t extent = by_rows ? a->m : a->n, n = extent / at_least;\n"
-          "  int parts = n < pool.threads ? (int)(n > 0 ? n : 1) : pool.threads;\n"
-          "  if (!t->paired && !gemm_unpacked(a->m, a->n, a))\n"
-          "    for (; parts > 1; parts--) {\n"
-          "      int64_t least = extent / parts; /* a part's fewest rows (columns) */\n"
-          "      if (!gemm_unpacked(by_rows ? least : a->m, by_rows ? a->n : least, a)) break;\n"
-          "    }\n"
-          "  return parts;\n"
-          "}\n\n"
-          "/* Rows over the pool (%d or more a part), or columns (%d or more) for few\n"
-          " * rows: each part packs into its own panels. Below %d multiply-adds, on\n"
-          " * this thread. */\n"
-          "static void run_gemm(void (*fn)(const struct gemm_args *args), const struct gemm_tile "
-          "*tile,\n"
-          "                     const struct gemm_args *args, int in_element, int element,\n"
-          "                     unsigned char *pack, int64_t pack_stride) {\n"
-          "  if (args->m <= 0 || args->n <= 0) return;\n"
-          "  int by_rows = args->m >= %d ? 1 : args->n >= %d ? 0 : -1;\n"
-          "  if (args->m * args->n * args->k < %d || by_rows < 0) {\n"
-          "    fn(args);\n"
-          "    return;\n"
-          "  }\n"
-          "  const struct gemm_job job = {fn, args, in_element, element, by_rows, pack, "
-          "pack_stride};\n"
-          "  run_parts(gemm_part, &job, gemm_parts(tile, args, by_rows, by_rows ? %d : %d));\n"
-          "}\n\n",
-          LK_GEMM_AMX_K, LK_GEMM_AMX_K, LK_GEMM_AMX_K, LK_GEMM_AMX_K, LK_GEMM_AMX_K,
-          LK_GEMM_IN_PLACE_MAX_TILES, LK_GEMM_IN_PLACE_SHORT_KC, LK_GEMM_DOT_MAX_ROWS,
-          LK_GEMM_DOT_TERMS_PER_OUTPUT, EXPORT_GEMM_MIN_ROWS, EXPORT_GEMM_MIN_COLS,
-          EXPORT_GEMM_PARALLEL_WORK, 2 * EXPORT_GEMM_MIN_ROWS, 2 * EXPORT_GEMM_MIN_COLS,
-          EXPORT_GEMM_PARALLEL_WORK, EXPORT_GEMM_MIN_ROWS, EXPORT_GEMM_MIN_COLS);
+          "#define EXPORT_WEIGHTS_FILE \"%s.weights\"\n#define EXPORT_WEIGHTS_HEADER %d\n"
+          "#define EXPORT_WEIGHTS_MAGIC \"%s\"\n#define EXPORT_WEIGHTS_BYTES %" PRId64 "ull\n",
+          l->name, LM_EXPORT_WEIGHTS_HEADER, LM_EXPORT_WEIGHTS_MAGIC, l->weight_bytes);
+  write_embedded("runtime/export/weights_file.c", lm_export_weights_file_text, f);
 }
 
 static void write_prelude(const lm_export_layout *l, FILE *f) {
@@ -736,10 +507,6 @@ static void write_prelude(const lm_export_layout *l, FILE *f) {
   fputs("#include <pthread.h>\n#include <stdatomic.h>\n#include <stdint.h>\n#include <stdlib.h>\n"
         "#include <string.h>\n#include <sys/syscall.h>\n#include <time.h>\n#include <unistd.h>\n",
         f);
-  if (!l->embed)
-    fputs("#include <dlfcn.h>\n#include <fcntl.h>\n#include <stdio.h>\n#include <sys/mman.h>\n"
-          "#include <sys/stat.h>\n",
-          f);
   fprintf(f, "\n#include \"%s.h\"\n\n", l->name);
   fputs("/* The kernels: object code from loom's LLVM backend, linked in. */\n", f);
   for (int i = 0; i < p->plan->nsteps; i++) {
@@ -756,9 +523,9 @@ static void write_prelude(const lm_export_layout *l, FILE *f) {
       fprintf(f, "static const uint32_t key_%d[2] = {%" PRIu32 "u, %" PRIu32 "u};\n", pos, k[0],
               k[1]);
     }
-  if (l->uses_gemm) write_gemm_declarations(l, f);
   write_library_sources(l, f);
   write_pool(l, f);
+  if (l->uses_gemm) write_gemm_runner(l, f);
   if (l->embed)
     fprintf(f, "extern const unsigned char %s_weights_blob[]; /* weights.S */\n\n", l->name);
   else

@@ -1,8 +1,13 @@
-# cmake -DIN=<file> -DOUT=<file.c> -DNAME=<symbol> -P tools/embed_text.cmake
-# Writes `const char NAME[]`: IN's bytes and a NUL, for source text a program
-# writes out (runtime/attention_cpu.c, sort_cpu.c, scan_cpu.c and check_cpu.c
-# into exported libraries) or compiles (backends/nvrtc/cuda_scan.cu, through NVRTC).
-file(READ "${IN}" hex HEX)
+# cmake "-DIN=<file>[;<file>...]" -DOUT=<file.c> -DNAME=<symbol> -P tools/embed_text.cmake
+# Writes `const char NAME[]`: the bytes of the IN files one after the other and
+# a NUL, for source text a program writes out (runtime/attention_cpu.c,
+# sort_cpu.c, scan_cpu.c, check_cpu.c and runtime/export/*.c into exported
+# libraries) or compiles (backends/nvrtc/*.cu and the prelude, through NVRTC).
+set(hex "")
+foreach(file ${IN})
+  file(READ "${file}" part HEX)
+  string(APPEND hex "${part}")
+endforeach()
 string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
 string(REGEX REPLACE "(0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,)" "\\1\n" bytes
                      "${bytes}")

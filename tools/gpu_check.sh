@@ -1,6 +1,7 @@
 #!/bin/sh
 # The CUDA checks that need a real GPU, in one run: build, the driver-path
-# suites, the GPU suite on LOOM_CUDA(0) against the CPU (tests/test_cuda_gpu.c),
+# suites, the scan kernel built alone by nvcc against the CPU's
+# (tests/kernels/cuda_scan_check.cu), the GPU suite on LOOM_CUDA(0) against the CPU (tests/test_cuda_gpu.c),
 # the op, view, gradient, layer, optimizer, random-graph and thread suites with
 # LOOM_TEST_DEVICE=cuda, shape-generic kernels and plan templates on the device,
 # the collectives suite on the device through NCCL and through the host (all of
@@ -56,6 +57,10 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,m
 
 step "driver paths (no GPU needed)"
 check driver_paths ctest --test-dir "$build" -R '^cuda(_missing|_stub)?$' --output-on-failure
+
+step "the scan kernel alone (nvcc) against the CPU's (tests/kernels/cuda_scan_check.cu)"
+check kernel_sources bash tools/check_kernel_sources.sh "$build"
+check scan_kernel timeout 120 "$build/cuda_scan_check"
 
 step "ops, gradients, Adam, Philox on cuda:0 against the CPU"
 check cuda_gpu suite cuda_gpu timeout 300 "$build/test_cuda_gpu"

@@ -1020,10 +1020,7 @@ static void emit_epilogue_signature(cg *g, const char *name, const char *t) {
   for (int s = 1; s < g->k->nslots; s++)
     if (s != g->k->size_slot) sb_printf(&g->s, ", const void *s%d", s);
   for (int z = 0; z < g->k->nsizes; z++) sb_printf(&g->s, ", const long long lm_z%d", z);
-  sb_printf(&g->s,
-            ",\n    const %s *a, const %s *b, long long M, long long N, long long K, long long lda,"
-            " long long ldb,\n    " LM_CUDA_GEMM_BATCH_PARAMS ") {\n",
-            t, t);
+  sb_printf(&g->s, ",\n    LM_GEMM_PARAMS(%s)) {\n", t);
   g->ind = 2;
 }
 
@@ -1032,10 +1029,11 @@ static void emit_epilogue_stores(cg *g, const char *t) {
   const lk_kernel *k = g->k;
   open_block(g, "for (int lm_i = 0; lm_i < 4; lm_i++)");
   open_block(g, "for (int lm_jj = 0; lm_jj < 4; lm_jj++)");
-  line(g, "const long long lm_r = row0 + ty + 16 * lm_i, lm_c = col0 + tx + 16 * lm_jj;");
+  line(g, "const long long lm_r = lm_at.row0 + lm_at.ty + 16 * lm_i,");
+  line(g, "    lm_c = lm_at.col0 + lm_at.tx + 16 * lm_jj;");
   line(g, "if (lm_r >= M || lm_c >= N) continue;");
-  line(g, "const long long lm_p = lm_z * M * N + lm_r * N + lm_c;");
-  line(g, "const %s lm_gemm_v = acc[lm_i][lm_jj];", t);
+  line(g, "const long long lm_p = lm_at.z * M * N + lm_r * N + lm_c;");
+  line(g, "const %s lm_gemm_v = lm_acc[lm_i][lm_jj];", t);
   emit_unravel(g, "lm_p", "lm_q", 0, k->nouter);
   emit_eval(g, g->body_needed, k->value, false);
   emit_store(g, "lm_p", k->value);
@@ -1060,22 +1058,22 @@ loom_status lm_cuda_gemm_epilogue_source(const lk_kernel *k, int gemm_slot, loom
   lm_cuda_gemm_epilogue_name(k, gemm_slot, gemm_dtype, a_trans, b_trans, name);
   const char *t = lm_dtype_info_of(gemm_dtype)->cuda_type;
   cg g = {.k = k, .gemm_slot = gemm_slot};
-  char *body = lm_cuda_gemm_body(gemm_dtype, a_trans, b_trans);
-  if (!body || !alloc_state(&g)) {
-    free(body);
+  if (!alloc_state(&g)) {
     free_state(&g);
     snprintf(err, errlen, "CUDA GEMM epilogue %s: out of memory", name);
     return LOOM_ERR_OOM;
   }
   lk_mark_needed(k, k->value, g.body_needed);
-  sb_printf(&g.s, "%s", lm_cuda_prelude());
+  sb_printf(&g.s, "%s%s", lm_cuda_prelude(), lm_cuda_gemm_tile_source());
   emit_listing(&g, name);
   emit_epilogue_signature(&g, name, t);
   emit_keys(&g);
-  sb_printf(&g.s, "%s", body);
+  line(&g, "%s lm_acc[4][4];", t);
+  line(&g, "const lm_gemm_place lm_at =");
+  line(&g, "    lm_gemm_tile<%s, %s, %s>(LM_GEMM_ARGS, lm_acc);", t, a_trans ? "true" : "false",
+       b_trans ? "true" : "false");
   emit_epilogue_stores(&g, t);
   sb_printf(&g.s, "}\n");
-  free(body);
   free_state(&g);
   if (g.s.oom) {
     free(g.s.p);

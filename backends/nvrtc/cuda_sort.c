@@ -1,83 +1,14 @@
 /*
- * The sort kernel of LM_STEP_SORT on CUDA: for each row of a stored [rows, n]
- * source, the positions of its first k values in order (int64), the same
- * answer as the CPU's (runtime/sort_cpu.c): every value is an unsigned key
- * that orders as the values do (NaN above every number, -0 equal to 0;
- * descending: the key's complement), a row ordered by (key, position).
- *
- * By counting: a value's place is the number of the row's values before it
- * in that order, so the thread holding value i counts them and, when the
- * place is below k, writes i there. A block of LM_CUDA_BLOCK threads takes
- * LM_CUDA_BLOCK values of one row (a work item; blocks stride over the
- * items); the row's keys pass through shared memory LM_CUDA_BLOCK at a time.
- * n^2 comparisons a row, all rows' at once: the frontend sends rows longer
- * than LM_SORT_CUDA_MAX_ROW to the composition (frontend/composites.c).
- * Every parameter is 8 bytes and integral, as runtime/cuda/cuda_exec.c passes
- * them.
+ * The sort kernel of LM_STEP_SORT on CUDA: cuda_sort.cu's text (embedded at
+ * build time, tools/embed_text.cmake) after the prelude.
  */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "backends/nvrtc/nvrtc_backend.h"
 
 _Static_assert(LM_CUDA_BLOCK == 256, "the sort kernel's tile is a block's threads");
 
-static const char sort_source[] =
-    "/* IEEE bits of `width` bits (sign first) as a key: NaN above +inf, -0 as 0 */\n"
-    "__device__ __forceinline__ unsigned long long lm_float_key(\n"
-    "    unsigned long long bits, int width, unsigned long long exp_mask,\n"
-    "    unsigned long long man_mask) {\n"
-    "  const unsigned long long sign = 1ull << (width - 1), all = sign | (sign - 1);\n"
-    "  if ((bits & exp_mask) == exp_mask && (bits & man_mask))\n"
-    "    bits = exp_mask | ((man_mask >> 1) + 1);\n"
-    "  if ((bits & ~sign) == 0) bits = 0;\n"
-    "  return (bits & sign) ? (~bits & all) : (bits | sign);\n"
-    "}\n"
-    "\n"
-    "/* dtype: loom_dtype's value (f32 0, f64 1, i32 2, i64 3, u8 4, bf16 6, f16 7) */\n"
-    "__device__ __forceinline__ unsigned long long lm_sort_key(const void *row, long long i,\n"
-    "                                                          long long dtype) {\n"
-    "  switch (dtype) {\n"
-    "  case 0: return lm_float_key(((const unsigned int *)row)[i], 32, 0x7f800000ull,\n"
-    "                              0x7fffffull);\n"
-    "  case 1: return lm_float_key(((const unsigned long long *)row)[i], 64,\n"
-    "                              0x7ff0000000000000ull, 0xfffffffffffffull);\n"
-    "  case 2: return (unsigned int)((const int *)row)[i] ^ 0x80000000u;\n"
-    "  case 3: return (unsigned long long)((const long long *)row)[i] ^ (1ull << 63);\n"
-    "  case 6: return lm_float_key(((const unsigned short *)row)[i], 16, 0x7f80ull, 0x7full);\n"
-    "  case 7: return lm_float_key(((const unsigned short *)row)[i], 16, 0x7c00ull, 0x3ffull);\n"
-    "  default: return ((const unsigned char *)row)[i];\n"
-    "  }\n"
-    "}\n"
-    "\n"
-    "extern \"C\" __global__ void __launch_bounds__(256)\n"
-    "lm_sort_rows(long long *out, const void *src, long long n, long long k, long long dtype,\n"
-    "             long long descending, long long rows) {\n"
-    "  __shared__ unsigned long long keys[256];\n"
-    "  const unsigned long long flip = descending ? ~0ull : 0ull;\n"
-    "  const long long width = dtype == 1 || dtype == 3 ? 8 : dtype == 0 || dtype == 2 ? 4\n"
-    "                        : dtype == 4 ? 1 : 2;\n"
-    "  const long long chunks = (n + 255) / 256, items = rows * chunks;\n"
-    "  for (long long item = blockIdx.x; item < items; item += gridDim.x) {\n"
-    "    const long long r = item / chunks, i = item % chunks * 256 + threadIdx.x;\n"
-    "    const void *row = (const char *)src + r * n * width;\n"
-    "    const int mine = i < n;\n"
-    "    const unsigned long long key = mine ? lm_sort_key(row, i, dtype) ^ flip : 0;\n"
-    "    long long place = 0;\n"
-    "    for (long long j0 = 0; j0 < n; j0 += 256) {\n"
-    "      const long long j = j0 + threadIdx.x;\n"
-    "      if (j < n) keys[threadIdx.x] = lm_sort_key(row, j, dtype) ^ flip;\n"
-    "      __syncthreads();\n"
-    "      const long long m = n - j0 < 256 ? n - j0 : 256;\n"
-    "      for (long long t = 0; t < m; t++)\n"
-    "        place += keys[t] < key || (keys[t] == key && j0 + t < i);\n"
-    "      __syncthreads();\n"
-    "    }\n"
-    "    if (mine && place < k) out[r * k + place] = i;\n"
-    "  }\n"
-    "}\n";
+/* backends/nvrtc/cuda_sort.cu's text (generated at build time) */
+extern const char lm_cuda_sort_text[];
 
 loom_status lm_cuda_sort_source(char **source, char name[36], char *err, size_t errlen) {
-  return lm_cuda_with_prelude(sort_source, "lm_sort_rows", source, name, err, errlen);
+  return lm_cuda_with_prelude(lm_cuda_sort_text, "lm_sort_rows", source, name, err, errlen);
 }

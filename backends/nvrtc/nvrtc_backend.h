@@ -71,37 +71,31 @@ loom_status lm_cuda_source(const lk_kernel *k, char **source, char name[36], lm_
 
 /*
  * CUDA C of the GEMM kernel for LM_STEP_GEMM (F32 or F64; A and/or B read
- * transposed): one
- *   extern "C" __global__ void <name>(T *c, const T *a, const T *b,
- *       long long M, long long N, long long K, long long lda, long long ldb,
- *       LM_CUDA_GEMM_BATCH_PARAMS)
- * computing C[M, N] = A @ B for batch index z = z0 + blockIdx.z: A and B of
- * batch z start at a + (z / inner) * sa0 + (z % inner) * sa1 and likewise b
- * (elements), C at c + z * M * N (contiguous). Launch: LM_CUDA_BLOCK threads,
- * a grid of (ceil(N / LM_CUDA_GEMM_TILE), ceil(M / LM_CUDA_GEMM_TILE), batch
- * indices) blocks. name: "lm_gemm_<dtype>_<n|t><n|t>". *source is malloc'd.
+ * transposed): cuda_gemm.cu's text and one
+ *   extern "C" __global__ void <name>(T *c, LM_GEMM_PARAMS(T))
+ * (cuda_gemm.cu: a, b, M, N, K, lda, ldb and the batch layout z0, inner,
+ * sa0, sa1, sb0, sb1) computing C[M, N] = A @ B for batch index z = z0 +
+ * blockIdx.z. Launch: LM_CUDA_BLOCK threads, a grid of (ceil(N /
+ * LM_CUDA_GEMM_TILE), ceil(M / LM_CUDA_GEMM_TILE), batch indices) blocks.
+ * name: "lm_gemm_<dtype>_<n|t><n|t>". *source is malloc'd.
  */
 #define LM_CUDA_GEMM_TILE 64
-#define LM_CUDA_GEMM_BATCH_PARAMS                                                                  \
-  "long long z0, long long inner, long long sa0, long long sa1, long long sb0, long long sb1"
 /* Batch indices one launch covers (the grid's z extent). */
 #define LM_CUDA_GEMM_MAX_GRID_Z 65535
 loom_status lm_cuda_gemm_source(loom_dtype dtype, bool a_trans, bool b_trans, char **source,
                                 char name[40], char *err, size_t errlen);
-/* The GEMM kernel's body after its signature, up to the finished tile in
- * acc[4][4] (malloc'd; NULL when out of memory): what both GEMM kernels share. */
-char *lm_cuda_gemm_body(loom_dtype dtype, bool a_trans, bool b_trans);
+/* cuda_gemm.cu's text: lm_gemm_tile, what both GEMM kernels share. */
+const char *lm_cuda_gemm_tile_source(void);
 
 /*
  * A GEMM with its epilogue kernel k fused (a deferred GEMM, lm_step.gemm_partner):
  * k's slot gemm_slot reads the product at the point's own index. One
- *   extern "C" __global__ void <name>(void *s0, const void *s1, ..., const T *a,
- *       const T *b, long long M, long long N, long long K, long long lda,
- *       long long ldb, LM_CUDA_GEMM_BATCH_PARAMS)
+ *   extern "C" __global__ void <name>(void *s0, const void *s1, ...,
+ *       LM_GEMM_PARAMS(T))
  * computes the product of batch index z as lm_cuda_gemm_source's kernel does
- * and, instead of storing it, k's value at output point z * M * N + r * N + c;
- * slot gemm_slot's pointer is not read. Launched like the GEMM. name ("lf_" +
- * 32 hex digits) needs 36 bytes.
+ * (cuda_gemm.cu's lm_gemm_tile) and, instead of storing it, k's value at
+ * output point z * M * N + r * N + c; slot gemm_slot's pointer is not read.
+ * Launched like the GEMM. name ("lf_" + 32 hex digits) needs 36 bytes.
  */
 loom_status lm_cuda_gemm_epilogue_source(const lk_kernel *k, int gemm_slot, loom_dtype gemm_dtype,
                                          bool a_trans, bool b_trans, char **source, char name[36],
@@ -111,11 +105,12 @@ void lm_cuda_gemm_epilogue_name(const lk_kernel *k, int gemm_slot, loom_dtype ge
                                 bool a_trans, bool b_trans, char name[36]);
 
 /* The helper functions every generated source starts with (Philox, NaN-aware
- * max/min, wrapping integer arithmetic, warp shuffles, vector chunks). */
+ * max/min, wrapping integer arithmetic, warp shuffles, vector chunks):
+ * cuda_prelude.cuh and cuda_philox.cuh. */
 const char *lm_cuda_prelude(void);
 
 /*
- * CUDA C of the fused attention kernel of LM_STEP_ATTENTION (cuda_attention.c):
+ * CUDA C of the fused attention kernel of LM_STEP_ATTENTION (cuda_attention.cu):
  *   extern "C" __global__ void lm_attention_f32(float *out, const float *q,
  *       const float *k, const float *v, const void *mask, long long scale_bits,
  *       long long nbatch, tq, tk, d, dv, causal, how, mc, items,
@@ -128,7 +123,8 @@ const char *lm_cuda_prelude(void);
  */
 loom_status lm_cuda_attention_source(char **source, char name[36], char *err, size_t errlen);
 /*
- * Its backward (LM_ATTENTION_GRAD), two launches of one kernel:
+ * Its backward (LM_ATTENTION_GRAD, cuda_attention_grad.cu), two launches of
+ * one kernel:
  *   extern "C" __global__ void lm_attention_grad_f32(long long phase,
  *       float *out, q, k, v, mask, const float *o, const float *g,
  *       float *stats, long long scale_bits, nbatch, tq, tk, d, dv, causal,
@@ -137,11 +133,10 @@ loom_status lm_cuda_attention_source(char **source, char name[36], char *err, si
  * (out [batch.., 3, t, w]; stats: 2 floats per batch index and query row;
  * items = batch x ceil(t / 8)); phase 0 then phase 1, LM_CUDA_BLOCK threads.
  */
-loom_status lm_cuda_attention_grad_source(char **source, char name[36], char *err,
-                                          size_t errlen);
+loom_status lm_cuda_attention_grad_source(char **source, char name[36], char *err, size_t errlen);
 
 /*
- * CUDA C of the sort kernel of LM_STEP_SORT (cuda_sort.c):
+ * CUDA C of the sort kernel of LM_STEP_SORT (cuda_sort.cu):
  *   extern "C" __global__ void lm_sort_rows(long long *out, const void *src,
  *       long long n, long long k, long long dtype, long long descending,
  *       long long rows)
@@ -164,8 +159,8 @@ loom_status lm_cuda_sort_source(char **source, char name[36], char *err, size_t 
  */
 loom_status lm_cuda_scan_source(char **source, char name[36], char *err, size_t errlen);
 /* The prelude, then body, into *source (malloc'd); kernel's name into name. */
-loom_status lm_cuda_with_prelude(const char *body, const char *kernel, char **source,
-                                 char name[36], char *err, size_t errlen);
+loom_status lm_cuda_with_prelude(const char *body, const char *kernel, char **source, char name[36],
+                                 char *err, size_t errlen);
 
 /* Whether NVRTC could be loaded; when not, why (into why, when why && whylen). */
 bool lm_nvrtc_available(char *why, size_t whylen);

@@ -424,7 +424,7 @@ static bool collapse_batches(const lm_gemm *g, gemm_batches *out) {
 }
 
 /* The GEMM kernels' parameters after their leading ones: a, b, M, N, K, lda,
- * ldb and the batch layout (LM_CUDA_GEMM_BATCH_PARAMS). */
+ * ldb and the batch layout (backends/nvrtc/cuda_gemm.cu's LM_GEMM_PARAMS). */
 #define GEMM_PARAMS 13
 
 /* GEMM g's tiled kernel c over every batch index. v holds the kernel's `lead`
