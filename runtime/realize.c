@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cache.h"
 #include "passes/passes.h"
-#include "runtime/cache.h"
 #include "runtime/compile.h"
 #include "runtime/exec.h"
 #include "runtime/pool.h"

@@ -15,7 +15,7 @@
 #ifndef LOOM_BACKENDS_NVRTC_PHILOX_CUDA_H
 #define LOOM_BACKENDS_NVRTC_PHILOX_CUDA_H
 
-#include "runtime/philox.h"
+#include "base/philox.h"
 
 #define LM_CUDA_PHILOX_CODE(DEV)                                                                   \
   DEV void lm_philox_block(unsigned int c0, unsigned int c1, unsigned int c2, unsigned int c3,     \

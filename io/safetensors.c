@@ -31,9 +31,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/atomic_file.h"
 #include "frontend/frontend.h"
 #include "frontend/params.h"
-#include "runtime/atomic_file.h"
 
 #define ST_MAX_HEADER 100000000ull /* the reference implementation's limit */
 #define ST_ALIGN 8

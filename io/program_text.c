@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/atomic_file.h"
+#include "base/atomic_file.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"
 

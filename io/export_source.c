@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/export.h"
 #include "runtime/attention_step.h"
 #include "runtime/check_step.h"
 #include "runtime/compile.h"
-#include "runtime/export.h"
 #include "runtime/gemm.h"
 #include "runtime/runtime.h"
 #include "runtime/scan_step.h"
