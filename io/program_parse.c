@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "base/atomic_file.h"
+#include "io/program_text.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"
 

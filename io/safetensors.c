@@ -796,7 +796,7 @@ static loom_status write_contents(int fd, const loom_params *ps, const char *hea
   return st;
 }
 
-/* The file whole or not at all (runtime/atomic_file.h). */
+/* The file whole or not at all (base/atomic_file.h). */
 static loom_status write_atomically(const loom_params *ps, const char *header, const char *path) {
   lm_atomic_file f;
   if (!lm_atomic_file_open(&f, path, 0666))

@@ -16,6 +16,7 @@
 #ifndef LOOM_IR_H
 #define LOOM_IR_H
 
+#include "base/hash128.h"
 #include "ir/dtype.h"
 #include "loom.h"
 
@@ -433,10 +434,6 @@ const char *lm_type_str(loom_dtype dtype, const loom_shape *s, char *buf, size_t
 #define LM_SLICE_STOP_FROM_END 2
 
 /* ------------------------------------------------------------ canonical form */
-typedef struct lm_hash128 {
-  uint64_t lo, hi;
-} lm_hash128;
-
 /* The unrealized graph behind some targets, in a canonical order: a post-order
  * walk from the targets (sources in order), leaves (computed buffers) numbered
  * by first appearance. Pointer values and data never enter `bytes`.

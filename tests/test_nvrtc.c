@@ -3,7 +3,7 @@
  * plans into (fused and unfused) is printed as CUDA C and compiled by NVRTC
  * for sm_80 and sm_90; any compile error fails with the kernel's listing and
  * NVRTC's log. Also: the generated Philox text, compiled here as C, against
- * runtime/philox.h bit for bit; coverage of every kernel op, reduction and
+ * base/philox.h bit for bit; coverage of every kernel op, reduction and
  * cast; a look at the PTX of a few kernels (vector loads, shuffles, mulhi).
  *
  * Without NVRTC (no toolkit installed) the NVRTC part prints SKIP and passes.
@@ -71,7 +71,7 @@ static void test_philox_text(void) {
     double rd = lm_philox_uniform_f64(key, counter, stream);
     if (memcmp(&f, &rf, sizeof f) != 0 || memcmp(&d, &rd, sizeof d) != 0) mismatches++;
   }
-  CHECK_MSG(mismatches == 0, "%d of 100000 generated Philox draws differ from runtime/philox.h",
+  CHECK_MSG(mismatches == 0, "%d of 100000 generated Philox draws differ from base/philox.h",
             mismatches);
   /* the prelude carries this very text */
   const char *prelude = lm_cuda_prelude();

@@ -1,5 +1,5 @@
 /* Counter-based random numbers: keys, folds, splits, and draws bit-identical to
- * the reference Philox 4x32-10 in runtime/philox.h. */
+ * the reference Philox 4x32-10 in base/philox.h. */
 #include <math.h>
 #include <string.h>
 

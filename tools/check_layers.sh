@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Fails when a folder reaches a folder above it (docs/layers.md, "Folders and what
-# they may include"). Folders, lowest first:
-#   ir/          the graph and the kernel description: includes only ir/
-#   passes/      target-free passes over the graph: ir/, passes/
-#   backends/X/  a kernel description -> code -> binary: ir/, its own folder, and the
-#                header-only runtime/philox.h (the CPU's Philox, which both
-#                code generators reproduce bit for bit)
-#   runtime/     runs plans on devices, the only caller of the backends: ir/, passes/,
-#                backends/, runtime/
-#   frontend/    the ops users call, autograd, layers: ir/, runtime/, frontend/
+# they may include and call"). Folders, lowest first:
+#   base/        what every layer may use: Philox, binding a dlopen'ed library, the LRU
+#                cache, files written whole: base/ only (and the C library)
+#   ir/          the graph and the kernel description: base/, ir/
+#   passes/      target-free passes over the graph: base/, ir/, passes/
+#   backends/X/  a kernel description -> code -> binary: base/, ir/, its own folder
+#   runtime/     runs plans on devices, the only caller of the backends: base/, ir/,
+#                passes/, backends/, runtime/
+#   frontend/    the ops users call, autograd, layers, parameters: base/, ir/,
+#                runtime/, frontend/
+#   io/          file formats: program text, export, safetensors: base/, ir/,
+#                passes/, runtime/, frontend/, io/
 # tests/, bench/, tools/ and examples/ may include anything.
 #
 #   bash tools/check_layers.sh              every #include "folder/..." points down
@@ -67,6 +70,10 @@ check_symbols() { # build directory
   while read -r sym caller definer; do
     found=1
     folder_of "$caller"
+    # The one call that goes up by design: a node of the graph owns its buffer,
+    # and freeing it on its device is the runtime's (ir/ir.h declares
+    # lm_data_free for runtime/ to define). docs/layers.md says why it stays.
+    [[ "$caller $sym $definer" != "ir/node.c lm_data_free runtime/device.c" ]] || continue
     if ! allowed "$folder" "$definer"; then
       echo "$caller calls $sym, defined in $definer: $folder/ may not call ${definer%%/*}/" >&2
       status=1

@@ -1,5 +1,5 @@
 /*
- * LK_RAND: Philox 4x32-10 in IR, bit for bit the algorithm of runtime/philox.h.
+ * LK_RAND: Philox 4x32-10 in IR, bit for bit the algorithm of base/philox.h.
  * The 32x32->64 multiplies are zext + mul i64 + lshr 32, which vectorizes
  * (vpmuludq) when the counter is the loop index.
  */

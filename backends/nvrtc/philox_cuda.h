@@ -3,7 +3,7 @@
  * very same text is
  *   - stringified into the prelude NVRTC compiles (cuda_prelude.c), and
  *   - compiled as C on the host by tests/test_nvrtc.c, which checks it bit for
- *     bit against the reference in runtime/philox.h (no GPU needed).
+ *     bit against the reference in base/philox.h (no GPU needed).
  * DEV is the functions' qualifiers ("static __device__ __forceinline__" for
  * CUDA). The code is the common subset of C and C++. lm_mulhi (the high 32
  * bits of a 32x32-bit product) is defined outside: __umulhi on the device,
