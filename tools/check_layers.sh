@@ -25,13 +25,13 @@ status=0
 allowed() { # folder of the including (calling) file, included (defining) path
   local from=$1 inc=$2
   case "$from" in
-  base) [[ $inc == base/* ]] ;;
-  ir) [[ $inc == base/* || $inc == ir/* ]] ;;
-  passes) [[ $inc == base/* || $inc == ir/* || $inc == passes/* ]] ;;
+  base | base/*) [[ $inc == base/* ]] ;;
+  ir | ir/*) [[ $inc == base/* || $inc == ir/* ]] ;;
+  passes | passes/*) [[ $inc == base/* || $inc == ir/* || $inc == passes/* ]] ;;
   backends/*) [[ $inc == base/* || $inc == ir/* || $inc == "$from"/* ]] ;;
   runtime | runtime/*) [[ $inc == base/* || $inc == ir/* || $inc == passes/* || $inc == backends/* || $inc == runtime/* ]] ;;
-  frontend) [[ $inc == base/* || $inc == ir/* || $inc == runtime/* || $inc == frontend/* ]] ;;
-  io) [[ $inc == base/* || $inc == ir/* || $inc == passes/* || $inc == runtime/* || $inc == frontend/* || $inc == io/* ]] ;;
+  frontend | frontend/*) [[ $inc == base/* || $inc == ir/* || $inc == runtime/* || $inc == frontend/* ]] ;;
+  io | io/*) [[ $inc == base/* || $inc == ir/* || $inc == passes/* || $inc == runtime/* || $inc == frontend/* || $inc == io/* ]] ;;
   *) return 0 ;;
   esac
 }
