@@ -572,6 +572,7 @@ static loom_status read_value(const st_file *sf, const st_entry *e, loom_shape s
   if (!st && device.type != LOOM_DEVICE_CUDA) { /* the node owns the host buffer */
     (*out)->data = data;
     (*out)->bytes = bytes;
+    (*out)->release_data = lm_data_free;
     return LOOM_OK;
   }
   lm_buffer_free(data, bytes);
