@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/philox.h"
 #include "frontend/frontend.h"
-#include "runtime/philox.h"
 
 typedef struct host_array {
   void *data;

@@ -267,6 +267,7 @@ loom_status lm_copy_node(const char *op, lm_node *n, loom_device device, lm_node
       return lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
     }
     tracked->data = copy->data, tracked->bytes = copy->bytes;
+    tracked->release_data = copy->release_data;
     copy->data = NULL;
     lm_node_release(copy);
     copy = tracked;

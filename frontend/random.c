@@ -2,8 +2,8 @@
  * inside kernels so they fuse), and torch.multinomial's draws from them. */
 #include <pthread.h>
 
+#include "base/philox.h"
 #include "frontend/frontend.h"
-#include "runtime/philox.h"
 
 loom_key loom_key_new(uint64_t seed) {
   return (loom_key){{(uint32_t)seed, (uint32_t)(seed >> 32)}};

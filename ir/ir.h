@@ -16,6 +16,7 @@
 #ifndef LOOM_IR_H
 #define LOOM_IR_H
 
+#include "base/hash128.h"
 #include "ir/dtype.h"
 #include "loom.h"
 
@@ -171,6 +172,11 @@ int lm_check_rule_named(const char *s, size_t len);
 
 typedef enum lm_rand_kind { LM_RAND_UNIFORM, LM_RAND_NORMAL, LM_RAND_BERNOULLI } lm_rand_kind;
 
+/* How a node's data is freed: the runtime's lm_data_free (the CPU's buffer
+ * allocator or the device's), stored with the data, so that ir/ frees what a
+ * node owns without calling up into the runtime. */
+typedef void (*lm_data_release)(loom_device device, void *data, size_t bytes);
+
 typedef struct lm_node lm_node;
 struct lm_node {
   lm_op op;
@@ -262,6 +268,7 @@ struct lm_node {
   char *label;                   /* LM_INPUT: its name (owned) */
   void *data;                    /* LM_BUFFER: contiguous row-major elements */
   size_t bytes;                  /* LM_BUFFER: allocation size */
+  lm_data_release release_data;  /* frees data: set with it (never NULL then) */
   /* Scratch for graph walks, owned by ir/: only what any walk needs. What a
    * pass decides about a node lives in the pass's own storage, indexed by the
    * node's pos (planning's records, autograd's gradients). */
@@ -295,7 +302,7 @@ void lm_node_retain(lm_node *n);
  * when it was the last. */
 void lm_node_release(lm_node *n);
 /* Turns a computed node into a leaf owning `data`, releasing its sources. */
-void lm_node_set_buffer(lm_node *n, void *data, size_t bytes);
+void lm_node_set_buffer(lm_node *n, void *data, size_t bytes, lm_data_release release);
 /* Computed: holds its data (an LM_BUFFER, or a node keeping its history for
  * autograd), or an LM_INPUT whose data a program run supplies. Every walk over
  * unrealized graphs stops at computed nodes: they are a graph's leaves. */
@@ -377,18 +384,6 @@ const char *lm_reduce_op_name(int reduce);
 int lm_reduce_op_named(const char *name, size_t len);
 const char *lm_op_name(lm_op op);
 
-/* The allocator behind LM_BUFFER data (runtime/ provides it). */
-void *lm_buffer_alloc(size_t bytes);
-void lm_buffer_free(void *data, size_t bytes);
-/* Returns the allocator's cached free blocks to the system (tests that count
- * allocations, and the memory-profile test). */
-void lm_buffer_trim(void);
-/* Bytes the allocator holds in its free blocks now. */
-size_t lm_buffer_cached_bytes(void);
-/* Frees data of a node on device d: lm_buffer_free on the CPU, the device's
- * allocator on CUDA (runtime/device.c). */
-void lm_data_free(loom_device d, void *data, size_t bytes);
-
 /* ------------------------------------------------------------ shapes */
 /* numel, or -1 when it overflows int64 */
 int64_t lm_shape_numel(const loom_shape *s);
@@ -433,10 +428,6 @@ const char *lm_type_str(loom_dtype dtype, const loom_shape *s, char *buf, size_t
 #define LM_SLICE_STOP_FROM_END 2
 
 /* ------------------------------------------------------------ canonical form */
-typedef struct lm_hash128 {
-  uint64_t lo, hi;
-} lm_hash128;
-
 /* The unrealized graph behind some targets, in a canonical order: a post-order
  * walk from the targets (sources in order), leaves (computed buffers) numbered
  * by first appearance. Pointer values and data never enter `bytes`.

@@ -111,7 +111,7 @@ typedef struct lk_inst {
  * counter block (lo32(c), hi32(c), s, 0) and key (k[0], k[1]), giving x0..x3:
  *   F32: (x0 >> 8) * 2^-24
  *   F64: ((uint64_t)(x0 >> 5) * 2^26 + (x1 >> 6)) * 2^-53
- * runtime/philox.h holds the reference implementation in C.
+ * base/philox.h holds the reference implementation in C.
  */
 
 typedef enum lk_reduce {

@@ -73,7 +73,7 @@ static void drop_sources(lm_node *n, lm_node **dead) {
 
 static void destroy(lm_node *n, lm_node **dead) {
   drop_sources(n, dead);
-  if (n->data) lm_data_free(n->device, n->data, n->bytes);
+  if (n->data) n->release_data(n->device, n->data, n->bytes);
   free(n->label);
   free(n);
 }
@@ -95,20 +95,22 @@ void lm_node_release(lm_node *n) {
   destroy_all(n);
 }
 
-void lm_node_set_buffer(lm_node *n, void *data, size_t bytes) {
+void lm_node_set_buffer(lm_node *n, void *data, size_t bytes, lm_data_release release) {
   if (n->requires_grad && !n->grad_leaf && n->nsrc > 0) {
     /* gradients may still flow through it: keep the history */
-    if (n->data) lm_data_free(n->device, n->data, n->bytes);
+    if (n->data) n->release_data(n->device, n->data, n->bytes);
     n->data = data;
     n->bytes = bytes;
+    n->release_data = release;
     return;
   }
   lm_node *dead = NULL;
   drop_sources(n, &dead);
   destroy_all(dead);
-  if (n->data) lm_data_free(n->device, n->data, n->bytes);
+  if (n->data) n->release_data(n->device, n->data, n->bytes);
   n->op = LM_BUFFER;
   n->data = data;
   n->bytes = bytes;
+  n->release_data = release;
   memset(&n->arg, 0, sizeof n->arg);
 }

@@ -1,7 +1,7 @@
 /* The IR verifier: is a node exactly what its op makes of its sources?
  *
  * The frontend records nothing else, so for its nodes this is a consistency
- * check. For nodes read from a file (runtime/program_text.c) it is what makes
+ * check. For nodes read from a file (io/program_text.c) it is what makes
  * compiling them safe: planning and lowering index buffers by the shapes and
  * arguments accepted here and check none of them again.
  *

@@ -7,7 +7,7 @@
  *
  * This file is self-contained C (no loom header): it is compiled into the
  * library and its text is also written into exported libraries
- * (runtime/export_source.c), so an export computes attention with the same
+ * (io/export_source.c), so an export computes attention with the same
  * code. Its entry point has a kernel's signature: args are {out, q, k, v,
  * int64 numbers (ATTN_* below), double scale, mask or NULL}, and [begin, end)
  * is a range of work items, each a block of ATTN_QROWS query rows of one batch

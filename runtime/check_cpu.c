@@ -15,7 +15,7 @@
  * for its first bad value.
  *
  * The file includes no loom header: exported libraries compile its text
- * (runtime/export_source.c), as runtime/sort_cpu.c's, so that a library's run
+ * (io/export_source.c), as runtime/sort_cpu.c's, so that a library's run
  * refuses what loom's does with the same message.
  */
 #include <float.h>

@@ -5,8 +5,8 @@
 
 #include <stddef.h>
 
+#include "base/cache.h"
 #include "ir/kernel.h"
-#include "runtime/cache.h"
 #include "runtime/runtime.h"
 
 /* What a backend's load hands over: what callers run (a CPU function, the

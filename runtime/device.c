@@ -119,6 +119,7 @@ loom_status lm_leaf_copy(const char *op, loom_shape shape, loom_dtype dtype, loo
   }
   n->data = data;
   n->bytes = bytes;
+  n->release_data = lm_data_free;
   *out = n;
   return LOOM_OK;
 }

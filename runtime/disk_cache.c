@@ -17,7 +17,7 @@
 #include <xxhash.h>
 
 #include "backends/llvm/llvm_backend.h"
-#include "runtime/atomic_file.h"
+#include "base/atomic_file.h"
 #include "runtime/disk_cache.h"
 #include "runtime/runtime.h"
 

@@ -33,7 +33,7 @@ loom_status lm_gemm_prepare(lm_gemm *g, lm_code **code);
 /* The limits lm_gemm_blocking clamps to for tile t (from the caches): kc's
  * (a paired tile's sum splits evenly into blocks of at most kb), mc's (a
  * paired tile's from the bytes of `room` and kc), nc's. Exported wrappers
- * block at run time from these (runtime/export_source.c). */
+ * block at run time from these (io/export_source.c). */
 void lm_gemm_block_limits(const lk_gemm *t, int64_t *kb, int64_t *mb, int64_t *nb, int64_t *room);
 /* The blocking loom's GEMM uses for an m x n x k product with tile t (from
  * the caches this machine reports), and the element strides of g's A and B. */

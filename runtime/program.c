@@ -348,6 +348,7 @@ static loom_status output_node(const loom_program *p, const lm_binding *bound, i
   lm_node *out = lm_node_new(LM_BUFFER, 0, NULL, shape, n->dtype, p->device);
   *result = out;
   if (!out) return lm_fail(LOOM_ERR_OOM, "%s: out of memory for output %d", op, i);
+  out->release_data = lm_data_free; /* whichever buffer it gets below */
   const void *from = p->kind[pos] == LM_SLOT_NODE ? NULL : bufs[pos];
   for (int j = 0; j < i && !from; j++)
     if (p->out_pos[j] == pos) from = earlier[j]->data;

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cache.h"
 #include "passes/passes.h"
-#include "runtime/cache.h"
 #include "runtime/compile.h"
 #include "runtime/exec.h"
 #include "runtime/pool.h"
@@ -415,7 +415,7 @@ static void publish(const lm_graph *g, const lm_plan *p, void **bufs, size_t *si
     if (p->published[pos]) lm_node_retain(g->nodes[pos]);
   for (int pos = 0; pos < g->n; pos++) {
     if (!p->published[pos]) continue;
-    lm_node_set_buffer(g->nodes[pos], bufs[pos], sizes[pos]);
+    lm_node_set_buffer(g->nodes[pos], bufs[pos], sizes[pos], lm_data_free);
     bufs[pos] = NULL;
     sizes[pos] = 0;
   }

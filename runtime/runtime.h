@@ -140,6 +140,17 @@ void lm_program_cache_clear(void);
  * and the rounded size in *rounded. */
 #define LM_SIZE_CLASSES (4096 / 64 + 4 * 64)
 int lm_size_class(size_t bytes, size_t *rounded);
+/* The allocator behind LM_BUFFER data on the CPU (runtime/buffer.c). */
+void *lm_buffer_alloc(size_t bytes);
+void lm_buffer_free(void *data, size_t bytes);
+/* Returns the allocator's cached free blocks to the system (tests that count
+ * allocations, and the memory-profile test). */
+void lm_buffer_trim(void);
+/* Bytes the allocator holds in its free blocks now. */
+size_t lm_buffer_cached_bytes(void);
+/* Frees data on device d: lm_buffer_free on the CPU, the device's allocator
+ * on CUDA. A node's data is freed through it (lm_node.release_data). */
+void lm_data_free(loom_device d, void *data, size_t bytes);
 /* Device-aware buffers (runtime/device.c): the host allocator for the CPU,
  * the device's caching allocator for CUDA. lm_data_alloc records an error
  * naming op when it fails. */

@@ -28,7 +28,7 @@
  * chains) for inner > 1; both passes take the same items.
  *
  * The file includes no loom header: exported libraries compile its text
- * (runtime/export_source.c), as runtime/sort_cpu.c's.
+ * (io/export_source.c), as runtime/sort_cpu.c's.
  */
 #include <stdbool.h>
 #include <stdint.h>

@@ -21,7 +21,7 @@
  * A work item is a row; a call takes its scratch once for its rows.
  *
  * The file includes no loom header: exported libraries compile its text
- * (runtime/export_source.c), as runtime/attention_cpu.c's.
+ * (io/export_source.c), as runtime/attention_cpu.c's.
  */
 #include <stdbool.h>
 #include <stdint.h>

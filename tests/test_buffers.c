@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "ir/ir.h"
+#include "runtime/runtime.h"
 
 #define GIB ((size_t)1 << 30)
 

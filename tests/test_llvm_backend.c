@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "backends/llvm/llvm_backend.h"
+#include "base/philox.h"
 #include "ir/kernel.h"
-#include "runtime/philox.h"
 #include "scratch.h"
 
 /* ------------------------------------------------------------------ checks */

@@ -3,7 +3,7 @@
  * plans into (fused and unfused) is printed as CUDA C and compiled by NVRTC
  * for sm_80 and sm_90; any compile error fails with the kernel's listing and
  * NVRTC's log. Also: the generated Philox text, compiled here as C, against
- * runtime/philox.h bit for bit; coverage of every kernel op, reduction and
+ * base/philox.h bit for bit; coverage of every kernel op, reduction and
  * cast; a look at the PTX of a few kernels (vector loads, shuffles, mulhi).
  *
  * Without NVRTC (no toolkit installed) the NVRTC part prints SKIP and passes.
@@ -22,7 +22,7 @@
 #include "check.h"
 #include "loom.h"
 #include "passes/passes.h"
-#include "runtime/philox.h"
+#include "base/philox.h"
 #include "runtime/runtime.h"
 
 static double now_s(void) {
@@ -34,7 +34,7 @@ static double now_s(void) {
 /* ------------------------------------------------------------------ Philox on the host */
 
 /* The device's __umulhi, and the prelude's Philox (cuda_philox.cuh, its
- * constants runtime/philox.h's) compiled as C. */
+ * constants base/philox.h's) compiled as C. */
 #define LM_CUDA_PRELUDE
 #define LM_DEV static inline
 static unsigned int lm_mulhi(unsigned int a, unsigned int b) {
@@ -75,7 +75,7 @@ static void test_philox_text(void) {
     double rd = lm_philox_uniform_f64(key, counter, stream);
     if (memcmp(&f, &rf, sizeof f) != 0 || memcmp(&d, &rd, sizeof d) != 0) mismatches++;
   }
-  CHECK_MSG(mismatches == 0, "%d of 100000 generated Philox draws differ from runtime/philox.h",
+  CHECK_MSG(mismatches == 0, "%d of 100000 generated Philox draws differ from base/philox.h",
             mismatches);
   /* the prelude carries this very file */
   FILE *f = fopen(LOOM_SOURCE_DIR "/backends/nvrtc/cuda_philox.cuh", "rb");

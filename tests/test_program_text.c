@@ -1,4 +1,4 @@
-/* Programs as text (runtime/program_text.c, runtime/program_parse.c): the
+/* Programs as text (io/program_text.c, io/program_parse.c): the
  * dump, the Graphviz picture, save -> load round trips whose runs equal the
  * original program's bit for bit, and the strict loader refusing broken
  * files (every truncation, every line mutated several ways, wrong versions,
@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "io/program_text.h"
 #include "loom.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"

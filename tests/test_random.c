@@ -1,12 +1,12 @@
 /* Counter-based random numbers: keys, folds, splits, and draws bit-identical to
- * the reference Philox 4x32-10 in runtime/philox.h. */
+ * the reference Philox 4x32-10 in base/philox.h. */
 #include <math.h>
 #include <string.h>
 
+#include "base/philox.h"
 #include "check.h"
 #include "loom.h"
 #include "ref.h"
-#include "runtime/philox.h"
 
 static loom_key ref_fold(loom_key k, uint64_t d) {
   uint32_t ctr[4] = {(uint32_t)d, (uint32_t)(d >> 32), 0, 1}, out[4];

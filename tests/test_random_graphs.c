@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/philox.h"
 #include "check.h"
 #include "loom.h"
 #include "ref.h"
-#include "runtime/philox.h"
 
 #define MAXN 40
 

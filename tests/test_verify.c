@@ -336,6 +336,7 @@ static void test_broken_common(void) {
   n = leaf(F32, S(4));
   n->op = LM_BUFFER;
   n->data = lm_buffer_alloc(8);
+  n->release_data = lm_data_free;
   n->bytes = 8;
   refused("short data", n, "holds 8 bytes of data, its shape needs 16");
 }

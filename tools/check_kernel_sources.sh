@@ -2,9 +2,9 @@
 # Compiles each kernel file that loom embeds as text (CMakeLists.txt,
 # embed_text) on its own, so that one that no longer compiles fails here
 # rather than in NVRTC or in an export on a user's machine:
-#   - runtime/*_cpu.c and runtime/export/*.c with cc -std=c11 -Wall -Wextra
-#     -Werror (exports compile them with -D_GNU_SOURCE; runtime/export's files
-#     get the numbers runtime/export_source.c defines before them, any values
+#   - runtime/*_cpu.c and io/export/*.c with cc -std=c11 -Wall -Wextra
+#     -Werror (exports compile them with -D_GNU_SOURCE; io/export's files
+#     get the numbers io/export_source.c defines before them, any values
 #     will do, and their functions are the generated code's to call, so
 #     unused ones are no error);
 #   - backends/nvrtc/*.cu and *.cuh with nvcc -c (the headers' helpers unused
@@ -32,11 +32,11 @@ export_numbers=(-DEXPORT_THREADS_ENV='"LOOM_EXPORT_THREADS"' -DEXPORT_PARALLEL_W
 for f in runtime/*_cpu.c; do
   "$cc" -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -c "$f" -o "$tmp/kernel.o"
 done
-for f in runtime/export/*.c; do
+for f in io/export/*.c; do
   "$cc" -std=c11 -Wall -Wextra -Werror -Wno-unused-function -Wno-unused-variable -D_GNU_SOURCE \
     "${export_numbers[@]}" -c "$f" -o "$tmp/kernel.o"
 done
-echo "kernel sources: runtime/*_cpu.c and runtime/export/*.c compile alone"
+echo "kernel sources: runtime/*_cpu.c and io/export/*.c compile alone"
 
 nvcc=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
 [ -x "$nvcc" ] || nvcc=$(command -v nvcc || true)

@@ -29,4 +29,5 @@ elif [ "${1:-}" = "--tsan" ]; then
 fi
 cmake -S . -B "$dir" "${flags[@]}" >/dev/null
 cmake --build "$dir" -j"$(nproc)" "${targets[@]}"
+bash tools/check_layers.sh --symbols "$dir" # and calls between folders too
 ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" "${select[@]}"

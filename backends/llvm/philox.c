@@ -1,9 +1,9 @@
 /*
- * LK_RAND: Philox 4x32-10 in IR, bit for bit the algorithm of runtime/philox.h.
+ * LK_RAND: Philox 4x32-10 in IR, bit for bit the algorithm of base/philox.h.
  * The 32x32->64 multiplies are zext + mul i64 + lshr 32, which vectorizes
  * (vpmuludq) when the counter is the loop index.
  */
-#include "runtime/philox.h"
+#include "base/philox.h"
 #include "backends/llvm/llvm_internal.h"
 
 static LLVMValueRef const_u32(const lm_cg *g, uint32_t v) { return LLVMConstInt(g->t_i32, v, 0); }

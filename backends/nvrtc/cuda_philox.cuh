@@ -7,7 +7,7 @@
  *
  * Written in the common subset of C and C++, so that tests/test_nvrtc.c
  * compiles this very file as C on the host (LM_DEV "static inline", lm_mulhi
- * one 64-bit product) and checks it bit for bit against runtime/philox.h, the
+ * one 64-bit product) and checks it bit for bit against base/philox.h, the
  * reference; its constants are that file's (the test includes both, so a
  * constant that differs is a redefinition it fails to compile).
  */

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/nvrtc/dl.h"
 #include "backends/nvrtc/nvrtc_backend.h"
+#include "base/dl.h"
 
 /* NVRTC's C API, declared here so that building needs no CUDA headers.
  * nvrtcResult is an enum: 0 is NVRTC_SUCCESS. */

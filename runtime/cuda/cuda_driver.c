@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/nvrtc/dl.h"
+#include "base/dl.h"
 #include "runtime/cuda/cuda_driver.h"
 
 static lm_cu_api api;

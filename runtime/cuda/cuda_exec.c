@@ -27,7 +27,7 @@
 #include <xxhash.h>
 
 #include "backends/nvrtc/nvrtc_backend.h"
-#include "runtime/cache.h"
+#include "base/cache.h"
 #include "runtime/check_step.h"
 #include "runtime/compile.h"
 #include "runtime/cuda.h"

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backends/nvrtc/dl.h"
+#include "base/dl.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda/cuda_internal.h"
 #include "runtime/runtime.h"

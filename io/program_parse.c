@@ -21,7 +21,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/atomic_file.h"
+#include "base/atomic_file.h"
+#include "io/program_text.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"
 

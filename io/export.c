@@ -17,8 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "io/export.h"
 #include "runtime/compile.h"
-#include "runtime/export.h"
 #include "runtime/runtime.h"
 
 extern char **environ;

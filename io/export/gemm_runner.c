@@ -1,5 +1,5 @@
 /*
- * The GEMM steps of an exported library (runtime/export_source.c copies this
+ * The GEMM steps of an exported library (io/export_source.c copies this
  * file after thread_pool.c, defining its numbers: ir/kernel.h's LK_GEMM_*,
  * and EXPORT_GEMM_*, runtime/gemm.c's choices): loom's block functions
  * (object code from its LLVM backend, one per tile, declared after this)

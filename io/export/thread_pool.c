@@ -1,5 +1,5 @@
 /*
- * The worker threads of an exported library (runtime/export_source.c copies
+ * The worker threads of an exported library (io/export_source.c copies
  * this file into every <name>_model.c, after defining its numbers):
  * EXPORT_THREADS_ENV ("<NAME>_THREADS") of them, the CPUs online by default,
  * counting the caller, started at the first call (start_pool, through

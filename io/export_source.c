@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/export.h"
 #include "runtime/attention_step.h"
 #include "runtime/check_step.h"
 #include "runtime/compile.h"
-#include "runtime/export.h"
 #include "runtime/gemm.h"
 #include "runtime/runtime.h"
 #include "runtime/scan_step.h"
@@ -446,20 +446,20 @@ static void write_library_sources(const lm_export_layout *l, FILE *f) {
   if (l->uses_check) write_kernel_source(l, "check", lm_check_cpu_source, check, 1, f);
 }
 
-/* The fixed C of the exported libraries (the files of runtime/export/, generated at
+/* The fixed C of the exported libraries (the files of io/export/, generated at
  * build time). */
 extern const char lm_export_thread_pool_text[], lm_export_gemm_runner_text[],
     lm_export_weights_file_text[];
 
-/* The worker threads every call shares (runtime/export/thread_pool.c): its
+/* The worker threads every call shares (io/export/thread_pool.c): its
  * numbers, then the file. */
 static void write_pool(const lm_export_layout *l, FILE *f) {
   fprintf(f, "#define EXPORT_THREADS_ENV \"%s_THREADS\"\n#define EXPORT_PARALLEL_WORK %d\n",
           l->upper, EXPORT_PARALLEL_WORK);
-  write_embedded("runtime/export/thread_pool.c", lm_export_thread_pool_text, f);
+  write_embedded("io/export/thread_pool.c", lm_export_thread_pool_text, f);
 }
 
-/* The GEMM steps' parts over the pool (runtime/export/gemm_runner.c: its
+/* The GEMM steps' parts over the pool (io/export/gemm_runner.c: its
  * numbers, then the file), and the block functions' declarations. */
 static void write_gemm_runner(const lm_export_layout *l, FILE *f) {
   static const struct {
@@ -477,7 +477,7 @@ static void write_gemm_runner(const lm_export_layout *l, FILE *f) {
   };
   for (size_t i = 0; i < sizeof numbers / sizeof *numbers; i++)
     fprintf(f, "#define %s %d\n", numbers[i].name, numbers[i].value);
-  write_embedded("runtime/export/gemm_runner.c", lm_export_gemm_runner_text, f);
+  write_embedded("io/export/gemm_runner.c", lm_export_gemm_runner_text, f);
   fputs("/* loom's GEMM block functions (object code from its LLVM backend). */\n", f);
   const lm_plan *plan = l->p->plan;
   for (int i = 0; i < plan->nsteps; i++) {
@@ -490,14 +490,14 @@ static void write_gemm_runner(const lm_export_layout *l, FILE *f) {
   fputs("\n", f);
 }
 
-/* The weights file beside the library (runtime/export/weights_file.c: its
+/* The weights file beside the library (io/export/weights_file.c: its
  * name and header, then the file). */
 static void write_weights_loader(const lm_export_layout *l, FILE *f) {
   fprintf(f,
           "#define EXPORT_WEIGHTS_FILE \"%s.weights\"\n#define EXPORT_WEIGHTS_HEADER %d\n"
           "#define EXPORT_WEIGHTS_MAGIC \"%s\"\n#define EXPORT_WEIGHTS_BYTES %" PRId64 "ull\n",
           l->name, LM_EXPORT_WEIGHTS_HEADER, LM_EXPORT_WEIGHTS_MAGIC, l->weight_bytes);
-  write_embedded("runtime/export/weights_file.c", lm_export_weights_file_text, f);
+  write_embedded("io/export/weights_file.c", lm_export_weights_file_text, f);
 }
 
 static void write_prelude(const lm_export_layout *l, FILE *f) {

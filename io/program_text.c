@@ -1,5 +1,5 @@
 /* A compiled program as text: the file loom_program_save writes (the format
- * is docs/PROGRAM_FORMAT.md; runtime/program_parse.c reads it back), the
+ * is docs/PROGRAM_FORMAT.md; io/program_parse.c reads it back), the
  * readable dump of its IR and schedule, and a Graphviz picture. All three
  * write a graph position the same way:
  *
@@ -15,7 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/atomic_file.h"
+#include "base/atomic_file.h"
+#include "io/program_text.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"
 
@@ -289,7 +290,7 @@ static void put_program(text *t, const loom_program *p, const int *wnum) {
   put(t, "end\n");
 }
 
-/* Writes data to path whole or not at all (runtime/atomic_file.h). */
+/* Writes data to path whole or not at all (base/atomic_file.h). */
 static loom_status write_file_atomically(const char *op, const char *path, const void *data,
                                          size_t len) {
   lm_atomic_file f;

@@ -2,12 +2,14 @@
  * guarded by its own mutex. Used for the graph -> program and code caches.
  * Each value weighs 1 unless the cache has a `weigh` function; the capacity
  * bounds the total weight. */
-#ifndef LOOM_RUNTIME_CACHE_H
-#define LOOM_RUNTIME_CACHE_H
+#ifndef LOOM_BASE_CACHE_H
+#define LOOM_BASE_CACHE_H
 
 #include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
 
-#include "ir/ir.h"
+#include "base/hash128.h"
 
 typedef struct lm_cache_entry lm_cache_entry;
 

@@ -1,7 +1,7 @@
 /* Hash map + LRU list; see cache.h. */
 #include <stdlib.h>
 
-#include "runtime/cache.h"
+#include "base/cache.h"
 
 struct lm_cache_entry {
   lm_hash128 key;

@@ -31,9 +31,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/atomic_file.h"
 #include "frontend/frontend.h"
 #include "frontend/params.h"
-#include "runtime/atomic_file.h"
 
 #define ST_MAX_HEADER 100000000ull /* the reference implementation's limit */
 #define ST_ALIGN 8
@@ -572,6 +572,7 @@ static loom_status read_value(const st_file *sf, const st_entry *e, loom_shape s
   if (!st && device.type != LOOM_DEVICE_CUDA) { /* the node owns the host buffer */
     (*out)->data = data;
     (*out)->bytes = bytes;
+    (*out)->release_data = lm_data_free;
     return LOOM_OK;
   }
   lm_buffer_free(data, bytes);
@@ -796,7 +797,7 @@ static loom_status write_contents(int fd, const loom_params *ps, const char *hea
   return st;
 }
 
-/* The file whole or not at all (runtime/atomic_file.h). */
+/* The file whole or not at all (base/atomic_file.h). */
 static loom_status write_atomically(const loom_params *ps, const char *header, const char *path) {
   lm_atomic_file f;
   if (!lm_atomic_file_open(&f, path, 0666))

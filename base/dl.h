@@ -1,7 +1,7 @@
 /* Binding the entry points of a library opened with dlopen (NVRTC, the
  * driver): neither is linked, so libloom runs where they are missing. */
-#ifndef LOOM_BACKENDS_NVRTC_DL_H
-#define LOOM_BACKENDS_NVRTC_DL_H
+#ifndef LOOM_BASE_DL_H
+#define LOOM_BASE_DL_H
 
 #include <stdbool.h>
 #include <stddef.h>

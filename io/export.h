@@ -1,8 +1,8 @@
 /* Ahead-of-time export of a compiled program (loom_program_export), shared by
  * the driver (export.c: files, the toolchain) and the code writer
  * (export_source.c: the C wrapper and the header). */
-#ifndef LOOM_RUNTIME_EXPORT_H
-#define LOOM_RUNTIME_EXPORT_H
+#ifndef LOOM_IO_EXPORT_H
+#define LOOM_IO_EXPORT_H
 
 #include <stdio.h>
 

@@ -1,10 +1,10 @@
 /*
- * The weights of an exported library too large to embed (runtime/export.c,
+ * The weights of an exported library too large to embed (io/export.c,
  * LM_EXPORT_EMBED_LIMIT): EXPORT_WEIGHTS_FILE beside the library, mapped at
  * the first call (map_weights, through weights_once) and checked before any
- * call uses it: its header (runtime/export.h: EXPORT_WEIGHTS_HEADER bytes, the
+ * call uses it: its header (io/export.h: EXPORT_WEIGHTS_HEADER bytes, the
  * magic EXPORT_WEIGHTS_MAGIC, the data's length EXPORT_WEIGHTS_BYTES and its
- * FNV-1a 64) and its length. runtime/export_source.c copies this file into
+ * FNV-1a 64) and its length. io/export_source.c copies this file into
  * <name>_model.c after defining those numbers; weights_mapped stays NULL when
  * the file is missing or corrupt.
  */

@@ -2,8 +2,8 @@
  * Philox 4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3"),
  * the reference every backend's generated code must match bit for bit.
  */
-#ifndef LOOM_RUNTIME_PHILOX_H
-#define LOOM_RUNTIME_PHILOX_H
+#ifndef LOOM_BASE_PHILOX_H
+#define LOOM_BASE_PHILOX_H
 
 #include <stdint.h>
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/nvrtc/dl.h"
+#include "base/dl.h"
 
 void lm_dl_msg(char *buf, size_t len, const char *fmt, ...) {
   if (!buf || len == 0) return;

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/export.h"
+#include "io/export.h"
 #include "runtime/runtime.h"
 
 #define OP "loom_program_export"

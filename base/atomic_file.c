@@ -1,5 +1,5 @@
 /* See atomic_file.h. */
-#include "runtime/atomic_file.h"
+#include "base/atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

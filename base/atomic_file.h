@@ -2,8 +2,8 @@
  * entries): a temporary beside the path, renamed over it once complete, so a
  * reader sees the old file or the new one, never half of one. And files
  * opened for reading without blocking. */
-#ifndef LOOM_RUNTIME_ATOMIC_FILE_H
-#define LOOM_RUNTIME_ATOMIC_FILE_H
+#ifndef LOOM_BASE_ATOMIC_FILE_H
+#define LOOM_BASE_ATOMIC_FILE_H
 
 #include <stdbool.h>
 #include <stddef.h>
