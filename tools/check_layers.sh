@@ -1,41 +1,89 @@
 #!/usr/bin/env bash
-# Fails when a folder includes a header of a folder above it (docs/layers.md,
-# "Folders and what they may include"). Folders, lowest first:
-#   ir/          the graph and the kernel description: includes only ir/
-#   passes/      target-free passes over the graph: ir/, passes/
-#   backends/X/  a kernel description -> code -> binary: ir/, its own folder, and the
+# Fails when a file includes a header of a layer above its own (docs/layers.md,
+# "Folders and what they may include"). Layers, lowest first:
+#   ir           the graph and the kernel description: includes only ir/
+#   passes       target-free passes over the graph: ir/, passes/
+#   backends/X   a kernel description -> code -> binary: ir/, its own folder, and the
 #                header-only runtime/philox.h (the CPU's Philox, which both
 #                code generators reproduce bit for bit)
-#   runtime/     runs plans on devices, the only caller of the backends: ir/, passes/,
+#   runtime      runs plans on devices, the only caller of the backends: ir/, passes/,
 #                backends/, runtime/
-#   frontend/    the ops users call, autograd, layers: ir/, runtime/, frontend/
+#   frontend     the ops users call, autograd, layers: ir/, runtime/, frontend/
+# A library op's folder ops/<op>/ (docs/adding-ops.md) holds files of several
+# layers, each named for its layer:
+#   <op>_plan.[ch]   passes (its step's payload and planning)
+#   <op>_step.[ch]   runtime (its CPU runner, text, plan-template walk, export writer)
+#   <op>_cuda.c      runtime (its CUDA runner)
+#   <op>_nvrtc.c     backends/nvrtc (its CUDA kernel's source for NVRTC)
+#   <op>_cpu.c       its CPU kernel: includes no project header (exports compile its text)
+#   <op>.cu          its CUDA kernel's text (NVRTC compiles it after the prelude)
+# and includes nothing of another op's folder. The layers' own folders may include
+# an op's headers of their layer or below (the step tables, lm_step's payloads).
 # tests/, bench/, tools/ and examples/ may include anything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
-allowed() { # folder of the including file, included path
-  local from=$1 inc=$2
+fail() {
+  echo "$1" >&2
+  status=1
+}
+# The layer of a project file, or "" for one that holds no code of a layer.
+layer_of() {
+  local path=$1 base
+  case "$path" in
+  ops/*/*)
+    base=$(basename "$path")
+    case "$base" in
+    *_plan.c | *_plan.h) echo passes ;;
+    *_step.c | *_step.h | *_cuda.c) echo runtime ;;
+    *_nvrtc.c) echo backends/nvrtc ;;
+    *_cpu.c) echo kernel ;;
+    *.cu) echo "" ;;
+    *) echo unnamed ;;
+    esac
+    ;;
+  ir/*) echo ir ;;
+  passes/*) echo passes ;;
+  backends/*) echo "$path" | cut -d/ -f1-2 ;;
+  runtime/*) echo runtime ;;
+  frontend/*) echo frontend ;;
+  *) echo "" ;;
+  esac
+}
+allowed() { # layer of the including file, included path
+  local from=$1 inc=$2 to
+  to=$(layer_of "$inc")
   case "$from" in
-  ir) [[ $inc == ir/* ]] ;;
-  passes) [[ $inc == ir/* || $inc == passes/* ]] ;;
-  backends/*) [[ $inc == ir/* || $inc == "$from"/* || $inc == runtime/philox.h ]] ;;
-  runtime | runtime/*) [[ $inc == ir/* || $inc == passes/* || $inc == backends/* || $inc == runtime/* ]] ;;
-  frontend) [[ $inc == ir/* || $inc == runtime/* || $inc == frontend/* ]] ;;
+  ir) [[ $to == ir ]] ;;
+  passes) [[ $to == ir || $to == passes ]] ;;
+  backends/*) [[ $to == ir || $to == "$from" || $inc == runtime/philox.h ]] ;;
+  runtime) [[ $to == ir || $to == passes || $to == backends/* || $to == runtime ]] ;;
+  frontend) [[ $to == ir || $to == runtime || $to == frontend ]] ;;
   *) return 0 ;;
   esac
 }
 while IFS= read -r file; do
-  dir=$(dirname "$file")
-  case "$dir" in backends/*) dir=$(echo "$dir" | cut -d/ -f1-2) ;; esac
+  layer=$(layer_of "$file")
+  if [[ $layer == unnamed ]]; then
+    fail "$file: a file of ops/<op>/ is named <op>_plan, <op>_step, <op>_cuda, <op>_nvrtc, <op>_cpu or <op>.cu (docs/adding-ops.md)"
+    continue
+  fi
+  [[ $file == *.cu ]] && continue
   while IFS= read -r inc; do
+    if [[ $layer == kernel ]]; then
+      fail "$file includes \"$inc\": a library op's CPU kernel includes no project header (exports compile its text alone)"
+      continue
+    fi
     # only the project's own folders: "loom.h" and system headers are open to all
     [[ $inc == */* ]] || continue
     [[ -e $inc ]] || continue
-    if ! allowed "$dir" "$inc"; then
-      echo "$file includes $inc: $dir/ may not include ${inc%%/*}/" >&2
-      status=1
+    if [[ $file == ops/* && $inc == ops/* && $(dirname "$inc") != $(dirname "$file") ]]; then
+      fail "$file includes $inc: a library op's folder includes nothing of another op's"
+    elif ! allowed "$layer" "$inc"; then
+      fail "$file includes $inc: $layer may not include $(layer_of "$inc") ($inc)"
     fi
   done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file")
-done < <(git ls-files 'ir/*' 'passes/*' 'backends/*' 'runtime/*' 'frontend/*' | grep -E '\.(c|h)$')
+done < <(git ls-files 'ir/*' 'passes/*' 'backends/*' 'runtime/*' 'frontend/*' 'ops/*' |
+  grep -E '\.(c|h|cu)$')
 if [ "$status" = 0 ]; then echo "layers: every include points down"; fi
 exit "$status"

@@ -232,71 +232,78 @@ static loom_status fused_source(const void *ctx, char **source, cuda_code *c, ch
 
 int lm_cuda_max_sizes(void) { return LM_CUDA_MAX_SIZES; }
 
-/* vary: the sizes a plan template's kernel reads at run time (NULL: as the
- * shape records say). */
-static loom_status step_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary) {
+/* A GEMM step's code: lm_gemm_<dtype>_<nt>. */
+static loom_status gemm_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary) {
+  (void)p, (void)vary;
+  char name[40];
+  snprintf(name, sizeof name, "lm_gemm_%s_%c%c", loom_dtype_name(s->gemm.dtype),
+           s->gemm.a_trans ? 't' : 'n', s->gemm.b_trans ? 't' : 'n');
+  return find_code(dev, name, gemm_source, &s->gemm, &s->code, NULL);
+}
+
+static loom_status attention_code(const lm_plan *p, lm_step *s, int dev,
+                                  const unsigned char *vary) {
+  (void)p, (void)vary;
+  if (s->attn.backward)
+    return library_code(dev, "lm_attention_grad_f32", lm_cuda_attention_grad_source, &s->code);
+  return library_code(dev, "lm_attention_f32", lm_cuda_attention_source, &s->code);
+}
+
+static loom_status sort_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary) {
+  (void)p, (void)vary;
+  return library_code(dev, "lm_sort_rows", lm_cuda_sort_source, &s->code);
+}
+
+static loom_status scan_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary) {
+  (void)p, (void)vary;
+  return library_code(dev, "lm_scan_rows", lm_cuda_scan_source, &s->code);
+}
+
+/* A kernel step's code: the shape-generic kernel serving it, when its shape
+ * has one; with its deferred GEMM fused in, when it has one. vary: the sizes
+ * a plan template's kernel reads at run time (NULL: as the shape records
+ * say). */
+static loom_status kernel_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary) {
   lm_code **code = &s->code;
   char name[40];
-  loom_status st;
-  const lm_gemm *gm = s->kind == LM_STEP_GEMM ? &s->gemm
-                      : s->gemm_partner >= 0  ? &p->steps[s->gemm_partner].gemm
-                                              : NULL;
-  if (gm && gm->in_dtype != gm->dtype) /* the frontend widens them for CUDA */
-    return lm_fail(LOOM_ERR_DTYPE,
-                   "loom_realize: CUDA's GEMM takes F32 or F64 operands, not %s (a product "
-                   "recorded for the CPU; cast the operands to F32 first)",
-                   loom_dtype_name(gm->in_dtype));
-  if (s->kind == LM_STEP_GEMM) {
-    snprintf(name, sizeof name, "lm_gemm_%s_%c%c", loom_dtype_name(s->gemm.dtype),
-             s->gemm.a_trans ? 't' : 'n', s->gemm.b_trans ? 't' : 'n');
-    st = find_code(dev, name, gemm_source, &s->gemm, code, NULL);
-  } else if (s->kind == LM_STEP_ATTENTION && s->attn.backward) {
-    st = library_code(dev, "lm_attention_grad_f32", lm_cuda_attention_grad_source, code);
-  } else if (s->kind == LM_STEP_ATTENTION) {
-    st = library_code(dev, "lm_attention_f32", lm_cuda_attention_source, code);
-  } else if (s->kind == LM_STEP_SORT) {
-    st = library_code(dev, "lm_sort_rows", lm_cuda_sort_source, code);
-  } else if (s->kind == LM_STEP_SCAN) {
-    st = library_code(dev, "lm_scan_rows", lm_cuda_scan_source, code);
+  const lm_gemm *gm = s->gemm_partner >= 0 ? &p->steps[s->gemm_partner].gemm : NULL;
+  lk_kernel generic;
+  int64_t *sizes = NULL;
+  loom_status st =
+      vary ? lm_kernel_generic_lifted("loom_program_run", &s->kernel, vary, &generic, &sizes)
+           : lm_kernel_generalized(&s->kernel, LM_GENERIC_CUDA, &generic, &sizes);
+  if (st != LOOM_OK) return st;
+  if (sizes && generic.nsizes > LM_CUDA_MAX_SIZES) { /* the template checked */
+    free(generic.inst);
+    free(sizes);
+    return lm_fail(LOOM_ERR_INTERNAL,
+                   "loom_program_run: a CUDA kernel reading %d sizes at run time (at most %d)",
+                   generic.nsizes, LM_CUDA_MAX_SIZES);
+  }
+  const lk_kernel *k = sizes ? &generic : &s->kernel;
+  lm_stat how;
+  if (gm) { /* with its deferred GEMM fused in */
+    fused_ctx f = {k, s->gemm_slot, gm};
+    lm_cuda_gemm_epilogue_name(k, s->gemm_slot, gm->dtype, gm->a_trans, gm->b_trans, name);
+    st = find_code(dev, name, fused_source, &f, code, &how);
   } else {
-    /* the shape-generic kernel serving this one, when its shape has one */
-    lk_kernel generic;
-    int64_t *sizes = NULL;
-    st = vary ? lm_kernel_generic_lifted("loom_program_run", &s->kernel, vary, &generic, &sizes)
-              : lm_kernel_generalized(&s->kernel, LM_GENERIC_CUDA, &generic, &sizes);
-    if (st != LOOM_OK) return st;
-    if (sizes && generic.nsizes > LM_CUDA_MAX_SIZES) { /* the template checked */
-      free(generic.inst);
-      free(sizes);
-      return lm_fail(LOOM_ERR_INTERNAL,
-                     "loom_program_run: a CUDA kernel reading %d sizes at run time (at most %d)",
-                     generic.nsizes, LM_CUDA_MAX_SIZES);
-    }
-    const lk_kernel *k = sizes ? &generic : &s->kernel;
-    lm_stat how;
-    if (s->gemm_partner >= 0) { /* with its deferred GEMM fused in */
-      fused_ctx f = {k, s->gemm_slot, gm};
-      lm_cuda_gemm_epilogue_name(k, s->gemm_slot, gm->dtype, gm->a_trans, gm->b_trans, name);
-      st = find_code(dev, name, fused_source, &f, code, &how);
+    lk_hash h = lk_kernel_hash(k);
+    snprintf(name, sizeof name, "lk_%016" PRIx64 "%016" PRIx64, h.hi, h.lo);
+    st = find_code(dev, name, kernel_source, k, code, &how);
+  }
+  if (sizes) {
+    free(generic.inst);
+    if (st == LOOM_OK) {
+      lm_generic_counted(how);
+      s->sizes = sizes, s->nsizes = generic.nsizes;
     } else {
-      lk_hash h = lk_kernel_hash(k);
-      snprintf(name, sizeof name, "lk_%016" PRIx64 "%016" PRIx64, h.hi, h.lo);
-      st = find_code(dev, name, kernel_source, k, code, &how);
-    }
-    if (sizes) {
-      free(generic.inst);
-      if (st == LOOM_OK) {
-        lm_generic_counted(how);
-        s->sizes = sizes, s->nsizes = generic.nsizes;
-      } else {
-        free(sizes);
-      }
+      free(sizes);
     }
   }
-  s->device_code = st == LOOM_OK ? lm_code_fn(*code) : NULL;
   return st;
 }
 
+static loom_status step_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary);
 /* A program's CUDA code compiles on the pool's threads, one step at a time
  * each (NVRTC takes about 70 ms a kernel on an H200's host: GPT-2 124M's 41
  * steps were 2.9 s of its 4.1 s first step, one after another). A step that
@@ -323,10 +330,7 @@ typedef struct cuda_compile_job {
 #define COMPILE_IN_PARALLEL 1
 #endif
 
-static bool compiles(const lm_step *s) {
-  /* collectives run through the host (runtime/exec.c), checks on it */
-  return s->kind != LM_STEP_COLLECTIVE && s->kind != LM_STEP_CHECK;
-}
+static bool compiles(const lm_step *s);
 
 static void compile_steps(void *ctx, int64_t begin, int64_t end) {
   (void)begin, (void)end;
@@ -682,8 +686,46 @@ static loom_status check_step(const lm_exec *x, const lm_step *s) {
   return st;
 }
 
-static const lm_step_runner cuda_runner = {kernel_step, gemm_step, attention_step,
-                                           sort_step,   scan_step, check_step};
+/* How a CUDA device runs each kind of step (runtime/step_kinds.h has the
+ * CPU's), in lm_step_kind's order: its runner and its device code (NULL:
+ * none, as for a collective, which runs through the host (runtime/exec.c), or
+ * a check, which runs on it). */
+typedef struct cuda_step_kind {
+  loom_status (*run)(const lm_exec *x, const lm_step *s);
+  loom_status (*code)(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary);
+} cuda_step_kind;
+static const cuda_step_kind cuda_step_kinds[] = {
+    {kernel_step, kernel_code},
+    {gemm_step, gemm_code},
+    {attention_step, attention_code},
+    {sort_step, sort_code},
+    {scan_step, scan_code},
+    {check_step, NULL},
+    {NULL, NULL},
+};
+_Static_assert(sizeof cuda_step_kinds / sizeof *cuda_step_kinds == LM_STEP_KINDS,
+               "every lm_step_kind has its row in cuda_step_kinds, in the enum's order");
+
+static bool compiles(const lm_step *s) { return cuda_step_kinds[s->kind].code != NULL; }
+
+static loom_status step_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary) {
+  const lm_gemm *gm = s->kind == LM_STEP_GEMM ? &s->gemm
+                      : s->kind == LM_STEP_KERNEL && s->gemm_partner >= 0
+                          ? &p->steps[s->gemm_partner].gemm
+                          : NULL;
+  if (gm && gm->in_dtype != gm->dtype) /* the frontend widens them for CUDA */
+    return lm_fail(LOOM_ERR_DTYPE,
+                   "loom_realize: CUDA's GEMM takes F32 or F64 operands, not %s (a product "
+                   "recorded for the CPU; cast the operands to F32 first)",
+                   loom_dtype_name(gm->in_dtype));
+  loom_status st = cuda_step_kinds[s->kind].code(p, s, dev, vary);
+  s->device_code = st == LOOM_OK ? lm_code_fn(s->code) : NULL;
+  return st;
+}
+
+static loom_status cuda_step(const lm_exec *x, const lm_step *s) {
+  return cuda_step_kinds[s->kind].run(x, s);
+}
 
 /* The Philox keys the kernels read, copied to the device: keys[pos] becomes
  * a device pointer to the two words. */
@@ -719,7 +761,7 @@ loom_status lm_cuda_exec_run(const lm_exec *x) {
   if (st == LOOM_OK) {
     lm_exec y = *x;
     y.keys = dkeys;
-    st = lm_exec_steps(&y, &cuda_runner);
+    st = lm_exec_steps(&y, cuda_step);
   }
   lm_cuda_free(x->device.index, keybuf, keybytes); /* reused only behind this run's kernels */
   free(dkeys);
