@@ -80,7 +80,8 @@ static void mark_gemm_operands(lm_planner *pl) {
     changed = false;
     for (int i = 0; i < g->n; i++) {
       lm_node *n = g->nodes[i];
-      if (lm_is_computed(n) || lm_step_kinds[lm_step_kind_of(n->op)].sources != LM_SOURCES_IN_PLACE)
+      if (lm_is_computed(n) ||
+          lm_step_kinds[lm_step_kind_of(n->op)]->sources != LM_SOURCES_IN_PLACE)
         continue;
       lm_plan_of(pl, n)->materialize = true;
       for (int s = 0; s < n->nsrc; s++) {
@@ -104,7 +105,7 @@ static void count_uses(lm_planner *pl) {
     lm_node *n = g->nodes[i];
     if (lm_is_computed(n)) continue;
     lm_plan_node *pn = lm_plan_of(pl, n);
-    const lm_step_kind_info *kind = &lm_step_kinds[lm_step_kind_of(n->op)];
+    const lm_step_kind_info *kind = lm_step_kinds[lm_step_kind_of(n->op)];
     /* the sources it reads: a check's first (the others give it shapes only) */
     int reads = kind->first_source_only ? 1 : n->nsrc;
     if (lm_op_is_reduce(n->op) || kind->sources == LM_SOURCES_IN_PLACE) pn->materialize = true;

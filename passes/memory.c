@@ -21,11 +21,11 @@ static void read_at_step(void *ctx, int pos) {
 void lm_step_reads(const lm_plan *p, int i, void (*read)(void *ctx, int pos, int step), void *ctx) {
   const lm_step *s = &p->steps[i];
   step_read r = {read, ctx, i};
-  lm_step_kinds[s->kind].reads(s, read_at_step, &r);
+  lm_step_kinds[s->kind]->reads(s, read_at_step, &r);
   if (s->kind == LM_STEP_KERNEL && s->gemm_partner >= 0) /* its GEMM runs here */
-    lm_step_kinds[LM_STEP_GEMM].reads(&p->steps[s->gemm_partner], read_at_step, &r);
+    lm_step_kinds[LM_STEP_GEMM]->reads(&p->steps[s->gemm_partner], read_at_step, &r);
   if (s->kind == LM_STEP_GEMM && s->b_producer >= 0) /* so does B's kernel */
-    lm_step_kinds[LM_STEP_KERNEL].reads(&p->steps[s->b_producer], read_at_step, &r);
+    lm_step_kinds[LM_STEP_KERNEL]->reads(&p->steps[s->b_producer], read_at_step, &r);
 }
 
 static void note_read(void *last, int pos, int step) {

@@ -8,6 +8,7 @@
 
 #include "ir/ir.h"
 #include "ir/kernel.h"
+#include "ops/scan/scan_plan.h"
 
 typedef enum lm_step_kind {
   LM_STEP_KERNEL,
@@ -91,15 +92,6 @@ typedef struct lm_sort {
   bool descending;
 } lm_sort;
 
-/* A scan (LM_SCAN): out, of the source's shape and dtype, holds the running
- * sums of its source, stored whole, along the middle dim of [outer, n, inner]
- * (row-major; inner 1 where the scanned dim is the last). */
-typedef struct lm_scan {
-  loom_dtype dtype; /* the source's and the output's: F32, F64, I64 */
-  int in_pos;       /* canonical position of the source's buffer */
-  int64_t outer, n, inner;
-  bool reverse; /* from the dim's end */
-} lm_scan;
 /* A check (LM_CHECK): its source stored whole ([rows, cols], row-major; the
  * weights rule's rows run along the last dim) passes arg.check's rule into
  * the output, a copy; or the run fails there, naming `op` and the first
@@ -267,7 +259,7 @@ typedef struct lm_step_kind_info {
      keys excluded; a GEMM partner's or B producer's reads: lm_step_reads) */
   void (*reads)(const lm_step *s, void (*read)(void *ctx, int pos), void *ctx);
 } lm_step_kind_info;
-extern const lm_step_kind_info lm_step_kinds[LM_STEP_KINDS];
+extern const lm_step_kind_info *const lm_step_kinds[LM_STEP_KINDS];
 /* The word naming step s: its kind's, or a collective's op (all_reduce). */
 const char *lm_step_name(const lm_step *s);
 /* The kind of step that computes a node of op (LM_STEP_KERNEL: lowered). */

@@ -45,8 +45,7 @@ static bool planner_reserve(lm_planner *pl, int pos) {
   return true;
 }
 
-/* A library step's common fields: it computes n, alone. */
-static void library_step(lm_step *step, lm_step_kind kind, const lm_node *n) {
+void lm_library_step(lm_step *step, lm_step_kind kind, const lm_node *n) {
   step->kind = kind;
   step->out = n->pos;
   step->dtype = n->dtype;
@@ -86,7 +85,7 @@ loom_status lm_plan_collective(const lm_planner *pl, lm_node *n, lm_step *step, 
     else
       c->inner *= x->shape.dim[d];
   }
-  library_step(step, LM_STEP_COLLECTIVE, n);
+  lm_library_step(step, LM_STEP_COLLECTIVE, n);
   return LOOM_OK;
 }
 
@@ -103,30 +102,7 @@ loom_status lm_plan_sort(const lm_planner *pl, lm_node *n, lm_step *step, char *
                          .n = n_cols,
                          .k = n->arg.sort.k,
                          .descending = n->arg.sort.descending};
-  library_step(step, LM_STEP_SORT, n);
-  return LOOM_OK;
-}
-
-/* A scan's step: its source is stored (fusion.c marks it) and read whole, as
- * [outer, n, inner] around the scanned dim. */
-loom_status lm_plan_scan(const lm_planner *pl, lm_node *n, lm_step *step, char *err,
-                         size_t errlen) {
-  (void)err, (void)errlen;
-  const lm_node *x = n->src[0];
-  int axis = n->arg.scan.axis;
-  lm_scan sc = {.dtype = x->dtype,
-                .in_pos = lm_graph_pos(pl->g, x),
-                .outer = 1,
-                .n = x->shape.dim[axis],
-                .inner = 1,
-                .reverse = n->arg.scan.reverse};
-  for (int d = 0; d < x->shape.ndim; d++)
-    if (d < axis)
-      sc.outer *= x->shape.dim[d];
-    else if (d > axis)
-      sc.inner *= x->shape.dim[d];
-  step->scan = sc;
-  library_step(step, LM_STEP_SCAN, n);
+  lm_library_step(step, LM_STEP_SORT, n);
   return LOOM_OK;
 }
 
@@ -157,7 +133,7 @@ loom_status lm_plan_check(const lm_planner *pl, lm_node *n, lm_step *step, char 
   (void)err, (void)errlen;
   lm_check_describe(n, &step->check);
   step->check.in_pos = lm_graph_pos(pl->g, n->src[0]);
-  library_step(step, LM_STEP_CHECK, n);
+  lm_library_step(step, LM_STEP_CHECK, n);
   return LOOM_OK;
 }
 
@@ -165,7 +141,7 @@ loom_status lm_plan_check(const lm_planner *pl, lm_node *n, lm_step *step, char 
 static loom_status lower_step(const lm_planner *pl, lm_plan *p, lm_node *n, char *err,
                               size_t errlen) {
   lm_step *step = &p->steps[p->nsteps++];
-  return lm_step_kinds[lm_step_kind_of(n->op)].plan(pl, n, step, err, errlen);
+  return lm_step_kinds[lm_step_kind_of(n->op)]->plan(pl, n, step, err, errlen);
 }
 
 /* A row group's root: one kernel with its statistics, or, when one of them

@@ -139,8 +139,10 @@ void lm_pair_gemm_prologues(const lm_graph *g, lm_plan *p);
 
 /* ------------------------------------------------------------ plan.c: library steps */
 
-/* The steps of collectives, sorts, scans and checks: each reads its sources
- * whole (fusion.c stores them). */
+/* A library step's common fields: it computes n, alone. */
+void lm_library_step(lm_step *step, lm_step_kind kind, const lm_node *n);
+/* The steps of collectives, sorts and checks: each reads its sources whole
+ * (fusion.c stores them). */
 loom_status lm_plan_collective(const lm_planner *pl, lm_node *n, lm_step *step, char *err,
                                size_t errlen);
 loom_status lm_plan_sort(const lm_planner *pl, lm_node *n, lm_step *step, char *err, size_t errlen);

@@ -173,7 +173,7 @@ loom_status lm_gemm_run_cpu(const lm_exec *x, const lm_step *s) {
 }
 
 static loom_status cpu_step(const lm_exec *x, const lm_step *s) {
-  return lm_step_kind_runtimes[s->kind].run_cpu(x, s);
+  return lm_step_kind_runtimes[s->kind]->run_cpu(x, s);
 }
 
 /* The all-reduces a run started and has not finished: each runs while the

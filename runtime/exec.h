@@ -47,8 +47,6 @@ typedef loom_status (*lm_step_runner)(const lm_exec *x, const lm_step *s);
 loom_status lm_attention_run_cpu(const lm_exec *x, const lm_step *s);
 /* runtime/sort_step.c: a sort step on the CPU's threads. */
 loom_status lm_sort_run_cpu(const lm_exec *x, const lm_step *s);
-/* runtime/scan_step.c: a scan step on the CPU's threads. */
-loom_status lm_scan_run_cpu(const lm_exec *x, const lm_step *s);
 /* runtime/check_step.c: a check step on the CPU. */
 loom_status lm_check_run_cpu(const lm_exec *x, const lm_step *s);
 /* Runs a kernel-shaped fn over items [begin, end) on loom's threads, or on

@@ -14,7 +14,6 @@
 #include "runtime/export.h"
 #include "runtime/gemm.h"
 #include "runtime/runtime.h"
-#include "runtime/scan_step.h"
 #include "runtime/sort_step.h"
 #include "runtime/step_kinds.h"
 
@@ -128,7 +127,7 @@ static loom_status layout_make(lm_export_layout *l, const loom_program *p, const
   for (int pos = 0; pos < p->n; pos++) l->output_of[pos] = lm_export_output_of(p, pos);
   for (int i = 0; i < p->plan->nsteps; i++) {
     const lm_step *s = &p->plan->steps[i];
-    const lm_step_kind_runtime *kind = &lm_step_kind_runtimes[s->kind];
+    const lm_step_kind_runtime *kind = lm_step_kind_runtimes[s->kind];
     l->uses_kind[s->kind] = true;
     l->library_kernels |= kind->export_kernel != NULL;
     l->contract |= kind->export_kernel && kind->export_kernel->contract;
@@ -376,29 +375,6 @@ void lm_sort_write_export(const lm_export_layout *l, int i, FILE *f) {
           l->name, lm_sort_work(&s->sort));
 }
 
-/* A scan: runtime/scan_cpu.c's two passes over its items (the first only
- * where it cuts the chains into parts), its numbers written out (so a
- * symbolic export fits them as any other) and the parts' totals on the
- * stack. */
-void lm_scan_write_export(const lm_export_layout *l, int i, FILE *f) {
-  const lm_step *s = &l->p->plan->steps[i];
-  if (s->outer == 0) return;
-  char o[96], x[96];
-  int64_t num[LM_SCAN_NUMBERS];
-  lm_scan_numbers(&s->scan, num);
-  fprintf(f, "  { /* step %d: scan, running sums of %s%s */\n", i, loom_dtype_name(s->scan.dtype),
-          s->scan.reverse ? ", from the end" : "");
-  write_numbers(f, num, LM_SCAN_NUMBERS);
-  fprintf(f, "    uint64_t partial[%d];\n", LM_SCAN_MAX_PARTIALS);
-  fprintf(f, "    void *const args[] = {%s, %s, (void *)num, partial};\n",
-          buffer(l, s->out, o, sizeof o), buffer(l, s->scan.in_pos, x, sizeof x));
-  fprintf(f, "    if (%s_scan_parts(num) > 1)\n", l->name);
-  fprintf(f, "      run_kernel(%s_scan_sums, args, %s_scan_items(num), %" PRId64 ");\n", l->name,
-          l->name, lm_scan_work(&s->scan));
-  fprintf(f, "    run_kernel(%s_scan_rows, args, %s_scan_items(num), %" PRId64 ");\n  }\n", l->name,
-          l->name, lm_scan_work(&s->scan));
-}
-
 /* A check: runtime/check_cpu.c's over the source, its numbers written out (a
  * symbolic export fits a table's rows as any other size); a value it refuses
  * ends the run with <NAME>_ERR_VALUE and loom's message, kept for
@@ -423,16 +399,15 @@ void lm_check_write_export(const lm_export_layout *l, int i, FILE *f) {
   fputs("  }\n", f);
 }
 
-/* The library steps' CPU kernels (runtime/<what>_cpu.c) themselves, each
+/* The library steps' CPU kernels (runtime/step_kinds.h export_kernel) themselves, each
  * once, its functions renamed into the library's prefix. */
 static void write_library_sources(const lm_export_layout *l, FILE *f) {
   for (int k = 0; k < LM_STEP_KINDS; k++) {
-    const lm_export_kernel *x = lm_step_kind_runtimes[k].export_kernel;
+    const lm_export_kernel *x = lm_step_kind_runtimes[k]->export_kernel;
     if (!x || !l->uses_kind[k]) continue;
     for (int i = 0; i < x->nfns; i++)
       fprintf(f, "#define %s %s%s\n", x->fns[i], l->name, x->fns[i] + 2);
-    fprintf(f, "/* ---- loom's %s kernel (runtime/%s_cpu.c) ---- */\n%s\n", x->what, x->what,
-            x->text);
+    fprintf(f, "/* ---- loom's %s kernel (%s) ---- */\n%s\n", x->what, x->path, x->text);
     for (int i = 0; i < x->nfns; i++) fprintf(f, "#undef %s\n", x->fns[i]);
     fputs("/* ---- */\n\n", f);
   }
@@ -954,7 +929,7 @@ void lm_export_write_source(const lm_export_layout *l, FILE *f) {
   }
   for (int i = 0; i < p->plan->nsteps; i++) {
     const lm_step *s = &p->plan->steps[i];
-    lm_step_kind_runtimes[s->kind].write_export(l, i, f);
+    lm_step_kind_runtimes[s->kind]->write_export(l, i, f);
   }
   for (int i = 0; i < p->nout; i++) { /* outputs that repeat another or are leaves */
     int pos = p->out_pos[i];

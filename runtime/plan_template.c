@@ -249,19 +249,6 @@ void lm_attention_walk(lm_plan_walk *w, lm_step *step, int i) {
   }
 }
 
-void lm_scan_walk(lm_plan_walk *w, lm_step *step, int i) {
-  (void)i;
-  lm_scan *s = &step->scan;
-  if (w->d) {
-    PUT(w->d, s->dtype);
-    PUT(w->d, s->in_pos);
-    PUT(w->d, s->reverse);
-  }
-  number(w, &s->outer);
-  number(w, &s->n);
-  number(w, &s->inner);
-}
-
 void lm_check_walk(lm_plan_walk *w, lm_step *s, int i) {
   (void)i;
   lm_check_step *c = &s->check;
@@ -323,7 +310,7 @@ static void walk_plan(walk *w, lm_plan *p) {
       PUT_ARRAY(w->d, s->free_after, s->nfree);
     }
     number(w, &s->outer);
-    lm_step_kind_runtimes[s->kind].walk(w, s, i);
+    lm_step_kind_runtimes[s->kind]->walk(w, s, i);
   }
 }
 

@@ -61,12 +61,6 @@ void lm_sort_write_profile(FILE *f, const lm_step *s) {
           s->sort.descending ? ", descending" : "");
 }
 
-void lm_scan_write_profile(FILE *f, const lm_step *s) {
-  fprintf(f, "scan: sums of %lld chains of %lld %s%s\n", (long long)(s->scan.outer * s->scan.inner),
-          (long long)s->scan.n, loom_dtype_name(s->scan.dtype),
-          s->scan.reverse ? ", from the end" : "");
-}
-
 void lm_kernel_write_profile(FILE *f, const lm_step *s) {
   const lk_kernel *k = &s->kernel;
   fprintf(f, "kernel %lld points, dom [", (long long)s->outer);
@@ -78,7 +72,7 @@ void lm_kernel_write_profile(FILE *f, const lm_step *s) {
 
 static void print_step(const lm_step *s, int i, double ms) {
   fprintf(stderr, "  step %3d  %8.3f ms  ", i, ms);
-  lm_step_kind_runtimes[s->kind].write_profile(stderr, s);
+  lm_step_kind_runtimes[s->kind]->write_profile(stderr, s);
 }
 
 void lm_profile_report(const lm_plan *p, const double *ms) {

@@ -473,7 +473,7 @@ static void dump_header(text *t, const loom_program *p) {
       p->nout, p->nout == 1 ? "" : "s", p->plan->nsteps, p->plan->nsteps == 1 ? "" : "s");
   for (int k = 0; k < LM_STEP_KINDS; k++) /* kernels and GEMMs always */
     if (of_kind[k] || k == LM_STEP_KERNEL || k == LM_STEP_GEMM)
-      put(t, "%s%d %s%s", k == LM_STEP_KERNEL ? "" : ", ", of_kind[k], lm_step_kinds[k].name,
+      put(t, "%s%d %s%s", k == LM_STEP_KERNEL ? "" : ", ", of_kind[k], lm_step_kinds[k]->name,
           of_kind[k] == 1 ? "" : "s");
   put(t, ")\n");
 }
@@ -654,15 +654,6 @@ void lm_sort_write_text(text *t, const loom_program *p, int i) {
       pos_name(p, so->in_pos, x));
 }
 
-void lm_scan_write_text(text *t, const loom_program *p, int i) {
-  const lm_step *s = &p->plan->steps[i];
-  const lm_scan *sc = &s->scan;
-  char o[24], x[24];
-  put(t, "  step %d: scan -> %s %s[%lld,%lld,%lld], running sums along the middle dim%s from %s\n",
-      i, pos_name(p, s->out, o), loom_dtype_name(sc->dtype), (long long)sc->outer, (long long)sc->n,
-      (long long)sc->inner, sc->reverse ? " from its end" : "", pos_name(p, sc->in_pos, x));
-}
-
 void lm_check_write_text(text *t, const loom_program *p, int i) {
   const lm_check_step *c = &p->plan->steps[i].check;
   char o[24], x[24];
@@ -731,7 +722,7 @@ static void dump_schedule(text *t, const loom_program *p, const computing *c) {
   put(t, "schedule\n");
   t->computing = c;
   for (int i = 0; i < p->plan->nsteps; i++)
-    lm_step_kind_runtimes[p->plan->steps[i].kind].write_text(t, p, i);
+    lm_step_kind_runtimes[p->plan->steps[i].kind]->write_text(t, p, i);
   t->computing = NULL;
 }
 

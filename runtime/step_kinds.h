@@ -4,9 +4,9 @@
  * for plan templates, and its code in exported libraries. A CUDA device runs
  * steps by runtime/cuda/cuda_exec.c's table, indexed by the same kinds (the
  * CUDA half is left out of -DLOOM_CUDA=OFF builds). Every dispatch on a
- * step's kind goes through these tables; a kind's own functions live with its
- * step (runtime/<op>_step.c for a library step), and the interfaces below
- * are what they write through. */
+ * step's kind goes through these tables; a library op's rows and functions
+ * live in its folder (ops/<op>/, docs/adding-ops.md), the older library
+ * steps' in runtime/, and the interfaces below are what they write through. */
 #ifndef LOOM_RUNTIME_STEP_KINDS_H
 #define LOOM_RUNTIME_STEP_KINDS_H
 
@@ -47,7 +47,8 @@ void lm_export_write_numbers(FILE *f, const int64_t *num, int count);
  * exports compile into their libraries at -O3, its functions renamed into the
  * library's prefix. */
 typedef struct lm_export_kernel {
-  const char *what;       /* runtime/<what>_cpu.c */
+  const char *what;       /* the op */
+  const char *path;       /* its file: runtime/<what>_cpu.c, ops/<what>/<what>_cpu.c */
   const char *text;       /* its text, embedded at build time */
   const char *const *fns; /* the functions the calls name (lm_<what>_...) */
   int nfns;
@@ -75,7 +76,7 @@ typedef struct lm_step_kind_runtime {
   bool may_fail;                         /* a run may stop at it with a message (the export keeps
                                             <name>_error_detail) */
 } lm_step_kind_runtime;
-extern const lm_step_kind_runtime lm_step_kind_runtimes[LM_STEP_KINDS];
+extern const lm_step_kind_runtime *const lm_step_kind_runtimes[LM_STEP_KINDS];
 
 /* ------------------------------------------------------------ the rows' functions */
 
@@ -106,11 +107,6 @@ void lm_sort_write_text(lm_step_text *t, const loom_program *p, int i);
 void lm_sort_write_profile(FILE *f, const lm_step *s);
 void lm_sort_walk(lm_plan_walk *w, lm_step *s, int i);
 void lm_sort_write_export(const lm_export_layout *l, int i, FILE *f);
-/* scan */
-void lm_scan_write_text(lm_step_text *t, const loom_program *p, int i);
-void lm_scan_write_profile(FILE *f, const lm_step *s);
-void lm_scan_walk(lm_plan_walk *w, lm_step *s, int i);
-void lm_scan_write_export(const lm_export_layout *l, int i, FILE *f);
 /* check */
 void lm_check_write_text(lm_step_text *t, const loom_program *p, int i);
 void lm_check_write_profile(FILE *f, const lm_step *s);

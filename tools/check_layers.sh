@@ -13,8 +13,8 @@
 # layers, each named for its layer:
 #   <op>_plan.[ch]   passes (its step's payload and planning)
 #   <op>_step.[ch]   runtime (its CPU runner, text, plan-template walk, export writer)
-#   <op>_cuda.c      runtime (its CUDA runner)
-#   <op>_nvrtc.c     backends/nvrtc (its CUDA kernel's source for NVRTC)
+#   <op>_cuda.[ch]   runtime (its CUDA runner)
+#   <op>_nvrtc.[ch]  backends/nvrtc (its CUDA kernel's source for NVRTC)
 #   <op>_cpu.c       its CPU kernel: includes no project header (exports compile its text)
 #   <op>.cu          its CUDA kernel's text (NVRTC compiles it after the prelude)
 # and includes nothing of another op's folder. The layers' own folders may include
@@ -35,8 +35,8 @@ layer_of() {
     base=$(basename "$path")
     case "$base" in
     *_plan.c | *_plan.h) echo passes ;;
-    *_step.c | *_step.h | *_cuda.c) echo runtime ;;
-    *_nvrtc.c) echo backends/nvrtc ;;
+    *_step.c | *_step.h | *_cuda.c | *_cuda.h) echo runtime ;;
+    *_nvrtc.c | *_nvrtc.h) echo backends/nvrtc ;;
     *_cpu.c) echo kernel ;;
     *.cu) echo "" ;;
     *) echo unnamed ;;
@@ -65,7 +65,7 @@ allowed() { # layer of the including file, included path
 while IFS= read -r file; do
   layer=$(layer_of "$file")
   if [[ $layer == unnamed ]]; then
-    fail "$file: a file of ops/<op>/ is named <op>_plan, <op>_step, <op>_cuda, <op>_nvrtc, <op>_cpu or <op>.cu (docs/adding-ops.md)"
+    fail "$file: a file of ops/<op>/ is named <op>_plan.[ch], <op>_step.[ch], <op>_cuda.[ch], <op>_nvrtc.[ch], <op>_cpu.c or <op>.cu (docs/adding-ops.md)"
     continue
   fi
   [[ $file == *.cu ]] && continue

@@ -1,7 +1,7 @@
 # cmake -DIN=<file> -DOUT=<file.c> -DNAME=<symbol> -P tools/embed_text.cmake
 # Writes `const char NAME[]`: IN's bytes and a NUL, for source text a program
-# writes out (runtime/attention_cpu.c, sort_cpu.c, scan_cpu.c and check_cpu.c
-# into exported libraries) or compiles (backends/nvrtc/cuda_scan.cu, through NVRTC).
+# writes out (runtime/attention_cpu.c, sort_cpu.c, check_cpu.c and ops/<op>/<op>_cpu.c
+# into exported libraries) or compiles (ops/<op>/<op>.cu, through NVRTC).
 file(READ "${IN}" hex HEX)
 string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
 string(REGEX REPLACE "(0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,)" "\\1\n" bytes

@@ -27,6 +27,7 @@
 #include <xxhash.h>
 
 #include "backends/nvrtc/nvrtc_backend.h"
+#include "ops/scan/scan_cuda.h"
 #include "runtime/cache.h"
 #include "runtime/check_step.h"
 #include "runtime/compile.h"
@@ -198,16 +199,15 @@ static loom_status gemm_source(const void *ctx, char **source, cuda_code *c, cha
 
 /* A library step's kernel (attention, its backward, sort, scan): ctx points
  * to the function making its source; its step launches it. */
-typedef loom_status (*library_source_fn)(char **source, char name[36], char *err, size_t errlen);
-
 static loom_status library_source(const void *ctx, char **source, cuda_code *c, char *err,
                                   size_t errlen) {
-  const library_source_fn *make = ctx;
+  const lm_cuda_library_source *make = ctx;
   c->launch = (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0}; /* launched by its step */
   return (*make)(source, c->name, err, errlen);
 }
 
-static loom_status library_code(int dev, const char *name, library_source_fn make, lm_code **code) {
+loom_status lm_cuda_library_code(int dev, const char *name, lm_cuda_library_source make,
+                                 lm_code **code) {
   return find_code(dev, name, library_source, &make, code, NULL);
 }
 
@@ -245,18 +245,14 @@ static loom_status attention_code(const lm_plan *p, lm_step *s, int dev,
                                   const unsigned char *vary) {
   (void)p, (void)vary;
   if (s->attn.backward)
-    return library_code(dev, "lm_attention_grad_f32", lm_cuda_attention_grad_source, &s->code);
-  return library_code(dev, "lm_attention_f32", lm_cuda_attention_source, &s->code);
+    return lm_cuda_library_code(dev, "lm_attention_grad_f32", lm_cuda_attention_grad_source,
+                                &s->code);
+  return lm_cuda_library_code(dev, "lm_attention_f32", lm_cuda_attention_source, &s->code);
 }
 
 static loom_status sort_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary) {
   (void)p, (void)vary;
-  return library_code(dev, "lm_sort_rows", lm_cuda_sort_source, &s->code);
-}
-
-static loom_status scan_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary) {
-  (void)p, (void)vary;
-  return library_code(dev, "lm_scan_rows", lm_cuda_scan_source, &s->code);
+  return lm_cuda_library_code(dev, "lm_sort_rows", lm_cuda_sort_source, &s->code);
 }
 
 /* A kernel step's code: the shape-generic kernel serving it, when its shape
@@ -398,7 +394,12 @@ static loom_status launch(const lm_exec *x, const cuda_code *c, unsigned gx, uns
   return LOOM_OK;
 }
 
-static uint64_t ptr_value(const void *p) { return (uint64_t)(uintptr_t)p; }
+static uint64_t ptr_value(const void *p) { return lm_cuda_ptr(p); }
+
+loom_status lm_cuda_launch_step(const lm_exec *x, const lm_step *s, unsigned grid, uint64_t *values,
+                                int nvalues) {
+  return launch(x, s->device_code, grid, 1, 1, values, nvalues);
+}
 
 /* A GEMM's batch dims as at most two, outer and inner, each with its stride
  * in A and in B (elements): adjacent dims merge where both operands step
@@ -542,7 +543,7 @@ static int attention_layout(const lm_attention *a, int operands, uint64_t *v, in
 
 /* Blocks for `items` work items: up to BLOCKS_PER_SM per multiprocessor (the
  * kernels stride over the rest). */
-static unsigned grid_for(const lm_exec *x, int64_t items) {
+unsigned lm_cuda_grid_for(const lm_exec *x, int64_t items) {
   int64_t cap = BLOCKS_PER_SM;
   const lm_cu_device *dev = lm_cu_device_at(x->device.index);
   if (dev && dev->multiprocessors > 0) cap *= dev->multiprocessors;
@@ -577,7 +578,7 @@ static loom_status attention_grad_step(const lm_exec *x, const lm_step *s) {
   n = attention_layout(a, LM_ATTENTION_OPERANDS, v, n);
   for (uint64_t phase = 0; phase < 2 && st == LOOM_OK; phase++) {
     v[0] = phase;
-    st = launch(x, s->device_code, grid_for(x, items), 1, 1, v, n);
+    st = launch(x, s->device_code, lm_cuda_grid_for(x, items), 1, 1, v, n);
   }
   lm_cuda_free(x->device.index, stats, bytes ? bytes : 1); /* reused only behind these */
   return st;
@@ -601,7 +602,7 @@ static loom_status attention_step(const lm_exec *x, const lm_step *s) {
                           a->causal, a->mask, a->mask_stride, items, rows};
   for (size_t i = 0; i < sizeof head / sizeof *head; i++) v[n++] = (uint64_t)head[i];
   n = attention_layout(a, 4, v, n);
-  return launch(x, s->device_code, grid_for(x, items), 1, 1, v, n);
+  return launch(x, s->device_code, lm_cuda_grid_for(x, items), 1, 1, v, n);
 }
 
 /* A sort (cuda_sort.c's kernel): a block per LM_CUDA_BLOCK values of a row,
@@ -618,53 +619,8 @@ static loom_status sort_step(const lm_exec *x, const lm_step *s) {
                   so->descending,
                   (uint64_t)so->rows};
   int64_t items = so->rows * ((so->n + LM_CUDA_BLOCK - 1) / LM_CUDA_BLOCK);
-  return launch(x, s->device_code, grid_for(x, items), 1, 1, v, (int)(sizeof v / sizeof *v));
-}
-
-/* A scan (cuda_scan.cu's kernel): rows (inner 1) a block per part of a row,
- * other dims a thread per part of a chain. Where the chains are too few to
- * give each multiprocessor SCAN_BLOCKS_PER_SM blocks, each is cut into parts
- * (of at least a tile, 2,048 values, in a row; 64 values otherwise; at most
- * SCAN_MAX_PARTS): their totals into scratch first (phase 0), then the sums
- * (phase 1). */
-#define SCAN_BLOCKS_PER_SM 4
-#define SCAN_MAX_PARTS 1024
-static loom_status scan_step(const lm_exec *x, const lm_step *s) {
-  const lm_scan *sc = &s->scan;
-  if (s->outer == 0) return LOOM_OK;
-  const lm_cu_device *dev = lm_cu_device_at(x->device.index);
-  int64_t wanted =
-      SCAN_BLOCKS_PER_SM * (dev && dev->multiprocessors > 0 ? dev->multiprocessors : 1);
-  bool rows = sc->inner == 1;
-  int64_t chains = sc->outer * sc->inner, per = rows ? 1 : LM_CUDA_BLOCK;
-  int64_t parts = 1, shortest = rows ? 2048 : 64;
-  if (chains < wanted * per && sc->n >= 2 * shortest) {
-    parts = (wanted * per + chains - 1) / chains;
-    if (parts > sc->n / shortest) parts = sc->n / shortest;
-    if (parts > SCAN_MAX_PARTS) parts = SCAN_MAX_PARTS;
-  }
-  size_t bytes = parts > 1 ? sizeof(uint64_t) * (size_t)(chains * parts) : 0;
-  void *partial = NULL;
-  loom_status st =
-      bytes ? lm_cuda_alloc("loom_realize", x->device.index, bytes, &partial) : LOOM_OK;
-  if (st != LOOM_OK) return st;
-  uint64_t v[] = {0,
-                  ptr_value(x->bufs[s->out]),
-                  ptr_value(x->bufs[sc->in_pos]),
-                  ptr_value(partial),
-                  (uint64_t)sc->n,
-                  (uint64_t)sc->inner,
-                  (uint64_t)sc->outer,
-                  (uint64_t)parts,
-                  (uint64_t)sc->dtype,
-                  sc->reverse};
-  int64_t items = rows ? chains * parts : (chains * parts + LM_CUDA_BLOCK - 1) / LM_CUDA_BLOCK;
-  for (uint64_t phase = parts > 1 ? 0 : 1; phase < 2 && st == LOOM_OK; phase++) {
-    v[0] = phase;
-    st = launch(x, s->device_code, grid_for(x, items), 1, 1, v, (int)(sizeof v / sizeof *v));
-  }
-  if (bytes) lm_cuda_free(x->device.index, partial, bytes); /* reused only behind these */
-  return st;
+  return launch(x, s->device_code, lm_cuda_grid_for(x, items), 1, 1, v,
+                (int)(sizeof v / sizeof *v));
 }
 
 /* A check (runtime/check_cpu.c) on the host: the source copied down (which
@@ -687,26 +643,22 @@ static loom_status check_step(const lm_exec *x, const lm_step *s) {
 }
 
 /* How a CUDA device runs each kind of step (runtime/step_kinds.h has the
- * CPU's), in lm_step_kind's order: its runner and its device code (NULL:
- * none, as for a collective, which runs through the host (runtime/exec.c), or
- * a check, which runs on it). */
-typedef struct cuda_step_kind {
-  loom_status (*run)(const lm_exec *x, const lm_step *s);
-  loom_status (*code)(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary);
-} cuda_step_kind;
-static const cuda_step_kind cuda_step_kinds[] = {
-    {kernel_step, kernel_code},
-    {gemm_step, gemm_code},
-    {attention_step, attention_code},
-    {sort_step, sort_code},
-    {scan_step, scan_code},
-    {check_step, NULL},
-    {NULL, NULL},
+ * CPU's), in lm_step_kind's order; a library op in a folder of its own has
+ * its row there (ops/<op>/<op>_cuda.c). */
+static const lm_cuda_step_kind kernel_kind = {kernel_step, kernel_code};
+static const lm_cuda_step_kind gemm_kind = {gemm_step, gemm_code};
+static const lm_cuda_step_kind attention_kind = {attention_step, attention_code};
+static const lm_cuda_step_kind sort_kind = {sort_step, sort_code};
+static const lm_cuda_step_kind check_kind = {check_step, NULL}; /* on the host */
+static const lm_cuda_step_kind collective_kind = {NULL, NULL};  /* runtime/exec.c's */
+static const lm_cuda_step_kind *const cuda_step_kinds[] = {
+    &kernel_kind,       &gemm_kind,  &attention_kind,  &sort_kind,
+    &lm_scan_cuda_kind, &check_kind, &collective_kind,
 };
 _Static_assert(sizeof cuda_step_kinds / sizeof *cuda_step_kinds == LM_STEP_KINDS,
                "every lm_step_kind has its row in cuda_step_kinds, in the enum's order");
 
-static bool compiles(const lm_step *s) { return cuda_step_kinds[s->kind].code != NULL; }
+static bool compiles(const lm_step *s) { return cuda_step_kinds[s->kind]->code != NULL; }
 
 static loom_status step_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary) {
   const lm_gemm *gm = s->kind == LM_STEP_GEMM ? &s->gemm
@@ -718,13 +670,13 @@ static loom_status step_code(const lm_plan *p, lm_step *s, int dev, const unsign
                    "loom_realize: CUDA's GEMM takes F32 or F64 operands, not %s (a product "
                    "recorded for the CPU; cast the operands to F32 first)",
                    loom_dtype_name(gm->in_dtype));
-  loom_status st = cuda_step_kinds[s->kind].code(p, s, dev, vary);
+  loom_status st = cuda_step_kinds[s->kind]->code(p, s, dev, vary);
   s->device_code = st == LOOM_OK ? lm_code_fn(s->code) : NULL;
   return st;
 }
 
 static loom_status cuda_step(const lm_exec *x, const lm_step *s) {
-  return cuda_step_kinds[s->kind].run(x, s);
+  return cuda_step_kinds[s->kind]->run(x, s);
 }
 
 /* The Philox keys the kernels read, copied to the device: keys[pos] becomes
