@@ -86,9 +86,9 @@ static loom_status write_kernels(job *j) {
     void *obj = NULL;
     size_t len = 0;
     const lm_step *s = &plan->steps[i];
-    if ((s->kind == LM_STEP_KERNEL && s->outer == 0) || s->kind == LM_STEP_ATTENTION ||
-        s->kind == LM_STEP_SORT || s->kind == LM_STEP_SCAN || s->kind == LM_STEP_CHECK)
-      continue; /* never run; attention, sort, scans and checks are C in the wrapper */
+    if ((s->kind != LM_STEP_KERNEL && s->kind != LM_STEP_GEMM) ||
+        (s->kind == LM_STEP_KERNEL && s->outer == 0))
+      continue; /* library steps are C in the wrapper; an empty kernel never runs */
     loom_status st = s->kind == LM_STEP_KERNEL
                          ? lm_kernel_object(&j->l->kernel[i], j->l->symbol[i], &obj, &len)
                          : lm_gemm_object(&j->l->tile[i], j->l->symbol[i], &obj, &len);
@@ -263,13 +263,11 @@ static loom_status link_library(job *j) {
    * scan's and check's are compiled at -O3 in libloom too); and libloom compiles it with
    * -ffp-contract=fast (CMakeLists.txt), which clang and ISO C modes do not
    * default to: without it, an export's attention rounds otherwise */
-  bool ok =
-      add_compiler(j) && add_arg(j, "-shared") && add_arg(j, "-fPIC") &&
-      add_arg(j,
-              l->uses_attention || l->uses_sort || l->uses_scan || l->uses_check ? "-O3" : "-O2") &&
-      (!l->uses_attention || add_arg(j, "-ffp-contract=fast")) && add_arg(j, "-D_GNU_SOURCE") &&
-      add_arg(j, "-I") && add_arg(j, j->work) && add_arg(j, "-o") && add_path(j, lib) &&
-      add_path(j, src);
+  bool ok = add_compiler(j) && add_arg(j, "-shared") && add_arg(j, "-fPIC") &&
+            add_arg(j, l->library_kernels ? "-O3" : "-O2") &&
+            (!l->contract || add_arg(j, "-ffp-contract=fast")) && add_arg(j, "-D_GNU_SOURCE") &&
+            add_arg(j, "-I") && add_arg(j, j->work) && add_arg(j, "-o") && add_path(j, lib) &&
+            add_path(j, src);
   int head = j->argc;
   ok = ok && add_arg(j, "-Xlinker") && add_arg(j, script) && add_arg(j, "-Xlinker") &&
        add_arg(j, soname) && add_arg(j, "-Wl,-z,noexecstack") && add_arg(j, "-lm") &&

@@ -29,13 +29,15 @@ typedef struct lm_export_layout {
   int64_t pack_bytes; /* the largest GEMM step's packed panels */
   bool embed;         /* weights inside the .so (else <name>.weights) */
   bool uses_gemm;
-  bool uses_attention; /* a fused attention step: runtime/attention_cpu.c's text goes in */
-  bool uses_sort;      /* a sort step: runtime/sort_cpu.c's text goes in */
-  bool uses_scan;      /* a scan step: runtime/scan_cpu.c's text goes in */
-  bool uses_check;     /* a check step: runtime/check_cpu.c's text goes in */
-  bool uses_amx;       /* a GEMM runs on AMX tiles: the library asks Linux for them */
-  lk_kernel *kernel;   /* [nsteps] what a kernel step links: its own kernel, or
-                          (generic) its kernel generalized, instructions owned */
+  bool uses_kind[LM_STEP_KINDS]; /* a step of the kind: a library step's CPU kernel
+                                   (io/step_kinds.h export_kernel) goes in */
+  bool library_kernels;          /* one of those: compiled at -O3 */
+  bool contract;                 /* one of those asks for -ffp-contract=fast (attention's) */
+  bool may_fail;                 /* a step may stop the run with a message (a check's):
+                                    <NAME>_ERR_VALUE and <name>_error_detail */
+  bool uses_amx;                 /* a GEMM runs on AMX tiles: the library asks Linux for them */
+  lk_kernel *kernel;             /* [nsteps] what a kernel step links: its own kernel, or
+                                    (generic) its kernel generalized, instructions owned */
   /* A symbolic program's export (export_symbolic.c) writes the wrapper once
    * per sample of the symbols' values, p a view of the program planned at
    * them; the numbers that differ between samples become expressions. */

@@ -9,13 +9,14 @@
 #include <string.h>
 
 #include "io/export.h"
+#include "io/step_kinds.h"
 #include "runtime/attention_step.h"
 #include "runtime/check_step.h"
 #include "runtime/compile.h"
 #include "runtime/gemm.h"
 #include "runtime/runtime.h"
-#include "runtime/scan_step.h"
 #include "runtime/sort_step.h"
+#include "runtime/step_kinds.h"
 
 static int64_t align_up(int64_t v) {
   return (v + LM_EXPORT_ALIGN - 1) / LM_EXPORT_ALIGN * LM_EXPORT_ALIGN;
@@ -127,10 +128,11 @@ static loom_status layout_make(lm_export_layout *l, const loom_program *p, const
   for (int pos = 0; pos < p->n; pos++) l->output_of[pos] = lm_export_output_of(p, pos);
   for (int i = 0; i < p->plan->nsteps; i++) {
     const lm_step *s = &p->plan->steps[i];
-    l->uses_attention |= s->kind == LM_STEP_ATTENTION;
-    l->uses_sort |= s->kind == LM_STEP_SORT;
-    l->uses_scan |= s->kind == LM_STEP_SCAN;
-    l->uses_check |= s->kind == LM_STEP_CHECK;
+    const lm_export_kernel *kernel = lm_step_kind_ios[s->kind]->export_kernel;
+    l->uses_kind[s->kind] = true;
+    l->library_kernels |= kernel != NULL;
+    l->contract |= kernel && kernel->contract;
+    l->may_fail |= lm_step_kind_runtimes[s->kind]->may_fail;
     if (s->kind != LM_STEP_GEMM) continue;
     l->uses_gemm = true;
     const lm_gemm *chooser = &tiles_from->steps[i].gemm;
@@ -153,7 +155,8 @@ loom_status lm_export_layout_make(lm_export_layout *l, const loom_program *p, co
                                   int64_t embed_limit) {
   loom_status st = layout_make(l, p, name, embed_limit, p->plan, false);
   if (st != LOOM_OK) return st;
-  for (int i = 0; i < p->plan->nsteps; i++) l->kernel[i] = p->plan->steps[i].kernel;
+  for (int i = 0; i < p->plan->nsteps; i++)
+    if (p->plan->steps[i].kind == LM_STEP_KERNEL) l->kernel[i] = p->plan->steps[i].kernel;
   if (!plan_arena(l)) return lm_fail(LOOM_ERR_OOM, "loom_program_export: out of memory");
   return LOOM_OK;
 }
@@ -214,6 +217,10 @@ void lm_export_layout_free(lm_export_layout *l) {
 
 /* The C expression of the buffer at pos inside <name>_run. */
 static const char *buffer(const lm_export_layout *l, int pos, char *buf, size_t len) {
+  return lm_export_buffer(l, pos, buf, len);
+}
+
+const char *lm_export_buffer(const lm_export_layout *l, int pos, char *buf, size_t len) {
   const loom_program *p = l->p;
   if (pos < p->n && p->kind[pos] == LM_SLOT_INPUT)
     snprintf(buf, len, "(void *)inputs[%d]", p->input_of[pos]);
@@ -238,8 +245,9 @@ static const char *buffer(const lm_export_layout *l, int pos, char *buf, size_t 
 /* One part's GEMM panels, 64-byte aligned. */
 static int64_t pack_stride(const lm_export_layout *l) { return (l->pack_bytes + 63) / 64 * 64; }
 
-static void write_kernel_step(const lm_export_layout *l, int i, FILE *f) {
+void lm_kernel_write_export(const lm_export_layout *l, int i, FILE *f) {
   const lm_step *s = &l->p->plan->steps[i];
+  if (s->outer == 0) return; /* never runs */
   char b[96];
   fprintf(f, "  { /* step %d: kernel, %" PRId64 " output points */\n", i, s->outer);
   if (s->nparams > 0) { /* its float constants, bound as at run time */
@@ -274,7 +282,7 @@ static void write_kernel_step(const lm_export_layout *l, int i, FILE *f) {
             s->outer * (inner > 0 ? inner : 1));
 }
 
-static void write_gemm_step(const lm_export_layout *l, int i, FILE *f) {
+void lm_gemm_write_export(const lm_export_layout *l, int i, FILE *f) {
   const lm_step *s = &l->p->plan->steps[i];
   const lm_gemm *g = &s->gemm;
   const lk_gemm *t = &l->tile[i];
@@ -314,9 +322,11 @@ static void write_gemm_step(const lm_export_layout *l, int i, FILE *f) {
           pack_stride(l));
 }
 
-/* A library step's numbers as its block's array `num` (not static: a
- * symbolic export computes them). */
 static void write_numbers(FILE *f, const int64_t *num, int count) {
+  lm_export_write_numbers(f, num, count);
+}
+
+void lm_export_write_numbers(FILE *f, const int64_t *num, int count) {
   fprintf(f, "    const int64_t num[] = {");
   for (int x = 0; x < count; x++) fprintf(f, "%s%" PRId64, x ? ", " : "", num[x]);
   fprintf(f, "};\n");
@@ -325,7 +335,7 @@ static void write_numbers(FILE *f, const int64_t *num, int count) {
 /* Fused attention: runtime/attention_cpu.c's entry point over its work
  * items, its numbers written out (so a symbolic export fits them as any
  * other). */
-static void write_attention_step(const lm_export_layout *l, int i, FILE *f) {
+void lm_attention_write_export(const lm_export_layout *l, int i, FILE *f) {
   const lm_step *s = &l->p->plan->steps[i];
   const lm_attention *a = &s->attn;
   char o[96], q[96], k[96], v[96], m[96], fo[96], fg[96];
@@ -350,7 +360,7 @@ static void write_attention_step(const lm_export_layout *l, int i, FILE *f) {
 
 /* A sort: runtime/sort_cpu.c's entry point over the rows, its numbers
  * written out (so a symbolic export fits them as any other). */
-static void write_sort_step(const lm_export_layout *l, int i, FILE *f) {
+void lm_sort_write_export(const lm_export_layout *l, int i, FILE *f) {
   const lm_step *s = &l->p->plan->steps[i];
   if (s->outer == 0) return;
   char o[96], x[96];
@@ -366,34 +376,11 @@ static void write_sort_step(const lm_export_layout *l, int i, FILE *f) {
           l->name, lm_sort_work(&s->sort));
 }
 
-/* A scan: runtime/scan_cpu.c's two passes over its items (the first only
- * where it cuts the chains into parts), its numbers written out (so a
- * symbolic export fits them as any other) and the parts' totals on the
- * stack. */
-static void write_scan_step(const lm_export_layout *l, int i, FILE *f) {
-  const lm_step *s = &l->p->plan->steps[i];
-  if (s->outer == 0) return;
-  char o[96], x[96];
-  int64_t num[LM_SCAN_NUMBERS];
-  lm_scan_numbers(&s->scan, num);
-  fprintf(f, "  { /* step %d: scan, running sums of %s%s */\n", i, loom_dtype_name(s->scan.dtype),
-          s->scan.reverse ? ", from the end" : "");
-  write_numbers(f, num, LM_SCAN_NUMBERS);
-  fprintf(f, "    uint64_t partial[%d];\n", LM_SCAN_MAX_PARTIALS);
-  fprintf(f, "    void *const args[] = {%s, %s, (void *)num, partial};\n",
-          buffer(l, s->out, o, sizeof o), buffer(l, s->scan.in_pos, x, sizeof x));
-  fprintf(f, "    if (%s_scan_parts(num) > 1)\n", l->name);
-  fprintf(f, "      run_kernel(%s_scan_sums, args, %s_scan_items(num), %" PRId64 ");\n", l->name,
-          l->name, lm_scan_work(&s->scan));
-  fprintf(f, "    run_kernel(%s_scan_rows, args, %s_scan_items(num), %" PRId64 ");\n  }\n", l->name,
-          l->name, lm_scan_work(&s->scan));
-}
-
 /* A check: runtime/check_cpu.c's over the source, its numbers written out (a
  * symbolic export fits a table's rows as any other size); a value it refuses
  * ends the run with <NAME>_ERR_VALUE and loom's message, kept for
  * <name>_error_detail. Then the copy into its output. */
-static void write_check_step(const lm_export_layout *l, int i, FILE *f) {
+void lm_check_write_export(const lm_export_layout *l, int i, FILE *f) {
   const lm_step *s = &l->p->plan->steps[i];
   const lm_check_step *c = &s->check;
   char o[96], x[96];
@@ -418,32 +405,18 @@ static void write_embedded(const char *path, const char *text, FILE *f) {
   fprintf(f, "/* ---- loom's %s ---- */\n%s\n/* ---- */\n\n", path, text);
 }
 
-/* A library step's CPU kernel (runtime/<what>_cpu.c) itself, its functions
- * renamed into the library's prefix. */
-static void write_kernel_source(const lm_export_layout *l, const char *what, const char *text,
-                                const char *const *fns, size_t nfns, FILE *f) {
-  char path[64];
-  snprintf(path, sizeof path, "runtime/%s_cpu.c", what);
-  for (size_t i = 0; i < nfns; i++) fprintf(f, "#define %s %s%s\n", fns[i], l->name, fns[i] + 2);
-  write_embedded(path, text, f);
-  for (size_t i = 0; i < nfns; i++) fprintf(f, "#undef %s\n", fns[i]);
-  fputs("\n", f);
-}
-
+/* The library steps' CPU kernels (their rows' export_kernel) themselves, each
+ * once, its functions renamed into the library's prefix. */
 static void write_library_sources(const lm_export_layout *l, FILE *f) {
-  static const char *const attention[] = {"lm_attention_f32", "lm_attention_f32_items",
-                                          "lm_attention_grad_f32", "lm_attention_grad_f32_items",
-                                          "lm_attention_f32_numbers"};
-  static const char *const sort[] = {"lm_sort_rows", "lm_sort_items"};
-  if (l->uses_attention)
-    write_kernel_source(l, "attention", lm_attention_cpu_source, attention,
-                        sizeof attention / sizeof *attention, f);
-  static const char *const scan[] = {"lm_scan_sums", "lm_scan_rows", "lm_scan_items",
-                                     "lm_scan_parts"};
-  static const char *const check[] = {"lm_check_values"};
-  if (l->uses_sort) write_kernel_source(l, "sort", lm_sort_cpu_source, sort, 2, f);
-  if (l->uses_scan) write_kernel_source(l, "scan", lm_scan_cpu_source, scan, 4, f);
-  if (l->uses_check) write_kernel_source(l, "check", lm_check_cpu_source, check, 1, f);
+  for (int k = 0; k < LM_STEP_KINDS; k++) {
+    const lm_export_kernel *x = lm_step_kind_ios[k]->export_kernel;
+    if (!x || !l->uses_kind[k]) continue;
+    for (int i = 0; i < x->nfns; i++)
+      fprintf(f, "#define %s %s%s\n", x->fns[i], l->name, x->fns[i] + 2);
+    write_embedded(x->path, x->text, f);
+    for (int i = 0; i < x->nfns; i++) fprintf(f, "#undef %s\n", x->fns[i]);
+    fputs("\n", f);
+  }
 }
 
 /* The fixed C of the exported libraries (the files of io/export/, generated at
@@ -549,14 +522,14 @@ static void write_status_string(const lm_export_layout *l, FILE *f) {
             "  case %s_ERR_DIMS: return \"a size in dims is below 1, or makes a tensor too "
             "large, or a dim that follows the sizes below 1\";\n",
             l->upper);
-  if (l->uses_check)
+  if (l->may_fail)
     fprintf(f,
             "  case %s_ERR_VALUE: return \"an input holds a value its op refuses (an index "
             "outside its table, a position past the end, an invalid multinomial distribution): "
             "%s_error_detail() says which\";\n",
             l->upper, l->name);
   fputs("  default: return \"unknown status\";\n  }\n}\n\n", f);
-  if (l->uses_check) /* per thread, as the calls */
+  if (l->may_fail) /* per thread, as the calls */
     fprintf(f,
             "static _Thread_local char error_detail[512];\n\n"
             "const char *%s_error_detail(void) { return error_detail; }\n\n",
@@ -722,18 +695,7 @@ void lm_export_write_source(const lm_export_layout *l, FILE *f) {
   }
   for (int i = 0; i < p->plan->nsteps; i++) {
     const lm_step *s = &p->plan->steps[i];
-    if (s->kind == LM_STEP_GEMM)
-      write_gemm_step(l, i, f);
-    else if (s->kind == LM_STEP_ATTENTION)
-      write_attention_step(l, i, f);
-    else if (s->kind == LM_STEP_SORT)
-      write_sort_step(l, i, f);
-    else if (s->kind == LM_STEP_SCAN)
-      write_scan_step(l, i, f);
-    else if (s->kind == LM_STEP_CHECK)
-      write_check_step(l, i, f);
-    else if (s->outer > 0)
-      write_kernel_step(l, i, f);
+    lm_step_kind_ios[s->kind]->write_export(l, i, f);
   }
   for (int i = 0; i < p->nout; i++) { /* outputs that repeat another or are leaves */
     int pos = p->out_pos[i];
@@ -828,7 +790,7 @@ void lm_export_write_header(const lm_export_layout *l, FILE *f) {
           "#define %s_ERR_CPU 4\n",
           u, u, u, u, u);
   if (l->generic) fprintf(f, "#define %s_ERR_DIMS 5\n", u);
-  if (l->uses_check)
+  if (l->may_fail)
     fprintf(f,
             "/* an input holds a value an op refuses: an index outside its table, a\n"
             " * position past the end of a cache, an invalid multinomial distribution\n"
@@ -873,7 +835,7 @@ void lm_export_write_header(const lm_export_layout *l, FILE *f) {
   else
     fprintf(f, "int %s_run(const void *const *inputs, void *const *outputs);\n", n);
   fprintf(f, "const char *%s_status_string(int status);\n", n);
-  if (l->uses_check)
+  if (l->may_fail)
     fprintf(f,
             "/* After a call on this thread returned %s_ERR_VALUE: the op and the value\n"
             " * it refused, as loom says it (\"loom_embedding_f: index 7 at position 0 is\n"
@@ -890,6 +852,6 @@ void lm_export_write_version_script(const lm_export_layout *l, FILE *f) {
             n, n, n);
   else
     fprintf(f, "{\n  global: %s_run; ", n);
-  if (l->uses_check) fprintf(f, "%s_error_detail; ", n);
+  if (l->may_fail) fprintf(f, "%s_error_detail; ", n);
   fprintf(f, "%s_status_string;\n  local: *;\n};\n", n);
 }

@@ -17,46 +17,58 @@
 
 #include "base/atomic_file.h"
 #include "io/program_text.h"
+#include "io/step_kinds.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"
 
 /* ------------------------------------------------------------ a growing string */
 
-typedef struct text {
+typedef struct lm_step_text {
   char *s;
   size_t len, cap;
-  bool oom;      /* an append failed: the text is incomplete */
-  bool from_end; /* bounds from the end are written (a symbolic program's) */
-  bool follows;  /* input-free leaves' following dims are written (likewise) */
+  bool oom;                          /* an append failed: the text is incomplete */
+  bool from_end;                     /* bounds from the end are written (a symbolic program's) */
+  bool follows;                      /* input-free leaves' following dims are written (likewise) */
+  const struct computing *computing; /* the listing's: the nodes each step computes */
 } text;
+
+static void vput(text *t, const char *fmt, va_list ap) {
+  if (t->oom) return;
+  va_list again;
+  va_copy(again, ap);
+  int need = vsnprintf(t->s ? t->s + t->len : NULL, t->s ? t->cap - t->len : 0, fmt, ap);
+  if (need < 0) {
+    t->oom = true;
+  } else if (t->s && t->len + (size_t)need < t->cap) {
+    t->len += (size_t)need;
+  } else {
+    size_t cap = t->cap ? t->cap : 4096;
+    while (cap <= t->len + (size_t)need) cap *= 2;
+    char *grown = realloc(t->s, cap);
+    if (!grown) {
+      t->oom = true;
+    } else {
+      t->s = grown, t->cap = cap;
+      vsnprintf(t->s + t->len, t->cap - t->len, fmt, again);
+      t->len += (size_t)need;
+    }
+  }
+  va_end(again);
+}
 
 static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void put(text *t, const char *fmt, ...) {
-  if (t->oom) return;
   va_list ap;
   va_start(ap, fmt);
-  int need = vsnprintf(t->s ? t->s + t->len : NULL, t->s ? t->cap - t->len : 0, fmt, ap);
+  vput(t, fmt, ap);
   va_end(ap);
-  if (need < 0) {
-    t->oom = true;
-    return;
-  }
-  if (t->s && t->len + (size_t)need < t->cap) {
-    t->len += (size_t)need;
-    return;
-  }
-  size_t cap = t->cap ? t->cap : 4096;
-  while (cap <= t->len + (size_t)need) cap *= 2;
-  char *grown = realloc(t->s, cap);
-  if (!grown) {
-    t->oom = true;
-    return;
-  }
-  t->s = grown, t->cap = cap;
+}
+
+void lm_step_text_put(lm_step_text *t, const char *fmt, ...) {
+  va_list ap;
   va_start(ap, fmt);
-  vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
+  vput(t, fmt, ap);
   va_end(ap);
-  t->len += (size_t)need;
 }
 
 /* Spaces up to column col of the current line (at least one). */
@@ -357,6 +369,10 @@ loom_status loom_program_save(const loom_program *p, const char *path) {
 
 /* "%7", or "%t0" for a step's temporary (a split reduction's partial results). */
 static const char *pos_name(const loom_program *p, int pos, char buf[24]) {
+  return lm_step_text_pos(p, pos, buf);
+}
+
+const char *lm_step_text_pos(const loom_program *p, int pos, char buf[24]) {
   if (pos == LM_PARAMS_SLOT)
     snprintf(buf, 24, "params");
   else if (pos >= p->n)
@@ -449,30 +465,17 @@ static bool steps_computing(const loom_program *p, computing *c) {
 }
 
 static void dump_header(text *t, const loom_program *p) {
-  int weights = 0, nodes = 0, kernels = 0, gemms = 0, attentions = 0, sorts = 0, scans = 0,
-      checks = 0;
+  int weights = 0, nodes = 0, of_kind[LM_STEP_KINDS] = {0};
   for (int pos = 0; pos < p->n; pos++)
     weights += p->kind[pos] == LM_SLOT_WEIGHT, nodes += p->kind[pos] == LM_SLOT_NODE;
-  for (int i = 0; i < p->plan->nsteps; i++)
-    kernels += p->plan->steps[i].kind == LM_STEP_KERNEL,
-        gemms += p->plan->steps[i].kind == LM_STEP_GEMM,
-        attentions += p->plan->steps[i].kind == LM_STEP_ATTENTION,
-        sorts += p->plan->steps[i].kind == LM_STEP_SORT,
-        scans += p->plan->steps[i].kind == LM_STEP_SCAN,
-        checks += p->plan->steps[i].kind == LM_STEP_CHECK;
-  int collectives = p->plan->nsteps - kernels - gemms - attentions - sorts - scans - checks;
-  put(t,
-      "loom program: %d input%s, %d weight%s, %d node%s, %d output%s; %d step%s (%d kernel%s, "
-      "%d gemm%s",
-      p->nin, p->nin == 1 ? "" : "s", weights, weights == 1 ? "" : "s", nodes,
-      nodes == 1 ? "" : "s", p->nout, p->nout == 1 ? "" : "s", p->plan->nsteps,
-      p->plan->nsteps == 1 ? "" : "s", kernels, kernels == 1 ? "" : "s", gemms,
-      gemms == 1 ? "" : "s");
-  if (attentions) put(t, ", %d attention%s", attentions, attentions == 1 ? "" : "s");
-  if (sorts) put(t, ", %d sort%s", sorts, sorts == 1 ? "" : "s");
-  if (scans) put(t, ", %d scan%s", scans, scans == 1 ? "" : "s");
-  if (checks) put(t, ", %d check%s", checks, checks == 1 ? "" : "s");
-  if (collectives) put(t, ", %d collective%s", collectives, collectives == 1 ? "" : "s");
+  for (int i = 0; i < p->plan->nsteps; i++) of_kind[p->plan->steps[i].kind]++;
+  put(t, "loom program: %d input%s, %d weight%s, %d node%s, %d output%s; %d step%s (", p->nin,
+      p->nin == 1 ? "" : "s", weights, weights == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s",
+      p->nout, p->nout == 1 ? "" : "s", p->plan->nsteps, p->plan->nsteps == 1 ? "" : "s");
+  for (int k = 0; k < LM_STEP_KINDS; k++) /* kernels and GEMMs always */
+    if (of_kind[k] || k == LM_STEP_KERNEL || k == LM_STEP_GEMM)
+      put(t, "%s%d %s%s", k == LM_STEP_KERNEL ? "" : ", ", of_kind[k], lm_step_kinds[k]->name,
+          of_kind[k] == 1 ? "" : "s");
   put(t, ")\n");
 }
 
@@ -561,7 +564,7 @@ static void dump_outputs(text *t, const loom_program *p) {
   }
 }
 
-static void dump_gemm(text *t, const loom_program *p, int i) {
+void lm_gemm_write_text(text *t, const loom_program *p, int i) {
   const lm_step *s = &p->plan->steps[i];
   const lm_gemm *g = &s->gemm;
   char a[24], b[24], c[24];
@@ -612,8 +615,9 @@ static void dump_listing(text *t, const lk_kernel *k) {
   free(listing);
 }
 
-static void dump_kernel(text *t, const loom_program *p, int i, const computing *c) {
+void lm_kernel_write_text(text *t, const loom_program *p, int i) {
   const lm_step *s = &p->plan->steps[i];
+  const computing *c = t->computing;
   char a[24];
   put(t, "  step %d: kernel -> %s %s, %lld output%s", i, pos_name(p, s->out, a),
       loom_dtype_name(s->dtype), (long long)s->outer, s->outer == 1 ? "" : "s");
@@ -641,7 +645,7 @@ static void dump_kernel(text *t, const loom_program *p, int i, const computing *
   dump_listing(t, &s->kernel);
 }
 
-static void dump_sort(text *t, const loom_program *p, int i) {
+void lm_sort_write_text(text *t, const loom_program *p, int i) {
   const lm_step *s = &p->plan->steps[i];
   const lm_sort *so = &s->sort;
   char o[24], x[24];
@@ -651,16 +655,7 @@ static void dump_sort(text *t, const loom_program *p, int i) {
       pos_name(p, so->in_pos, x));
 }
 
-static void dump_scan(text *t, const loom_program *p, int i) {
-  const lm_step *s = &p->plan->steps[i];
-  const lm_scan *sc = &s->scan;
-  char o[24], x[24];
-  put(t, "  step %d: scan -> %s %s[%lld,%lld,%lld], running sums along the middle dim%s from %s\n",
-      i, pos_name(p, s->out, o), loom_dtype_name(sc->dtype), (long long)sc->outer, (long long)sc->n,
-      (long long)sc->inner, sc->reverse ? " from its end" : "", pos_name(p, sc->in_pos, x));
-}
-
-static void dump_check(text *t, const loom_program *p, int i) {
+void lm_check_write_text(text *t, const loom_program *p, int i) {
   const lm_check_step *c = &p->plan->steps[i].check;
   char o[24], x[24];
   put(t, "  step %d: check -> %s, %s's %s rule over %lld rows of %lld %s from %s", i,
@@ -671,7 +666,7 @@ static void dump_check(text *t, const loom_program *p, int i) {
   put(t, "\n");
 }
 
-static void dump_attention(text *t, const loom_program *p, int i) {
+void lm_attention_write_text(text *t, const loom_program *p, int i) {
   const lm_step *s = &p->plan->steps[i];
   const lm_attention *a = &s->attn;
   char o[24], x[24];
@@ -709,7 +704,7 @@ static void dump_attention(text *t, const loom_program *p, int i) {
   }
 }
 
-static void dump_collective(text *t, const loom_program *p, int i) {
+void lm_collective_write_text(text *t, const loom_program *p, int i) {
   const lm_step *s = &p->plan->steps[i];
   const lm_collective *c = &s->coll;
   char a[24], b[24];
@@ -726,22 +721,10 @@ static void dump_collective(text *t, const loom_program *p, int i) {
 
 static void dump_schedule(text *t, const loom_program *p, const computing *c) {
   put(t, "schedule\n");
-  for (int i = 0; i < p->plan->nsteps; i++) {
-    if (p->plan->steps[i].kind == LM_STEP_GEMM)
-      dump_gemm(t, p, i);
-    else if (p->plan->steps[i].kind == LM_STEP_COLLECTIVE)
-      dump_collective(t, p, i);
-    else if (p->plan->steps[i].kind == LM_STEP_ATTENTION)
-      dump_attention(t, p, i);
-    else if (p->plan->steps[i].kind == LM_STEP_SORT)
-      dump_sort(t, p, i);
-    else if (p->plan->steps[i].kind == LM_STEP_SCAN)
-      dump_scan(t, p, i);
-    else if (p->plan->steps[i].kind == LM_STEP_CHECK)
-      dump_check(t, p, i);
-    else
-      dump_kernel(t, p, i, c);
-  }
+  t->computing = c;
+  for (int i = 0; i < p->plan->nsteps; i++)
+    lm_step_kind_ios[p->plan->steps[i].kind]->write_text(t, p, i);
+  t->computing = NULL;
 }
 
 loom_status loom_program_dump(const loom_program *p, FILE *out) {
@@ -813,13 +796,7 @@ static void dot_node(text *t, const loom_program *p, int pos, const picture *pic
 static void dot_step(text *t, const loom_program *p, int i, const picture *pic) {
   const lm_step *s = &p->plan->steps[i];
   put(t, "  subgraph cluster_%d {\n    label=\"step %d: %s\";\n    style=rounded;\n", i, i,
-      s->kind == LM_STEP_GEMM         ? "gemm"
-      : s->kind == LM_STEP_COLLECTIVE ? lm_op_name(s->coll.op)
-      : s->kind == LM_STEP_ATTENTION  ? "attention"
-      : s->kind == LM_STEP_SORT       ? "sort"
-      : s->kind == LM_STEP_SCAN       ? "scan"
-      : s->kind == LM_STEP_CHECK      ? "check"
-                                      : "kernel");
+      lm_step_name(s));
   if (s->out >= p->n)
     put(t, "    t%d [shape=point, xlabel=\"%%t%d\"];\n", s->out - p->n, s->out - p->n);
   for (int q = pic->first[i]; q < pic->first[i + 1]; q++)

@@ -80,7 +80,9 @@ static void mark_gemm_operands(lm_planner *pl) {
     changed = false;
     for (int i = 0; i < g->n; i++) {
       lm_node *n = g->nodes[i];
-      if (lm_is_computed(n) || (n->op != LM_MATMUL && !lm_op_is_attention(n->op))) continue;
+      if (lm_is_computed(n) ||
+          lm_step_kinds[lm_step_kind_of(n->op)]->sources != LM_SOURCES_IN_PLACE)
+        continue;
       lm_plan_of(pl, n)->materialize = true;
       for (int s = 0; s < n->nsrc; s++) {
         const lm_node *base;
@@ -103,12 +105,11 @@ static void count_uses(lm_planner *pl) {
     lm_node *n = g->nodes[i];
     if (lm_is_computed(n)) continue;
     lm_plan_node *pn = lm_plan_of(pl, n);
+    const lm_step_kind_info *kind = lm_step_kinds[lm_step_kind_of(n->op)];
     /* the sources it reads: a check's first (the others give it shapes only) */
-    int reads = lm_op_is_check(n->op) ? 1 : n->nsrc;
-    if (lm_op_is_reduce(n->op) || n->op == LM_MATMUL || lm_op_is_attention(n->op))
-      pn->materialize = true;
-    if (lm_op_is_collective(n->op) || lm_op_is_sort(n->op) || lm_op_is_scan(n->op) ||
-        lm_op_is_check(n->op)) { /* a library step: its sources whole in memory */
+    int reads = kind->first_source_only ? 1 : n->nsrc;
+    if (lm_op_is_reduce(n->op) || kind->sources == LM_SOURCES_IN_PLACE) pn->materialize = true;
+    if (kind->sources == LM_SOURCES_WHOLE) { /* a library step: its sources whole in memory */
       pn->materialize = true;
       for (int s = 0; s < reads; s++)
         if (!lm_is_computed(n->src[s])) lm_plan_of(pl, n->src[s])->materialize = true;
@@ -302,9 +303,8 @@ bool lm_fuse_epilogues(lm_planner *pl) {
   const lm_graph *g = pl->g;
   for (int i = 0; i < g->n; i++) {
     lm_node *e = g->nodes[i];
-    if (!lm_materialized(pl, e) || lm_op_is_reduce(e->op) || e->op == LM_MATMUL ||
-        lm_op_is_attention(e->op) || lm_op_is_collective(e->op) || lm_op_is_sort(e->op) ||
-        lm_op_is_scan(e->op) || lm_op_is_check(e->op))
+    if (!lm_materialized(pl, e) || lm_op_is_reduce(e->op) ||
+        lm_step_kind_of(e->op) != LM_STEP_KERNEL)
       continue;
     lm_node *r = NULL;
     bool bad = false;

@@ -72,7 +72,9 @@ bool lm_library_operand(const lm_planner *pl, const lm_node *consumer, const lm_
                            consumer->arg.attn.mask && consumer->src[3] == operand);
 }
 
-void lm_plan_attention(const lm_planner *pl, lm_node *n, lm_step *step) {
+loom_status lm_plan_attention(const lm_planner *pl, lm_node *n, lm_step *step, char *err,
+                              size_t errlen) {
+  (void)err, (void)errlen;
   lm_attention *a = &step->attn;
   memset(a, 0, sizeof *a);
   const loom_shape *q = &n->src[0]->shape;
@@ -104,9 +106,12 @@ void lm_plan_attention(const lm_planner *pl, lm_node *n, lm_step *step) {
   step->out = n->pos;
   step->dtype = n->dtype;
   step->outer = lm_shape_numel(&n->shape);
+  return LOOM_OK;
 }
 
-void lm_plan_gemm(const lm_planner *pl, lm_node *n, lm_step *step) {
+loom_status lm_plan_gemm(const lm_planner *pl, lm_node *n, lm_step *step, char *err,
+                         size_t errlen) {
+  (void)err, (void)errlen;
   const lm_graph *graph = pl->g;
   lm_gemm *g = &step->gemm;
   memset(g, 0, sizeof *g);
@@ -136,6 +141,7 @@ void lm_plan_gemm(const lm_planner *pl, lm_node *n, lm_step *step) {
   step->out = n->pos;
   step->dtype = n->dtype;
   step->outer = lm_shape_numel(&n->shape);
+  return LOOM_OK;
 }
 
 /* ------------------------------------------------------------ matmul epilogues */
@@ -238,16 +244,8 @@ static bool makes_gemm_operand(const lm_graph *g, const lm_plan *p, const lm_ste
       if (!reads_whole_b(s, e->out) || s->deferred || s->gemm.in_dtype != s->gemm.dtype)
         return false;
       readers++;
-    }
-    for (int a = 1; s->kind == LM_STEP_KERNEL && a < s->kernel.nslots; a++)
-      if (!s->arg_key[a] && s->arg_pos[a] == e->out) return false;
-    for (int k = 0; s->kind == LM_STEP_COLLECTIVE && k < s->coll.nin; k++)
-      if (s->coll.in_pos[k] == e->out) return false;
-    for (int k = 0; s->kind == LM_STEP_ATTENTION && k < LM_ATTENTION_OPERANDS; k++)
-      if (s->attn.pos[k] == e->out) return false;
-    if (s->kind == LM_STEP_SORT && s->sort.in_pos == e->out) return false;
-    if (s->kind == LM_STEP_SCAN && s->scan.in_pos == e->out) return false;
-    if (s->kind == LM_STEP_CHECK && s->check.in_pos == e->out) return false;
+    } else if (lm_step_reads_pos(s, e->out))
+      return false;
   }
   return readers > 0;
 }

@@ -7,30 +7,25 @@
 
 /* ------------------------------------------------------------ memory */
 
+typedef struct step_read {
+  void (*read)(void *ctx, int pos, int step);
+  void *ctx;
+  int step;
+} step_read;
+
+static void read_at_step(void *ctx, int pos) {
+  step_read *r = ctx;
+  r->read(r->ctx, pos, r->step);
+}
+
 void lm_step_reads(const lm_plan *p, int i, void (*read)(void *ctx, int pos, int step), void *ctx) {
   const lm_step *s = &p->steps[i];
-  if (s->kind == LM_STEP_GEMM) {
-    read(ctx, s->gemm.a_pos, i);
-    read(ctx, s->gemm.b_pos, i);
-  }
-  for (int k = 0; s->kind == LM_STEP_COLLECTIVE && k < s->coll.nin; k++)
-    read(ctx, s->coll.in_pos[k], i);
-  for (int k = 0; s->kind == LM_STEP_ATTENTION && k < LM_ATTENTION_OPERANDS; k++)
-    if (s->attn.pos[k] >= 0) read(ctx, s->attn.pos[k], i);
-  if (s->kind == LM_STEP_SORT) read(ctx, s->sort.in_pos, i);
-  if (s->kind == LM_STEP_SCAN) read(ctx, s->scan.in_pos, i);
-  if (s->kind == LM_STEP_CHECK) read(ctx, s->check.in_pos, i);
-  for (int a = 1; s->kind == LM_STEP_KERNEL && a < s->kernel.nslots; a++)
-    if (!s->arg_key[a]) read(ctx, s->arg_pos[a], i);
-  if (s->kind == LM_STEP_KERNEL && s->gemm_partner >= 0) { /* its GEMM runs here */
-    read(ctx, p->steps[s->gemm_partner].gemm.a_pos, i);
-    read(ctx, p->steps[s->gemm_partner].gemm.b_pos, i);
-  }
-  if (s->kind == LM_STEP_GEMM && s->b_producer >= 0) { /* so does B's kernel */
-    const lm_step *e = &p->steps[s->b_producer];
-    for (int a = 1; a < e->kernel.nslots; a++)
-      if (!e->arg_key[a]) read(ctx, e->arg_pos[a], i);
-  }
+  step_read r = {read, ctx, i};
+  lm_step_kinds[s->kind]->reads(s, read_at_step, &r);
+  if (s->kind == LM_STEP_KERNEL && s->gemm_partner >= 0) /* its GEMM runs here */
+    lm_step_kinds[LM_STEP_GEMM]->reads(&p->steps[s->gemm_partner], read_at_step, &r);
+  if (s->kind == LM_STEP_GEMM && s->b_producer >= 0) /* so does B's kernel */
+    lm_step_kinds[LM_STEP_KERNEL]->reads(&p->steps[s->b_producer], read_at_step, &r);
 }
 
 static void note_read(void *last, int pos, int step) {

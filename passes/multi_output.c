@@ -251,7 +251,8 @@ static bool inputs_made_before(const lm_step *r, int except, const int *producer
 /* The positions step s stores are now made by step `by`. */
 static void note_made(const lm_step *s, int by, int *producer) {
   producer[s->out] = by;
-  for (int m = 0; m < s->kernel.nmore; m++) producer[s->arg_pos[s->kernel.more[m].slot]] = by;
+  for (int m = 0; s->kind == LM_STEP_KERNEL && m < s->kernel.nmore; m++)
+    producer[s->arg_pos[s->kernel.more[m].slot]] = by;
 }
 
 static void drop(lm_step *s) {

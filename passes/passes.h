@@ -8,15 +8,17 @@
 
 #include "ir/ir.h"
 #include "ir/kernel.h"
+#include "ops/scan/scan_plan.h"
 
 typedef enum lm_step_kind {
   LM_STEP_KERNEL,
   LM_STEP_GEMM,
-  LM_STEP_COLLECTIVE,
   LM_STEP_ATTENTION,
   LM_STEP_SORT,
   LM_STEP_SCAN,
-  LM_STEP_CHECK
+  LM_STEP_CHECK,
+  LM_STEP_COLLECTIVE,
+  LM_STEP_KINDS /* how many: each table of step kinds has this many rows */
 } lm_step_kind;
 
 /* A kernel reads at most this many buffers and keys (its slots); planning
@@ -90,15 +92,6 @@ typedef struct lm_sort {
   bool descending;
 } lm_sort;
 
-/* A scan (LM_SCAN): out, of the source's shape and dtype, holds the running
- * sums of its source, stored whole, along the middle dim of [outer, n, inner]
- * (row-major; inner 1 where the scanned dim is the last). */
-typedef struct lm_scan {
-  loom_dtype dtype; /* the source's and the output's: F32, F64, I64 */
-  int in_pos;       /* canonical position of the source's buffer */
-  int64_t outer, n, inner;
-  bool reverse; /* from the dim's end */
-} lm_scan;
 /* A check (LM_CHECK): its source stored whole ([rows, cols], row-major; the
  * weights rule's rows run along the last dim) passes arg.check's rule into
  * the output, a copy; or the run fails there, naming `op` and the first
@@ -137,39 +130,41 @@ typedef struct lm_collective {
   int wait_before;
 } lm_collective;
 
+/* A step of a plan: the fields every kind has, and its kind's payload (a
+ * tagged union: only the member `kind` names is set). Each kind has a row in
+ * lm_step_kinds (below: its planning and sources), in the runtime's table
+ * (runtime/step_kinds.h: running, profiling, plan templates) and in the
+ * formats' (io/step_kinds.h: the listing, exports). */
 typedef struct lm_step {
   lm_step_kind kind;
-  int out;          /* canonical position of the node this step computes, or a
-                       temporary (positions from the graph's size on) */
-  loom_dtype dtype; /* of the output */
-  int64_t outer;    /* output elements */
-  /* LM_STEP_KERNEL */
-  lk_kernel kernel;
-  lk_fn fn;                /* filled in by the runtime */
-  const void *device_code; /* the CUDA backend's compiled step (kernel or
-                              GEMM), filled in by the runtime */
+  int out;                 /* canonical position of the node this step computes, or a
+                              temporary (positions from the graph's size on) */
+  loom_dtype dtype;        /* of the output */
+  int64_t outer;           /* output elements */
+  const void *device_code; /* the CUDA backend's compiled step, filled in by
+                              the runtime */
   struct lm_code *code;    /* the runtime's reference keeping fn, gemm.fn or
                               device_code loaded (runtime/compile.h) */
-  int *arg_pos;            /* per slot: the canonical position it binds to (slot 0: out),
-                              or LM_PARAMS_SLOT */
-  double *params;          /* the values of the kernel's LK_PARAMs */
-  int nparams;
-  bool *arg_key;  /* per slot: true when it binds the key of an LM_RAND node */
-  int64_t *sizes; /* filled in by the runtime when fn is a shape-generic kernel's:
-                     the sizes it reads (bound after the kernel's last slot) */
-  int nsizes;
-  /* LM_STEP_GEMM */
-  lm_gemm gemm;
-  /* LM_STEP_COLLECTIVE */
-  lm_collective coll;
-  /* LM_STEP_ATTENTION */
-  lm_attention attn;
-  /* LM_STEP_SORT */
-  lm_sort sort;
-  /* LM_STEP_SCAN */
-  lm_scan scan;
-  /* LM_STEP_CHECK */
-  lm_check_step check;
+  union {
+    struct { /* LM_STEP_KERNEL */
+      lk_kernel kernel;
+      lk_fn fn;       /* filled in by the runtime */
+      int *arg_pos;   /* per slot: the canonical position it binds to (slot 0: out),
+                         or LM_PARAMS_SLOT */
+      double *params; /* the values of the kernel's LK_PARAMs */
+      int nparams;
+      bool *arg_key;  /* per slot: true when it binds the key of an LM_RAND node */
+      int64_t *sizes; /* filled in by the runtime when fn is a shape-generic kernel's:
+                         the sizes it reads (bound after the kernel's last slot) */
+      int nsizes;
+    };
+    lm_gemm gemm;        /* LM_STEP_GEMM */
+    lm_collective coll;  /* LM_STEP_COLLECTIVE */
+    lm_attention attn;   /* LM_STEP_ATTENTION */
+    lm_sort sort;        /* LM_STEP_SORT */
+    lm_scan scan;        /* LM_STEP_SCAN */
+    lm_check_step check; /* LM_STEP_CHECK */
+  };
   /* GEMM epilogues: a GEMM whose only reader is an elementwise kernel runs
    * deferred, in row blocks, each followed by the kernel on those rows while
    * they are in cache; the kernel's slot gemm_slot reads the block. */
@@ -235,6 +230,43 @@ void lm_plan_in_place(const lm_graph *g, lm_plan *p);
  * targets from their own buffers (runtime/realize.c). */
 void lm_plan_more_outputs(lm_plan *p, bool cpu);
 void lm_plan_free(lm_plan *p);
+
+/* ------------------------------------------------------------ step kinds (step_kinds.c) */
+
+/* What a step's sources must be when planning makes it. */
+typedef enum lm_step_sources {
+  LM_SOURCES_FUSED,    /* a kernel: its sources are inlined or read from memory */
+  LM_SOURCES_IN_PLACE, /* GEMM, attention: read in place through views
+                          (gemm_pairing.c's operand layouts) */
+  LM_SOURCES_WHOLE     /* stored whole, row-major (fusion stores them), never
+                          fused into as an epilogue */
+} lm_step_sources;
+
+struct lm_planner;
+/* A step kind's row at the planning layer: its name, which nodes it computes,
+ * how it is planned, what its sources must be and which buffers it reads.
+ * lm_step_kinds[kind], one row per lm_step_kind. */
+typedef struct lm_step_kind_info {
+  const char *name; /* the listing's, LOOM_PROFILE's and the dot picture's word */
+  /* whether it computes nodes of op (NULL: the kernel, every op lowered) */
+  bool (*computes)(lm_op op);
+  /* the step for node n; a failure writes err (out of memory) */
+  loom_status (*plan)(const struct lm_planner *pl, lm_node *n, lm_step *step, char *err,
+                      size_t errlen);
+  lm_step_sources sources;
+  bool first_source_only; /* reads its node's first source (the others give it
+                             shapes only) */
+  /* calls read(ctx, pos) for each buffer the step itself reads (a kernel's
+     keys excluded; a GEMM partner's or B producer's reads: lm_step_reads) */
+  void (*reads)(const lm_step *s, void (*read)(void *ctx, int pos), void *ctx);
+} lm_step_kind_info;
+extern const lm_step_kind_info *const lm_step_kinds[LM_STEP_KINDS];
+/* The word naming step s: its kind's, or a collective's op (all_reduce). */
+const char *lm_step_name(const lm_step *s);
+/* The kind of step that computes a node of op (LM_STEP_KERNEL: lowered). */
+lm_step_kind lm_step_kind_of(lm_op op);
+/* Whether step s reads the buffer at pos. */
+bool lm_step_reads_pos(const lm_step *s, int pos);
 
 /* ------------------------------------------------------------ symbolic dims (symbolic.c) */
 

@@ -10,15 +10,18 @@
 void lm_plan_free(lm_plan *p) {
   if (!p) return;
   if (p->release_code) p->release_code(p);
-  for (int i = 0; i < p->nsteps && p->borrows_steps; i++) free(p->steps[i].coll.in_count);
-  for (int i = 0; i < p->nsteps && !p->borrows_steps; i++) {
-    free(p->steps[i].kernel.inst);
-    free(p->steps[i].arg_pos);
-    free(p->steps[i].params);
-    free(p->steps[i].arg_key);
-    free(p->steps[i].free_after);
-    free(p->steps[i].coll.in_pos);
-    free(p->steps[i].coll.in_count);
+  for (int i = 0; i < p->nsteps; i++) {
+    lm_step *s = &p->steps[i];
+    if (s->kind == LM_STEP_COLLECTIVE) free(s->coll.in_count);
+    if (p->borrows_steps) continue;
+    if (s->kind == LM_STEP_KERNEL) {
+      free(s->kernel.inst);
+      free(s->arg_pos);
+      free(s->params);
+      free(s->arg_key);
+    }
+    if (s->kind == LM_STEP_COLLECTIVE) free(s->coll.in_pos);
+    free(s->free_after);
   }
   free(p->steps);
   if (!p->borrows_steps) {
@@ -42,8 +45,7 @@ static bool planner_reserve(lm_planner *pl, int pos) {
   return true;
 }
 
-/* A library step's common fields: it computes n, alone. */
-static void library_step(lm_step *step, lm_step_kind kind, const lm_node *n) {
+void lm_library_step(lm_step *step, lm_step_kind kind, const lm_node *n) {
   step->kind = kind;
   step->out = n->pos;
   step->dtype = n->dtype;
@@ -53,8 +55,9 @@ static void library_step(lm_step *step, lm_step_kind kind, const lm_node *n) {
 }
 
 /* A collective's step: its sources are stored (fusion.c marks them) and read
- * whole. False when out of memory. */
-static bool plan_collective(const lm_planner *pl, lm_node *n, lm_step *step) {
+ * whole. */
+loom_status lm_plan_collective(const lm_planner *pl, lm_node *n, lm_step *step, char *err,
+                               size_t errlen) {
   const lm_node *x = n->src[0];
   lm_collective *c = &step->coll;
   memset(c, 0, sizeof *c);
@@ -65,7 +68,10 @@ static bool plan_collective(const lm_planner *pl, lm_node *n, lm_step *step) {
   c->nin = n->nsrc;
   c->in_pos = malloc(sizeof *c->in_pos * (size_t)n->nsrc);
   c->in_count = malloc(sizeof *c->in_count * (size_t)n->nsrc);
-  if (!c->in_pos || !c->in_count) return false;
+  if (!c->in_pos || !c->in_count) {
+    snprintf(err, errlen, "out of memory");
+    return LOOM_ERR_OOM;
+  }
   for (int s = 0; s < n->nsrc; s++) {
     c->in_pos[s] = lm_graph_pos(pl->g, n->src[s]);
     c->in_count[s] = lm_shape_numel(&n->src[s]->shape);
@@ -79,13 +85,15 @@ static bool plan_collective(const lm_planner *pl, lm_node *n, lm_step *step) {
     else
       c->inner *= x->shape.dim[d];
   }
-  library_step(step, LM_STEP_COLLECTIVE, n);
-  return true;
+  lm_library_step(step, LM_STEP_COLLECTIVE, n);
+  return LOOM_OK;
 }
 
 /* A sort's step: its source is stored (fusion.c marks it) and read whole,
  * as rows of its last dim. */
-static void plan_sort(const lm_planner *pl, lm_node *n, lm_step *step) {
+loom_status lm_plan_sort(const lm_planner *pl, lm_node *n, lm_step *step, char *err,
+                         size_t errlen) {
+  (void)err, (void)errlen;
   const lm_node *x = n->src[0];
   int64_t n_cols = x->shape.dim[x->shape.ndim - 1], numel = lm_shape_numel(&x->shape);
   step->sort = (lm_sort){.dtype = x->dtype,
@@ -94,27 +102,8 @@ static void plan_sort(const lm_planner *pl, lm_node *n, lm_step *step) {
                          .n = n_cols,
                          .k = n->arg.sort.k,
                          .descending = n->arg.sort.descending};
-  library_step(step, LM_STEP_SORT, n);
-}
-
-/* A scan's step: its source is stored (fusion.c marks it) and read whole, as
- * [outer, n, inner] around the scanned dim. */
-static void plan_scan(const lm_planner *pl, lm_node *n, lm_step *step) {
-  const lm_node *x = n->src[0];
-  int axis = n->arg.scan.axis;
-  lm_scan sc = {.dtype = x->dtype,
-                .in_pos = lm_graph_pos(pl->g, x),
-                .outer = 1,
-                .n = x->shape.dim[axis],
-                .inner = 1,
-                .reverse = n->arg.scan.reverse};
-  for (int d = 0; d < x->shape.ndim; d++)
-    if (d < axis)
-      sc.outer *= x->shape.dim[d];
-    else if (d > axis)
-      sc.inner *= x->shape.dim[d];
-  step->scan = sc;
-  library_step(step, LM_STEP_SCAN, n);
+  lm_library_step(step, LM_STEP_SORT, n);
+  return LOOM_OK;
 }
 
 void lm_check_describe(const lm_node *n, lm_check_step *c) {
@@ -139,41 +128,20 @@ void lm_check_describe(const lm_node *n, lm_check_step *c) {
 }
 
 /* A check's step: its source is stored (fusion.c marks it) and read whole. */
-static void plan_check(const lm_planner *pl, lm_node *n, lm_step *step) {
+loom_status lm_plan_check(const lm_planner *pl, lm_node *n, lm_step *step, char *err,
+                          size_t errlen) {
+  (void)err, (void)errlen;
   lm_check_describe(n, &step->check);
   step->check.in_pos = lm_graph_pos(pl->g, n->src[0]);
-  library_step(step, LM_STEP_CHECK, n);
+  lm_library_step(step, LM_STEP_CHECK, n);
+  return LOOM_OK;
 }
 
+/* The step computing n, planned by its kind's row (passes/step_kinds.c). */
 static loom_status lower_step(const lm_planner *pl, lm_plan *p, lm_node *n, char *err,
                               size_t errlen) {
   lm_step *step = &p->steps[p->nsteps++];
-  if (n->op == LM_MATMUL) {
-    lm_plan_gemm(pl, n, step);
-    return LOOM_OK;
-  }
-  if (lm_op_is_attention(n->op)) {
-    lm_plan_attention(pl, n, step);
-    return LOOM_OK;
-  }
-  if (lm_op_is_sort(n->op)) {
-    plan_sort(pl, n, step);
-    return LOOM_OK;
-  }
-  if (lm_op_is_scan(n->op)) {
-    plan_scan(pl, n, step);
-    return LOOM_OK;
-  }
-  if (lm_op_is_check(n->op)) {
-    plan_check(pl, n, step);
-    return LOOM_OK;
-  }
-  if (lm_op_is_collective(n->op)) {
-    if (plan_collective(pl, n, step)) return LOOM_OK;
-    snprintf(err, errlen, "out of memory");
-    return LOOM_ERR_OOM;
-  }
-  return lm_lower(pl, n, step, err, errlen);
+  return lm_step_kinds[lm_step_kind_of(n->op)]->plan(pl, n, step, err, errlen);
 }
 
 /* A row group's root: one kernel with its statistics, or, when one of them

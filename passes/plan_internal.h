@@ -128,13 +128,27 @@ bool lm_gemm_operand(const lm_planner *pl, const lm_node *operand, const lm_node
 bool lm_library_operand(const lm_planner *pl, const lm_node *consumer, const lm_node *operand,
                         const lm_node **base, lm_view *view);
 /* A fused attention step for n (its operands' layouts). */
-void lm_plan_attention(const lm_planner *pl, lm_node *n, lm_step *step);
+loom_status lm_plan_attention(const lm_planner *pl, lm_node *n, lm_step *step, char *err,
+                              size_t errlen);
 /* A GEMM step for matmul n (its operands' layouts). */
-void lm_plan_gemm(const lm_planner *pl, lm_node *n, lm_step *step);
+loom_status lm_plan_gemm(const lm_planner *pl, lm_node *n, lm_step *step, char *err, size_t errlen);
 /* GEMM epilogues; false when out of memory. */
 bool lm_pair_gemm_epilogues(lm_planner *pl, lm_plan *p);
 /* GEMM prologues (CPU). */
 void lm_pair_gemm_prologues(const lm_graph *g, lm_plan *p);
+
+/* ------------------------------------------------------------ plan.c: library steps */
+
+/* A library step's common fields: it computes n, alone. */
+void lm_library_step(lm_step *step, lm_step_kind kind, const lm_node *n);
+/* The steps of collectives, sorts and checks: each reads its sources whole
+ * (fusion.c stores them). */
+loom_status lm_plan_collective(const lm_planner *pl, lm_node *n, lm_step *step, char *err,
+                               size_t errlen);
+loom_status lm_plan_sort(const lm_planner *pl, lm_node *n, lm_step *step, char *err, size_t errlen);
+loom_status lm_plan_scan(const lm_planner *pl, lm_node *n, lm_step *step, char *err, size_t errlen);
+loom_status lm_plan_check(const lm_planner *pl, lm_node *n, lm_step *step, char *err,
+                          size_t errlen);
 
 /* ------------------------------------------------------------ lower.c */
 

@@ -17,6 +17,7 @@
 #include "runtime/gemm.h"
 #include "runtime/pool.h"
 #include "runtime/runtime.h"
+#include "runtime/step_kinds.h"
 
 /* Memory planning: intermediates die after their last reader. */
 static void release_dead(const lm_exec *x, const lm_step *s) {
@@ -119,7 +120,7 @@ static void bind_slots(const lm_exec *x, const lm_step *s, void **args) {
   if (s->sizes) args[s->kernel.nslots] = s->sizes;
 }
 
-static loom_status cpu_kernel(const lm_exec *x, const lm_step *s) {
+loom_status lm_kernel_run_cpu(const lm_exec *x, const lm_step *s) {
   if (s->outer == 0) return LOOM_OK;
   void *args_small[16];
   int nslots = step_slots(s);
@@ -158,7 +159,7 @@ static void fill_columns(void *ctx, int64_t c0, int64_t c1, void *dst) {
   }
 }
 
-static loom_status cpu_gemm(const lm_exec *x, const lm_step *s) {
+loom_status lm_gemm_run_cpu(const lm_exec *x, const lm_step *s) {
   const lm_gemm *g = &s->gemm;
   if (s->b_producer < 0) {
     lm_run_gemm(g, x->bufs[g->a_pos], x->bufs[g->b_pos], x->bufs[s->out]);
@@ -171,8 +172,9 @@ static loom_status cpu_gemm(const lm_exec *x, const lm_step *s) {
   return lm_run_gemm_filled(g, x->bufs[g->a_pos], fill_columns, &call, x->bufs[s->out]);
 }
 
-static const lm_step_runner cpu_runner = {cpu_kernel,      cpu_gemm,        lm_attention_run_cpu,
-                                          lm_sort_run_cpu, lm_scan_run_cpu, lm_check_run_cpu};
+static loom_status cpu_step(const lm_exec *x, const lm_step *s) {
+  return lm_step_kind_runtimes[s->kind]->run_cpu(x, s);
+}
 
 /* The all-reduces a run started and has not finished: each runs while the
  * steps before its wait_before compute, and its step's dead buffers (its
@@ -276,7 +278,7 @@ static loom_status alloc_more(const lm_exec *x, const lm_step *s) {
 }
 
 /* Step i: its output's memory, the step, then what no later step reads. */
-static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i, in_flight *f) {
+static loom_status run_step(const lm_exec *x, lm_step_runner run, int i, in_flight *f) {
   const lm_step *s = &x->plan->steps[i];
   loom_status st = LOOM_OK;
   bool started = false;
@@ -297,21 +299,14 @@ static loom_status run_step(const lm_exec *x, const lm_step_runner *r, int i, in
         return st; /* (the output's buffer is the run's: freed with the others) */
     }
     if ((st = alloc_more(x, s)) != LOOM_OK) return st;
-    if (s->kind == LM_STEP_COLLECTIVE)
-      st = run_collective(x, i, f, &started);
-    else
-      st = s->kind == LM_STEP_GEMM        ? r->gemm(x, s)
-           : s->kind == LM_STEP_ATTENTION ? r->attention(x, s)
-           : s->kind == LM_STEP_SORT      ? r->sort(x, s)
-           : s->kind == LM_STEP_SCAN      ? r->scan(x, s)
-           : s->kind == LM_STEP_CHECK     ? r->check(x, s)
-                                          : r->kernel(x, s);
+    /* collectives overlap later steps, on every device (runtime/dist.c) */
+    st = s->kind == LM_STEP_COLLECTIVE ? run_collective(x, i, f, &started) : run(x, s);
   }
   if (!started) release_dead(x, s);
   return st;
 }
 
-loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r) {
+loom_status lm_exec_steps(const lm_exec *x, lm_step_runner run) {
   const lm_plan *p = x->plan;
   /* device steps are asynchronous: only the CPU's wall times mean anything */
   double *ms = x->device.type == LOOM_DEVICE_CPU && lm_profile_enabled()
@@ -325,7 +320,7 @@ loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r) {
       if (p->steps[f.step[k]].coll.wait_before <= i) st = finish(x, &f, k, ms, st);
     if (st != LOOM_OK) break;
     double t0 = ms ? lm_profile_now_ms() : 0;
-    st = run_step(x, r, i, &f);
+    st = run_step(x, run, i, &f);
     if (ms) ms[i] += lm_profile_now_ms() - t0;
     for (int k = 0; k < f.n && st == LOOM_OK; k++) st = lm_dist_poll(&f.q[k]); /* MPI progresses */
   }
@@ -338,16 +333,18 @@ loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r) {
 
 loom_status lm_exec_run(const lm_exec *x) {
   if (x->device.type == LOOM_DEVICE_CUDA) return lm_cuda_exec_run(x);
-  return lm_exec_steps(x, &cpu_runner);
+  return lm_exec_steps(x, cpu_step);
 }
 
 static void release_code(lm_plan *p) {
   for (int i = 0; i < p->nsteps; i++) {
-    lm_code_release(p->steps[i].code);
-    p->steps[i].code = NULL;
-    free(p->steps[i].sizes);
-    p->steps[i].sizes = NULL;
-    p->steps[i].nsizes = 0;
+    lm_step *s = &p->steps[i];
+    lm_code_release(s->code);
+    s->code = NULL;
+    if (s->kind != LM_STEP_KERNEL) continue;
+    free(s->sizes);
+    s->sizes = NULL;
+    s->nsizes = 0;
   }
 }
 

@@ -35,34 +35,25 @@ loom_status lm_exec_compile(lm_plan *p, loom_device device);
  * every size of its box. */
 loom_status lm_exec_compile_lifted(lm_plan *p, loom_device device, unsigned char *const *vary);
 
-/* How one device runs kernel and GEMM steps: lm_exec_steps walks a plan
- * with them (allocating outputs, freeing intermediates after their last
- * reader) for every device. `kernel` runs a kernel step (with its deferred
- * GEMM, if any) into bufs[s->out]; `gemm` a GEMM step; `attention`, `sort`,
- * `scan` and `check` those library steps (a check that fails fails the run,
- * before any later step). Collective steps
- * (CPU buffers) run through runtime/dist.c. */
-typedef struct lm_step_runner {
-  loom_status (*kernel)(const lm_exec *x, const lm_step *s);
-  loom_status (*gemm)(const lm_exec *x, const lm_step *s);
-  loom_status (*attention)(const lm_exec *x, const lm_step *s);
-  loom_status (*sort)(const lm_exec *x, const lm_step *s);
-  loom_status (*scan)(const lm_exec *x, const lm_step *s);
-  loom_status (*check)(const lm_exec *x, const lm_step *s);
-} lm_step_runner;
+/* How one device runs a step (a kernel step with its deferred GEMM, if any)
+ * into bufs[s->out]: lm_exec_steps walks a plan with it (allocating outputs,
+ * freeing intermediates after their last reader) for every device. The CPU's
+ * goes through runtime/step_kinds.h's table, a CUDA device's through
+ * runtime/cuda/cuda_exec.c's; a step that fails (a check) fails the run
+ * before any later step. Collective steps (CPU buffers) run through
+ * runtime/dist.c. */
+typedef loom_status (*lm_step_runner)(const lm_exec *x, const lm_step *s);
 /* runtime/attention_step.c: a fused attention step on the CPU's threads. */
 loom_status lm_attention_run_cpu(const lm_exec *x, const lm_step *s);
 /* runtime/sort_step.c: a sort step on the CPU's threads. */
 loom_status lm_sort_run_cpu(const lm_exec *x, const lm_step *s);
-/* runtime/scan_step.c: a scan step on the CPU's threads. */
-loom_status lm_scan_run_cpu(const lm_exec *x, const lm_step *s);
 /* runtime/check_step.c: a check step on the CPU. */
 loom_status lm_check_run_cpu(const lm_exec *x, const lm_step *s);
 /* Runs a kernel-shaped fn over items [begin, end) on loom's threads, or on
  * the caller's when `work` (element visits or multiply-adds) is too little
  * to wake the pool for. */
 void lm_run_kernel_fn(lk_fn fn, void *const *args, int64_t begin, int64_t end, int64_t work);
-loom_status lm_exec_steps(const lm_exec *x, const lm_step_runner *r);
+loom_status lm_exec_steps(const lm_exec *x, lm_step_runner run);
 
 /* runtime/profile.c: LOOM_PROFILE=1 times every step of CPU runs and prints
  * them after each run (ms[i]: step i's wall time). */

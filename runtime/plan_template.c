@@ -42,6 +42,7 @@
 #include "runtime/gemm.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"
+#include "runtime/step_kinds.h"
 
 #define OP "loom_program_run"
 #define CHECKS 2
@@ -49,7 +50,7 @@
 /* A field added to a step must be described by walk_plan (as shape or as a
  * number) or an instance runs with the template's value of it. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(lm_step) == 1656 && sizeof(lm_gemm) == 312 && sizeof(lm_collective) == 88 &&
+_Static_assert(sizeof(lm_step) == 712 && sizeof(lm_gemm) == 312 && sizeof(lm_collective) == 88 &&
                    sizeof(lm_attention) == 640 && sizeof(lm_sort) == 40 && sizeof(lm_scan) == 40 &&
                    sizeof(lm_check_step) == 104 && sizeof(lk_kernel) == 304,
                "lm_step changed: describe the new field in walk_plan, then update the sizes here");
@@ -85,7 +86,7 @@ typedef struct desc {
 
 /* Either describes a plan (d set) or writes numbers into an instance's
  * steps (vals set, taken in order from `at`). */
-typedef struct walk {
+typedef struct lm_plan_walk {
   desc *d;
   const int64_t *vals;
   int at, nvals;
@@ -129,12 +130,21 @@ static void number(walk *w, int64_t *field) {
   d->num[d->nnum++] = *field;
 }
 
+void lm_plan_walk_shape(lm_plan_walk *w, const void *field, size_t bytes) {
+  if (w->d) put(w->d, field, bytes);
+}
+
+void lm_plan_walk_number(lm_plan_walk *w, int64_t *field) { number(w, field); }
+
 /* A kernel step: described by its generalized kernel (whose hash leaves out
  * every size but -1, 0 and 1) and the sizes it runs with; in an instance, the
  * sizes are written and the extents (the first ndim sizes) set in its dom,
  * which the executor reads. */
-static void walk_kernel(walk *w, lm_step *s, int i) {
+void lm_kernel_walk(lm_plan_walk *w, lm_step *s, int i) {
   if (w->d) {
+    PUT(w->d, s->kernel.keep_slot);
+    PUT(w->d, s->kernel.nmore);
+    PUT_ARRAY(w->d, s->kernel.more, s->kernel.nmore);
     for (int d = 0; d < s->kernel.ndim; d++)
       if (s->kernel.dom[d] == 0) w->d->unfit = true; /* empty kernels specialize */
     if (w->d->unfit) return;
@@ -174,7 +184,9 @@ static void walk_kernel(walk *w, lm_step *s, int i) {
   if (all != small) free(all);
 }
 
-static void walk_gemm(walk *w, lm_gemm *g) {
+void lm_gemm_walk(lm_plan_walk *w, lm_step *s, int i) {
+  (void)i;
+  lm_gemm *g = &s->gemm;
   if (w->d) {
     PUT(w->d, g->dtype);
     PUT(w->d, g->in_dtype);
@@ -193,7 +205,9 @@ static void walk_gemm(walk *w, lm_gemm *g) {
   for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) number(w, nums[i]);
 }
 
-static void walk_collective(walk *w, lm_collective *c) {
+void lm_collective_walk(lm_plan_walk *w, lm_step *s, int i) {
+  (void)i;
+  lm_collective *c = &s->coll;
   if (w->d) {
     PUT(w->d, c->op);
     PUT(w->d, c->reduce);
@@ -212,7 +226,9 @@ static void walk_collective(walk *w, lm_collective *c) {
   number(w, &c->inner);
 }
 
-static void walk_attention(walk *w, lm_attention *a) {
+void lm_attention_walk(lm_plan_walk *w, lm_step *step, int i) {
+  (void)i;
+  lm_attention *a = &step->attn;
   if (w->d) {
     PUT(w->d, a->nbatch);
     PUT_ARRAY(w->d, a->pos, LM_ATTENTION_OPERANDS);
@@ -233,18 +249,9 @@ static void walk_attention(walk *w, lm_attention *a) {
   }
 }
 
-static void walk_scan(walk *w, lm_scan *s) {
-  if (w->d) {
-    PUT(w->d, s->dtype);
-    PUT(w->d, s->in_pos);
-    PUT(w->d, s->reverse);
-  }
-  number(w, &s->outer);
-  number(w, &s->n);
-  number(w, &s->inner);
-}
-
-static void walk_check(walk *w, lm_check_step *c) {
+void lm_check_walk(lm_plan_walk *w, lm_step *s, int i) {
+  (void)i;
+  lm_check_step *c = &s->check;
   if (w->d) {
     PUT(w->d, c->dtype);
     PUT(w->d, c->in_pos);
@@ -259,7 +266,9 @@ static void walk_check(walk *w, lm_check_step *c) {
   number(w, &c->cols);
 }
 
-static void walk_sort(walk *w, lm_sort *s) {
+void lm_sort_walk(lm_plan_walk *w, lm_step *step, int i) {
+  (void)i;
+  lm_sort *s = &step->sort;
   if (w->d) {
     PUT(w->d, s->dtype);
     PUT(w->d, s->in_pos);
@@ -297,20 +306,11 @@ static void walk_plan(walk *w, lm_plan *p) {
       PUT(w->d, s->gemm_slot);
       PUT(w->d, s->b_producer);
       PUT(w->d, s->donor);
-      PUT(w->d, s->kernel.keep_slot);
-      PUT(w->d, s->kernel.nmore);
-      PUT_ARRAY(w->d, s->kernel.more, s->kernel.nmore);
       PUT(w->d, s->nfree);
       PUT_ARRAY(w->d, s->free_after, s->nfree);
     }
     number(w, &s->outer);
-    if (s->kind == LM_STEP_KERNEL) walk_kernel(w, s, i);
-    if (s->kind == LM_STEP_GEMM) walk_gemm(w, &s->gemm);
-    if (s->kind == LM_STEP_COLLECTIVE) walk_collective(w, &s->coll);
-    if (s->kind == LM_STEP_ATTENTION) walk_attention(w, &s->attn);
-    if (s->kind == LM_STEP_SORT) walk_sort(w, &s->sort);
-    if (s->kind == LM_STEP_SCAN) walk_scan(w, &s->scan);
-    if (s->kind == LM_STEP_CHECK) walk_check(w, &s->check);
+    lm_step_kind_runtimes[s->kind]->walk(w, s, i);
   }
 }
 
@@ -543,8 +543,9 @@ static loom_status instantiate(const lm_plan_template *t, const int64_t *values,
   atomic_init(&s->ranks_agree, false);
   if (base->nsteps) memcpy(steps, base->steps, sizeof *steps * (size_t)base->nsteps);
   for (int i = 0; i < s->nsteps; i++) { /* what the instance owns */
-    steps[i].code = NULL, steps[i].sizes = NULL;
-    steps[i].coll.in_count = NULL;
+    steps[i].code = NULL;
+    if (steps[i].kind == LM_STEP_KERNEL) steps[i].sizes = NULL;
+    if (steps[i].kind == LM_STEP_COLLECTIVE) steps[i].coll.in_count = NULL;
   }
   loom_status st = LOOM_OK;
   for (int i = 0; i < s->nsteps && st == LOOM_OK; i++) {

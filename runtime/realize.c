@@ -15,6 +15,7 @@
 #include "runtime/pool.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"
+#include "runtime/step_kinds.h"
 
 /* A plan shared by the graph cache and the realizations running it. */
 typedef struct shared_plan {
@@ -449,7 +450,7 @@ static loom_status bind_leaves(const lm_graph *g, void **bufs, void **keys) {
 static void find_donatable(const lm_graph *g, const lm_plan *p, bool *donatable) {
   int *shape_refs = NULL, last_check = -1;
   for (int i = 0; i < p->nsteps; i++)
-    if (p->steps[i].kind == LM_STEP_CHECK) last_check = i;
+    if (lm_step_kind_runtimes[p->steps[i].kind]->may_fail) last_check = i;
   for (int pos = 0; pos < g->n; pos++) {
     const lm_node *n = g->nodes[pos];
     for (int s = 1; n->op == LM_CHECK && s < n->nsrc; s++) {

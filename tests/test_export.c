@@ -368,7 +368,7 @@ static loom_program *sort_program(void) {
   return p;
 }
 
-/* Running sums (runtime/scan_cpu.c's text compiled into the library): along
+/* Running sums (ops/scan/scan_cpu.c's text compiled into the library): along
  * two long rows (cut into parts), along the first axis, and from the end (a
  * weight's gradient through a cumsum). */
 static loom_program *scan_program(void) {

@@ -19,10 +19,11 @@
 #include <unistd.h>
 
 #include "backends/nvrtc/nvrtc_backend.h"
+#include "base/philox.h"
 #include "check.h"
 #include "loom.h"
+#include "ops/scan/scan_nvrtc.h"
 #include "passes/passes.h"
-#include "base/philox.h"
 #include "runtime/runtime.h"
 
 static double now_s(void) {
@@ -206,7 +207,7 @@ static void add_library_kernel(const char *label,
 
 /* The library steps' kernels: fused attention and its backward
  * (LM_STEP_ATTENTION), sort (LM_STEP_SORT) and scan (LM_STEP_SCAN, from
- * backends/nvrtc/cuda_scan.cu); their sources carry the prelude. */
+ * ops/scan/scan.cu); their sources carry the prelude. */
 static void add_library_kernels(void) {
   add_library_kernel("attention", lm_cuda_attention_source);
   add_library_kernel("attention", lm_cuda_attention_grad_source);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fails when a folder reaches a folder above it (docs/layers.md, "Folders and what
-# they may include and call"). Folders, lowest first:
+# Fails when a file reaches a layer above its own (docs/layers.md, "Folders and what
+# they may include and call"). Layers, lowest first:
 #   base/        what every layer may use: Philox, binding a dlopen'ed library, the LRU
 #                cache, files written whole: base/ only (and the C library)
 #   ir/          the graph and the kernel description: base/, ir/
@@ -12,6 +12,18 @@
 #                runtime/, frontend/
 #   io/          file formats: program text, export, safetensors: base/, ir/,
 #                passes/, runtime/, frontend/, io/
+# A library op's folder ops/<op>/ (docs/adding-ops.md) holds files of several
+# layers, each named for its layer and held to that layer's rules:
+#   <op>_plan.[ch]   passes (its step's payload and planning)
+#   <op>_step.[ch]   runtime (its CPU runner, profile line, plan-template walk)
+#   <op>_cuda.[ch]   runtime (its CUDA runner)
+#   <op>_nvrtc.[ch]  backends/nvrtc (its CUDA kernel's source for NVRTC)
+#   <op>_io.[ch]     io (its lines in a program's listing, its export writer)
+#   <op>_cpu.c       its CPU kernel: includes no project header (exports compile its
+#                    text), called by the runtime and above
+#   <op>.cu          its CUDA kernel's text (NVRTC compiles it after the prelude)
+# and includes nothing of another op's folder. The layers' own folders may include
+# an op's headers of their layer or below (the step tables, lm_step's payloads).
 # tests/, bench/, tools/ and examples/ may include anything.
 #
 #   bash tools/check_layers.sh              every #include "folder/..." points down
@@ -22,25 +34,50 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
-allowed() { # folder of the including (calling) file, included (defining) path
-  local from=$1 inc=$2
-  case "$from" in
-  base | base/*) [[ $inc == base/* ]] ;;
-  ir | ir/*) [[ $inc == base/* || $inc == ir/* ]] ;;
-  passes | passes/*) [[ $inc == base/* || $inc == ir/* || $inc == passes/* ]] ;;
-  backends/*) [[ $inc == base/* || $inc == ir/* || $inc == "$from"/* ]] ;;
-  runtime | runtime/*) [[ $inc == base/* || $inc == ir/* || $inc == passes/* || $inc == backends/* || $inc == runtime/* ]] ;;
-  frontend | frontend/*) [[ $inc == base/* || $inc == ir/* || $inc == runtime/* || $inc == frontend/* ]] ;;
-  io | io/*) [[ $inc == base/* || $inc == ir/* || $inc == passes/* || $inc == runtime/* || $inc == frontend/* || $inc == io/* ]] ;;
-  *) return 0 ;;
+fail() {
+  echo "$1" >&2
+  status=1
+}
+# The layer of a project file, or "" for one that holds no code of a layer
+# (tests/, bench/, tools/, examples/, a CUDA kernel's text).
+layer_of() {
+  local path=$1 base
+  case "$path" in
+  ops/*/*)
+    base=${path##*/}
+    case "$base" in
+    *_plan.c | *_plan.h) echo passes ;;
+    *_step.c | *_step.h | *_cuda.c | *_cuda.h) echo runtime ;;
+    *_nvrtc.c | *_nvrtc.h) echo backends/nvrtc ;;
+    *_io.c | *_io.h) echo io ;;
+    *_cpu.c) echo kernel ;;
+    *.cu) echo "" ;;
+    *) echo unnamed ;;
+    esac
+    ;;
+  base/*) echo base ;;
+  ir/*) echo ir ;;
+  passes/*) echo passes ;;
+  backends/*) echo "$path" | cut -d/ -f1-2 ;;
+  runtime/*) echo runtime ;;
+  frontend/*) echo frontend ;;
+  io/*) echo io ;;
+  *) echo "" ;;
   esac
 }
-folder_of() { # a source path -> (in $folder) the folder whose rules apply to it
-  folder=${1%/*}
-  if [[ $folder == backends/*/* ]]; then
-    folder=${folder#backends/}
-    folder=backends/${folder%%/*}
-  fi
+allowed() { # layer of the including (calling) file, included (defining) path
+  local from=$1 to
+  to=$(layer_of "$2")
+  case "$from" in
+  base) [[ $to == base ]] ;;
+  ir) [[ $to == base || $to == ir ]] ;;
+  passes) [[ $to == base || $to == ir || $to == passes ]] ;;
+  backends/*) [[ $to == base || $to == ir || $to == "$from" ]] ;;
+  runtime) [[ $to == base || $to == ir || $to == passes || $to == backends/* || $to == runtime || $to == kernel ]] ;;
+  frontend) [[ $to == base || $to == ir || $to == runtime || $to == kernel || $to == frontend ]] ;;
+  io) [[ $to == base || $to == ir || $to == passes || $to == runtime || $to == kernel || $to == frontend || $to == io ]] ;;
+  *) return 0 ;;
+  esac
 }
 
 check_symbols() { # build directory
@@ -66,13 +103,12 @@ check_symbols() { # build directory
     awk -v p="$strip" 'NF == 3 {f = $1; sub(/\.o:.*$/, "", f); if (index(f, p) == 1) f = substr(f, length(p) + 1); if (f ~ /\//) print $3, f}' >"$defs"
   nm -A -u "${objs[@]}" |
     awk -v p="$strip" '{f = $1; sub(/\.o:.*$/, "", f); if (index(f, p) == 1) f = substr(f, length(p) + 1); if (f ~ /\//) print $NF, f}' >"$undefs"
-  local sym caller definer folder found=0
+  local sym caller definer layer found=0
   while read -r sym caller definer; do
     found=1
-    folder_of "$caller"
-    if ! allowed "$folder" "$definer"; then
-      echo "$caller calls $sym, defined in $definer: $folder/ may not call ${definer%%/*}/" >&2
-      status=1
+    layer=$(layer_of "$caller")
+    if ! allowed "$layer" "$definer"; then
+      fail "$caller calls $sym, defined in $definer: $layer may not call $(layer_of "$definer")"
     fi
   done < <(awk 'NR == FNR {def[$1] = $2; next} ($1 in def) && def[$1] != $2 {print $1, $2, def[$1]}' \
     "$defs" "$undefs" | sort -k2,2 -k1,1)
@@ -91,17 +127,27 @@ if [ "${1:-}" = "--symbols" ]; then
 fi
 
 while IFS= read -r file; do
-  folder_of "$file"
-  dir=$folder
+  layer=$(layer_of "$file")
+  if [[ $layer == unnamed ]]; then
+    fail "$file: a file of ops/<op>/ is named <op>_plan.[ch], <op>_step.[ch], <op>_cuda.[ch], <op>_nvrtc.[ch], <op>_io.[ch], <op>_cpu.c or <op>.cu (docs/adding-ops.md)"
+    continue
+  fi
+  [[ $file == *.cu ]] && continue
   while IFS= read -r inc; do
+    if [[ $layer == kernel ]]; then
+      fail "$file includes \"$inc\": a library op's CPU kernel includes no project header (exports compile its text alone)"
+      continue
+    fi
     # only the project's own folders: "loom.h" and system headers are open to all
     [[ $inc == */* ]] || continue
     [[ -e $inc ]] || continue
-    if ! allowed "$dir" "$inc"; then
-      echo "$file includes $inc: $dir/ may not include ${inc%%/*}/" >&2
-      status=1
+    if [[ $file == ops/* && $inc == ops/* && ${inc%/*} != "${file%/*}" ]]; then
+      fail "$file includes $inc: a library op's folder includes nothing of another op's"
+    elif ! allowed "$layer" "$inc"; then
+      fail "$file includes $inc: $layer may not include $(layer_of "$inc")"
     fi
   done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file")
-done < <(git ls-files 'base/*' 'ir/*' 'passes/*' 'backends/*' 'runtime/*' 'frontend/*' 'io/*' | grep -E '\.(c|h)$')
+done < <(git ls-files 'base/*' 'ir/*' 'passes/*' 'backends/*' 'runtime/*' 'frontend/*' 'io/*' 'ops/*' |
+  grep -E '\.(c|h|cu)$')
 if [ "$status" = 0 ]; then echo "layers: every include points down"; fi
 exit "$status"

@@ -1,8 +1,9 @@
 # cmake "-DIN=<file>[;<file>...]" -DOUT=<file.c> -DNAME=<symbol> -P tools/embed_text.cmake
 # Writes `const char NAME[]`: the bytes of the IN files one after the other and
 # a NUL, for source text a program writes out (runtime/attention_cpu.c,
-# sort_cpu.c, scan_cpu.c, check_cpu.c and io/export/*.c into exported
-# libraries) or compiles (backends/nvrtc/*.cu and the prelude, through NVRTC).
+# sort_cpu.c, check_cpu.c, ops/<op>/<op>_cpu.c and io/export/*.c into exported
+# libraries) or compiles (backends/nvrtc/*.cu, ops/<op>/<op>.cu and the prelude,
+# through NVRTC).
 set(hex "")
 foreach(file ${IN})
   file(READ "${file}" part HEX)

@@ -145,19 +145,6 @@ loom_status lm_cuda_attention_grad_source(char **source, char name[36], char *er
  * ceil(n / LM_CUDA_BLOCK) items). As lm_cuda_attention_source otherwise.
  */
 loom_status lm_cuda_sort_source(char **source, char name[36], char *err, size_t errlen);
-/*
- * CUDA C of the scan kernel of LM_STEP_SCAN (cuda_scan.cu):
- *   extern "C" __global__ void lm_scan_rows(long long phase, void *out,
- *       const void *src, unsigned long long *partial, long long n,
- *       long long inner, long long outer, long long parts, long long dtype,
- *       long long reverse)
- * (src and out [outer, n, inner] of loom_dtype `dtype`: F32, F64 or I64,
- * scanned along n; partial [outer * inner * parts] 64-bit totals where parts
- * > 1: phase 0 writes them, phase 1 the sums); launched with LM_CUDA_BLOCK
- * threads and any grid (blocks stride over the work). As
- * lm_cuda_attention_source otherwise.
- */
-loom_status lm_cuda_scan_source(char **source, char name[36], char *err, size_t errlen);
 /* The prelude, then body, into *source (malloc'd); kernel's name into name. */
 loom_status lm_cuda_with_prelude(const char *body, const char *kernel, char **source, char name[36],
                                  char *err, size_t errlen);

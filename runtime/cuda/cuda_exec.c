@@ -28,6 +28,7 @@
 
 #include "backends/nvrtc/nvrtc_backend.h"
 #include "base/cache.h"
+#include "ops/scan/scan_cuda.h"
 #include "runtime/check_step.h"
 #include "runtime/compile.h"
 #include "runtime/cuda.h"
@@ -198,16 +199,15 @@ static loom_status gemm_source(const void *ctx, char **source, cuda_code *c, cha
 
 /* A library step's kernel (attention, its backward, sort, scan): ctx points
  * to the function making its source; its step launches it. */
-typedef loom_status (*library_source_fn)(char **source, char name[36], char *err, size_t errlen);
-
 static loom_status library_source(const void *ctx, char **source, cuda_code *c, char *err,
                                   size_t errlen) {
-  const library_source_fn *make = ctx;
+  const lm_cuda_library_source *make = ctx;
   c->launch = (lm_cuda_launch){LM_CUDA_ELEMENTWISE, LM_CUDA_BLOCK, 0}; /* launched by its step */
   return (*make)(source, c->name, err, errlen);
 }
 
-static loom_status library_code(int dev, const char *name, library_source_fn make, lm_code **code) {
+loom_status lm_cuda_library_code(int dev, const char *name, lm_cuda_library_source make,
+                                 lm_code **code) {
   return find_code(dev, name, library_source, &make, code, NULL);
 }
 
@@ -232,71 +232,74 @@ static loom_status fused_source(const void *ctx, char **source, cuda_code *c, ch
 
 int lm_cuda_max_sizes(void) { return LM_CUDA_MAX_SIZES; }
 
-/* vary: the sizes a plan template's kernel reads at run time (NULL: as the
- * shape records say). */
-static loom_status step_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary) {
+/* A GEMM step's code: lm_gemm_<dtype>_<nt>. */
+static loom_status gemm_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary) {
+  (void)p, (void)vary;
+  char name[40];
+  snprintf(name, sizeof name, "lm_gemm_%s_%c%c", loom_dtype_name(s->gemm.dtype),
+           s->gemm.a_trans ? 't' : 'n', s->gemm.b_trans ? 't' : 'n');
+  return find_code(dev, name, gemm_source, &s->gemm, &s->code, NULL);
+}
+
+static loom_status attention_code(const lm_plan *p, lm_step *s, int dev,
+                                  const unsigned char *vary) {
+  (void)p, (void)vary;
+  if (s->attn.backward)
+    return lm_cuda_library_code(dev, "lm_attention_grad_f32", lm_cuda_attention_grad_source,
+                                &s->code);
+  return lm_cuda_library_code(dev, "lm_attention_f32", lm_cuda_attention_source, &s->code);
+}
+
+static loom_status sort_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary) {
+  (void)p, (void)vary;
+  return lm_cuda_library_code(dev, "lm_sort_rows", lm_cuda_sort_source, &s->code);
+}
+
+/* A kernel step's code: the shape-generic kernel serving it, when its shape
+ * has one; with its deferred GEMM fused in, when it has one. vary: the sizes
+ * a plan template's kernel reads at run time (NULL: as the shape records
+ * say). */
+static loom_status kernel_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary) {
   lm_code **code = &s->code;
   char name[40];
-  loom_status st;
-  const lm_gemm *gm = s->kind == LM_STEP_GEMM ? &s->gemm
-                      : s->gemm_partner >= 0  ? &p->steps[s->gemm_partner].gemm
-                                              : NULL;
-  if (gm && gm->in_dtype != gm->dtype) /* the frontend widens them for CUDA */
-    return lm_fail(LOOM_ERR_DTYPE,
-                   "loom_realize: CUDA's GEMM takes F32 or F64 operands, not %s (a product "
-                   "recorded for the CPU; cast the operands to F32 first)",
-                   loom_dtype_name(gm->in_dtype));
-  if (s->kind == LM_STEP_GEMM) {
-    snprintf(name, sizeof name, "lm_gemm_%s_%c%c", loom_dtype_name(s->gemm.dtype),
-             s->gemm.a_trans ? 't' : 'n', s->gemm.b_trans ? 't' : 'n');
-    st = find_code(dev, name, gemm_source, &s->gemm, code, NULL);
-  } else if (s->kind == LM_STEP_ATTENTION && s->attn.backward) {
-    st = library_code(dev, "lm_attention_grad_f32", lm_cuda_attention_grad_source, code);
-  } else if (s->kind == LM_STEP_ATTENTION) {
-    st = library_code(dev, "lm_attention_f32", lm_cuda_attention_source, code);
-  } else if (s->kind == LM_STEP_SORT) {
-    st = library_code(dev, "lm_sort_rows", lm_cuda_sort_source, code);
-  } else if (s->kind == LM_STEP_SCAN) {
-    st = library_code(dev, "lm_scan_rows", lm_cuda_scan_source, code);
+  const lm_gemm *gm = s->gemm_partner >= 0 ? &p->steps[s->gemm_partner].gemm : NULL;
+  lk_kernel generic;
+  int64_t *sizes = NULL;
+  loom_status st =
+      vary ? lm_kernel_generic_lifted("loom_program_run", &s->kernel, vary, &generic, &sizes)
+           : lm_kernel_generalized(&s->kernel, LM_GENERIC_CUDA, &generic, &sizes);
+  if (st != LOOM_OK) return st;
+  if (sizes && generic.nsizes > LM_CUDA_MAX_SIZES) { /* the template checked */
+    free(generic.inst);
+    free(sizes);
+    return lm_fail(LOOM_ERR_INTERNAL,
+                   "loom_program_run: a CUDA kernel reading %d sizes at run time (at most %d)",
+                   generic.nsizes, LM_CUDA_MAX_SIZES);
+  }
+  const lk_kernel *k = sizes ? &generic : &s->kernel;
+  lm_stat how;
+  if (gm) { /* with its deferred GEMM fused in */
+    fused_ctx f = {k, s->gemm_slot, gm};
+    lm_cuda_gemm_epilogue_name(k, s->gemm_slot, gm->dtype, gm->a_trans, gm->b_trans, name);
+    st = find_code(dev, name, fused_source, &f, code, &how);
   } else {
-    /* the shape-generic kernel serving this one, when its shape has one */
-    lk_kernel generic;
-    int64_t *sizes = NULL;
-    st = vary ? lm_kernel_generic_lifted("loom_program_run", &s->kernel, vary, &generic, &sizes)
-              : lm_kernel_generalized(&s->kernel, LM_GENERIC_CUDA, &generic, &sizes);
-    if (st != LOOM_OK) return st;
-    if (sizes && generic.nsizes > LM_CUDA_MAX_SIZES) { /* the template checked */
-      free(generic.inst);
-      free(sizes);
-      return lm_fail(LOOM_ERR_INTERNAL,
-                     "loom_program_run: a CUDA kernel reading %d sizes at run time (at most %d)",
-                     generic.nsizes, LM_CUDA_MAX_SIZES);
-    }
-    const lk_kernel *k = sizes ? &generic : &s->kernel;
-    lm_stat how;
-    if (s->gemm_partner >= 0) { /* with its deferred GEMM fused in */
-      fused_ctx f = {k, s->gemm_slot, gm};
-      lm_cuda_gemm_epilogue_name(k, s->gemm_slot, gm->dtype, gm->a_trans, gm->b_trans, name);
-      st = find_code(dev, name, fused_source, &f, code, &how);
+    lk_hash h = lk_kernel_hash(k);
+    snprintf(name, sizeof name, "lk_%016" PRIx64 "%016" PRIx64, h.hi, h.lo);
+    st = find_code(dev, name, kernel_source, k, code, &how);
+  }
+  if (sizes) {
+    free(generic.inst);
+    if (st == LOOM_OK) {
+      lm_generic_counted(how);
+      s->sizes = sizes, s->nsizes = generic.nsizes;
     } else {
-      lk_hash h = lk_kernel_hash(k);
-      snprintf(name, sizeof name, "lk_%016" PRIx64 "%016" PRIx64, h.hi, h.lo);
-      st = find_code(dev, name, kernel_source, k, code, &how);
-    }
-    if (sizes) {
-      free(generic.inst);
-      if (st == LOOM_OK) {
-        lm_generic_counted(how);
-        s->sizes = sizes, s->nsizes = generic.nsizes;
-      } else {
-        free(sizes);
-      }
+      free(sizes);
     }
   }
-  s->device_code = st == LOOM_OK ? lm_code_fn(*code) : NULL;
   return st;
 }
 
+static loom_status step_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary);
 /* A program's CUDA code compiles on the pool's threads, one step at a time
  * each (NVRTC takes about 70 ms a kernel on an H200's host: GPT-2 124M's 41
  * steps were 2.9 s of its 4.1 s first step, one after another). A step that
@@ -323,10 +326,7 @@ typedef struct cuda_compile_job {
 #define COMPILE_IN_PARALLEL 1
 #endif
 
-static bool compiles(const lm_step *s) {
-  /* collectives run through the host (runtime/exec.c), checks on it */
-  return s->kind != LM_STEP_COLLECTIVE && s->kind != LM_STEP_CHECK;
-}
+static bool compiles(const lm_step *s);
 
 static void compile_steps(void *ctx, int64_t begin, int64_t end) {
   (void)begin, (void)end;
@@ -394,7 +394,12 @@ static loom_status launch(const lm_exec *x, const cuda_code *c, unsigned gx, uns
   return LOOM_OK;
 }
 
-static uint64_t ptr_value(const void *p) { return (uint64_t)(uintptr_t)p; }
+static uint64_t ptr_value(const void *p) { return lm_cuda_ptr(p); }
+
+loom_status lm_cuda_launch_step(const lm_exec *x, const lm_step *s, unsigned grid, uint64_t *values,
+                                int nvalues) {
+  return launch(x, s->device_code, grid, 1, 1, values, nvalues);
+}
 
 /* A GEMM's batch dims as at most two, outer and inner, each with its stride
  * in A and in B (elements): adjacent dims merge where both operands step
@@ -519,7 +524,7 @@ static loom_status kernel_step(const lm_exec *x, const lm_step *s) {
   return st;
 }
 
-/* Fused attention (cuda_attention.c's kernel): its buffers and numbers, one
+/* Fused attention (cuda_attention.cu's kernel): its buffers and numbers, one
  * block per `rows` query rows of a batch index (8; for fewer queries, as
  * decoding's one, the fewest power of two holding them, so the block's spare
  * warps split the keys), up to BLOCKS_PER_SM per multiprocessor (the kernel
@@ -538,14 +543,14 @@ static int attention_layout(const lm_attention *a, int operands, uint64_t *v, in
 
 /* Blocks for `items` work items: up to BLOCKS_PER_SM per multiprocessor (the
  * kernels stride over the rest). */
-static unsigned grid_for(const lm_exec *x, int64_t items) {
+unsigned lm_cuda_grid_for(const lm_exec *x, int64_t items) {
   int64_t cap = BLOCKS_PER_SM;
   const lm_cu_device *dev = lm_cu_device_at(x->device.index);
   if (dev && dev->multiprocessors > 0) cap *= dev->multiprocessors;
   return (unsigned)(items < cap ? items : cap);
 }
 
-/* Attention's backward (cuda_attention.c's lm_attention_grad_f32): phase 0
+/* Attention's backward (cuda_attention_grad.cu's lm_attention_grad_f32): phase 0
  * over query rows (dq, and each row's log-sum-exp and delta into scratch),
  * then phase 1 over key rows (dk, dv), each 8 rows a block over the rows of
  * the output's [.., 3, T, W] parts. */
@@ -573,7 +578,7 @@ static loom_status attention_grad_step(const lm_exec *x, const lm_step *s) {
   n = attention_layout(a, LM_ATTENTION_OPERANDS, v, n);
   for (uint64_t phase = 0; phase < 2 && st == LOOM_OK; phase++) {
     v[0] = phase;
-    st = launch(x, s->device_code, grid_for(x, items), 1, 1, v, n);
+    st = launch(x, s->device_code, lm_cuda_grid_for(x, items), 1, 1, v, n);
   }
   lm_cuda_free(x->device.index, stats, bytes ? bytes : 1); /* reused only behind these */
   return st;
@@ -597,7 +602,7 @@ static loom_status attention_step(const lm_exec *x, const lm_step *s) {
                           a->causal, a->mask, a->mask_stride, items, rows};
   for (size_t i = 0; i < sizeof head / sizeof *head; i++) v[n++] = (uint64_t)head[i];
   n = attention_layout(a, 4, v, n);
-  return launch(x, s->device_code, grid_for(x, items), 1, 1, v, n);
+  return launch(x, s->device_code, lm_cuda_grid_for(x, items), 1, 1, v, n);
 }
 
 /* A sort (cuda_sort.c's kernel): a block per LM_CUDA_BLOCK values of a row,
@@ -614,53 +619,8 @@ static loom_status sort_step(const lm_exec *x, const lm_step *s) {
                   so->descending,
                   (uint64_t)so->rows};
   int64_t items = so->rows * ((so->n + LM_CUDA_BLOCK - 1) / LM_CUDA_BLOCK);
-  return launch(x, s->device_code, grid_for(x, items), 1, 1, v, (int)(sizeof v / sizeof *v));
-}
-
-/* A scan (cuda_scan.cu's kernel): rows (inner 1) a block per part of a row,
- * other dims a thread per part of a chain. Where the chains are too few to
- * give each multiprocessor SCAN_BLOCKS_PER_SM blocks, each is cut into parts
- * (of at least a tile, 2,048 values, in a row; 64 values otherwise; at most
- * SCAN_MAX_PARTS): their totals into scratch first (phase 0), then the sums
- * (phase 1). */
-#define SCAN_BLOCKS_PER_SM 4
-#define SCAN_MAX_PARTS 1024
-static loom_status scan_step(const lm_exec *x, const lm_step *s) {
-  const lm_scan *sc = &s->scan;
-  if (s->outer == 0) return LOOM_OK;
-  const lm_cu_device *dev = lm_cu_device_at(x->device.index);
-  int64_t wanted =
-      SCAN_BLOCKS_PER_SM * (dev && dev->multiprocessors > 0 ? dev->multiprocessors : 1);
-  bool rows = sc->inner == 1;
-  int64_t chains = sc->outer * sc->inner, per = rows ? 1 : LM_CUDA_BLOCK;
-  int64_t parts = 1, shortest = rows ? 2048 : 64;
-  if (chains < wanted * per && sc->n >= 2 * shortest) {
-    parts = (wanted * per + chains - 1) / chains;
-    if (parts > sc->n / shortest) parts = sc->n / shortest;
-    if (parts > SCAN_MAX_PARTS) parts = SCAN_MAX_PARTS;
-  }
-  size_t bytes = parts > 1 ? sizeof(uint64_t) * (size_t)(chains * parts) : 0;
-  void *partial = NULL;
-  loom_status st =
-      bytes ? lm_cuda_alloc("loom_realize", x->device.index, bytes, &partial) : LOOM_OK;
-  if (st != LOOM_OK) return st;
-  uint64_t v[] = {0,
-                  ptr_value(x->bufs[s->out]),
-                  ptr_value(x->bufs[sc->in_pos]),
-                  ptr_value(partial),
-                  (uint64_t)sc->n,
-                  (uint64_t)sc->inner,
-                  (uint64_t)sc->outer,
-                  (uint64_t)parts,
-                  (uint64_t)sc->dtype,
-                  sc->reverse};
-  int64_t items = rows ? chains * parts : (chains * parts + LM_CUDA_BLOCK - 1) / LM_CUDA_BLOCK;
-  for (uint64_t phase = parts > 1 ? 0 : 1; phase < 2 && st == LOOM_OK; phase++) {
-    v[0] = phase;
-    st = launch(x, s->device_code, grid_for(x, items), 1, 1, v, (int)(sizeof v / sizeof *v));
-  }
-  if (bytes) lm_cuda_free(x->device.index, partial, bytes); /* reused only behind these */
-  return st;
+  return launch(x, s->device_code, lm_cuda_grid_for(x, items), 1, 1, v,
+                (int)(sizeof v / sizeof *v));
 }
 
 /* A check (runtime/check_cpu.c) on the host: the source copied down (which
@@ -682,8 +642,42 @@ static loom_status check_step(const lm_exec *x, const lm_step *s) {
   return st;
 }
 
-static const lm_step_runner cuda_runner = {kernel_step, gemm_step, attention_step,
-                                           sort_step,   scan_step, check_step};
+/* How a CUDA device runs each kind of step (runtime/step_kinds.h has the
+ * CPU's), in lm_step_kind's order; a library op in a folder of its own has
+ * its row there (ops/<op>/<op>_cuda.c). */
+static const lm_cuda_step_kind kernel_kind = {kernel_step, kernel_code};
+static const lm_cuda_step_kind gemm_kind = {gemm_step, gemm_code};
+static const lm_cuda_step_kind attention_kind = {attention_step, attention_code};
+static const lm_cuda_step_kind sort_kind = {sort_step, sort_code};
+static const lm_cuda_step_kind check_kind = {check_step, NULL}; /* on the host */
+static const lm_cuda_step_kind collective_kind = {NULL, NULL};  /* runtime/exec.c's */
+static const lm_cuda_step_kind *const cuda_step_kinds[] = {
+    &kernel_kind,       &gemm_kind,  &attention_kind,  &sort_kind,
+    &lm_scan_cuda_kind, &check_kind, &collective_kind,
+};
+_Static_assert(sizeof cuda_step_kinds / sizeof *cuda_step_kinds == LM_STEP_KINDS,
+               "every lm_step_kind has its row in cuda_step_kinds, in the enum's order");
+
+static bool compiles(const lm_step *s) { return cuda_step_kinds[s->kind]->code != NULL; }
+
+static loom_status step_code(const lm_plan *p, lm_step *s, int dev, const unsigned char *vary) {
+  const lm_gemm *gm = s->kind == LM_STEP_GEMM ? &s->gemm
+                      : s->kind == LM_STEP_KERNEL && s->gemm_partner >= 0
+                          ? &p->steps[s->gemm_partner].gemm
+                          : NULL;
+  if (gm && gm->in_dtype != gm->dtype) /* the frontend widens them for CUDA */
+    return lm_fail(LOOM_ERR_DTYPE,
+                   "loom_realize: CUDA's GEMM takes F32 or F64 operands, not %s (a product "
+                   "recorded for the CPU; cast the operands to F32 first)",
+                   loom_dtype_name(gm->in_dtype));
+  loom_status st = cuda_step_kinds[s->kind]->code(p, s, dev, vary);
+  s->device_code = st == LOOM_OK ? lm_code_fn(s->code) : NULL;
+  return st;
+}
+
+static loom_status cuda_step(const lm_exec *x, const lm_step *s) {
+  return cuda_step_kinds[s->kind]->run(x, s);
+}
 
 /* The Philox keys the kernels read, copied to the device: keys[pos] becomes
  * a device pointer to the two words. */
@@ -719,7 +713,7 @@ loom_status lm_cuda_exec_run(const lm_exec *x) {
   if (st == LOOM_OK) {
     lm_exec y = *x;
     y.keys = dkeys;
-    st = lm_exec_steps(&y, &cuda_runner);
+    st = lm_exec_steps(&y, cuda_step);
   }
   lm_cuda_free(x->device.index, keybuf, keybytes); /* reused only behind this run's kernels */
   free(dkeys);

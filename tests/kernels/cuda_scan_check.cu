@@ -1,6 +1,6 @@
 /*
- * backends/nvrtc/cuda_scan.cu's kernel against the CPU's scan
- * (runtime/scan_cpu.c) on a GPU, without loom: the kernel compiled by nvcc
+ * ops/scan/scan.cu's kernel against the CPU's scan
+ * (ops/scan/scan_cpu.c) on a GPU, without loom: the kernel compiled by nvcc
  * rather than NVRTC, launched as runtime/cuda/cuda_exec.c launches it, on a
  * few shapes, dtypes, directions and part counts. The model is llm.c's
  * dev/cuda: a kernel file and a small check against a CPU version, so that
@@ -8,7 +8,7 @@
  * on every CI machine (no GPU there); tools/gpu_check.sh runs it on a GPU.
  *
  * Built as
- *   cc -std=c11 -O2 -c runtime/scan_cpu.c -Dlm_scan_parts=cpu_scan_parts \
+ *   cc -std=c11 -O2 -c ops/scan/scan_cpu.c -Dlm_scan_parts=cpu_scan_parts \
  *      -Dlm_scan_items=cpu_scan_items -Dlm_scan_sums=cpu_scan_sums \
  *      -Dlm_scan_rows=cpu_scan_rows -o scan_cpu.o
  *   nvcc -arch=sm_80 -o cuda_scan_check tests/kernels/cuda_scan_check.cu scan_cpu.o
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../backends/nvrtc/cuda_scan.cu"
+#include "../../ops/scan/scan.cu"
 
 extern "C" {
 int64_t cpu_scan_parts(const int64_t *num);

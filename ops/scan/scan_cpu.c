@@ -20,7 +20,7 @@
  * values, each is cut into up to ceil(SCAN_CHAINS / chains) parts of at
  * least SCAN_MIN_PART values, scanned in two passes: each part's total into
  * the caller's array (lm_scan_sums; fewer than 2 SCAN_CHAINS totals, within
- * runtime/scan_step.h's LM_SCAN_MAX_PARTIALS), then each part's running sums from
+ * ops/scan/scan_step.h's LM_SCAN_MAX_PARTIALS), then each part's running sums from
  * the totals of the parts before it in the scan's order (lm_scan_rows): so
  * a long row has work for every thread.
  *
@@ -36,7 +36,7 @@
 
 /* The numbers a scan reads (lm_scan_numbers writes them). */
 enum { SCAN_N, SCAN_INNER, SCAN_OUTER, SCAN_DTYPE, SCAN_REVERSE, SCAN_NUMBERS };
-/* loom_dtype's values (runtime/scan_step.c checks that they are). */
+/* loom_dtype's values (ops/scan/scan_step.c checks that they are). */
 enum { SCAN_F32 = 0, SCAN_F64 = 1, SCAN_I64 = 3 };
 
 #define SCAN_CHAINS 64

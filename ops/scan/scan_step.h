@@ -1,12 +1,14 @@
-/* The scan step (LM_STEP_SCAN, running sums) on the CPU: the kernel-shaped
- * entry points of runtime/scan_cpu.c for a scan's two passes, their work
- * items, and the numbers they read, made from a step (runtime/scan_step.c). */
-#ifndef LOOM_RUNTIME_SCAN_STEP_H
-#define LOOM_RUNTIME_SCAN_STEP_H
+/* The scan step (LM_STEP_SCAN, running sums) at the runtime layer: the
+ * kernel-shaped entry points of ops/scan/scan_cpu.c for a scan's two passes,
+ * their work items, the numbers they read, made from a step, and the scan's
+ * row of the runtime's step kinds (ops/scan/scan_step.c). */
+#ifndef LOOM_OPS_SCAN_STEP_H
+#define LOOM_OPS_SCAN_STEP_H
 
 #include <stdint.h>
 
 #include "passes/passes.h"
+#include "runtime/step_kinds.h"
 
 #define LM_SCAN_NUMBERS 5
 /* The parts' totals a scan keeps between its passes, at most: scan_cpu.c
@@ -28,7 +30,7 @@ void lm_scan_numbers(const lm_scan *s, int64_t num[LM_SCAN_NUMBERS]);
 /* A step's work, as counted to decide whether it runs on threads. */
 int64_t lm_scan_work(const lm_scan *s);
 
-/* runtime/scan_cpu.c's text (generated at build time), for exports */
-extern const char lm_scan_cpu_source[];
+/* Its row of lm_step_kind_runtimes (runtime/step_kinds.h). */
+extern const lm_step_kind_runtime lm_scan_step_runtime;
 
 #endif

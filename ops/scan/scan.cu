@@ -1,8 +1,8 @@
 /*
- * The scan kernel of LM_STEP_SCAN on CUDA (cuda_scan.c puts the prelude
+ * The scan kernel of LM_STEP_SCAN on CUDA (ops/scan/scan_nvrtc.c puts the prelude
  * before it; runtime/cuda/cuda_exec.c launches it): the running sums of a
  * stored source read as [outer, n, inner] around the scanned dim, the same
- * sums as the CPU's (runtime/scan_cpu.c): F32 summed in double and rounded
+ * sums as the CPU's (ops/scan/scan_cpu.c): F32 summed in double and rounded
  * once, F64 in double, I64 in unsigned 64 bits (an overflow wraps); reversed,
  * from the dim's end. A sum takes only the values before it in the scan's
  * order, so NaN and inf reach only the sums after them.
