@@ -21,8 +21,8 @@ static const lm_step_kind_io gemm_io = {
 static const char *const attention_fns[] = {"lm_attention_f32", "lm_attention_f32_items",
                                             "lm_attention_grad_f32", "lm_attention_grad_f32_items",
                                             "lm_attention_f32_numbers"};
-static const lm_export_kernel attention_kernel = {"runtime/attention_cpu.c",
-                                                  lm_attention_cpu_source, attention_fns, 5, true};
+static const lm_export_kernel attention_kernel = {
+    "runtime/attention_cpu.c", lm_attention_cpu_source, LM_EXPORT_FNS(attention_fns), true};
 static const lm_step_kind_io attention_io = {
     .write_text = lm_attention_write_text,
     .write_export = lm_attention_write_export,
@@ -30,8 +30,8 @@ static const lm_step_kind_io attention_io = {
 };
 
 static const char *const sort_fns[] = {"lm_sort_rows", "lm_sort_items"};
-static const lm_export_kernel sort_kernel = {"runtime/sort_cpu.c", lm_sort_cpu_source, sort_fns, 2,
-                                             false};
+static const lm_export_kernel sort_kernel = {"runtime/sort_cpu.c", lm_sort_cpu_source,
+                                             LM_EXPORT_FNS(sort_fns), false};
 static const lm_step_kind_io sort_io = {
     .write_text = lm_sort_write_text,
     .write_export = lm_sort_write_export,
@@ -39,8 +39,8 @@ static const lm_step_kind_io sort_io = {
 };
 
 static const char *const check_fns[] = {"lm_check_values"};
-static const lm_export_kernel check_kernel = {"runtime/check_cpu.c", lm_check_cpu_source, check_fns,
-                                              1, false};
+static const lm_export_kernel check_kernel = {"runtime/check_cpu.c", lm_check_cpu_source,
+                                              LM_EXPORT_FNS(check_fns), false};
 static const lm_step_kind_io check_io = {
     .write_text = lm_check_write_text,
     .write_export = lm_check_write_export,

@@ -39,6 +39,8 @@ typedef struct lm_export_kernel {
   int nfns;
   bool contract; /* compiled with -ffp-contract=fast, as in libloom */
 } lm_export_kernel;
+/* fns and nfns of an lm_export_kernel from an array of names */
+#define LM_EXPORT_FNS(names) names, (int)(sizeof names / sizeof *names)
 
 /* ------------------------------------------------------------ the table */
 

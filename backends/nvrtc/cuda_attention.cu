@@ -97,17 +97,12 @@ extern "C" __global__ void __launch_bounds__(256)
         if (how == 1) s = ((const unsigned char *)mask)[at] ? s : -LM_INF_F;
         if (how == 2) s += ((const float *)mask)[at];
       }
-      float top = s;
-      for (int o = 16; o > 0; o /= 2) {
-        const float other = __shfl_xor_sync(LM_FULL_MASK, top, o);
-        top = other > top ? other : top;
-      }
+      const float top = lm_warp_max(s);
       const float grown = top > max ? top : max;
       /* a row that has seen nothing yet shifts by 0: its terms are 0 */
       const float shift = grown == -LM_INF_F ? 0.0f : grown;
       const float p = expf(s - shift), rescale = expf(max - shift);
-      float total = p;
-      for (int o = 16; o > 0; o /= 2) total += __shfl_xor_sync(LM_FULL_MASK, total, o);
+      const float total = lm_warp_sum(p);
       sum = sum * rescale + total;
       max = grown;
       ps[warp][lane] = p;

@@ -38,11 +38,6 @@ __device__ __forceinline__ float lm_attn_score(const float *a, const float *b, l
   return s;
 }
 
-__device__ __forceinline__ float lm_warp_sum(float x) {
-  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(LM_FULL_MASK, x, o);
-  return x;
-}
-
 extern "C" __global__ void __launch_bounds__(256) lm_attention_grad_f32(
     long long phase, float *out, const float *q, const float *k, const float *v, const void *mask,
     const float *o, const float *g, float *stats, long long scale_bits, long long nbatch,
@@ -106,11 +101,7 @@ extern "C" __global__ void __launch_bounds__(256) lm_attention_grad_f32(
         const float s = j < keys ? lm_attn_score(xs[warp], k + off[1] + j * rs[1], d, scale, mask,
                                                  how, off[3] + i * rs[3] + j * mc)
                                  : -LM_INF_F;
-        float top = s;
-        for (int u = 16; u > 0; u /= 2) {
-          const float other = __shfl_xor_sync(LM_FULL_MASK, top, u);
-          top = other > top ? other : top;
-        }
+        const float top = lm_warp_max(s);
         const float grown = top > max ? top : max;
         const float shift = grown == -LM_INF_F ? 0.0f : grown;
         sum = sum * expf(max - shift) + lm_warp_sum(expf(s - shift));

@@ -161,6 +161,18 @@ LM_DEV unsigned char lm_shfl(unsigned char v, int o) {
   return (unsigned char)__shfl_xor_sync(LM_FULL_MASK, (int)v, o);
 }
 LM_DEV bool lm_shfl(bool v, int o) { return __shfl_xor_sync(LM_FULL_MASK, (int)v, o) != 0; }
+// A warp's sum and largest value, in every lane (attention's rows of scores).
+LM_DEV float lm_warp_sum(float x) {
+  for (int o = 16; o > 0; o /= 2) x += lm_shfl(x, o);
+  return x;
+}
+LM_DEV float lm_warp_max(float x) {
+  for (int o = 16; o > 0; o /= 2) {
+    const float other = lm_shfl(x, o);
+    x = other > x ? other : x;
+  }
+  return x;
+}
 
 // Math. Double: CUDA's functions. Float: CUDA's float functions, or in double
 // rounded once with LM_PRECISE_F32 (the CPU's way).

@@ -43,7 +43,7 @@ static void write_export(const lm_export_layout *l, int i, FILE *f) {
 static const char *const export_fns[] = {"lm_scan_sums", "lm_scan_rows", "lm_scan_items",
                                          "lm_scan_parts"};
 static const lm_export_kernel export_kernel = {"ops/scan/scan_cpu.c", lm_scan_cpu_source,
-                                               export_fns, 4, false};
+                                               LM_EXPORT_FNS(export_fns), false};
 
 const lm_step_kind_io lm_scan_step_io = {
     .write_text = write_text,
