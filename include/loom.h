@@ -779,6 +779,39 @@ loom_program *loom_program_load(const char *path);
  * changes with the sizes (docs/api.md, "Exported libraries"). */
 loom_status loom_program_export(const loom_program *p, const char *dir, const char *name);
 
+/* ------------------------------------------------------------------ ONNX models */
+
+/* A dim of the model's inputs given a size at import: the ONNX dim_param
+ * `name` (or "<input>_dim<axis>" for a dim with neither value nor name). */
+typedef struct loom_onnx_dim {
+  const char *name;
+  int64_t size;
+} loom_onnx_dim;
+/* An input of the model given its value at import: it becomes a constant
+ * (its shape and dtype those the model declares) and the program does not
+ * take it. For inputs that size things (a Reshape's shape, a Slice's bounds):
+ * loom compiles shapes, so their values must be known when it does. */
+typedef struct loom_onnx_input {
+  const char *name;
+  loom_tensor *value;
+} loom_onnx_input;
+/* Options (NULL for all defaults): dims fixes symbolic dims, so that the
+ * program takes only those sizes there; inputs fixes inputs' values. */
+typedef struct loom_onnx_opts {
+  const loom_onnx_dim *dims;
+  int ndims;
+  const loom_onnx_input *inputs;
+  int ninputs;
+} loom_onnx_opts;
+/* An ONNX model (ai.onnx opsets 7 to 27) as a compiled program: its inputs in
+ * the model's order (graph inputs that are also initializers are weights), its
+ * outputs in the model's order, its initializers as weights. Dims named by a
+ * dim_param (or without a value) become the program's symbols, named as in the
+ * model (letters, digits and '_' kept, others made '_'). NULL on failure:
+ * loom_last_error names the file, the node, its op and the reason; a model
+ * with ops loom does not import names every such node (docs/onnx.md). */
+loom_program *loom_onnx_load(const char *path, const loom_onnx_opts *opts);
+
 /* ------------------------------------------------------------------ distributed */
 
 /* Processes over MPI, opened at run time (libloom_mpi.so: $LOOM_MPI_PLUGIN,

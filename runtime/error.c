@@ -11,6 +11,7 @@ static _Thread_local loom_status first_status;
 static _Thread_local char first_message[1024];
 /* The latest error reported on this thread, for lm_error_recorded. */
 static _Thread_local char recent_message[1024];
+static _Thread_local loom_status recent_status;
 /* Inside trial work (lm_errors_quiet_begin): failures are answers. */
 static _Thread_local int quiet;
 /* The public op the user called, while it runs others, is ir/'s recording
@@ -93,6 +94,7 @@ void lm_errors_quiet_end(void) { quiet--; }
 
 static void report(loom_status status, const char *message) {
   snprintf(recent_message, sizeof recent_message, "%s", message);
+  recent_status = status;
   if (quiet) return;
   if (first_status == LOOM_OK) {
     first_status = status;
@@ -155,6 +157,11 @@ loom_tensor *lm_error(loom_status status, const char *fmt, ...) {
 }
 
 loom_tensor *lm_error_recorded(loom_status status) { return error_tensor(status, recent_message); }
+
+loom_status lm_recent_error(const char **message) {
+  *message = recent_message;
+  return recent_status;
+}
 
 bool lm_is_static_error(const loom_tensor *t) { return t == &oom_tensor; }
 

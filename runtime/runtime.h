@@ -81,6 +81,8 @@ bool lm_called_by_user(const char *op);
  * error handler nor aborted on (LOOM_ABORT_ON_ERROR). They nest. */
 void lm_errors_quiet_begin(void);
 void lm_errors_quiet_end(void);
+/* The latest error reported on this thread, quiet or not, and its message. */
+loom_status lm_recent_error(const char **message);
 loom_status lm_fail(loom_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 loom_status lm_failv(loom_status status, const char *fmt, va_list ap);
 

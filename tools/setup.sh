@@ -2,8 +2,10 @@
 # Installs the Debian packages loom needs to build and test, when missing.
 set -euo pipefail
 # libopenmpi-dev and openmpi-bin: the MPI plugin (libloom_mpi.so) and its tests
+# libprotobuf-c-dev and protobuf-c-compiler: reading ONNX models (io/onnx/onnx.proto)
+# python3-venv: the project's virtual environment (.venv, below)
 packages=(build-essential cmake llvm-dev libopenblas-dev libxxhash-dev libjansson-dev zlib1g-dev
-  libopenmpi-dev openmpi-bin)
+  libopenmpi-dev openmpi-bin libprotobuf-c-dev protobuf-c-compiler python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -14,4 +16,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# The project's Python packages (tools/requirements.txt, pinned) in .venv, never in the
+# system's Python: the onnx package holds ONNX's node tests (tests/test_onnx_node.c).
+# Remade when the requirements change.
+stamp=.venv/requirements.txt
+if ! cmp -s tools/requirements.txt "$stamp" 2>/dev/null; then
+  echo "setup: installing tools/requirements.txt into .venv"
+  rm -rf .venv
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -r tools/requirements.txt
+  cp tools/requirements.txt "$stamp"
 fi

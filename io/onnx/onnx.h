@@ -1,0 +1,135 @@
+/* ONNX import (docs/onnx.md): the internal header, a section per file. */
+#ifndef LOOM_IO_ONNX_H
+#define LOOM_IO_ONNX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom.h"
+#include "onnx.pb-c.h"
+
+/* The newest ai.onnx opset whose semantics the op table follows, and the oldest read. */
+#define ONNX_OPSET_MIN 7
+#define ONNX_OPSET_MAX 27
+/* Caps on what a model may ask of the importer: an absurd model is refused
+ * before it allocates. */
+#define ONNX_MAX_FILE_BYTES ((size_t)2 << 30) /* protobuf's own limit */
+#define ONNX_MAX_NODE_IO 64
+#define ONNX_MAX_NESTING 64
+
+/* ------------------------------------------------------------ onnx_read.c */
+
+/* A model file, parsed. */
+typedef struct onnx_file {
+  const char *path;
+  char *dir; /* the model's folder: external data is read relative to it */
+  Onnx__ModelProto *model;
+  int64_t opset; /* of the ai.onnx domain */
+} onnx_file;
+
+/* Reads and parses path (LOOM_OK, or a status with the reason in why). */
+loom_status onnx_file_read(onnx_file *f, const char *path, char *why, size_t why_len);
+void onnx_file_close(onnx_file *f);
+/* The loom dtype of an ONNX TensorProto.DataType, or -1 with its name in *name. */
+int onnx_dtype_to_loom(int32_t onnx_type, const char **name);
+/* A TensorProto's value as a realized CPU tensor. dir is where external data
+ * lives (NULL refuses external data). NULL with the reason in why. */
+loom_tensor *onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *dir, char *why,
+                                    size_t why_len);
+
+/* ------------------------------------------------------------ onnx_import.c */
+
+/* A value of the graph while it is imported. */
+typedef struct onnx_value {
+  const char *name;
+  loom_tensor *t; /* one reference, released when the import ends */
+  /* Computed from no input of the model: its data is known at import (a
+   * constant, an initializer, a shape of fixed dims); read it with onnx_ints. */
+  bool known;
+  /* Known only at the traced sizes of the model's symbolic dims (a Shape of a
+   * tensor that follows a symbol, and what is computed from it): it may size
+   * things, which loom follows symbolically, but not be data. */
+  bool traced;
+  /* Follows a symbolic dim of an input. */
+  bool symbolic;
+} onnx_value;
+
+typedef struct onnx_import onnx_import;
+
+/* One node while its op builds it. */
+typedef struct onnx_node {
+  onnx_import *im;
+  const Onnx__NodeProto *proto;
+  int64_t opset;
+  int nin, nout;
+  onnx_value *in[ONNX_MAX_NODE_IO]; /* NULL for an omitted optional input */
+  loom_tensor *out[ONNX_MAX_NODE_IO];
+  uint64_t data_reads; /* a bit per input read as data (onnx_in), not as numbers */
+  char why[512];
+} onnx_node;
+
+/* Refuses the node: why names the reason; returns status. */
+loom_status onnx_refuse(onnx_node *n, loom_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Input i as a tensor for data (NULL when omitted); refused when its value is
+ * only known at traced sizes. */
+loom_tensor *onnx_in(onnx_node *n, int i);
+bool onnx_has_in(const onnx_node *n, int i);
+/* Input i's values read at import as int64 (at most cap of them); refused when
+ * the input is computed from the model's inputs. */
+loom_status onnx_ints(onnx_node *n, int i, int64_t *out, int cap, int *count);
+loom_status onnx_doubles(onnx_node *n, int i, double *out, int cap, int *count);
+/* Attributes; a default where absent. */
+const Onnx__AttributeProto *onnx_attr(const onnx_node *n, const char *name);
+int64_t onnx_attr_int(const onnx_node *n, const char *name, int64_t fallback);
+double onnx_attr_float(const onnx_node *n, const char *name, double fallback);
+/* The string attribute (NUL-terminated copy in buf), or fallback. */
+const char *onnx_attr_string(const onnx_node *n, const char *name, const char *fallback, char *buf,
+                             size_t len);
+/* The ints attribute into out (at most cap); *count -1 when absent. */
+loom_status onnx_attr_ints(onnx_node *n, const char *name, int64_t *out, int cap, int *count);
+loom_status onnx_attr_floats(onnx_node *n, const char *name, double *out, int cap, int *count);
+/* An axis attribute or value normalized for rank (negative counts from the
+ * end); refused outside [-rank, rank). */
+loom_status onnx_axis(onnx_node *n, int64_t axis, int rank, int *out);
+/* Sets output i, taking the reference. */
+void onnx_out(onnx_node *n, int i, loom_tensor *t);
+
+/* ------------------------------------------------------------ onnx_ops*.c */
+
+typedef loom_status (*onnx_op_fn)(onnx_node *n);
+typedef struct onnx_op {
+  const char *op_type;
+  onnx_op_fn build;
+  /* The name new nodes are recorded under (lm_node.made_by) and errors start with. */
+  const char *label;
+  unsigned flags;
+} onnx_op;
+enum {
+  ONNX_RANDOM = 1,      /* its outputs are never known at import */
+  ONNX_READS_SHAPE = 2, /* its outputs are its input's sizes (Shape, Size) */
+};
+#define ONNX_OP(name, fn)                                                                          \
+  { #name, fn, "ONNX " #name, 0 }
+#define ONNX_OP_FLAGS(name, fn, flags)                                                             \
+  { #name, fn, "ONNX " #name, flags }
+
+/* The op table: every op the importer builds, in families. NULL when unknown. */
+const onnx_op *onnx_find_op(const char *op_type);
+extern const onnx_op onnx_ops_elementwise[];
+extern const int onnx_ops_elementwise_count;
+extern const onnx_op onnx_ops_tensor[];
+extern const int onnx_ops_tensor_count;
+extern const onnx_op onnx_ops_nn[];
+extern const int onnx_ops_nn_count;
+extern const onnx_op onnx_ops_reduce[];
+extern const int onnx_ops_reduce_count;
+
+/* Helpers the families share (onnx_ops.c). */
+int onnx_rank(const loom_tensor *t);
+loom_shape onnx_shape(const loom_tensor *t);
+/* A 0-d tensor of dtype holding value. */
+loom_tensor *onnx_scalar_like(double value, const loom_tensor *like);
+
+#endif

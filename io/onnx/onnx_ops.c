@@ -1,0 +1,29 @@
+/* The op table's lookup, and helpers every op family uses. */
+#include <string.h>
+
+#include "io/onnx/onnx.h"
+
+static const struct {
+  const onnx_op *ops;
+  const int *count;
+} families[] = {
+    {onnx_ops_elementwise, &onnx_ops_elementwise_count},
+    {onnx_ops_tensor, &onnx_ops_tensor_count},
+    {onnx_ops_nn, &onnx_ops_nn_count},
+    {onnx_ops_reduce, &onnx_ops_reduce_count},
+};
+
+const onnx_op *onnx_find_op(const char *op_type) {
+  for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
+    for (int i = 0; i < *families[f].count; i++)
+      if (strcmp(families[f].ops[i].op_type, op_type) == 0) return &families[f].ops[i];
+  return NULL;
+}
+
+int onnx_rank(const loom_tensor *t) { return loom_ndim(t); }
+
+loom_shape onnx_shape(const loom_tensor *t) { return loom_shape_of(t); }
+
+loom_tensor *onnx_scalar_like(double value, const loom_tensor *like) {
+  return loom_scalar(value, loom_dtype_of(like), LOOM_CPU);
+}

@@ -1,0 +1,417 @@
+/* Neural-network ops: products, convolutions, pools, normalizations, softmaxes. */
+#include <math.h>
+#include <string.h>
+
+#include "io/onnx/onnx.h"
+
+static loom_status op_matmul(onnx_node *n) {
+  onnx_out(n, 0, loom_matmul(onnx_in(n, 0), onnx_in(n, 1)));
+  return LOOM_OK;
+}
+
+/* alpha A' B' + beta C, A' and B' transposed on request. */
+static loom_status op_gemm(onnx_node *n) {
+  loom_tensor *a = onnx_in(n, 0), *b = onnx_in(n, 1);
+  if (onnx_rank(a) != 2 || onnx_rank(b) != 2)
+    return onnx_refuse(n, LOOM_ERR_SHAPE, "A and B must be matrices (ranks %d and %d)",
+                       onnx_rank(a), onnx_rank(b));
+  if (onnx_attr_int(n, "transA", 0)) a = loom_transpose(a, 0, 1);
+  if (onnx_attr_int(n, "transB", 0)) b = loom_transpose(b, 0, 1);
+  double alpha = onnx_attr_float(n, "alpha", 1), beta = onnx_attr_float(n, "beta", 1);
+  loom_tensor *y = loom_matmul(a, b);
+  if (alpha != 1) y = loom_mul_s(y, alpha);
+  if (onnx_has_in(n, 2) && beta != 0) {
+    loom_tensor *c = onnx_in(n, 2);
+    y = loom_add(y, beta == 1 ? c : loom_mul_s(c, beta));
+  }
+  onnx_out(n, 0, y);
+  return LOOM_OK;
+}
+
+/* ------------------------------------------------------------ windows */
+
+/* A sliding window's geometry over the spatial dims (rank - 2 of them). */
+typedef struct window {
+  int dims;
+  int64_t in[3], kernel[3], stride[3], dilation[3], lo[3], hi[3], out[3];
+  /* padding ceil_mode adds past hi, where no window element counts */
+  int64_t extra[3];
+} window;
+
+static loom_status window_of(onnx_node *n, const loom_shape *x, const int64_t *kernel, window *w) {
+  int dims = x->ndim - 2;
+  if (dims < 1 || dims > 3)
+    return onnx_refuse(n, LOOM_ERR_SHAPE, "a rank-%d input; 1 to 3 spatial dims expected", x->ndim);
+  memset(w, 0, sizeof *w);
+  w->dims = dims;
+  int64_t v[6];
+  int count;
+  loom_status st;
+  for (int d = 0; d < dims; d++) {
+    w->in[d] = x->dim[d + 2];
+    w->kernel[d] = kernel[d];
+    w->stride[d] = w->dilation[d] = 1;
+  }
+  if ((st = onnx_attr_ints(n, "strides", v, 3, &count))) return st;
+  for (int d = 0; d < count && d < dims; d++) w->stride[d] = v[d];
+  if ((st = onnx_attr_ints(n, "dilations", v, 3, &count))) return st;
+  for (int d = 0; d < count && d < dims; d++) w->dilation[d] = v[d];
+  if ((st = onnx_attr_ints(n, "pads", v, 6, &count))) return st;
+  if (count >= 0 && count != 2 * dims)
+    return onnx_refuse(n, LOOM_ERR_VALUE, "%d pads for %d spatial dims", count, dims);
+  for (int d = 0; d < count / 2; d++) w->lo[d] = v[d], w->hi[d] = v[d + dims];
+  char buf[16];
+  const char *pad = onnx_attr_string(n, "auto_pad", "NOTSET", buf, sizeof buf);
+  bool ceil_mode = onnx_attr_int(n, "ceil_mode", 0);
+  for (int d = 0; d < dims; d++) {
+    if (w->stride[d] < 1 || w->dilation[d] < 1 || w->kernel[d] < 1 || w->lo[d] < 0 || w->hi[d] < 0)
+      return onnx_refuse(n, LOOM_ERR_VALUE,
+                         "spatial dim %d: kernel %lld, stride %lld, dilation %lld, pads %lld "
+                         "and %lld",
+                         d, (long long)w->kernel[d], (long long)w->stride[d],
+                         (long long)w->dilation[d], (long long)w->lo[d], (long long)w->hi[d]);
+    int64_t span = (w->kernel[d] - 1) * w->dilation[d] + 1;
+    if (strcmp(pad, "SAME_UPPER") == 0 || strcmp(pad, "SAME_LOWER") == 0) {
+      int64_t out = (w->in[d] + w->stride[d] - 1) / w->stride[d];
+      int64_t total = (out - 1) * w->stride[d] + span - w->in[d];
+      if (total < 0) total = 0;
+      w->lo[d] = pad[5] == 'U' ? total / 2 : total - total / 2;
+      w->hi[d] = total - w->lo[d];
+    } else if (strcmp(pad, "VALID") == 0) {
+      w->lo[d] = w->hi[d] = 0;
+    } else if (strcmp(pad, "NOTSET")) {
+      return onnx_refuse(n, LOOM_ERR_VALUE, "auto_pad '%s'", pad);
+    }
+    int64_t room = w->in[d] + w->lo[d] + w->hi[d] - span;
+    if (room < 0)
+      return onnx_refuse(n, LOOM_ERR_SHAPE,
+                         "the window (%lld) is larger than spatial dim %d "
+                         "padded (%lld)",
+                         (long long)span, d, (long long)(w->in[d] + w->lo[d] + w->hi[d]));
+    w->out[d] = (ceil_mode ? (room + w->stride[d] - 1) / w->stride[d] : room / w->stride[d]) + 1;
+    /* a window must start inside the input or its low padding (as torch, ONNX's reference) */
+    if (ceil_mode && (w->out[d] - 1) * w->stride[d] >= w->in[d] + w->lo[d]) w->out[d]--;
+    int64_t need = (w->out[d] - 1) * w->stride[d] + span - (w->in[d] + w->lo[d] + w->hi[d]);
+    w->extra[d] = need > 0 ? need : 0;
+  }
+  return LOOM_OK;
+}
+
+/* x padded by the window's pads (value) and ceil-mode room (value too). */
+static loom_tensor *pad_window(loom_tensor *x, const window *w, double value, double extra_value) {
+  int rank = w->dims + 2;
+  int64_t pads[2 * LOOM_MAX_DIMS] = {0}, extra[2 * LOOM_MAX_DIMS] = {0};
+  bool any = false, any_extra = false;
+  for (int d = 0; d < w->dims; d++) {
+    int k = rank - 1 - (d + 2);
+    pads[2 * k] = w->lo[d], pads[2 * k + 1] = w->hi[d];
+    extra[2 * k + 1] = w->extra[d];
+    any |= w->lo[d] || w->hi[d];
+    any_extra |= w->extra[d] != 0;
+  }
+  loom_tensor *r = any ? loom_pad(x, pads, 2 * rank, value) : loom_retain(x);
+  if (any_extra) r = loom_pad(r, extra, 2 * rank, extra_value);
+  return r;
+}
+
+/* The window's element at offset k (one index per spatial dim) for every output. */
+static loom_tensor *window_tap(loom_tensor *padded, const window *w, const int64_t *k) {
+  loom_tensor *r = loom_retain(padded);
+  for (int d = 0; d < w->dims; d++) {
+    int64_t start = k[d] * w->dilation[d];
+    loom_tensor *next =
+        loom_slice(r, d + 2, start, start + (w->out[d] - 1) * w->stride[d] + 1, w->stride[d]);
+    loom_free(r);
+    r = next;
+  }
+  return r;
+}
+
+static bool next_offset(const window *w, int64_t *k) {
+  for (int d = w->dims - 1; d >= 0; d--) {
+    if (++k[d] < w->kernel[d]) return true;
+    k[d] = 0;
+  }
+  return false;
+}
+
+static loom_status kernel_shape(onnx_node *n, const loom_shape *x, int64_t *kernel) {
+  int count;
+  loom_status st = onnx_attr_ints(n, "kernel_shape", kernel, 3, &count);
+  if (st) return st;
+  if (count != x->ndim - 2)
+    return onnx_refuse(n, LOOM_ERR_VALUE, "kernel_shape has %d dims for a rank-%d input", count,
+                       x->ndim);
+  return LOOM_OK;
+}
+
+static loom_status op_max_pool(onnx_node *n) {
+  loom_tensor *x = onnx_in(n, 0);
+  loom_shape s = loom_shape_of(x);
+  int64_t kernel[3];
+  window w;
+  loom_status st = kernel_shape(n, &s, kernel);
+  if (st || (st = window_of(n, &s, kernel, &w))) return st;
+  if (n->nout > 1 && n->proto->output[1] && n->proto->output[1][0])
+    return onnx_refuse(n, LOOM_ERR_VALUE, "its Indices output is not computed by loom");
+  loom_tensor *padded = pad_window(x, &w, -INFINITY, -INFINITY);
+  int64_t k[3] = {0};
+  loom_tensor *r = NULL;
+  do {
+    loom_tensor *tap = window_tap(padded, &w, k);
+    r = r ? loom_maximum(r, tap) : tap;
+  } while (next_offset(&w, k));
+  onnx_out(n, 0, r);
+  return LOOM_OK;
+}
+
+/* count_include_pad counts the pads (not ceil mode's room) in each window's size. */
+static loom_status op_average_pool(onnx_node *n) {
+  loom_tensor *x = onnx_in(n, 0);
+  loom_shape s = loom_shape_of(x);
+  int64_t kernel[3];
+  window w;
+  loom_status st = kernel_shape(n, &s, kernel);
+  if (st || (st = window_of(n, &s, kernel, &w))) return st;
+  bool include = onnx_attr_int(n, "count_include_pad", 0);
+  loom_tensor *padded = pad_window(x, &w, 0, 0);
+  loom_shape ones_shape = {.ndim = s.ndim};
+  for (int d = 0; d < s.ndim; d++) ones_shape.dim[d] = d < 2 ? 1 : s.dim[d];
+  loom_tensor *ones = loom_full(ones_shape, 1, loom_dtype_of(x), LOOM_CPU);
+  loom_tensor *counted = pad_window(ones, &w, include ? 1 : 0, 0);
+  int64_t k[3] = {0};
+  loom_tensor *sum = NULL, *count = NULL;
+  do {
+    loom_tensor *tap = window_tap(padded, &w, k), *c = window_tap(counted, &w, k);
+    sum = sum ? loom_add(sum, tap) : tap;
+    count = count ? loom_add(count, c) : c;
+  } while (next_offset(&w, k));
+  onnx_out(n, 0, loom_div(sum, count));
+  return LOOM_OK;
+}
+
+static loom_status global_pool(onnx_node *n, bool max) {
+  loom_tensor *x = onnx_in(n, 0);
+  int rank = onnx_rank(x), axes[LOOM_MAX_DIMS], k = 0;
+  for (int d = 2; d < rank; d++) axes[k++] = d;
+  onnx_out(n, 0, max ? loom_max(x, axes, k, true) : loom_mean(x, axes, k, true));
+  return LOOM_OK;
+}
+static loom_status op_global_average_pool(onnx_node *n) { return global_pool(n, false); }
+static loom_status op_global_max_pool(onnx_node *n) { return global_pool(n, true); }
+
+/* 1-D and 2-D: loom's convolution (1-D as 2-D of height 1), with asymmetric
+ * padding added before it. */
+static loom_status op_conv(onnx_node *n) {
+  loom_tensor *x = onnx_in(n, 0), *wt = onnx_in(n, 1), *b = onnx_in(n, 2);
+  loom_shape s = loom_shape_of(x), ws = loom_shape_of(wt);
+  if (ws.ndim != s.ndim)
+    return onnx_refuse(n, LOOM_ERR_SHAPE, "weight rank %d for input rank %d", ws.ndim, s.ndim);
+  int64_t kernel[3] = {0};
+  for (int d = 2; d < ws.ndim && d < 5; d++) kernel[d - 2] = ws.dim[d];
+  int64_t given[3];
+  int count;
+  loom_status st = onnx_attr_ints(n, "kernel_shape", given, 3, &count);
+  if (st) return st;
+  for (int d = 0; d < count && d < 3; d++)
+    if (given[d] != kernel[d])
+      return onnx_refuse(n, LOOM_ERR_SHAPE, "kernel_shape %lld differs from the weight's %lld",
+                         (long long)given[d], (long long)kernel[d]);
+  window w;
+  if ((st = window_of(n, &s, kernel, &w))) return st;
+  if (w.dims == 3)
+    return onnx_refuse(n, LOOM_ERR_SHAPE, "3-D convolutions are not in loom (1-D and 2-D are)");
+  for (int d = 0; d < w.dims; d++) w.extra[d] = 0;
+  loom_conv2d_opts o = {.groups = (int)onnx_attr_int(n, "group", 1)};
+  bool symmetric = true;
+  for (int d = 0; d < w.dims; d++) symmetric &= w.lo[d] == w.hi[d];
+  loom_tensor *in = symmetric ? loom_retain(x) : pad_window(x, &w, 0, 0);
+  loom_tensor *k = loom_retain(wt);
+  if (w.dims == 1) {
+    in = loom_unsqueeze(in, 2);
+    k = loom_unsqueeze(k, 2);
+  }
+  for (int d = 0; d < 2; d++) {
+    int sd = w.dims == 1 ? d - 1 : d; /* 1-D: the added height is dim -1 */
+    o.stride[d] = sd < 0 ? 1 : (int)w.stride[sd];
+    o.dilation[d] = sd < 0 ? 1 : (int)w.dilation[sd];
+    o.padding[d] = sd < 0 || !symmetric ? 0 : (int)w.lo[sd];
+    if (!o.padding[d]) o.padding[d] = 0;
+  }
+  loom_tensor *y = loom_conv2d_f(in, k, b, o);
+  if (w.dims == 1) y = loom_squeeze(y, 2);
+  onnx_out(n, 0, y);
+  return LOOM_OK;
+}
+
+/* ------------------------------------------------------------ normalizations */
+
+/* A per-channel vector [C] shaped to broadcast along dim 1 of a rank-`rank` tensor. */
+static loom_tensor *per_channel(loom_tensor *v, int rank) {
+  loom_shape s = {.ndim = rank};
+  for (int d = 0; d < rank; d++) s.dim[d] = d == 1 ? loom_numel(v) : 1;
+  return loom_reshape(v, s);
+}
+
+static loom_status op_batch_norm(onnx_node *n) {
+  if (onnx_attr_int(n, "training_mode", 0))
+    return onnx_refuse(n, LOOM_ERR_VALUE, "training_mode: loom imports models for inference");
+  loom_tensor *x = onnx_in(n, 0);
+  int rank = onnx_rank(x);
+  double eps = onnx_attr_float(n, "epsilon", 1e-5);
+  loom_tensor *scale = per_channel(onnx_in(n, 1), rank), *bias = per_channel(onnx_in(n, 2), rank);
+  loom_tensor *mean = per_channel(onnx_in(n, 3), rank), *var = per_channel(onnx_in(n, 4), rank);
+  loom_tensor *inv = loom_mul(scale, loom_rsqrt(loom_add_s(var, eps)));
+  onnx_out(n, 0, loom_add(loom_mul(loom_sub(x, mean), inv), bias));
+  return LOOM_OK;
+}
+
+/* (x - mean) / sqrt(var + eps) over axes, with the mean and 1/sqrt(var + eps). */
+static loom_tensor *normalize(loom_tensor *x, const int *axes, int nax, double eps,
+                              loom_tensor **mean_out, loom_tensor **inv_out) {
+  loom_tensor *mean = loom_mean(x, axes, nax, true);
+  loom_tensor *centered = loom_sub(x, mean);
+  loom_tensor *var = loom_mean(loom_mul(centered, centered), axes, nax, true);
+  loom_tensor *inv = loom_rsqrt(loom_add_s(var, eps));
+  if (mean_out) *mean_out = loom_retain(mean);
+  if (inv_out) *inv_out = loom_retain(inv);
+  return loom_mul(centered, inv);
+}
+
+static loom_status op_instance_norm(onnx_node *n) {
+  loom_tensor *x = onnx_in(n, 0);
+  int rank = onnx_rank(x), axes[LOOM_MAX_DIMS], k = 0;
+  for (int d = 2; d < rank; d++) axes[k++] = d;
+  loom_tensor *y = normalize(x, axes, k, onnx_attr_float(n, "epsilon", 1e-5), NULL, NULL);
+  y = loom_add(loom_mul(y, per_channel(onnx_in(n, 1), rank)), per_channel(onnx_in(n, 2), rank));
+  onnx_out(n, 0, y);
+  return LOOM_OK;
+}
+
+/* Over the dims from axis on, computed in F32 at least (stash_type 1). */
+static loom_status op_layer_norm(onnx_node *n) {
+  loom_tensor *x = onnx_in(n, 0);
+  int rank = onnx_rank(x), axis;
+  loom_status st = onnx_axis(n, onnx_attr_int(n, "axis", -1), rank, &axis);
+  if (st) return st;
+  int axes[LOOM_MAX_DIMS], k = 0;
+  for (int d = axis; d < rank; d++) axes[k++] = d;
+  loom_dtype dt = loom_dtype_of(x);
+  loom_dtype work = dt == LOOM_F64 ? LOOM_F64 : LOOM_F32;
+  loom_tensor *mean, *inv;
+  loom_tensor *y =
+      normalize(loom_cast(x, work), axes, k, onnx_attr_float(n, "epsilon", 1e-5), &mean, &inv);
+  y = loom_cast(y, dt);
+  y = loom_mul(y, onnx_in(n, 1));
+  if (onnx_has_in(n, 2)) y = loom_add(y, onnx_in(n, 2));
+  onnx_out(n, 0, y);
+  onnx_out(n, 1, mean);
+  onnx_out(n, 2, inv);
+  return LOOM_OK;
+}
+
+/* Opset 18's scale and bias are per group; 21's per channel. */
+static loom_status op_group_norm(onnx_node *n) {
+  loom_tensor *x = onnx_in(n, 0);
+  loom_shape s = loom_shape_of(x);
+  int64_t groups = onnx_attr_int(n, "num_groups", 0);
+  if (s.ndim < 3 || groups < 1 || s.dim[1] % groups)
+    return onnx_refuse(n, LOOM_ERR_VALUE, "%lld groups of %lld channels", (long long)groups,
+                       (long long)(s.ndim > 1 ? s.dim[1] : 0));
+  loom_shape g = {.ndim = 3, .dim = {s.dim[0], groups, -1}};
+  int axes[] = {2};
+  loom_tensor *y =
+      normalize(loom_reshape(x, g), axes, 1, onnx_attr_float(n, "epsilon", 1e-5), NULL, NULL);
+  loom_tensor *scale = onnx_in(n, 1), *bias = onnx_in(n, 2);
+  if (n->opset < 21 && loom_numel(scale) == groups) {
+    loom_shape gs = {.ndim = 3, .dim = {1, groups, 1}};
+    y = loom_add(loom_mul(y, loom_reshape(scale, gs)), loom_reshape(bias, gs));
+    onnx_out(n, 0, loom_reshape(y, s));
+  } else {
+    y = loom_reshape(y, s);
+    onnx_out(n, 0, loom_add(loom_mul(y, per_channel(scale, s.ndim)), per_channel(bias, s.ndim)));
+  }
+  return LOOM_OK;
+}
+
+static loom_status op_mean_variance_norm(onnx_node *n) {
+  loom_tensor *x = onnx_in(n, 0);
+  int64_t raw[LOOM_MAX_DIMS] = {0, 2, 3};
+  int count, axes[LOOM_MAX_DIMS];
+  loom_status st = onnx_attr_ints(n, "axes", raw, LOOM_MAX_DIMS, &count);
+  if (st) return st;
+  if (count < 0) count = 3;
+  for (int i = 0; i < count; i++)
+    if ((st = onnx_axis(n, raw[i], onnx_rank(x), &axes[i]))) return st;
+  onnx_out(n, 0, normalize(x, axes, count, 1e-9, NULL, NULL));
+  return LOOM_OK;
+}
+
+static loom_status op_lp_norm(onnx_node *n) {
+  loom_tensor *x = onnx_in(n, 0);
+  int axis;
+  loom_status st = onnx_axis(n, onnx_attr_int(n, "axis", -1), onnx_rank(x), &axis);
+  if (st) return st;
+  int64_t p = onnx_attr_int(n, "p", 2);
+  if (p != 1 && p != 2)
+    return onnx_refuse(n, LOOM_ERR_VALUE, "p %lld is neither 1 nor 2", (long long)p);
+  loom_tensor *norm = p == 1 ? loom_sum(loom_abs(x), &axis, 1, true)
+                             : loom_sqrt(loom_sum(loom_mul(x, x), &axis, 1, true));
+  onnx_out(n, 0, loom_div(x, norm));
+  return LOOM_OK;
+}
+
+/* Before opset 13 the input is seen as 2-D: dims before axis (default 1), dims from it. */
+static loom_status softmax_like(onnx_node *n, int kind) {
+  loom_tensor *x = onnx_in(n, 0);
+  loom_shape s = loom_shape_of(x);
+  int axis;
+  bool coerce = n->opset < 13;
+  loom_status st = onnx_axis(n, onnx_attr_int(n, "axis", coerce ? 1 : -1), s.ndim, &axis);
+  if (st) return st;
+  loom_tensor *in = loom_retain(x);
+  if (coerce) {
+    int64_t a = 1, b = 1;
+    for (int d = 0; d < s.ndim; d++) *(d < axis ? &a : &b) *= s.dim[d];
+    in = loom_reshape(x, LOOM_SHAPE(a, b));
+    axis = 1;
+  }
+  loom_tensor *y;
+  if (kind == 0) {
+    y = loom_softmax(in, axis);
+  } else if (kind == 1) {
+    y = loom_log_softmax(in, axis);
+  } else {
+    loom_tensor *i = loom_argmax(in, axis, true);
+    loom_shape is = loom_shape_of(in), cs = {.ndim = is.ndim};
+    for (int d = 0; d < is.ndim; d++) cs.dim[d] = d == axis ? is.dim[d] : 1;
+    loom_tensor *classes =
+        loom_reshape(loom_arange(0, (double)is.dim[axis], 1, LOOM_I64, LOOM_CPU), cs);
+    y = loom_cast(loom_eq(i, classes), loom_dtype_of(x));
+  }
+  onnx_out(n, 0, coerce ? loom_reshape(y, s) : y);
+  return LOOM_OK;
+}
+static loom_status op_softmax(onnx_node *n) { return softmax_like(n, 0); }
+static loom_status op_log_softmax(onnx_node *n) { return softmax_like(n, 1); }
+static loom_status op_hardmax(onnx_node *n) { return softmax_like(n, 2); }
+
+const onnx_op onnx_ops_nn[] = {
+    ONNX_OP(MatMul, op_matmul),
+    ONNX_OP(Gemm, op_gemm),
+    ONNX_OP(Conv, op_conv),
+    ONNX_OP(MaxPool, op_max_pool),
+    ONNX_OP(AveragePool, op_average_pool),
+    ONNX_OP(GlobalAveragePool, op_global_average_pool),
+    ONNX_OP(GlobalMaxPool, op_global_max_pool),
+    ONNX_OP(BatchNormalization, op_batch_norm),
+    ONNX_OP(InstanceNormalization, op_instance_norm),
+    ONNX_OP(LayerNormalization, op_layer_norm),
+    ONNX_OP(GroupNormalization, op_group_norm),
+    ONNX_OP(MeanVarianceNormalization, op_mean_variance_norm),
+    ONNX_OP(LpNormalization, op_lp_norm),
+    ONNX_OP(Softmax, op_softmax),
+    ONNX_OP(LogSoftmax, op_log_softmax),
+    ONNX_OP(Hardmax, op_hardmax),
+};
+const int onnx_ops_nn_count = sizeof onnx_ops_nn / sizeof onnx_ops_nn[0];

@@ -1,0 +1,304 @@
+/* loom_onnx_load on models built here with protobuf-c: a symbolic batch run
+ * at several sizes from one program, a dim fixed by the options, an input
+ * given at import, and hostile files (garbage, truncation, a nesting bomb,
+ * short initializer data, external data leaving the folder, undefined
+ * inputs, unsupported ops named all at once), each a clear error. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "io/onnx/onnx.h"
+#include "loom.h"
+
+static char dir[] = "/tmp/loom_test_onnx_XXXXXX";
+
+static const char *path_of(const char *name) {
+  static char buf[4][512];
+  static int next;
+  char *p = buf[next++ % 4];
+  snprintf(p, sizeof buf[0], "%s/%s", dir, name);
+  return p;
+}
+
+static void write_bytes(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (f) {
+    fwrite(data, 1, len, f);
+    fclose(f);
+  }
+}
+
+/* ------------------------------------------------------------ building models */
+
+typedef struct model_parts {
+  Onnx__ModelProto model;
+  Onnx__OperatorSetIdProto opset, *opsets[1];
+  Onnx__GraphProto graph;
+  Onnx__NodeProto nodes[4], *node_list[4];
+  Onnx__ValueInfoProto in, out, *ins[1], *outs[1];
+  Onnx__TypeProto in_type, out_type;
+  Onnx__TypeProto__Tensor in_tensor, out_tensor;
+  Onnx__TensorShapeProto in_shape;
+  Onnx__TensorShapeProto__Dimension dims[2], *dim_list[2];
+  Onnx__TensorProto init, *inits[1];
+  char *node_in[4][2], *node_out[4][1];
+} model_parts;
+
+/* y = op(x [batch, 3] (batch symbolic), w [3]) for each op; w = 1, 2, 3. */
+static void build(model_parts *m, const char *const *ops, int nops, bool symbolic) {
+  memset(m, 0, sizeof *m);
+  onnx__model_proto__init(&m->model);
+  onnx__operator_set_id_proto__init(&m->opset);
+  onnx__graph_proto__init(&m->graph);
+  m->opset.has_version = true, m->opset.version = 17, m->opset.domain = "";
+  m->opsets[0] = &m->opset;
+  m->model.n_opset_import = 1, m->model.opset_import = m->opsets;
+  m->model.has_ir_version = true, m->model.ir_version = 8;
+  m->model.graph = &m->graph;
+  for (int i = 0; i < 2; i++) {
+    onnx__tensor_shape_proto__dimension__init(&m->dims[i]);
+    m->dim_list[i] = &m->dims[i];
+  }
+  if (symbolic) {
+    m->dims[0].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+    m->dims[0].dim_param = "batch";
+  } else {
+    m->dims[0].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+    m->dims[0].dim_value = 2;
+  }
+  m->dims[1].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+  m->dims[1].dim_value = 3;
+  onnx__tensor_shape_proto__init(&m->in_shape);
+  m->in_shape.n_dim = 2, m->in_shape.dim = m->dim_list;
+  onnx__type_proto__tensor__init(&m->in_tensor);
+  m->in_tensor.has_elem_type = true, m->in_tensor.elem_type = 1, m->in_tensor.shape = &m->in_shape;
+  onnx__type_proto__init(&m->in_type);
+  m->in_type.value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE,
+  m->in_type.tensor_type = &m->in_tensor;
+  onnx__value_info_proto__init(&m->in);
+  m->in.name = "x", m->in.type = &m->in_type;
+  m->ins[0] = &m->in;
+  onnx__value_info_proto__init(&m->out);
+  m->out.name = "y";
+  m->outs[0] = &m->out;
+  m->graph.n_input = 1, m->graph.input = m->ins;
+  m->graph.n_output = 1, m->graph.output = m->outs;
+  static const float w[3] = {1, 2, 3};
+  static int64_t wdims[1] = {3};
+  onnx__tensor_proto__init(&m->init);
+  m->init.name = "w", m->init.has_data_type = true, m->init.data_type = 1;
+  m->init.n_dims = 1, m->init.dims = wdims;
+  m->init.has_raw_data = true, m->init.raw_data.len = sizeof w,
+  m->init.raw_data.data = (uint8_t *)w;
+  m->inits[0] = &m->init;
+  m->graph.n_initializer = 1, m->graph.initializer = m->inits;
+  static char *names[5] = {"x", "t1", "t2", "t3", "y"};
+  for (int i = 0; i < nops; i++) {
+    onnx__node_proto__init(&m->nodes[i]);
+    m->node_in[i][0] = names[i], m->node_in[i][1] = "w";
+    m->node_out[i][0] = i == nops - 1 ? "y" : names[i + 1];
+    m->nodes[i].op_type = (char *)ops[i];
+    m->nodes[i].n_input = strcmp(ops[i], "Relu") == 0 ? 1 : 2;
+    m->nodes[i].input = m->node_in[i];
+    m->nodes[i].n_output = 1, m->nodes[i].output = m->node_out[i];
+    m->node_list[i] = &m->nodes[i];
+  }
+  m->graph.n_node = (size_t)nops, m->graph.node = m->node_list;
+}
+
+static size_t save(model_parts *m, const char *path, uint8_t **bytes_out) {
+  size_t len = onnx__model_proto__get_packed_size(&m->model);
+  uint8_t *bytes = malloc(len);
+  onnx__model_proto__pack(&m->model, bytes);
+  write_bytes(path, bytes, len);
+  if (bytes_out)
+    *bytes_out = bytes;
+  else
+    free(bytes);
+  return len;
+}
+
+static void expect_error(const char *path, loom_status want, const char *words) {
+  loom_clear_error();
+  loom_program *p = loom_onnx_load(path, NULL);
+  CHECK(p == NULL);
+  loom_program_free(p);
+  CHECK_EQ_INT(loom_last_status(), want);
+  const char *msg = loom_last_error() ? loom_last_error() : "";
+  if (!strstr(msg, words)) fprintf(stderr, "message '%s' lacks '%s'\n", msg, words);
+  CHECK(strstr(msg, words) != NULL);
+}
+
+/* ------------------------------------------------------------ tests */
+
+/* y = relu(x * w + w) at batches 1, 2 and 9 from one program. */
+static void test_symbolic_batch(void) {
+  model_parts m;
+  const char *ops[] = {"Mul", "Add", "Relu"};
+  build(&m, ops, 3, true);
+  save(&m, path_of("sym.onnx"), NULL);
+  loom_program *p = loom_onnx_load(path_of("sym.onnx"), NULL);
+  CHECK(p != NULL);
+  if (!p) {
+    fprintf(stderr, "%s\n", loom_last_error());
+    return;
+  }
+  CHECK_EQ_INT(loom_program_num_symbols(p), 1);
+  CHECK(strcmp(loom_program_symbol_name(p, 0), "batch") == 0);
+  const int64_t batches[] = {1, 2, 9};
+  for (int b = 0; b < 3; b++) {
+    int64_t n = batches[b];
+    float x[27], y[27];
+    for (int i = 0; i < n * 3; i++) x[i] = (float)(i % 5) - 2;
+    loom_tensor *in = loom_from_data(x, LOOM_SHAPE(n, 3), LOOM_F32, LOOM_CPU), *out = NULL;
+    CHECK_EQ_INT(loom_program_run(p, &in, &out), LOOM_OK);
+    CHECK_EQ_INT(loom_copy_to_host(out, y, (size_t)n * 3 * sizeof *y), LOOM_OK);
+    for (int i = 0; i < n * 3; i++) {
+      float w = (float)(i % 3 + 1), want = x[i] * w + w;
+      CHECK(y[i] == (want > 0 ? want : 0));
+    }
+    loom_free(in), loom_free(out);
+  }
+  loom_program_free(p);
+  /* the batch fixed at import: no symbols */
+  loom_onnx_dim fix = {"batch", 4};
+  p = loom_onnx_load(path_of("sym.onnx"), &(loom_onnx_opts){.dims = &fix, .ndims = 1});
+  CHECK(p != NULL);
+  CHECK_EQ_INT(loom_program_num_symbols(p), 0);
+  CHECK_EQ_INT(loom_program_input_shape(p, 0).dim[0], 4);
+  loom_program_free(p);
+  fix.size = 0;
+  loom_clear_error();
+  CHECK(loom_onnx_load(path_of("sym.onnx"), &(loom_onnx_opts){.dims = &fix, .ndims = 1}) == NULL);
+  CHECK_EQ_INT(loom_last_status(), LOOM_ERR_VALUE);
+}
+
+/* An input given at import is a constant: the program takes none. */
+static void test_given_input(void) {
+  model_parts m;
+  const char *ops[] = {"Add"};
+  build(&m, ops, 1, false);
+  save(&m, path_of("given.onnx"), NULL);
+  float x[6] = {1, 2, 3, 4, 5, 6}, y[6];
+  loom_tensor *xv = loom_from_data(x, LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU);
+  loom_onnx_input given = {"x", xv};
+  loom_program *p =
+      loom_onnx_load(path_of("given.onnx"), &(loom_onnx_opts){.inputs = &given, .ninputs = 1});
+  CHECK(p != NULL);
+  CHECK_EQ_INT(loom_program_num_inputs(p), 0);
+  loom_tensor *out = NULL;
+  CHECK_EQ_INT(loom_program_run(p, NULL, &out), LOOM_OK);
+  CHECK_EQ_INT(loom_copy_to_host(out, y, sizeof y), LOOM_OK);
+  for (int i = 0; i < 6; i++) CHECK(y[i] == x[i] + (float)(i % 3 + 1));
+  loom_free(out);
+  loom_program_free(p);
+  /* a value of the wrong dtype */
+  loom_tensor *wrong = loom_zeros(LOOM_SHAPE(2, 3), LOOM_I64, LOOM_CPU);
+  given.value = wrong;
+  loom_clear_error();
+  CHECK(loom_onnx_load(path_of("given.onnx"), &(loom_onnx_opts){.inputs = &given, .ninputs = 1}) ==
+        NULL);
+  CHECK_EQ_INT(loom_last_status(), LOOM_ERR_SHAPE);
+  loom_free(wrong), loom_free(xv);
+}
+
+static void test_hostile_files(void) {
+  expect_error(path_of("missing.onnx"), LOOM_ERR_IO, "cannot open");
+  loom_clear_error();
+  CHECK(loom_onnx_load(NULL, NULL) == NULL);
+  CHECK_EQ_INT(loom_last_status(), LOOM_ERR_NULL);
+  write_bytes(path_of("garbage.onnx"), "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", 11);
+  expect_error(path_of("garbage.onnx"), LOOM_ERR_CORRUPT, "truncated");
+
+  /* every truncation of a good model is an error or a smaller model, never a crash */
+  model_parts m;
+  const char *ops[] = {"Mul", "Add"};
+  build(&m, ops, 2, true);
+  uint8_t *bytes;
+  size_t len = save(&m, path_of("good.onnx"), &bytes);
+  for (size_t cut = 0; cut < len; cut += 3) {
+    write_bytes(path_of("cut.onnx"), bytes, cut);
+    loom_clear_error();
+    loom_program *p = loom_onnx_load(path_of("cut.onnx"), NULL);
+    CHECK(p != NULL || loom_last_status() != LOOM_OK);
+    loom_program_free(p);
+  }
+  free(bytes);
+
+  /* graph > node > attribute > graph > ... 200 deep */
+  size_t cap = 200 * 12 + 16, at = cap;
+  uint8_t *bomb = malloc(cap);
+  size_t inner = 0;
+  /* from the graph inwards: node, attribute, its graph, node, ... */
+  static const uint8_t tags[3] = {(1 << 3) | 2, (5 << 3) | 2, (6 << 3) | 2};
+  for (int level = 0; level < 600; level++) {
+    uint8_t tag = level == 599 ? (7 << 3) | 2 : tags[(598 - level) % 3];
+    /* the length as a varint, then the tag, written backwards */
+    uint8_t v[10];
+    int nv = 0;
+    size_t x = inner;
+    do {
+      v[nv++] = (uint8_t)((x & 0x7f) | (x > 0x7f ? 0x80 : 0));
+      x >>= 7;
+    } while (x);
+    if (at < (size_t)nv + 1) break;
+    at -= (size_t)nv;
+    memcpy(bomb + at, v, (size_t)nv);
+    bomb[--at] = tag;
+    inner = cap - at;
+  }
+  write_bytes(path_of("bomb.onnx"), bomb + at, cap - at);
+  free(bomb);
+  expect_error(path_of("bomb.onnx"), LOOM_ERR_CORRUPT, "nest deeper");
+
+  /* an initializer shorter than its dims */
+  build(&m, ops, 2, false);
+  m.init.raw_data.len = 8;
+  save(&m, path_of("short.onnx"), NULL);
+  expect_error(path_of("short.onnx"), LOOM_ERR_CORRUPT, "raw data of 8 bytes");
+
+  /* external data leaving the folder */
+  build(&m, ops, 2, false);
+  Onnx__StringStringEntryProto loc, *locs[1] = {&loc};
+  onnx__string_string_entry_proto__init(&loc);
+  loc.key = "location", loc.value = "../../etc/passwd";
+  m.init.has_raw_data = false;
+  m.init.has_data_location = true,
+  m.init.data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+  m.init.n_external_data = 1, m.init.external_data = locs;
+  save(&m, path_of("escape.onnx"), NULL);
+  expect_error(path_of("escape.onnx"), LOOM_ERR_CORRUPT, "leaves the model's folder");
+
+  /* a node reading what nothing defines */
+  build(&m, ops, 2, false);
+  m.node_in[1][0] = "nowhere";
+  save(&m, path_of("undefined.onnx"), NULL);
+  expect_error(path_of("undefined.onnx"), LOOM_ERR_CORRUPT, "'nowhere'");
+
+  /* unsupported ops: every one named */
+  const char *odd[] = {"Mul", "NoSuchOp", "AlsoMissing"};
+  build(&m, odd, 3, false);
+  save(&m, path_of("odd.onnx"), NULL);
+  expect_error(path_of("odd.onnx"), LOOM_ERR_VALUE, "NoSuchOp");
+  CHECK(strstr(loom_last_error(), "AlsoMissing") != NULL);
+  CHECK(strstr(loom_last_error(), "2 nodes") != NULL);
+
+  /* an opset loom does not read */
+  build(&m, ops, 2, false);
+  m.opset.version = 3;
+  save(&m, path_of("old.onnx"), NULL);
+  expect_error(path_of("old.onnx"), LOOM_ERR_VALUE, "opset 3");
+}
+
+int main(void) {
+  if (!mkdtemp(dir)) return 1;
+  test_symbolic_batch();
+  test_given_input();
+  test_hostile_files();
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);
+  return check_report();
+}
