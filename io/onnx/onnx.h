@@ -125,6 +125,10 @@ extern const onnx_op onnx_ops_nn[];
 extern const int onnx_ops_nn_count;
 extern const onnx_op onnx_ops_reduce[];
 extern const int onnx_ops_reduce_count;
+extern const onnx_op onnx_ops_attention[];
+extern const int onnx_ops_attention_count;
+extern const onnx_op onnx_ops_loss[];
+extern const int onnx_ops_loss_count;
 
 /* Helpers the families share (onnx_ops.c). */
 int onnx_rank(const loom_tensor *t);

@@ -11,6 +11,8 @@ static const struct {
     {onnx_ops_tensor, &onnx_ops_tensor_count},
     {onnx_ops_nn, &onnx_ops_nn_count},
     {onnx_ops_reduce, &onnx_ops_reduce_count},
+    {onnx_ops_attention, &onnx_ops_attention_count},
+    {onnx_ops_loss, &onnx_ops_loss_count},
 };
 
 const onnx_op *onnx_find_op(const char *op_type) {

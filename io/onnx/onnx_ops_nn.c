@@ -357,7 +357,8 @@ static loom_status op_lp_norm(onnx_node *n) {
     return onnx_refuse(n, LOOM_ERR_VALUE, "p %lld is neither 1 nor 2", (long long)p);
   loom_tensor *norm = p == 1 ? loom_sum(loom_abs(x), &axis, 1, true)
                              : loom_sqrt(loom_sum(loom_mul(x, x), &axis, 1, true));
-  onnx_out(n, 0, loom_div(x, norm));
+  /* a zero norm leaves zeros (ONNX's reference) */
+  onnx_out(n, 0, loom_div(x, loom_where_s(loom_ne_s(norm, 0), norm, 1)));
   return LOOM_OK;
 }
 

@@ -43,6 +43,33 @@ static loom_status reduce(onnx_node *n, reduction kind, int64_t axes_input_since
       if ((st = onnx_axis(n, raw[i], rank, &axes[nax++]))) return st;
   }
   loom_dtype dt = loom_dtype_of(x);
+  loom_shape in = loom_shape_of(x), out = {0};
+  bool empty = false, reduced[LOOM_MAX_DIMS] = {0};
+  for (int i = 0; i < nax; i++) reduced[axes[i]] = true, empty |= in.dim[axes[i]] == 0;
+  if (empty) { /* the reduction's identity, as ONNX's reference */
+    for (int d = 0; d < in.ndim; d++)
+      if (!reduced[d] || keep) out.dim[out.ndim++] = reduced[d] ? 1 : in.dim[d];
+    bool fl = dt == LOOM_F32 || dt == LOOM_F64 || dt == LOOM_F16 || dt == LOOM_BF16;
+    double v = 0;
+    if (kind == R_MAX || kind == R_LOG_SUM || kind == R_LOG_SUM_EXP)
+      v = fl               ? -INFINITY
+          : dt == LOOM_I64 ? -9223372036854775808.0
+          : dt == LOOM_I32 ? -2147483648.0
+                           : 0;
+    else if (kind == R_MIN)
+      v = fl               ? INFINITY
+          : dt == LOOM_I64 ? 9223372036854775807.0
+          : dt == LOOM_I32 ? 2147483647.0
+                           : 255;
+    else if (kind == R_PROD)
+      v = 1;
+    else if (kind == R_MEAN)
+      v = NAN;
+    if (!fl && !isfinite(v)) v = 0;
+    if (dt == LOOM_I64 && v > 9.2e18) v = 9223372036854774784.0; /* the largest double below 2^63 */
+    onnx_out(n, 0, loom_full(out, v, dt, LOOM_CPU));
+    return LOOM_OK;
+  }
   loom_tensor *r;
   switch (kind) {
   case R_SUM: r = loom_sum(x, axes, nax, keep); break;
@@ -78,7 +105,7 @@ static loom_status reduce(onnx_node *n, reduction kind, int64_t axes_input_since
     loom_tensor *odd = loom_ne_s(loom_sub(negs, loom_mul_s(loom_floor(loom_div_s(negs, 2)), 2)), 0);
     loom_tensor *zero = loom_max(loom_cast(loom_eq_s(w, 0), LOOM_F64), axes, nax, keep);
     r = loom_where(odd, loom_neg(mag), mag);
-    r = loom_where_s(loom_ne_s(zero, 0), r, 0);
+    r = loom_where_s(loom_eq_s(zero, 0), r, 0);
     if (dt != LOOM_F64 && dt != LOOM_F32 && dt != LOOM_F16 && dt != LOOM_BF16) r = loom_round(r);
     break;
   }

@@ -96,9 +96,11 @@ static loom_status op_reshape(onnx_node *n) {
 static loom_status op_flatten(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0);
   loom_shape s = loom_shape_of(x);
-  int axis;
-  loom_status st = onnx_axis(n, onnx_attr_int(n, "axis", 1), s.ndim + 1, &axis);
-  if (st) return st;
+  int64_t axis = onnx_attr_int(n, "axis", 1);
+  if (axis < -s.ndim || axis > s.ndim)
+    return onnx_refuse(n, LOOM_ERR_AXIS, "axis %lld is outside [-%d, %d]", (long long)axis, s.ndim,
+                       s.ndim);
+  if (axis < 0) axis += s.ndim;
   int64_t a = 1, b = 1;
   for (int d = 0; d < s.ndim; d++) *(d < axis ? &a : &b) *= s.dim[d];
   onnx_out(n, 0, loom_reshape(x, LOOM_SHAPE(a, b)));
@@ -487,8 +489,11 @@ static loom_status op_dropout(onnx_node *n) {
     int count;
     loom_status st = onnx_ints(n, 2, &training, 1, &count);
     if (st) return st;
-    if (training)
-      return onnx_refuse(n, LOOM_ERR_VALUE, "training mode: loom imports models for inference");
+    double ratio = 0.5;
+    if (onnx_has_in(n, 1) && (st = onnx_doubles(n, 1, &ratio, 1, &count))) return st;
+    if (training && ratio != 0)
+      return onnx_refuse(n, LOOM_ERR_VALUE,
+                         "training mode with ratio %g: loom imports models for inference", ratio);
   }
   onnx_out(n, 0, loom_retain(x));
   if (n->nout > 1) onnx_out(n, 1, loom_full(loom_shape_of(x), 1, LOOM_BOOL, LOOM_CPU));

@@ -263,6 +263,8 @@ static const struct {
     {ONNX__TENSOR_PROTO__DATA_TYPE__INT4, "int4", -1},
     {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT4E2M1, "float4e2m1", -1},
     {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E8M0, "float8e8m0", -1},
+    {25, "uint2", -1},
+    {26, "int2", -1},
 };
 
 int onnx_dtype_to_loom(int32_t onnx_type, const char **name) {
