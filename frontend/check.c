@@ -80,14 +80,16 @@ loom_tensor *lm_result(lm_node *n) {
  * enum is not in that order, so rank explicitly. */
 static int rank(loom_dtype d) {
   static const int ranks[LOOM_NUM_DTYPES] = {
-      [LOOM_BOOL] = 0, [LOOM_U8] = 1,  [LOOM_I32] = 2, [LOOM_I64] = 3,
+      [LOOM_BOOL] = 0, [LOOM_U8] = 1,  [LOOM_I8] = 1,  [LOOM_I32] = 2, [LOOM_I64] = 3,
       [LOOM_BF16] = 4, [LOOM_F16] = 4, [LOOM_F32] = 5, [LOOM_F64] = 6};
   return ranks[d];
 }
 
-/* BF16 with F16 gives F32: neither holds the other (torch's rule). */
+/* Two dtypes of one rank where neither holds the other: the smallest loom
+ * dtype holding both. BF16 with F16 gives F32 (torch's rule); U8 with I8 is
+ * I16 in torch, which loom lacks, so I32. */
 loom_dtype lm_promote(loom_dtype a, loom_dtype b) {
-  if (a != b && rank(a) == rank(b)) return LOOM_F32;
+  if (a != b && rank(a) == rank(b)) return loom_dtype_is_float(a) ? LOOM_F32 : LOOM_I32;
   return rank(a) >= rank(b) ? a : b;
 }
 

@@ -40,6 +40,8 @@ typedef enum loom_dtype {
   LOOM_BOOL,
   LOOM_BF16, /* bfloat16 and IEEE half: stored in 2 bytes, computed in float with */
   LOOM_F16,  /* every op's result rounded (nearest even) to the dtype, as torch */
+  LOOM_I8,   /* signed 8-bit, torch.int8: arithmetic wraps; appended, so the values above keep
+                their numbers (saved programs and caches name them) */
   LOOM_NUM_DTYPES
 } loom_dtype;
 
@@ -701,7 +703,7 @@ void loom_load_report_free(loom_load_report *report);
 /* Every tensor of a safetensors file, in the file's order and under its names
  * (as safetensors' load_file), in a new collection of buffers (not trainable)
  * on device: loom_params_get(ps, "wte.weight") reads one. Every entry keeps
- * its dtype, but I8, I16 and U16 are read as I32, U32 as I64 (exact); a
+ * its dtype (I8 as LOOM_I8), but I16 and U16 are read as I32, U32 as I64 (exact); a
  * dtype no loom dtype holds (U64, F8, C64) is an error naming it. NULL on an
  * error (loom_last_error says which). */
 loom_params *loom_safetensors_read(const char *path, loom_device device);

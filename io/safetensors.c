@@ -57,7 +57,7 @@ typedef struct st_dtype {
 static const st_dtype st_dtypes[] = {
     {"F32", 4, LOOM_F32}, {"F64", 8, LOOM_F64},   {"I32", 4, LOOM_I32}, {"I64", 8, LOOM_I64},
     {"U8", 1, LOOM_U8},   {"BOOL", 1, LOOM_BOOL}, {"F16", 2, LOOM_F16}, {"BF16", 2, LOOM_BF16},
-    {"I8", 1, -1},        {"I16", 2, -1},         {"U16", 2, -1},       {"U32", 4, -1},
+    {"I8", 1, LOOM_I8},   {"I16", 2, -1},         {"U16", 2, -1},       {"U32", 4, -1},
     {"U64", 8, -1},       {"F8_E4M3", 1, -1},     {"F8_E5M2", 1, -1},   {"F8_E8M0", 1, -1},
     {"C64", 8, -1},
 };
@@ -519,7 +519,6 @@ static double element(const st_dtype *from, const unsigned char *p) {
     memcpy(&d, p, 8);
     return d;
   }
-  if (!strcmp(n, "I8")) return (int8_t)p[0];
   if (!strcmp(n, "I16")) return (int16_t)(p[0] | p[1] << 8);
   if (!strcmp(n, "U16")) return (uint16_t)(p[0] | p[1] << 8);
   uint32_t u; /* U32 */
@@ -528,11 +527,11 @@ static double element(const st_dtype *from, const unsigned char *p) {
 }
 
 /* The loom dtype an entry of dtype d is read as by loom_safetensors_read:
- * its own, or the smallest that holds every value (small integers as I32,
- * U32 as I64); -1 when none does. */
+ * its own, or the smallest that holds every value (I16 and U16 as I32, U32
+ * as I64); -1 when none does. */
 static int read_dtype(const st_dtype *d) {
   if (d->loom >= 0) return d->loom;
-  if (!strcmp(d->name, "I8") || !strcmp(d->name, "I16") || !strcmp(d->name, "U16")) return LOOM_I32;
+  if (!strcmp(d->name, "I16") || !strcmp(d->name, "U16")) return LOOM_I32;
   if (!strcmp(d->name, "U32")) return LOOM_I64;
   return -1;
 }

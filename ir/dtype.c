@@ -16,6 +16,7 @@ const lm_dtype_info lm_dtype_table[LOOM_NUM_DTYPES + 1] = {
                    "torch.bfloat16"},
     [LOOM_F16] = {"f16", 2, LM_DTYPE_FLOAT, 16, 11, "uint16_t", "unsigned short", "F16",
                   "torch.float16"},
+    [LOOM_I8] = {"i8", 1, LM_DTYPE_SIGNED, 8, 0, "int8_t", "signed char", "I8", "torch.int8"},
     [LOOM_NUM_DTYPES] = {"?", 0, LM_DTYPE_SIGNED, 64, 0, "?", "?", "?", "?"},
 };
 
@@ -32,6 +33,7 @@ bool lm_dtype_holds(loom_dtype d, double v) {
   case LOOM_I32: return v == floor(v) && v >= -2147483648.0 && v <= 2147483647.0;
   case LOOM_I64: return v == floor(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0;
   case LOOM_U8: return v == floor(v) && v >= 0 && v <= 255;
+  case LOOM_I8: return v == floor(v) && v >= -128 && v <= 127;
   case LOOM_BOOL: return v == 0 || v == 1;
   case LOOM_NUM_DTYPES: break;
   }
@@ -45,6 +47,7 @@ double lm_dtype_load_double(loom_dtype d, const void *p) {
   case LOOM_I32: return *(const int32_t *)p;
   case LOOM_I64: return (double)*(const int64_t *)p;
   case LOOM_U8: return *(const uint8_t *)p;
+  case LOOM_I8: return *(const int8_t *)p;
   case LOOM_BOOL: return *(const uint8_t *)p ? 1.0 : 0.0;
   case LOOM_BF16: return loom_bf16_to_float(*(const uint16_t *)p);
   case LOOM_F16: return loom_f16_to_float(*(const uint16_t *)p);
@@ -61,6 +64,7 @@ void lm_dtype_store_double(loom_dtype d, void *p, double v) {
   case LOOM_F16: *(uint16_t *)p = loom_float_to_f16((float)v); break;
   case LOOM_I32: *(int32_t *)p = (int32_t)lm_dtype_saturate(v, d); break;
   case LOOM_I64: *(int64_t *)p = lm_dtype_saturate(v, d); break;
+  case LOOM_I8: *(int8_t *)p = (int8_t)lm_dtype_saturate(v, d); break;
   case LOOM_U8:
   case LOOM_BOOL: *(uint8_t *)p = (uint8_t)lm_dtype_saturate(v, d); break;
   case LOOM_NUM_DTYPES: break;
@@ -122,6 +126,7 @@ int64_t lm_dtype_saturate(double v, loom_dtype d) {
   switch (d) {
   case LOOM_I32: lo = -0x1p31, hi = 0x1p31 - 1; break;
   case LOOM_U8: lo = 0, hi = 255; break;
+  case LOOM_I8: lo = -128, hi = 127; break;
   default: lo = -0x1p63, hi = 0x1p63; break;
   }
   if (v <= lo) return (int64_t)lo;
@@ -133,6 +138,7 @@ int64_t lm_dtype_wrap(int64_t v, loom_dtype d) {
   switch (d) {
   case LOOM_BOOL: return v != 0;
   case LOOM_U8: return (int64_t)(uint8_t)(uint64_t)v;
+  case LOOM_I8: return (int64_t)(int8_t)(uint8_t)(uint64_t)v;
   case LOOM_I32: return (int64_t)(int32_t)(uint32_t)(uint64_t)v;
   default: return v;
   }

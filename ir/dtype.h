@@ -41,7 +41,7 @@ static inline bool lm_dtype_valid(loom_dtype d) { return (unsigned)d < (unsigned
 static inline bool lm_dtype_is_float(loom_dtype d) {
   return lm_dtype_info_of(d)->cls == LM_DTYPE_FLOAT;
 }
-/* Integers that take arithmetic: U8 I32 I64 (not BOOL). */
+/* Integers that take arithmetic: U8 I8 I32 I64 (not BOOL). */
 static inline bool lm_dtype_is_int(loom_dtype d) {
   lm_dtype_class c = lm_dtype_info_of(d)->cls;
   return lm_dtype_valid(d) && (c == LM_DTYPE_SIGNED || c == LM_DTYPE_UNSIGNED);

@@ -39,7 +39,17 @@ enum {
   CHECK_NUMBERS
 };
 /* loom_dtype's values and lm_check_rule's (runtime/check_step.c checks that they are). */
-enum { CHECK_F32, CHECK_F64, CHECK_I32, CHECK_I64, CHECK_U8, CHECK_BOOL, CHECK_BF16, CHECK_F16 };
+enum {
+  CHECK_F32,
+  CHECK_F64,
+  CHECK_I32,
+  CHECK_I64,
+  CHECK_U8,
+  CHECK_BOOL,
+  CHECK_BF16,
+  CHECK_F16,
+  CHECK_I8
+};
 enum { CHECK_RULE_INDEX, CHECK_RULE_START, CHECK_RULE_WEIGHTS };
 
 /* ------------------------------------------------------------ integers */
@@ -48,6 +58,7 @@ static int64_t check_int_at(const void *src, int64_t i, int dtype) {
   switch (dtype) {
   case CHECK_I32: return ((const int32_t *)src)[i];
   case CHECK_U8: return ((const uint8_t *)src)[i];
+  case CHECK_I8: return ((const int8_t *)src)[i];
   default: return ((const int64_t *)src)[i];
   }
 }
@@ -68,6 +79,7 @@ static bool check_any_outside(const void *src, int64_t first, int64_t n, int dty
   switch (dtype) {
   case CHECK_I32: CHECK_ANY_OUTSIDE(int32_t); break;
   case CHECK_U8: CHECK_ANY_OUTSIDE(uint8_t); break;
+  case CHECK_I8: CHECK_ANY_OUTSIDE(int8_t); break;
   default: CHECK_ANY_OUTSIDE(int64_t); break;
   }
   return bad != 0;

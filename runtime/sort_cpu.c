@@ -31,7 +31,7 @@
 /* The numbers a sort reads (lm_sort_numbers writes them). */
 enum { SORT_N, SORT_K, SORT_DTYPE, SORT_DESCENDING, SORT_ROWS, SORT_NUMBERS };
 /* loom_dtype's values (runtime/sort_step.c checks that they are). */
-enum { SORT_F32, SORT_F64, SORT_I32, SORT_I64, SORT_U8, SORT_BOOL, SORT_BF16, SORT_F16 };
+enum { SORT_F32, SORT_F64, SORT_I32, SORT_I64, SORT_U8, SORT_BOOL, SORT_BF16, SORT_F16, SORT_I8 };
 
 #define SHORT_ROW 32
 #define FEW 64
@@ -65,6 +65,7 @@ static void keys_at(uint64_t *key, const void *row, int64_t i0, int64_t m, int d
   case SORT_F16: KEYS_LOOP(uint16_t, float_key(v[i], 16, 0x7c00u, 0x3ffu)); break;
   case SORT_I32: KEYS_LOOP(int32_t, (uint32_t)v[i] ^ 0x80000000u); break;
   case SORT_I64: KEYS_LOOP(int64_t, (uint64_t)v[i] ^ ((uint64_t)1 << 63)); break;
+  case SORT_I8: KEYS_LOOP(int8_t, (uint8_t)v[i] ^ 0x80u); break;
   default: KEYS_LOOP(uint8_t, (uint64_t)v[i]); break; /* SORT_U8 */
   }
 }
@@ -214,7 +215,7 @@ void lm_sort_rows(void *const *args, int64_t begin, int64_t end) {
   uint64_t flip = num[SORT_DESCENDING] ? ~(uint64_t)0 : 0;
   size_t width = dtype == SORT_F64 || dtype == SORT_I64   ? 8
                  : dtype == SORT_F32 || dtype == SORT_I32 ? 4
-                 : dtype == SORT_U8                       ? 1
+                 : dtype == SORT_U8 || dtype == SORT_I8   ? 1
                                                           : 2;
   int passes = (int)(8 * width + RADIX_BITS - 1) / RADIX_BITS;
   bool radix = k > 0 && n > SHORT_ROW && k > n / FEW;

@@ -368,6 +368,30 @@ static loom_program *sort_program(void) {
   return p;
 }
 
+/* I8 inside a library: the input quantized to I8, an I8 weight (saved as
+ * I8), a wrapping I8 product, an I8 sort (runtime/sort_cpu.c's I8 keys),
+ * sums as I64, dequantized back to F32. */
+static loom_program *int8_program(void) {
+  loom_program *p = NULL;
+  LOOM_SCOPE {
+    int8_t wv[16 * 4];
+    for (int i = 0; i < 16 * 4; i++) wv[i] = (int8_t)(i * 37 % 256 - 128);
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(8, 16), LOOM_F32, LOOM_CPU);
+    loom_tensor *w = loom_from_data(wv, LOOM_SHAPE(16, 4), LOOM_I8, LOOM_CPU);
+    loom_tensor *q =
+        loom_cast(loom_clamp(loom_round(loom_mul_s(x, 40)), -128, 127), LOOM_I8); /* [8, 16] */
+    loom_tensor *y = loom_matmul(q, w);                                           /* [8, 4] */
+    loom_tensor *sorted;
+    CHECK_OK(loom_sort(q, -1, true, &sorted, NULL));
+    int axis = 1;
+    loom_tensor *sums = loom_cast(loom_sum(q, &axis, 1, true), LOOM_F32);
+    loom_tensor *outs[2] = {loom_add(loom_mul_s(loom_cast(y, LOOM_F32), 0.5), sums),
+                            loom_sub(loom_cast(sorted, LOOM_F32), sums)};
+    p = loom_compile(outs, 2, &x, 1);
+  }
+  return p;
+}
+
 /* Running sums (ops/scan/scan_cpu.c's text compiled into the library): along
  * two long rows (cut into parts), along the first axis, and from the end (a
  * weight's gradient through a cumsum). */
@@ -440,6 +464,11 @@ static void test_programs(void) {
   p = scan_program();
   export_and_compare(p, "scan");
   check_needed("scan");
+  loom_program_free(p);
+  p = int8_program();
+  CHECK(p != NULL);
+  export_and_compare(p, "int8");
+  check_needed("int8");
   loom_program_free(p);
 }
 

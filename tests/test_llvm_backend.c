@@ -204,6 +204,7 @@ static double elem_as_double(loom_dtype dt, const void *p, size_t i) {
   case LOOM_F64: return ((const double *)p)[i];
   case LOOM_I32: return ((const int32_t *)p)[i];
   case LOOM_I64: return (double)((const int64_t *)p)[i];
+  case LOOM_I8: return ((const int8_t *)p)[i];
   case LOOM_BF16:
   case LOOM_F16: return half_get(dt, p, i);
   default: return ((const uint8_t *)p)[i];
@@ -267,6 +268,7 @@ static const int32_t I32V[] = {0, 1, -1, 7, -7, 100, INT32_MAX, INT32_MIN, 12345
 static const int64_t I64V[] = {0,   1,         -1,        7,         -7,
                                100, INT64_MAX, INT64_MIN, 1LL << 40, -(1LL << 35) - 3};
 static const uint8_t U8V[] = {0, 1, 7, 100, 128, 200, 255};
+static const int8_t I8V[] = {0, 1, -1, 7, -7, 100, 127, -128, -100, 64};
 static const uint8_t BOOLV[] = {0, 1};
 
 /* The F32 spot values rounded to BF16 and F16 (1e10 is inf in F16), plus each
@@ -289,6 +291,7 @@ static const void *spot_values(loom_dtype dt, size_t *n) {
   case LOOM_I32: *n = sizeof I32V / sizeof *I32V; return I32V;
   case LOOM_I64: *n = sizeof I64V / sizeof *I64V; return I64V;
   case LOOM_U8: *n = sizeof U8V; return U8V;
+  case LOOM_I8: *n = sizeof I8V; return I8V;
   default: *n = sizeof BOOLV; return BOOLV;
   }
 }
@@ -340,6 +343,7 @@ static bool negative(int64_t v) { return v < 0; }
 DEFINE_REF_INT(ref_i32, int32_t, uint32_t, 0)
 DEFINE_REF_INT(ref_i64, int64_t, uint64_t, 0)
 DEFINE_REF_INT(ref_u8, uint8_t, uint8_t, 1)
+DEFINE_REF_INT(ref_i8, int8_t, uint8_t, 0)
 
 #define REF_CMP(op, a, b)                                                                          \
   ((op) == LK_CMPLT   ? (a) < (b)                                                                  \
@@ -366,6 +370,7 @@ static void ref_elementwise(lk_op op, loom_dtype dt, const void *A, const void *
     CASE(LOOM_I32, int32_t, ref_i32)
     CASE(LOOM_I64, int64_t, ref_i64)
     CASE(LOOM_U8, uint8_t, ref_u8)
+    CASE(LOOM_I8, int8_t, ref_i8)
 #undef CASE
   case LOOM_BF16:
   case LOOM_F16: { /* in float, then rounded: what the op computes */
@@ -527,6 +532,7 @@ static void test_consts(void) {
       {LOOM_F64, -0.0, 0},  {LOOM_I32, 0, INT32_MIN}, {LOOM_I64, 0, INT64_MIN}, {LOOM_I64, 0, -5},
       {LOOM_U8, 0, 255},    {LOOM_BOOL, 0, 1},        {LOOM_BOOL, 0, 0},        {LOOM_BF16, 0.1, 0},
       {LOOM_BF16, 1e39, 0}, {LOOM_F16, 0.1, 0},       {LOOM_F16, 70000, 0},     {LOOM_F16, 1e-7, 0},
+      {LOOM_I8, 0, -128},   {LOOM_I8, 0, 127},        {LOOM_I8, 0, -1},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     loom_dtype dt = cases[c].dt;
@@ -564,6 +570,7 @@ static void test_consts(void) {
    : (from) == LOOM_F64 ? (T)((const double *)(src))[i]                                            \
    : (from) == LOOM_I32 ? (T)((const int32_t *)(src))[i]                                           \
    : (from) == LOOM_I64 ? (T)((const int64_t *)(src))[i]                                           \
+   : (from) == LOOM_I8  ? (T)((const int8_t *)(src))[i]                                            \
                         : (T)((const uint8_t *)(src))[i])
 
 static void ref_cast(loom_dtype from, loom_dtype to, const void *src, size_t i, void *dst) {
@@ -575,6 +582,7 @@ static void ref_cast(loom_dtype from, loom_dtype to, const void *src, size_t i, 
   case LOOM_BF16: /* through float, as torch converts (and doubles round twice) */
   case LOOM_F16: half_put(to, dst, i, READ_AS(float, src, from, i)); break;
   case LOOM_U8: ((uint8_t *)dst)[i] = READ_AS(uint8_t, src, from, i); break;
+  case LOOM_I8: ((int8_t *)dst)[i] = READ_AS(int8_t, src, from, i); break;
   default: ((uint8_t *)dst)[i] = READ_AS(bool, src, from, i); break;
   }
 }
@@ -583,11 +591,14 @@ static void ref_cast(loom_dtype from, loom_dtype to, const void *src, size_t i, 
 static size_t cast_sources(loom_dtype from, loom_dtype to, void *buf) {
   static const double to_signed[] = {0.0, -0.0, 1.9, -1.9, 100.5, -1e6, 2e9, -2e9, 0.49};
   static const double to_u8[] = {0.0, 1.9, 100.5, 255.0, 254.99, 0.7};
+  static const double to_i8[] = {0.0, -0.0, 1.9, -1.9, 100.5, -127.99, 127.0, -128.0, 0.49};
   static const double to_i64_extra[] = {1e15, -3e17};
   size_t n = 0;
   if (is_float(from) && !is_float(to) && to != LOOM_BOOL) {
-    const double *src = to == LOOM_U8 ? to_u8 : to_signed;
-    size_t ns = to == LOOM_U8 ? sizeof to_u8 / sizeof *to_u8 : sizeof to_signed / sizeof *to_signed;
+    const double *src = to == LOOM_U8 ? to_u8 : to == LOOM_I8 ? to_i8 : to_signed;
+    size_t ns = to == LOOM_U8   ? sizeof to_u8 / sizeof *to_u8
+                : to == LOOM_I8 ? sizeof to_i8 / sizeof *to_i8
+                                : sizeof to_signed / sizeof *to_signed;
     for (size_t i = 0; i < ns; i++, n++) {
       if (from == LOOM_F16 && fabs(src[i]) > 65504) { /* inf: C's conversion is undefined */
         n--;
@@ -662,8 +673,14 @@ static void ref_reduce(const red_case *rc, const void *x, int64_t base, int64_t 
   int64_t acci = 0, arg = 0;
   bool isf = is_float(rc->dt);
   if (!isf) {
-    int64_t lo = rc->dt == LOOM_I32 ? INT32_MIN : rc->dt == LOOM_I64 ? INT64_MIN : 0;
-    int64_t hi = rc->dt == LOOM_I32 ? INT32_MAX : rc->dt == LOOM_I64 ? INT64_MAX : 255;
+    int64_t lo = rc->dt == LOOM_I32   ? INT32_MIN
+                 : rc->dt == LOOM_I64 ? INT64_MIN
+                 : rc->dt == LOOM_I8  ? INT8_MIN
+                                      : 0;
+    int64_t hi = rc->dt == LOOM_I32   ? INT32_MAX
+                 : rc->dt == LOOM_I64 ? INT64_MAX
+                 : rc->dt == LOOM_I8  ? INT8_MAX
+                                      : 255;
     acci = rc->red == LK_RED_SUM                                 ? 0
            : (rc->red == LK_RED_MAX || rc->red == LK_RED_ARGMAX) ? lo
                                                                  : hi;
@@ -691,6 +708,7 @@ static void ref_reduce(const red_case *rc, const void *x, int64_t base, int64_t 
     } else {
       int64_t v = rc->dt == LOOM_I32   ? ((const int32_t *)x)[base + j]
                   : rc->dt == LOOM_I64 ? ((const int64_t *)x)[base + j]
+                  : rc->dt == LOOM_I8  ? ((const int8_t *)x)[base + j]
                                        : ((const uint8_t *)x)[base + j];
       switch (rc->red) {
       case LK_RED_SUM: acci = (int64_t)((uint64_t)acci + (uint64_t)v); break;
@@ -722,6 +740,7 @@ static void ref_reduce(const red_case *rc, const void *x, int64_t base, int64_t 
   case LOOM_F64: ((double *)out)[o] = accf; break;
   case LOOM_I32: ((int32_t *)out)[o] = (int32_t)acci; break;
   case LOOM_I64: ((int64_t *)out)[o] = acci; break;
+  case LOOM_I8: ((int8_t *)out)[o] = (int8_t)(uint8_t)acci; break;
   default: ((uint8_t *)out)[o] = (uint8_t)acci; break;
   }
 }
@@ -741,6 +760,7 @@ static void fill_reduce_input(const red_case *rc, void *x, int64_t n) {
     case LOOM_F64: ((double *)x)[i] = v; break;
     case LOOM_I32: ((int32_t *)x)[i] = (int32_t)(v * 1e6); break;
     case LOOM_I64: ((int64_t *)x)[i] = (int64_t)(v * 1e15); break;
+    case LOOM_I8: ((int8_t *)x)[i] = (int8_t)(int)(v * 1.27); break;
     default: ((uint8_t *)x)[i] = (uint8_t)(int)(v + 100); break;
     }
   }
@@ -808,6 +828,11 @@ static void test_reductions(void) {
       {"argmin f64 nan ties", LK_RED_ARGMIN, LOOM_F64, 3, 1, {16, 5, 10}, false, true, true},
       {"argmax i32 ties", LK_RED_ARGMAX, LOOM_I32, 2, 1, {64, 50}, false, false, true},
       {"argmin u8", LK_RED_ARGMIN, LOOM_U8, 2, 1, {64, 50}, false, false, true},
+      {"sum i8 wraps", LK_RED_SUM, LOOM_I8, 2, 1, {8, 300}, false, false, false},
+      {"max i8", LK_RED_MAX, LOOM_I8, 2, 1, {10, 77}, false, false, false},
+      {"min i8", LK_RED_MIN, LOOM_I8, 2, 1, {10, 77}, false, false, false},
+      {"argmax i8 ties", LK_RED_ARGMAX, LOOM_I8, 2, 1, {64, 50}, false, false, true},
+      {"argmin i8", LK_RED_ARGMIN, LOOM_I8, 3, 1, {16, 5, 10}, false, true, false},
       {"argmax i64 all", LK_RED_ARGMAX, LOOM_I64, 2, 0, {7, 9}, false, false, true},
       /* a reduced extent of 0: identity (sum 0, max -inf, argmax 0) */
       {"sum f32 empty", LK_RED_SUM, LOOM_F32, 2, 1, {5, 0}, false, false, false},

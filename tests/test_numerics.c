@@ -3,8 +3,9 @@
  * on a CUDA device:
  * - integer scalar ops follow PyTorch: the scalar is converted to the
  *   tensor's dtype modulo 2^bits and the arithmetic wraps, computed exactly in
- *   integers (U8 + 300 adds 44, U8 + -1 adds 255; INT32_MAX ** 2 is 1; I64
- *   powers past 2^53 exact). Every scalar op over all 256 U8 values and a set
+ *   integers (U8 + 300 adds 44, U8 + -1 adds 255, I8 + 300 adds 44; INT32_MAX
+ *   ** 2 is 1; I64 powers past 2^53 exact). Every scalar op over all 256 U8
+ *   and all 256 I8 values and a set
  *   of scalars, and at the extremes of I32 and I64; integer powers of tensors;
  *   the refusals (a negative or out-of-range exponent, a where value the dtype
  *   cannot hold, a scalar outside the 64-bit integers). Expected values are
@@ -27,6 +28,7 @@
 static bool fits(loom_dtype d, double s) {
   switch (d) {
   case LOOM_U8: return s >= 0 && s <= 255;
+  case LOOM_I8: return s >= -128 && s <= 127;
   case LOOM_I32: return s >= -0x1p31 && s < 0x1p31;
   default: return s >= -0x1p63 && s < 0x1p63;
   }
@@ -203,6 +205,16 @@ static void test_u8_scalar_ops_exhaustive(void) {
   sweep_scalar_ops(LOOM_U8, xs, 256, scalars, (int)(sizeof scalars / sizeof scalars[0]));
 }
 
+/* Every scalar op over all 256 I8 values (torch.int8): scalars wrap to
+ * [-128, 127] (300 is 44, 255 is -1, 128 is -128). */
+static void test_i8_scalar_ops_exhaustive(void) {
+  int64_t xs[256];
+  for (int i = 0; i < 256; i++) xs[i] = i - 128;
+  static const double scalars[] = {-300, -256, -129, -128, -1,  0,   1,    2,
+                                   3,    127,  128,  255,  256, 300, 1000, 1e30};
+  sweep_scalar_ops(LOOM_I8, xs, 256, scalars, (int)(sizeof scalars / sizeof scalars[0]));
+}
+
 /* I32 and I64 at their extremes, with scalars past their range. */
 static void test_wide_scalar_ops_extremes(void) {
   static const int64_t i32[] = {INT32_MAX, INT32_MIN,     0, 1,  -1, 1 << 30, -(1 << 30), 46341,
@@ -296,21 +308,93 @@ static void test_torch_samples(void) {
   loom_clear_error();
 }
 
+/* torch.int8, as PyTorch 1.13 printed it: scalars and results wrap, sums
+ * are int64, u8 with i8 is wider (int16 in torch, I32 in loom: same values). */
+static void test_i8_torch_samples(void) {
+  LOOM_SCOPE {
+    loom_tensor *x = ints((const int64_t[]){127, -128, 1, -1, 100}, LOOM_SHAPE(5), LOOM_I8);
+    expect_ints("i8 + -1", loom_add_s(x, -1), LOOM_I8, (const int64_t[]){126, 127, 0, -2, 99}, 5);
+    expect_ints("i8 + 300", loom_add_s(x, 300), LOOM_I8, (const int64_t[]){-85, -84, 45, 43, -112},
+                5);
+    expect_ints("i8 - 300", loom_sub_s(x, 300), LOOM_I8, (const int64_t[]){83, 84, -43, -45, 56},
+                5);
+    expect_ints("i8 * 300", loom_mul_s(x, 300), LOOM_I8, (const int64_t[]){-44, 0, 44, -44, 48}, 5);
+    expect_ints("300 - i8", loom_rsub_s(300, x), LOOM_I8, (const int64_t[]){-83, -84, 43, 45, -56},
+                5);
+    expect_ints("i8 < 300", loom_lt_s(x, 300), LOOM_BOOL, (const int64_t[]){0, 1, 1, 1, 0}, 5);
+    expect_ints("i8 == 255", loom_eq_s(x, 255), LOOM_BOOL, (const int64_t[]){0, 0, 0, 1, 0}, 5);
+    expect_ints("i8 ** i8",
+                loom_pow(ints((const int64_t[]){2, 3, -128, -3, 127}, LOOM_SHAPE(5), LOOM_I8),
+                         ints((const int64_t[]){7, 5, 2, 3, 2}, LOOM_SHAPE(5), LOOM_I8)),
+                LOOM_I8, (const int64_t[]){-128, -13, 0, -27, 1}, 5);
+    expect_ints("-i8", loom_neg(x), LOOM_I8, (const int64_t[]){-127, -128, -1, 1, -100}, 5);
+    expect_ints("abs(i8)", loom_abs(x), LOOM_I8, (const int64_t[]){127, -128, 1, 1, 100}, 5);
+    expect_ints("i8 * i8", loom_mul(x, x), LOOM_I8, (const int64_t[]){1, 0, 1, 1, 16}, 5);
+    expect_ints("sum(i8)", loom_sum_all(x), LOOM_I64, (const int64_t[]){99}, 1);
+    expect_ints("cumsum(i8)", loom_cumsum(x, 0), LOOM_I64, (const int64_t[]){127, -1, 0, -1, 99},
+                5);
+    expect_ints("i8 + u8",
+                loom_add(x, ints((const int64_t[]){255, 255, 0, 0, 1}, LOOM_SHAPE(5), LOOM_U8)),
+                LOOM_I32, (const int64_t[]){382, 127, 1, -1, 101}, 5);
+    expect_ints("argmax(i8)", loom_argmax(x, 0, false), LOOM_I64, (const int64_t[]){0}, 1);
+    expect_ints("argmin(i8)", loom_argmin(x, 0, false), LOOM_I64, (const int64_t[]){1}, 1);
+    expect_ints("max(i8)", loom_max(x, (const int[]){0}, 1, false), LOOM_I8, (const int64_t[]){127},
+                1);
+    expect_ints("min(i8)", loom_min(x, (const int[]){0}, 1, false), LOOM_I8,
+                (const int64_t[]){-128}, 1);
+    expect_ints("maximum(i8, 0)", loom_maximum_s(x, 0), LOOM_I8,
+                (const int64_t[]){127, 0, 1, 0, 100}, 5);
+    expect_ints("where(i8 > 0, i8, -128)", loom_where_s(loom_gt_s(x, 0), x, -128), LOOM_I8,
+                (const int64_t[]){127, -128, 1, -128, 100}, 5);
+    expect_ints("i8 -> u8", loom_cast(x, LOOM_U8), LOOM_U8,
+                (const int64_t[]){127, 128, 1, 255, 100}, 5);
+    expect_ints("u8 -> i8",
+                loom_cast(ints((const int64_t[]){200, 128, 127}, LOOM_SHAPE(3), LOOM_U8), LOOM_I8),
+                LOOM_I8, (const int64_t[]){-56, -128, 127}, 3);
+    expect_ints(
+        "i32 -> i8",
+        loom_cast(ints((const int64_t[]){200, -200, 255, 256, -129}, LOOM_SHAPE(5), LOOM_I32),
+                  LOOM_I8),
+        LOOM_I8, (const int64_t[]){-56, 56, -1, 0, 127}, 5);
+    /* float -> i8 truncates toward zero; outside [-128, 127] (undefined in
+     * torch) it saturates, as loom's other float -> integer casts */
+    const float f[] = {127.9f, -128.9f, 2.5f, -2.5f, -0.5f, 1e10f, -300.0f, NAN};
+    expect_ints("f32 -> i8", loom_cast(on_device(f, LOOM_SHAPE(8), LOOM_F32), LOOM_I8), LOOM_I8,
+                (const int64_t[]){127, -128, 2, -2, 0, 127, -128, 0}, 8);
+    expect_ints("i8 @ i8 wraps",
+                loom_matmul(ints((const int64_t[]){100, -100, 3, 4}, LOOM_SHAPE(2, 2), LOOM_I8),
+                            ints((const int64_t[]){2, 1, 1, 3}, LOOM_SHAPE(2, 2), LOOM_I8)),
+                LOOM_I8, (const int64_t[]){100, 56, 10, 15}, 4);
+    const loom_dtype other[] = {LOOM_BOOL, LOOM_U8,   LOOM_I32, LOOM_I64,
+                                LOOM_F16,  LOOM_BF16, LOOM_F32, LOOM_F64};
+    const loom_dtype promoted[] = {LOOM_I8,  LOOM_I32,  LOOM_I32, LOOM_I64,
+                                   LOOM_F16, LOOM_BF16, LOOM_F32, LOOM_F64};
+    for (int k = 0; k < 8; k++) {
+      loom_tensor *y = loom_cast(x, other[k]);
+      CHECK_MSG(loom_dtype_of(loom_add(x, y)) == promoted[k] &&
+                    loom_dtype_of(loom_add(y, x)) == promoted[k],
+                "i8 with %s promotes to %s", loom_dtype_name(other[k]),
+                loom_dtype_name(promoted[k]));
+    }
+  }
+  loom_clear_error();
+}
+
 /* Integer add, sub, mul and pow of two tensors (every pair of values), neg,
  * abs and square: wrapping, with no undefined signed overflow in either code
  * generator; all 256 x 256 U8 pairs. */
 static void test_tensor_ops_wrap(void) {
   static const int64_t i32[] = {INT32_MAX, INT32_MIN, 0, 1, -1, 46341, -46341, 3, -3, 31, 32, -2};
   static const int64_t i64[] = {INT64_MAX, INT64_MIN, 0, 1, -1, 3037000500, -3, 3, 63, 64, 41, -2};
-  static int64_t u8[256];
-  for (int i = 0; i < 256; i++) u8[i] = i;
+  static int64_t u8[256], i8[256];
+  for (int i = 0; i < 256; i++) u8[i] = i, i8[i] = i - 128;
   const struct {
     loom_dtype d;
     const int64_t *v;
     int n;
-  } sets[] = {{LOOM_U8, u8, 256}, {LOOM_I32, i32, 12}, {LOOM_I64, i64, 12}};
+  } sets[] = {{LOOM_U8, u8, 256}, {LOOM_I8, i8, 256}, {LOOM_I32, i32, 12}, {LOOM_I64, i64, 12}};
   int64_t *got = malloc(sizeof(int64_t) * 256 * 256);
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < (int)(sizeof sets / sizeof sets[0]); k++) {
     loom_dtype d = sets[k].d;
     int n = sets[k].n;
     const int64_t *v = sets[k].v;
@@ -406,10 +490,11 @@ static void test_fill_values(void) {
     const struct {
       loom_dtype dtype;
       double value;
-    } refused[] = {{LOOM_U8, 300},        {LOOM_U8, 256},          {LOOM_U8, -1},
-                   {LOOM_I32, 0x1p31},    {LOOM_I32, -0x1p31 - 1}, {LOOM_I64, 1e19},
-                   {LOOM_I64, -1e19},     {LOOM_I32, NAN},         {LOOM_U8, INFINITY},
-                   {LOOM_I64, -INFINITY}, {LOOM_I32, 4294967295.0}};
+    } refused[] = {{LOOM_U8, 300},        {LOOM_U8, 256},           {LOOM_U8, -1},
+                   {LOOM_I32, 0x1p31},    {LOOM_I32, -0x1p31 - 1},  {LOOM_I64, 1e19},
+                   {LOOM_I64, -1e19},     {LOOM_I32, NAN},          {LOOM_U8, INFINITY},
+                   {LOOM_I64, -INFINITY}, {LOOM_I32, 4294967295.0}, {LOOM_I8, 128},
+                   {LOOM_I8, -129},       {LOOM_I8, 255},           {LOOM_I8, NAN}};
     for (int i = 0; i < (int)(sizeof refused / sizeof refused[0]); i++) {
       loom_dtype d = refused[i].dtype;
       double v = refused[i].value;
@@ -436,7 +521,7 @@ static void test_fill_values(void) {
     } kept[] = {
         {LOOM_I32, 2.5, 2},    {LOOM_I32, -2.5, -2},           {LOOM_U8, 255, 255},
         {LOOM_U8, 255.9, 255}, {LOOM_I32, -0x1p31, INT32_MIN}, {LOOM_I64, -0x1p63, INT64_MIN},
-        {LOOM_BOOL, -3, 1}};
+        {LOOM_BOOL, -3, 1},    {LOOM_I8, -128.9, -128},        {LOOM_I8, 127.5, 127}};
     for (int i = 0; i < (int)(sizeof kept / sizeof kept[0]); i++) {
       int64_t got[2] = {0, 0};
       loom_tensor *t = loom_full(LOOM_SHAPE(2), kept[i].value, kept[i].dtype, LOOM_CPU);
@@ -706,7 +791,9 @@ static void test_sums_with_infinities(void) {
 
 int main(void) {
   test_torch_samples();
+  test_i8_torch_samples();
   test_u8_scalar_ops_exhaustive();
+  test_i8_scalar_ops_exhaustive();
   test_wide_scalar_ops_extremes();
   test_tensor_ops_wrap();
   test_refusals();

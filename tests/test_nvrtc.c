@@ -321,8 +321,9 @@ static loom_tensor *leaf(loom_shape s) {
   return t;
 }
 
-static const loom_dtype ALL_DTYPES[] = {LOOM_F32, LOOM_F64, LOOM_I32, LOOM_I64, LOOM_U8, LOOM_BOOL};
-#define NDTYPES 6
+static const loom_dtype ALL_DTYPES[] = {LOOM_F32, LOOM_F64,  LOOM_I32, LOOM_I64,
+                                        LOOM_U8,  LOOM_BOOL, LOOM_I8};
+#define NDTYPES ((int)(sizeof ALL_DTYPES / sizeof ALL_DTYPES[0]))
 
 static void graphs_elementwise(loom_dtype dt) {
   LOOM_SCOPE {
@@ -363,6 +364,7 @@ static void graphs_casts(void) {
     T(loom_add_s(in(LOOM_SHAPE(9), LOOM_I64), -9223372036854775807.0));
     T(loom_add_s(in(LOOM_SHAPE(9), LOOM_I32), -2147483648.0));
     T(loom_mul_s(in(LOOM_SHAPE(9), LOOM_U8), 255));
+    T(loom_add_s(in(LOOM_SHAPE(9), LOOM_I8), -128));
     flush("casts");
   }
 }
@@ -686,9 +688,9 @@ static void check_coverage(void) {
   for (int a = 0; a < NDTYPES; a++)
     for (int b = 0; b < NDTYPES; b++) {
       if (a == b) continue;
-      casts += cast_seen[a][b];
-      CHECK_MSG(cast_seen[a][b], "no kernel casts %s to %s", loom_dtype_name(ALL_DTYPES[a]),
-                loom_dtype_name(ALL_DTYPES[b]));
+      casts += cast_seen[ALL_DTYPES[a]][ALL_DTYPES[b]];
+      CHECK_MSG(cast_seen[ALL_DTYPES[a]][ALL_DTYPES[b]], "no kernel casts %s to %s",
+                loom_dtype_name(ALL_DTYPES[a]), loom_dtype_name(ALL_DTYPES[b]));
     }
   printf("coverage: all %d kernel ops, 6 reductions, 4 thread shapes, %d casts\n", LK_NUM_OPS,
          casts);

@@ -7,7 +7,7 @@
 #include "loom.h"
 #include "ref.h"
 
-#define NDT 6
+#define NDT ((int)(sizeof ref_all_dtypes / sizeof ref_all_dtypes[0]))
 static const loom_shape un_shapes[] = {
     LOOM_SHAPE0,         LOOM_SHAPE(0),      LOOM_SHAPE(1),
     LOOM_SHAPE(7),       LOOM_SHAPE(3, 4),   LOOM_SHAPE(2, 1, 5),

@@ -82,6 +82,8 @@ int main(void) {
   EXPECT(mk(LOOM_SHAPE(3), LOOM_I32, V(1, 2, 3)), "tensor([1, 2, 3], dtype=torch.int32)");
   EXPECT(mk(LOOM_SHAPE(3), LOOM_I64, V(1, 10, -100)), "tensor([   1,   10, -100])");
   EXPECT(mk(LOOM_SHAPE(2), LOOM_U8, V(1, 255)), "tensor([  1, 255], dtype=torch.uint8)");
+  EXPECT(mk(LOOM_SHAPE(5), LOOM_I8, V(127, -128, 1, -1, 100)),
+         "tensor([ 127, -128,    1,   -1,  100], dtype=torch.int8)");
   /* bools */
   EXPECT(mk(LOOM_SHAPE(2), LOOM_BOOL, V(1, 0)), "tensor([ True, False])");
   EXPECT(mk(LOOM_SHAPE(2, 2), LOOM_BOOL, V(1, 0, 0, 1)),

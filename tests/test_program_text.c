@@ -89,7 +89,8 @@ static loom_tensor *floats(loom_shape shape, unsigned seed) {
   return t;
 }
 
-/* Random data of any dtype: floats in [-1, 1], integers in [0, 10), bools. */
+/* Random data of any dtype: floats in [-1, 1], integers in [0, 10) (I8 in
+ * [-128, 127]), bools. */
 static loom_tensor *random_data(loom_shape shape, loom_dtype dtype, unsigned seed) {
   if (dtype == LOOM_F32) return floats(shape, seed);
   int64_t n = 1;
@@ -102,6 +103,7 @@ static loom_tensor *random_data(loom_shape shape, loom_dtype dtype, unsigned see
     case LOOM_I32: ((int32_t *)buf)[i] = (int32_t)(r % 10); break;
     case LOOM_I64: ((int64_t *)buf)[i] = (int64_t)(r % 10); break;
     case LOOM_U8: buf[i] = (unsigned char)(r % 10); break;
+    case LOOM_I8: ((int8_t *)buf)[i] = (int8_t)(int)(r % 256 - 128); break;
     default: buf[i] = (unsigned char)(r & 1); break;
     }
   }
@@ -185,6 +187,18 @@ static void integers(loom_tensor *const *in, loom_tensor **out) {
   out[5] = loom_matmul(xi, loom_transpose(xi, 0, 1));
   out[6] = loom_div(xi, loom_add_s(xi, 1));
   out[7] = loom_max(loom_cast(xb, LOOM_I64), NULL, 0, false);
+}
+
+/* I8 as a quantized model holds it: dequantized, requantized (clamped,
+ * rounded, cast back), wrapping arithmetic, sums as I64, promotion with U8. */
+static void int8s(loom_tensor *const *in, loom_tensor **out) {
+  loom_tensor *q = in[0];
+  loom_tensor *deq = loom_mul_s(loom_cast(loom_add_s(q, 3), LOOM_F32), 0.05);
+  out[0] = loom_cast(loom_clamp(loom_round(loom_div_s(loom_relu(deq), 0.1)), -128, 127), LOOM_I8);
+  out[1] = loom_sum(loom_mul(q, q), NULL, 0, false);
+  out[2] = loom_argmin(q, 0, true);
+  out[3] = loom_add(q, loom_cast(loom_transpose(q, 0, 1), LOOM_U8));
+  out[4] = loom_where(loom_lt_s(q, 0), loom_neg(q), loom_mul_s(q, 3));
 }
 
 static void views(loom_tensor *const *in, loom_tensor **out) {
@@ -291,6 +305,7 @@ static const model models[] = {
      several},
     {"random", 1, 3, {LOOM_SHAPE(6, 9)}, {LOOM_F32}, random_draws},
     {"integers", 2, 8, {LOOM_SHAPE(7, 7), LOOM_SHAPE(7, 7)}, {LOOM_I32, LOOM_BOOL}, integers},
+    {"int8", 1, 5, {LOOM_SHAPE(6, 6)}, {LOOM_I8}, int8s},
     {"views", 1, 3, {LOOM_SHAPE(3, 10)}, {LOOM_F32}, views},
     {"split", 1, 2, {LOOM_SHAPE(300, 300)}, {LOOM_F32}, split},
     {"conv", 1, 2, {LOOM_SHAPE(2, 4, 9, 9)}, {LOOM_F32}, conv},

@@ -252,6 +252,63 @@ static void test_round_trip_all_dtypes(void) {
   loom_params_free(src);
 }
 
+/* I8 entries are loom's I8, both ways (they were read as I32, and an I8
+ * tensor could not be saved). I16 still widens to I32. */
+static void test_i8_entries(void) {
+  const char *p = path_of("i8.safetensors");
+  const unsigned char data[8] = {0x80, 0xff, 0x00, 0x7f,
+                                 0x00, 0x80, 0xff, 0x7f}; /* i8 x4, i16 x2 */
+  write_st(p,
+           "{\"q\":{\"dtype\":\"I8\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
+           "\"h\":{\"dtype\":\"I16\",\"shape\":[2],\"data_offsets\":[4,8]}}",
+           data, sizeof data);
+  loom_params *all = loom_safetensors_read(p, LOOM_CPU);
+  CHECK(all != NULL);
+  if (all) {
+    loom_tensor *q = loom_params_get(all, "q"), *h = loom_params_get(all, "h");
+    CHECK_EQ_INT(loom_dtype_of(q), LOOM_I8);
+    CHECK_EQ_INT(loom_dtype_of(h), LOOM_I32);
+    int8_t qv[4] = {0};
+    int32_t hv[2] = {0};
+    CHECK_OK(loom_copy_to_host(q, qv, sizeof qv));
+    CHECK_OK(loom_copy_to_host(h, hv, sizeof hv));
+    CHECK(qv[0] == -128 && qv[1] == -1 && qv[2] == 0 && qv[3] == 127);
+    CHECK(hv[0] == -32768 && hv[1] == 32767);
+    loom_free(q), loom_free(h);
+    loom_params_free(all);
+  }
+  /* saved as I8, byte for byte, and loaded back into an I8 tensor only */
+  const int8_t vals[5] = {-128, -1, 0, 1, 127};
+  loom_params *src = loom_params_new();
+  add_tensor(src, "q", vals, LOOM_SHAPE(5), LOOM_I8, false);
+  CHECK_OK(loom_params_save(src, p));
+  size_t len;
+  unsigned char *file = read_bytes(p, &len);
+  CHECK(file && len >= 5 && memcmp(file + len - 5, vals, 5) == 0);
+  char header[128] = "";
+  if (file && len > 8)
+    memcpy(header, file + 8, len - 8 < sizeof header - 1 ? len - 8 : sizeof header - 1);
+  CHECK_STR_CONTAINS(header, "\"dtype\":\"I8\"");
+  free(file);
+  const int8_t zeros[5] = {0};
+  const int32_t wide_zeros[5] = {0};
+  loom_params *dst = loom_params_new();
+  add_tensor(dst, "q", zeros, LOOM_SHAPE(5), LOOM_I8, false);
+  CHECK_OK(loom_params_load(dst, p));
+  int8_t got[5] = {0};
+  loom_tensor *q = loom_params_get(dst, "q");
+  CHECK_OK(loom_copy_to_host(q, got, sizeof got));
+  CHECK(memcmp(got, vals, sizeof got) == 0);
+  loom_free(q);
+  loom_params *wide = loom_params_new();
+  add_tensor(wide, "q", wide_zeros, LOOM_SHAPE(5), LOOM_I32, false);
+  CHECK_RC(loom_params_load(wide, p), LOOM_ERR_DTYPE);
+  loom_clear_error();
+  loom_params_free(wide);
+  loom_params_free(dst);
+  loom_params_free(src);
+}
+
 static void test_empty_collection(void) {
   loom_params *ps = loom_params_new();
   const char *path = path_of("empty.safetensors");
@@ -712,6 +769,7 @@ int main(void) {
     return 1;
   }
   test_round_trip_all_dtypes();
+  test_i8_entries();
   test_empty_collection();
   test_exact_bytes();
   test_hand_written_file();

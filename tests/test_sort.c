@@ -89,6 +89,7 @@ static loom_tensor *make(loom_dtype dt, int64_t rows, int64_t n, unsigned seed, 
     for (int64_t x = 0; x < count; x++) {
       int64_t r = (int64_t)(next(&seed) % 23);
       v[x] = dt == LOOM_U8    ? r * 11
+             : dt == LOOM_I8  ? (r - 11) * 11 + (r & 1) /* -121 to 122, ties */
              : dt == LOOM_I32 ? (r - 11) * 190000000
                               : (r - 11) * ((int64_t)1 << 58) + (r & 1); /* beyond 2^53 */
     }
@@ -155,7 +156,7 @@ static void check_rows(const char *how, loom_dtype dt, int64_t rows, int64_t n, 
 }
 
 static const loom_dtype dtypes[] = {LOOM_F32, LOOM_F64, LOOM_BF16, LOOM_F16,
-                                    LOOM_I32, LOOM_I64, LOOM_U8};
+                                    LOOM_I32, LOOM_I64, LOOM_U8,   LOOM_I8};
 #define NDTYPES (int)(sizeof dtypes / sizeof dtypes[0])
 
 /* Every dtype over rows short (insertion), long with few kept (partial

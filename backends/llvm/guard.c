@@ -76,7 +76,7 @@ bool lm_guards_analyze(lm_cg *g) {
     uses[roots[r]]++, user[roots[r]] = -1;
   for (int i = 0; i < n; i++) {
     loom_dtype dt = k->inst[i].dtype;
-    if (k->inst[i].op == LK_LOAD && dt != LOOM_BOOL && dt != LOOM_U8)
+    if (k->inst[i].op == LK_LOAD && loom_dtype_size(dt) > 1) /* not BOOL, U8, I8 */
       follow_chain(g, i, uses, user);
   }
   free(uses);

@@ -43,6 +43,8 @@ static LLVMValueRef extreme(lm_cg *g, loom_dtype dt, bool highest) {
   case LOOM_I32:
     return LLVMConstInt(t, highest ? (uint64_t)INT32_MAX : (uint64_t)(int64_t)INT32_MIN, 1);
   case LOOM_I64: return LLVMConstInt(t, highest ? (uint64_t)INT64_MAX : (uint64_t)INT64_MIN, 1);
+  case LOOM_I8:
+    return LLVMConstInt(t, highest ? (uint64_t)INT8_MAX : (uint64_t)(int64_t)INT8_MIN, 1);
   default: /* U8, BOOL: unsigned */ return highest ? LLVMConstAllOnes(t) : LLVMConstNull(t);
   }
 }

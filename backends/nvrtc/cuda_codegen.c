@@ -205,7 +205,7 @@ static void put_int(sb *s, loom_dtype dt, int64_t v) {
     else
       sb_printf(s, "(%" PRId64 "LL)", v);
     break;
-  default: /* I32, U8: truncated, as LLVMConstInt does */
+  default: /* I32, U8, I8: truncated, as LLVMConstInt does */
     sb_printf(s, "((%s)%" PRId64 "LL)", ctype(dt), v);
   }
 }
@@ -227,6 +227,7 @@ static void put_extreme(sb *s, loom_dtype dt, bool highest) {
   case LOOM_I32: sb_printf(s, "%s", highest ? "2147483647" : "(-2147483647 - 1)"); break;
   case LOOM_I64: put_int(s, dt, highest ? INT64_MAX : INT64_MIN); break;
   case LOOM_U8: sb_printf(s, "((unsigned char)%d)", highest ? 255 : 0); break;
+  case LOOM_I8: sb_printf(s, "((signed char)%d)", highest ? 127 : -128); break;
   default: sb_printf(s, "%s", highest ? "true" : "false"); break;
   }
 }
@@ -276,7 +277,7 @@ static void put_compare(sb *s, const lk_inst *in) {
 }
 
 /* C++ conversions are the CPU's: float -> int truncates, ints wrap, U8 and
- * BOOL widen as unsigned; to BOOL is != 0 (NaN: true). Out-of-range float ->
+ * BOOL widen as unsigned, I8 as signed; to BOOL is != 0 (NaN: true). Out-of-range float ->
  * int conversions are undefined in the description (C's rule); CUDA saturates. */
 static void put_cast(sb *s, const lk_kernel *k, const lk_inst *in) {
   loom_dtype from = k->inst[in->a].dtype, to = in->dtype;

@@ -61,6 +61,7 @@ template <typename T> LM_DEV bool lm_aligned(const void *base, long long at) {
 LM_VEC4(float, float4, make_float4)
 LM_VEC4(int, int4, make_int4)
 LM_VEC4(unsigned char, uchar4, make_uchar4)
+LM_VEC4(signed char, char4, make_char4)
 LM_VEC4(unsigned short, ushort4, make_ushort4)
 LM_VEC2X2(double, double2, make_double2)
 LM_VEC2X2(long long, longlong2, make_longlong2)
@@ -86,6 +87,17 @@ LM_DEV unsigned char lm_mul(unsigned char a, unsigned char b) {
   return (unsigned char)((unsigned)a * (unsigned)b);
 }
 LM_DEV unsigned char lm_neg(unsigned char a) { return (unsigned char)(0u - a); }
+// I8: computed in unsigned, its low byte kept (two's complement, as the CPU's i8).
+LM_DEV signed char lm_add(signed char a, signed char b) {
+  return (signed char)(unsigned char)((unsigned)a + (unsigned)b);
+}
+LM_DEV signed char lm_sub(signed char a, signed char b) {
+  return (signed char)(unsigned char)((unsigned)a - (unsigned)b);
+}
+LM_DEV signed char lm_mul(signed char a, signed char b) {
+  return (signed char)(unsigned char)((unsigned)a * (unsigned)b);
+}
+LM_DEV signed char lm_neg(signed char a) { return (signed char)(unsigned char)(0u - (unsigned)a); }
 LM_DEV float lm_add(float a, float b) { return a + b; }
 LM_DEV double lm_add(double a, double b) { return a + b; }
 // s + c += x, Knuth's two-sum: c collects what each addition rounds away
@@ -120,6 +132,9 @@ LM_DEV long long lm_pow(long long a, long long e) {
 LM_DEV unsigned char lm_pow(unsigned char a, unsigned char e) {
   return lm_ipow<unsigned char, unsigned>(a, e);
 }
+LM_DEV signed char lm_pow(signed char a, signed char e) {
+  return e < 0 ? lm_ipow_below_zero(a, e) : lm_ipow<signed char, unsigned>(a, (unsigned)e);
+}
 // float -> integer dtype: truncated, saturated at the dtype's limits, NaN 0
 // (as the CPU's llvm.fptosi.sat); C's own conversion is undefined out of range.
 template <typename T> LM_DEV T lm_sat(double x, double lo, double hi, T tlo, T thi) {
@@ -134,6 +149,9 @@ LM_DEV long long lm_to_i64(double x) {
 }
 LM_DEV unsigned char lm_to_u8(double x) {
   return lm_sat<unsigned char>(x, 0.0, 255.0, (unsigned char)0, (unsigned char)255);
+}
+LM_DEV signed char lm_to_i8(double x) {
+  return lm_sat<signed char>(x, -128.0, 127.0, (signed char)-128, (signed char)127);
 }
 
 // max/min: a NaN operand gives NaN (the CPU's select: a wins if NaN or greater).
@@ -159,6 +177,9 @@ LM_DEV int lm_shfl(int v, int o) { return __shfl_xor_sync(LM_FULL_MASK, v, o); }
 LM_DEV long long lm_shfl(long long v, int o) { return __shfl_xor_sync(LM_FULL_MASK, v, o); }
 LM_DEV unsigned char lm_shfl(unsigned char v, int o) {
   return (unsigned char)__shfl_xor_sync(LM_FULL_MASK, (int)v, o);
+}
+LM_DEV signed char lm_shfl(signed char v, int o) {
+  return (signed char)__shfl_xor_sync(LM_FULL_MASK, (int)v, o);
 }
 LM_DEV bool lm_shfl(bool v, int o) { return __shfl_xor_sync(LM_FULL_MASK, (int)v, o) != 0; }
 // A warp's sum and largest value, in every lane (attention's rows of scores).

@@ -27,7 +27,7 @@ __device__ __forceinline__ unsigned long long lm_float_key(unsigned long long bi
   return (bits & sign) ? (~bits & all) : (bits | sign);
 }
 
-/* dtype: loom_dtype's value (f32 0, f64 1, i32 2, i64 3, u8 4, bf16 6, f16 7) */
+/* dtype: loom_dtype's value (f32 0, f64 1, i32 2, i64 3, u8 4, bf16 6, f16 7, i8 8) */
 __device__ __forceinline__ unsigned long long lm_sort_key(const void *row, long long i,
                                                           long long dtype) {
   switch (dtype) {
@@ -39,6 +39,7 @@ __device__ __forceinline__ unsigned long long lm_sort_key(const void *row, long 
   case 3: return (unsigned long long)((const long long *)row)[i] ^ (1ull << 63);
   case 6: return lm_float_key(((const unsigned short *)row)[i], 16, 0x7f80ull, 0x7full);
   case 7: return lm_float_key(((const unsigned short *)row)[i], 16, 0x7c00ull, 0x3ffull);
+  case 8: return (unsigned char)((const signed char *)row)[i] ^ 0x80u;
   default: return ((const unsigned char *)row)[i];
   }
 }
@@ -50,7 +51,7 @@ extern "C" __global__ void __launch_bounds__(256)
   const unsigned long long flip = descending ? ~0ull : 0ull;
   const long long width = dtype == 1 || dtype == 3   ? 8
                           : dtype == 0 || dtype == 2 ? 4
-                          : dtype == 4               ? 1
+                          : dtype == 4 || dtype == 8 ? 1
                                                      : 2;
   const long long chunks = (n + 255) / 256, items = rows * chunks;
   for (long long item = blockIdx.x; item < items; item += gridDim.x) {

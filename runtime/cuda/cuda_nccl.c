@@ -29,6 +29,7 @@ typedef struct {
 enum { NCCL_SUCCESS = 0, NCCL_IN_PROGRESS = 7 };
 enum { NCCL_SUM = 0, NCCL_MAX = 2, NCCL_MIN = 3, NCCL_AVG = 4 };
 enum {
+  NCCL_INT8 = 0,
   NCCL_UINT8 = 1,
   NCCL_INT32 = 2,
   NCCL_INT64 = 4,
@@ -121,6 +122,7 @@ static int nccl_dtype(loom_dtype dt) {
   case LOOM_BF16: return NCCL_BFLOAT16;
   case LOOM_I32: return NCCL_INT32;
   case LOOM_I64: return NCCL_INT64;
+  case LOOM_I8: return NCCL_INT8;
   case LOOM_U8:
   case LOOM_BOOL: return NCCL_UINT8; /* 0 or 1: max is any, min is all */
   default: return -1;

@@ -137,6 +137,7 @@ static MPI_Datatype mpi_type(int dtype) {
   case LOOM_F64: return MPI_DOUBLE;
   case LOOM_I32: return MPI_INT32_T;
   case LOOM_I64: return MPI_INT64_T;
+  case LOOM_I8: return MPI_INT8_T;
   case LOOM_U8:
   case LOOM_BOOL: return MPI_UINT8_T; /* 0 or 1: max is any, min is all */
   default: return MPI_DATATYPE_NULL;

@@ -94,6 +94,7 @@ static inline unsigned int __umulhi(unsigned int a, unsigned int b) {
 LM_EMU_VEC4(float4, float)
 LM_EMU_VEC4(int4, int)
 LM_EMU_VEC4(uchar4, unsigned char)
+LM_EMU_VEC4(char4, signed char)
 LM_EMU_VEC4(ushort4, unsigned short)
 LM_EMU_VEC2(double2, double)
 LM_EMU_VEC2(longlong2, long long)

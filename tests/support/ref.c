@@ -29,7 +29,8 @@ char *ref_shape_str(loom_shape s, char *buf, size_t n) {
 }
 
 const char *ref_dtype_str(loom_dtype d) {
-  static const char *names[] = {"F32", "F64", "I32", "I64", "U8", "BOOL"};
+  static const char *names[] = {"F32", "F64", "I32", "I64", "U8", "BOOL", "BF16", "F16", "I8"};
+  _Static_assert(sizeof names / sizeof names[0] == LOOM_NUM_DTYPES, "a name for every dtype");
   return (d >= 0 && d < LOOM_NUM_DTYPES) ? names[d] : "?";
 }
 
@@ -40,13 +41,16 @@ size_t ref_dtype_size(loom_dtype d) {
   case LOOM_I32: return 4;
   case LOOM_I64: return 8;
   case LOOM_U8: return 1;
+  case LOOM_I8: return 1;
   case LOOM_BOOL: return 1;
   default: return 0;
   }
 }
 
 bool ref_is_float(loom_dtype d) { return d == LOOM_F32 || d == LOOM_F64; }
-bool ref_is_int(loom_dtype d) { return d == LOOM_I32 || d == LOOM_I64 || d == LOOM_U8; }
+bool ref_is_int(loom_dtype d) {
+  return d == LOOM_I32 || d == LOOM_I64 || d == LOOM_U8 || d == LOOM_I8;
+}
 
 double ref_cvt(double v, loom_dtype d) {
   switch (d) {
@@ -62,6 +66,7 @@ double ref_cvt(double v, loom_dtype d) {
   case LOOM_I32: return (double)(int32_t)(uint32_t)(uint64_t)x;
   case LOOM_I64: return (double)x;
   case LOOM_U8: return (double)(uint8_t)(uint64_t)x;
+  case LOOM_I8: return (double)(int8_t)(uint8_t)(uint64_t)x;
   default: return v;
   }
 }
@@ -70,7 +75,8 @@ static int dtype_cat(loom_dtype d) { return d == LOOM_BOOL ? 0 : ref_is_int(d) ?
 static int dtype_rank(loom_dtype d) {
   switch (d) {
   case LOOM_BOOL: return 0;
-  case LOOM_U8: return 1;
+  case LOOM_U8:
+  case LOOM_I8: return 1;
   case LOOM_I32: return 2;
   case LOOM_I64: return 3;
   case LOOM_F32: return 4;
@@ -79,8 +85,10 @@ static int dtype_rank(loom_dtype d) {
   }
 }
 
+/* torch's int8 with uint8 is int16; loom has none and gives I32. */
 loom_dtype ref_promote(loom_dtype a, loom_dtype b) {
   if (dtype_cat(a) != dtype_cat(b)) return dtype_cat(a) > dtype_cat(b) ? a : b;
+  if (a != b && dtype_rank(a) == 1 && dtype_rank(b) == 1) return LOOM_I32;
   return dtype_rank(a) >= dtype_rank(b) ? a : b;
 }
 
@@ -227,6 +235,11 @@ void *ref_pack(const ref_t *a, size_t *bytes) {
       memcpy(p, &x, 1);
       break;
     }
+    case LOOM_I8: {
+      int8_t x = (int8_t)v;
+      memcpy(p, &x, 1);
+      break;
+    }
     case LOOM_BOOL: {
       uint8_t x = v != 0;
       memcpy(p, &x, 1);
@@ -268,6 +281,12 @@ ref_t *ref_unpack(const void *buf, loom_shape s, loom_dtype d) {
     }
     case LOOM_U8: {
       uint8_t x;
+      memcpy(&x, p, 1);
+      v = x;
+      break;
+    }
+    case LOOM_I8: {
+      int8_t x;
       memcpy(&x, p, 1);
       v = x;
       break;
@@ -395,6 +414,7 @@ loom_dtype ref_binop_dtype(ref_binop op, loom_dtype a, loom_dtype b) {
 int64_t ref_int_wrap(uint64_t v, loom_dtype d) {
   switch (d) {
   case LOOM_U8: return (uint8_t)v;
+  case LOOM_I8: return (int8_t)(uint8_t)v;
   case LOOM_I32: return (int32_t)(uint32_t)v;
   case LOOM_BOOL: return v != 0;
   default: return (int64_t)v;
@@ -546,8 +566,9 @@ BIN(sub, REF_SUB)
 BIN(mul, REF_MUL)
 BIN(div, REF_DIV)
 BIN(pow, REF_POW)
-BIN(maximum, REF_MAXIMUM) BIN(minimum, REF_MINIMUM) BIN(lt, REF_LT) BIN(le, REF_LE) BIN(gt, REF_GT)
-    BIN(ge, REF_GE) BIN(eq, REF_EQ) BIN(ne, REF_NE) BIN(logical_and, REF_LOGICAL_AND)
+BIN(maximum, REF_MAXIMUM)
+BIN(minimum, REF_MINIMUM) BIN(lt, REF_LT) BIN(le, REF_LE) BIN(gt, REF_GT) BIN(ge, REF_GE)
+    BIN(eq, REF_EQ) BIN(ne, REF_NE) BIN(logical_and, REF_LOGICAL_AND)
         BIN(logical_or, REF_LOGICAL_OR)
 #undef BIN
 #define BINS(name, op)                                                                             \
@@ -568,13 +589,13 @@ UN(abs, REF_ABS)
 UN(exp, REF_EXP)
 UN(log, REF_LOG)
 UN(sqrt, REF_SQRT)
-UN(rsqrt, REF_RSQRT) UN(sin, REF_SIN) UN(cos, REF_COS) UN(tanh, REF_TANH) UN(sigmoid, REF_SIGMOID)
-    UN(relu, REF_RELU) UN(gelu, REF_GELU) UN(silu, REF_SILU) UN(log1p, REF_LOG1P)
-        UN(expm1, REF_EXPM1) UN(square, REF_SQUARE) UN(reciprocal, REF_RECIPROCAL)
-            UN(logical_not, REF_LOGICAL_NOT)
+UN(rsqrt, REF_RSQRT)
+UN(sin, REF_SIN) UN(cos, REF_COS) UN(tanh, REF_TANH) UN(sigmoid, REF_SIGMOID) UN(relu, REF_RELU)
+    UN(gelu, REF_GELU) UN(silu, REF_SILU) UN(log1p, REF_LOG1P) UN(expm1, REF_EXPM1)
+        UN(square, REF_SQUARE) UN(reciprocal, REF_RECIPROCAL) UN(logical_not, REF_LOGICAL_NOT)
 #undef UN
 
-                ref_t *ref_where(const ref_t *c, const ref_t *a, const ref_t *b) {
+            ref_t *ref_where(const ref_t *c, const ref_t *a, const ref_t *b) {
   loom_shape s1, os;
   if (!c || !a || !b || c->dtype != LOOM_BOOL) return NULL;
   if (!ref_broadcast_shape(c->shape, a->shape, &s1) || !ref_broadcast_shape(s1, b->shape, &os))

@@ -501,8 +501,8 @@ static const ref_binop_case ref_binops[] = {
 };
 #define REF_NUM_BINOP_CASES ((int)(sizeof ref_binops / sizeof ref_binops[0]))
 
-static const loom_dtype ref_all_dtypes[] = {LOOM_F32, LOOM_F64, LOOM_I32,
-                                            LOOM_I64, LOOM_U8,  LOOM_BOOL};
+static const loom_dtype ref_all_dtypes[] = {LOOM_F32, LOOM_F64,  LOOM_I32, LOOM_I64,
+                                            LOOM_U8,  LOOM_BOOL, LOOM_I8};
 
 /* ---------------------------------------------------------------- generic checks
  * Each builds inputs through view v, runs the loom op, checks against the
