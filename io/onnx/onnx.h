@@ -129,9 +129,17 @@ extern const onnx_op onnx_ops_attention[];
 extern const int onnx_ops_attention_count;
 extern const onnx_op onnx_ops_loss[];
 extern const int onnx_ops_loss_count;
+extern const onnx_op onnx_ops_quant[];
+extern const int onnx_ops_quant_count;
+
+/* Conv's attributes applied to x, w and b (onnx_ops_nn.c). */
+loom_status onnx_conv(onnx_node *n, loom_tensor *x, loom_tensor *w, loom_tensor *b,
+                      loom_tensor **out);
 
 /* Helpers the families share (onnx_ops.c). */
 int onnx_rank(const loom_tensor *t);
+bool onnx_is_integer(loom_dtype dt);
+bool onnx_is_float(loom_dtype dt);
 loom_shape onnx_shape(const loom_tensor *t);
 /* A 0-d tensor of dtype holding value. */
 loom_tensor *onnx_scalar_like(double value, const loom_tensor *like);

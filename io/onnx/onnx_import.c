@@ -156,7 +156,7 @@ loom_status onnx_ints(onnx_node *n, int i, int64_t *out, int cap, int *count) {
   *count = 0;
   if (!onnx_has_in(n, i)) return onnx_refuse(n, LOOM_ERR_VALUE, "input %d is missing", i);
   loom_dtype dt = loom_dtype_of(n->in[i]->t);
-  if (dt != LOOM_I64 && dt != LOOM_I32 && dt != LOOM_U8 && dt != LOOM_BOOL)
+  if (!onnx_is_integer(dt) && dt != LOOM_BOOL)
     return onnx_refuse(n, LOOM_ERR_DTYPE, "input %d ('%s') is %s; integers are expected", i,
                        n->in[i]->name, loom_dtype_name(dt));
   int64_t numel = loom_numel(n->in[i]->t);

@@ -13,6 +13,7 @@ static const struct {
     {onnx_ops_reduce, &onnx_ops_reduce_count},
     {onnx_ops_attention, &onnx_ops_attention_count},
     {onnx_ops_loss, &onnx_ops_loss_count},
+    {onnx_ops_quant, &onnx_ops_quant_count},
 };
 
 const onnx_op *onnx_find_op(const char *op_type) {
@@ -20,6 +21,14 @@ const onnx_op *onnx_find_op(const char *op_type) {
     for (int i = 0; i < *families[f].count; i++)
       if (strcmp(families[f].ops[i].op_type, op_type) == 0) return &families[f].ops[i];
   return NULL;
+}
+
+bool onnx_is_integer(loom_dtype dt) {
+  return dt == LOOM_I32 || dt == LOOM_I64 || dt == LOOM_U8 || dt == LOOM_I8;
+}
+
+bool onnx_is_float(loom_dtype dt) {
+  return dt == LOOM_F32 || dt == LOOM_F64 || dt == LOOM_F16 || dt == LOOM_BF16;
 }
 
 int onnx_rank(const loom_tensor *t) { return loom_ndim(t); }

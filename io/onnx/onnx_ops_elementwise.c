@@ -196,13 +196,11 @@ BINARY(and, loom_logical_and)
 BINARY(or, loom_logical_or)
 BINARY(xor, loom_ne)
 
-static bool is_integer(loom_dtype dt) { return dt == LOOM_I32 || dt == LOOM_I64 || dt == LOOM_U8; }
-
 /* Integers divide truncating toward zero (as C and ONNX's reference). */
 static loom_status op_div(onnx_node *n) {
   loom_tensor *a = onnx_in(n, 0), *b = onnx_in(n, 1);
   loom_dtype dt = loom_dtype_of(a);
-  if (!is_integer(dt)) {
+  if (!onnx_is_integer(dt)) {
     onnx_out(n, 0, loom_div(a, b));
     return LOOM_OK;
   }
@@ -217,10 +215,10 @@ static loom_status op_mod(onnx_node *n) {
   loom_tensor *a = onnx_in(n, 0), *b = onnx_in(n, 1);
   loom_dtype dt = loom_dtype_of(a);
   bool fmod = onnx_attr_int(n, "fmod", 0);
-  if (!fmod && !is_integer(dt))
+  if (!fmod && !onnx_is_integer(dt))
     return onnx_refuse(n, LOOM_ERR_VALUE, "fmod 0 on %s: ONNX asks fmod 1 for floats",
                        loom_dtype_name(dt));
-  loom_dtype work = is_integer(dt) ? LOOM_F64 : dt;
+  loom_dtype work = onnx_is_integer(dt) ? LOOM_F64 : dt;
   loom_tensor *x = loom_cast(a, work), *y = loom_cast(b, work);
   loom_tensor *q = loom_div(x, y);
   /* trunc(q) = sign(q) floor(|q|) */
@@ -234,7 +232,7 @@ static loom_status op_mod(onnx_node *n) {
 static loom_status op_pow(onnx_node *n) {
   loom_tensor *a = onnx_in(n, 0), *b = onnx_in(n, 1);
   loom_dtype dt = loom_dtype_of(a);
-  loom_dtype work = is_integer(dt) ? LOOM_F64 : dt;
+  loom_dtype work = onnx_is_integer(dt) ? LOOM_F64 : dt;
   onnx_out(n, 0, loom_cast(loom_pow(loom_cast(a, work), loom_cast(b, work)), dt));
   return LOOM_OK;
 }

@@ -201,9 +201,10 @@ static loom_status op_global_average_pool(onnx_node *n) { return global_pool(n, 
 static loom_status op_global_max_pool(onnx_node *n) { return global_pool(n, true); }
 
 /* 1-D and 2-D: loom's convolution (1-D as 2-D of height 1), with asymmetric
- * padding added before it. */
-static loom_status op_conv(onnx_node *n) {
-  loom_tensor *x = onnx_in(n, 0), *wt = onnx_in(n, 1), *b = onnx_in(n, 2);
+ * padding added before it; the node's attributes say how. */
+loom_status onnx_conv(onnx_node *n, loom_tensor *x, loom_tensor *wt, loom_tensor *b,
+                      loom_tensor **out) {
+  *out = NULL;
   loom_shape s = loom_shape_of(x), ws = loom_shape_of(wt);
   if (ws.ndim != s.ndim)
     return onnx_refuse(n, LOOM_ERR_SHAPE, "weight rank %d for input rank %d", ws.ndim, s.ndim);
@@ -239,8 +240,132 @@ static loom_status op_conv(onnx_node *n) {
     if (!o.padding[d]) o.padding[d] = 0;
   }
   loom_tensor *y = loom_conv2d_f(in, k, b, o);
-  if (w.dims == 1) y = loom_squeeze(y, 2);
-  onnx_out(n, 0, y);
+  *out = w.dims == 1 ? loom_squeeze(y, 2) : loom_retain(y);
+  return LOOM_OK;
+}
+
+static loom_status op_conv(onnx_node *n) {
+  loom_tensor *y;
+  loom_status st = onnx_conv(n, onnx_in(n, 0), onnx_in(n, 1), onnx_in(n, 2), &y);
+  if (!st) onnx_out(n, 0, y);
+  return st;
+}
+
+/* The gradient of a convolution as a convolution: the input spread `stride`
+ * apart, padded by the kernel's span less the pads, convolved with the
+ * weight's groups transposed and flipped. */
+static loom_status op_conv_transpose(onnx_node *n) {
+  loom_tensor *x = onnx_in(n, 0), *wt = onnx_in(n, 1), *b = onnx_in(n, 2);
+  loom_shape s = loom_shape_of(x), ws = loom_shape_of(wt);
+  int dims = s.ndim - 2;
+  if (dims < 1 || dims > 2 || ws.ndim != s.ndim)
+    return onnx_refuse(n, LOOM_ERR_SHAPE, "input rank %d, weight rank %d: 1-D and 2-D only", s.ndim,
+                       ws.ndim);
+  int64_t groups = onnx_attr_int(n, "group", 1);
+  if (groups < 1 || s.dim[1] != ws.dim[0] || ws.dim[0] % groups)
+    return onnx_refuse(n, LOOM_ERR_SHAPE, "%lld input channels, weight [%lld, ...], %lld groups",
+                       (long long)s.dim[1], (long long)ws.dim[0], (long long)groups);
+  int64_t stride[2] = {1, 1}, dil[2] = {1, 1}, lo[2] = {0, 0}, hi[2] = {0, 0}, outpad[2] = {0, 0};
+  int64_t v[4], shape_out[2];
+  int count, nshape;
+  loom_status st;
+  if ((st = onnx_attr_ints(n, "strides", v, 2, &count))) return st;
+  for (int d = 0; d < count; d++) stride[d] = v[d];
+  if ((st = onnx_attr_ints(n, "dilations", v, 2, &count))) return st;
+  for (int d = 0; d < count; d++) dil[d] = v[d];
+  if ((st = onnx_attr_ints(n, "output_padding", v, 2, &count))) return st;
+  for (int d = 0; d < count; d++) outpad[d] = v[d];
+  if ((st = onnx_attr_ints(n, "pads", v, 4, &count))) return st;
+  bool pads_given = count >= 0;
+  for (int d = 0; d < count / 2; d++) lo[d] = v[d], hi[d] = v[d + dims];
+  if ((st = onnx_attr_ints(n, "output_shape", shape_out, 2, &nshape))) return st;
+  char buf[16];
+  const char *pad = onnx_attr_string(n, "auto_pad", "NOTSET", buf, sizeof buf);
+  bool same = strncmp(pad, "SAME", 4) == 0;
+  for (int d = 0; d < dims; d++) {
+    int64_t in = s.dim[d + 2], span = (ws.dim[d + 2] - 1) * dil[d] + 1;
+    if (stride[d] < 1 || dil[d] < 1)
+      return onnx_refuse(n, LOOM_ERR_VALUE, "stride %lld, dilation %lld", (long long)stride[d],
+                         (long long)dil[d]);
+    if (!pads_given && (nshape >= 0 || same)) {
+      /* ONNX's reference: floor division; a negative total pads the output */
+      int64_t want = nshape >= 0 ? shape_out[nshape - dims + d] : in * stride[d];
+      int64_t total = stride[d] * (in - 1) + outpad[d] + span - want;
+      int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+      bool upper = strcmp(pad, "SAME_UPPER") == 0;
+      lo[d] = upper ? half : total - half;
+      hi[d] = total - lo[d];
+    }
+  }
+  /* spread: [.., H, W] -> [.., H, s, W, s] zero-filled, then cut the last s - 1 */
+  loom_tensor *spread = loom_retain(x);
+  for (int d = 0; d < dims; d++) {
+    if (stride[d] == 1) continue;
+    int axis = d + 2, r = onnx_rank(spread);
+    loom_tensor *u = loom_unsqueeze(spread, axis + 1);
+    /* the new axis (axis + 1 of r + 1) is the (r - axis - 1)-th from the end */
+    int64_t p2[2 * LOOM_MAX_DIMS] = {0};
+    p2[2 * (r - axis - 1) + 1] = stride[d] - 1;
+    loom_tensor *padded = loom_pad(u, p2, 2 * (r + 1), 0);
+    loom_shape ps = loom_shape_of(padded), merged = {.ndim = r};
+    for (int k = 0, m = 0; k < ps.ndim; k++) {
+      if (k == axis + 1) continue;
+      merged.dim[m++] = k == axis ? ps.dim[axis] * ps.dim[axis + 1] : ps.dim[k];
+    }
+    loom_tensor *flat = loom_reshape(padded, merged);
+    loom_free(spread);
+    spread = loom_slice(flat, axis, 0, merged.dim[axis] - (stride[d] - 1), 1);
+    loom_free(u), loom_free(padded), loom_free(flat);
+  }
+  /* pad each side by span - 1 - pad (negative crops), plus output_padding after */
+  int64_t pads[2 * LOOM_MAX_DIMS] = {0};
+  for (int d = 0; d < dims; d++) {
+    int k = dims - 1 - d, span = (int)((ws.dim[d + 2] - 1) * dil[d]);
+    pads[2 * k] = span - lo[d];
+    pads[2 * k + 1] = span - hi[d] + outpad[d];
+  }
+  loom_tensor *in = loom_pad(spread, pads, 2 * dims, 0);
+  /* weight [C, M/g, k..] -> [M, C/g, k..], flipped */
+  int64_t c = ws.dim[0], mg = ws.dim[1];
+  loom_shape gshape = {.ndim = ws.ndim + 1, .dim = {groups, c / groups, mg}};
+  for (int d = 2; d < ws.ndim; d++) gshape.dim[d + 1] = ws.dim[d];
+  int perm[LOOM_MAX_DIMS] = {0, 2, 1, 3, 4};
+  loom_tensor *k = loom_permute(loom_reshape(wt, gshape), perm, gshape.ndim);
+  loom_shape kshape = {.ndim = ws.ndim, .dim = {groups * mg, c / groups}};
+  for (int d = 2; d < ws.ndim; d++) kshape.dim[d] = ws.dim[d];
+  k = loom_reshape(k, kshape);
+  for (int d = 2; d < ws.ndim; d++) k = loom_flip(k, d);
+  loom_conv2d_opts o = {.groups = (int)groups};
+  if (dims == 1) {
+    in = loom_unsqueeze(in, 2);
+    k = loom_unsqueeze(k, 2);
+  }
+  for (int d = 0; d < 2; d++) {
+    int sd = dims == 1 ? d - 1 : d;
+    o.dilation[d] = sd < 0 ? 1 : (int)dil[sd];
+  }
+  loom_tensor *y = loom_conv2d_f(in, k, b, o);
+  onnx_out(n, 0, dims == 1 ? loom_squeeze(y, 2) : y);
+  return LOOM_OK;
+}
+
+/* (sum over the window of |x|^p)^(1/p); pads count as zeros. */
+static loom_status op_lp_pool(onnx_node *n) {
+  loom_tensor *x = onnx_in(n, 0);
+  loom_shape s = loom_shape_of(x);
+  int64_t kernel[3];
+  window w;
+  loom_status st = kernel_shape(n, &s, kernel);
+  if (st || (st = window_of(n, &s, kernel, &w))) return st;
+  double p = (double)onnx_attr_int(n, "p", 2);
+  loom_tensor *padded = pad_window(loom_pow_s(loom_abs(x), p), &w, 0, 0);
+  int64_t k[3] = {0};
+  loom_tensor *sum = NULL;
+  do {
+    loom_tensor *tap = window_tap(padded, &w, k);
+    sum = sum ? loom_add(sum, tap) : tap;
+  } while (next_offset(&w, k));
+  onnx_out(n, 0, loom_pow_s(sum, 1 / p));
   return LOOM_OK;
 }
 
@@ -401,6 +526,8 @@ const onnx_op onnx_ops_nn[] = {
     ONNX_OP(MatMul, op_matmul),
     ONNX_OP(Gemm, op_gemm),
     ONNX_OP(Conv, op_conv),
+    ONNX_OP(ConvTranspose, op_conv_transpose),
+    ONNX_OP(LpPool, op_lp_pool),
     ONNX_OP(MaxPool, op_max_pool),
     ONNX_OP(AveragePool, op_average_pool),
     ONNX_OP(GlobalAveragePool, op_global_average_pool),

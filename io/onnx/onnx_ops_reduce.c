@@ -49,7 +49,7 @@ static loom_status reduce(onnx_node *n, reduction kind, int64_t axes_input_since
   if (empty) { /* the reduction's identity, as ONNX's reference */
     for (int d = 0; d < in.ndim; d++)
       if (!reduced[d] || keep) out.dim[out.ndim++] = reduced[d] ? 1 : in.dim[d];
-    bool fl = dt == LOOM_F32 || dt == LOOM_F64 || dt == LOOM_F16 || dt == LOOM_BF16;
+    bool fl = onnx_is_float(dt);
     double v = 0;
     if (kind == R_MAX || kind == R_LOG_SUM || kind == R_LOG_SUM_EXP)
       v = fl               ? -INFINITY
@@ -98,15 +98,14 @@ static loom_status reduce(onnx_node *n, reduction kind, int64_t axes_input_since
   }
   case R_PROD: {
     /* |x|'s product as exp(sum log|x|), its sign from the count of negatives, 0 where any is 0 */
-    loom_dtype work = dt == LOOM_F32 || dt == LOOM_F16 || dt == LOOM_BF16 ? LOOM_F64 : LOOM_F64;
-    loom_tensor *w = loom_cast(x, work);
+    loom_tensor *w = loom_cast(x, LOOM_F64);
     loom_tensor *mag = loom_exp(loom_sum(loom_log(loom_abs(w)), axes, nax, keep));
     loom_tensor *negs = loom_sum(loom_cast(loom_lt_s(w, 0), LOOM_F64), axes, nax, keep);
     loom_tensor *odd = loom_ne_s(loom_sub(negs, loom_mul_s(loom_floor(loom_div_s(negs, 2)), 2)), 0);
     loom_tensor *zero = loom_max(loom_cast(loom_eq_s(w, 0), LOOM_F64), axes, nax, keep);
     r = loom_where(odd, loom_neg(mag), mag);
     r = loom_where_s(loom_eq_s(zero, 0), r, 0);
-    if (dt != LOOM_F64 && dt != LOOM_F32 && dt != LOOM_F16 && dt != LOOM_BF16) r = loom_round(r);
+    if (!onnx_is_float(dt)) r = loom_round(r);
     break;
   }
   default: return onnx_refuse(n, LOOM_ERR_INTERNAL, "reduction %d", (int)kind);

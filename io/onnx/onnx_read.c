@@ -241,7 +241,7 @@ static const struct {
 } dtypes[] = {
     {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, "float", LOOM_F32},
     {ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, "uint8", LOOM_U8},
-    {ONNX__TENSOR_PROTO__DATA_TYPE__INT8, "int8", -1},
+    {ONNX__TENSOR_PROTO__DATA_TYPE__INT8, "int8", LOOM_I8},
     {ONNX__TENSOR_PROTO__DATA_TYPE__UINT16, "uint16", -1},
     {ONNX__TENSOR_PROTO__DATA_TYPE__INT16, "int16", -1},
     {ONNX__TENSOR_PROTO__DATA_TYPE__INT32, "int32", LOOM_I32},
@@ -376,6 +376,7 @@ static void widen_fields(const Onnx__TensorProto *tp, loom_dtype dt, int64_t n, 
     case LOOM_I64: ((int64_t *)dst)[i] = tp->int64_data[i]; break;
     case LOOM_I32: ((int32_t *)dst)[i] = tp->int32_data[i]; break;
     case LOOM_U8: dst[i] = (uint8_t)tp->int32_data[i]; break;
+    case LOOM_I8: ((int8_t *)dst)[i] = (int8_t)tp->int32_data[i]; break;
     case LOOM_BOOL: dst[i] = tp->int32_data[i] != 0; break;
     case LOOM_F16:
     case LOOM_BF16: ((uint16_t *)dst)[i] = (uint16_t)tp->int32_data[i]; break;
