@@ -106,8 +106,8 @@ typedef struct npy_file {
   bool have_descr, have_fortran, have_shape;
 } npy_file;
 
-#define READ "loom_npy_read"
-#define WRITE "loom_npy_write"
+#define NPY_READ "loom_npy_read"
+#define NPY_WRITE "loom_npy_write"
 
 static loom_status npy_fail(const char *op, const char *path, loom_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -126,17 +126,17 @@ static loom_status npy_fail(const char *op, const char *path, loom_status st, co
 static loom_status read_at(const npy_file *f, uint64_t offset, void *dst, uint64_t len) {
   uint64_t ended = 0;
   int got = lm_read_at(f->fd, offset, dst, len, &ended);
-  if (got < 0) return npy_fail(READ, f->path, LOOM_ERR_IO, "cannot read: %s", strerror(errno));
+  if (got < 0) return npy_fail(NPY_READ, f->path, LOOM_ERR_IO, "cannot read: %s", strerror(errno));
   if (got == 0)
-    return npy_fail(READ, f->path, LOOM_ERR_CORRUPT, "the file ended at byte %llu while reading",
-                    (unsigned long long)ended);
+    return npy_fail(NPY_READ, f->path, LOOM_ERR_CORRUPT,
+                    "the file ended at byte %llu while reading", (unsigned long long)ended);
   return LOOM_OK;
 }
 
 static loom_status open_file(npy_file *f) {
   char why[300];
   f->fd = lm_open_regular_file(f->path, &f->size, why, sizeof why);
-  return f->fd < 0 ? npy_fail(READ, f->path, LOOM_ERR_IO, "%s", why) : LOOM_OK;
+  return f->fd < 0 ? npy_fail(NPY_READ, f->path, LOOM_ERR_IO, "%s", why) : LOOM_OK;
 }
 
 /* The parser of the header's dict: text[0..n), NUL-terminated. */
@@ -154,7 +154,7 @@ static loom_status parse_fail(const parser *p, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  return npy_fail(READ, p->f->path, LOOM_ERR_CORRUPT,
+  return npy_fail(NPY_READ, p->f->path, LOOM_ERR_CORRUPT,
                   "the header is not a dict literal of the format: "
                   "%s at byte %zu of the header",
                   what, p->at);
@@ -209,14 +209,14 @@ static bool take_word(parser *p, const char *word) {
 static loom_status parse_dim(parser *p, int axis, int64_t *out) {
   skip_space(p);
   if (p->at < p->n && p->text[p->at] == '-')
-    return npy_fail(READ, p->f->path, LOOM_ERR_CORRUPT, "the shape's dim %d is negative", axis);
+    return npy_fail(NPY_READ, p->f->path, LOOM_ERR_CORRUPT, "the shape's dim %d is negative", axis);
   if (p->at >= p->n || p->text[p->at] < '0' || p->text[p->at] > '9')
     return parse_fail(p, "the shape's dim %d is not an integer", axis);
   int64_t v = 0;
   for (; p->at < p->n && p->text[p->at] >= '0' && p->text[p->at] <= '9'; p->at++) {
     int digit = p->text[p->at] - '0';
     if (v > (INT64_MAX - digit) / 10)
-      return npy_fail(READ, p->f->path, LOOM_ERR_CORRUPT,
+      return npy_fail(NPY_READ, p->f->path, LOOM_ERR_CORRUPT,
                       "the shape's dim %d is larger than a 64-bit integer holds", axis);
     v = v * 10 + digit;
   }
@@ -233,7 +233,7 @@ static loom_status parse_shape(parser *p, loom_shape *shape) {
   while (!take(p, ')')) {
     if (!comma) return parse_fail(p, "the shape's dims are not separated by ','");
     if (count == LOOM_MAX_DIMS)
-      return npy_fail(READ, p->f->path, LOOM_ERR_SHAPE,
+      return npy_fail(NPY_READ, p->f->path, LOOM_ERR_SHAPE,
                       "the shape has more than %d dims, loom's most", LOOM_MAX_DIMS);
     loom_status st = parse_dim(p, count, &shape->dim[count]);
     if (st) return st;
@@ -261,7 +261,7 @@ static const npy_dtype *dtype_of_descr(const char *d) {
 static loom_status parse_descr(parser *p, npy_file *f) {
   skip_space(p);
   if (p->at < p->n && (p->text[p->at] == '[' || p->text[p->at] == '{'))
-    return npy_fail(READ, f->path, LOOM_ERR_DTYPE,
+    return npy_fail(NPY_READ, f->path, LOOM_ERR_DTYPE,
                     "a structured dtype (a list of fields): loom reads one number per element");
   loom_status st = parse_string(p, f->descr, sizeof f->descr, "'descr'");
   if (st) return st;
@@ -269,12 +269,12 @@ static loom_status parse_descr(parser *p, npy_file *f) {
   if (!f->dtype || f->dtype->loom < 0) {
     char name[64] = "", readable[200];
     if (f->dtype) snprintf(name, sizeof name, " (%s)", f->dtype->numpy);
-    return npy_fail(READ, f->path, LOOM_ERR_DTYPE,
+    return npy_fail(NPY_READ, f->path, LOOM_ERR_DTYPE,
                     "dtype '%s'%s is not a loom dtype (loom reads %s)", f->descr, name,
                     readable_dtypes(readable, sizeof readable));
   }
   if (f->descr[0] == '|' && f->dtype->size > 1)
-    return npy_fail(READ, f->path, LOOM_ERR_CORRUPT,
+    return npy_fail(NPY_READ, f->path, LOOM_ERR_CORRUPT,
                     "dtype '%s' has no byte order ('|') for elements of %d bytes", f->descr,
                     f->dtype->size);
   f->swap = f->descr[0] == '>' && f->dtype->size > 1;
@@ -292,11 +292,11 @@ static loom_status parse_entry(parser *p, npy_file *f) {
                : !strcmp(key, "shape")         ? &f->have_shape
                                                : NULL;
   if (!seen)
-    return npy_fail(READ, f->path, LOOM_ERR_CORRUPT,
+    return npy_fail(NPY_READ, f->path, LOOM_ERR_CORRUPT,
                     "the header has the key '%s'; the format's are 'descr', 'fortran_order' and "
                     "'shape'",
                     key);
-  if (*seen) return npy_fail(READ, f->path, LOOM_ERR_CORRUPT, "the header has '%s' twice", key);
+  if (*seen) return npy_fail(NPY_READ, f->path, LOOM_ERR_CORRUPT, "the header has '%s' twice", key);
   *seen = true;
   if (seen == &f->have_descr) return parse_descr(p, f);
   if (seen == &f->have_shape) return parse_shape(p, &f->shape);
@@ -324,46 +324,47 @@ static loom_status parse_header(npy_file *f, const char *text, size_t n) {
                         : !f->have_fortran ? "fortran_order"
                         : !f->have_shape   ? "shape"
                                            : NULL;
-  if (missing) return npy_fail(READ, f->path, LOOM_ERR_CORRUPT, "the header has no '%s'", missing);
+  if (missing)
+    return npy_fail(NPY_READ, f->path, LOOM_ERR_CORRUPT, "the header has no '%s'", missing);
   return LOOM_OK;
 }
 
 static loom_status read_header(npy_file *f) {
   unsigned char pre[12];
   if (f->size < NPY_MAGIC_LEN + 4)
-    return npy_fail(READ, f->path, LOOM_ERR_CORRUPT, "%llu bytes, too short for a .npy header",
+    return npy_fail(NPY_READ, f->path, LOOM_ERR_CORRUPT, "%llu bytes, too short for a .npy header",
                     (unsigned long long)f->size);
   loom_status st = read_at(f, 0, pre, NPY_MAGIC_LEN + 4);
   if (st) return st;
   if (memcmp(pre, NPY_MAGIC, NPY_MAGIC_LEN) != 0)
-    return npy_fail(READ, f->path, LOOM_ERR_CORRUPT,
+    return npy_fail(NPY_READ, f->path, LOOM_ERR_CORRUPT,
                     "not a .npy file (no \\x93NUMPY at its start)");
   int major = pre[6], minor = pre[7];
   if ((major != 1 && major != 2 && major != 3) || minor != 0)
-    return npy_fail(READ, f->path, LOOM_ERR_CORRUPT,
+    return npy_fail(NPY_READ, f->path, LOOM_ERR_CORRUPT,
                     "format version %d.%d; loom reads 1.0, 2.0 and 3.0", major, minor);
   uint64_t len_bytes = major == 1 ? 2 : 4, header_len = pre[8] | (uint64_t)pre[9] << 8;
   if (major > 1) {
     if (f->size < NPY_MAGIC_LEN + 2 + len_bytes)
-      return npy_fail(READ, f->path, LOOM_ERR_CORRUPT, "%llu bytes, too short for a .npy header",
-                      (unsigned long long)f->size);
+      return npy_fail(NPY_READ, f->path, LOOM_ERR_CORRUPT,
+                      "%llu bytes, too short for a .npy header", (unsigned long long)f->size);
     if ((st = read_at(f, NPY_MAGIC_LEN + 2, pre + 8, 4))) return st;
     header_len = pre[8] | (uint64_t)pre[9] << 8 | (uint64_t)pre[10] << 16 | (uint64_t)pre[11] << 24;
   }
   uint64_t start = NPY_MAGIC_LEN + 2 + len_bytes;
   if (header_len > f->size - start)
-    return npy_fail(READ, f->path, LOOM_ERR_CORRUPT,
+    return npy_fail(NPY_READ, f->path, LOOM_ERR_CORRUPT,
                     "the header's length %llu runs past the end of the file (%llu bytes)",
                     (unsigned long long)header_len, (unsigned long long)f->size);
   if (header_len > NPY_MAX_HEADER)
-    return npy_fail(READ, f->path, LOOM_ERR_CORRUPT,
+    return npy_fail(NPY_READ, f->path, LOOM_ERR_CORRUPT,
                     "the header's length %llu is over the limit of %d bytes",
                     (unsigned long long)header_len, NPY_MAX_HEADER);
   char *text = malloc((size_t)header_len + 1);
-  if (!text) return npy_fail(READ, f->path, LOOM_ERR_OOM, "out of memory");
+  if (!text) return npy_fail(NPY_READ, f->path, LOOM_ERR_OOM, "out of memory");
   st = read_at(f, start, text, header_len);
   if (!st && memchr(text, 0, (size_t)header_len))
-    st = npy_fail(READ, f->path, LOOM_ERR_CORRUPT, "the header holds a NUL byte");
+    st = npy_fail(NPY_READ, f->path, LOOM_ERR_CORRUPT, "the header holds a NUL byte");
   text[header_len] = 0;
   if (!st) st = parse_header(f, text, (size_t)header_len);
   free(text);
@@ -387,20 +388,22 @@ static loom_status check_data_size(const npy_file *f, uint64_t *bytes) {
   for (int d = 0; d < f->shape.ndim; d++) {
     uint64_t dim = (uint64_t)f->shape.dim[d];
     if (dim && numel > (uint64_t)INT64_MAX / dim)
-      return npy_fail(READ, f->path, LOOM_ERR_CORRUPT,
+      return npy_fail(NPY_READ, f->path, LOOM_ERR_CORRUPT,
                       "shape %s has more elements than fit in 64 bits",
                       shape_repr(&f->shape, sb, sizeof sb));
     numel *= dim;
   }
   if (numel > (uint64_t)INT64_MAX / (uint64_t)f->dtype->size)
-    return npy_fail(READ, f->path, LOOM_ERR_CORRUPT, "'%s' %s has more bytes than fit in 64 bits",
-                    f->descr, shape_repr(&f->shape, sb, sizeof sb));
+    return npy_fail(NPY_READ, f->path, LOOM_ERR_CORRUPT,
+                    "'%s' %s has more bytes than fit in 64 bits", f->descr,
+                    shape_repr(&f->shape, sb, sizeof sb));
   *bytes = numel * (uint64_t)f->dtype->size;
   if (have != *bytes)
-    return npy_fail(
-        READ, f->path, LOOM_ERR_CORRUPT, "%s: '%s' %s needs %llu bytes of data, the file has %llu",
-        have < *bytes ? "truncated" : "bytes past the data", f->descr,
-        shape_repr(&f->shape, sb, sizeof sb), (unsigned long long)*bytes, (unsigned long long)have);
+    return npy_fail(NPY_READ, f->path, LOOM_ERR_CORRUPT,
+                    "%s: '%s' %s needs %llu bytes of data, the file has %llu",
+                    have < *bytes ? "truncated" : "bytes past the data", f->descr,
+                    shape_repr(&f->shape, sb, sizeof sb), (unsigned long long)*bytes,
+                    (unsigned long long)have);
   return LOOM_OK;
 }
 
@@ -433,7 +436,7 @@ static void fortran_to_c(const unsigned char *from, unsigned char *to, const loo
 static loom_status read_elements(const npy_file *f, uint64_t bytes, unsigned char **out) {
   unsigned char *data = malloc(bytes ? (size_t)bytes : 1);
   if (!data)
-    return npy_fail(READ, f->path, LOOM_ERR_OOM, "out of memory for %llu bytes",
+    return npy_fail(NPY_READ, f->path, LOOM_ERR_OOM, "out of memory for %llu bytes",
                     (unsigned long long)bytes);
   loom_status st = read_at(f, f->data_offset, data, bytes);
   uint64_t numel = bytes / (uint64_t)f->dtype->size;
@@ -446,7 +449,7 @@ static loom_status read_elements(const npy_file *f, uint64_t bytes, unsigned cha
     free(data);
     data = c_order;
     if (!data)
-      st = npy_fail(READ, f->path, LOOM_ERR_OOM, "out of memory for %llu bytes",
+      st = npy_fail(NPY_READ, f->path, LOOM_ERR_OOM, "out of memory for %llu bytes",
                     (unsigned long long)bytes);
   }
   if (st) {
@@ -524,17 +527,17 @@ static loom_status write_file(const char *path, const char *header, size_t heade
                               const void *data, size_t bytes) {
   lm_atomic_file file;
   if (!lm_atomic_file_open(&file, path, 0666))
-    return errno == ENOMEM ? npy_fail(WRITE, path, LOOM_ERR_OOM, "out of memory")
-                           : npy_fail(WRITE, path, LOOM_ERR_IO,
+    return errno == ENOMEM ? npy_fail(NPY_WRITE, path, LOOM_ERR_OOM, "out of memory")
+                           : npy_fail(NPY_WRITE, path, LOOM_ERR_IO,
                                       "cannot create a file beside it: %s", strerror(errno));
   if (!lm_write_all(file.fd, header, header_len) || !lm_write_all(file.fd, data, bytes)) {
-    loom_status st = npy_fail(WRITE, path, LOOM_ERR_IO, "cannot write: %s", strerror(errno));
+    loom_status st = npy_fail(NPY_WRITE, path, LOOM_ERR_IO, "cannot write: %s", strerror(errno));
     lm_atomic_file_abandon(&file);
     return st;
   }
   const char *what = NULL;
   if (!lm_atomic_file_commit(&file, true, &what))
-    return npy_fail(WRITE, path, LOOM_ERR_IO, "cannot %s it: %s", what, strerror(errno));
+    return npy_fail(NPY_WRITE, path, LOOM_ERR_IO, "cannot %s it: %s", what, strerror(errno));
   return LOOM_OK;
 }
 
@@ -542,20 +545,20 @@ loom_status loom_npy_write(loom_tensor *t, const char *path) {
   if (!t || !path)
     return lm_fail(LOOM_ERR_NULL, "loom_npy_write: %s is NULL", t ? "path" : "tensor");
   if (loom_status_of(t) != LOOM_OK)
-    return npy_fail(WRITE, path, loom_status_of(t), "the tensor is an error: %s",
+    return npy_fail(NPY_WRITE, path, loom_status_of(t), "the tensor is an error: %s",
                     loom_error_message(t) ? loom_error_message(t) : "(no message)");
   if (!host_is_little_endian())
     return lm_fail(LOOM_ERR_INTERNAL, "loom_npy_write: big-endian hosts are not supported");
   loom_dtype dtype = loom_dtype_of(t);
   const npy_dtype *d = dtype_of_loom(dtype);
   if (!d)
-    return npy_fail(WRITE, path, LOOM_ERR_DTYPE,
+    return npy_fail(NPY_WRITE, path, LOOM_ERR_DTYPE,
                     "NumPy has no %s dtype (loom_cast the tensor to LOOM_F32 first)",
                     loom_dtype_name(dtype));
   loom_shape shape = loom_shape_of(t);
   size_t bytes = (size_t)loom_numel(t) * loom_dtype_size(dtype);
   void *data = malloc(bytes ? bytes : 1);
-  if (!data) return npy_fail(WRITE, path, LOOM_ERR_OOM, "out of memory for %zu bytes", bytes);
+  if (!data) return npy_fail(NPY_WRITE, path, LOOM_ERR_OOM, "out of memory for %zu bytes", bytes);
   loom_status st = loom_copy_to_host(t, data, bytes); /* its error names what failed */
   char header[512];
   if (!st) st = write_file(path, header, npy_header(d, &shape, header, sizeof header), data, bytes);

@@ -226,7 +226,7 @@ static void test_refusals(void) {
          "run '%s' --dim seq=3 --input a --input b --output-dir '%s'", sym, out);
   EXPECT(1, "(it has none: every size is fixed)",
          "run '%s' --dim batch=2 --input a --output-dir '%s'", fixed, out);
-  EXPECT(1, "is f32 [2,3]: its dim 0 is batch, which --dim batch=4 sets to 4",
+  EXPECT(1, "is f32 [2,3]: dim 0 (symbol batch) is 2, not the 4 of --dim batch=4",
          "run '%s' --dim batch=4 --input '%s' --input '%s' --output-dir '%s'", sym,
          fixture("f4_2x3"), fixture("f4_2x3"), out);
   EXPECT(2, "--dim takes NAME=N with N >= 1, got 'batch'",

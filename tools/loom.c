@@ -512,10 +512,11 @@ static bool input_fits(const loom_program *p, const run_command *cmd, int i, loo
     for (int k = 0; sym && k < cmd->ndims; k++)
       if (dim_named(&cmd->dims[k], sym) && got.dim[d] != cmd->dims[k].value) {
         fprintf(stderr,
-                "loom run: input %d (%s) '%s' is %s: its dim %d is %s, which --dim %s=%lld sets "
-                "to %lld\n",
-                i, loom_program_input_name(p, i), cmd->inputs[i], gots, d, sym, sym,
-                (long long)cmd->dims[k].value, (long long)cmd->dims[k].value);
+                "loom run: input %d (%s) '%s' is %s: dim %d (symbol %s) is %lld, not the %lld of "
+                "--dim %s=%lld\n",
+                i, loom_program_input_name(p, i), cmd->inputs[i], gots, d, sym,
+                (long long)got.dim[d], (long long)cmd->dims[k].value, sym,
+                (long long)cmd->dims[k].value);
         return false;
       }
   }
