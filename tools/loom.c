@@ -608,7 +608,9 @@ static int command_run(int argc, char **argv) {
 
 /* ------------------------------------------------------------------ inspect */
 
-/* The sections of `loom inspect`, each a heading and its lines. */
+/* The sections of `loom inspect`, each a heading with a count and its lines,
+ * so that a model format holding what loom cannot run (ONNX's unsupported
+ * nodes) adds a section of its own beside them. */
 static void inspect_io(const loom_program *p) {
   char type[256];
   printf("inputs: %d\n", loom_program_num_inputs(p));
