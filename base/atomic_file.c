@@ -107,3 +107,38 @@ int lm_open_for_reading(const char *path) {
   if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   return fd;
 }
+
+int lm_open_regular_file(const char *path, uint64_t *size, char *why, size_t why_len) {
+  int fd = lm_open_for_reading(path);
+  if (fd < 0) {
+    snprintf(why, why_len, "cannot open: %s", strerror(errno));
+    return -1;
+  }
+  struct stat info;
+  if (fstat(fd, &info) != 0)
+    snprintf(why, why_len, "cannot stat: %s", strerror(errno));
+  else if (!S_ISREG(info.st_mode))
+    snprintf(why, why_len, "not a regular file");
+  else {
+    *size = (uint64_t)info.st_size;
+    return fd;
+  }
+  close(fd);
+  return -1;
+}
+
+int lm_read_at(int fd, uint64_t offset, void *dst, uint64_t len, uint64_t *ended) {
+  unsigned char *p = dst;
+  while (len > 0) {
+    size_t chunk = len > (1u << 30) ? (1u << 30) : (size_t)len;
+    ssize_t got = pread(fd, p, chunk, (off_t)offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return -1;
+    if (got == 0) {
+      *ended = offset;
+      return 0;
+    }
+    p += got, offset += (uint64_t)got, len -= (uint64_t)got;
+  }
+  return 1;
+}

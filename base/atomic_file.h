@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 typedef struct lm_atomic_file {
@@ -38,5 +39,14 @@ void lm_atomic_file_abandon(lm_atomic_file *f);
  * belongs opens at once (the caller refuses what fstat says is not a regular
  * file) instead of blocking until a writer comes. -1 with errno set. */
 int lm_open_for_reading(const char *path);
+/* lm_open_for_reading, then fstat: a regular file's descriptor and its size
+ * in *size; or -1, why holding "cannot open: <reason>", "cannot stat:
+ * <reason>" or "not a regular file" (the readers' messages name the file
+ * around it). */
+int lm_open_regular_file(const char *path, uint64_t *size, char *why, size_t why_len);
+/* Reads exactly len bytes at offset, retrying short reads and EINTR: 1 when
+ * all were read, 0 when the file ended first (*ended the offset where it
+ * did), -1 on an error (errno set). */
+int lm_read_at(int fd, uint64_t offset, void *dst, uint64_t len, uint64_t *ended);
 
 #endif

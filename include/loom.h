@@ -707,6 +707,21 @@ void loom_load_report_free(loom_load_report *report);
  * dtype no loom dtype holds (U64, F8, C64) is an error naming it. NULL on an
  * error (loom_last_error says which). */
 loom_params *loom_safetensors_read(const char *path, loom_device device);
+/* NumPy's .npy files (versions 1.0, 2.0, 3.0): one array, np.save's and
+ * np.load's. Reading gives a new computed tensor on device holding the file's
+ * values, or NULL with loom_last_error naming the file and the problem:
+ * LOOM_ERR_CORRUPT for a malformed header, a shape whose bytes the data does
+ * not hold exactly, a truncated file; LOOM_ERR_DTYPE for a dtype loom lacks
+ * (it reads float32, float64, float16, int32, int64, uint8, bool; int8 and
+ * the others are refused naming theirs); LOOM_ERR_SHAPE past LOOM_MAX_DIMS
+ * dims; LOOM_ERR_IO for a file it cannot read. A 0-d array is a scalar
+ * (LOOM_SHAPE0); big-endian descrs ('>f4') are converted, Fortran-ordered
+ * arrays transposed into loom's C order, bools read as 0 or 1. */
+loom_tensor *loom_npy_read(const char *path, loom_device device);
+/* Computes t and writes it to path as np.save does (version 1.0, the header
+ * padded to 64 bytes, C order, little-endian), whole or not at all.
+ * LOOM_ERR_DTYPE for BF16, which NumPy lacks (loom_cast it to LOOM_F32). */
+loom_status loom_npy_write(loom_tensor *t, const char *path);
 
 /* ------------------------------------------------------------------ programs */
 

@@ -135,29 +135,19 @@ static loom_status load_fail(const st_file *sf, loom_status st, const char *fmt,
 /* Reads exactly len bytes at offset; the file's size was checked already, so
  * running short means it changed under us. */
 static loom_status read_at(const st_file *sf, uint64_t offset, void *dst, uint64_t len) {
-  unsigned char *p = dst;
-  while (len > 0) {
-    size_t chunk = len > (1u << 30) ? (1u << 30) : (size_t)len;
-    ssize_t got = pread(sf->fd, p, chunk, (off_t)offset);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return load_fail(sf, LOOM_ERR_IO, "cannot read: %s", strerror(errno));
-    if (got == 0)
-      return load_fail(sf, LOOM_ERR_CORRUPT, "the file ended at byte %llu while reading",
-                       (unsigned long long)offset);
-    p += got, offset += (uint64_t)got, len -= (uint64_t)got;
-  }
+  uint64_t ended = 0;
+  int got = lm_read_at(sf->fd, offset, dst, len, &ended);
+  if (got < 0) return load_fail(sf, LOOM_ERR_IO, "cannot read: %s", strerror(errno));
+  if (got == 0)
+    return load_fail(sf, LOOM_ERR_CORRUPT, "the file ended at byte %llu while reading",
+                     (unsigned long long)ended);
   return LOOM_OK;
 }
 
 static loom_status open_file(st_file *sf) {
-  sf->fd = lm_open_for_reading(sf->path);
-  if (sf->fd < 0) return load_fail(sf, LOOM_ERR_IO, "cannot open: %s", strerror(errno));
-  struct stat info;
-  if (fstat(sf->fd, &info) != 0)
-    return load_fail(sf, LOOM_ERR_IO, "cannot stat: %s", strerror(errno));
-  if (!S_ISREG(info.st_mode)) return load_fail(sf, LOOM_ERR_IO, "not a regular file");
-  sf->size = (uint64_t)info.st_size;
-  return LOOM_OK;
+  char why[300];
+  sf->fd = lm_open_regular_file(sf->path, &sf->size, why, sizeof why);
+  return sf->fd < 0 ? load_fail(sf, LOOM_ERR_IO, "%s", why) : LOOM_OK;
 }
 
 static uint64_t u64_from_le(const unsigned char b[8]) {

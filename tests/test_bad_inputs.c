@@ -204,6 +204,7 @@ ROW_S(null_params_add, loom_params_add(params, "x", NULL))
 ROW_S(null_path, loom_params_load(params, NULL))
 ROW_P(null_sgd, loom_sgd(NULL, (loom_sgd_opts){0}))
 ROW_P(null_safetensors_read, loom_safetensors_read(NULL, LOOM_CPU))
+ROW_P(null_npy_read, loom_npy_read(NULL, LOOM_CPU))
 ROW_S(null_step, loom_optim_step(NULL))
 ROW_P(null_dataset, loom_dataset_new(NULL, f4))
 ROW_S(null_grad_of, loom_grad_of(NULL, 1, &f23, 1, &(loom_tensor *){NULL}))
@@ -506,6 +507,8 @@ LOAD(file_fifo, "fifo.st")
 LOAD(file_million_dims, "million_dims.st")
 LOAD(file_many_tensors, "many_tensors.st")
 ROW_P(file_fifo_program, loom_program_load(path_in("fifo.loom")))
+ROW_P(file_npy_not_npy, loom_npy_read(path_in("good.st"), LOOM_CPU))
+ROW_P(file_npy_fifo, loom_npy_read(path_in("fifo.st"), LOOM_CPU))
 ROW_S(file_save_under_file, loom_params_save(params, path_in("plain_file/w.st")))
 /* Past the process's file size limit (ulimit -f): refused, where the write
  * would have ended the process with SIGXFSZ. */
@@ -617,6 +620,8 @@ static const row table[] = {
         "loom_params_load: NULL argument"),
     ROW("NULL handle", "loom_safetensors_read(NULL, cpu)", null_safetensors_read, NUL,
         "loom_safetensors_read: path is NULL"),
+    ROW("NULL handle", "loom_npy_read(NULL, cpu)", null_npy_read, NUL,
+        "loom_npy_read: path is NULL"),
     ROW("NULL handle", "loom_sgd(NULL, opts)", null_sgd, NUL,
         "loom_sgd: the parameter collection is NULL"),
     ROW("NULL handle", "loom_optim_step(NULL)", null_step, NUL,
@@ -940,6 +945,9 @@ static const row table[] = {
         "lists more than 250000 tensors"),
     ROW("bad file", "loom_program_load(a FIFO)", file_fifo_program, LOOM_ERR_IO,
         "not a regular file"),
+    ROW("bad file", "loom_npy_read(a safetensors file)", file_npy_not_npy, LOOM_ERR_CORRUPT,
+        "not a .npy file"),
+    ROW("bad file", "loom_npy_read(a FIFO)", file_npy_fifo, LOOM_ERR_IO, "not a regular file"),
     ROW("bad file", "loom_params_save(ps, 16 KiB past ulimit -f 4 KiB)", file_size_limit,
         LOOM_ERR_IO, "File too large"),
     ROW("bad file", "loom_params_save(ps, under a file)", file_save_under_file, LOOM_ERR_IO,

@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "loom.h"
+#include "scratch.h"
 
 /* ------------------------------------------------------------ files */
 
@@ -27,25 +28,6 @@ static const char *path_of(const char *name) {
   return p;
 }
 
-static void write_bytes(const char *path, const void *data, size_t len) {
-  FILE *f = fopen(path, "wb");
-  if (!f || (len && fwrite(data, 1, len, f) != len)) fprintf(stderr, "cannot write %s\n", path);
-  if (f) fclose(f);
-}
-
-/* The whole file (free it), or NULL. */
-static unsigned char *read_bytes(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *data = malloc(size > 0 ? (size_t)size : 1);
-  *len = data ? fread(data, 1, (size_t)size, f) : 0;
-  fclose(f);
-  return data;
-}
-
 static void put_u64_le(unsigned char *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
@@ -58,7 +40,7 @@ static void write_st_sized(const char *path, uint64_t header_size, const char *j
   put_u64_le(buf, header_size);
   memcpy(buf + 8, json, json_len);
   if (data_len) memcpy(buf + 8 + json_len, data, data_len);
-  write_bytes(path, buf, 8 + json_len + data_len);
+  check_write_file(path, buf, 8 + json_len + data_len);
   free(buf);
 }
 
@@ -193,7 +175,7 @@ static void test_round_trip_all_dtypes(void) {
 
   /* the file's frame: header size aligned, data exactly after it */
   size_t file_len;
-  unsigned char *file = read_bytes(path, &file_len);
+  unsigned char *file = check_read_file(path, &file_len);
   uint64_t header_size = 0;
   for (int i = 7; i >= 0 && file; i--) header_size = header_size << 8 | file[i];
   CHECK_EQ_INT(header_size % 8, 0);
@@ -339,7 +321,7 @@ static void test_exact_bytes(void) {
   memcpy(expected + 8 + padded, data, sizeof data);
 
   size_t len;
-  unsigned char *got = read_bytes(path, &len);
+  unsigned char *got = check_read_file(path, &len);
   CHECK_EQ_INT(len, expected_len);
   /* by meaning: the same header whatever its key order, the same data */
   json_error_t err;
@@ -397,13 +379,13 @@ static void test_truncations_and_mutations(void) {
   const char *valid = path_of("valid.safetensors");
   CHECK_OK(loom_params_save(src, valid));
   size_t len;
-  unsigned char *file = read_bytes(valid, &len);
+  unsigned char *file = check_read_file(valid, &len);
   loom_params_free(src);
   loom_params *ps = small_collection();
   const char *cut = path_of("cut.safetensors");
   char what[64];
   for (size_t k = 0; file && k < len; k++) {
-    write_bytes(cut, file, k);
+    check_write_file(cut, file, k);
     snprintf(what, sizeof what, "truncated to %zu of %zu bytes", k, len);
     expect_refusal(what, ps, cut, LOOM_ERR_CORRUPT, cut, NULL, NULL);
   }
@@ -411,7 +393,7 @@ static void test_truncations_and_mutations(void) {
   unsigned char *longer = malloc(len + 1);
   memcpy(longer, file, len);
   longer[len] = 0;
-  write_bytes(cut, longer, len + 1);
+  check_write_file(cut, longer, len + 1);
   expect_refusal("a trailing byte", ps, cut, LOOM_ERR_CORRUPT, "cover", NULL, NULL);
   free(longer);
 
@@ -424,7 +406,7 @@ static void test_truncations_and_mutations(void) {
       if (file[i] == swaps[s]) continue;
       unsigned char saved = file[i];
       file[i] = swaps[s];
-      write_bytes(cut, file, len);
+      check_write_file(cut, file, len);
       file[i] = saved;
       size_t before_len;
       unsigned char *before = values_of(ps, &before_len);
@@ -549,7 +531,7 @@ static void test_bad_headers(void) {
   expect_refusal("header past the end", ps, p, LOOM_ERR_CORRUPT, "runs past the end", NULL, NULL);
   write_st_sized(p, 0, "", NULL, 0);
   expect_refusal("header size 0", ps, p, LOOM_ERR_CORRUPT, "start with '{'", NULL, NULL);
-  write_bytes(p, "\x10\0\0", 3);
+  check_write_file(p, "\x10\0\0", 3);
   expect_refusal("3-byte file", ps, p, LOOM_ERR_CORRUPT, "too short", NULL, NULL);
   loom_params_free(ps);
 }
@@ -737,7 +719,7 @@ static void test_paths(void) {
   const char *keep = path_of("kept.safetensors");
   CHECK_OK(loom_params_save(ps, keep));
   size_t before_len, after_len;
-  unsigned char *before = read_bytes(keep, &before_len);
+  unsigned char *before = check_read_file(keep, &before_len);
   loom_params *reserved = loom_params_new();
   loom_tensor *meta = loom_from_data(small_w, LOOM_SHAPE(2), LOOM_F32, LOOM_CPU);
   loom_clear_error(); /* the name safetensors reserves cannot enter a collection */
@@ -746,7 +728,7 @@ static void test_paths(void) {
   loom_free(meta);
   loom_clear_error();
   CHECK_RC(loom_params_save(reserved, path_of("a-directory")), LOOM_ERR_IO);
-  unsigned char *after = read_bytes(keep, &after_len);
+  unsigned char *after = check_read_file(keep, &after_len);
   CHECK(before && after && before_len == after_len && memcmp(before, after, before_len) == 0);
   free(before);
   free(after);

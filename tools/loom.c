@@ -1,9 +1,12 @@
 /* The `loom` command: information about this build and machine, the kernel
- * cache, and the benchmarks (bench/).
+ * cache, saved programs (export, run on .npy files, inspect), and the
+ * benchmarks (bench/).
  *
  *   loom info
  *   loom cache stats | clear
  *   loom export model.loom --name NAME --out DIR
+ *   loom run model.loom [--input FILE.npy]... [--dim NAME=N]... --output-dir DIR
+ *   loom inspect model.loom
  *   loom bench [name...] [--json] [--peers] [--repeats N] [--warmup N] [--threads N]
  *              [--no-limits] [--list]
  */
@@ -12,10 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <loom.h>
 
 #include "bench.h"
+#include "io/program_info.h"
 
 #ifndef LOOM_BENCH_PEERS_DIR
 #define LOOM_BENCH_PEERS_DIR "bench/peers"
@@ -29,6 +34,8 @@ static void print_usage(FILE *out) {
           "usage: loom info\n"
           "       loom cache stats | clear\n"
           "       loom export model.loom --name NAME --out DIR\n"
+          "       loom run model.loom [--input FILE.npy]... [--dim NAME=N]... --output-dir DIR\n"
+          "       loom inspect model.loom\n"
           "       loom bench [name...] [--json] [--peers] [--repeats N] [--warmup N]\n"
           "                  [--threads N] [--no-limits] [--list] [--device cpu|cuda[:N]]\n"
           "\n"
@@ -38,7 +45,16 @@ static void print_usage(FILE *out) {
           "--no-limits skips measuring the machine's limits (no percentages then).\n"
           "\n"
           "export: loads a program saved with loom_program_save and writes DIR/libNAME.so and\n"
-          "DIR/NAME.h (loom_program_export).\n");
+          "DIR/NAME.h (loom_program_export).\n"
+          "\n"
+          "run: runs a program saved with loom_program_save on NumPy .npy inputs, one\n"
+          "--input per program input in its order, and writes DIR/output_<i>.npy in its\n"
+          "output order (DIR is made if missing). --dim NAME=N says what size a symbol of a\n"
+          "symbolic program takes; the inputs must agree. .npy dtypes: float32, float64,\n"
+          "float16, int32, int64, uint8, bool.\n"
+          "\n"
+          "inspect: prints a program's inputs and outputs (dtype, shape with its symbols),\n"
+          "its symbols, the ops its graph computes with their counts, and its weights.\n");
 }
 
 static void print_error(const char *what, loom_status status) {
@@ -364,6 +380,281 @@ static int command_export(int argc, char **argv) {
   return 0;
 }
 
+/* ------------------------------------------------------------------ models */
+
+/* A symbol's size from --dim NAME=N. */
+typedef struct dim_value {
+  const char *name; /* points into the argument */
+  size_t name_len;
+  int64_t value;
+} dim_value;
+
+static bool parse_dim_value(const char *text, dim_value *out) {
+  const char *eq = text ? strchr(text, '=') : NULL;
+  char *end = NULL;
+  errno = 0;
+  long long v = eq ? strtoll(eq + 1, &end, 10) : 0;
+  if (!eq || eq == text || !eq[1] || errno || *end || v < 1) {
+    fprintf(stderr, "loom: --dim takes NAME=N with N >= 1, got '%s'\n", text ? text : "");
+    return false;
+  }
+  *out = (dim_value){text, (size_t)(eq - text), v};
+  return true;
+}
+
+static bool dim_named(const dim_value *d, const char *name) {
+  return strlen(name) == d->name_len && strncmp(d->name, name, d->name_len) == 0;
+}
+
+/* The model at path, with the sizes --dim gave its symbols. A program file
+ * (loom_program_save's) keeps its symbols: the names are checked here and
+ * the sizes against the inputs when it runs. Model formats that fix their
+ * dims when loaded join here. NULL after printing why. */
+static loom_program *load_model(const char *command, const char *path, const dim_value *dims,
+                                int ndims) {
+  loom_program *p = loom_program_load(path);
+  if (!p) {
+    print_error(command, loom_last_status());
+    return NULL;
+  }
+  for (int i = 0; i < ndims; i++) {
+    bool known = false;
+    for (int s = 0; s < loom_program_num_symbols(p); s++)
+      known |= dim_named(&dims[i], loom_program_symbol_name(p, s));
+    if (known) continue;
+    fprintf(stderr, "loom: %s: --dim %.*s: '%s' has no symbol of that name (", command,
+            (int)dims[i].name_len, dims[i].name, path);
+    if (loom_program_num_symbols(p) == 0) fprintf(stderr, "it has none: every size is fixed");
+    for (int s = 0; s < loom_program_num_symbols(p); s++)
+      fprintf(stderr, "%s%s", s ? ", " : "its symbols: ", loom_program_symbol_name(p, s));
+    fprintf(stderr, ")\n");
+    loom_program_free(p);
+    return NULL;
+  }
+  return p;
+}
+
+/* "f32 [batch,3]": input (or output) i's dtype and dims, a symbolic dim by
+ * what it follows. */
+static const char *io_type(const loom_program *p, bool output, int i, char *buf, size_t len) {
+  loom_shape s = output ? loom_program_output_shape(p, i) : loom_program_input_shape(p, i);
+  loom_dtype dt = output ? loom_program_output_dtype(p, i) : loom_program_input_dtype(p, i);
+  size_t used = (size_t)snprintf(buf, len, "%s [", loom_dtype_name(dt));
+  for (int d = 0; d < s.ndim && used < len; d++) {
+    char text[128];
+    const char *sym = output ? lm_program_output_dim_text(p, i, d, text, sizeof text)
+                             : loom_program_input_dim_symbol(p, i, d);
+    if (!sym) snprintf(text, sizeof text, "%lld", (long long)s.dim[d]), sym = text;
+    used += (size_t)snprintf(buf + used, len - used, "%s%s", d ? "," : "", sym);
+  }
+  if (used < len) snprintf(buf + used, len - used, "]");
+  return buf;
+}
+
+/* "f32 [2,3]": a tensor's dtype and shape. */
+static const char *tensor_type(loom_tensor *t, char *buf, size_t len) {
+  loom_shape s = loom_shape_of(t);
+  size_t used = (size_t)snprintf(buf, len, "%s [", loom_dtype_name(loom_dtype_of(t)));
+  for (int d = 0; d < s.ndim && used < len; d++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%lld", d ? "," : "", (long long)s.dim[d]);
+  if (used < len) snprintf(buf + used, len - used, "]");
+  return buf;
+}
+
+/* ------------------------------------------------------------------ run */
+
+typedef struct run_command {
+  const char *model, *output_dir;
+  const char **inputs;
+  int ninputs;
+  dim_value *dims;
+  int ndims;
+} run_command;
+
+static bool parse_run_command(run_command *cmd, int argc, char **argv) {
+  cmd->inputs = calloc((size_t)argc + 1, sizeof *cmd->inputs);
+  cmd->dims = calloc((size_t)argc + 1, sizeof *cmd->dims);
+  if (!cmd->inputs || !cmd->dims) return false;
+  for (int i = 0; i < argc; i++) {
+    const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(argv[i], "--input") == 0 && value)
+      cmd->inputs[cmd->ninputs++] = argv[++i];
+    else if (strcmp(argv[i], "--dim") == 0 && value) {
+      if (!parse_dim_value(argv[++i], &cmd->dims[cmd->ndims++])) return false;
+    } else if (strcmp(argv[i], "--output-dir") == 0 && value && !cmd->output_dir)
+      cmd->output_dir = argv[++i];
+    else if (argv[i][0] != '-' && !cmd->model)
+      cmd->model = argv[i];
+    else {
+      fprintf(stderr, "loom run: unexpected argument '%s'\n", argv[i]);
+      return false;
+    }
+  }
+  if (!cmd->model || !cmd->output_dir) {
+    fprintf(stderr, "loom run: needs a model and --output-dir DIR\n");
+    return false;
+  }
+  return true;
+}
+
+/* Whether input i (read from file) fits what the program takes: its dtype,
+ * rank and fixed dims, and the sizes --dim gave its symbolic dims. The run
+ * checks the rest (symbols taking one size across inputs). */
+static bool input_fits(const loom_program *p, const run_command *cmd, int i, loom_tensor *t) {
+  loom_shape want = loom_program_input_shape(p, i), got = loom_shape_of(t);
+  char wants[256], gots[256];
+  io_type(p, false, i, wants, sizeof wants);
+  tensor_type(t, gots, sizeof gots);
+  bool fits = loom_dtype_of(t) == loom_program_input_dtype(p, i) && got.ndim == want.ndim;
+  for (int d = 0; fits && d < want.ndim; d++) {
+    const char *sym = loom_program_input_dim_symbol(p, i, d);
+    fits = sym || got.dim[d] == want.dim[d];
+    for (int k = 0; sym && k < cmd->ndims; k++)
+      if (dim_named(&cmd->dims[k], sym) && got.dim[d] != cmd->dims[k].value) {
+        fprintf(stderr,
+                "loom run: input %d (%s) '%s' is %s: dim %d (symbol %s) is %lld, not the %lld of "
+                "--dim %s=%lld\n",
+                i, loom_program_input_name(p, i), cmd->inputs[i], gots, d, sym,
+                (long long)got.dim[d], (long long)cmd->dims[k].value, sym,
+                (long long)cmd->dims[k].value);
+        return false;
+      }
+  }
+  if (!fits)
+    fprintf(stderr, "loom run: input %d (%s) '%s' is %s; the program takes %s\n", i,
+            loom_program_input_name(p, i), cmd->inputs[i], gots, wants);
+  return fits;
+}
+
+/* mkdir -p. */
+static bool make_dir(const char *path) {
+  char *copy = strdup(path);
+  bool made = copy != NULL;
+  for (char *c = copy ? copy + 1 : NULL; made && c && *c; c++)
+    if (*c == '/') {
+      *c = 0;
+      made = mkdir(copy, 0777) == 0 || errno == EEXIST;
+      *c = '/';
+    }
+  made = made && (mkdir(copy, 0777) == 0 || errno == EEXIST);
+  struct stat info;
+  if (made && (stat(path, &info) != 0 || !S_ISDIR(info.st_mode))) made = false, errno = ENOTDIR;
+  if (!made)
+    fprintf(stderr, "loom run: cannot make the directory '%s': %s\n", path, strerror(errno));
+  free(copy);
+  return made;
+}
+
+/* Reads the inputs, runs p, writes the outputs: the exit code. */
+static int run_program(const loom_program *p, const run_command *cmd) {
+  int nin = loom_program_num_inputs(p), nout = loom_program_num_outputs(p), code = 1;
+  if (cmd->ninputs != nin) {
+    fprintf(stderr, "loom run: '%s' takes %d input%s (", cmd->model, nin, nin == 1 ? "" : "s");
+    for (int i = 0; i < nin; i++) {
+      char type[256];
+      fprintf(stderr, "%s%s %s", i ? ", " : "", loom_program_input_name(p, i),
+              io_type(p, false, i, type, sizeof type));
+    }
+    fprintf(stderr, "), %d --input given\n", cmd->ninputs);
+    return 2;
+  }
+  loom_tensor **ins = calloc((size_t)nin + 1, sizeof *ins);
+  loom_tensor **outs = calloc((size_t)nout + 1, sizeof *outs);
+  bool ready = ins && outs;
+  for (int i = 0; ready && i < nin; i++) {
+    ins[i] = loom_npy_read(cmd->inputs[i], LOOM_CPU);
+    if (!ins[i]) {
+      char what[64];
+      snprintf(what, sizeof what, "run: input %d (%s)", i, loom_program_input_name(p, i));
+      print_error(what, loom_last_status());
+    }
+    ready = ins[i] && input_fits(p, cmd, i, ins[i]);
+  }
+  loom_status st = ready ? loom_program_run(p, ins, outs) : LOOM_OK;
+  if (ready && st != LOOM_OK) print_error("run", st);
+  if (ready && st == LOOM_OK && make_dir(cmd->output_dir)) {
+    code = 0;
+    for (int i = 0; i < nout && code == 0; i++) {
+      char path[4096], type[256];
+      snprintf(path, sizeof path, "%s/output_%d.npy", cmd->output_dir, i);
+      if ((st = loom_npy_write(outs[i], path)) != LOOM_OK) {
+        print_error("run", st);
+        code = 1;
+        break;
+      }
+      tensor_type(outs[i], type, sizeof type);
+      printf("loom: wrote %s (%s %s)\n", path, loom_program_output_name(p, i), type);
+    }
+  }
+  for (int i = 0; ins && i < nin; i++) loom_free(ins[i]);
+  for (int i = 0; outs && i < nout; i++) loom_free(outs[i]);
+  free(ins), free(outs);
+  return code;
+}
+
+static int command_run(int argc, char **argv) {
+  run_command cmd = {0};
+  int code = 2;
+  if (parse_run_command(&cmd, argc, argv)) {
+    loom_program *p = load_model("run", cmd.model, cmd.dims, cmd.ndims);
+    code = p ? run_program(p, &cmd) : 1;
+    loom_program_free(p);
+  } else {
+    print_usage(stderr);
+  }
+  free(cmd.inputs), free(cmd.dims);
+  return code;
+}
+
+/* ------------------------------------------------------------------ inspect */
+
+/* The sections of `loom inspect`, each a heading with a count and its lines,
+ * so that a model format holding what loom cannot run (ONNX's unsupported
+ * nodes) adds a section of its own beside them. */
+static void inspect_io(const loom_program *p) {
+  char type[256];
+  printf("inputs: %d\n", loom_program_num_inputs(p));
+  for (int i = 0; i < loom_program_num_inputs(p); i++)
+    printf("  %d  %-16s %s\n", i, loom_program_input_name(p, i),
+           io_type(p, false, i, type, sizeof type));
+  printf("outputs: %d\n", loom_program_num_outputs(p));
+  for (int i = 0; i < loom_program_num_outputs(p); i++)
+    printf("  %d  %-16s %s\n", i, loom_program_output_name(p, i),
+           io_type(p, true, i, type, sizeof type));
+  int nsym = loom_program_num_symbols(p);
+  printf("symbols: %d%s", nsym, nsym ? " (" : "\n");
+  for (int s = 0; s < nsym; s++) printf("%s%s", s ? ", " : "", loom_program_symbol_name(p, s));
+  if (nsym) printf("; --dim NAME=N)\n");
+}
+
+static void inspect_graph(const lm_program_info *info) {
+  printf("ops: %d kinds, %d nodes\n", info->nops, info->nodes);
+  for (int i = 0; i < info->nops; i++) printf("  %-16s %d\n", info->ops[i].op, info->ops[i].count);
+  printf("weights: %d tensors, %llu bytes\n", info->weights,
+         (unsigned long long)info->weight_bytes);
+}
+
+static int command_inspect(int argc, char **argv) {
+  if (argc != 1 || argv[0][0] == '-') {
+    print_usage(stderr);
+    return 2;
+  }
+  loom_program *p = load_model("inspect", argv[0], NULL, 0);
+  if (!p) return 1;
+  lm_program_info info;
+  loom_status st = lm_program_info_get("loom inspect", p, &info);
+  if (st == LOOM_OK) {
+    printf("model: %s (a loom program)\n", argv[0]);
+    inspect_io(p);
+    inspect_graph(&info);
+    lm_program_info_free(&info);
+  } else {
+    print_error("inspect", st);
+  }
+  loom_program_free(p);
+  return st == LOOM_OK ? 0 : 1;
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv) {
@@ -376,6 +667,8 @@ int main(int argc, char **argv) {
   if (strcmp(command, "cache") == 0) return command_cache(argc - 2, argv + 2);
   if (strcmp(command, "bench") == 0) return command_bench(argc - 2, argv + 2);
   if (strcmp(command, "export") == 0) return command_export(argc - 2, argv + 2);
+  if (strcmp(command, "run") == 0) return command_run(argc - 2, argv + 2);
+  if (strcmp(command, "inspect") == 0) return command_inspect(argc - 2, argv + 2);
   if (strcmp(command, "__bench-child") == 0) return bench_child_main(argc - 2, argv + 2);
   if (strcmp(command, "help") == 0 || strcmp(command, "--help") == 0 ||
       strcmp(command, "-h") == 0) {

@@ -8,7 +8,9 @@ safetensors: files for fuzz_safetensors.c's collection (layer.weight F32
 one, with metadata, padded, reordered, and near misses (a dtype, a shape, a
 name, offsets). ops: byte programs for fuzz_ops.c, one per family of calls
 (the encoding is the interpreter's: an op byte, then its operands), plus
-deterministic random ones. Seeds are inputs, not expectations: a refused
+deterministic random ones. npy: NumPy's own files for fuzz_npy.c (every dtype
+loom reads, 0-d, empty, 8 dims, Fortran order, big-endian, versions 2.0 and
+3.0) and near misses (int8, a structured dtype, truncated, a bad header). Seeds are inputs, not expectations: a refused
 file or an error tensor is as good a start as a success.
 """
 import json
@@ -122,6 +124,38 @@ def ops_seeds():
         write("ops", "random_%02d" % i, bytes(rng.randrange(256) for _ in range(rng.randrange(8, 160))))
 
 
+# ---------------------------------------------------------------- npy
+
+
+def npy_seeds():
+    import io
+
+    import numpy as np
+
+    def save(name, a, version=None):
+        f = io.BytesIO()
+        np.lib.format.write_array(f, a, version=version)
+        write("npy", name, f.getvalue())
+        return f.getvalue()
+
+    v = np.arange(6, dtype=np.float64).reshape(2, 3) * 1.5 - 2
+    good = save("f4", v.astype(np.float32))
+    for code in ("f8", "f2", "i4", "i8", "u1", "i1"):
+        save(code, v.astype(code))
+    save("b1", v != 0)
+    save("scalar", np.array(2.5))
+    save("empty", np.zeros((0, 3), np.int64))
+    save("8d", np.arange(8, dtype=np.float32).reshape(1, 2, 1, 2, 1, 1, 2, 1))
+    save("fortran", np.asfortranarray(np.arange(24, dtype=np.float32).reshape(2, 3, 4)))
+    save("big_endian", v.astype(">f8"))
+    save("v2", v.astype(np.int32), (2, 0))
+    save("v3", v.astype(np.float16), (3, 0))
+    save("structured", np.zeros(2, dtype=[("a", "<f4"), ("b", "<i4")]))
+    write("npy", "truncated", good[:-5])
+    write("npy", "shape_paren", good.replace(b"(2, 3)", b"(6)   "))
+
+
 if __name__ == "__main__":
+    npy_seeds()
     safetensors_seeds()
     ops_seeds()

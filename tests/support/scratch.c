@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -45,4 +46,23 @@ bool check_file_contains(const char *path, const char *what) {
   text[n] = 0;
   fclose(f);
   return strstr(text, what) != NULL;
+}
+
+void check_write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (!f || (len && fwrite(data, 1, len, f) != len)) fprintf(stderr, "cannot write %s\n", path);
+  if (f) fclose(f);
+}
+
+unsigned char *check_read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  *len = 0;
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *data = malloc(size > 0 ? (size_t)size : 1);
+  *len = data ? fread(data, 1, (size_t)(size > 0 ? size : 0), f) : 0;
+  fclose(f);
+  return data;
 }
