@@ -712,8 +712,8 @@ loom_params *loom_safetensors_read(const char *path, loom_device device);
  * values, or NULL with loom_last_error naming the file and the problem:
  * LOOM_ERR_CORRUPT for a malformed header, a shape whose bytes the data does
  * not hold exactly, a truncated file; LOOM_ERR_DTYPE for a dtype loom lacks
- * (it reads float32, float64, float16, int32, int64, uint8, bool; int8 and
- * the others are refused naming theirs); LOOM_ERR_SHAPE past LOOM_MAX_DIMS
+ * (it reads float32, float64, float16, int32, int64, int8, uint8, bool; the
+ * others are refused naming theirs); LOOM_ERR_SHAPE past LOOM_MAX_DIMS
  * dims; LOOM_ERR_IO for a file it cannot read. A 0-d array is a scalar
  * (LOOM_SHAPE0); big-endian descrs ('>f4') are converted, Fortran-ordered
  * arrays transposed into loom's C order, bools read as 0 or 1. */

@@ -265,7 +265,7 @@ static void test_i8_entries(void) {
   add_tensor(src, "q", vals, LOOM_SHAPE(5), LOOM_I8, false);
   CHECK_OK(loom_params_save(src, p));
   size_t len;
-  unsigned char *file = read_bytes(p, &len);
+  unsigned char *file = check_read_file(p, &len);
   CHECK(file && len >= 5 && memcmp(file + len - 5, vals, 5) == 0);
   char header[128] = "";
   if (file && len > 8)

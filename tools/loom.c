@@ -1,12 +1,13 @@
 /* The `loom` command: information about this build and machine, the kernel
- * cache, saved programs (export, run on .npy files, inspect), and the
- * benchmarks (bench/).
+ * cache, saved programs and ONNX models (export, run on .npy files,
+ * inspect), and the benchmarks (bench/).
  *
  *   loom info
  *   loom cache stats | clear
- *   loom export model.loom --name NAME --out DIR
- *   loom run model.loom [--input FILE.npy]... [--dim NAME=N]... --output-dir DIR
- *   loom inspect model.loom
+ *   loom export MODEL --name NAME --out DIR
+ *   loom run MODEL [--input FILE.npy]... [--dim NAME=N]... --output-dir DIR
+ *   loom inspect MODEL
+ * MODEL is a program file (.loom) or an ONNX model (.onnx).
  *   loom bench [name...] [--json] [--peers] [--repeats N] [--warmup N] [--threads N]
  *              [--no-limits] [--list]
  */
@@ -20,6 +21,7 @@
 #include <loom.h>
 
 #include "bench.h"
+#include "io/onnx/onnx.h"
 #include "io/program_info.h"
 
 #ifndef LOOM_BENCH_PEERS_DIR
@@ -33,9 +35,9 @@ static void print_usage(FILE *out) {
   fprintf(out,
           "usage: loom info\n"
           "       loom cache stats | clear\n"
-          "       loom export model.loom --name NAME --out DIR\n"
-          "       loom run model.loom [--input FILE.npy]... [--dim NAME=N]... --output-dir DIR\n"
-          "       loom inspect model.loom\n"
+          "       loom export MODEL --name NAME --out DIR\n"
+          "       loom run MODEL [--input FILE.npy]... [--dim NAME=N]... --output-dir DIR\n"
+          "       loom inspect MODEL\n"
           "       loom bench [name...] [--json] [--peers] [--repeats N] [--warmup N]\n"
           "                  [--threads N] [--no-limits] [--list] [--device cpu|cuda[:N]]\n"
           "\n"
@@ -44,17 +46,21 @@ static void print_usage(FILE *out) {
           "PyTorch versions (bench/peers, or $LOOM_BENCH_PEERS_DIR) with /usr/bin/python3.\n"
           "--no-limits skips measuring the machine's limits (no percentages then).\n"
           "\n"
-          "export: loads a program saved with loom_program_save and writes DIR/libNAME.so and\n"
-          "DIR/NAME.h (loom_program_export).\n"
+          "MODEL: a program saved with loom_program_save (.loom) or an ONNX model (.onnx,\n"
+          "loom_onnx_load).\n"
           "\n"
-          "run: runs a program saved with loom_program_save on NumPy .npy inputs, one\n"
-          "--input per program input in its order, and writes DIR/output_<i>.npy in its\n"
-          "output order (DIR is made if missing). --dim NAME=N says what size a symbol of a\n"
-          "symbolic program takes; the inputs must agree. .npy dtypes: float32, float64,\n"
-          "float16, int32, int64, uint8, bool.\n"
+          "export: loads MODEL and writes DIR/libNAME.so and DIR/NAME.h (loom_program_export).\n"
+          "\n"
+          "run: runs MODEL on NumPy .npy inputs, one --input per input in its order, and\n"
+          "writes DIR/output_<i>.npy in its output order (DIR is made if missing). --dim\n"
+          "NAME=N: for a .loom program, the size a symbol takes (the inputs must agree); for\n"
+          "an ONNX model, fixes the dim_param NAME at import. .npy dtypes: float32, float64,\n"
+          "float16, int32, int64, int8, uint8, bool.\n"
           "\n"
           "inspect: prints a program's inputs and outputs (dtype, shape with its symbols),\n"
-          "its symbols, the ops its graph computes with their counts, and its weights.\n");
+          "its symbols, the ops its graph computes with their counts, and its weights; for\n"
+          "an ONNX model first what the file declares, its ops and parameters, and the\n"
+          "nodes loom cannot import.\n");
 }
 
 static void print_error(const char *what, loom_status status) {
@@ -347,6 +353,8 @@ static int command_bench(int argc, char **argv) {
 
 /* ------------------------------------------------------------------ export */
 
+static bool is_onnx(const char *path);
+
 static int command_export(int argc, char **argv) {
   const char *path = NULL, *name = NULL, *out = NULL;
   for (int i = 0; i < argc; i++) {
@@ -365,7 +373,7 @@ static int command_export(int argc, char **argv) {
     print_usage(stderr);
     return 2;
   }
-  loom_program *p = loom_program_load(path);
+  loom_program *p = is_onnx(path) ? loom_onnx_load(path, NULL) : loom_program_load(path);
   if (!p) {
     print_error("export", loom_last_status());
     return 1;
@@ -410,8 +418,33 @@ static bool dim_named(const dim_value *d, const char *name) {
  * (loom_program_save's) keeps its symbols: the names are checked here and
  * the sizes against the inputs when it runs. Model formats that fix their
  * dims when loaded join here. NULL after printing why. */
+static bool is_onnx(const char *path) {
+  size_t n = strlen(path);
+  return n > 5 && strcmp(path + n - 5, ".onnx") == 0;
+}
+
+/* An ONNX model with its --dim values fixed at import (loom_onnx_opts.dims). */
+static loom_program *load_onnx(const char *command, const char *path, const dim_value *dims,
+                               int ndims) {
+  loom_onnx_dim *fixed = calloc((size_t)ndims + 1, sizeof *fixed);
+  char **names = calloc((size_t)ndims + 1, sizeof *names);
+  bool ok = fixed && names;
+  for (int i = 0; ok && i < ndims; i++) {
+    names[i] = strndup(dims[i].name, dims[i].name_len);
+    fixed[i] = (loom_onnx_dim){names[i], dims[i].value};
+    ok = names[i] != NULL;
+  }
+  loom_program *p =
+      ok ? loom_onnx_load(path, &(loom_onnx_opts){.dims = fixed, .ndims = ndims}) : NULL;
+  if (!p) print_error(command, ok ? loom_last_status() : LOOM_ERR_OOM);
+  for (int i = 0; names && i < ndims; i++) free(names[i]);
+  free(names), free(fixed);
+  return p;
+}
+
 static loom_program *load_model(const char *command, const char *path, const dim_value *dims,
                                 int ndims) {
+  if (is_onnx(path)) return load_onnx(command, path, dims, ndims);
   loom_program *p = loom_program_load(path);
   if (!p) {
     print_error(command, loom_last_status());
@@ -638,6 +671,28 @@ static int command_inspect(int argc, char **argv) {
   if (argc != 1 || argv[0][0] == '-') {
     print_usage(stderr);
     return 2;
+  }
+  if (is_onnx(argv[0])) {
+    /* the file as it is, then the program loom makes of it, if it can */
+    if (onnx_describe(argv[0], stdout) != LOOM_OK) return 1;
+    loom_clear_error();
+    loom_program *p = loom_onnx_load(argv[0], NULL);
+    if (!p) {
+      printf("as a loom program: not imported: %s\n", loom_last_error());
+      return 0;
+    }
+    lm_program_info info;
+    loom_status st = lm_program_info_get("loom inspect", p, &info);
+    if (st == LOOM_OK) {
+      printf("as a loom program:\n");
+      inspect_io(p);
+      inspect_graph(&info);
+      lm_program_info_free(&info);
+    } else {
+      print_error("inspect", st);
+    }
+    loom_program_free(p);
+    return st == LOOM_OK ? 0 : 1;
   }
   loom_program *p = load_model("inspect", argv[0], NULL, 0);
   if (!p) return 1;

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "loom.h"
 #include "onnx.pb-c.h"
@@ -37,6 +38,12 @@ int onnx_dtype_to_loom(int32_t onnx_type, const char **name);
  * lives (NULL refuses external data). NULL with the reason in why. */
 loom_tensor *onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *dir, char *why,
                                     size_t why_len);
+
+/* ------------------------------------------------------------ onnx_describe.c */
+
+/* What the file declares (inputs, outputs, ops with counts, parameters) and
+ * the nodes loom cannot import, printed to out; builds nothing. */
+loom_status onnx_describe(const char *path, FILE *out);
 
 /* ------------------------------------------------------------ onnx_import.c */
 

@@ -363,6 +363,43 @@ static bool is_initializer(const Onnx__GraphProto *g, const char *name) {
   return false;
 }
 
+/* Whether a dim of an input has this ONNX name (or "<input>_dim<axis>"). */
+static bool model_has_dim(const Onnx__GraphProto *g, const char *name) {
+  for (size_t i = 0; i < g->n_input; i++) {
+    const Onnx__TypeProto *t = g->input[i]->type;
+    if (!t || t->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !t->tensor_type->shape)
+      continue;
+    const Onnx__TensorShapeProto *s = t->tensor_type->shape;
+    for (size_t d = 0; d < s->n_dim; d++) {
+      char unnamed[200];
+      const Onnx__TensorShapeProto__Dimension *dim = s->dim[d];
+      if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) continue;
+      const char *param = dim->dim_param;
+      if (dim->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM || !param ||
+          !param[0]) {
+        snprintf(unnamed, sizeof unnamed, "%.150s_dim%zu",
+                 g->input[i]->name ? g->input[i]->name : "", d);
+        param = unnamed;
+      }
+      if (strcmp(param, name) == 0) return true;
+    }
+  }
+  return false;
+}
+
+/* A dim fixed by the options that no input has is the caller's mistake. */
+static loom_status check_fixed_dims(onnx_import *im) {
+  for (int i = 0; im->opts && i < im->opts->ndims; i++) {
+    const char *name = im->opts->dims[i].name;
+    if (!name || !model_has_dim(im->file.model->graph, name))
+      return import_fail(im, LOOM_ERR_VALUE,
+                         "opts.dims[%d] names '%s', which is no symbolic dim of the model's "
+                         "inputs",
+                         i, name ? name : "(NULL)");
+  }
+  return LOOM_OK;
+}
+
 /* ------------------------------------------------------------ the import */
 
 typedef struct program_inputs {
@@ -744,7 +781,8 @@ loom_program *loom_onnx_load(const char *path, const loom_onnx_opts *opts) {
     free(im);
     return NULL;
   }
-  if (!add_inputs(im, &pi) && !add_initializers(im) && !check_supported(im)) {
+  if (!add_inputs(im, &pi) && !check_fixed_dims(im) && !add_initializers(im) &&
+      !check_supported(im)) {
     im->ntraces = im->nsymbols ? 2 : 1;
     const Onnx__GraphProto *g = im->file.model->graph;
     for (size_t i = 0; i < g->n_node && !im->status; i++) build_node(im, i);

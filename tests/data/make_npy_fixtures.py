@@ -7,7 +7,7 @@ v != 0) unless said otherwise:
   f8_scalar    0-d, 2.5                       f4_empty    (0, 3)
   f4_8d        (1, 2, 1, 2, 1, 1, 2, 1)       f4_fortran  (2, 3, 4), Fortran order
   f4_big       '>f4' (2, 3)                   i4_v2, f4_v3  versions 2.0 and 3.0
-  i1_2x3       int8 (loom refuses it)         u4_3        uint32 (refused)
+  i1_2x3       int8                           u4_3        uint32 (refused)
   str_2        '<U3' (refused)                struct_2    a structured dtype (refused)
 Run with Debian's python3-numpy (1.24):
     /usr/bin/python3 tests/data/make_npy_fixtures.py

@@ -61,6 +61,7 @@ double check_element(const void *data, int dtype, int64_t i) {
   case LOOM_I64: return (double)((const int64_t *)data)[i];
   case LOOM_BOOL:
   case LOOM_U8: return ((const uint8_t *)data)[i];
+  case LOOM_I8: return ((const int8_t *)data)[i];
   default: return NAN;
   }
 }
