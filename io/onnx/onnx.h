@@ -91,7 +91,7 @@ loom_status onnx_doubles(onnx_node *n, int i, double *out, int cap, int *count);
 const Onnx__AttributeProto *onnx_attr(const onnx_node *n, const char *name);
 int64_t onnx_attr_int(const onnx_node *n, const char *name, int64_t fallback);
 double onnx_attr_float(const onnx_node *n, const char *name, double fallback);
-/* The string attribute (NUL-terminated copy in buf), or fallback. */
+/* The string attribute, or fallback, copied into buf (NUL-terminated, cut to len). */
 const char *onnx_attr_string(const onnx_node *n, const char *name, const char *fallback, char *buf,
                              size_t len);
 /* The ints attribute into out (at most cap); *count -1 when absent. */
@@ -138,6 +138,8 @@ extern const onnx_op onnx_ops_loss[];
 extern const int onnx_ops_loss_count;
 extern const onnx_op onnx_ops_quant[];
 extern const int onnx_ops_quant_count;
+extern const onnx_op onnx_ops_resize[];
+extern const int onnx_ops_resize_count;
 
 /* Conv's attributes applied to x, w and b (onnx_ops_nn.c). */
 loom_status onnx_conv(onnx_node *n, loom_tensor *x, loom_tensor *w, loom_tensor *b,

@@ -211,7 +211,10 @@ double onnx_attr_float(const onnx_node *n, const char *name, double fallback) {
 const char *onnx_attr_string(const onnx_node *n, const char *name, const char *fallback, char *buf,
                              size_t len) {
   const Onnx__AttributeProto *a = onnx_attr(n, name);
-  if (!a || !a->has_s) return fallback;
+  if (!a || !a->has_s) {
+    snprintf(buf, len, "%s", fallback);
+    return buf;
+  }
   size_t k = a->s.len < len - 1 ? a->s.len : len - 1;
   memcpy(buf, a->s.data, k);
   buf[k] = 0;

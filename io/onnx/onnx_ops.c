@@ -14,6 +14,7 @@ static const struct {
     {onnx_ops_attention, &onnx_ops_attention_count},
     {onnx_ops_loss, &onnx_ops_loss_count},
     {onnx_ops_quant, &onnx_ops_quant_count},
+    {onnx_ops_resize, &onnx_ops_resize_count},
 };
 
 const onnx_op *onnx_find_op(const char *op_type) {
