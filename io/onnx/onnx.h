@@ -103,6 +103,32 @@ loom_status onnx_axis(onnx_node *n, int64_t axis, int rank, int *out);
 /* Sets output i, taking the reference. */
 void onnx_out(onnx_node *n, int i, loom_tensor *t);
 
+/* For onnx_control.c: values in every trace, scopes and subgraphs. */
+#define ONNX_TRACES 2
+typedef struct onnx_ref {
+  loom_tensor *t[ONNX_TRACES];
+  bool known, symbolic;
+} onnx_ref;
+int onnx_ntraces(const onnx_import *im);
+/* The import's first failure, or LOOM_OK. */
+loom_status onnx_status(const onnx_import *im);
+loom_status onnx_fail(onnx_import *im, loom_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The value named so, its references borrowed; false when there is none. */
+bool onnx_lookup(onnx_import *im, const char *name, onnx_ref *out);
+/* Defines name in the current scope, taking the references ("" drops them). */
+loom_status onnx_define(onnx_import *im, const char *name, onnx_ref *value);
+/* Builds g in a scope of its own inside the current one, its inputs bound to
+ * args (borrowed), and gives its outputs as new references. */
+loom_status onnx_subgraph(onnx_import *im, const Onnx__GraphProto *g, const char *label,
+                          const onnx_ref *args, int nargs, onnx_ref *outs, int nouts);
+
+/* ------------------------------------------------------------ onnx_control.c */
+
+/* If, Loop and Scan: their subgraphs built in every trace (onnx_control.c). */
+loom_status onnx_build_control(onnx_import *im, const Onnx__NodeProto *p, const char *label,
+                               int64_t opset);
+
 /* ------------------------------------------------------------ onnx_ops*.c */
 
 typedef loom_status (*onnx_op_fn)(onnx_node *n);
@@ -116,6 +142,7 @@ typedef struct onnx_op {
 enum {
   ONNX_RANDOM = 1,      /* its outputs are never known at import */
   ONNX_READS_SHAPE = 2, /* its outputs are its input's sizes (Shape, Size) */
+  ONNX_CONTROL = 4,     /* built by onnx_build_control: its subgraphs run at import */
 };
 #define ONNX_OP(name, fn)                                                                          \
   { #name, fn, "ONNX " #name, 0 }
@@ -140,6 +167,8 @@ extern const onnx_op onnx_ops_quant[];
 extern const int onnx_ops_quant_count;
 extern const onnx_op onnx_ops_resize[];
 extern const int onnx_ops_resize_count;
+extern const onnx_op onnx_ops_control[];
+extern const int onnx_ops_control_count;
 
 /* Conv's attributes applied to x, w and b (onnx_ops_nn.c). */
 loom_status onnx_conv(onnx_node *n, loom_tensor *x, loom_tensor *w, loom_tensor *b,

@@ -25,7 +25,7 @@
 #include "io/onnx/onnx.h"
 #include "runtime/runtime.h"
 
-#define MAX_TRACES 2
+#define MAX_TRACES ONNX_TRACES
 #define MAX_SYMBOLS 8
 
 typedef struct value_slot {
@@ -35,14 +35,21 @@ typedef struct value_slot {
   bool defined;
 } value_slot;
 
-struct onnx_import {
-  onnx_file file;
-  const loom_onnx_opts *opts;
-  int ntraces, trace;
+/* The values a graph defines; a subgraph's scope sees its parents'. */
+typedef struct value_scope {
   value_slot *values;
   size_t nvalues, cap;
   size_t *table; /* open addressing over names: index + 1, 0 empty */
   size_t table_cap;
+  struct value_scope *parent;
+} value_scope;
+
+struct onnx_import {
+  onnx_file file;
+  const loom_onnx_opts *opts;
+  int ntraces, trace;
+  value_scope root, *scope;
+  int depth; /* subgraphs being built inside one another */
   /* Symbols: the ONNX name, loom's name, the traced sizes. */
   int nsymbols;
   char *symbol_onnx[MAX_SYMBOLS];
@@ -52,18 +59,6 @@ struct onnx_import {
   loom_status status;
 };
 
-static loom_status import_fail(onnx_import *im, loom_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static loom_status import_fail(onnx_import *im, loom_status st, const char *fmt, ...) {
-  if (im->status) return im->status;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(im->error, sizeof im->error, fmt, ap);
-  va_end(ap);
-  im->status = st;
-  return st;
-}
-
 /* ------------------------------------------------------------ values by name */
 
 static size_t name_hash(const char *s) {
@@ -72,46 +67,64 @@ static size_t name_hash(const char *s) {
   return h;
 }
 
-static value_slot *find_value(onnx_import *im, const char *name) {
-  if (!im->table_cap) return NULL;
-  for (size_t i = name_hash(name) & (im->table_cap - 1);; i = (i + 1) & (im->table_cap - 1)) {
-    size_t k = im->table[i];
+static value_slot *find_in_scope(value_scope *sc, const char *name) {
+  if (!sc->table_cap) return NULL;
+  for (size_t i = name_hash(name) & (sc->table_cap - 1);; i = (i + 1) & (sc->table_cap - 1)) {
+    size_t k = sc->table[i];
     if (!k) return NULL;
-    if (strcmp(im->values[k - 1].v.name, name) == 0) return &im->values[k - 1];
+    if (strcmp(sc->values[k - 1].v.name, name) == 0) return &sc->values[k - 1];
   }
+}
+
+/* The value named so in the current scope or an enclosing one. The pointer
+ * lasts until the next add_value. */
+static value_slot *find_value(onnx_import *im, const char *name) {
+  for (value_scope *sc = im->scope; sc; sc = sc->parent) {
+    value_slot *s = find_in_scope(sc, name);
+    if (s) return s;
+  }
+  return NULL;
 }
 
 /* A new slot for name; NULL when out of memory. A name defined twice is the
  * caller's to refuse (find_value first). */
 static value_slot *add_value(onnx_import *im, const char *name) {
-  if (im->nvalues == im->cap) {
-    size_t cap = im->cap ? im->cap * 2 : 64;
-    value_slot *v = realloc(im->values, cap * sizeof *v);
+  value_scope *sc = im->scope;
+  if (sc->nvalues == sc->cap) {
+    size_t cap = sc->cap ? sc->cap * 2 : 64;
+    value_slot *v = realloc(sc->values, cap * sizeof *v);
     if (!v) return NULL;
-    im->values = v, im->cap = cap;
+    sc->values = v, sc->cap = cap;
   }
-  if (2 * (im->nvalues + 1) > im->table_cap) {
-    size_t cap = im->table_cap ? im->table_cap * 2 : 128;
+  if (2 * (sc->nvalues + 1) > sc->table_cap) {
+    size_t cap = sc->table_cap ? sc->table_cap * 2 : 128;
     size_t *t = calloc(cap, sizeof *t);
     if (!t) return NULL;
-    for (size_t k = 0; k < im->nvalues; k++)
-      for (size_t i = name_hash(im->values[k].v.name) & (cap - 1);; i = (i + 1) & (cap - 1))
+    for (size_t k = 0; k < sc->nvalues; k++)
+      for (size_t i = name_hash(sc->values[k].v.name) & (cap - 1);; i = (i + 1) & (cap - 1))
         if (!t[i]) {
           t[i] = k + 1;
           break;
         }
-    free(im->table);
-    im->table = t, im->table_cap = cap;
+    free(sc->table);
+    sc->table = t, sc->table_cap = cap;
   }
-  value_slot *s = &im->values[im->nvalues++];
+  value_slot *s = &sc->values[sc->nvalues++];
   memset(s, 0, sizeof *s);
   s->v.name = name;
-  for (size_t i = name_hash(name) & (im->table_cap - 1);; i = (i + 1) & (im->table_cap - 1))
-    if (!im->table[i]) {
-      im->table[i] = im->nvalues;
+  for (size_t i = name_hash(name) & (sc->table_cap - 1);; i = (i + 1) & (sc->table_cap - 1))
+    if (!sc->table[i]) {
+      sc->table[i] = sc->nvalues;
       break;
     }
   return s;
+}
+
+static void scope_free(value_scope *sc) {
+  for (size_t i = 0; i < sc->nvalues; i++)
+    for (int t = 0; t < MAX_TRACES; t++) loom_free(sc->values[i].trace[t]);
+  free(sc->values);
+  free(sc->table);
 }
 
 /* ------------------------------------------------------------ for the ops */
@@ -303,16 +316,16 @@ static int symbol_of(onnx_import *im, const char *onnx_name) {
   for (int s = 0; s < im->nsymbols; s++)
     if (strcmp(im->symbol_onnx[s], onnx_name) == 0) return s;
   if (im->nsymbols == MAX_SYMBOLS) {
-    import_fail(im, LOOM_ERR_VALUE,
-                "the model's inputs have more than %d symbolic dims (fix some with "
-                "loom_onnx_opts.dims)",
-                MAX_SYMBOLS);
+    onnx_fail(im, LOOM_ERR_VALUE,
+              "the model's inputs have more than %d symbolic dims (fix some with "
+              "loom_onnx_opts.dims)",
+              MAX_SYMBOLS);
     return -1;
   }
   int s = im->nsymbols;
   im->symbol_onnx[s] = strdup(onnx_name);
   if (!im->symbol_onnx[s]) {
-    import_fail(im, LOOM_ERR_OOM, "out of memory");
+    onnx_fail(im, LOOM_ERR_OOM, "out of memory");
     return -1;
   }
   char base[56];
@@ -330,7 +343,7 @@ static int symbol_of(onnx_import *im, const char *onnx_name) {
   for (int t = 0; t < MAX_TRACES; t++) {
     for (;; pick++) {
       if (pick == (int)(sizeof trace_candidates / sizeof trace_candidates[0])) {
-        import_fail(im, LOOM_ERR_VALUE, "no size is free to trace symbol '%s' at", onnx_name);
+        onnx_fail(im, LOOM_ERR_VALUE, "no size is free to trace symbol '%s' at", onnx_name);
         return -1;
       }
       int64_t size = trace_candidates[pick];
@@ -395,10 +408,10 @@ static loom_status check_fixed_dims(onnx_import *im) {
   for (int i = 0; im->opts && i < im->opts->ndims; i++) {
     const char *name = im->opts->dims[i].name;
     if (!name || !model_has_dim(im->file.model->graph, name))
-      return import_fail(im, LOOM_ERR_VALUE,
-                         "opts.dims[%d] names '%s', which is no symbolic dim of the model's "
-                         "inputs",
-                         i, name ? name : "(NULL)");
+      return onnx_fail(im, LOOM_ERR_VALUE,
+                       "opts.dims[%d] names '%s', which is no symbolic dim of the model's "
+                       "inputs",
+                       i, name ? name : "(NULL)");
   }
   return LOOM_OK;
 }
@@ -415,71 +428,71 @@ typedef struct program_inputs {
 static loom_status add_inputs(onnx_import *im, program_inputs *pi) {
   const Onnx__GraphProto *g = im->file.model->graph;
   pi->ins = calloc(g->n_input ? g->n_input : 1, sizeof *pi->ins);
-  if (!pi->ins) return import_fail(im, LOOM_ERR_OOM, "out of memory");
+  if (!pi->ins) return onnx_fail(im, LOOM_ERR_OOM, "out of memory");
   for (size_t i = 0; i < g->n_input; i++) {
     const Onnx__ValueInfoProto *vi = g->input[i];
     const char *name = vi->name ? vi->name : "";
     if (is_initializer(g, name)) continue; /* a default the model keeps (IR < 4) */
-    if (!name[0]) return import_fail(im, LOOM_ERR_CORRUPT, "graph input %zu has no name", i);
+    if (!name[0]) return onnx_fail(im, LOOM_ERR_CORRUPT, "graph input %zu has no name", i);
     if (find_value(im, name))
-      return import_fail(im, LOOM_ERR_CORRUPT, "graph input '%s' is defined twice", name);
+      return onnx_fail(im, LOOM_ERR_CORRUPT, "graph input '%s' is defined twice", name);
     const Onnx__TypeProto *tp = vi->type;
     if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
-      return import_fail(im, LOOM_ERR_DTYPE,
-                         "input '%s' is not a tensor (sequences, maps and optionals are not "
-                         "loom values)",
-                         name);
+      return onnx_fail(im, LOOM_ERR_DTYPE,
+                       "input '%s' is not a tensor (sequences, maps and optionals are not "
+                       "loom values)",
+                       name);
     const char *type_name;
     int dt = onnx_dtype_to_loom(tp->tensor_type->elem_type, &type_name);
     if (dt < 0)
-      return import_fail(im, LOOM_ERR_DTYPE, "input '%s' is %s, which loom does not hold", name,
-                         type_name);
+      return onnx_fail(im, LOOM_ERR_DTYPE, "input '%s' is %s, which loom does not hold", name,
+                       type_name);
     const Onnx__TensorShapeProto *sp = tp->tensor_type->shape;
     loom_tensor *given = fixed_input(im, name);
     if (given) {
       if (loom_status_of(given))
-        return import_fail(im, LOOM_ERR_VALUE, "the value given for input '%s' is an error: %s",
-                           name, loom_error_message(given));
+        return onnx_fail(im, LOOM_ERR_VALUE, "the value given for input '%s' is an error: %s", name,
+                         loom_error_message(given));
       loom_shape gs = loom_shape_of(given);
       bool fits = loom_dtype_of(given) == (loom_dtype)dt && (!sp || (int)sp->n_dim == gs.ndim);
       for (size_t d = 0; fits && sp && d < sp->n_dim; d++)
         fits = sp->dim[d]->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE ||
                sp->dim[d]->dim_value == gs.dim[d];
       if (!fits)
-        return import_fail(im, LOOM_ERR_SHAPE,
-                           "the value given for input '%s' (%s, %d dims) does not fit its type "
-                           "(%s, %zu dims)",
-                           name, loom_dtype_name(loom_dtype_of(given)), gs.ndim, type_name,
-                           sp ? sp->n_dim : 0);
+        return onnx_fail(im, LOOM_ERR_SHAPE,
+                         "the value given for input '%s' (%s, %d dims) does not fit its type "
+                         "(%s, %zu dims)",
+                         name, loom_dtype_name(loom_dtype_of(given)), gs.ndim, type_name,
+                         sp ? sp->n_dim : 0);
       value_slot *s = add_value(im, name);
-      if (!s) return import_fail(im, LOOM_ERR_OOM, "out of memory");
+      if (!s) return onnx_fail(im, LOOM_ERR_OOM, "out of memory");
       loom_tensor *c = loom_contiguous(given);
       loom_status rs = loom_realize(c);
       if (rs) {
         loom_free(c);
-        return import_fail(im, rs, "the value given for input '%s' could not be computed", name);
+        return onnx_fail(im, rs, "the value given for input '%s' could not be computed", name);
       }
       for (int t = 0; t < MAX_TRACES; t++) s->trace[t] = t ? loom_retain(c) : c;
       s->v.known = s->defined = true;
       continue;
     }
     if (!sp)
-      return import_fail(im, LOOM_ERR_SHAPE,
-                         "input '%s' has no shape; loom needs at least its rank", name);
+      return onnx_fail(im, LOOM_ERR_SHAPE, "input '%s' has no shape; loom needs at least its rank",
+                       name);
     if (sp->n_dim > LOOM_MAX_DIMS)
-      return import_fail(im, LOOM_ERR_SHAPE, "input '%s' has %zu dims; loom holds at most %d", name,
-                         sp->n_dim, LOOM_MAX_DIMS);
+      return onnx_fail(im, LOOM_ERR_SHAPE, "input '%s' has %zu dims; loom holds at most %d", name,
+                       sp->n_dim, LOOM_MAX_DIMS);
     loom_shape shape[MAX_TRACES] = {{.ndim = (int)sp->n_dim}, {.ndim = (int)sp->n_dim}};
     value_slot *s = add_value(im, name);
-    if (!s) return import_fail(im, LOOM_ERR_OOM, "out of memory");
+    if (!s) return onnx_fail(im, LOOM_ERR_OOM, "out of memory");
     for (size_t d = 0; d < sp->n_dim; d++) {
       const Onnx__TensorShapeProto__Dimension *dim = sp->dim[d];
       char unnamed[200];
       const char *param = NULL;
       if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
         if (dim->dim_value < 0 || dim->dim_value > ((int64_t)1 << 40))
-          return import_fail(im, LOOM_ERR_SHAPE, "input '%s' dim %zu is %lld", name, d,
-                             (long long)dim->dim_value);
+          return onnx_fail(im, LOOM_ERR_SHAPE, "input '%s' dim %zu is %lld", name, d,
+                           (long long)dim->dim_value);
         for (int t = 0; t < MAX_TRACES; t++) shape[t].dim[d] = dim->dim_value;
         continue;
       }
@@ -493,8 +506,8 @@ static loom_status add_inputs(onnx_import *im, program_inputs *pi) {
       const loom_onnx_dim *fix = fixed_dim(im, param);
       if (fix) {
         if (fix->size < 1 || fix->size > ((int64_t)1 << 40))
-          return import_fail(im, LOOM_ERR_VALUE, "dim '%s' fixed at %lld; sizes are at least 1",
-                             param, (long long)fix->size);
+          return onnx_fail(im, LOOM_ERR_VALUE, "dim '%s' fixed at %lld; sizes are at least 1",
+                           param, (long long)fix->size);
         for (int t = 0; t < MAX_TRACES; t++) shape[t].dim[d] = fix->size;
         continue;
       }
@@ -502,7 +515,7 @@ static loom_status add_inputs(onnx_import *im, program_inputs *pi) {
       if (sym < 0) return im->status;
       for (int t = 0; t < MAX_TRACES; t++) shape[t].dim[d] = im->symbol_size[sym][t];
       if (pi->ndims == (int)(sizeof pi->dims / sizeof pi->dims[0]))
-        return import_fail(im, LOOM_ERR_VALUE, "too many symbolic dims");
+        return onnx_fail(im, LOOM_ERR_VALUE, "too many symbolic dims");
       pi->dims[pi->ndims++] =
           (loom_symbolic_dim){.input = pi->nins, .axis = (int)d, .symbol = im->symbol_loom[sym]};
       s->v.symbolic = true;
@@ -512,8 +525,8 @@ static loom_status add_inputs(onnx_import *im, program_inputs *pi) {
     for (int t = 0; t < MAX_TRACES; t++) {
       s->trace[t] = loom_input(lname, shape[t], (loom_dtype)dt, LOOM_CPU);
       if (loom_status_of(s->trace[t]))
-        return import_fail(im, loom_status_of(s->trace[t]), "input '%s': %s", name,
-                           loom_error_message(s->trace[t]));
+        return onnx_fail(im, loom_status_of(s->trace[t]), "input '%s': %s", name,
+                         loom_error_message(s->trace[t]));
     }
     s->defined = true;
     pi->ins[pi->nins++] = s->trace[0];
@@ -521,26 +534,25 @@ static loom_status add_inputs(onnx_import *im, program_inputs *pi) {
   return LOOM_OK;
 }
 
-static loom_status add_initializers(onnx_import *im) {
-  const Onnx__GraphProto *g = im->file.model->graph;
+static loom_status add_initializers(onnx_import *im, const Onnx__GraphProto *g) {
   if (g->n_sparse_initializer)
-    return import_fail(im, LOOM_ERR_DTYPE, "sparse initializers ('%s') are not read by loom",
-                       g->sparse_initializer[0]->values && g->sparse_initializer[0]->values->name
-                           ? g->sparse_initializer[0]->values->name
-                           : "?");
+    return onnx_fail(im, LOOM_ERR_DTYPE, "sparse initializers ('%s') are not read by loom",
+                     g->sparse_initializer[0]->values && g->sparse_initializer[0]->values->name
+                         ? g->sparse_initializer[0]->values->name
+                         : "?");
   for (size_t i = 0; i < g->n_initializer; i++) {
     const Onnx__TensorProto *tp = g->initializer[i];
     const char *name = tp->name ? tp->name : "";
-    if (!name[0]) return import_fail(im, LOOM_ERR_CORRUPT, "initializer %zu has no name", i);
+    if (!name[0]) return onnx_fail(im, LOOM_ERR_CORRUPT, "initializer %zu has no name", i);
     if (find_value(im, name))
-      return import_fail(im, LOOM_ERR_CORRUPT, "initializer '%s' is defined twice", name);
+      return onnx_fail(im, LOOM_ERR_CORRUPT, "initializer '%s' is defined twice", name);
     char why[512];
     loom_tensor *t = onnx_tensor_from_proto(tp, im->file.dir, why, sizeof why);
-    if (!t) return import_fail(im, LOOM_ERR_CORRUPT, "initializer '%s': %s", name, why);
+    if (!t) return onnx_fail(im, LOOM_ERR_CORRUPT, "initializer '%s': %s", name, why);
     value_slot *s = add_value(im, name);
     if (!s) {
       loom_free(t);
-      return import_fail(im, LOOM_ERR_OOM, "out of memory");
+      return onnx_fail(im, LOOM_ERR_OOM, "out of memory");
     }
     s->trace[0] = t;
     for (int k = 1; k < MAX_TRACES; k++) s->trace[k] = loom_retain(t);
@@ -580,36 +592,54 @@ static const char *node_label(const Onnx__NodeProto *p, size_t index, char *buf,
 
 static bool domain_is_onnx(const char *d) { return !d || !d[0] || strcmp(d, "ai.onnx") == 0; }
 
-/* Every node loom cannot build, named at once. */
-static loom_status check_supported(onnx_import *im) {
-  const Onnx__GraphProto *g = im->file.model->graph;
-  char list[700] = "";
-  size_t unsupported = 0, len = 0;
+typedef struct unsupported_list {
+  char text[700];
+  size_t count, len;
+} unsupported_list;
+
+/* The nodes of g and of its subgraphs that loom cannot build (the file's
+ * nesting is bounded by onnx_read.c's scan). */
+static loom_status find_unsupported(onnx_import *im, const Onnx__GraphProto *g,
+                                    unsupported_list *u) {
   for (size_t i = 0; i < g->n_node; i++) {
     const Onnx__NodeProto *p = g->node[i];
     if (p->n_input > ONNX_MAX_NODE_IO || p->n_output > ONNX_MAX_NODE_IO)
-      return import_fail(im, LOOM_ERR_CORRUPT, "node %zu has %zu inputs and %zu outputs", i,
-                         p->n_input, p->n_output);
+      return onnx_fail(im, LOOM_ERR_CORRUPT, "node %zu has %zu inputs and %zu outputs", i,
+                       p->n_input, p->n_output);
+    for (size_t a = 0; a < p->n_attribute; a++) {
+      if (p->attribute[a]->g) find_unsupported(im, p->attribute[a]->g, u);
+      for (size_t k = 0; k < p->attribute[a]->n_graphs; k++)
+        find_unsupported(im, p->attribute[a]->graphs[k], u);
+    }
     if (domain_is_onnx(p->domain) && p->op_type && onnx_find_op(p->op_type)) continue;
-    if (unsupported++ < 12 && len < sizeof list - 200) {
+    if (u->count++ < 12 && u->len < sizeof u->text - 200) {
       char label[200];
       node_label(p, i, label, sizeof label);
-      len += (size_t)snprintf(list + len, sizeof list - len, "%s%s%s%s", len ? ", " : "", label,
-                              domain_is_onnx(p->domain) ? "" : " in domain ",
-                              domain_is_onnx(p->domain) ? "" : p->domain);
+      u->len += (size_t)snprintf(u->text + u->len, sizeof u->text - u->len, "%s%s%s%s",
+                                 u->len ? ", " : "", label,
+                                 domain_is_onnx(p->domain) ? "" : " in domain ",
+                                 domain_is_onnx(p->domain) ? "" : p->domain);
     }
   }
-  if (!unsupported) return LOOM_OK;
-  return import_fail(im, LOOM_ERR_VALUE, "%zu node%s of ops loom does not import: %s%s",
-                     unsupported, unsupported == 1 ? "" : "s", list,
-                     unsupported > 12 ? ", ..." : "");
+  return im->status;
 }
 
-static loom_status build_node(onnx_import *im, size_t index) {
-  const Onnx__NodeProto *p = im->file.model->graph->node[index];
+/* Every node loom cannot build, named at once. */
+static loom_status check_supported(onnx_import *im) {
+  unsupported_list u = {0};
+  if (find_unsupported(im, im->file.model->graph, &u)) return im->status;
+  size_t unsupported = u.count;
+  const char *list = u.text;
+  if (!unsupported) return LOOM_OK;
+  return onnx_fail(im, LOOM_ERR_VALUE, "%zu node%s of ops loom does not import: %s%s", unsupported,
+                   unsupported == 1 ? "" : "s", list, unsupported > 12 ? ", ..." : "");
+}
+
+static loom_status build_node(onnx_import *im, const Onnx__NodeProto *p, size_t index) {
   const onnx_op *op = onnx_find_op(p->op_type);
   char label[200];
   node_label(p, index, label, sizeof label);
+  if (op->flags & ONNX_CONTROL) return onnx_build_control(im, p, label, im->file.opset);
   onnx_node n = {.im = im,
                  .proto = p,
                  .opset = im->file.opset,
@@ -622,21 +652,21 @@ static loom_status build_node(onnx_import *im, size_t index) {
     if (!name || !name[0]) continue; /* an omitted optional input */
     value_slot *s = find_value(im, name);
     if (!s || !s->defined)
-      return import_fail(im, LOOM_ERR_CORRUPT,
-                         "%s reads '%s', which no input, initializer or earlier node defines",
-                         label, name);
+      return onnx_fail(im, LOOM_ERR_CORRUPT,
+                       "%s reads '%s', which no input, initializer or earlier node defines", label,
+                       name);
     if (!s->trace[0])
-      return import_fail(im, LOOM_ERR_VALUE,
-                         "%s reads '%s', an output its node does not compute in loom", label, name);
+      return onnx_fail(im, LOOM_ERR_VALUE,
+                       "%s reads '%s', an output its node does not compute in loom", label, name);
     slots[i] = s;
     all_known &= s->v.known;
     symbolic |= s->v.symbolic;
   }
   for (int o = 0; o < n.nout; o++) {
     const char *name = p->output[o];
-    if (name && name[0] && find_value(im, name))
-      return import_fail(im, LOOM_ERR_CORRUPT, "%s writes '%s', which is already defined", label,
-                         name);
+    if (name && name[0] && find_in_scope(im->scope, name))
+      return onnx_fail(im, LOOM_ERR_CORRUPT, "%s writes '%s', which is already defined", label,
+                       name);
   }
   uint64_t reads = 0;
   loom_tensor *outs[MAX_TRACES][ONNX_MAX_NODE_IO] = {{0}};
@@ -673,8 +703,8 @@ static loom_status build_node(onnx_import *im, size_t index) {
     if (st) {
       for (int k = 0; k <= t; k++)
         for (int o = 0; o < n.nout; o++) loom_free(outs[k][o]);
-      return import_fail(im, st, "%s (opset %lld): %s", label, (long long)n.opset,
-                         n.why[0] ? n.why : loom_status_name(st));
+      return onnx_fail(im, st, "%s (opset %lld): %s", label, (long long)n.opset,
+                       n.why[0] ? n.why : loom_status_name(st));
     }
   }
   /* A shape-derived number meeting the model's inputs as data. */
@@ -685,7 +715,7 @@ static loom_status build_node(onnx_import *im, size_t index) {
     if (!all_known && slots[i]->v.known && differs_between_traces(im, slots[i])) {
       for (int k = 0; k < im->ntraces; k++)
         for (int o = 0; o < n.nout; o++) loom_free(outs[k][o]);
-      return import_fail(
+      return onnx_fail(
           im, LOOM_ERR_SHAPE,
           "%s: input %d ('%s') holds a size of a symbolic dim (computed by Shape or Size) and "
           "is used as data with the model's inputs; loom follows such sizes only into shapes. "
@@ -701,7 +731,7 @@ static loom_status build_node(onnx_import *im, size_t index) {
       continue;
     }
     value_slot *s = add_value(im, name);
-    if (!s) return import_fail(im, LOOM_ERR_OOM, "out of memory");
+    if (!s) return onnx_fail(im, LOOM_ERR_OOM, "out of memory");
     s->defined = true;
     for (int t = 0; t < im->ntraces; t++) s->trace[t] = outs[t][o];
     for (int t = im->ntraces; t < MAX_TRACES; t++)
@@ -714,15 +744,101 @@ static loom_status build_node(onnx_import *im, size_t index) {
   return LOOM_OK;
 }
 
+/* ------------------------------------------------------------ for onnx_control.c */
+
+int onnx_ntraces(const onnx_import *im) { return im->ntraces; }
+
+loom_status onnx_status(const onnx_import *im) { return im->status; }
+
+loom_status onnx_fail(onnx_import *im, loom_status st, const char *fmt, ...) {
+  if (im->status) return im->status;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(im->error, sizeof im->error, fmt, ap);
+  va_end(ap);
+  im->status = st;
+  return st;
+}
+
+bool onnx_lookup(onnx_import *im, const char *name, onnx_ref *out) {
+  value_slot *s = name && name[0] ? find_value(im, name) : NULL;
+  if (!s || !s->trace[0]) return false;
+  for (int t = 0; t < MAX_TRACES; t++) out->t[t] = s->trace[t];
+  out->known = s->v.known;
+  out->symbolic = s->v.symbolic;
+  return true;
+}
+
+loom_status onnx_define(onnx_import *im, const char *name, onnx_ref *value) {
+  if (!name || !name[0]) {
+    for (int t = 0; t < MAX_TRACES; t++) loom_free(value->t[t]);
+    return LOOM_OK;
+  }
+  if (find_in_scope(im->scope, name)) {
+    for (int t = 0; t < MAX_TRACES; t++) loom_free(value->t[t]);
+    return onnx_fail(im, LOOM_ERR_CORRUPT, "'%s' is defined twice", name);
+  }
+  value_slot *s = add_value(im, name);
+  if (!s) {
+    for (int t = 0; t < MAX_TRACES; t++) loom_free(value->t[t]);
+    return onnx_fail(im, LOOM_ERR_OOM, "out of memory");
+  }
+  for (int t = 0; t < MAX_TRACES; t++) s->trace[t] = value->t[t];
+  s->v.known = value->known;
+  s->v.symbolic = value->symbolic;
+  s->defined = true;
+  return LOOM_OK;
+}
+
+loom_status onnx_subgraph(onnx_import *im, const Onnx__GraphProto *g, const char *label,
+                          const onnx_ref *args, int nargs, onnx_ref *outs, int nouts) {
+  for (int o = 0; o < nouts; o++) memset(&outs[o], 0, sizeof outs[o]);
+  if ((int)g->n_input != nargs || (int)g->n_output != nouts)
+    return onnx_fail(im, LOOM_ERR_CORRUPT,
+                     "%s: its subgraph takes %zu inputs and gives %zu outputs; %d and %d expected",
+                     label, g->n_input, g->n_output, nargs, nouts);
+  if (im->depth == ONNX_MAX_NESTING)
+    return onnx_fail(im, LOOM_ERR_VALUE, "%s: subgraphs nest deeper than %d", label,
+                     ONNX_MAX_NESTING);
+  value_scope scope = {.parent = im->scope};
+  im->scope = &scope;
+  im->depth++;
+  for (int i = 0; i < nargs && !im->status; i++) {
+    onnx_ref copy = args[i];
+    for (int t = 0; t < MAX_TRACES; t++) copy.t[t] = loom_retain(args[i].t[t]);
+    onnx_define(im, g->input[i]->name, &copy);
+  }
+  if (!im->status) add_initializers(im, g);
+  for (size_t i = 0; i < g->n_node && !im->status; i++) build_node(im, g->node[i], i);
+  for (int o = 0; o < nouts && !im->status; o++) {
+    const char *name = g->output[o]->name;
+    onnx_ref r;
+    if (!onnx_lookup(im, name, &r)) {
+      onnx_fail(im, LOOM_ERR_CORRUPT, "%s: its subgraph's output '%s' is not computed", label,
+                name ? name : "");
+      break;
+    }
+    outs[o] = r;
+    for (int t = 0; t < MAX_TRACES; t++) outs[o].t[t] = loom_retain(r.t[t]);
+  }
+  im->depth--;
+  im->scope = scope.parent;
+  scope_free(&scope);
+  if (im->status)
+    for (int o = 0; o < nouts; o++)
+      for (int t = 0; t < MAX_TRACES; t++) loom_free(outs[o].t[t]), outs[o].t[t] = NULL;
+  return im->status;
+}
+
 static loom_program *compile(onnx_import *im, const program_inputs *pi) {
   const Onnx__GraphProto *g = im->file.model->graph;
   if (!g->n_output) {
-    import_fail(im, LOOM_ERR_VALUE, "the graph has no outputs");
+    onnx_fail(im, LOOM_ERR_VALUE, "the graph has no outputs");
     return NULL;
   }
   loom_tensor **outs = calloc(g->n_output, sizeof *outs);
   if (!outs) {
-    import_fail(im, LOOM_ERR_OOM, "out of memory");
+    onnx_fail(im, LOOM_ERR_OOM, "out of memory");
     return NULL;
   }
   for (size_t i = 0; i < g->n_output; i++) {
@@ -730,15 +846,15 @@ static loom_program *compile(onnx_import *im, const program_inputs *pi) {
     value_slot *s = find_value(im, name);
     if (!s || !s->trace[0]) {
       free(outs);
-      import_fail(im, LOOM_ERR_CORRUPT, "graph output '%s' is not computed by the graph", name);
+      onnx_fail(im, LOOM_ERR_CORRUPT, "graph output '%s' is not computed by the graph", name);
       return NULL;
     }
     if (s->v.known && differs_between_traces(im, s)) {
       free(outs);
-      import_fail(im, LOOM_ERR_SHAPE,
-                  "graph output '%s' holds sizes of symbolic dims, which loom computes only at "
-                  "import; fix the dims (loom_onnx_opts.dims)",
-                  name);
+      onnx_fail(im, LOOM_ERR_SHAPE,
+                "graph output '%s' holds sizes of symbolic dims, which loom computes only at "
+                "import; fix the dims (loom_onnx_opts.dims)",
+                name);
       return NULL;
     }
     outs[i] = s->trace[0];
@@ -751,10 +867,7 @@ static loom_program *compile(onnx_import *im, const program_inputs *pi) {
 }
 
 static void import_free(onnx_import *im) {
-  for (size_t i = 0; i < im->nvalues; i++)
-    for (int t = 0; t < MAX_TRACES; t++) loom_free(im->values[i].trace[t]);
-  free(im->values);
-  free(im->table);
+  scope_free(&im->root);
   for (int s = 0; s < im->nsymbols; s++) free(im->symbol_onnx[s]);
   onnx_file_close(&im->file);
 }
@@ -775,6 +888,7 @@ loom_program *loom_onnx_load(const char *path, const loom_onnx_opts *opts) {
     return NULL;
   }
   im->opts = opts;
+  im->scope = &im->root;
   loom_program *prog = NULL;
   program_inputs pi = {0};
   char why[512];
@@ -784,19 +898,18 @@ loom_program *loom_onnx_load(const char *path, const loom_onnx_opts *opts) {
     free(im);
     return NULL;
   }
-  if (!add_inputs(im, &pi) && !check_fixed_dims(im) && !add_initializers(im) &&
-      !check_supported(im)) {
+  if (!add_inputs(im, &pi) && !check_fixed_dims(im) &&
+      !add_initializers(im, im->file.model->graph) && !check_supported(im)) {
     im->ntraces = im->nsymbols ? 2 : 1;
     const Onnx__GraphProto *g = im->file.model->graph;
-    for (size_t i = 0; i < g->n_node && !im->status; i++) build_node(im, i);
+    for (size_t i = 0; i < g->n_node && !im->status; i++) build_node(im, g->node[i], i);
     if (!im->status) {
       lm_errors_quiet_begin();
       prog = compile(im, &pi);
       lm_errors_quiet_end();
       const char *message;
       loom_status why_not = lm_recent_error(&message);
-      if (!prog && !im->status)
-        import_fail(im, why_not ? why_not : LOOM_ERR_INTERNAL, "%s", message);
+      if (!prog && !im->status) onnx_fail(im, why_not ? why_not : LOOM_ERR_INTERNAL, "%s", message);
     }
   }
   if (!prog) lm_fail(im->status, "%s: '%s': %s", api, path, im->error);
