@@ -828,6 +828,18 @@ typedef struct loom_onnx_opts {
  * loom_last_error names the file, the node, its op and the reason; a model
  * with ops loom does not import names every such node (docs/onnx.md). */
 loom_program *loom_onnx_load(const char *path, const loom_onnx_opts *opts);
+/* For training an imported model: loom_onnx_forward records the model's graph
+ * on the caller's tensors (one per model input, in its order; dtypes and fixed
+ * dims as declared, other dims any size) and stores its outputs, lazy, in
+ * outs[0..nout). Its initializers come from ps by their ONNX names, added on
+ * the first call (floating-point ones trainable, loom_params_add; the others
+ * buffers), so loom_backward and the optimizers train them, and
+ * loom_params_save/load keep them. Call it once per step, as a layer's forward. */
+typedef struct loom_onnx_model loom_onnx_model;
+loom_onnx_model *loom_onnx_open(const char *path);
+loom_status loom_onnx_forward(loom_onnx_model *m, loom_params *ps, loom_tensor *const *ins,
+                              int nin, loom_tensor **outs, int nout);
+void loom_onnx_close(loom_onnx_model *m);
 
 /* ------------------------------------------------------------------ distributed */
 

@@ -3,6 +3,7 @@
  * given at import, and hostile files (garbage, truncation, a nesting bomb,
  * short initializer data, external data leaving the folder, undefined
  * inputs, unsupported ops named all at once), each a clear error. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,11 +293,109 @@ static void test_hostile_files(void) {
   expect_error(path_of("old.onnx"), LOOM_ERR_VALUE, "opset 3");
 }
 
+/* ------------------------------------------------------------ training */
+
+static loom_tensor *fixture_npy(const char *model, const char *file) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tests/data/onnx/train/%s/%s", LOOM_SOURCE_DIR, model, file);
+  loom_tensor *t = loom_npy_read(path, LOOM_CPU);
+  if (!t) fprintf(stderr, "%s\n", loom_last_error());
+  return t;
+}
+
+/* Largest |a - b| / (1e-5 + |b|) over the elements (shapes must agree). */
+static double rel_err(loom_tensor *a, loom_tensor *b) {
+  if (!a || !b || loom_numel(a) != loom_numel(b)) return INFINITY;
+  int64_t n = loom_numel(b);
+  double *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y), worst = 0;
+  loom_tensor *ca = loom_cast(a, LOOM_F64), *cb = loom_cast(b, LOOM_F64);
+  if (loom_copy_to_host(ca, x, (size_t)n * sizeof *x) ||
+      loom_copy_to_host(cb, y, (size_t)n * sizeof *y))
+    worst = INFINITY;
+  for (int64_t i = 0; i < n && isfinite(worst); i++) {
+    double e = fabs(x[i] - y[i]) / (1e-5 + fabs(y[i]));
+    if (e > worst) worst = e;
+  }
+  loom_free(ca), loom_free(cb);
+  free(x), free(y);
+  return worst;
+}
+
+/* tests/data/make_onnx_train_fixtures.py: models exported by PyTorch, their
+ * outputs and the gradients of sum(out * r) for every parameter, which
+ * loom_onnx_forward + loom_backward must match; then SGD steps lower the loss. */
+static void test_training(const char *name, const char *const *params, int nparams) {
+  check_set_ctx("training %s", name);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tests/data/onnx/train/%s/model.onnx", LOOM_SOURCE_DIR, name);
+  loom_onnx_model *m = loom_onnx_open(path);
+  CHECK(m != NULL);
+  if (!m) {
+    fprintf(stderr, "%s\n", loom_last_error());
+    return;
+  }
+  loom_params *ps = loom_params_new();
+  loom_tensor *x = fixture_npy(name, "x.npy"), *r = fixture_npy(name, "r.npy");
+  loom_tensor *want = fixture_npy(name, "out.npy");
+  double first_loss = 0;
+  for (int step = 0; step < 4; step++) {
+    LOOM_SCOPE {
+      loom_tensor *y = NULL;
+      loom_status st = loom_onnx_forward(m, ps, &x, 1, &y, 1);
+      CHECK_EQ_INT(st, LOOM_OK);
+      if (st) fprintf(stderr, "%s\n", loom_last_error());
+      loom_tensor *loss = loom_sum_all(loom_mul(y, r));
+      CHECK_EQ_INT(loom_backward(loss), LOOM_OK);
+      double value = loom_item(loss);
+      if (step == 0) {
+        first_loss = value;
+        CHECK(rel_err(y, want) < 1e-4);
+        for (int i = 0; i < nparams; i++) {
+          char file[256];
+          snprintf(file, sizeof file, "grad.%s.npy", params[i]);
+          loom_tensor *g = fixture_npy(name, file);
+          loom_tensor *p = loom_params_get(ps, params[i]);
+          CHECK(p != NULL);
+          double e = rel_err(loom_grad(p), g);
+          if (!(e < 1e-3))
+            fprintf(stderr, "%s: gradient of %s: relative error %g\n", name, params[i], e);
+          CHECK(e < 1e-3);
+          loom_free(g), loom_free(p);
+        }
+      } else {
+        CHECK(value < first_loss); /* plain SGD on sum(out * r) */
+      }
+      for (int i = 0; i < loom_params_count(ps); i++) {
+        if (!loom_params_trainable(ps, i)) continue;
+        loom_tensor *p = loom_params_at(ps, i);
+        loom_assign(p, loom_sub(p, loom_mul_s(loom_grad(p), 0.01)));
+        loom_free(p);
+      }
+      loom_zero_grad(ps);
+    }
+  }
+  /* every floating-point initializer is trainable (the others, shapes, are buffers) */
+  int trainable = 0;
+  for (int i = 0; i < loom_params_count(ps); i++) trainable += loom_params_trainable(ps, i);
+  CHECK_EQ_INT(trainable, nparams);
+  loom_free(x), loom_free(r), loom_free(want);
+  loom_params_free(ps);
+  loom_onnx_close(m);
+  check_set_ctx("%s", "");
+}
+
 int main(void) {
   if (!mkdtemp(dir)) return 1;
   test_symbolic_batch();
   test_given_input();
   test_hostile_files();
+  const char *cnn[] = {"conv1.weight", "conv1.bias", "conv2.weight",
+                       "conv2.bias",   "fc.weight",  "fc.bias"};
+  test_training("cnn", cnn, 6);
+  const char *block[] = {"ln1.weight", "ln1.bias",   "qkv.weight",  "qkv.bias",   "proj.weight",
+                         "proj.bias",  "ln2.weight", "ln2.bias",    "fc1.weight", "fc1.bias",
+                         "fc2.weight", "fc2.bias",   "head.weight", "head.bias"};
+  test_training("transformer", block, 14);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);

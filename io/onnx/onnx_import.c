@@ -872,6 +872,145 @@ static void import_free(onnx_import *im) {
   onnx_file_close(&im->file);
 }
 
+/* ------------------------------------------------------------ recording for training */
+
+struct loom_onnx_model {
+  onnx_file file;
+  char *path; /* the file's path, for messages */
+};
+
+loom_onnx_model *loom_onnx_open(const char *path) {
+  const char *api = "loom_onnx_open";
+  if (!path) {
+    lm_fail(LOOM_ERR_NULL, "%s: path is NULL", api);
+    return NULL;
+  }
+  loom_onnx_model *m = calloc(1, sizeof *m);
+  char *copy = strdup(path);
+  char why[512];
+  loom_status st = m && copy ? onnx_file_read(&m->file, copy, why, sizeof why) : LOOM_ERR_OOM;
+  if (st) {
+    lm_fail(st, "%s: '%s': %s", api, path, m && copy ? why : "out of memory");
+    free(m), free(copy);
+    return NULL;
+  }
+  m->path = copy;
+  onnx_import check = {.file = m->file, .scope = NULL};
+  check.scope = &check.root;
+  if (check_supported(&check)) {
+    lm_fail(check.status, "%s: '%s': %s", api, path, check.error);
+    loom_onnx_close(m);
+    return NULL;
+  }
+  return m;
+}
+
+void loom_onnx_close(loom_onnx_model *m) {
+  if (!m) return;
+  onnx_file_close(&m->file);
+  free(m->path);
+  free(m);
+}
+
+/* The caller's tensors as the model's inputs: dtypes and fixed dims as declared. */
+static loom_status bind_inputs(onnx_import *im, loom_tensor *const *ins, int nin) {
+  const Onnx__GraphProto *g = im->file.model->graph;
+  int k = 0;
+  for (size_t i = 0; i < g->n_input && !im->status; i++) {
+    const Onnx__ValueInfoProto *vi = g->input[i];
+    const char *name = vi->name ? vi->name : "";
+    if (is_initializer(g, name)) continue;
+    if (k >= nin) return onnx_fail(im, LOOM_ERR_VALUE, "the model takes more than %d inputs", nin);
+    loom_tensor *t = ins[k++];
+    if (!t) return onnx_fail(im, LOOM_ERR_NULL, "input %d ('%s') is NULL", k - 1, name);
+    if (loom_status_of(t))
+      return onnx_fail(im, loom_status_of(t), "input %d ('%s') is an error: %s", k - 1, name,
+                       loom_error_message(t));
+    const Onnx__TypeProto *tp = vi->type;
+    if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE) {
+      const char *type_name;
+      int dt = onnx_dtype_to_loom(tp->tensor_type->elem_type, &type_name);
+      loom_shape s = loom_shape_of(t);
+      const Onnx__TensorShapeProto *sp = tp->tensor_type->shape;
+      bool fits = dt == (int)loom_dtype_of(t) && (!sp || (int)sp->n_dim == s.ndim);
+      for (size_t d = 0; fits && sp && d < sp->n_dim; d++)
+        fits = sp->dim[d]->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE ||
+               sp->dim[d]->dim_value == s.dim[d];
+      if (!fits)
+        return onnx_fail(im, LOOM_ERR_SHAPE,
+                         "input %d ('%s') is %s with %d dims; the model declares %s with %zu",
+                         k - 1, name, loom_dtype_name(loom_dtype_of(t)), s.ndim, type_name,
+                         sp ? sp->n_dim : 0);
+    }
+    onnx_ref r = {.t = {loom_retain(t), loom_retain(t)}};
+    onnx_define(im, name, &r);
+  }
+  if (!im->status && k != nin)
+    onnx_fail(im, LOOM_ERR_VALUE, "the model takes %d inputs; %d were given", k, nin);
+  return im->status;
+}
+
+/* Initializers from ps by name, made there on first use: floating-point ones
+ * trainable, the others buffers. */
+static loom_status bind_parameters(onnx_import *im, loom_params *ps) {
+  const Onnx__GraphProto *g = im->file.model->graph;
+  for (size_t i = 0; i < g->n_initializer && !im->status; i++) {
+    const Onnx__TensorProto *tp = g->initializer[i];
+    const char *name = tp->name ? tp->name : "";
+    loom_tensor *t = loom_params_get(ps, name);
+    if (!t) {
+      char why[512];
+      loom_tensor *made = onnx_tensor_from_proto(tp, im->file.dir, why, sizeof why);
+      if (!made) return onnx_fail(im, LOOM_ERR_CORRUPT, "initializer '%s': %s", name, why);
+      loom_dtype dt = loom_dtype_of(made);
+      bool trainable = dt == LOOM_F32 || dt == LOOM_F64 || dt == LOOM_F16 || dt == LOOM_BF16;
+      loom_status st =
+          trainable ? loom_params_add(ps, name, made) : loom_params_add_buffer(ps, name, made);
+      loom_free(made);
+      if (st) return onnx_fail(im, st, "initializer '%s' could not join the parameters", name);
+      t = loom_params_get(ps, name);
+    }
+    onnx_ref r = {.t = {t, loom_retain(t)}, .known = true};
+    onnx_define(im, name, &r);
+  }
+  return im->status;
+}
+
+loom_status loom_onnx_forward(loom_onnx_model *m, loom_params *ps, loom_tensor *const *ins, int nin,
+                              loom_tensor **outs, int nout) {
+  const char *api = "loom_onnx_forward";
+  for (int o = 0; outs && o < nout; o++) outs[o] = NULL;
+  if (!m || !ps || (nin && !ins) || !outs)
+    return lm_fail(LOOM_ERR_NULL, "%s: a NULL model, parameters, inputs or outputs", api);
+  onnx_import *im = calloc(1, sizeof *im);
+  if (!im) return lm_fail(LOOM_ERR_OOM, "%s: out of memory", api);
+  im->file = m->file;
+  im->scope = &im->root;
+  im->ntraces = 1;
+  const Onnx__GraphProto *g = im->file.model->graph;
+  if ((int)g->n_output != nout)
+    onnx_fail(im, LOOM_ERR_VALUE, "the model gives %zu outputs; room for %d was given", g->n_output,
+              nout);
+  if (!im->status && !bind_inputs(im, ins, nin) && !bind_parameters(im, ps))
+    for (size_t i = 0; i < g->n_node && !im->status; i++) build_node(im, g->node[i], i);
+  for (int o = 0; o < nout && !im->status; o++) {
+    onnx_ref r;
+    if (!onnx_lookup(im, g->output[o]->name, &r))
+      onnx_fail(im, LOOM_ERR_CORRUPT, "graph output '%s' is not computed by the graph",
+                g->output[o]->name ? g->output[o]->name : "");
+    else
+      outs[o] = loom_retain(r.t[0]);
+  }
+  loom_status st = im->status;
+  if (st) {
+    for (int o = 0; o < nout; o++) loom_free(outs[o]), outs[o] = NULL;
+    lm_fail(st, "%s: '%s': %s", api, m->path, im->error);
+  }
+  scope_free(&im->root);
+  free(im);
+  return st;
+}
+
 loom_program *loom_onnx_load(const char *path, const loom_onnx_opts *opts) {
   const char *api = "loom_onnx_load";
   if (!path) {

@@ -32,11 +32,16 @@ static loom_status op_attention(onnx_node *n) {
   int64_t q_heads = onnx_attr_int(n, "q_num_heads", 0),
           kv_heads = onnx_attr_int(n, "kv_num_heads", 0);
   if (rank == 3) {
-    if (q_heads < 1 || kv_heads < 1)
-      return onnx_refuse(n, LOOM_ERR_VALUE, "3-D inputs need q_num_heads and kv_num_heads");
+    if (q_heads < 1 || kv_heads < 1 || q_heads > (int64_t)1 << 20 || kv_heads > (int64_t)1 << 20)
+      return onnx_refuse(n, LOOM_ERR_VALUE,
+                         "3-D inputs need q_num_heads and kv_num_heads (%lld, %lld)",
+                         (long long)q_heads, (long long)kv_heads);
     q = split_heads(q, q_heads), k = split_heads(k, kv_heads), v = split_heads(v, kv_heads);
   }
   loom_shape qs = loom_shape_of(q);
+  if (qs.ndim != 4 || qs.dim[3] < 1)
+    return onnx_refuse(n, LOOM_ERR_SHAPE, "a query of %d dims with a head size of %lld", qs.ndim,
+                       (long long)(qs.ndim == 4 ? qs.dim[3] : 0));
   int64_t batch = qs.dim[0], tq = qs.dim[2];
   double scale = onnx_attr_float(n, "scale", 1 / sqrt((double)qs.dim[3]));
   int64_t past = 0;
@@ -53,7 +58,7 @@ static loom_status op_attention(onnx_node *n) {
   int64_t tk = loom_shape_of(k).dim[2];
   int64_t hq = qs.dim[1], hk = loom_shape_of(k).dim[1];
   if (hq != hk) {
-    if (hq % hk)
+    if (hk < 1 || hq % hk)
       return onnx_refuse(n, LOOM_ERR_SHAPE, "%lld query heads over %lld key heads", (long long)hq,
                          (long long)hk);
     k = repeat_heads(k, hq / hk), v = repeat_heads(v, hq / hk);

@@ -64,7 +64,11 @@ static loom_status window_of(onnx_node *n, const loom_shape *x, const int64_t *k
   const char *pad = onnx_attr_string(n, "auto_pad", "NOTSET", buf, sizeof buf);
   bool ceil_mode = onnx_attr_int(n, "ceil_mode", 0);
   for (int d = 0; d < dims; d++) {
-    if (w->stride[d] < 1 || w->dilation[d] < 1 || w->kernel[d] < 1 || w->lo[d] < 0 || w->hi[d] < 0)
+    const int64_t big = (int64_t)1
+                        << 20; /* past any real window; keeps the sizes' arithmetic exact */
+    if (w->stride[d] < 1 || w->dilation[d] < 1 || w->kernel[d] < 1 || w->lo[d] < 0 ||
+        w->hi[d] < 0 || w->stride[d] > big || w->dilation[d] > big || w->kernel[d] > big ||
+        w->lo[d] > big || w->hi[d] > big)
       return onnx_refuse(n, LOOM_ERR_VALUE,
                          "spatial dim %d: kernel %lld, stride %lld, dilation %lld, pads %lld "
                          "and %lld",
@@ -284,7 +288,9 @@ static loom_status op_conv_transpose(onnx_node *n) {
   bool same = strncmp(pad, "SAME", 4) == 0;
   for (int d = 0; d < dims; d++) {
     int64_t in = s.dim[d + 2], span = (ws.dim[d + 2] - 1) * dil[d] + 1;
-    if (stride[d] < 1 || dil[d] < 1)
+    const int64_t big = (int64_t)1 << 20;
+    if (stride[d] < 1 || dil[d] < 1 || stride[d] > big || dil[d] > big || outpad[d] < 0 ||
+        outpad[d] > big || lo[d] < -big || lo[d] > big || hi[d] < -big || hi[d] > big)
       return onnx_refuse(n, LOOM_ERR_VALUE, "stride %lld, dilation %lld", (long long)stride[d],
                          (long long)dil[d]);
     if (!pads_given && (nshape >= 0 || same)) {
@@ -357,7 +363,9 @@ static loom_status op_lp_pool(onnx_node *n) {
   window w;
   loom_status st = kernel_shape(n, &s, kernel);
   if (st || (st = window_of(n, &s, kernel, &w))) return st;
-  double p = (double)onnx_attr_int(n, "p", 2);
+  int64_t pi = onnx_attr_int(n, "p", 2);
+  if (pi < 1 || pi > 64) return onnx_refuse(n, LOOM_ERR_VALUE, "p %lld", (long long)pi);
+  double p = (double)pi;
   loom_tensor *padded = pad_window(loom_pow_s(loom_abs(x), p), &w, 0, 0);
   int64_t k[3] = {0};
   loom_tensor *sum = NULL;

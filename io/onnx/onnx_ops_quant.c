@@ -19,6 +19,8 @@ static loom_status fit_param(onnx_node *n, loom_tensor *p, loom_shape s, int axi
     return LOOM_OK;
   }
   if (block > 0) {
+    if (block > (int64_t)1 << 30)
+      return onnx_refuse(n, LOOM_ERR_VALUE, "block_size %lld", (long long)block);
     if (ps.ndim != s.ndim)
       return onnx_refuse(n, LOOM_ERR_SHAPE, "a blocked scale of rank %d for rank %d", ps.ndim,
                          s.ndim);

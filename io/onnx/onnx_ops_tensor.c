@@ -209,11 +209,12 @@ static loom_status op_split(onnx_node *n) {
     st = onnx_ints(n, 1, sizes, ONNX_MAX_NODE_IO, &count);
   if (st) return st;
   int64_t len = s.dim[axis];
+  if (n->nout < 1) return onnx_refuse(n, LOOM_ERR_VALUE, "no outputs");
   if (count < 0) {
     int64_t pieces = n->nout, each = (len + pieces - 1) / pieces;
     if (onnx_attr(n, "num_outputs")) {
       pieces = onnx_attr_int(n, "num_outputs", n->nout);
-      if (pieces != n->nout)
+      if (pieces != n->nout || pieces < 1)
         return onnx_refuse(n, LOOM_ERR_VALUE, "num_outputs %lld but %d outputs", (long long)pieces,
                            n->nout);
       each = (len + pieces - 1) / pieces;
@@ -561,7 +562,7 @@ static loom_status space_depth(onnx_node *n, bool to_space) {
   loom_tensor *x = onnx_in(n, 0);
   loom_shape s = loom_shape_of(x);
   int64_t b = onnx_attr_int(n, "blocksize", 0);
-  if (s.ndim != 4 || b < 1)
+  if (s.ndim != 4 || b < 1 || b > (int64_t)1 << 20)
     return onnx_refuse(n, LOOM_ERR_SHAPE, "a rank-%d input with blocksize %lld", s.ndim,
                        (long long)b);
   int64_t N = s.dim[0], C = s.dim[1], H = s.dim[2], W = s.dim[3];
