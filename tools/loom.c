@@ -667,6 +667,22 @@ static void inspect_graph(const lm_program_info *info) {
          (unsigned long long)info->weight_bytes);
 }
 
+/* The program's sections under heading; frees p. The command's exit code. */
+static int inspect_program(loom_program *p, const char *heading) {
+  lm_program_info info;
+  loom_status st = lm_program_info_get("loom inspect", p, &info);
+  if (st == LOOM_OK) {
+    fputs(heading, stdout);
+    inspect_io(p);
+    inspect_graph(&info);
+    lm_program_info_free(&info);
+  } else {
+    print_error("inspect", st);
+  }
+  loom_program_free(p);
+  return st == LOOM_OK ? 0 : 1;
+}
+
 static int command_inspect(int argc, char **argv) {
   if (argc != 1 || argv[0][0] == '-') {
     print_usage(stderr);
@@ -681,33 +697,13 @@ static int command_inspect(int argc, char **argv) {
       printf("as a loom program: not imported: %s\n", loom_last_error());
       return 0;
     }
-    lm_program_info info;
-    loom_status st = lm_program_info_get("loom inspect", p, &info);
-    if (st == LOOM_OK) {
-      printf("as a loom program:\n");
-      inspect_io(p);
-      inspect_graph(&info);
-      lm_program_info_free(&info);
-    } else {
-      print_error("inspect", st);
-    }
-    loom_program_free(p);
-    return st == LOOM_OK ? 0 : 1;
+    return inspect_program(p, "as a loom program:\n");
   }
   loom_program *p = load_model("inspect", argv[0], NULL, 0);
   if (!p) return 1;
-  lm_program_info info;
-  loom_status st = lm_program_info_get("loom inspect", p, &info);
-  if (st == LOOM_OK) {
-    printf("model: %s (a loom program)\n", argv[0]);
-    inspect_io(p);
-    inspect_graph(&info);
-    lm_program_info_free(&info);
-  } else {
-    print_error("inspect", st);
-  }
-  loom_program_free(p);
-  return st == LOOM_OK ? 0 : 1;
+  char heading[4200];
+  snprintf(heading, sizeof heading, "model: %s (a loom program)\n", argv[0]);
+  return inspect_program(p, heading);
 }
 
 /* ------------------------------------------------------------------ main */

@@ -176,6 +176,8 @@ loom_status onnx_conv(onnx_node *n, loom_tensor *x, loom_tensor *w, loom_tensor 
 
 /* Helpers the families share (onnx_ops.c). */
 int onnx_rank(const loom_tensor *t);
+/* The dims from the `axis` attribute (default -1) to the last (the norms'). */
+loom_status onnx_trailing_axes(onnx_node *n, int rank, int *axes, int *count);
 bool onnx_is_integer(loom_dtype dt);
 bool onnx_is_float(loom_dtype dt);
 loom_shape onnx_shape(const loom_tensor *t);

@@ -33,6 +33,14 @@ bool onnx_is_float(loom_dtype dt) {
   return dt == LOOM_F32 || dt == LOOM_F64 || dt == LOOM_F16 || dt == LOOM_BF16;
 }
 
+loom_status onnx_trailing_axes(onnx_node *n, int rank, int *axes, int *count) {
+  int axis;
+  loom_status st = onnx_axis(n, onnx_attr_int(n, "axis", -1), rank, &axis);
+  *count = 0;
+  for (int d = axis; !st && d < rank; d++) axes[(*count)++] = d;
+  return st;
+}
+
 int onnx_rank(const loom_tensor *t) { return loom_ndim(t); }
 
 loom_shape onnx_shape(const loom_tensor *t) { return loom_shape_of(t); }

@@ -117,11 +117,9 @@ static loom_status op_attention(onnx_node *n) {
 /* x / sqrt(mean(x^2) + eps) * scale over the dims from axis on. */
 static loom_status op_rms_norm(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0);
-  int rank = onnx_rank(x), axis;
-  loom_status st = onnx_axis(n, onnx_attr_int(n, "axis", -1), rank, &axis);
+  int axes[LOOM_MAX_DIMS], k;
+  loom_status st = onnx_trailing_axes(n, onnx_rank(x), axes, &k);
   if (st) return st;
-  int axes[LOOM_MAX_DIMS], k = 0;
-  for (int d = axis; d < rank; d++) axes[k++] = d;
   loom_dtype dt = loom_dtype_of(x);
   loom_tensor *w = loom_cast(x, dt == LOOM_F64 ? LOOM_F64 : LOOM_F32);
   loom_tensor *ms = loom_mean(loom_mul(w, w), axes, k, true);

@@ -149,13 +149,19 @@ static loom_status kernel_shape(onnx_node *n, const loom_shape *x, int64_t *kern
   return LOOM_OK;
 }
 
-static loom_status op_max_pool(onnx_node *n) {
-  loom_tensor *x = onnx_in(n, 0);
+/* A pool's window from its kernel_shape and the other attributes. */
+static loom_status pool_window(onnx_node *n, loom_tensor *x, window *w) {
   loom_shape s = loom_shape_of(x);
   int64_t kernel[3];
-  window w;
   loom_status st = kernel_shape(n, &s, kernel);
-  if (st || (st = window_of(n, &s, kernel, &w))) return st;
+  return st ? st : window_of(n, &s, kernel, w);
+}
+
+static loom_status op_max_pool(onnx_node *n) {
+  loom_tensor *x = onnx_in(n, 0);
+  window w;
+  loom_status st = pool_window(n, x, &w);
+  if (st) return st;
   if (n->nout > 1 && n->proto->output[1] && n->proto->output[1][0])
     return onnx_refuse(n, LOOM_ERR_VALUE, "its Indices output is not computed by loom");
   loom_tensor *padded = pad_window(x, &w, -INFINITY, -INFINITY);
@@ -173,10 +179,9 @@ static loom_status op_max_pool(onnx_node *n) {
 static loom_status op_average_pool(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0);
   loom_shape s = loom_shape_of(x);
-  int64_t kernel[3];
   window w;
-  loom_status st = kernel_shape(n, &s, kernel);
-  if (st || (st = window_of(n, &s, kernel, &w))) return st;
+  loom_status st = pool_window(n, x, &w);
+  if (st) return st;
   bool include = onnx_attr_int(n, "count_include_pad", 0);
   loom_tensor *padded = pad_window(x, &w, 0, 0);
   loom_shape ones_shape = {.ndim = s.ndim};
@@ -358,11 +363,9 @@ static loom_status op_conv_transpose(onnx_node *n) {
 /* (sum over the window of |x|^p)^(1/p); pads count as zeros. */
 static loom_status op_lp_pool(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0);
-  loom_shape s = loom_shape_of(x);
-  int64_t kernel[3];
   window w;
-  loom_status st = kernel_shape(n, &s, kernel);
-  if (st || (st = window_of(n, &s, kernel, &w))) return st;
+  loom_status st = pool_window(n, x, &w);
+  if (st) return st;
   int64_t pi = onnx_attr_int(n, "p", 2);
   if (pi < 1 || pi > 64) return onnx_refuse(n, LOOM_ERR_VALUE, "p %lld", (long long)pi);
   double p = (double)pi;
@@ -424,11 +427,9 @@ static loom_status op_instance_norm(onnx_node *n) {
 /* Over the dims from axis on, computed in F32 at least (stash_type 1). */
 static loom_status op_layer_norm(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0);
-  int rank = onnx_rank(x), axis;
-  loom_status st = onnx_axis(n, onnx_attr_int(n, "axis", -1), rank, &axis);
+  int axes[LOOM_MAX_DIMS], k;
+  loom_status st = onnx_trailing_axes(n, onnx_rank(x), axes, &k);
   if (st) return st;
-  int axes[LOOM_MAX_DIMS], k = 0;
-  for (int d = axis; d < rank; d++) axes[k++] = d;
   loom_dtype dt = loom_dtype_of(x);
   loom_dtype work = dt == LOOM_F64 ? LOOM_F64 : LOOM_F32;
   loom_tensor *mean, *inv;

@@ -54,21 +54,25 @@ static loom_tensor *saturate(loom_tensor *v, loom_dtype dt) {
   return loom_cast(loom_clamp(loom_round(v), dtype_min(dt), dtype_max(dt)), dt);
 }
 
-/* The axis matters only for a scale that is not a scalar. */
-static loom_status axis_and_block(onnx_node *n, int rank, int *axis, int64_t *block) {
-  *block = onnx_attr_int(n, "block_size", 0);
-  *axis = 0;
-  if (*block <= 0 && loom_numel(onnx_in(n, 1)) == 1) return LOOM_OK;
-  return onnx_axis(n, onnx_attr_int(n, "axis", 1), rank, axis);
+/* Inputs 1 and 2 (the scale, the optional zero point) fitted to x by the axis
+ * and block_size attributes; the axis matters only for a scale that is not a
+ * scalar. */
+static loom_status scale_and_zero_point(onnx_node *n, loom_tensor *x, loom_tensor **scale,
+                                        loom_tensor **zp) {
+  loom_shape s = loom_shape_of(x);
+  int64_t block = onnx_attr_int(n, "block_size", 0);
+  int axis = 0;
+  loom_status st = LOOM_OK;
+  *zp = NULL;
+  if (block > 0 || loom_numel(onnx_in(n, 1)) != 1)
+    st = onnx_axis(n, onnx_attr_int(n, "axis", 1), s.ndim, &axis);
+  if (!st) st = fit_param(n, onnx_in(n, 1), s, axis, block, scale);
+  if (!st && onnx_has_in(n, 2)) st = fit_param(n, onnx_in(n, 2), s, axis, block, zp);
+  return st;
 }
 
 static loom_status op_quantize_linear(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0);
-  loom_shape s = loom_shape_of(x);
-  int axis;
-  int64_t block;
-  loom_status st = axis_and_block(n, s.ndim, &axis, &block);
-  if (st) return st;
   loom_dtype out = LOOM_U8;
   if (onnx_has_in(n, 2)) out = loom_dtype_of(onnx_in(n, 2));
   if (onnx_attr(n, "output_dtype")) {
@@ -80,9 +84,9 @@ static loom_status op_quantize_linear(onnx_node *n) {
   if (out != LOOM_U8 && out != LOOM_I8 && out != LOOM_I32)
     return onnx_refuse(n, LOOM_ERR_DTYPE, "quantizing to %s: loom quantizes to uint8, int8, int32",
                        loom_dtype_name(out));
-  loom_tensor *scale, *zp = NULL;
-  if ((st = fit_param(n, onnx_in(n, 1), s, axis, block, &scale))) return st;
-  if (onnx_has_in(n, 2) && (st = fit_param(n, onnx_in(n, 2), s, axis, block, &zp))) return st;
+  loom_tensor *scale, *zp;
+  loom_status st = scale_and_zero_point(n, x, &scale, &zp);
+  if (st) return st;
   loom_dtype work = loom_dtype_of(x) == LOOM_F64 ? LOOM_F64 : LOOM_F32;
   loom_tensor *v = loom_round(loom_div(loom_cast(x, work), loom_cast(scale, work)));
   if (zp) v = loom_add(v, loom_cast(zp, work));
@@ -92,14 +96,9 @@ static loom_status op_quantize_linear(onnx_node *n) {
 
 static loom_status op_dequantize_linear(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0);
-  loom_shape s = loom_shape_of(x);
-  int axis;
-  int64_t block;
-  loom_status st = axis_and_block(n, s.ndim, &axis, &block);
+  loom_tensor *scale, *zp;
+  loom_status st = scale_and_zero_point(n, x, &scale, &zp);
   if (st) return st;
-  loom_tensor *scale, *zp = NULL;
-  if ((st = fit_param(n, onnx_in(n, 1), s, axis, block, &scale))) return st;
-  if (onnx_has_in(n, 2) && (st = fit_param(n, onnx_in(n, 2), s, axis, block, &zp))) return st;
   loom_dtype dt = loom_dtype_of(scale);
   loom_tensor *v = loom_cast(x, LOOM_F32);
   if (zp) v = loom_sub(v, loom_cast(zp, LOOM_F32));
