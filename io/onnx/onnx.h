@@ -140,6 +140,10 @@ extern const onnx_op onnx_ops_quant[];
 extern const int onnx_ops_quant_count;
 extern const onnx_op onnx_ops_resize[];
 extern const int onnx_ops_resize_count;
+extern const onnx_op onnx_ops_indexing[];
+extern const int onnx_ops_indexing_count;
+extern const onnx_op onnx_ops_misc[];
+extern const int onnx_ops_misc_count;
 
 /* Conv's attributes applied to x, w and b (onnx_ops_nn.c). */
 loom_status onnx_conv(onnx_node *n, loom_tensor *x, loom_tensor *w, loom_tensor *b,

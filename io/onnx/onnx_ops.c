@@ -15,6 +15,8 @@ static const struct {
     {onnx_ops_loss, &onnx_ops_loss_count},
     {onnx_ops_quant, &onnx_ops_quant_count},
     {onnx_ops_resize, &onnx_ops_resize_count},
+    {onnx_ops_indexing, &onnx_ops_indexing_count},
+    {onnx_ops_misc, &onnx_ops_misc_count},
 };
 
 const onnx_op *onnx_find_op(const char *op_type) {
