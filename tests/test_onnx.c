@@ -3,6 +3,7 @@
  * given at import, and hostile files (garbage, truncation, a nesting bomb,
  * short initializer data, external data leaving the folder, undefined
  * inputs, unsupported ops named all at once), each a clear error. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,11 +293,72 @@ static void test_hostile_files(void) {
   expect_error(path_of("old.onnx"), LOOM_ERR_VALUE, "opset 3");
 }
 
+/* Atan, Asin and Acos (a composite: loom has no inverse trigonometry) over
+ * magnitudes from 1e-30 to 1e30 and near +-1, against libm: within 1e-6
+ * relative in F32 and 1e-14 in F64. */
+static void test_inverse_trig(void) {
+  enum { ROWS = 200, N = ROWS * 3 };
+  static double xs[N];
+  for (int i = 0; i < N; i++) {
+    double t = (double)(i / 2) / (N / 2 - 1);
+    xs[i] = (i % 2 ? -1 : 1) * pow(10, -30 + 60 * t);
+  }
+  xs[0] = 0, xs[1] = INFINITY, xs[2] = -INFINITY, xs[3] = 1, xs[4] = -1;
+  static double unit[N];
+  for (int i = 0; i < N; i++) {
+    double t = (double)(i / 2) / (N / 2 - 1); /* towards 1 from 0 */
+    unit[i] = (i % 2 ? -1 : 1) * (i % 4 < 2 ? t : 1 - pow(10, -12 * t));
+  }
+  const char *names[] = {"Atan", "Asin", "Acos"};
+  double (*ref[])(double) = {atan, asin, acos};
+  for (int op = 0; op < 3; op++)
+    for (int f64 = 0; f64 < 2; f64++) {
+      model_parts m;
+      const char *ops[] = {names[op]};
+      build(&m, ops, 1, true);
+      m.nodes[0].n_input = 1;
+      m.in_tensor.elem_type = f64 ? 11 : 1;
+      save(&m, path_of("trig.onnx"), NULL);
+      loom_clear_error();
+      loom_program *p = loom_onnx_load(path_of("trig.onnx"), NULL);
+      CHECK(p != NULL);
+      if (!p) {
+        fprintf(stderr, "%s: %d %s\n", names[op], (int)loom_last_status(), loom_last_error());
+        continue;
+      }
+      const double *x = op ? unit : xs;
+      static float xf[N], yf[N];
+      static double yd[N];
+      for (int i = 0; i < N; i++) xf[i] = (float)x[i];
+      loom_tensor *in = f64 ? loom_from_data(x, LOOM_SHAPE(ROWS, 3), LOOM_F64, LOOM_CPU)
+                            : loom_from_data(xf, LOOM_SHAPE(ROWS, 3), LOOM_F32, LOOM_CPU);
+      loom_tensor *out = NULL;
+      CHECK_EQ_INT(loom_program_run(p, &in, &out), LOOM_OK);
+      CHECK_EQ_INT(f64 ? loom_copy_to_host(out, yd, sizeof yd)
+                       : loom_copy_to_host(out, yf, sizeof yf),
+                   LOOM_OK);
+      double worst = 0;
+      int worst_i = 0;
+      for (int i = 0; i < N; i++) {
+        double want = ref[op](f64 ? x[i] : (double)xf[i]), got = f64 ? yd[i] : yf[i];
+        double err = want == 0 ? fabs(got) : fabs(got - want) / fabs(want);
+        if (!(err <= worst)) worst = err, worst_i = i;
+      }
+      if (worst > (f64 ? 1e-14 : 1e-6))
+        fprintf(stderr, "%s %s: relative error %g at x = %.17g\n", names[op], f64 ? "F64" : "F32",
+                worst, x[worst_i]);
+      CHECK(worst <= (f64 ? 1e-14 : 1e-6));
+      loom_free(in), loom_free(out);
+      loom_program_free(p);
+    }
+}
+
 int main(void) {
   if (!mkdtemp(dir)) return 1;
   test_symbolic_batch();
   test_given_input();
   test_hostile_files();
+  test_inverse_trig();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);

@@ -20,10 +20,12 @@ static loom_tensor *atan_of(loom_tensor *x) {
   for (int h = 0; h < 2; h++)
     t = loom_div(t, loom_add_s(loom_sqrt(loom_add_s(loom_square(t), 1)), 1));
   loom_tensor *t2 = loom_square(t);
-  /* Horner over the series' terms (-1)^k t^(2k+1) / (2k+1), k = 0 .. 12 */
-  loom_tensor *p = loom_full_like(t, 1.0 / 25);
-  for (int k = 11; k >= 0; k--) p = loom_add_s(loom_mul(p, t2), (k % 2 ? -1.0 : 1.0) / (2 * k + 1));
-  loom_tensor *a = loom_mul_s(loom_mul(p, t), 4);
+  /* Horner over the series' terms (-1)^k t^(2k+1) / (2k+1), k = 0 .. 12,
+   * scaled by 3: a constant 1/17 or 1/19 would read as the reciprocal of a
+   * traced symbolic size to loom's symbolic inference (docs/onnx.md) */
+  loom_tensor *p = loom_full_like(t, 3.0 / 25);
+  for (int k = 11; k >= 0; k--) p = loom_add_s(loom_mul(p, t2), (k % 2 ? -3.0 : 3.0) / (2 * k + 1));
+  loom_tensor *a = loom_mul_s(loom_mul(p, t), 4.0 / 3);
   return loom_where(big, loom_sub(loom_mul_s(loom_sign(x), M_PI / 2), a), a);
 }
 
