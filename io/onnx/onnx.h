@@ -144,6 +144,10 @@ extern const onnx_op onnx_ops_indexing[];
 extern const int onnx_ops_indexing_count;
 extern const onnx_op onnx_ops_misc[];
 extern const int onnx_ops_misc_count;
+extern const onnx_op onnx_ops_sampling[];
+extern const int onnx_ops_sampling_count;
+extern const onnx_op onnx_ops_signal[];
+extern const int onnx_ops_signal_count;
 
 /* Conv's attributes applied to x, w and b (onnx_ops_nn.c). */
 loom_status onnx_conv(onnx_node *n, loom_tensor *x, loom_tensor *w, loom_tensor *b,
