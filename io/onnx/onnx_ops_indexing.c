@@ -76,11 +76,14 @@ static loom_tensor *scatter_lines(loom_tensor *base, loom_tensor *hot, loom_tens
     return loom_minimum(base, loom_min(loom_where(hot4, upd4, base4), over_n, 1, false));
   case SCATTER_NONE: break;
   }
-  loom_shape hs = loom_shape_of(hot);
+  /* the last update hitting each target, gathered: [P, N, D] compares, no
+   * [P, N, D, R] product */
+  loom_shape hs = loom_shape_of(hot), us = loom_shape_of(upd);
   loom_tensor *pos = iota_at(hs.dim[1], 3, 1);
-  loom_tensor *last = loom_max(loom_where_s(hot, pos, -1), over_n, 1, true); /* [P, 1, D] */
-  loom_tensor *chosen = loom_logical_and(hot, loom_eq(pos, last));
-  loom_tensor *value = loom_sum(loom_where_s(loom_unsqueeze(chosen, 3), upd4, 0), over_n, 1, false);
+  loom_tensor *last = loom_max(loom_where_s(hot, pos, -1), over_n, 1, false); /* [P, D] */
+  loom_tensor *from = loom_reshape(loom_maximum_s(last, 0), LOOM_SHAPE(hs.dim[0], hs.dim[2], 1));
+  loom_tensor *value = loom_gather(
+      upd, 1, loom_contiguous(loom_expand(from, LOOM_SHAPE(hs.dim[0], hs.dim[2], us.dim[2]))));
   loom_tensor *hit = loom_reshape(loom_ge_s(last, 0), LOOM_SHAPE(hs.dim[0], hs.dim[2], 1));
   return loom_where(hit, loom_cast(value, dt), base);
 }
