@@ -78,8 +78,11 @@ static int bits_of(loom_dtype dt) {
   return dt == LOOM_U8 || dt == LOOM_I8 ? 8 : dt == LOOM_I32 ? 32 : dt == LOOM_I64 ? 64 : 0;
 }
 
-/* x << y or x >> y, as multiplication and floor division by 2^y in double
- * (exact), modulo 2^bits; y >= the dtype's bits gives 0, as numpy. */
+/* ONNX shifts unsigned integers; loom holds uint8, and int32 or int64 may
+ * hold narrower unsigned values. x << y is x 2^y in the dtype (exact,
+ * wrapping: 0 once y reaches the dtype's bits, as numpy); x >> y is
+ * floor(x / 2^y) in double, exact for uint8 and int32 and refused for
+ * int64, which double does not hold exactly. */
 static loom_status op_bit_shift(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0), *y = onnx_in(n, 1);
   loom_dtype dt = loom_dtype_of(x);
@@ -88,17 +91,20 @@ static loom_status op_bit_shift(onnx_node *n) {
   bool left = strcmp(dir, "LEFT") == 0;
   if (!left && strcmp(dir, "RIGHT"))
     return onnx_refuse(n, LOOM_ERR_VALUE, "direction '%s'; LEFT or RIGHT expected", dir);
-  int bits = bits_of(dt);
-  if (dt != LOOM_U8)
+  if (dt != LOOM_U8 && dt != LOOM_I32 && dt != LOOM_I64)
+    return onnx_refuse(n, LOOM_ERR_DTYPE, "x is not uint8, int32 or int64");
+  if (!left && dt == LOOM_I64)
     return onnx_refuse(n, LOOM_ERR_DTYPE,
-                       "ONNX shifts unsigned integers, of which loom holds uint8 only");
-  loom_tensor *xd = loom_cast(x, LOOM_F64), *yd = loom_cast(y, LOOM_F64);
-  loom_tensor *scale = loom_pow(loom_full_like(yd, 2), yd);
-  loom_tensor *r = left ? loom_mul(xd, scale) : loom_floor(loom_div(xd, scale));
-  /* modulo 2^bits: r - floor(r / 2^bits) 2^bits */
-  double m = ldexp(1, bits);
-  r = loom_sub(r, loom_mul_s(loom_floor(loom_div_s(r, m)), m));
-  r = loom_where_s(loom_lt_s(yd, bits), r, 0);
+                       "a right shift of int64: loom has no integer division, and double "
+                       "holds int64 exactly only below 2^53");
+  loom_tensor *r;
+  if (left) {
+    loom_tensor *shift = loom_cast(y, dt);
+    r = loom_mul(x, loom_pow(loom_full_like(shift, 2), shift));
+  } else {
+    loom_tensor *shift = loom_cast(y, LOOM_F64);
+    r = loom_floor(loom_div(loom_cast(x, LOOM_F64), loom_pow(loom_full_like(shift, 2), shift)));
+  }
   onnx_out(n, 0, loom_cast(r, dt));
   return LOOM_OK;
 }
