@@ -333,13 +333,16 @@ static loom_status op_reverse_sequence(onnx_node *n) {
   for (int d = 0; d < rank; d++) ls.dim[d] = d == bax ? s.dim[bax] : 1;
   loom_tensor *len = loom_reshape(loom_cast(lens, LOOM_I64), ls);
   loom_tensor *src = loom_where(loom_lt(t, len), loom_sub(loom_sub_s(len, 1), t), t);
-  onnx_out(n, 0, loom_gather(x, tax, loom_contiguous(loom_expand(src, s))));
+  /* + 0 shaped as x: joins the iota's length to x's time dim, which a
+   * symbolic model's inference cannot learn through the gather's axis */
+  loom_tensor *zero = loom_mul_s(loom_cast(loom_eq(x, x), LOOM_I64), 0);
+  onnx_out(n, 0, loom_gather(x, tax, loom_add(src, zero)));
   return LOOM_OK;
 }
 
-/* X's values written at their flat indices into zeros of the unpooled shape,
- * then padded to output_shape when given. The one-hot is numel(X) by
- * numel(output): fine for the pools loom imports, quadratic in general. */
+/* X's values written at their indices into zeros of the unpooled shape, then
+ * padded to output_shape when given: per (n, c) plane, a one-hot of the
+ * pooled plane's size by the unpooled plane's. */
 static loom_status op_max_unpool(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0), *idx = onnx_in(n, 1);
   loom_shape xs = loom_shape_of(x);
@@ -357,12 +360,25 @@ static loom_status op_max_unpool(onnx_node *n) {
   for (int d = 0; d < sp; d++)
     inferred.dim[d + 2] = (xs.dim[d + 2] - 1) * (ns < 0 ? 1 : strides[d]) -
                           (np < 0 ? 0 : pads[d] + pads[sp + d]) + kernel[d];
-  int64_t m = 1, u = loom_numel(x);
-  for (int d = 0; d < inferred.ndim; d++) m *= inferred.dim[d];
-  loom_tensor *hot =
-      loom_eq(loom_reshape(loom_cast(idx, LOOM_I64), LOOM_SHAPE(1, u, 1)), iota_at(m, 3, 2));
-  loom_tensor *base = loom_zeros(LOOM_SHAPE(1, m, 1), loom_dtype_of(x), LOOM_CPU);
-  loom_tensor *y = scatter_lines(base, hot, loom_reshape(x, LOOM_SHAPE(1, u, 1)), SCATTER_NONE);
+  int64_t planes = xs.dim[0] * xs.dim[1], pooled = 1, plane = 1;
+  for (int d = 0; d < sp; d++) pooled *= xs.dim[d + 2], plane *= inferred.dim[d + 2];
+  /* MaxPool's indices are flat over the whole tensor but within their own
+   * (n, c) plane: made local to it, and one outside it refused when the
+   * model runs (the index_select of a plane-sized tensor checks them) */
+  loom_tensor *idx2 = loom_reshape(loom_cast(idx, LOOM_I64), LOOM_SHAPE(planes, pooled));
+  /* the planes' offsets as an arange's step: a constant plane size could
+   * read as a traced symbolic size to loom_compile_symbolic */
+  loom_tensor *offsets =
+      loom_reshape(loom_arange(0, (double)(planes * plane), (double)plane, LOOM_I64, LOOM_CPU),
+                   LOOM_SHAPE(planes, 1));
+  loom_tensor *local = loom_sub(idx2, offsets);
+  loom_tensor *checked = loom_index_select(loom_zeros(LOOM_SHAPE(plane), LOOM_I64, LOOM_CPU), 0,
+                                           loom_reshape(local, LOOM_SHAPE(-1)));
+  local = loom_add(local, loom_reshape(checked, LOOM_SHAPE(planes, pooled)));
+  loom_tensor *hot = loom_eq(loom_unsqueeze(local, 2), iota_at(plane, 3, 2));
+  loom_tensor *base = loom_zeros(LOOM_SHAPE(planes, plane, 1), loom_dtype_of(x), LOOM_CPU);
+  loom_tensor *y =
+      scatter_lines(base, hot, loom_reshape(x, LOOM_SHAPE(planes, pooled, 1)), SCATTER_NONE);
   y = loom_reshape(y, inferred);
   if (onnx_has_in(n, 2)) {
     int64_t want[LOOM_MAX_DIMS];

@@ -124,26 +124,25 @@ static loom_status bitwise(onnx_node *n, bit_op op) {
                        "%s: loom has no bitwise ops; they are composed exactly of arithmetic "
                        "on uint8, int8 and int32 only",
                        dt == LOOM_I64 ? "int64" : "a dtype other than an integer");
-  loom_tensor *ad = loom_cast(a, LOOM_F64), *bd = loom_cast(b, LOOM_F64);
-  loom_tensor *sum = NULL;
-  loom_tensor *a_hi = ad, *b_hi = bd;
+  loom_tensor *a_hi = loom_cast(a, LOOM_F64), *b_hi = loom_cast(b, LOOM_F64), *bit[64];
   for (int k = 0; k < bits; k++) {
     loom_tensor *a_next = loom_floor(loom_mul_s(a_hi, 0.5)),
                 *b_next = loom_floor(loom_mul_s(b_hi, 0.5));
     loom_tensor *abit = loom_sub(a_hi, loom_mul_s(a_next, 2)),
                 *bbit = loom_sub(b_hi, loom_mul_s(b_next, 2));
-    loom_tensor *both = loom_mul(abit, bbit), *bit;
+    loom_tensor *both = loom_mul(abit, bbit);
     if (op == BIT_AND)
-      bit = both;
+      bit[k] = both;
     else if (op == BIT_OR)
-      bit = loom_sub(loom_add(abit, bbit), both);
+      bit[k] = loom_sub(loom_add(abit, bbit), both);
     else
-      bit = loom_sub(loom_add(abit, bbit), loom_mul_s(both, 2));
-    bool sign = k == bits - 1 && dt != LOOM_U8;
-    loom_tensor *term = loom_mul_s(bit, sign ? -ldexp(1, k) : ldexp(1, k));
-    sum = sum ? loom_add(sum, term) : term;
+      bit[k] = loom_sub(loom_add(abit, bbit), loom_mul_s(both, 2));
     a_hi = a_next, b_hi = b_next;
   }
+  /* Horner from the top bit (negative in a signed dtype): no constant 2^k,
+   * which a symbolic model's inference could take for a traced size */
+  loom_tensor *sum = dt == LOOM_U8 ? bit[bits - 1] : loom_neg(bit[bits - 1]);
+  for (int k = bits - 2; k >= 0; k--) sum = loom_add(loom_mul_s(sum, 2), bit[k]);
   onnx_out(n, 0, loom_cast(sum, dt));
   return LOOM_OK;
 }
