@@ -353,56 +353,23 @@ static void test_inverse_trig(void) {
     }
 }
 
-/* y = op(x [3, 2], indices (I64), updates (F32)) with a reduction attribute. */
+/* y = op(x [3, 2], indices (I64), updates (F32)) with a reduction attribute:
+ * build's model with two initializers and three node inputs. */
 typedef struct scatter_model {
-  Onnx__ModelProto model;
-  Onnx__OperatorSetIdProto opset, *opsets[1];
-  Onnx__GraphProto graph;
-  Onnx__NodeProto node, *nodes[1];
-  Onnx__ValueInfoProto in, out, *ins[1], *outs[1];
-  Onnx__TypeProto in_type;
-  Onnx__TypeProto__Tensor in_tensor;
-  Onnx__TensorShapeProto in_shape;
-  Onnx__TensorShapeProto__Dimension dims[2], *dim_list[2];
+  model_parts base;
   Onnx__TensorProto inits[2], *init_list[2];
   Onnx__AttributeProto attr, *attrs[1];
-  char *node_in[3], *node_out[1];
+  char *node_in[3];
 } scatter_model;
 
 static void build_scatter(scatter_model *m, const char *op, const char *reduction,
                           const int64_t *idx, const int64_t *idx_dims, int idx_rank,
                           const float *upd, const int64_t *upd_dims, int upd_rank) {
   memset(m, 0, sizeof *m);
-  onnx__model_proto__init(&m->model);
-  onnx__operator_set_id_proto__init(&m->opset);
-  onnx__graph_proto__init(&m->graph);
-  m->opset.has_version = true, m->opset.version = 18, m->opset.domain = "";
-  m->opsets[0] = &m->opset;
-  m->model.n_opset_import = 1, m->model.opset_import = m->opsets;
-  m->model.has_ir_version = true, m->model.ir_version = 8;
-  m->model.graph = &m->graph;
-  const int64_t xdims[2] = {3, 2};
-  for (int i = 0; i < 2; i++) {
-    onnx__tensor_shape_proto__dimension__init(&m->dims[i]);
-    m->dims[i].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
-    m->dims[i].dim_value = xdims[i];
-    m->dim_list[i] = &m->dims[i];
-  }
-  onnx__tensor_shape_proto__init(&m->in_shape);
-  m->in_shape.n_dim = 2, m->in_shape.dim = m->dim_list;
-  onnx__type_proto__tensor__init(&m->in_tensor);
-  m->in_tensor.has_elem_type = true, m->in_tensor.elem_type = 1, m->in_tensor.shape = &m->in_shape;
-  onnx__type_proto__init(&m->in_type);
-  m->in_type.value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE,
-  m->in_type.tensor_type = &m->in_tensor;
-  onnx__value_info_proto__init(&m->in);
-  m->in.name = "x", m->in.type = &m->in_type;
-  m->ins[0] = &m->in;
-  onnx__value_info_proto__init(&m->out);
-  m->out.name = "y";
-  m->outs[0] = &m->out;
-  m->graph.n_input = 1, m->graph.input = m->ins;
-  m->graph.n_output = 1, m->graph.output = m->outs;
+  const char *ops[] = {op};
+  build(&m->base, ops, 1, false);
+  m->base.opset.version = 18;
+  m->base.dims[0].dim_value = 3, m->base.dims[1].dim_value = 2;
   size_t idx_n = 1, upd_n = 1;
   for (int d = 0; d < idx_rank; d++) idx_n *= (size_t)idx_dims[d];
   for (int d = 0; d < upd_rank; d++) upd_n *= (size_t)upd_dims[d];
@@ -417,21 +384,16 @@ static void build_scatter(scatter_model *m, const char *op, const char *reductio
     t->raw_data.data = i ? (uint8_t *)upd : (uint8_t *)idx;
     m->init_list[i] = t;
   }
-  m->graph.n_initializer = 2, m->graph.initializer = m->init_list;
+  m->base.graph.n_initializer = 2, m->base.graph.initializer = m->init_list;
   onnx__attribute_proto__init(&m->attr);
   m->attr.name = "reduction", m->attr.has_type = true;
   m->attr.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
   m->attr.has_s = true, m->attr.s.data = (uint8_t *)reduction, m->attr.s.len = strlen(reduction);
   m->attrs[0] = &m->attr;
-  onnx__node_proto__init(&m->node);
   m->node_in[0] = "x", m->node_in[1] = "indices", m->node_in[2] = "updates";
-  m->node_out[0] = "y";
-  m->node.op_type = (char *)op;
-  m->node.n_input = 3, m->node.input = m->node_in;
-  m->node.n_output = 1, m->node.output = m->node_out;
-  m->node.n_attribute = 1, m->node.attribute = m->attrs;
-  m->nodes[0] = &m->node;
-  m->graph.n_node = 1, m->graph.node = m->nodes;
+  Onnx__NodeProto *node = &m->base.nodes[0];
+  node->n_input = 3, node->input = m->node_in;
+  node->n_attribute = 1, node->attribute = m->attrs;
 }
 
 /* Scatters whose indices repeat: with no reduction the last update wins, as
@@ -460,11 +422,7 @@ static void test_scatter_duplicates(void) {
     build_scatter(&m, cases[c].op, cases[c].reduction, nd ? nd_idx : el_idx,
                   nd ? nd_idx_dims : el_dims, 2, nd ? nd_upd : el_upd, nd ? nd_upd_dims : el_dims,
                   2);
-    size_t len = onnx__model_proto__get_packed_size(&m.model);
-    uint8_t *bytes = malloc(len);
-    onnx__model_proto__pack(&m.model, bytes);
-    write_bytes(path_of("scatter.onnx"), bytes, len);
-    free(bytes);
+    save(&m.base, path_of("scatter.onnx"), NULL);
     loom_clear_error();
     loom_program *p = loom_onnx_load(path_of("scatter.onnx"), NULL);
     CHECK(p != NULL);
