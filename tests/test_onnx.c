@@ -384,6 +384,158 @@ static void test_training(const char *name, const char *const *params, int npara
   check_set_ctx("%s", "");
 }
 
+/* Atan, Asin and Acos (a composite: loom has no inverse trigonometry) over
+ * magnitudes from 1e-30 to 1e30 and near +-1, against libm: within 1e-6
+ * relative in F32 and 1e-14 in F64. */
+static void test_inverse_trig(void) {
+  enum { ROWS = 200, N = ROWS * 3 };
+  static double xs[N];
+  for (int i = 0; i < N; i++) {
+    double t = (double)(i / 2) / (N / 2 - 1);
+    xs[i] = (i % 2 ? -1 : 1) * pow(10, -30 + 60 * t);
+  }
+  xs[0] = 0, xs[1] = INFINITY, xs[2] = -INFINITY, xs[3] = 1, xs[4] = -1;
+  static double unit[N];
+  for (int i = 0; i < N; i++) {
+    double t = (double)(i / 2) / (N / 2 - 1); /* towards 1 from 0 */
+    unit[i] = (i % 2 ? -1 : 1) * (i % 4 < 2 ? t : 1 - pow(10, -12 * t));
+  }
+  const char *names[] = {"Atan", "Asin", "Acos"};
+  double (*ref[])(double) = {atan, asin, acos};
+  for (int op = 0; op < 3; op++)
+    for (int f64 = 0; f64 < 2; f64++) {
+      model_parts m;
+      const char *ops[] = {names[op]};
+      build(&m, ops, 1, true);
+      m.nodes[0].n_input = 1;
+      m.in_tensor.elem_type = f64 ? 11 : 1;
+      save(&m, path_of("trig.onnx"), NULL);
+      loom_clear_error();
+      loom_program *p = loom_onnx_load(path_of("trig.onnx"), NULL);
+      CHECK(p != NULL);
+      if (!p) {
+        fprintf(stderr, "%s: %d %s\n", names[op], (int)loom_last_status(), loom_last_error());
+        continue;
+      }
+      const double *x = op ? unit : xs;
+      static float xf[N], yf[N];
+      static double yd[N];
+      for (int i = 0; i < N; i++) xf[i] = (float)x[i];
+      loom_tensor *in = f64 ? loom_from_data(x, LOOM_SHAPE(ROWS, 3), LOOM_F64, LOOM_CPU)
+                            : loom_from_data(xf, LOOM_SHAPE(ROWS, 3), LOOM_F32, LOOM_CPU);
+      loom_tensor *out = NULL;
+      CHECK_EQ_INT(loom_program_run(p, &in, &out), LOOM_OK);
+      CHECK_EQ_INT(f64 ? loom_copy_to_host(out, yd, sizeof yd)
+                       : loom_copy_to_host(out, yf, sizeof yf),
+                   LOOM_OK);
+      double worst = 0;
+      int worst_i = 0;
+      for (int i = 0; i < N; i++) {
+        double want = ref[op](f64 ? x[i] : (double)xf[i]), got = f64 ? yd[i] : yf[i];
+        double err = want == 0 ? fabs(got) : fabs(got - want) / fabs(want);
+        if (!(err <= worst)) worst = err, worst_i = i;
+      }
+      if (worst > (f64 ? 1e-14 : 1e-6))
+        fprintf(stderr, "%s %s: relative error %g at x = %.17g\n", names[op], f64 ? "F64" : "F32",
+                worst, x[worst_i]);
+      CHECK(worst <= (f64 ? 1e-14 : 1e-6));
+      loom_free(in), loom_free(out);
+      loom_program_free(p);
+    }
+}
+
+/* y = op(x [3, 2], indices (I64), updates (F32)) with a reduction attribute:
+ * build's model with two initializers and three node inputs. */
+typedef struct scatter_model {
+  model_parts base;
+  Onnx__TensorProto inits[2], *init_list[2];
+  Onnx__AttributeProto attr, *attrs[1];
+  char *node_in[3];
+} scatter_model;
+
+static void build_scatter(scatter_model *m, const char *op, const char *reduction,
+                          const int64_t *idx, const int64_t *idx_dims, int idx_rank,
+                          const float *upd, const int64_t *upd_dims, int upd_rank) {
+  memset(m, 0, sizeof *m);
+  const char *ops[] = {op};
+  build(&m->base, ops, 1, false);
+  m->base.opset.version = 18;
+  m->base.dims[0].dim_value = 3, m->base.dims[1].dim_value = 2;
+  size_t idx_n = 1, upd_n = 1;
+  for (int d = 0; d < idx_rank; d++) idx_n *= (size_t)idx_dims[d];
+  for (int d = 0; d < upd_rank; d++) upd_n *= (size_t)upd_dims[d];
+  const char *names[2] = {"indices", "updates"};
+  for (int i = 0; i < 2; i++) {
+    Onnx__TensorProto *t = &m->inits[i];
+    onnx__tensor_proto__init(t);
+    t->name = (char *)names[i], t->has_data_type = true, t->data_type = i ? 1 : 7;
+    t->n_dims = (size_t)(i ? upd_rank : idx_rank), t->dims = (int64_t *)(i ? upd_dims : idx_dims);
+    t->has_raw_data = true;
+    t->raw_data.len = i ? upd_n * sizeof(float) : idx_n * sizeof(int64_t);
+    t->raw_data.data = i ? (uint8_t *)upd : (uint8_t *)idx;
+    m->init_list[i] = t;
+  }
+  m->base.graph.n_initializer = 2, m->base.graph.initializer = m->init_list;
+  onnx__attribute_proto__init(&m->attr);
+  m->attr.name = "reduction", m->attr.has_type = true;
+  m->attr.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+  m->attr.has_s = true, m->attr.s.data = (uint8_t *)reduction, m->attr.s.len = strlen(reduction);
+  m->attrs[0] = &m->attr;
+  m->node_in[0] = "x", m->node_in[1] = "indices", m->node_in[2] = "updates";
+  Onnx__NodeProto *node = &m->base.nodes[0];
+  node->n_input = 3, node->input = m->node_in;
+  node->n_attribute = 1, node->attribute = m->attrs;
+}
+
+/* Scatters whose indices repeat: with no reduction the last update wins, as
+ * ONNX's reference; mul and max combine every update (values from
+ * onnx.reference). */
+static void test_scatter_duplicates(void) {
+  static const float x[6] = {10, 11, 12, 13, 14, 15};
+  static const int64_t el_idx[6] = {1, 1, 1, 1, 0, 1}, el_dims[2] = {3, 2};
+  static const float el_upd[6] = {1, 2, 3, 4, 5, 6};
+  static const int64_t nd_idx[3] = {1, -2, 2}, nd_idx_dims[2] = {3, 1}, nd_upd_dims[2] = {3, 2};
+  static const float nd_upd[6] = {2, 3, 4, 5, 6, 7};
+  static const struct {
+    const char *op, *reduction;
+    float want[6];
+  } cases[] = {
+      {"ScatterElements", "none", {5, 11, 3, 6, 14, 15}},
+      {"ScatterElements", "add", {15, 11, 16, 25, 14, 15}},
+      {"ScatterND", "none", {10, 11, 4, 5, 6, 7}},
+      {"ScatterND", "mul", {10, 11, 96, 195, 84, 105}},
+      {"ScatterND", "max", {10, 11, 12, 13, 14, 15}},
+      {"ScatterND", "min", {10, 11, 2, 3, 6, 7}},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    scatter_model m;
+    bool nd = strcmp(cases[c].op, "ScatterND") == 0;
+    build_scatter(&m, cases[c].op, cases[c].reduction, nd ? nd_idx : el_idx,
+                  nd ? nd_idx_dims : el_dims, 2, nd ? nd_upd : el_upd, nd ? nd_upd_dims : el_dims,
+                  2);
+    save(&m.base, path_of("scatter.onnx"), NULL);
+    loom_clear_error();
+    loom_program *p = loom_onnx_load(path_of("scatter.onnx"), NULL);
+    CHECK(p != NULL);
+    if (!p) {
+      fprintf(stderr, "%s %s: %s\n", cases[c].op, cases[c].reduction, loom_last_error());
+      continue;
+    }
+    float y[6];
+    loom_tensor *in = loom_from_data(x, LOOM_SHAPE(3, 2), LOOM_F32, LOOM_CPU), *out = NULL;
+    CHECK_EQ_INT(loom_program_run(p, &in, &out), LOOM_OK);
+    CHECK_EQ_INT(loom_copy_to_host(out, y, sizeof y), LOOM_OK);
+    for (int i = 0; i < 6; i++) {
+      if (y[i] != cases[c].want[i])
+        fprintf(stderr, "%s %s: y[%d] = %g, want %g\n", cases[c].op, cases[c].reduction, i, y[i],
+                cases[c].want[i]);
+      CHECK(y[i] == cases[c].want[i]);
+    }
+    loom_free(in), loom_free(out);
+    loom_program_free(p);
+  }
+}
+
 int main(void) {
   if (!mkdtemp(dir)) return 1;
   test_symbolic_batch();
@@ -396,6 +548,8 @@ int main(void) {
                          "proj.bias",  "ln2.weight", "ln2.bias",    "fc1.weight", "fc1.bias",
                          "fc2.weight", "fc2.bias",   "head.weight", "head.bias"};
   test_training("transformer", block, 14);
+  test_inverse_trig();
+  test_scatter_duplicates();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);

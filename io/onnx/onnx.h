@@ -145,9 +145,9 @@ enum {
   ONNX_CONTROL = 4,     /* built by onnx_build_control: its subgraphs run at import */
 };
 #define ONNX_OP(name, fn)                                                                          \
-  { #name, fn, "ONNX " #name, 0 }
+  { #name, fn, "onnx_" #name, 0 }
 #define ONNX_OP_FLAGS(name, fn, flags)                                                             \
-  { #name, fn, "ONNX " #name, flags }
+  { #name, fn, "onnx_" #name, flags }
 
 /* The op table: every op the importer builds, in families. NULL when unknown. */
 const onnx_op *onnx_find_op(const char *op_type);
@@ -169,6 +169,14 @@ extern const onnx_op onnx_ops_resize[];
 extern const int onnx_ops_resize_count;
 extern const onnx_op onnx_ops_control[];
 extern const int onnx_ops_control_count;
+extern const onnx_op onnx_ops_indexing[];
+extern const int onnx_ops_indexing_count;
+extern const onnx_op onnx_ops_misc[];
+extern const int onnx_ops_misc_count;
+extern const onnx_op onnx_ops_sampling[];
+extern const int onnx_ops_sampling_count;
+extern const onnx_op onnx_ops_signal[];
+extern const int onnx_ops_signal_count;
 
 /* Conv's attributes applied to x, w and b (onnx_ops_nn.c). */
 loom_status onnx_conv(onnx_node *n, loom_tensor *x, loom_tensor *w, loom_tensor *b,

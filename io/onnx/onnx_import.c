@@ -13,7 +13,7 @@
  * a number of one size baked into every run, and the import is refused.
  *
  * Each node is built by its op's function (the op table, onnx_ops*.c) under
- * the op's label, so the nodes it records are made by "ONNX <op>", their
+ * the op's label, so the nodes it records are made by "onnx_<op>", their
  * sizes are derived (not the user's), and errors name the ONNX node.
  */
 #include <ctype.h>
@@ -49,7 +49,8 @@ struct onnx_import {
   const loom_onnx_opts *opts;
   int ntraces, trace;
   value_scope root, *scope;
-  int depth; /* subgraphs being built inside one another */
+  int depth;      /* subgraphs being built inside one another */
+  int trace_skip; /* trace sizes start this far into trace_candidates */
   /* Symbols: the ONNX name, loom's name, the traced sizes. */
   int nsymbols;
   char *symbol_onnx[MAX_SYMBOLS];
@@ -288,8 +289,10 @@ static void loom_name(const char *onnx, char *out, size_t len) {
 
 /* Sizes no fixed dim of the model has, so that the symbolic inference never
  * mistakes a fixed dim for a symbol's. */
-static const int64_t trace_candidates[] = {17, 19, 23, 29, 31, 37, 41, 43,  47,  53,  59, 61,
-                                           67, 71, 73, 79, 83, 89, 97, 101, 103, 107, 109};
+static const int64_t trace_candidates[] = {
+    17,  19,  23,  29,  31,  37,  41,  43,  47,  53,  59,  61,  67,  71,  73,  79,
+    83,  89,  97,  101, 103, 107, 109, 113, 127, 131, 137, 139, 149, 151, 157, 163,
+    167, 173, 179, 181, 191, 193, 197, 199, 211, 223, 227, 229, 233, 239, 241, 251};
 
 static bool size_used(const Onnx__GraphProto *g, int64_t size) {
   for (size_t i = 0; i < g->n_initializer; i++)
@@ -339,7 +342,7 @@ static int symbol_of(onnx_import *im, const char *onnx_name) {
   im->nsymbols++;
   /* each trace's size: unused by fixed dims and by the other symbols */
   const Onnx__GraphProto *g = im->file.model->graph;
-  int pick = 0;
+  int pick = im->trace_skip;
   for (int t = 0; t < MAX_TRACES; t++) {
     for (;; pick++) {
       if (pick == (int)(sizeof trace_candidates / sizeof trace_candidates[0])) {
@@ -1011,29 +1014,22 @@ loom_status loom_onnx_forward(loom_onnx_model *m, loom_params *ps, loom_tensor *
   return st;
 }
 
-loom_program *loom_onnx_load(const char *path, const loom_onnx_opts *opts) {
-  const char *api = "loom_onnx_load";
-  if (!path) {
-    lm_fail(LOOM_ERR_NULL, "%s: path is NULL", api);
-    return NULL;
-  }
-  if (opts && ((opts->ndims && !opts->dims) || (opts->ninputs && !opts->inputs))) {
-    lm_fail(LOOM_ERR_NULL, "%s: opts->dims or opts->inputs is NULL with a count", api);
-    return NULL;
-  }
+/* One import with the symbols traced from trace_skip on; NULL with *st and why set. */
+static loom_program *load_once(const char *path, const loom_onnx_opts *opts, int trace_skip,
+                               int *nsymbols, loom_status *st, char *why, size_t why_len) {
   onnx_import *im = calloc(1, sizeof *im);
   if (!im) {
-    lm_fail(LOOM_ERR_OOM, "%s: out of memory", api);
+    *st = LOOM_ERR_OOM;
+    snprintf(why, why_len, "out of memory");
     return NULL;
   }
   im->opts = opts;
   im->scope = &im->root;
+  im->trace_skip = trace_skip;
   loom_program *prog = NULL;
   program_inputs pi = {0};
-  char why[512];
-  loom_status st = onnx_file_read(&im->file, path, why, sizeof why);
-  if (st) {
-    lm_fail(st, "%s: '%s': %s", api, path, why);
+  *st = onnx_file_read(&im->file, path, why, why_len);
+  if (*st) {
     free(im);
     return NULL;
   }
@@ -1051,9 +1047,40 @@ loom_program *loom_onnx_load(const char *path, const loom_onnx_opts *opts) {
       if (!prog && !im->status) onnx_fail(im, why_not ? why_not : LOOM_ERR_INTERNAL, "%s", message);
     }
   }
-  if (!prog) lm_fail(im->status, "%s: '%s': %s", api, path, im->error);
+  *st = im->status;
+  *nsymbols = im->nsymbols;
+  if (!prog) snprintf(why, why_len, "%s", im->error);
   free(pi.ins);
   import_free(im);
   free(im);
   return prog;
+}
+
+/* A symbolic model is traced at sizes its fixed dims do not have; a constant
+ * of the graph may still sit next to them (passes/symbolic.c refuses a number
+ * within 1 of a traced size, which could be that size): the import is tried
+ * again at larger sizes before it is refused. */
+#define TRACE_TRIES 3
+
+loom_program *loom_onnx_load(const char *path, const loom_onnx_opts *opts) {
+  const char *api = "loom_onnx_load";
+  if (!path) {
+    lm_fail(LOOM_ERR_NULL, "%s: path is NULL", api);
+    return NULL;
+  }
+  if (opts && ((opts->ndims && !opts->dims) || (opts->ninputs && !opts->inputs))) {
+    lm_fail(LOOM_ERR_NULL, "%s: opts->dims or opts->inputs is NULL with a count", api);
+    return NULL;
+  }
+  char why[1024], first[1024] = "";
+  loom_status st = LOOM_OK, first_st = LOOM_OK;
+  int nsymbols = 0;
+  for (int t = 0; t < TRACE_TRIES; t++) {
+    loom_program *prog = load_once(path, opts, 6 * t, &nsymbols, &st, why, sizeof why);
+    if (prog) return prog;
+    if (t == 0) first_st = st, snprintf(first, sizeof first, "%s", why);
+    if (!nsymbols || st != LOOM_ERR_SHAPE) break;
+  }
+  lm_fail(first_st, "%s: '%s': %s", api, path, first);
+  return NULL;
 }

@@ -16,6 +16,10 @@ static const struct {
     {onnx_ops_quant, &onnx_ops_quant_count},
     {onnx_ops_resize, &onnx_ops_resize_count},
     {onnx_ops_control, &onnx_ops_control_count},
+    {onnx_ops_indexing, &onnx_ops_indexing_count},
+    {onnx_ops_misc, &onnx_ops_misc_count},
+    {onnx_ops_sampling, &onnx_ops_sampling_count},
+    {onnx_ops_signal, &onnx_ops_signal_count},
 };
 
 const onnx_op *onnx_find_op(const char *op_type) {
