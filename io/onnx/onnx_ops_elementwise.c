@@ -155,6 +155,12 @@ static loom_status op_gelu(onnx_node *n) {
   onnx_out(n, 0, approx[0] == 't' ? loom_gelu_tanh(x) : loom_gelu(x));
   return LOOM_OK;
 }
+static loom_status op_swish(onnx_node *n) {
+  loom_tensor *x = onnx_in(n, 0);
+  onnx_out(n, 0, loom_mul(x, loom_sigmoid(loom_mul_s(x, onnx_attr_float(n, "alpha", 1.0)))));
+  return LOOM_OK;
+}
+
 static loom_status op_prelu(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0), *slope = onnx_in(n, 1);
   onnx_out(n, 0, loom_where(loom_lt_s(x, 0), loom_mul(x, slope), x));
@@ -330,6 +336,7 @@ const onnx_op onnx_ops_elementwise[] = {
     ONNX_OP(Shrink, op_shrink),
     ONNX_OP(Gelu, op_gelu),
     ONNX_OP(PRelu, op_prelu),
+    ONNX_OP(Swish, op_swish),
     ONNX_OP(IsNaN, op_is_nan),
     ONNX_OP(IsInf, op_is_inf),
     ONNX_OP(Add, op_add),

@@ -164,7 +164,14 @@ static loom_status op_max_pool(onnx_node *n) {
   if (st) return st;
   if (n->nout > 1 && n->proto->output[1] && n->proto->output[1][0])
     return onnx_refuse(n, LOOM_ERR_VALUE, "its Indices output is not computed by loom");
-  loom_tensor *padded = pad_window(x, &w, -INFINITY, -INFINITY);
+  /* pads never win: -inf, or an integer dtype's least value */
+  loom_dtype dt = loom_dtype_of(x);
+  double least = onnx_is_float(dt) ? -INFINITY
+                 : dt == LOOM_I8   ? -128
+                 : dt == LOOM_I32  ? -2147483648.0
+                 : dt == LOOM_I64  ? -9223372036854775808.0
+                                   : 0;
+  loom_tensor *padded = pad_window(x, &w, least, least);
   int64_t k[3] = {0};
   loom_tensor *r = NULL;
   do {
@@ -531,8 +538,161 @@ static loom_status op_softmax(onnx_node *n) { return softmax_like(n, 0); }
 static loom_status op_log_softmax(onnx_node *n) { return softmax_like(n, 1); }
 static loom_status op_hardmax(onnx_node *n) { return softmax_like(n, 2); }
 
+/* ------------------------------------------------------------ einsum */
+
+/* A term's letters with "..." spelled out as the ellipsis's own letters
+ * ('0'... from the right, so broadcast dims line up); false if malformed. */
+static bool expand_term(const char *term, size_t len, int rank, int ellipsis_rank, char *out,
+                        int *nout) {
+  int letters = 0;
+  const char *dots = NULL;
+  for (size_t i = 0; i < len; i++) {
+    if (term[i] == '.') {
+      if (dots || i + 2 >= len + 0 || term[i + 1] != '.' || term[i + 2] != '.') return false;
+      dots = term + i;
+      i += 2;
+    } else if ((term[i] >= 'a' && term[i] <= 'z') || (term[i] >= 'A' && term[i] <= 'Z')) {
+      letters++;
+    } else if (term[i] != ' ') {
+      return false;
+    }
+  }
+  int k = dots ? (rank >= 0 ? rank - letters : ellipsis_rank) : 0;
+  if (k < 0 || (rank >= 0 && !dots && letters != rank) || letters + k > LOOM_MAX_DIMS) return false;
+  int n = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (term[i] == '.') {
+      for (int e = 0; e < k; e++) out[n++] = (char)('0' + (ellipsis_rank - k) + e);
+      i += 2;
+    } else if (term[i] != ' ') {
+      out[n++] = term[i];
+    }
+  }
+  *nout = n;
+  return true;
+}
+
+/* Every operand brought to the order of all the equation's letters (a
+ * repeated letter within a term first takes the diagonal), multiplied, summed
+ * over the letters the output lacks, and permuted to the output's order. */
+static loom_status op_einsum(onnx_node *n) {
+  char buf[256];
+  const char *eq = onnx_attr_string(n, "equation", "", buf, sizeof buf);
+  const char *arrow = strstr(eq, "->");
+  size_t lhs_len = arrow ? (size_t)(arrow - eq) : strlen(eq);
+  int nin = 0;
+  loom_tensor *ops[ONNX_MAX_NODE_IO];
+  for (int i = 0; i < n->nin; i++)
+    if (onnx_has_in(n, i)) ops[nin++] = onnx_in(n, i);
+  char terms[ONNX_MAX_NODE_IO][LOOM_MAX_DIMS + 1];
+  int term_len[ONNX_MAX_NODE_IO], ellipsis_rank = 0;
+  /* the ellipsis's rank: the most dims any operand's "..." covers */
+  const char *start = eq;
+  for (int t = 0; t < nin; t++) {
+    const char *comma = memchr(start, ',', (size_t)(eq + lhs_len - start));
+    size_t len = comma ? (size_t)(comma - start) : (size_t)(eq + lhs_len - start);
+    int letters = 0;
+    for (size_t i = 0; i < len; i++) letters += start[i] != '.' && start[i] != ' ';
+    if (memchr(start, '.', len) && onnx_rank(ops[t]) - letters > ellipsis_rank)
+      ellipsis_rank = onnx_rank(ops[t]) - letters;
+    start = comma ? comma + 1 : eq + lhs_len;
+    if (!comma && t + 1 < nin)
+      return onnx_refuse(n, LOOM_ERR_VALUE, "equation '%s' has fewer terms than %d inputs", eq,
+                         nin);
+  }
+  start = eq;
+  char all[2 * LOOM_MAX_DIMS + 1];
+  int nall = 0;
+  int count[128] = {0};
+  for (int t = 0; t < nin; t++) {
+    const char *comma = memchr(start, ',', (size_t)(eq + lhs_len - start));
+    size_t len = comma ? (size_t)(comma - start) : (size_t)(eq + lhs_len - start);
+    if (!expand_term(start, len, onnx_rank(ops[t]), ellipsis_rank, terms[t], &term_len[t]))
+      return onnx_refuse(n, LOOM_ERR_VALUE, "equation '%s': term %d does not fit a rank-%d input",
+                         eq, t, onnx_rank(ops[t]));
+    start = comma ? comma + 1 : eq;
+    for (int i = 0; i < term_len[t]; i++) {
+      unsigned char c = (unsigned char)terms[t][i];
+      if (!count[c] && nall < 2 * LOOM_MAX_DIMS) all[nall++] = (char)c;
+      count[c]++;
+    }
+  }
+  char out[LOOM_MAX_DIMS + 1];
+  int nout = 0;
+  if (arrow) {
+    if (!expand_term(arrow + 2, strlen(arrow + 2), -1, ellipsis_rank, out, &nout))
+      return onnx_refuse(n, LOOM_ERR_VALUE, "equation '%s': its output term", eq);
+  } else { /* the ellipsis, then the letters seen once, in order */
+    for (int e = 0; e < ellipsis_rank; e++) out[nout++] = (char)('0' + e);
+    for (char c = 'A'; c <= 'z'; c++)
+      if (((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) && count[(unsigned char)c] == 1)
+        out[nout++] = c;
+  }
+  if (nall > LOOM_MAX_DIMS)
+    return onnx_refuse(n, LOOM_ERR_SHAPE, "equation '%s' has %d letters; loom holds %d dims", eq,
+                       nall, LOOM_MAX_DIMS);
+  loom_tensor *product = NULL;
+  for (int t = 0; t < nin; t++) {
+    loom_tensor *x = loom_retain(ops[t]);
+    char letters[LOOM_MAX_DIMS + 1];
+    int nl = term_len[t];
+    memcpy(letters, terms[t], (size_t)nl);
+    /* a repeated letter: its diagonal */
+    for (int p = 0; p < nl; p++)
+      for (int q = p + 1; q < nl; q++) {
+        if (letters[p] != letters[q]) continue;
+        loom_shape s = loom_shape_of(x);
+        loom_shape es = {.ndim = s.ndim};
+        for (int d = 0; d < s.ndim; d++) es.dim[d] = d == p || d == q ? s.dim[d] : 1;
+        loom_shape rs = es, cs = es;
+        rs.dim[q] = 1, cs.dim[p] = 1;
+        loom_tensor *rows =
+            loom_reshape(loom_arange(0, (double)s.dim[p], 1, LOOM_I64, LOOM_CPU), rs);
+        loom_tensor *cols =
+            loom_reshape(loom_arange(0, (double)s.dim[q], 1, LOOM_I64, LOOM_CPU), cs);
+        x = loom_sum(loom_where(loom_eq(rows, cols), x, loom_zeros_like(x)), &q, 1, false);
+        memmove(letters + q, letters + q + 1, (size_t)(nl - q - 1));
+        nl--, q--;
+      }
+    /* to the order of all the letters, size 1 where it lacks one */
+    int perm[LOOM_MAX_DIMS], np = 0;
+    loom_shape full = {.ndim = nall};
+    loom_shape xs = loom_shape_of(x);
+    for (int a = 0; a < nall; a++) {
+      full.dim[a] = 1;
+      for (int i = 0; i < nl; i++)
+        if (letters[i] == all[a]) perm[np++] = i, full.dim[a] = xs.dim[i];
+    }
+    x = loom_reshape(loom_permute(x, perm, np), full);
+    product = product ? loom_mul(product, x) : x;
+  }
+  if (!product) return onnx_refuse(n, LOOM_ERR_VALUE, "no inputs");
+  int sum_axes[LOOM_MAX_DIMS], ns = 0, perm[LOOM_MAX_DIMS], kept = 0;
+  char remaining[LOOM_MAX_DIMS];
+  for (int a = 0; a < nall; a++) {
+    bool in_out = memchr(out, all[a], (size_t)nout) != NULL;
+    if (!in_out)
+      sum_axes[ns++] = a;
+    else
+      remaining[kept++] = all[a];
+  }
+  loom_tensor *r = ns ? loom_sum(product, sum_axes, ns, false) : product;
+  for (int o = 0; o < nout; o++) {
+    char *at = memchr(remaining, out[o], (size_t)kept);
+    if (!at)
+      return onnx_refuse(n, LOOM_ERR_VALUE, "equation '%s': output letter '%c' is in no input", eq,
+                         out[o]);
+    perm[o] = (int)(at - remaining);
+  }
+  if (nout != kept)
+    return onnx_refuse(n, LOOM_ERR_VALUE, "equation '%s': a repeated output letter", eq);
+  onnx_out(n, 0, nout ? loom_permute(r, perm, nout) : r);
+  return LOOM_OK;
+}
+
 const onnx_op onnx_ops_nn[] = {
     ONNX_OP(MatMul, op_matmul),
+    ONNX_OP(Einsum, op_einsum),
     ONNX_OP(Gemm, op_gemm),
     ONNX_OP(Conv, op_conv),
     ONNX_OP(ConvTranspose, op_conv_transpose),

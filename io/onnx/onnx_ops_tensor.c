@@ -431,14 +431,54 @@ static loom_status op_range(onnx_node *n) {
   return LOOM_OK;
 }
 
-/* Constant padding; pads as [x1_begin, x2_begin, ..., x1_end, ...]. */
+/* x grown by lo and hi along axis as mode says: edge repeats the border,
+ * reflect mirrors without repeating it, wrap continues from the other end. */
+static loom_status pad_axis(onnx_node *n, const char *mode, loom_tensor *x, int axis, int64_t lo,
+                            int64_t hi, loom_tensor **out) {
+  int64_t len = loom_shape_of(x).dim[axis];
+  bool reflect = strcmp(mode, "reflect") == 0, wrap = strcmp(mode, "wrap") == 0;
+  if (lo < 0 || hi < 0 || (reflect && (lo >= len || hi >= len)) ||
+      (wrap && (lo > len || hi > len)) || len == 0)
+    return onnx_refuse(n, LOOM_ERR_VALUE, "%s padding of %lld and %lld on axis %d of size %lld",
+                       mode, (long long)lo, (long long)hi, axis, (long long)len);
+  loom_tensor *parts[3];
+  int k = 0;
+  if (lo) {
+    if (reflect)
+      parts[k++] = loom_flip(loom_slice(x, axis, 1, lo + 1, 1), axis);
+    else if (wrap)
+      parts[k++] = loom_slice(x, axis, len - lo, len, 1);
+    else {
+      loom_shape s = loom_shape_of(x);
+      s.dim[axis] = lo;
+      parts[k++] = loom_expand(loom_slice(x, axis, 0, 1, 1), s);
+    }
+  }
+  parts[k++] = x;
+  if (hi) {
+    if (reflect)
+      parts[k++] = loom_flip(loom_slice(x, axis, len - 1 - hi, len - 1, 1), axis);
+    else if (wrap)
+      parts[k++] = loom_slice(x, axis, 0, hi, 1);
+    else {
+      loom_shape s = loom_shape_of(x);
+      s.dim[axis] = hi;
+      parts[k++] = loom_expand(loom_slice(x, axis, len - 1, len, 1), s);
+    }
+  }
+  *out = k == 1 ? loom_retain(x) : loom_cat(parts, k, axis);
+  return LOOM_OK;
+}
+
+/* Pads as [x1_begin, x2_begin, ..., x1_end, ...]; modes constant, edge, reflect, wrap. */
 static loom_status op_pad(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0);
   int rank = onnx_rank(x);
   char buf[16];
   const char *mode = onnx_attr_string(n, "mode", "constant", buf, sizeof buf);
-  if (strcmp(mode, "constant"))
-    return onnx_refuse(n, LOOM_ERR_VALUE, "mode '%s': loom pads with a constant only", mode);
+  if (strcmp(mode, "constant") && strcmp(mode, "edge") && strcmp(mode, "reflect") &&
+      strcmp(mode, "wrap"))
+    return onnx_refuse(n, LOOM_ERR_VALUE, "mode '%s'", mode);
   int64_t pads[2 * LOOM_MAX_DIMS], axes[LOOM_MAX_DIMS];
   int np, na = -1;
   double value = 0;
@@ -462,6 +502,16 @@ static loom_status op_pad(onnx_node *n) {
     int a = i;
     if (na >= 0 && (st = onnx_axis(n, axes[i], rank, &a))) return st;
     lo[a] = pads[i], hi[a] = pads[i + naxes];
+  }
+  if (strcmp(mode, "constant")) {
+    loom_tensor *r = loom_retain(x);
+    for (int d = 0; d < rank && !st; d++) {
+      loom_tensor *next = NULL;
+      if ((st = pad_axis(n, mode, r, d, lo[d], hi[d], &next))) break;
+      r = next;
+    }
+    if (!st) onnx_out(n, 0, r);
+    return st;
   }
   /* loom_pad: (before, after) pairs from the last axis; negative pads crop */
   int64_t tp[2 * LOOM_MAX_DIMS];
