@@ -110,6 +110,12 @@ typedef struct onnx_ref {
   bool known, symbolic;
 } onnx_ref;
 int onnx_ntraces(const onnx_import *im);
+/* The import holds its references outside every scope, so that dropping one
+ * never removes a registration the caller's scope holds for the same tensor:
+ * onnx_own takes a reference just made in the current scope out of it,
+ * onnx_drop releases one so held (NULL is ignored by both). */
+loom_tensor *onnx_own(loom_tensor *t);
+void onnx_drop(loom_tensor *t);
 /* The import's first failure, or LOOM_OK. */
 loom_status onnx_status(const onnx_import *im);
 loom_status onnx_fail(onnx_import *im, loom_status st, const char *fmt, ...)

@@ -43,7 +43,7 @@ static const int64_t *ints_attr(const Onnx__NodeProto *p, const char *name, size
 
 static void drop(onnx_ref *r, int n) {
   for (int i = 0; i < n; i++)
-    for (int t = 0; t < ONNX_TRACES; t++) loom_free(r[i].t[t]), r[i].t[t] = NULL;
+    for (int t = 0; t < ONNX_TRACES; t++) onnx_drop(r[i].t[t]), r[i].t[t] = NULL;
 }
 
 /* A known scalar's value in every trace (they must agree), as int64. */
@@ -77,7 +77,7 @@ static loom_status known_int(onnx_import *im, const char *label, const char *wha
 static onnx_ref constant(int64_t value, loom_dtype dtype) {
   onnx_ref r = {.known = true};
   for (int t = 0; t < ONNX_TRACES; t++)
-    r.t[t] = loom_full(LOOM_SHAPE0, (double)value, dtype, LOOM_CPU);
+    r.t[t] = onnx_own(loom_full(LOOM_SHAPE0, (double)value, dtype, LOOM_CPU));
   return r;
 }
 
@@ -117,9 +117,9 @@ static loom_status build_if(onnx_import *im, const Onnx__NodeProto *p, const cha
                   label, o);
         break;
       }
-      r.t[t] = loom_where(cond.t[t], outs[o].t[t], other[o].t[t]);
+      r.t[t] = onnx_own(loom_where(cond.t[t], outs[o].t[t], other[o].t[t]));
     }
-    for (int t = onnx_ntraces(im); t < ONNX_TRACES; t++) r.t[t] = loom_retain(r.t[0]);
+    for (int t = onnx_ntraces(im); t < ONNX_TRACES; t++) r.t[t] = onnx_own(loom_retain(r.t[0]));
     if (onnx_status(im)) {
       drop(&r, 1);
       break;
@@ -147,7 +147,7 @@ static loom_status stack_outputs(onnx_import *im, const char *label, onnx_ref *c
       out->known &= steps[i][which].known;
     }
     int rank = loom_ndim(ts[0]) + 1;
-    out->t[t] = loom_stack(ts, nsteps, (int)(axis < 0 ? axis + rank : axis));
+    out->t[t] = onnx_own(loom_stack(ts, nsteps, (int)(axis < 0 ? axis + rank : axis)));
     free(ts);
   }
   return LOOM_OK;
@@ -181,7 +181,7 @@ static loom_status build_loop(onnx_import *im, const Onnx__NodeProto *p, const c
       drop(carried, i);
       return onnx_fail(im, LOOM_ERR_CORRUPT, "%s: its carried value %d is undefined", label, i);
     }
-    for (int t = 0; t < ONNX_TRACES; t++) loom_retain(carried[i].t[t]);
+    for (int t = 0; t < ONNX_TRACES; t++) onnx_own(loom_retain(carried[i].t[t]));
   }
   onnx_ref **steps = calloc(MAX_UNROLL + 1, sizeof *steps);
   int nsteps = 0;
@@ -260,7 +260,7 @@ static loom_status build_scan(onnx_import *im, const Onnx__NodeProto *p, const c
       return onnx_fail(im, LOOM_ERR_CORRUPT, "%s: input %d is undefined", label, i);
     }
     if (i < n)
-      for (int t = 0; t < ONNX_TRACES; t++) loom_retain(r->t[t]);
+      for (int t = 0; t < ONNX_TRACES; t++) onnx_own(loom_retain(r->t[t]));
   }
   int64_t length = -1;
   int axis_of[MAX_VALUES];
@@ -299,7 +299,7 @@ static loom_status build_scan(onnx_import *im, const Onnx__NodeProto *p, const c
       args[n + j] = (onnx_ref){.known = xs[j].known, .symbolic = xs[j].symbolic};
       for (int t = 0; t < ONNX_TRACES; t++) {
         loom_tensor *slice = loom_slice(xs[j].t[t], axis_of[j], at, at + 1, 1);
-        args[n + j].t[t] = loom_squeeze(slice, axis_of[j]);
+        args[n + j].t[t] = onnx_own(loom_squeeze(slice, axis_of[j]));
         loom_free(slice);
       }
     }

@@ -123,7 +123,7 @@ static value_slot *add_value(onnx_import *im, const char *name) {
 
 static void scope_free(value_scope *sc) {
   for (size_t i = 0; i < sc->nvalues; i++)
-    for (int t = 0; t < MAX_TRACES; t++) loom_free(sc->values[i].trace[t]);
+    for (int t = 0; t < MAX_TRACES; t++) onnx_drop(sc->values[i].trace[t]);
   free(sc->values);
   free(sc->table);
 }
@@ -475,7 +475,7 @@ static loom_status add_inputs(onnx_import *im, program_inputs *pi) {
         loom_free(c);
         return onnx_fail(im, rs, "the value given for input '%s' could not be computed", name);
       }
-      for (int t = 0; t < MAX_TRACES; t++) s->trace[t] = t ? loom_retain(c) : c;
+      for (int t = 0; t < MAX_TRACES; t++) s->trace[t] = onnx_own(t ? loom_retain(c) : c);
       s->v.known = s->defined = true;
       continue;
     }
@@ -526,7 +526,7 @@ static loom_status add_inputs(onnx_import *im, program_inputs *pi) {
     char lname[65];
     loom_name(name, lname, sizeof lname);
     for (int t = 0; t < MAX_TRACES; t++) {
-      s->trace[t] = loom_input(lname, shape[t], (loom_dtype)dt, LOOM_CPU);
+      s->trace[t] = onnx_own(loom_input(lname, shape[t], (loom_dtype)dt, LOOM_CPU));
       if (loom_status_of(s->trace[t]))
         return onnx_fail(im, loom_status_of(s->trace[t]), "input '%s': %s", name,
                          loom_error_message(s->trace[t]));
@@ -557,8 +557,8 @@ static loom_status add_initializers(onnx_import *im, const Onnx__GraphProto *g) 
       loom_free(t);
       return onnx_fail(im, LOOM_ERR_OOM, "out of memory");
     }
-    s->trace[0] = t;
-    for (int k = 1; k < MAX_TRACES; k++) s->trace[k] = loom_retain(t);
+    s->trace[0] = onnx_own(t);
+    for (int k = 1; k < MAX_TRACES; k++) s->trace[k] = onnx_own(loom_retain(t));
     s->v.known = true;
     s->defined = true;
   }
@@ -705,7 +705,7 @@ static loom_status build_node(onnx_import *im, const Onnx__NodeProto *p, size_t 
         }
     if (st) {
       for (int k = 0; k <= t; k++)
-        for (int o = 0; o < n.nout; o++) loom_free(outs[k][o]);
+        for (int o = 0; o < n.nout; o++) onnx_drop(outs[k][o]);
       return onnx_fail(im, st, "%s (opset %lld): %s", label, (long long)n.opset,
                        n.why[0] ? n.why : loom_status_name(st));
     }
@@ -717,7 +717,7 @@ static loom_status build_node(onnx_import *im, const Onnx__NodeProto *p, size_t 
     from_shape |= slots[i]->from_shape;
     if (!all_known && slots[i]->v.known && differs_between_traces(im, slots[i])) {
       for (int k = 0; k < im->ntraces; k++)
-        for (int o = 0; o < n.nout; o++) loom_free(outs[k][o]);
+        for (int o = 0; o < n.nout; o++) onnx_drop(outs[k][o]);
       return onnx_fail(
           im, LOOM_ERR_SHAPE,
           "%s: input %d ('%s') holds a size of a symbolic dim (computed by Shape or Size) and "
@@ -730,7 +730,7 @@ static loom_status build_node(onnx_import *im, const Onnx__NodeProto *p, size_t 
   for (int o = 0; o < n.nout; o++) {
     const char *name = p->output[o];
     if (!name || !name[0]) {
-      for (int t = 0; t < im->ntraces; t++) loom_free(outs[t][o]);
+      for (int t = 0; t < im->ntraces; t++) onnx_drop(outs[t][o]);
       continue;
     }
     value_slot *s = add_value(im, name);
@@ -738,7 +738,7 @@ static loom_status build_node(onnx_import *im, const Onnx__NodeProto *p, size_t 
     s->defined = true;
     for (int t = 0; t < im->ntraces; t++) s->trace[t] = outs[t][o];
     for (int t = im->ntraces; t < MAX_TRACES; t++)
-      s->trace[t] = outs[0][o] ? loom_retain(outs[0][o]) : NULL;
+      s->trace[t] = outs[0][o] ? onnx_own(loom_retain(outs[0][o])) : NULL;
     /* a shape is known whatever computes the tensor */
     s->v.known = (all_known || (op->flags & ONNX_READS_SHAPE)) && !(op->flags & ONNX_RANDOM);
     s->v.symbolic = symbolic && !s->v.known;
@@ -750,6 +750,15 @@ static loom_status build_node(onnx_import *im, const Onnx__NodeProto *p, size_t 
 /* ------------------------------------------------------------ for onnx_control.c */
 
 int onnx_ntraces(const onnx_import *im) { return im->ntraces; }
+
+loom_tensor *onnx_own(loom_tensor *t) {
+  if (t && !lm_is_static_error(t)) lm_scope_untrack(t);
+  return t;
+}
+
+void onnx_drop(loom_tensor *t) {
+  if (t && !lm_is_static_error(t)) lm_tensor_release(t);
+}
 
 loom_status onnx_status(const onnx_import *im) { return im->status; }
 
@@ -774,16 +783,16 @@ bool onnx_lookup(onnx_import *im, const char *name, onnx_ref *out) {
 
 loom_status onnx_define(onnx_import *im, const char *name, onnx_ref *value) {
   if (!name || !name[0]) {
-    for (int t = 0; t < MAX_TRACES; t++) loom_free(value->t[t]);
+    for (int t = 0; t < MAX_TRACES; t++) onnx_drop(value->t[t]);
     return LOOM_OK;
   }
   if (find_in_scope(im->scope, name)) {
-    for (int t = 0; t < MAX_TRACES; t++) loom_free(value->t[t]);
+    for (int t = 0; t < MAX_TRACES; t++) onnx_drop(value->t[t]);
     return onnx_fail(im, LOOM_ERR_CORRUPT, "'%s' is defined twice", name);
   }
   value_slot *s = add_value(im, name);
   if (!s) {
-    for (int t = 0; t < MAX_TRACES; t++) loom_free(value->t[t]);
+    for (int t = 0; t < MAX_TRACES; t++) onnx_drop(value->t[t]);
     return onnx_fail(im, LOOM_ERR_OOM, "out of memory");
   }
   for (int t = 0; t < MAX_TRACES; t++) s->trace[t] = value->t[t];
@@ -808,7 +817,7 @@ loom_status onnx_subgraph(onnx_import *im, const Onnx__GraphProto *g, const char
   im->depth++;
   for (int i = 0; i < nargs && !im->status; i++) {
     onnx_ref copy = args[i];
-    for (int t = 0; t < MAX_TRACES; t++) copy.t[t] = loom_retain(args[i].t[t]);
+    for (int t = 0; t < MAX_TRACES; t++) copy.t[t] = onnx_own(loom_retain(args[i].t[t]));
     onnx_define(im, g->input[i]->name, &copy);
   }
   if (!im->status) add_initializers(im, g);
@@ -822,14 +831,14 @@ loom_status onnx_subgraph(onnx_import *im, const Onnx__GraphProto *g, const char
       break;
     }
     outs[o] = r;
-    for (int t = 0; t < MAX_TRACES; t++) outs[o].t[t] = loom_retain(r.t[t]);
+    for (int t = 0; t < MAX_TRACES; t++) outs[o].t[t] = onnx_own(loom_retain(r.t[t]));
   }
   im->depth--;
   im->scope = scope.parent;
   scope_free(&scope);
   if (im->status)
     for (int o = 0; o < nouts; o++)
-      for (int t = 0; t < MAX_TRACES; t++) loom_free(outs[o].t[t]), outs[o].t[t] = NULL;
+      for (int t = 0; t < MAX_TRACES; t++) onnx_drop(outs[o].t[t]), outs[o].t[t] = NULL;
   return im->status;
 }
 
@@ -945,7 +954,7 @@ static loom_status bind_inputs(onnx_import *im, loom_tensor *const *ins, int nin
                          k - 1, name, loom_dtype_name(loom_dtype_of(t)), s.ndim, type_name,
                          sp ? sp->n_dim : 0);
     }
-    onnx_ref r = {.t = {loom_retain(t), loom_retain(t)}};
+    onnx_ref r = {.t = {onnx_own(loom_retain(t)), onnx_own(loom_retain(t))}};
     onnx_define(im, name, &r);
   }
   if (!im->status && k != nin)
@@ -973,7 +982,7 @@ static loom_status bind_parameters(onnx_import *im, loom_params *ps) {
       if (st) return onnx_fail(im, st, "initializer '%s' could not join the parameters", name);
       t = loom_params_get(ps, name);
     }
-    onnx_ref r = {.t = {t, loom_retain(t)}, .known = true};
+    onnx_ref r = {.t = {onnx_own(t), onnx_own(loom_retain(t))}, .known = true};
     onnx_define(im, name, &r);
   }
   return im->status;
