@@ -236,6 +236,31 @@ static void row_load_opts(void) {
   remove(path), remove(extra_path), rmdir(dir);
 }
 
+/* loom_onnx_opts spelled as compound literals on tests/data/onnx/mlp.onnx
+ * (x [batch, 3]): all defaults keep the batch a symbol, .dims fixes it, a
+ * size of 0 or a name no input has is refused, .inputs makes x a constant. */
+static void row_onnx_opts(void) {
+  const char *path = LOOM_SOURCE_DIR "/tests/data/onnx/mlp.onnx";
+  loom_program *p = loom_onnx_load(path, &(loom_onnx_opts){0});
+  CHECK(p && loom_program_num_symbols(p) == 1);
+  loom_program_free(p);
+  p = loom_onnx_load(path, &(loom_onnx_opts){.dims = &(loom_onnx_dim){"batch", 3}, .ndims = 1});
+  CHECK(p && loom_program_num_symbols(p) == 0 && loom_program_input_shape(p, 0).dim[0] == 3);
+  loom_program_free(p);
+  loom_clear_error();
+  CHECK(!loom_onnx_load(path, &(loom_onnx_opts){.dims = &(loom_onnx_dim){"batch", 0}, .ndims = 1}));
+  check_refused(loom_last_status(), LOOM_ERR_VALUE, "fixed at 0");
+  CHECK(!loom_onnx_load(path, &(loom_onnx_opts){.dims = &(loom_onnx_dim){"seq", 4}, .ndims = 1}));
+  check_refused(loom_last_status(), LOOM_ERR_VALUE, "'seq', which is no symbolic dim");
+  CHECK(!loom_onnx_load(path, &(loom_onnx_opts){.ndims = 1}));
+  check_refused(loom_last_status(), LOOM_ERR_NULL, "opts->dims or opts->inputs is NULL");
+  loom_tensor *x = loom_ones(LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU);
+  p = loom_onnx_load(path, &(loom_onnx_opts){.inputs = &(loom_onnx_input){"x", x}, .ninputs = 1});
+  CHECK(p && loom_program_num_inputs(p) == 0);
+  loom_program_free(p);
+  loom_free(x);
+}
+
 /* Accepted here (a zero bucket_bytes is DDP's 25 MiB: the call gets as far
  * as asking for the world, which this process has not joined); its buckets
  * are in test_dist. */
@@ -327,11 +352,11 @@ typedef struct row {
 } row;
 
 static const row rows[] = {
-    {"loom_adam_opts", row_adam_opts},          {"loom_sgd_opts", row_sgd_opts},
-    {"loom_conv2d_opts", row_conv2d_opts},      {"loom_cross_entropy_opts", row_cross_entropy_opts},
-    {"loom_load_opts", row_load_opts},          {"loom_ddp_opts", row_ddp_opts},
-    {"loom_batchnorm2d", row_batchnorm2d},      {"loom_layernorm", row_layernorm},
-    {"attention's scale", row_attention_scale},
+    {"loom_adam_opts", row_adam_opts},     {"loom_sgd_opts", row_sgd_opts},
+    {"loom_conv2d_opts", row_conv2d_opts}, {"loom_cross_entropy_opts", row_cross_entropy_opts},
+    {"loom_load_opts", row_load_opts},     {"loom_ddp_opts", row_ddp_opts},
+    {"loom_onnx_opts", row_onnx_opts},     {"loom_batchnorm2d", row_batchnorm2d},
+    {"loom_layernorm", row_layernorm},     {"attention's scale", row_attention_scale},
 };
 enum { NROWS = sizeof rows / sizeof rows[0] };
 

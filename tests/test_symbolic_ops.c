@@ -599,6 +599,10 @@ static const struct {
      "loom_load_report_free loom_safetensors_read",
      "parameter collections and their files: they act on stored tensors and gradients, not on "
      "a program's inputs"},
+    {"loom_npy_read loom_npy_write loom_onnx_load loom_onnx_open loom_onnx_forward "
+     "loom_onnx_close",
+     "file formats: .npy tensors and ONNX models read and written (test_npy, test_onnx and the "
+     "ONNX node tests); an imported model is a program of the table's ops"},
     {"loom_dist_init loom_dist_finalize loom_dist_rank loom_dist_size loom_dist_initialized "
      "loom_dist_available loom_dist_nccl_available loom_dist_set_timeout loom_all_reduce "
      "loom_broadcast loom_all_gather loom_ddp",
