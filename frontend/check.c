@@ -1,4 +1,5 @@
 /* Validation and type promotion shared by every op. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -143,10 +144,17 @@ loom_tensor *lm_scalar_value(const char *op, loom_dtype dt, double s, double *va
   double top = dt == LOOM_U64 ? 0x1p64 : 0x1p63;
   if (!(s >= -0x1p63 && s < top)) /* (integral: lm_scalar_promote made dt an integer) */
     return lm_error(LOOM_ERR_VALUE, "%s: the scalar %.17g is outside the 64-bit integers", op, s);
-  if (dt == LOOM_U64) { /* modulo 2^64: -1 is 2^64 - 1 (rounded, as any scalar past 2^53) */
-    *value = s >= 0 ? s : (double)(uint64_t)(int64_t)s;
+  if (dt == LOOM_U64 && s < 0) { /* modulo 2^64, carried as a double: exact or refused */
+    uint64_t bits = (uint64_t)(int64_t)s;
+    *value = (double)bits; /* -1: 2^64, which saturates back to 2^64 - 1 */
+    if ((uint64_t)lm_dtype_saturate(*value, dt) != bits)
+      return lm_error(LOOM_ERR_VALUE,
+                      "%s: the scalar %.17g is %" PRIu64 " as a u64 (modulo 2^64), which a "
+                      "double does not hold (subtract %.17g instead)",
+                      op, s, bits, -s);
     return NULL;
   }
+  if (dt == LOOM_U64) return NULL; /* up to 2^64: the double given */
   *value = (double)lm_dtype_wrap((int64_t)s, dt);
   return NULL;
 }

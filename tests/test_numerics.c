@@ -403,6 +403,14 @@ static void test_wide_int_samples(void) {
     expect_ints("u64 * 3", loom_mul_s(q, 3), LOOM_U64, (const int64_t[]){0, 3, -3, INT64_MIN, 21},
                 5);
     expect_ints("-u64", loom_neg(q), LOOM_U64, (const int64_t[]){0, -1, 1, INT64_MIN, -7}, 5);
+    expect_ints("u64 + -1", loom_add_s(q, -1), LOOM_U64, (const int64_t[]){-1, 0, -2, INT64_MAX, 6},
+                5);
+    loom_tensor *inexact = loom_add_s(q, -2); /* 2^64 - 2: no double holds it */
+    CHECK_MSG(loom_status_of(inexact) == LOOM_ERR_VALUE &&
+                  strstr(loom_error_message(inexact), "subtract 2 instead") != NULL,
+              "u64 + -2: %s",
+              loom_error_message(inexact) ? loom_error_message(inexact) : "no error");
+    loom_clear_error();
     loom_tensor *top = ints((const int64_t[]){INT64_MAX}, LOOM_SHAPE(1), LOOM_U64);
     expect_ints("u64 > 2^63 - 1", loom_gt(q, top), LOOM_BOOL, (const int64_t[]){0, 0, 1, 1, 0}, 5);
     expect_ints("sum(u64)", loom_sum_all(q), LOOM_U64, (const int64_t[]){INT64_MIN + 7}, 1);
