@@ -1,4 +1,5 @@
 /* Validation and type promotion shared by every op. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -76,24 +77,49 @@ loom_tensor *lm_result(lm_node *n) {
   return lm_tensor_wrap(n);
 }
 
-/* PyTorch's categories (bool < integer < float), wider wins inside one. The
- * enum is not in that order, so rank explicitly. */
-static int rank(loom_dtype d) {
+/* Floats by PyTorch's ranks (wider wins); the enum is not in that order. */
+static int float_rank(loom_dtype d) {
   static const int ranks[LOOM_NUM_DTYPES] = {
-      [LOOM_BOOL] = 0, [LOOM_U8] = 1,  [LOOM_I8] = 1,  [LOOM_I32] = 2, [LOOM_I64] = 3,
-      [LOOM_BF16] = 4, [LOOM_F16] = 4, [LOOM_F32] = 5, [LOOM_F64] = 6};
+      [LOOM_BF16] = 0, [LOOM_F16] = 0, [LOOM_F32] = 1, [LOOM_F64] = 2};
   return ranks[d];
 }
 
-/* Two dtypes of one rank where neither holds the other: the smallest loom
- * dtype holding both. BF16 with F16 gives F32 (torch's rule); U8 with I8 is
- * I16 in torch, which loom lacks, so I32. */
-loom_dtype lm_promote(loom_dtype a, loom_dtype b) {
-  if (a != b && rank(a) == rank(b)) return loom_dtype_is_float(a) ? LOOM_F32 : LOOM_I32;
-  return rank(a) >= rank(b) ? a : b;
+/* The smallest signed dtype wider than unsigned u: U8 -> I16, U16 -> I32,
+ * U32 -> I64. U64 has none (NumPy gives F64, rounding past 2^53; torch 2
+ * refuses): loom gives I64, values past 2^63 wrapping as a cast does. */
+static loom_dtype signed_above(loom_dtype u) {
+  switch (lm_dtype_info_of(u)->bits) {
+  case 8: return LOOM_I16;
+  case 16: return LOOM_I32;
+  default: return LOOM_I64;
+  }
+}
+
+/* NumPy's (and torch's, where torch has the dtypes) integer promotion: one
+ * signedness, the wider; mixed, the signed one if wider than the unsigned,
+ * else the smallest signed dtype wider than the unsigned one. */
+static loom_dtype promote_ints(loom_dtype a, loom_dtype b) {
+  bool ua = lm_dtype_is_unsigned(a), ub = lm_dtype_is_unsigned(b);
+  int bits_a = lm_dtype_info_of(a)->bits, bits_b = lm_dtype_info_of(b)->bits;
+  if (ua == ub) return bits_a >= bits_b ? a : b;
+  loom_dtype u = ua ? a : b, s = ua ? b : a;
+  if (lm_dtype_info_of(s)->bits > lm_dtype_info_of(u)->bits) return s;
+  return signed_above(u);
 }
 
 static int category(loom_dtype d) { return d == LOOM_BOOL ? 0 : loom_dtype_is_float(d) ? 2 : 1; }
+
+/* PyTorch's categories (bool < integer < float): the higher category wins;
+ * inside one, integers as promote_ints, floats the wider, BF16 with F16 F32
+ * (torch's rule: neither holds the other). */
+loom_dtype lm_promote(loom_dtype a, loom_dtype b) {
+  int ca = category(a), cb = category(b);
+  if (ca != cb) return ca > cb ? a : b;
+  if (a == b || ca == 0) return a;
+  if (ca == 1) return promote_ints(a, b);
+  if (float_rank(a) == float_rank(b)) return LOOM_F32;
+  return float_rank(a) > float_rank(b) ? a : b;
+}
 
 /* torch.result_type for two tensors: a 0-d tensor decides the dtype only when
  * its category (bool < integer < float) is higher than the other's. */
@@ -115,8 +141,20 @@ loom_dtype lm_scalar_promote(loom_dtype t, double s) {
 loom_tensor *lm_scalar_value(const char *op, loom_dtype dt, double s, double *value) {
   *value = s;
   if (!lm_dtype_is_int(dt)) return NULL;
-  if (!(s >= -0x1p63 && s < 0x1p63)) /* (integral: lm_scalar_promote made dt an integer) */
+  double top = dt == LOOM_U64 ? 0x1p64 : 0x1p63;
+  if (!(s >= -0x1p63 && s < top)) /* (integral: lm_scalar_promote made dt an integer) */
     return lm_error(LOOM_ERR_VALUE, "%s: the scalar %.17g is outside the 64-bit integers", op, s);
+  if (dt == LOOM_U64 && s < 0) { /* modulo 2^64, carried as a double: exact or refused */
+    uint64_t bits = (uint64_t)(int64_t)s;
+    *value = (double)bits; /* -1: 2^64, which saturates back to 2^64 - 1 */
+    if ((uint64_t)lm_dtype_saturate(*value, dt) != bits)
+      return lm_error(LOOM_ERR_VALUE,
+                      "%s: the scalar %.17g is %" PRIu64 " as a u64 (modulo 2^64), which a "
+                      "double does not hold (subtract %.17g instead)",
+                      op, s, bits, -s);
+    return NULL;
+  }
+  if (dt == LOOM_U64) return NULL; /* up to 2^64: the double given */
   *value = (double)lm_dtype_wrap((int64_t)s, dt);
   return NULL;
 }

@@ -63,12 +63,18 @@ static loom_tensor *check_nonempty(const char *name, const lm_node *a, uint32_t 
                   lm_shape_str(&a->shape, sb, sizeof sb));
 }
 
+/* torch's sum dtype: a float keeps its own, integers and bool give I64 (U64
+ * keeps U64, as NumPy: I64 would not hold its values). */
+static loom_dtype sum_dtype(loom_dtype d) {
+  return loom_dtype_is_float(d) || d == LOOM_U64 ? d : LOOM_I64;
+}
+
 loom_tensor *loom_sum(const loom_tensor *a, const int *axes, int naxes, bool keepdim) {
   loom_tensor *err;
   uint32_t mask;
   if ((err = lm_check("loom_sum", a)) || (err = axes_mask("loom_sum", a->node, axes, naxes, &mask)))
     return err;
-  loom_dtype dt = loom_dtype_is_float(a->node->dtype) ? a->node->dtype : LOOM_I64;
+  loom_dtype dt = sum_dtype(a->node->dtype);
   return lm_result(reduce_node(LM_RSUM, a->node, dt, mask, keepdim));
 }
 
@@ -259,11 +265,15 @@ LM_PUBLIC(loom_tensor *, loom_cumsum, (const loom_tensor *a, int axis), (a, axis
   loom_tensor *err;
   if ((err = lm_check(op, a))) return err;
   int nd = a->node->shape.ndim, ax = axis;
-  loom_dtype dt = a->node->dtype, out = loom_dtype_is_float(dt) ? dt : LOOM_I64;
+  loom_dtype dt = a->node->dtype, out = sum_dtype(dt);
   if (nd == 0) return loom_cast(a, out);
   if ((err = lm_check_axis(op, &ax, nd))) return err;
   int token = lm_composite_begin();
-  loom_tensor *x = loom_cast(a, out == LOOM_BF16 || out == LOOM_F16 ? LOOM_F32 : out);
+  /* the scan kernel adds F32, F64 and I64; U64's sums are I64's bits */
+  loom_dtype scanned = out == LOOM_BF16 || out == LOOM_F16 ? LOOM_F32
+                       : out == LOOM_U64                   ? LOOM_I64
+                                                           : out;
+  loom_tensor *x = loom_cast(a, scanned);
   loom_tensor *sums = loom_status_of(x) ? x : lm_result(nb_scan(x->node, ax, false));
   return lm_composite_end(token, loom_cast(sums, out));
 }

@@ -42,6 +42,10 @@ typedef enum loom_dtype {
   LOOM_F16,  /* every op's result rounded (nearest even) to the dtype, as torch */
   LOOM_I8,   /* signed 8-bit, torch.int8: arithmetic wraps; appended, so the values above keep
                 their numbers (saved programs and caches name them) */
+  LOOM_I16,  /* signed 16-bit, torch.int16 */
+  LOOM_U16,  /* unsigned 16-, 32- and 64-bit (NumPy's uint16/32/64): arithmetic wraps */
+  LOOM_U32,  /* modulo 2^n, comparisons are unsigned; U64 values pass through doubles */
+  LOOM_U64,  /* (scalars, constants) exactly only up to 2^53, as I64's do */
   LOOM_NUM_DTYPES
 } loom_dtype;
 
@@ -703,8 +707,8 @@ void loom_load_report_free(loom_load_report *report);
 /* Every tensor of a safetensors file, in the file's order and under its names
  * (as safetensors' load_file), in a new collection of buffers (not trainable)
  * on device: loom_params_get(ps, "wte.weight") reads one. Every entry keeps
- * its dtype (I8 as LOOM_I8), but I16 and U16 are read as I32, U32 as I64 (exact); a
- * dtype no loom dtype holds (U64, F8, C64) is an error naming it. NULL on an
+ * its dtype (I8, I16, U16, U32, U64 as LOOM_I8 ... LOOM_U64); a dtype no
+ * loom dtype holds (F8, C64) is an error naming it. NULL on an
  * error (loom_last_error says which). */
 loom_params *loom_safetensors_read(const char *path, loom_device device);
 /* NumPy's .npy files (versions 1.0, 2.0, 3.0): one array, np.save's and
@@ -712,8 +716,8 @@ loom_params *loom_safetensors_read(const char *path, loom_device device);
  * values, or NULL with loom_last_error naming the file and the problem:
  * LOOM_ERR_CORRUPT for a malformed header, a shape whose bytes the data does
  * not hold exactly, a truncated file; LOOM_ERR_DTYPE for a dtype loom lacks
- * (it reads float32, float64, float16, int32, int64, int8, uint8, bool; the
- * others are refused naming theirs); LOOM_ERR_SHAPE past LOOM_MAX_DIMS
+ * (it reads float32, float64, float16, int8 to int64, uint8 to uint64, bool;
+ * the others are refused naming theirs); LOOM_ERR_SHAPE past LOOM_MAX_DIMS
  * dims; LOOM_ERR_IO for a file it cannot read. A 0-d array is a scalar
  * (LOOM_SHAPE0); big-endian descrs ('>f4') are converted, Fortran-ordered
  * arrays transposed into loom's C order, bools read as 0 or 1. */

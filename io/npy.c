@@ -60,8 +60,8 @@ typedef struct npy_dtype {
 static const npy_dtype npy_dtypes[] = {
     {'f', 4, LOOM_F32, "float32"}, {'f', 8, LOOM_F64, "float64"}, {'f', 2, LOOM_F16, "float16"},
     {'i', 4, LOOM_I32, "int32"},   {'i', 8, LOOM_I64, "int64"},   {'u', 1, LOOM_U8, "uint8"},
-    {'b', 1, LOOM_BOOL, "bool"},   {'i', 1, LOOM_I8, "int8"},          {'i', 2, -1, "int16"},
-    {'u', 2, -1, "uint16"},        {'u', 4, -1, "uint32"},        {'u', 8, -1, "uint64"},
+    {'b', 1, LOOM_BOOL, "bool"},   {'i', 1, LOOM_I8, "int8"},     {'i', 2, LOOM_I16, "int16"},
+    {'u', 2, LOOM_U16, "uint16"},  {'u', 4, LOOM_U32, "uint32"},  {'u', 8, LOOM_U64, "uint64"},
     {'f', 16, -1, "longdouble"},   {'c', 8, -1, "complex64"},     {'c', 16, -1, "complex128"},
     {'c', 32, -1, "clongdouble"},
 };

@@ -231,7 +231,9 @@ static loom_status take_type(parser *p, loom_dtype *dtype, loom_shape *shape) {
         memcmp(loom_dtype_name((loom_dtype)d), t.s, name_len) == 0)
       found = d;
   if (found < 0)
-    return bad(p, "unknown dtype in '%s' (expected f32, f64, i32, i64, u8, bool, bf16, f16 or i8)",
+    return bad(p,
+               "unknown dtype in '%s' (expected f32, f64, i32, i64, u8, bool, bf16, f16, i8, "
+               "i16, u16, u32 or u64)",
                quote(t, q));
   int ndim = parse_list(open, t.len - name_len, shape->dim, LOOM_MAX_DIMS);
   if (ndim == -2) return bad(p, "'%s' has more than %d dims", quote(t, q), LOOM_MAX_DIMS);

@@ -57,8 +57,8 @@ typedef struct st_dtype {
 static const st_dtype st_dtypes[] = {
     {"F32", 4, LOOM_F32}, {"F64", 8, LOOM_F64},   {"I32", 4, LOOM_I32}, {"I64", 8, LOOM_I64},
     {"U8", 1, LOOM_U8},   {"BOOL", 1, LOOM_BOOL}, {"F16", 2, LOOM_F16}, {"BF16", 2, LOOM_BF16},
-    {"I8", 1, LOOM_I8},   {"I16", 2, -1},         {"U16", 2, -1},       {"U32", 4, -1},
-    {"U64", 8, -1},       {"F8_E4M3", 1, -1},     {"F8_E5M2", 1, -1},   {"F8_E8M0", 1, -1},
+    {"I8", 1, LOOM_I8},   {"I16", 2, LOOM_I16},   {"U16", 2, LOOM_U16}, {"U32", 4, LOOM_U32},
+    {"U64", 8, LOOM_U64}, {"F8_E4M3", 1, -1},     {"F8_E5M2", 1, -1},   {"F8_E8M0", 1, -1},
     {"C64", 8, -1},
 };
 #define ST_NUM_DTYPES ((int)(sizeof st_dtypes / sizeof st_dtypes[0]))
@@ -492,7 +492,8 @@ static loom_status match_collection(const st_file *sf, const loom_params *ps, st
 
 /* ------------------------------------------------------------ converting */
 
-/* One element of a (little-endian) entry of dtype `from` as a double. */
+/* One element of a (little-endian) float entry of dtype `from` as a double
+ * (only floats are converted: loom_load_opts' cast). */
 static double element(const st_dtype *from, const unsigned char *p) {
   const char *n = from->name;
   if (!strcmp(n, "F16") || !strcmp(n, "BF16")) {
@@ -504,26 +505,9 @@ static double element(const st_dtype *from, const unsigned char *p) {
     memcpy(&f, p, 4);
     return f;
   }
-  if (!strcmp(n, "F64")) {
-    double d;
-    memcpy(&d, p, 8);
-    return d;
-  }
-  if (!strcmp(n, "I16")) return (int16_t)(p[0] | p[1] << 8);
-  if (!strcmp(n, "U16")) return (uint16_t)(p[0] | p[1] << 8);
-  uint32_t u; /* U32 */
-  memcpy(&u, p, 4);
-  return u;
-}
-
-/* The loom dtype an entry of dtype d is read as by loom_safetensors_read:
- * its own, or the smallest that holds every value (I16 and U16 as I32, U32
- * as I64); -1 when none does. */
-static int read_dtype(const st_dtype *d) {
-  if (d->loom >= 0) return d->loom;
-  if (!strcmp(d->name, "I16") || !strcmp(d->name, "U16")) return LOOM_I32;
-  if (!strcmp(d->name, "U32")) return LOOM_I64;
-  return -1;
+  double d; /* F64 */
+  memcpy(&d, p, 8);
+  return d;
 }
 
 /* raw (n elements of dtype `from`) as n elements of loom dtype `to`. */
@@ -652,7 +636,7 @@ loom_params *loom_safetensors_read(const char *path, loom_device device) {
   if (!st && !ps) st = lm_fail(LOOM_ERR_OOM, "%s: out of memory", op);
   for (int i = 0; !st && i < sf.n; i++) { /* in the file's order */
     const st_entry *e = &sf.entries[i];
-    int dt = read_dtype(e->dtype);
+    int dt = e->dtype->loom;
     loom_shape shape = {(int)json_array_size(e->shape), {0}};
     if (dt < 0) {
       st = load_fail(&sf, LOOM_ERR_DTYPE, "'%s': dtype %s has no loom dtype that holds it", e->name,

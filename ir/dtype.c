@@ -17,6 +17,13 @@ const lm_dtype_info lm_dtype_table[LOOM_NUM_DTYPES + 1] = {
     [LOOM_F16] = {"f16", 2, LM_DTYPE_FLOAT, 16, 11, "uint16_t", "unsigned short", "F16",
                   "torch.float16"},
     [LOOM_I8] = {"i8", 1, LM_DTYPE_SIGNED, 8, 0, "int8_t", "signed char", "I8", "torch.int8"},
+    [LOOM_I16] = {"i16", 2, LM_DTYPE_SIGNED, 16, 0, "int16_t", "short", "I16", "torch.int16"},
+    [LOOM_U16] = {"u16", 2, LM_DTYPE_UNSIGNED, 16, 0, "uint16_t", "unsigned short", "U16",
+                  "torch.uint16"},
+    [LOOM_U32] = {"u32", 4, LM_DTYPE_UNSIGNED, 32, 0, "uint32_t", "unsigned int", "U32",
+                  "torch.uint32"},
+    [LOOM_U64] = {"u64", 8, LM_DTYPE_UNSIGNED, 64, 0, "uint64_t", "unsigned long long", "U64",
+                  "torch.uint64"},
     [LOOM_NUM_DTYPES] = {"?", 0, LM_DTYPE_SIGNED, 64, 0, "?", "?", "?", "?"},
 };
 
@@ -34,6 +41,10 @@ bool lm_dtype_holds(loom_dtype d, double v) {
   case LOOM_I64: return v == floor(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0;
   case LOOM_U8: return v == floor(v) && v >= 0 && v <= 255;
   case LOOM_I8: return v == floor(v) && v >= -128 && v <= 127;
+  case LOOM_I16: return v == floor(v) && v >= -32768 && v <= 32767;
+  case LOOM_U16: return v == floor(v) && v >= 0 && v <= 65535;
+  case LOOM_U32: return v == floor(v) && v >= 0 && v <= 4294967295.0;
+  case LOOM_U64: return v == floor(v) && v >= 0 && v < 18446744073709551616.0;
   case LOOM_BOOL: return v == 0 || v == 1;
   case LOOM_NUM_DTYPES: break;
   }
@@ -48,6 +59,10 @@ double lm_dtype_load_double(loom_dtype d, const void *p) {
   case LOOM_I64: return (double)*(const int64_t *)p;
   case LOOM_U8: return *(const uint8_t *)p;
   case LOOM_I8: return *(const int8_t *)p;
+  case LOOM_I16: return *(const int16_t *)p;
+  case LOOM_U16: return *(const uint16_t *)p;
+  case LOOM_U32: return *(const uint32_t *)p;
+  case LOOM_U64: return (double)*(const uint64_t *)p;
   case LOOM_BOOL: return *(const uint8_t *)p ? 1.0 : 0.0;
   case LOOM_BF16: return loom_bf16_to_float(*(const uint16_t *)p);
   case LOOM_F16: return loom_f16_to_float(*(const uint16_t *)p);
@@ -65,6 +80,10 @@ void lm_dtype_store_double(loom_dtype d, void *p, double v) {
   case LOOM_I32: *(int32_t *)p = (int32_t)lm_dtype_saturate(v, d); break;
   case LOOM_I64: *(int64_t *)p = lm_dtype_saturate(v, d); break;
   case LOOM_I8: *(int8_t *)p = (int8_t)lm_dtype_saturate(v, d); break;
+  case LOOM_I16: *(int16_t *)p = (int16_t)lm_dtype_saturate(v, d); break;
+  case LOOM_U16: *(uint16_t *)p = (uint16_t)lm_dtype_saturate(v, d); break;
+  case LOOM_U32: *(uint32_t *)p = (uint32_t)lm_dtype_saturate(v, d); break;
+  case LOOM_U64: *(uint64_t *)p = (uint64_t)lm_dtype_saturate(v, d); break;
   case LOOM_U8:
   case LOOM_BOOL: *(uint8_t *)p = (uint8_t)lm_dtype_saturate(v, d); break;
   case LOOM_NUM_DTYPES: break;
@@ -127,6 +146,12 @@ int64_t lm_dtype_saturate(double v, loom_dtype d) {
   case LOOM_I32: lo = -0x1p31, hi = 0x1p31 - 1; break;
   case LOOM_U8: lo = 0, hi = 255; break;
   case LOOM_I8: lo = -128, hi = 127; break;
+  case LOOM_I16: lo = -32768, hi = 32767; break;
+  case LOOM_U16: lo = 0, hi = 65535; break;
+  case LOOM_U32: lo = 0, hi = 0x1p32 - 1; break;
+  case LOOM_U64: /* its bits in an int64_t: 2^63 and up are negative there */
+    if (!(v > 0)) return 0;
+    return v >= 0x1p64 ? (int64_t)UINT64_MAX : (int64_t)(uint64_t)v;
   default: lo = -0x1p63, hi = 0x1p63; break;
   }
   if (v <= lo) return (int64_t)lo;
@@ -139,6 +164,9 @@ int64_t lm_dtype_wrap(int64_t v, loom_dtype d) {
   case LOOM_BOOL: return v != 0;
   case LOOM_U8: return (int64_t)(uint8_t)(uint64_t)v;
   case LOOM_I8: return (int64_t)(int8_t)(uint8_t)(uint64_t)v;
+  case LOOM_I16: return (int64_t)(int16_t)(uint16_t)(uint64_t)v;
+  case LOOM_U16: return (int64_t)(uint16_t)(uint64_t)v;
+  case LOOM_U32: return (int64_t)(uint32_t)(uint64_t)v;
   case LOOM_I32: return (int64_t)(int32_t)(uint32_t)(uint64_t)v;
   default: return v;
   }

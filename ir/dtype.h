@@ -41,7 +41,7 @@ static inline bool lm_dtype_valid(loom_dtype d) { return (unsigned)d < (unsigned
 static inline bool lm_dtype_is_float(loom_dtype d) {
   return lm_dtype_info_of(d)->cls == LM_DTYPE_FLOAT;
 }
-/* Integers that take arithmetic: U8 I8 I32 I64 (not BOOL). */
+/* Integers that take arithmetic: U8 I8 I16 U16 I32 U32 I64 U64 (not BOOL). */
 static inline bool lm_dtype_is_int(loom_dtype d) {
   lm_dtype_class c = lm_dtype_info_of(d)->cls;
   return lm_dtype_valid(d) && (c == LM_DTYPE_SIGNED || c == LM_DTYPE_UNSIGNED);
@@ -50,7 +50,7 @@ static inline bool lm_dtype_is_int(loom_dtype d) {
 static inline bool lm_dtype_is_numeric(loom_dtype d) {
   return lm_dtype_is_float(d) || lm_dtype_is_int(d);
 }
-/* Compared and extended without a sign: U8 and BOOL. */
+/* Compared and extended without a sign: U8 U16 U32 U64 and BOOL. */
 static inline bool lm_dtype_is_unsigned(loom_dtype d) {
   lm_dtype_class c = lm_dtype_info_of(d)->cls;
   return lm_dtype_valid(d) && (c == LM_DTYPE_UNSIGNED || c == LM_DTYPE_BOOL);
@@ -70,11 +70,13 @@ void lm_dtype_store_double(loom_dtype d, void *p, double v);
 static inline bool lm_dtype_is_half(loom_dtype d) { return d == LOOM_BF16 || d == LOOM_F16; }
 /* v as integer dtype d: truncated toward zero, saturated at d's limits, NaN 0
  * (what a float -> integer cast computes, and integer constants from doubles:
- * converting an out-of-range double in C is undefined). BOOL is v != 0. */
+ * converting an out-of-range double in C is undefined). BOOL is v != 0; U64
+ * is returned as its bits (2^63 and up negative). */
 int64_t lm_dtype_saturate(double v, loom_dtype d);
 /* v modulo 2^bits as a value of integer dtype d (two's complement: 300 as U8
  * is 44, -1 is 255, 2^31 as I32 is INT32_MIN): how PyTorch converts an
- * integer scalar to an integer tensor's dtype. BOOL is v != 0. */
+ * integer scalar to an integer tensor's dtype. BOOL is v != 0; I64 and U64
+ * keep v's bits. */
 int64_t lm_dtype_wrap(int64_t v, loom_dtype d);
 
 #endif

@@ -48,7 +48,11 @@ enum {
   CHECK_BOOL,
   CHECK_BF16,
   CHECK_F16,
-  CHECK_I8
+  CHECK_I8,
+  CHECK_I16,
+  CHECK_U16,
+  CHECK_U32,
+  CHECK_U64
 };
 enum { CHECK_RULE_INDEX, CHECK_RULE_START, CHECK_RULE_WEIGHTS };
 
@@ -59,7 +63,10 @@ static int64_t check_int_at(const void *src, int64_t i, int dtype) {
   case CHECK_I32: return ((const int32_t *)src)[i];
   case CHECK_U8: return ((const uint8_t *)src)[i];
   case CHECK_I8: return ((const int8_t *)src)[i];
-  default: return ((const int64_t *)src)[i];
+  case CHECK_I16: return ((const int16_t *)src)[i];
+  case CHECK_U16: return ((const uint16_t *)src)[i];
+  case CHECK_U32: return ((const uint32_t *)src)[i];
+  default: return ((const int64_t *)src)[i]; /* I64; U64 past 2^63 negative, so outside */
   }
 }
 
@@ -80,6 +87,9 @@ static bool check_any_outside(const void *src, int64_t first, int64_t n, int dty
   case CHECK_I32: CHECK_ANY_OUTSIDE(int32_t); break;
   case CHECK_U8: CHECK_ANY_OUTSIDE(uint8_t); break;
   case CHECK_I8: CHECK_ANY_OUTSIDE(int8_t); break;
+  case CHECK_I16: CHECK_ANY_OUTSIDE(int16_t); break;
+  case CHECK_U16: CHECK_ANY_OUTSIDE(uint16_t); break;
+  case CHECK_U32: CHECK_ANY_OUTSIDE(uint32_t); break;
   default: CHECK_ANY_OUTSIDE(int64_t); break;
   }
   return bad != 0;

@@ -31,7 +31,21 @@
 /* The numbers a sort reads (lm_sort_numbers writes them). */
 enum { SORT_N, SORT_K, SORT_DTYPE, SORT_DESCENDING, SORT_ROWS, SORT_NUMBERS };
 /* loom_dtype's values (runtime/sort_step.c checks that they are). */
-enum { SORT_F32, SORT_F64, SORT_I32, SORT_I64, SORT_U8, SORT_BOOL, SORT_BF16, SORT_F16, SORT_I8 };
+enum {
+  SORT_F32,
+  SORT_F64,
+  SORT_I32,
+  SORT_I64,
+  SORT_U8,
+  SORT_BOOL,
+  SORT_BF16,
+  SORT_F16,
+  SORT_I8,
+  SORT_I16,
+  SORT_U16,
+  SORT_U32,
+  SORT_U64
+};
 
 #define SHORT_ROW 32
 #define FEW 64
@@ -66,6 +80,10 @@ static void keys_at(uint64_t *key, const void *row, int64_t i0, int64_t m, int d
   case SORT_I32: KEYS_LOOP(int32_t, (uint32_t)v[i] ^ 0x80000000u); break;
   case SORT_I64: KEYS_LOOP(int64_t, (uint64_t)v[i] ^ ((uint64_t)1 << 63)); break;
   case SORT_I8: KEYS_LOOP(int8_t, (uint8_t)v[i] ^ 0x80u); break;
+  case SORT_I16: KEYS_LOOP(int16_t, (uint16_t)v[i] ^ 0x8000u); break;
+  case SORT_U16: KEYS_LOOP(uint16_t, (uint64_t)v[i]); break;
+  case SORT_U32: KEYS_LOOP(uint32_t, (uint64_t)v[i]); break;
+  case SORT_U64: KEYS_LOOP(uint64_t, v[i]); break;
   default: KEYS_LOOP(uint8_t, (uint64_t)v[i]); break; /* SORT_U8 */
   }
 }
@@ -213,10 +231,10 @@ void lm_sort_rows(void *const *args, int64_t begin, int64_t end) {
   int64_t n = num[SORT_N], k = num[SORT_K];
   int dtype = (int)num[SORT_DTYPE];
   uint64_t flip = num[SORT_DESCENDING] ? ~(uint64_t)0 : 0;
-  size_t width = dtype == SORT_F64 || dtype == SORT_I64   ? 8
-                 : dtype == SORT_F32 || dtype == SORT_I32 ? 4
-                 : dtype == SORT_U8 || dtype == SORT_I8   ? 1
-                                                          : 2;
+  size_t width = dtype == SORT_F64 || dtype == SORT_I64 || dtype == SORT_U64   ? 8
+                 : dtype == SORT_F32 || dtype == SORT_I32 || dtype == SORT_U32 ? 4
+                 : dtype == SORT_U8 || dtype == SORT_I8                        ? 1
+                                                                               : 2;
   int passes = (int)(8 * width + RADIX_BITS - 1) / RADIX_BITS;
   bool radix = k > 0 && n > SHORT_ROW && k > n / FEW;
   scratch s = {{NULL, NULL}, {NULL, NULL}, NULL};

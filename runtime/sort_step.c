@@ -8,7 +8,8 @@
 /* runtime/sort_cpu.c names the dtypes by loom_dtype's values (it includes no
  * loom header). */
 _Static_assert(LOOM_F32 == 0 && LOOM_F64 == 1 && LOOM_I32 == 2 && LOOM_I64 == 3 && LOOM_U8 == 4 &&
-                   LOOM_BOOL == 5 && LOOM_BF16 == 6 && LOOM_F16 == 7 && LOOM_I8 == 8,
+                   LOOM_BOOL == 5 && LOOM_BF16 == 6 && LOOM_F16 == 7 && LOOM_I8 == 8 &&
+                   LOOM_I16 == 9 && LOOM_U16 == 10 && LOOM_U32 == 11 && LOOM_U64 == 12,
                "runtime/sort_cpu.c's dtype numbers");
 
 void lm_sort_numbers(const lm_sort *s, int64_t num[LM_SORT_NUMBERS]) {

@@ -392,6 +392,33 @@ static loom_program *int8_program(void) {
   return p;
 }
 
+/* ONNX's integer dtypes inside a library: a U16 weight (saved as U16), U32
+ * and U64 wrapping arithmetic and unsigned comparisons, an I16 product, a
+ * U64 sort (runtime/sort_cpu.c's U64 keys), sums as I64 and U64. */
+static loom_program *wide_int_program(void) {
+  loom_program *p = NULL;
+  LOOM_SCOPE {
+    uint16_t wv[16 * 4];
+    for (int i = 0; i < 16 * 4; i++) wv[i] = (uint16_t)(i * 4099 % 65536);
+    loom_tensor *x = loom_input("x", LOOM_SHAPE(8, 16), LOOM_F32, LOOM_CPU);
+    loom_tensor *w = loom_from_data(wv, LOOM_SHAPE(16, 4), LOOM_U16, LOOM_CPU);
+    loom_tensor *q = loom_cast(loom_mul_s(x, 30000), LOOM_I16);    /* [8, 16] */
+    loom_tensor *big = loom_mul_s(loom_cast(q, LOOM_U64), 0x1p50); /* wraps past 2^64 */
+    loom_tensor *y = loom_matmul(q, loom_cast(w, LOOM_I16));       /* [8, 4], wraps */
+    loom_tensor *u = loom_sub_s(loom_cast(loom_matmul(q, loom_cast(w, LOOM_I16)), LOOM_U32), 5);
+    loom_tensor *sorted;
+    CHECK_OK(loom_sort(big, -1, true, &sorted, NULL));
+    int axis = 1;
+    loom_tensor *sums = loom_cast(loom_sum(big, &axis, 1, true), LOOM_F32);
+    loom_tensor *outs[3] = {
+        loom_add(loom_cast(y, LOOM_F32), sums),
+        loom_cast(loom_where(loom_gt_s(u, 2147483648.0), u, loom_neg(u)), LOOM_F32),
+        loom_cast(sorted, LOOM_F32)};
+    p = loom_compile(outs, 3, &x, 1);
+  }
+  return p;
+}
+
 /* Running sums (ops/scan/scan_cpu.c's text compiled into the library): along
  * two long rows (cut into parts), along the first axis, and from the end (a
  * weight's gradient through a cumsum). */
@@ -469,6 +496,11 @@ static void test_programs(void) {
   CHECK(p != NULL);
   export_and_compare(p, "int8");
   check_needed("int8");
+  loom_program_free(p);
+  p = wide_int_program();
+  CHECK(p != NULL);
+  export_and_compare(p, "wide_ints");
+  check_needed("wide_ints");
   loom_program_free(p);
 }
 

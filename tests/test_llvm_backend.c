@@ -205,6 +205,10 @@ static double elem_as_double(loom_dtype dt, const void *p, size_t i) {
   case LOOM_I32: return ((const int32_t *)p)[i];
   case LOOM_I64: return (double)((const int64_t *)p)[i];
   case LOOM_I8: return ((const int8_t *)p)[i];
+  case LOOM_I16: return ((const int16_t *)p)[i];
+  case LOOM_U16: return ((const uint16_t *)p)[i];
+  case LOOM_U32: return ((const uint32_t *)p)[i];
+  case LOOM_U64: return (double)((const uint64_t *)p)[i];
   case LOOM_BF16:
   case LOOM_F16: return half_get(dt, p, i);
   default: return ((const uint8_t *)p)[i];
@@ -269,6 +273,11 @@ static const int64_t I64V[] = {0,   1,         -1,        7,         -7,
                                100, INT64_MAX, INT64_MIN, 1LL << 40, -(1LL << 35) - 3};
 static const uint8_t U8V[] = {0, 1, 7, 100, 128, 200, 255};
 static const int8_t I8V[] = {0, 1, -1, 7, -7, 100, 127, -128, -100, 64};
+static const int16_t I16V[] = {0, 1, -1, 7, -7, 100, INT16_MAX, INT16_MIN, -300, 256};
+static const uint16_t U16V[] = {0, 1, 7, 100, 255, 256, 32768, 40000, 65535};
+static const uint32_t U32V[] = {0, 1, 7, 100, 65536, 2147483648u, 3000000000u, UINT32_MAX};
+static const uint64_t U64V[] = {0,          1,          7,          100,
+                                1ull << 32, 1ull << 63, UINT64_MAX, (1ull << 63) + 12345};
 static const uint8_t BOOLV[] = {0, 1};
 
 /* The F32 spot values rounded to BF16 and F16 (1e10 is inf in F16), plus each
@@ -292,6 +301,10 @@ static const void *spot_values(loom_dtype dt, size_t *n) {
   case LOOM_I64: *n = sizeof I64V / sizeof *I64V; return I64V;
   case LOOM_U8: *n = sizeof U8V; return U8V;
   case LOOM_I8: *n = sizeof I8V; return I8V;
+  case LOOM_I16: *n = sizeof I16V / sizeof *I16V; return I16V;
+  case LOOM_U16: *n = sizeof U16V / sizeof *U16V; return U16V;
+  case LOOM_U32: *n = sizeof U32V / sizeof *U32V; return U32V;
+  case LOOM_U64: *n = sizeof U64V / sizeof *U64V; return U64V;
   default: *n = sizeof BOOLV; return BOOLV;
   }
 }
@@ -344,6 +357,10 @@ DEFINE_REF_INT(ref_i32, int32_t, uint32_t, 0)
 DEFINE_REF_INT(ref_i64, int64_t, uint64_t, 0)
 DEFINE_REF_INT(ref_u8, uint8_t, uint8_t, 1)
 DEFINE_REF_INT(ref_i8, int8_t, uint8_t, 0)
+DEFINE_REF_INT(ref_i16, int16_t, uint16_t, 0)
+DEFINE_REF_INT(ref_u16, uint16_t, uint16_t, 1)
+DEFINE_REF_INT(ref_u32, uint32_t, uint32_t, 1)
+DEFINE_REF_INT(ref_u64, uint64_t, uint64_t, 1)
 
 #define REF_CMP(op, a, b)                                                                          \
   ((op) == LK_CMPLT   ? (a) < (b)                                                                  \
@@ -371,6 +388,10 @@ static void ref_elementwise(lk_op op, loom_dtype dt, const void *A, const void *
     CASE(LOOM_I64, int64_t, ref_i64)
     CASE(LOOM_U8, uint8_t, ref_u8)
     CASE(LOOM_I8, int8_t, ref_i8)
+    CASE(LOOM_I16, int16_t, ref_i16)
+    CASE(LOOM_U16, uint16_t, ref_u16)
+    CASE(LOOM_U32, uint32_t, ref_u32)
+    CASE(LOOM_U64, uint64_t, ref_u64)
 #undef CASE
   case LOOM_BF16:
   case LOOM_F16: { /* in float, then rounded: what the op computes */
@@ -571,6 +592,10 @@ static void test_consts(void) {
    : (from) == LOOM_I32 ? (T)((const int32_t *)(src))[i]                                           \
    : (from) == LOOM_I64 ? (T)((const int64_t *)(src))[i]                                           \
    : (from) == LOOM_I8  ? (T)((const int8_t *)(src))[i]                                            \
+   : (from) == LOOM_I16 ? (T)((const int16_t *)(src))[i]                                           \
+   : (from) == LOOM_U16 ? (T)((const uint16_t *)(src))[i]                                          \
+   : (from) == LOOM_U32 ? (T)((const uint32_t *)(src))[i]                                          \
+   : (from) == LOOM_U64 ? (T)((const uint64_t *)(src))[i]                                          \
                         : (T)((const uint8_t *)(src))[i])
 
 static void ref_cast(loom_dtype from, loom_dtype to, const void *src, size_t i, void *dst) {
@@ -583,6 +608,10 @@ static void ref_cast(loom_dtype from, loom_dtype to, const void *src, size_t i, 
   case LOOM_F16: half_put(to, dst, i, READ_AS(float, src, from, i)); break;
   case LOOM_U8: ((uint8_t *)dst)[i] = READ_AS(uint8_t, src, from, i); break;
   case LOOM_I8: ((int8_t *)dst)[i] = READ_AS(int8_t, src, from, i); break;
+  case LOOM_I16: ((int16_t *)dst)[i] = READ_AS(int16_t, src, from, i); break;
+  case LOOM_U16: ((uint16_t *)dst)[i] = READ_AS(uint16_t, src, from, i); break;
+  case LOOM_U32: ((uint32_t *)dst)[i] = READ_AS(uint32_t, src, from, i); break;
+  case LOOM_U64: ((uint64_t *)dst)[i] = READ_AS(uint64_t, src, from, i); break;
   default: ((uint8_t *)dst)[i] = READ_AS(bool, src, from, i); break;
   }
 }
@@ -592,13 +621,27 @@ static size_t cast_sources(loom_dtype from, loom_dtype to, void *buf) {
   static const double to_signed[] = {0.0, -0.0, 1.9, -1.9, 100.5, -1e6, 2e9, -2e9, 0.49};
   static const double to_u8[] = {0.0, 1.9, 100.5, 255.0, 254.99, 0.7};
   static const double to_i8[] = {0.0, -0.0, 1.9, -1.9, 100.5, -127.99, 127.0, -128.0, 0.49};
+  static const double to_i16[] = {0.0, -0.0, 1.9, -1.9, 100.5, -32767.99, 32512.0, -32768.0, 0.49};
+  static const double to_u16[] = {0.0, 1.9, 100.5, 65280.0, 65279.9, 0.7}; /* BF16, F16 hold them */
+  static const double to_u32[] = {0.0, 1.9, 100.5, 3e9, 4e9, 0.7};
+  static const double to_u64[] = {0.0, 1.9, 100.5, 1e19, 1.8e19, 0.7};
   static const double to_i64_extra[] = {1e15, -3e17};
   size_t n = 0;
   if (is_float(from) && !is_float(to) && to != LOOM_BOOL) {
-    const double *src = to == LOOM_U8 ? to_u8 : to == LOOM_I8 ? to_i8 : to_signed;
-    size_t ns = to == LOOM_U8   ? sizeof to_u8 / sizeof *to_u8
-                : to == LOOM_I8 ? sizeof to_i8 / sizeof *to_i8
-                                : sizeof to_signed / sizeof *to_signed;
+    const double *src = to == LOOM_U8    ? to_u8
+                        : to == LOOM_I8  ? to_i8
+                        : to == LOOM_I16 ? to_i16
+                        : to == LOOM_U16 ? to_u16
+                        : to == LOOM_U32 ? to_u32
+                        : to == LOOM_U64 ? to_u64
+                                         : to_signed;
+    size_t ns = to == LOOM_U8    ? sizeof to_u8 / sizeof *to_u8
+                : to == LOOM_I8  ? sizeof to_i8 / sizeof *to_i8
+                : to == LOOM_I16 ? sizeof to_i16 / sizeof *to_i16
+                : to == LOOM_U16 ? sizeof to_u16 / sizeof *to_u16
+                : to == LOOM_U32 ? sizeof to_u32 / sizeof *to_u32
+                : to == LOOM_U64 ? sizeof to_u64 / sizeof *to_u64
+                                 : sizeof to_signed / sizeof *to_signed;
     for (size_t i = 0; i < ns; i++, n++) {
       if (from == LOOM_F16 && fabs(src[i]) > 65504) { /* inf: C's conversion is undefined */
         n--;

@@ -211,8 +211,10 @@ static void test_refusals(void) {
          "run '%s' --input '%s' --output-dir '%s'", sym, fixture("f4_2x3"), out);
   EXPECT(1, "input 0 (x): LOOM_ERR_IO: loom_npy_read: '", "run '%s' --input '%s' --output-dir '%s'",
          fixed, path_of("none.npy"), out);
-  EXPECT(1, "(uint32) is not a loom dtype", "run '%s' --input '%s' --output-dir '%s'", fixed,
-         fixture("u4_3"), out);
+  EXPECT(1, "(complex64) is not a loom dtype", "run '%s' --input '%s' --output-dir '%s'", fixed,
+         fixture("c8_2"), out);
+  EXPECT(1, "is u32 [3]; the program takes f32 [2,3]", "run '%s' --input '%s' --output-dir '%s'",
+         fixed, fixture("u4_3"), out); /* read (it was refused), then the wrong dtype */
   EXPECT(1, "input 0 (x) '", "run '%s' --input '%s' --output-dir '%s'", fixed, fixture("i4_2x3"),
          out);
   EXPECT(1, "is i32 [2,3]; the program takes f32 [2,3]", "run '%s' --input '%s' --output-dir '%s'",

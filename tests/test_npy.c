@@ -80,7 +80,11 @@ static double fixture_value(loom_dtype dtype, int64_t i) {
   double v = (double)i * 1.5 - 2;
   if (dtype == LOOM_BOOL) return v != 0;
   if (dtype == LOOM_U8) return (double)i * 3;
-  if (dtype == LOOM_I32 || dtype == LOOM_I64 || dtype == LOOM_I8) return trunc(v);
+  if (dtype == LOOM_I32 || dtype == LOOM_I64 || dtype == LOOM_I8 || dtype == LOOM_I16)
+    return trunc(v);
+  if (dtype == LOOM_U16) return 65535 - (double)i * 3; /* the type's largest value less i * 3 */
+  if (dtype == LOOM_U32) return 4294967295.0 - (double)i * 3;
+  if (dtype == LOOM_U64) return 0x1p64 - (double)i * 3; /* as a double: 2^64 */
   return v;
 }
 
@@ -115,11 +119,11 @@ static void check_written_like_numpy(const char *name) {
 }
 
 static void test_numpy_files(void) {
-  const char *names[] = {"f4_2x3", "f8_2x3", "f2_2x3", "i4_2x3",
-                         "i8_2x3", "u1_2x3", "b1_2x3", "i1_2x3"};
-  const loom_dtype dtypes[] = {LOOM_F32, LOOM_F64, LOOM_F16,  LOOM_I32,
-                               LOOM_I64, LOOM_U8,  LOOM_BOOL, LOOM_I8};
-  for (int i = 0; i < 8; i++) {
+  const char *names[] = {"f4_2x3", "f8_2x3", "f2_2x3", "i4_2x3", "i8_2x3", "u1_2x3",
+                         "b1_2x3", "i1_2x3", "i2_2x3", "u2_2x3", "u4_2x3", "u8_2x3"};
+  const loom_dtype dtypes[] = {LOOM_F32,  LOOM_F64, LOOM_F16, LOOM_I32, LOOM_I64, LOOM_U8,
+                               LOOM_BOOL, LOOM_I8,  LOOM_I16, LOOM_U16, LOOM_U32, LOOM_U64};
+  for (int i = 0; i < 12; i++) {
     check_fixture(names[i], LOOM_SHAPE(2, 3), dtypes[i]);
     check_written_like_numpy(names[i]);
   }
@@ -130,6 +134,18 @@ static void test_numpy_files(void) {
   check_fixture("f4_big", LOOM_SHAPE(2, 3), LOOM_F32);
   check_fixture("i4_v2", LOOM_SHAPE(2, 3), LOOM_I32);
   check_fixture("f4_v3", LOOM_SHAPE(2, 3), LOOM_F32);
+  /* u4_3 (np.arange(3, dtype=np.uint32)) was refused; it is U32 now */
+  loom_tensor *u = loom_npy_read(fixture("u4_3"), test_device());
+  uint32_t *uv = host_values(u, LOOM_SHAPE(3), LOOM_U32);
+  CHECK(uv && uv[0] == 0 && uv[1] == 1 && uv[2] == 2);
+  free(uv);
+  loom_free(u);
+  /* U64 bit for bit (past 2^53, which element()'s doubles round) */
+  loom_tensor *big = loom_npy_read(fixture("u8_2x3"), test_device());
+  uint64_t *bv = host_values(big, LOOM_SHAPE(2, 3), LOOM_U64);
+  for (int i = 0; bv && i < 6; i++) CHECK(bv[i] == UINT64_MAX - (uint64_t)i * 3);
+  free(bv);
+  loom_free(big);
 
   loom_tensor *s = loom_npy_read(fixture("f8_scalar"), test_device());
   double *sv = host_values(s, LOOM_SHAPE0, LOOM_F64);
@@ -149,7 +165,7 @@ static void test_numpy_files(void) {
   /* dtypes loom lacks, each named */
   static const struct {
     const char *name, *says;
-  } refused[] = {{"u4_3", "'<u4' (uint32) is not a loom dtype"},
+  } refused[] = {{"c8_2", "'<c8' (complex64) is not a loom dtype"},
                  {"str_2", "'<U2' is not a loom dtype"},
                  {"struct_2", "structured dtype"}};
   for (int i = 0; i < 3; i++) {
@@ -193,9 +209,9 @@ static void round_trip(loom_shape shape, loom_dtype dtype) {
 }
 
 static void test_round_trips(void) {
-  static const loom_dtype dtypes[] = {LOOM_F32, LOOM_F64,  LOOM_I32, LOOM_I64,
-                                      LOOM_U8,  LOOM_BOOL, LOOM_F16};
-  for (int k = 0; k < 7; k++) {
+  static const loom_dtype dtypes[] = {LOOM_F32, LOOM_F64, LOOM_I32, LOOM_I64, LOOM_U8,  LOOM_BOOL,
+                                      LOOM_F16, LOOM_I8,  LOOM_I16, LOOM_U16, LOOM_U32, LOOM_U64};
+  for (int k = 0; k < (int)(sizeof dtypes / sizeof dtypes[0]); k++) {
     round_trip(LOOM_SHAPE0, dtypes[k]);
     for (int nd = 1; nd <= LOOM_MAX_DIMS; nd++) {
       loom_shape s = {nd, {0}};

@@ -308,8 +308,141 @@ static void test_torch_samples(void) {
   loom_clear_error();
 }
 
+/* a^e modulo 2^64, wrapped to unsigned d (U64's exponents past 2^63 too). */
+static int64_t unsigned_pow(uint64_t a, uint64_t e, loom_dtype d) {
+  uint64_t r = 1;
+  for (; e; e >>= 1, a *= a)
+    if (e & 1) r *= a;
+  return ref_int_wrap(r, d);
+}
+
+/* I16 as PyTorch 1.13 printed it; U16, U32, U64 as NumPy 1.24 did (torch
+ * 1.13 has none): arithmetic wraps, comparisons are unsigned, sums are I64
+ * (U64 for U64), promotion is NumPy's. */
+static void test_wide_int_samples(void) {
+  LOOM_SCOPE {
+    loom_tensor *x = ints((const int64_t[]){32767, -32768, 1, -1, 300}, LOOM_SHAPE(5), LOOM_I16);
+    expect_ints("i16 + 1", loom_add_s(x, 1), LOOM_I16, (const int64_t[]){-32768, -32767, 2, 0, 301},
+                5);
+    expect_ints("i16 * 300", loom_mul_s(x, 300), LOOM_I16,
+                (const int64_t[]){-300, 0, 300, -300, 24464}, 5);
+    expect_ints("-i16", loom_neg(x), LOOM_I16, (const int64_t[]){-32767, -32768, -1, 1, -300}, 5);
+    expect_ints("abs(i16)", loom_abs(x), LOOM_I16, (const int64_t[]){32767, -32768, 1, 1, 300}, 5);
+    expect_ints("i16 < 300", loom_lt_s(x, 300), LOOM_BOOL, (const int64_t[]){0, 1, 1, 1, 0}, 5);
+    expect_ints("sum(i16)", loom_sum_all(x), LOOM_I64, (const int64_t[]){299}, 1);
+    expect_ints("cumsum(i16)", loom_cumsum(x, 0), LOOM_I64,
+                (const int64_t[]){32767, -1, 0, -1, 299}, 5);
+    expect_ints("i16 + u8",
+                loom_add(x, ints((const int64_t[]){255, 255, 0, 0, 1}, LOOM_SHAPE(5), LOOM_U8)),
+                LOOM_I16, (const int64_t[]){-32514, -32513, 1, -1, 301}, 5);
+    expect_ints("i16 + i8",
+                loom_add(x, ints((const int64_t[]){1, -1, 0, 0, -128}, LOOM_SHAPE(5), LOOM_I8)),
+                LOOM_I16, (const int64_t[]){-32768, 32767, 1, -1, 172}, 5);
+    expect_ints("i16 ** i16",
+                loom_pow(ints((const int64_t[]){2, 3, -3, 7}, LOOM_SHAPE(4), LOOM_I16),
+                         ints((const int64_t[]){15, 10, 7, 6}, LOOM_SHAPE(4), LOOM_I16)),
+                LOOM_I16, (const int64_t[]){-32768, -6487, -2187, -13423}, 4);
+    const float f[] = {32767.9f, -32768.9f, 2.5f, -2.5f, -0.5f, 1e10f, NAN};
+    expect_ints("f32 -> i16", loom_cast(on_device(f, LOOM_SHAPE(7), LOOM_F32), LOOM_I16), LOOM_I16,
+                (const int64_t[]){32767, -32768, 2, -2, 0, 32767, 0}, 7);
+
+    loom_tensor *u = ints((const int64_t[]){0, 1, 65535, 40000, 7}, LOOM_SHAPE(5), LOOM_U16);
+    expect_ints("u16 + 1", loom_add_s(u, 1), LOOM_U16, (const int64_t[]){1, 2, 0, 40001, 8}, 5);
+    expect_ints("u16 - 2", loom_sub_s(u, 2), LOOM_U16,
+                (const int64_t[]){65534, 65535, 65533, 39998, 5}, 5);
+    expect_ints("u16 * 3", loom_mul_s(u, 3), LOOM_U16, (const int64_t[]){0, 3, 65533, 54464, 21},
+                5);
+    expect_ints("u16 * u16", loom_mul(u, u), LOOM_U16, (const int64_t[]){0, 1, 1, 4096, 49}, 5);
+    expect_ints("-u16", loom_neg(u), LOOM_U16, (const int64_t[]){0, 65535, 1, 25536, 65529}, 5);
+    expect_ints("u16 < 40000", loom_lt_s(u, 40000), LOOM_BOOL, (const int64_t[]){1, 1, 0, 0, 1}, 5);
+    expect_ints("sum(u16)", loom_sum_all(u), LOOM_I64, (const int64_t[]){105543}, 1);
+    expect_ints("cumsum(u16)", loom_cumsum(u, 0), LOOM_I64,
+                (const int64_t[]){0, 1, 65536, 105536, 105543}, 5);
+    expect_ints("max(u16)", loom_max(u, (const int[]){0}, 1, false), LOOM_U16,
+                (const int64_t[]){65535}, 1);
+    expect_ints("argmax(u16)", loom_argmax(u, 0, false), LOOM_I64, (const int64_t[]){2}, 1);
+    expect_ints("u16 + i8",
+                loom_add(u, ints((const int64_t[]){-1, -1, 1, -128, 127}, LOOM_SHAPE(5), LOOM_I8)),
+                LOOM_I32, (const int64_t[]){-1, 0, 65536, 39872, 134}, 5);
+    expect_ints("u16 -> i16", loom_cast(u, LOOM_I16), LOOM_I16,
+                (const int64_t[]){0, 1, -1, -25536, 7}, 5);
+    const float fu[] = {0.9f, 65535.9f, 2.5f, 40000.7f, -1.5f, 1e10f, NAN};
+    expect_ints("f32 -> u16", loom_cast(on_device(fu, LOOM_SHAPE(7), LOOM_F32), LOOM_U16), LOOM_U16,
+                (const int64_t[]){0, 65535, 2, 40000, 0, 65535, 0}, 7);
+
+    loom_tensor *w =
+        ints((const int64_t[]){0, 1, 4294967295, 3000000000, 7}, LOOM_SHAPE(5), LOOM_U32);
+    expect_ints("u32 + 1", loom_add_s(w, 1), LOOM_U32, (const int64_t[]){1, 2, 0, 3000000001, 8},
+                5);
+    expect_ints("u32 - 2", loom_sub_s(w, 2), LOOM_U32,
+                (const int64_t[]){4294967294, 4294967295, 4294967293, 2999999998, 5}, 5);
+    expect_ints("u32 * 3", loom_mul_s(w, 3), LOOM_U32,
+                (const int64_t[]){0, 3, 4294967293, 410065408, 21}, 5);
+    expect_ints("-u32", loom_neg(w), LOOM_U32,
+                (const int64_t[]){0, 4294967295, 1, 1294967296, 4294967289}, 5);
+    expect_ints("u32 > 2^31", loom_gt_s(w, 2147483648.0), LOOM_BOOL,
+                (const int64_t[]){0, 0, 1, 1, 0}, 5);
+    expect_ints("sum(u32)", loom_sum_all(w), LOOM_I64, (const int64_t[]){7294967303}, 1);
+    expect_ints("u32 + i32",
+                loom_add(w, ints((const int64_t[]){-1, -1, 1, -5, 2}, LOOM_SHAPE(5), LOOM_I32)),
+                LOOM_I64, (const int64_t[]){-1, 0, 4294967296, 2999999995, 9}, 5);
+    expect_ints("u32 ** u32",
+                loom_pow(ints((const int64_t[]){2, 3, 65536}, LOOM_SHAPE(3), LOOM_U32),
+                         ints((const int64_t[]){31, 21, 2}, LOOM_SHAPE(3), LOOM_U32)),
+                LOOM_U32, (const int64_t[]){2147483648, 1870418611, 0}, 3);
+    const double fw[] = {0.9, 4294967295.0, 3e9 + 0.5, 12345.7, -1.0, 1e12};
+    expect_ints("f64 -> u32", loom_cast(on_device(fw, LOOM_SHAPE(6), LOOM_F64), LOOM_U32), LOOM_U32,
+                (const int64_t[]){0, 4294967295, 3000000000, 12345, 0, 4294967295}, 6);
+
+    /* U64 values as their bits: -1 is 2^64 - 1, INT64_MIN 2^63 */
+    loom_tensor *q = ints((const int64_t[]){0, 1, -1, INT64_MIN, 7}, LOOM_SHAPE(5), LOOM_U64);
+    expect_ints("u64 + 1", loom_add_s(q, 1), LOOM_U64, (const int64_t[]){1, 2, 0, INT64_MIN + 1, 8},
+                5);
+    expect_ints("u64 - 2", loom_sub_s(q, 2), LOOM_U64,
+                (const int64_t[]){-2, -1, -3, INT64_MAX - 1, 5}, 5);
+    expect_ints("u64 * 3", loom_mul_s(q, 3), LOOM_U64, (const int64_t[]){0, 3, -3, INT64_MIN, 21},
+                5);
+    expect_ints("-u64", loom_neg(q), LOOM_U64, (const int64_t[]){0, -1, 1, INT64_MIN, -7}, 5);
+    expect_ints("u64 + -1", loom_add_s(q, -1), LOOM_U64, (const int64_t[]){-1, 0, -2, INT64_MAX, 6},
+                5);
+    loom_tensor *inexact = loom_add_s(q, -2); /* 2^64 - 2: no double holds it */
+    CHECK_MSG(loom_status_of(inexact) == LOOM_ERR_VALUE &&
+                  strstr(loom_error_message(inexact), "subtract 2 instead") != NULL,
+              "u64 + -2: %s",
+              loom_error_message(inexact) ? loom_error_message(inexact) : "no error");
+    loom_clear_error();
+    loom_tensor *top = ints((const int64_t[]){INT64_MAX}, LOOM_SHAPE(1), LOOM_U64);
+    expect_ints("u64 > 2^63 - 1", loom_gt(q, top), LOOM_BOOL, (const int64_t[]){0, 0, 1, 1, 0}, 5);
+    expect_ints("sum(u64)", loom_sum_all(q), LOOM_U64, (const int64_t[]){INT64_MIN + 7}, 1);
+    expect_ints("cumsum(u64)", loom_cumsum(q, 0), LOOM_U64,
+                (const int64_t[]){0, 1, 0, INT64_MIN, INT64_MIN + 7}, 5);
+    expect_ints("max(u64)", loom_max(q, (const int[]){0}, 1, false), LOOM_U64,
+                (const int64_t[]){-1}, 1);
+    expect_ints("min(u64)", loom_min(q, (const int[]){0}, 1, false), LOOM_U64, (const int64_t[]){0},
+                1);
+    expect_ints("argmax(u64)", loom_argmax(q, 0, false), LOOM_I64, (const int64_t[]){2}, 1);
+    expect_ints("u64 + u8", loom_add(q, loom_cast(q, LOOM_U8)), LOOM_U64,
+                (const int64_t[]){0, 2, 254, INT64_MIN, 14}, 5);
+    expect_ints("u64 + i64 (loom: I64)", loom_add(q, loom_cast(q, LOOM_I64)), LOOM_I64,
+                (const int64_t[]){0, 2, -2, 0, 14}, 5);
+    expect_ints(
+        "i16 -> u64",
+        loom_cast(ints((const int64_t[]){-1, -32768, 5}, LOOM_SHAPE(3), LOOM_I16), LOOM_U64),
+        LOOM_U64, (const int64_t[]){-1, -32768, 5}, 3);
+    double got[5];
+    CHECK_MSG(fetch(loom_cast(q, LOOM_F64), NULL, got, 5) && got[2] == 0x1p64 && got[3] == 0x1p63 &&
+                  got[4] == 7,
+              "u64 -> f64: %.17g %.17g %.17g", got[2], got[3], got[4]);
+    const double fq[] = {0.9, 1.8e19, 0x1p63, 12345.7, -1.0, 1e20, NAN};
+    expect_ints("f64 -> u64", loom_cast(on_device(fq, LOOM_SHAPE(7), LOOM_F64), LOOM_U64), LOOM_U64,
+                (const int64_t[]){0, (int64_t)18000000000000000000ull, INT64_MIN, 12345, 0, -1, 0},
+                7);
+  }
+  loom_clear_error();
+}
+
 /* torch.int8, as PyTorch 1.13 printed it: scalars and results wrap, sums
- * are int64, u8 with i8 is wider (int16 in torch, I32 in loom: same values). */
+ * are int64, u8 with i8 is int16. */
 static void test_i8_torch_samples(void) {
   LOOM_SCOPE {
     loom_tensor *x = ints((const int64_t[]){127, -128, 1, -1, 100}, LOOM_SHAPE(5), LOOM_I8);
@@ -335,7 +468,7 @@ static void test_i8_torch_samples(void) {
                 5);
     expect_ints("i8 + u8",
                 loom_add(x, ints((const int64_t[]){255, 255, 0, 0, 1}, LOOM_SHAPE(5), LOOM_U8)),
-                LOOM_I32, (const int64_t[]){382, 127, 1, -1, 101}, 5);
+                LOOM_I16, (const int64_t[]){382, 127, 1, -1, 101}, 5);
     expect_ints("argmax(i8)", loom_argmax(x, 0, false), LOOM_I64, (const int64_t[]){0}, 1);
     expect_ints("argmin(i8)", loom_argmin(x, 0, false), LOOM_I64, (const int64_t[]){1}, 1);
     expect_ints("max(i8)", loom_max(x, (const int[]){0}, 1, false), LOOM_I8, (const int64_t[]){127},
@@ -367,7 +500,7 @@ static void test_i8_torch_samples(void) {
                 LOOM_I8, (const int64_t[]){100, 56, 10, 15}, 4);
     const loom_dtype other[] = {LOOM_BOOL, LOOM_U8,   LOOM_I32, LOOM_I64,
                                 LOOM_F16,  LOOM_BF16, LOOM_F32, LOOM_F64};
-    const loom_dtype promoted[] = {LOOM_I8,  LOOM_I32,  LOOM_I32, LOOM_I64,
+    const loom_dtype promoted[] = {LOOM_I8,  LOOM_I16,  LOOM_I32, LOOM_I64,
                                    LOOM_F16, LOOM_BF16, LOOM_F32, LOOM_F64};
     for (int k = 0; k < 8; k++) {
       loom_tensor *y = loom_cast(x, other[k]);
@@ -386,13 +519,20 @@ static void test_i8_torch_samples(void) {
 static void test_tensor_ops_wrap(void) {
   static const int64_t i32[] = {INT32_MAX, INT32_MIN, 0, 1, -1, 46341, -46341, 3, -3, 31, 32, -2};
   static const int64_t i64[] = {INT64_MAX, INT64_MIN, 0, 1, -1, 3037000500, -3, 3, 63, 64, 41, -2};
+  static const int64_t i16[] = {INT16_MAX, INT16_MIN, 0, 1, -1, 181, -182, 3, -3, 15, 16, -2};
+  static const int64_t u16[] = {65535, 0, 1, 256, 255, 40000, 32768, 3, 15, 16, 17, 2};
+  static const int64_t u32[] = {UINT32_MAX, 0, 1,  65536, 65535, 3000000000,
+                                2147483648, 3, 31, 32,    41,    2};
+  static const int64_t u64[] = {-1, INT64_MIN, 0,  1, 3037000500, 1LL << 32, 3,
+                                63, 64,        41, 2, INT64_MAX}; /* U64's bits: -1 is 2^64 - 1 */
   static int64_t u8[256], i8[256];
   for (int i = 0; i < 256; i++) u8[i] = i, i8[i] = i - 128;
   const struct {
     loom_dtype d;
     const int64_t *v;
     int n;
-  } sets[] = {{LOOM_U8, u8, 256}, {LOOM_I8, i8, 256}, {LOOM_I32, i32, 12}, {LOOM_I64, i64, 12}};
+  } sets[] = {{LOOM_U8, u8, 256},  {LOOM_I8, i8, 256},  {LOOM_I32, i32, 12}, {LOOM_I64, i64, 12},
+              {LOOM_I16, i16, 12}, {LOOM_U16, u16, 12}, {LOOM_U32, u32, 12}, {LOOM_U64, u64, 12}};
   int64_t *got = malloc(sizeof(int64_t) * 256 * 256);
   for (int k = 0; k < (int)(sizeof sets / sizeof sets[0]); k++) {
     loom_dtype d = sets[k].d;
@@ -416,10 +556,11 @@ static void test_tensor_ops_wrap(void) {
         for (int i = 0; i < n && bad < 0; i++)
           for (int j = 0; j < n && bad < 0; j++) {
             uint64_t x = (uint64_t)v[i], y = (uint64_t)v[j];
-            want = op == 0   ? ref_int_wrap(x + y, d)
-                   : op == 1 ? ref_int_wrap(x - y, d)
-                   : op == 2 ? ref_int_wrap(x * y, d)
-                             : ref_int_pow(v[i], v[j], d);
+            want = op == 0              ? ref_int_wrap(x + y, d)
+                   : op == 1            ? ref_int_wrap(x - y, d)
+                   : op == 2            ? ref_int_wrap(x * y, d)
+                   : ref_is_unsigned(d) ? unsigned_pow(x, y, d)
+                                        : ref_int_pow(v[i], v[j], d);
             if (got[i * n + j] != want) bad = i * n + j;
           }
         CHECK_MSG(bad < 0, "%s %s(%lld, %lld) = %lld, expected %lld", loom_dtype_name(d), names[op],
@@ -431,7 +572,7 @@ static void test_tensor_ops_wrap(void) {
       int64_t neg[256], abs_v[256], sq[256];
       for (int i = 0; i < n; i++) {
         neg[i] = ref_int_wrap(0 - (uint64_t)v[i], d);
-        abs_v[i] = d == LOOM_U8 || v[i] >= 0 ? v[i] : neg[i];
+        abs_v[i] = ref_is_unsigned(d) || v[i] >= 0 ? v[i] : neg[i];
         sq[i] = ref_int_wrap((uint64_t)v[i] * (uint64_t)v[i], d);
       }
       expect_ints("neg", loom_neg(x), d, neg, n);
@@ -792,6 +933,7 @@ static void test_sums_with_infinities(void) {
 int main(void) {
   test_torch_samples();
   test_i8_torch_samples();
+  test_wide_int_samples();
   test_u8_scalar_ops_exhaustive();
   test_i8_scalar_ops_exhaustive();
   test_wide_scalar_ops_extremes();

@@ -321,8 +321,8 @@ static loom_tensor *leaf(loom_shape s) {
   return t;
 }
 
-static const loom_dtype ALL_DTYPES[] = {LOOM_F32, LOOM_F64,  LOOM_I32, LOOM_I64,
-                                        LOOM_U8,  LOOM_BOOL, LOOM_I8};
+static const loom_dtype ALL_DTYPES[] = {LOOM_F32, LOOM_F64, LOOM_I32, LOOM_I64, LOOM_U8, LOOM_BOOL,
+                                        LOOM_I8,  LOOM_I16, LOOM_U16, LOOM_U32, LOOM_U64};
 #define NDTYPES ((int)(sizeof ALL_DTYPES / sizeof ALL_DTYPES[0]))
 
 static void graphs_elementwise(loom_dtype dt) {

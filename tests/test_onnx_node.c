@@ -168,7 +168,7 @@ static bool same(loom_tensor *got, loom_tensor *want, char *why, size_t len) {
             !loom_copy_to_host(wy, y, (size_t)n * sizeof *y);
   if (!ok) snprintf(why, len, "the result could not be read: %s", loom_last_error());
   loom_dtype dt = loom_dtype_of(want);
-  bool exact = dt == LOOM_I32 || dt == LOOM_I64 || dt == LOOM_U8 || dt == LOOM_I8 || dt == LOOM_BOOL;
+  bool exact = !loom_dtype_is_float(dt); /* every integer dtype, and BOOL */
   for (int64_t i = 0; ok && i < n; i++) {
     if (isnan(x[i]) && isnan(y[i])) continue;
     bool close =

@@ -84,6 +84,11 @@ int main(void) {
   EXPECT(mk(LOOM_SHAPE(2), LOOM_U8, V(1, 255)), "tensor([  1, 255], dtype=torch.uint8)");
   EXPECT(mk(LOOM_SHAPE(5), LOOM_I8, V(127, -128, 1, -1, 100)),
          "tensor([ 127, -128,    1,   -1,  100], dtype=torch.int8)");
+  EXPECT(mk(LOOM_SHAPE(3), LOOM_I16, V(-32768, 1, 300)),
+         "tensor([-32768,      1,    300], dtype=torch.int16)");
+  EXPECT(mk(LOOM_SHAPE(2), LOOM_U16, V(65535, 7)), "tensor([65535,     7], dtype=torch.uint16)");
+  EXPECT(mk(LOOM_SHAPE(2), LOOM_U32, V(4294967295.0, 7)),
+         "tensor([4294967295,          7], dtype=torch.uint32)");
   /* bools */
   EXPECT(mk(LOOM_SHAPE(2), LOOM_BOOL, V(1, 0)), "tensor([ True, False])");
   EXPECT(mk(LOOM_SHAPE(2, 2), LOOM_BOOL, V(1, 0, 0, 1)),

@@ -104,6 +104,10 @@ static loom_tensor *random_data(loom_shape shape, loom_dtype dtype, unsigned see
     case LOOM_I64: ((int64_t *)buf)[i] = (int64_t)(r % 10); break;
     case LOOM_U8: buf[i] = (unsigned char)(r % 10); break;
     case LOOM_I8: ((int8_t *)buf)[i] = (int8_t)(int)(r % 256 - 128); break;
+    case LOOM_I16: ((int16_t *)buf)[i] = (int16_t)(int)(r % 65536 - 32768); break;
+    case LOOM_U16: ((uint16_t *)buf)[i] = (uint16_t)(r % 65536); break;
+    case LOOM_U32: ((uint32_t *)buf)[i] = (uint32_t)r * 2654435761u; break;
+    case LOOM_U64: ((uint64_t *)buf)[i] = (uint64_t)r * 0x9e3779b97f4a7c15ull; break;
     default: buf[i] = (unsigned char)(r & 1); break;
     }
   }
@@ -199,6 +203,18 @@ static void int8s(loom_tensor *const *in, loom_tensor **out) {
   out[2] = loom_argmin(q, 0, true);
   out[3] = loom_add(q, loom_cast(loom_transpose(q, 0, 1), LOOM_U8));
   out[4] = loom_where(loom_lt_s(q, 0), loom_neg(q), loom_mul_s(q, 3));
+}
+
+/* I16, U16, U32, U64 inputs (ONNX's integer tensors): wrapping arithmetic,
+ * unsigned comparisons, sums (I64; U64 for U64), NumPy's promotion, casts. */
+static void wide_ints(loom_tensor *const *in, loom_tensor **out) {
+  loom_tensor *a = in[0], *b = in[1], *c = in[2], *d = in[3];
+  out[0] = loom_add(loom_mul(a, a), loom_cast(b, LOOM_I16)); /* I16 with U16 -> I32 */
+  out[1] = loom_sum(loom_mul_s(b, 3), NULL, 0, false);
+  out[2] = loom_where(loom_gt_s(c, 2147483648.0), loom_sub_s(c, 7), loom_neg(c));
+  out[3] = loom_sum(loom_add(d, loom_cast(c, LOOM_U64)), NULL, 0, false);
+  out[4] = loom_max(loom_add(c, loom_cast(a, LOOM_I8)), NULL, 0, false); /* U32 with I8: I64 */
+  out[5] = loom_cast(loom_lt(d, loom_transpose(d, 0, 1)), LOOM_U16);
 }
 
 static void views(loom_tensor *const *in, loom_tensor **out) {
@@ -306,6 +322,12 @@ static const model models[] = {
     {"random", 1, 3, {LOOM_SHAPE(6, 9)}, {LOOM_F32}, random_draws},
     {"integers", 2, 8, {LOOM_SHAPE(7, 7), LOOM_SHAPE(7, 7)}, {LOOM_I32, LOOM_BOOL}, integers},
     {"int8", 1, 5, {LOOM_SHAPE(6, 6)}, {LOOM_I8}, int8s},
+    {"wide_ints",
+     4,
+     6,
+     {LOOM_SHAPE(6, 6), LOOM_SHAPE(6, 6), LOOM_SHAPE(6, 6), LOOM_SHAPE(6, 6)},
+     {LOOM_I16, LOOM_U16, LOOM_U32, LOOM_U64},
+     wide_ints},
     {"views", 1, 3, {LOOM_SHAPE(3, 10)}, {LOOM_F32}, views},
     {"split", 1, 2, {LOOM_SHAPE(300, 300)}, {LOOM_F32}, split},
     {"conv", 1, 2, {LOOM_SHAPE(2, 4, 9, 9)}, {LOOM_F32}, conv},

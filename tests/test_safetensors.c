@@ -235,7 +235,7 @@ static void test_round_trip_all_dtypes(void) {
 }
 
 /* I8 entries are loom's I8, both ways (they were read as I32, and an I8
- * tensor could not be saved). I16 still widens to I32. */
+ * tensor could not be saved). I16 is loom's I16 (it was widened to I32). */
 static void test_i8_entries(void) {
   const char *p = path_of("i8.safetensors");
   const unsigned char data[8] = {0x80, 0xff, 0x00, 0x7f,
@@ -249,9 +249,9 @@ static void test_i8_entries(void) {
   if (all) {
     loom_tensor *q = loom_params_get(all, "q"), *h = loom_params_get(all, "h");
     CHECK_EQ_INT(loom_dtype_of(q), LOOM_I8);
-    CHECK_EQ_INT(loom_dtype_of(h), LOOM_I32);
+    CHECK_EQ_INT(loom_dtype_of(h), LOOM_I16);
     int8_t qv[4] = {0};
-    int32_t hv[2] = {0};
+    int16_t hv[2] = {0};
     CHECK_OK(loom_copy_to_host(q, qv, sizeof qv));
     CHECK_OK(loom_copy_to_host(h, hv, sizeof hv));
     CHECK(qv[0] == -128 && qv[1] == -1 && qv[2] == 0 && qv[3] == 127);
@@ -289,6 +289,52 @@ static void test_i8_entries(void) {
   loom_params_free(wide);
   loom_params_free(dst);
   loom_params_free(src);
+}
+
+/* I16, U16, U32 and U64 entries read as loom's own dtypes (I16 and U16 were
+ * widened to I32, U32 to I64, U64 refused), every value exact, and save as
+ * themselves byte for byte. */
+static void test_wide_int_entries(void) {
+  const char *p = path_of("wide_ints.safetensors");
+  const int16_t i16[2] = {-32768, 32767};
+  const uint16_t u16[2] = {65535, 1};
+  const uint32_t u32[2] = {4294967295u, 3000000000u};
+  const uint64_t u64[2] = {18446744073709551615ull, 9223372036854775809ull};
+  unsigned char data[32];
+  memcpy(data, i16, 4), memcpy(data + 4, u16, 4), memcpy(data + 8, u32, 8);
+  memcpy(data + 16, u64, 16);
+  write_st(p,
+           "{\"a\":{\"dtype\":\"I16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+           "\"b\":{\"dtype\":\"U16\",\"shape\":[2],\"data_offsets\":[4,8]},"
+           "\"c\":{\"dtype\":\"U32\",\"shape\":[2],\"data_offsets\":[8,16]},"
+           "\"d\":{\"dtype\":\"U64\",\"shape\":[2],\"data_offsets\":[16,32]}}",
+           data, 32);
+  static const char *const names[4] = {"a", "b", "c", "d"};
+  static const char *const st_names[4] = {"\"I16\"", "\"U16\"", "\"U32\"", "\"U64\""};
+  const loom_dtype dts[4] = {LOOM_I16, LOOM_U16, LOOM_U32, LOOM_U64};
+  const void *vals[4] = {i16, u16, u32, u64};
+  const size_t sizes[4] = {4, 4, 8, 16};
+  loom_params *all = loom_safetensors_read(p, LOOM_CPU);
+  CHECK(all != NULL);
+  for (int i = 0; all && i < 4; i++) {
+    loom_tensor *t = loom_params_get(all, names[i]);
+    CHECK_EQ_INT(loom_dtype_of(t), dts[i]);
+    unsigned char got[16] = {0};
+    CHECK_OK(loom_copy_to_host(t, got, sizes[i]));
+    CHECK_MSG(memcmp(got, vals[i], sizes[i]) == 0, "%s read back", names[i]);
+    loom_free(t);
+  }
+  const char *q = path_of("wide_ints_saved.safetensors");
+  if (all) CHECK_OK(loom_params_save(all, q));
+  loom_params_free(all);
+  size_t len;
+  unsigned char *file = check_read_file(q, &len);
+  CHECK(file && len >= 32 && memcmp(file + len - 32, data, 32) == 0);
+  char header[512] = "";
+  if (file && len > 8)
+    memcpy(header, file + 8, len - 8 < sizeof header - 1 ? len - 8 : sizeof header - 1);
+  for (int i = 0; i < 4; i++) CHECK_STR_CONTAINS(header, st_names[i]);
+  free(file);
 }
 
 static void test_empty_collection(void) {
@@ -683,10 +729,10 @@ static void test_non_strict_and_cast(void) {
     loom_free(t);
     loom_params_free(all);
   }
-  write_st(p, "{\"big\":{\"dtype\":\"U64\",\"shape\":[1],\"data_offsets\":[0,8]}}", data, 8);
+  write_st(p, "{\"small\":{\"dtype\":\"F8_E4M3\",\"shape\":[1],\"data_offsets\":[0,1]}}", data, 1);
   CHECK(loom_safetensors_read(p, LOOM_CPU) == NULL);
   CHECK_STR_CONTAINS(loom_last_error(), "loom_safetensors_read");
-  CHECK_STR_CONTAINS(loom_last_error(), "'big': dtype U64 has no loom dtype");
+  CHECK_STR_CONTAINS(loom_last_error(), "'small': dtype F8_E4M3 has no loom dtype");
   loom_clear_error();
   CHECK(loom_safetensors_read(path_of("absent.safetensors"), LOOM_CPU) == NULL);
   CHECK_STR_CONTAINS(loom_last_error(), "cannot open");
@@ -752,6 +798,7 @@ int main(void) {
   }
   test_round_trip_all_dtypes();
   test_i8_entries();
+  test_wide_int_entries();
   test_empty_collection();
   test_exact_bytes();
   test_hand_written_file();

@@ -25,13 +25,14 @@ typedef struct item {
   int64_t pos;
 } item;
 
-static bool ints, descending;
+static bool ints, unsigned_ints, descending;
 
 static int cmp_items(const void *pa, const void *pb) {
   const item *a = pa, *b = pb;
   int c;
   if (ints) {
-    c = (a->i > b->i) - (a->i < b->i);
+    uint64_t ua = (uint64_t)a->i, ub = (uint64_t)b->i; /* U64: its bits */
+    c = unsigned_ints ? (ua > ub) - (ua < ub) : (a->i > b->i) - (a->i < b->i);
   } else {
     bool na = isnan(a->f), nb = isnan(b->f);
     c = na || nb ? (int)na - (int)nb : (a->f > b->f) - (a->f < b->f);
@@ -90,6 +91,11 @@ static loom_tensor *make(loom_dtype dt, int64_t rows, int64_t n, unsigned seed, 
       int64_t r = (int64_t)(next(&seed) % 23);
       v[x] = dt == LOOM_U8    ? r * 11
              : dt == LOOM_I8  ? (r - 11) * 11 + (r & 1) /* -121 to 122, ties */
+             : dt == LOOM_I16 ? (r - 11) * 2900 + (r & 1)
+             : dt == LOOM_U16 ? r * 2900
+             : dt == LOOM_U32 ? r * 190000000u /* past 2^31 */
+             : dt == LOOM_U64
+                 ? (int64_t)((uint64_t)r * ((uint64_t)1 << 59)) + (r & 1) /* past 2^63 */
              : dt == LOOM_I32 ? (r - 11) * 190000000
                               : (r - 11) * ((int64_t)1 << 58) + (r & 1); /* beyond 2^53 */
     }
@@ -124,7 +130,7 @@ static void check_rows(const char *how, loom_dtype dt, int64_t rows, int64_t n, 
     else
       CHECK_OK(loom_topk(x, k, 1, desc, &val, &idx));
     int64_t *want = malloc(sizeof *want * (size_t)(rows * k + 1));
-    ints = !f, descending = desc;
+    ints = !f, unsigned_ints = dt == LOOM_U64, descending = desc;
     reference(f, iv, rows, n, k, want);
     int64_t *got = host_i64(idx, rows * k);
     int wrong = 0;
@@ -155,8 +161,8 @@ static void check_rows(const char *how, loom_dtype dt, int64_t rows, int64_t n, 
   check_set_ctx("%s", "");
 }
 
-static const loom_dtype dtypes[] = {LOOM_F32, LOOM_F64, LOOM_BF16, LOOM_F16,
-                                    LOOM_I32, LOOM_I64, LOOM_U8,   LOOM_I8};
+static const loom_dtype dtypes[] = {LOOM_F32, LOOM_F64, LOOM_BF16, LOOM_F16, LOOM_I32, LOOM_I64,
+                                    LOOM_U8,  LOOM_I8,  LOOM_I16,  LOOM_U16, LOOM_U32, LOOM_U64};
 #define NDTYPES (int)(sizeof dtypes / sizeof dtypes[0])
 
 /* Every dtype over rows short (insertion), long with few kept (partial

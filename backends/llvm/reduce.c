@@ -45,7 +45,10 @@ static LLVMValueRef extreme(lm_cg *g, loom_dtype dt, bool highest) {
   case LOOM_I64: return LLVMConstInt(t, highest ? (uint64_t)INT64_MAX : (uint64_t)INT64_MIN, 1);
   case LOOM_I8:
     return LLVMConstInt(t, highest ? (uint64_t)INT8_MAX : (uint64_t)(int64_t)INT8_MIN, 1);
-  default: /* U8, BOOL: unsigned */ return highest ? LLVMConstAllOnes(t) : LLVMConstNull(t);
+  case LOOM_I16:
+    return LLVMConstInt(t, highest ? (uint64_t)INT16_MAX : (uint64_t)(int64_t)INT16_MIN, 1);
+  default: /* U8 U16 U32 U64, BOOL: unsigned */
+    return highest ? LLVMConstAllOnes(t) : LLVMConstNull(t);
   }
 }
 

@@ -205,7 +205,8 @@ static void put_int(sb *s, loom_dtype dt, int64_t v) {
     else
       sb_printf(s, "(%" PRId64 "LL)", v);
     break;
-  default: /* I32, U8, I8: truncated, as LLVMConstInt does */
+  case LOOM_U64: sb_printf(s, "(%" PRIu64 "ULL)", (uint64_t)v); break;
+  default: /* I32, U8, I8, I16, U16, U32: truncated, as LLVMConstInt does */
     sb_printf(s, "((%s)%" PRId64 "LL)", ctype(dt), v);
   }
 }
@@ -228,6 +229,10 @@ static void put_extreme(sb *s, loom_dtype dt, bool highest) {
   case LOOM_I64: put_int(s, dt, highest ? INT64_MAX : INT64_MIN); break;
   case LOOM_U8: sb_printf(s, "((unsigned char)%d)", highest ? 255 : 0); break;
   case LOOM_I8: sb_printf(s, "((signed char)%d)", highest ? 127 : -128); break;
+  case LOOM_I16: sb_printf(s, "((short)%d)", highest ? 32767 : -32768); break;
+  case LOOM_U16: sb_printf(s, "((unsigned short)%d)", highest ? 65535 : 0); break;
+  case LOOM_U32: sb_printf(s, "%s", highest ? "4294967295u" : "0u"); break;
+  case LOOM_U64: sb_printf(s, "%s", highest ? "18446744073709551615ull" : "0ull"); break;
   default: sb_printf(s, "%s", highest ? "true" : "false"); break;
   }
 }
@@ -262,7 +267,7 @@ static void put_neg_abs(sb *s, const lk_inst *in) {
     sb_printf(s, lm_dtype_is_float(in->dtype) ? "-v%d" : "lm_neg(v%d)", in->a);
   else if (lm_dtype_is_float(in->dtype))
     sb_printf(s, "lm_fabs(v%d)", in->a);
-  else if (in->dtype == LOOM_U8)
+  else if (lm_dtype_is_unsigned(in->dtype))
     sb_printf(s, "v%d", in->a);
   else /* wraps: abs(INT_MIN) == INT_MIN, as the CPU's select of the negation */
     sb_printf(s, "lm_iabs(v%d)", in->a);
@@ -277,8 +282,9 @@ static void put_compare(sb *s, const lk_inst *in) {
 }
 
 /* C++ conversions are the CPU's: float -> int truncates, ints wrap, U8 and
- * BOOL widen as unsigned, I8 as signed; to BOOL is != 0 (NaN: true). Out-of-range float ->
- * int conversions are undefined in the description (C's rule); CUDA saturates. */
+ * BOOL widen as unsigned, I8 as signed (each unsigned dtype as unsigned); to BOOL is != 0 (NaN:
+ * true). Out-of-range float -> int conversions are undefined in the description (C's rule); CUDA
+ * saturates. */
 static void put_cast(sb *s, const lk_kernel *k, const lk_inst *in) {
   loom_dtype from = k->inst[in->a].dtype, to = in->dtype;
   if (to == LOOM_BOOL)

@@ -63,8 +63,11 @@ LM_VEC4(int, int4, make_int4)
 LM_VEC4(unsigned char, uchar4, make_uchar4)
 LM_VEC4(signed char, char4, make_char4)
 LM_VEC4(unsigned short, ushort4, make_ushort4)
+LM_VEC4(short, short4, make_short4)
+LM_VEC4(unsigned int, uint4, make_uint4)
 LM_VEC2X2(double, double2, make_double2)
 LM_VEC2X2(long long, longlong2, make_longlong2)
+LM_VEC2X2(unsigned long long, ulonglong2, make_ulonglong2)
 
 // Integer arithmetic wraps, like the CPU's (and unlike C++ signed overflow).
 LM_DEV int lm_add(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
@@ -98,6 +101,30 @@ LM_DEV signed char lm_mul(signed char a, signed char b) {
   return (signed char)(unsigned char)((unsigned)a * (unsigned)b);
 }
 LM_DEV signed char lm_neg(signed char a) { return (signed char)(unsigned char)(0u - (unsigned)a); }
+// I16 and U16: as I8 (C++ computes a u16 product in int, which can overflow).
+LM_DEV short lm_add(short a, short b) { return (short)(unsigned short)((unsigned)a + (unsigned)b); }
+LM_DEV short lm_sub(short a, short b) { return (short)(unsigned short)((unsigned)a - (unsigned)b); }
+LM_DEV short lm_mul(short a, short b) { return (short)(unsigned short)((unsigned)a * (unsigned)b); }
+LM_DEV short lm_neg(short a) { return (short)(unsigned short)(0u - (unsigned)a); }
+LM_DEV unsigned short lm_add(unsigned short a, unsigned short b) {
+  return (unsigned short)((unsigned)a + (unsigned)b);
+}
+LM_DEV unsigned short lm_sub(unsigned short a, unsigned short b) {
+  return (unsigned short)((unsigned)a - (unsigned)b);
+}
+LM_DEV unsigned short lm_mul(unsigned short a, unsigned short b) {
+  return (unsigned short)((unsigned)a * (unsigned)b);
+}
+LM_DEV unsigned short lm_neg(unsigned short a) { return (unsigned short)(0u - (unsigned)a); }
+// U32 and U64: C++'s unsigned arithmetic wraps already.
+LM_DEV unsigned lm_add(unsigned a, unsigned b) { return a + b; }
+LM_DEV unsigned lm_sub(unsigned a, unsigned b) { return a - b; }
+LM_DEV unsigned lm_mul(unsigned a, unsigned b) { return a * b; }
+LM_DEV unsigned lm_neg(unsigned a) { return 0u - a; }
+LM_DEV unsigned long long lm_add(unsigned long long a, unsigned long long b) { return a + b; }
+LM_DEV unsigned long long lm_sub(unsigned long long a, unsigned long long b) { return a - b; }
+LM_DEV unsigned long long lm_mul(unsigned long long a, unsigned long long b) { return a * b; }
+LM_DEV unsigned long long lm_neg(unsigned long long a) { return 0ull - a; }
 LM_DEV float lm_add(float a, float b) { return a + b; }
 LM_DEV double lm_add(double a, double b) { return a + b; }
 // s + c += x, Knuth's two-sum: c collects what each addition rounds away
@@ -135,6 +162,16 @@ LM_DEV unsigned char lm_pow(unsigned char a, unsigned char e) {
 LM_DEV signed char lm_pow(signed char a, signed char e) {
   return e < 0 ? lm_ipow_below_zero(a, e) : lm_ipow<signed char, unsigned>(a, (unsigned)e);
 }
+LM_DEV short lm_pow(short a, short e) {
+  return e < 0 ? lm_ipow_below_zero(a, e) : lm_ipow<short, unsigned>(a, (unsigned)e);
+}
+LM_DEV unsigned short lm_pow(unsigned short a, unsigned short e) {
+  return lm_ipow<unsigned short, unsigned>(a, e);
+}
+LM_DEV unsigned lm_pow(unsigned a, unsigned e) { return lm_ipow<unsigned, unsigned>(a, e); }
+LM_DEV unsigned long long lm_pow(unsigned long long a, unsigned long long e) {
+  return lm_ipow<unsigned long long, unsigned long long>(a, e);
+}
 // float -> integer dtype: truncated, saturated at the dtype's limits, NaN 0
 // (as the CPU's llvm.fptosi.sat); C's own conversion is undefined out of range.
 template <typename T> LM_DEV T lm_sat(double x, double lo, double hi, T tlo, T thi) {
@@ -152,6 +189,18 @@ LM_DEV unsigned char lm_to_u8(double x) {
 }
 LM_DEV signed char lm_to_i8(double x) {
   return lm_sat<signed char>(x, -128.0, 127.0, (signed char)-128, (signed char)127);
+}
+LM_DEV short lm_to_i16(double x) {
+  return lm_sat<short>(x, -32768.0, 32767.0, (short)-32768, (short)32767);
+}
+LM_DEV unsigned short lm_to_u16(double x) {
+  return lm_sat<unsigned short>(x, 0.0, 65535.0, (unsigned short)0, (unsigned short)65535);
+}
+LM_DEV unsigned lm_to_u32(double x) {
+  return lm_sat<unsigned>(x, 0.0, 4294967295.0, 0u, 4294967295u);
+}
+LM_DEV unsigned long long lm_to_u64(double x) {
+  return lm_sat<unsigned long long>(x, 0.0, 18446744073709551616.0, 0ull, 18446744073709551615ull);
 }
 
 // max/min: a NaN operand gives NaN (the CPU's select: a wins if NaN or greater).
@@ -180,6 +229,14 @@ LM_DEV unsigned char lm_shfl(unsigned char v, int o) {
 }
 LM_DEV signed char lm_shfl(signed char v, int o) {
   return (signed char)__shfl_xor_sync(LM_FULL_MASK, (int)v, o);
+}
+LM_DEV short lm_shfl(short v, int o) { return (short)__shfl_xor_sync(LM_FULL_MASK, (int)v, o); }
+LM_DEV unsigned short lm_shfl(unsigned short v, int o) {
+  return (unsigned short)__shfl_xor_sync(LM_FULL_MASK, (int)v, o);
+}
+LM_DEV unsigned lm_shfl(unsigned v, int o) { return __shfl_xor_sync(LM_FULL_MASK, v, o); }
+LM_DEV unsigned long long lm_shfl(unsigned long long v, int o) {
+  return __shfl_xor_sync(LM_FULL_MASK, v, o);
 }
 LM_DEV bool lm_shfl(bool v, int o) { return __shfl_xor_sync(LM_FULL_MASK, (int)v, o) != 0; }
 // A warp's sum and largest value, in every lane (attention's rows of scores).

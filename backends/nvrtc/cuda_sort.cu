@@ -27,7 +27,8 @@ __device__ __forceinline__ unsigned long long lm_float_key(unsigned long long bi
   return (bits & sign) ? (~bits & all) : (bits | sign);
 }
 
-/* dtype: loom_dtype's value (f32 0, f64 1, i32 2, i64 3, u8 4, bf16 6, f16 7, i8 8) */
+/* dtype: loom_dtype's value (f32 0, f64 1, i32 2, i64 3, u8 4, bf16 6, f16 7, i8 8, i16 9,
+ * u16 10, u32 11, u64 12) */
 __device__ __forceinline__ unsigned long long lm_sort_key(const void *row, long long i,
                                                           long long dtype) {
   switch (dtype) {
@@ -40,6 +41,10 @@ __device__ __forceinline__ unsigned long long lm_sort_key(const void *row, long 
   case 6: return lm_float_key(((const unsigned short *)row)[i], 16, 0x7f80ull, 0x7full);
   case 7: return lm_float_key(((const unsigned short *)row)[i], 16, 0x7c00ull, 0x3ffull);
   case 8: return (unsigned char)((const signed char *)row)[i] ^ 0x80u;
+  case 9: return (unsigned short)((const short *)row)[i] ^ 0x8000u;
+  case 10: return ((const unsigned short *)row)[i];
+  case 11: return ((const unsigned int *)row)[i];
+  case 12: return ((const unsigned long long *)row)[i];
   default: return ((const unsigned char *)row)[i];
   }
 }
@@ -49,10 +54,10 @@ extern "C" __global__ void __launch_bounds__(256)
                  long long descending, long long rows) {
   __shared__ unsigned long long keys[256];
   const unsigned long long flip = descending ? ~0ull : 0ull;
-  const long long width = dtype == 1 || dtype == 3   ? 8
-                          : dtype == 0 || dtype == 2 ? 4
-                          : dtype == 4 || dtype == 8 ? 1
-                                                     : 2;
+  const long long width = dtype == 1 || dtype == 3 || dtype == 12   ? 8
+                          : dtype == 0 || dtype == 2 || dtype == 11 ? 4
+                          : dtype == 4 || dtype == 8                ? 1
+                                                                    : 2;
   const long long chunks = (n + 255) / 256, items = rows * chunks;
   for (long long item = blockIdx.x; item < items; item += gridDim.x) {
     const long long r = item / chunks, i = item % chunks * 256 + threadIdx.x;

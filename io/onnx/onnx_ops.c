@@ -30,7 +30,8 @@ const onnx_op *onnx_find_op(const char *op_type) {
 }
 
 bool onnx_is_integer(loom_dtype dt) {
-  return dt == LOOM_I32 || dt == LOOM_I64 || dt == LOOM_U8 || dt == LOOM_I8;
+  return dt == LOOM_I32 || dt == LOOM_I64 || dt == LOOM_U8 || dt == LOOM_I8 || dt == LOOM_I16 ||
+         dt == LOOM_U16 || dt == LOOM_U32 || dt == LOOM_U64;
 }
 
 bool onnx_is_float(loom_dtype dt) {

@@ -242,16 +242,16 @@ static const struct {
     {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, "float", LOOM_F32},
     {ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, "uint8", LOOM_U8},
     {ONNX__TENSOR_PROTO__DATA_TYPE__INT8, "int8", LOOM_I8},
-    {ONNX__TENSOR_PROTO__DATA_TYPE__UINT16, "uint16", -1},
-    {ONNX__TENSOR_PROTO__DATA_TYPE__INT16, "int16", -1},
+    {ONNX__TENSOR_PROTO__DATA_TYPE__UINT16, "uint16", LOOM_U16},
+    {ONNX__TENSOR_PROTO__DATA_TYPE__INT16, "int16", LOOM_I16},
     {ONNX__TENSOR_PROTO__DATA_TYPE__INT32, "int32", LOOM_I32},
     {ONNX__TENSOR_PROTO__DATA_TYPE__INT64, "int64", LOOM_I64},
     {ONNX__TENSOR_PROTO__DATA_TYPE__STRING, "string", -1},
     {ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, "bool", LOOM_BOOL},
     {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, "float16", LOOM_F16},
     {ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE, "double", LOOM_F64},
-    {ONNX__TENSOR_PROTO__DATA_TYPE__UINT32, "uint32", -1},
-    {ONNX__TENSOR_PROTO__DATA_TYPE__UINT64, "uint64", -1},
+    {ONNX__TENSOR_PROTO__DATA_TYPE__UINT32, "uint32", LOOM_U32},
+    {ONNX__TENSOR_PROTO__DATA_TYPE__UINT64, "uint64", LOOM_U64},
     {ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX64, "complex64", -1},
     {ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX128, "complex128", -1},
     {ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16, "bfloat16", LOOM_BF16},
@@ -377,6 +377,10 @@ static void widen_fields(const Onnx__TensorProto *tp, loom_dtype dt, int64_t n, 
     case LOOM_I32: ((int32_t *)dst)[i] = tp->int32_data[i]; break;
     case LOOM_U8: dst[i] = (uint8_t)tp->int32_data[i]; break;
     case LOOM_I8: ((int8_t *)dst)[i] = (int8_t)tp->int32_data[i]; break;
+    case LOOM_I16: ((int16_t *)dst)[i] = (int16_t)tp->int32_data[i]; break;
+    case LOOM_U16: ((uint16_t *)dst)[i] = (uint16_t)tp->int32_data[i]; break;
+    case LOOM_U32: ((uint32_t *)dst)[i] = (uint32_t)tp->uint64_data[i]; break;
+    case LOOM_U64: ((uint64_t *)dst)[i] = tp->uint64_data[i]; break;
     case LOOM_BOOL: dst[i] = tp->int32_data[i] != 0; break;
     case LOOM_F16:
     case LOOM_BF16: ((uint16_t *)dst)[i] = (uint16_t)tp->int32_data[i]; break;
@@ -390,6 +394,8 @@ static size_t field_count(const Onnx__TensorProto *tp, loom_dtype dt) {
   case LOOM_F32: return tp->n_float_data;
   case LOOM_F64: return tp->n_double_data;
   case LOOM_I64: return tp->n_int64_data;
+  case LOOM_U32:
+  case LOOM_U64: return tp->n_uint64_data;
   default: return tp->n_int32_data;
   }
 }

@@ -32,7 +32,9 @@ enum {
   NCCL_INT8 = 0,
   NCCL_UINT8 = 1,
   NCCL_INT32 = 2,
+  NCCL_UINT32 = 3,
   NCCL_INT64 = 4,
+  NCCL_UINT64 = 5,
   NCCL_FLOAT16 = 6,
   NCCL_FLOAT32 = 7,
   NCCL_FLOAT64 = 8,
@@ -123,6 +125,8 @@ static int nccl_dtype(loom_dtype dt) {
   case LOOM_I32: return NCCL_INT32;
   case LOOM_I64: return NCCL_INT64;
   case LOOM_I8: return NCCL_INT8;
+  case LOOM_U32: return NCCL_UINT32;
+  case LOOM_U64: return NCCL_UINT64;
   case LOOM_U8:
   case LOOM_BOOL: return NCCL_UINT8; /* 0 or 1: max is any, min is all */
   default: return -1;

@@ -138,6 +138,10 @@ static MPI_Datatype mpi_type(int dtype) {
   case LOOM_I32: return MPI_INT32_T;
   case LOOM_I64: return MPI_INT64_T;
   case LOOM_I8: return MPI_INT8_T;
+  case LOOM_I16: return MPI_INT16_T;
+  case LOOM_U16: return MPI_UINT16_T;
+  case LOOM_U32: return MPI_UINT32_T;
+  case LOOM_U64: return MPI_UINT64_T;
   case LOOM_U8:
   case LOOM_BOOL: return MPI_UINT8_T; /* 0 or 1: max is any, min is all */
   default: return MPI_DATATYPE_NULL;

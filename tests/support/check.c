@@ -62,6 +62,10 @@ double check_element(const void *data, int dtype, int64_t i) {
   case LOOM_BOOL:
   case LOOM_U8: return ((const uint8_t *)data)[i];
   case LOOM_I8: return ((const int8_t *)data)[i];
+  case LOOM_I16: return ((const int16_t *)data)[i];
+  case LOOM_U16: return ((const uint16_t *)data)[i];
+  case LOOM_U32: return ((const uint32_t *)data)[i];
+  case LOOM_U64: return (double)((const uint64_t *)data)[i];
   default: return NAN;
   }
 }

@@ -96,8 +96,11 @@ LM_EMU_VEC4(int4, int)
 LM_EMU_VEC4(uchar4, unsigned char)
 LM_EMU_VEC4(char4, signed char)
 LM_EMU_VEC4(ushort4, unsigned short)
+LM_EMU_VEC4(short4, short)
+LM_EMU_VEC4(uint4, unsigned int)
 LM_EMU_VEC2(double2, double)
 LM_EMU_VEC2(longlong2, long long)
+LM_EMU_VEC2(ulonglong2, unsigned long long)
 
 template <typename V> static inline V __ldca(const V *p) { return *p; }
 template <typename V> static inline void __stwb(V *p, V v) { *p = v; }

@@ -29,7 +29,8 @@ char *ref_shape_str(loom_shape s, char *buf, size_t n) {
 }
 
 const char *ref_dtype_str(loom_dtype d) {
-  static const char *names[] = {"F32", "F64", "I32", "I64", "U8", "BOOL", "BF16", "F16", "I8"};
+  static const char *names[] = {"F32", "F64", "I32", "I64", "U8",  "BOOL", "BF16",
+                                "F16", "I8",  "I16", "U16", "U32", "U64"};
   _Static_assert(sizeof names / sizeof names[0] == LOOM_NUM_DTYPES, "a name for every dtype");
   return (d >= 0 && d < LOOM_NUM_DTYPES) ? names[d] : "?";
 }
@@ -42,6 +43,10 @@ size_t ref_dtype_size(loom_dtype d) {
   case LOOM_I64: return 8;
   case LOOM_U8: return 1;
   case LOOM_I8: return 1;
+  case LOOM_I16:
+  case LOOM_U16: return 2;
+  case LOOM_U32: return 4;
+  case LOOM_U64: return 8;
   case LOOM_BOOL: return 1;
   default: return 0;
   }
@@ -49,7 +54,11 @@ size_t ref_dtype_size(loom_dtype d) {
 
 bool ref_is_float(loom_dtype d) { return d == LOOM_F32 || d == LOOM_F64; }
 bool ref_is_int(loom_dtype d) {
-  return d == LOOM_I32 || d == LOOM_I64 || d == LOOM_U8 || d == LOOM_I8;
+  return d == LOOM_I32 || d == LOOM_I64 || d == LOOM_U8 || d == LOOM_I8 || d == LOOM_I16 ||
+         ref_is_unsigned(d);
+}
+bool ref_is_unsigned(loom_dtype d) {
+  return d == LOOM_U8 || d == LOOM_U16 || d == LOOM_U32 || d == LOOM_U64;
 }
 
 double ref_cvt(double v, loom_dtype d) {
@@ -67,6 +76,10 @@ double ref_cvt(double v, loom_dtype d) {
   case LOOM_I64: return (double)x;
   case LOOM_U8: return (double)(uint8_t)(uint64_t)x;
   case LOOM_I8: return (double)(int8_t)(uint8_t)(uint64_t)x;
+  case LOOM_I16: return (double)(int16_t)(uint16_t)(uint64_t)x;
+  case LOOM_U16: return (double)(uint16_t)(uint64_t)x;
+  case LOOM_U32: return (double)(uint32_t)(uint64_t)x;
+  case LOOM_U64: return t >= 0x1p63 ? (t >= 0x1p64 ? 0x1p64 : t) : (double)(uint64_t)x;
   default: return v;
   }
 }
@@ -75,20 +88,34 @@ static int dtype_cat(loom_dtype d) { return d == LOOM_BOOL ? 0 : ref_is_int(d) ?
 static int dtype_rank(loom_dtype d) {
   switch (d) {
   case LOOM_BOOL: return 0;
-  case LOOM_U8:
-  case LOOM_I8: return 1;
-  case LOOM_I32: return 2;
-  case LOOM_I64: return 3;
   case LOOM_F32: return 4;
   case LOOM_F64: return 5;
   default: return -1;
   }
 }
 
-/* torch's int8 with uint8 is int16; loom has none and gives I32. */
+/* Integers: the first dtype, smallest first, whose range holds both ranges
+ * (NumPy's rule); none for U64 with a signed dtype, where loom gives I64. */
+static loom_dtype int_holding_both(loom_dtype a, loom_dtype b) {
+  static const struct {
+    loom_dtype d;
+    double lo, hi;
+  } ranges[] = {{LOOM_U8, 0, 255},         {LOOM_I8, -128, 127},
+                {LOOM_U16, 0, 65535},      {LOOM_I16, -32768, 32767},
+                {LOOM_U32, 0, 0x1p32 - 1}, {LOOM_I32, -0x1p31, 0x1p31 - 1},
+                {LOOM_U64, 0, 0x1p64},     {LOOM_I64, -0x1p63, 0x1p63}};
+  int n = (int)(sizeof ranges / sizeof ranges[0]), ia = 0, ib = 0;
+  while (ranges[ia].d != a) ia++;
+  while (ranges[ib].d != b) ib++;
+  double lo = fmin(ranges[ia].lo, ranges[ib].lo), hi = fmax(ranges[ia].hi, ranges[ib].hi);
+  for (int i = 0; i < n; i++)
+    if (ranges[i].lo <= lo && ranges[i].hi >= hi) return ranges[i].d;
+  return LOOM_I64;
+}
+
 loom_dtype ref_promote(loom_dtype a, loom_dtype b) {
   if (dtype_cat(a) != dtype_cat(b)) return dtype_cat(a) > dtype_cat(b) ? a : b;
-  if (a != b && dtype_rank(a) == 1 && dtype_rank(b) == 1) return LOOM_I32;
+  if (dtype_cat(a) == 1) return int_holding_both(a, b);
   return dtype_rank(a) >= dtype_rank(b) ? a : b;
 }
 
@@ -195,8 +222,8 @@ ref_t *ref_rand(loom_shape s, loom_dtype d, double lo, double hi) {
       v = lo + (hi - lo) * ref_rand_uniform();
     else {
       int64_t l = (int64_t)ceil(lo), h = (int64_t)floor(hi);
-      if (d == LOOM_U8 && l < 0) l = 0;
-      if (d == LOOM_U8 && h < l) h = l;
+      if (ref_is_unsigned(d) && l < 0) l = 0;
+      if (ref_is_unsigned(d) && h < l) h = l;
       v = (double)ref_rand_int(l, h);
     }
     r->data[i] = ref_cvt(v, d);
@@ -238,6 +265,26 @@ void *ref_pack(const ref_t *a, size_t *bytes) {
     case LOOM_I8: {
       int8_t x = (int8_t)v;
       memcpy(p, &x, 1);
+      break;
+    }
+    case LOOM_I16: {
+      int16_t x = (int16_t)v;
+      memcpy(p, &x, 2);
+      break;
+    }
+    case LOOM_U16: {
+      uint16_t x = (uint16_t)v;
+      memcpy(p, &x, 2);
+      break;
+    }
+    case LOOM_U32: {
+      uint32_t x = (uint32_t)v;
+      memcpy(p, &x, 4);
+      break;
+    }
+    case LOOM_U64: {
+      uint64_t x = v >= 0x1p64 ? UINT64_MAX : (uint64_t)v;
+      memcpy(p, &x, 8);
       break;
     }
     case LOOM_BOOL: {
@@ -289,6 +336,30 @@ ref_t *ref_unpack(const void *buf, loom_shape s, loom_dtype d) {
       int8_t x;
       memcpy(&x, p, 1);
       v = x;
+      break;
+    }
+    case LOOM_I16: {
+      int16_t x;
+      memcpy(&x, p, 2);
+      v = x;
+      break;
+    }
+    case LOOM_U16: {
+      uint16_t x;
+      memcpy(&x, p, 2);
+      v = x;
+      break;
+    }
+    case LOOM_U32: {
+      uint32_t x;
+      memcpy(&x, p, 4);
+      v = x;
+      break;
+    }
+    case LOOM_U64: {
+      uint64_t x;
+      memcpy(&x, p, 8);
+      v = (double)x;
       break;
     }
     case LOOM_BOOL: {
@@ -415,6 +486,9 @@ int64_t ref_int_wrap(uint64_t v, loom_dtype d) {
   switch (d) {
   case LOOM_U8: return (uint8_t)v;
   case LOOM_I8: return (int8_t)(uint8_t)v;
+  case LOOM_I16: return (int16_t)(uint16_t)v;
+  case LOOM_U16: return (uint16_t)v;
+  case LOOM_U32: return (uint32_t)v;
   case LOOM_I32: return (int32_t)(uint32_t)v;
   case LOOM_BOOL: return v != 0;
   default: return (int64_t)v;
@@ -433,12 +507,16 @@ int64_t ref_int_pow(int64_t base, int64_t e, loom_dtype d) {
 
 /* Integers compute modulo 2^64 and wrap to ct: exact, where a product of
  * doubles past 2^53 was not (I64 values past 2^53 still round in a ref_t). */
-static double iwrap(uint64_t v, loom_dtype ct) { return (double)ref_int_wrap(v, ct); }
+static double iwrap(uint64_t v, loom_dtype ct) {
+  return ct == LOOM_U64 ? (double)v : (double)ref_int_wrap(v, ct);
+}
+/* An integer value's bits modulo 2^64 (U64's past 2^63 too). */
+static uint64_t ibits(double x) { return x >= 0x1p63 ? (uint64_t)x : (uint64_t)(int64_t)x; }
 
 /* One element of a binary op computed in dtype ct (inputs already in ct). */
 static double binop_apply(ref_binop op, double x, double y, loom_dtype ct) {
   if (ref_is_int(ct) && (op == REF_ADD || op == REF_SUB || op == REF_MUL)) {
-    uint64_t a = (uint64_t)(int64_t)x, b = (uint64_t)(int64_t)y;
+    uint64_t a = ibits(x), b = ibits(y);
     return iwrap(op == REF_ADD ? a + b : op == REF_SUB ? a - b : a * b, ct);
   }
   switch (op) {
@@ -447,6 +525,8 @@ static double binop_apply(ref_binop op, double x, double y, loom_dtype ct) {
   case REF_MUL: return x * y;
   case REF_DIV: return x / y;
   case REF_POW:
+    if (ct == LOOM_U64)
+      return (double)(uint64_t)ref_int_pow((int64_t)ibits(x), (int64_t)ibits(y), ct);
     return ref_is_float(ct) ? pow(x, y) : (double)ref_int_pow((int64_t)x, (int64_t)y, ct);
   case REF_MAXIMUM: return (x != x || y != y) ? NAN : (x > y ? x : y);
   case REF_MINIMUM: return (x != x || y != y) ? NAN : (x < y ? x : y);
@@ -628,8 +708,14 @@ ref_t *ref_clamp(const ref_t *a, double lo, double hi) {
 static double saturated(double v, loom_dtype d) {
   if (v != v) return 0;
   double t = trunc(v);
-  double lo = d == LOOM_I32 ? -0x1p31 : d == LOOM_I64 ? -0x1p63 : 0;
-  double hi = d == LOOM_I32 ? 0x1p31 - 1 : d == LOOM_I64 ? 0x1p63 : 255;
+  double lo = d == LOOM_I32 ? -0x1p31 : d == LOOM_I64 ? -0x1p63 : d == LOOM_I16 ? -32768 : 0;
+  double hi = d == LOOM_I32   ? 0x1p31 - 1
+              : d == LOOM_I64 ? 0x1p63
+              : d == LOOM_I16 ? 32767
+              : d == LOOM_U16 ? 65535
+              : d == LOOM_U32 ? 0x1p32 - 1
+              : d == LOOM_U64 ? 0x1p64 - 2048 /* the largest double below 2^64 */
+                              : 255;
   if (d == LOOM_I64 && t >= hi) return (double)INT64_MAX;
   return t < lo ? lo : t > hi ? hi : t;
 }
@@ -638,7 +724,8 @@ ref_t *ref_cast(const ref_t *a, loom_dtype d) {
   if (!a) return NULL;
   ref_t *r = ref_new(a->shape, d);
   bool from_float = a->dtype == LOOM_F32 || a->dtype == LOOM_F64;
-  bool to_int = d == LOOM_I32 || d == LOOM_I64 || d == LOOM_U8;
+  bool to_int = d == LOOM_I32 || d == LOOM_I64 || d == LOOM_U8 || d == LOOM_I16 || d == LOOM_U16 ||
+                d == LOOM_U32 || d == LOOM_U64;
   for (int64_t i = 0; i < a->numel; i++)
     r->data[i] = from_float && to_int ? saturated(a->data[i], d) : ref_cvt(a->data[i], d);
   return r;
@@ -691,7 +778,7 @@ static ref_t *reduce(int kind, const ref_t *a, const int *axes, int naxes, bool 
   for (int i = 0; i < a->shape.ndim; i++)
     if (red[i]) count *= a->shape.dim[i];
   loom_dtype od = a->dtype;
-  if (kind == RED_SUM && !ref_is_float(a->dtype)) od = LOOM_I64;
+  if (kind == RED_SUM && !ref_is_float(a->dtype)) od = a->dtype == LOOM_U64 ? LOOM_U64 : LOOM_I64;
   if (kind == RED_MEAN && !ref_is_float(a->dtype)) return NULL;
   if ((kind == RED_MAX || kind == RED_MIN) && count == 0 && ref_shape_numel(os) > 0) return NULL;
   ref_t *r = ref_new(os, od);

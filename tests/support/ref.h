@@ -39,7 +39,8 @@ char *ref_shape_str(loom_shape s, char *buf, size_t n);
 const char *ref_dtype_str(loom_dtype d);
 size_t ref_dtype_size(loom_dtype d);
 bool ref_is_float(loom_dtype d);
-bool ref_is_int(loom_dtype d); /* U8, I32, I64 (not BOOL) */
+bool ref_is_int(loom_dtype d);      /* U8 ... U64 (not BOOL) */
+bool ref_is_unsigned(loom_dtype d); /* U8 U16 U32 U64 */
 /* Rounds v to a value of dtype d: float32 via (float), ints truncate toward zero
  * and wrap (U8 mod 256), BOOL -> v != 0. NaN stays NaN for floats. */
 double ref_cvt(double v, loom_dtype d);
@@ -324,9 +325,9 @@ static inline ref_t *ref_gen(loom_shape s, loom_dtype d, ref_domain dom) {
   switch (dom) {
   case DOM_ANY:
   case DOM_QUANT:
-    if (!fl) lo = d == LOOM_U8 ? 0 : -5, hi = d == LOOM_U8 ? 10 : 5;
+    if (!fl) lo = ref_is_unsigned(d) ? 0 : -5, hi = ref_is_unsigned(d) ? 10 : 5;
     break;
-  case DOM_POS: lo = fl ? 0.1 : 1, hi = fl ? 3 : (d == LOOM_U8 ? 10 : 6); break;
+  case DOM_POS: lo = fl ? 0.1 : 1, hi = fl ? 3 : (ref_is_unsigned(d) ? 10 : 6); break;
   case DOM_EXPO:
     if (!fl) lo = 0, hi = 3;
     break;
@@ -502,7 +503,8 @@ static const ref_binop_case ref_binops[] = {
 #define REF_NUM_BINOP_CASES ((int)(sizeof ref_binops / sizeof ref_binops[0]))
 
 static const loom_dtype ref_all_dtypes[] = {LOOM_F32, LOOM_F64,  LOOM_I32, LOOM_I64,
-                                            LOOM_U8,  LOOM_BOOL, LOOM_I8};
+                                            LOOM_U8,  LOOM_BOOL, LOOM_I8,  LOOM_I16,
+                                            LOOM_U16, LOOM_U32,  LOOM_U64};
 
 /* ---------------------------------------------------------------- generic checks
  * Each builds inputs through view v, runs the loom op, checks against the
