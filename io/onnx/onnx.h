@@ -194,6 +194,9 @@ int onnx_rank(const loom_tensor *t);
 loom_status onnx_trailing_axes(onnx_node *n, int rank, int *axes, int *count);
 bool onnx_is_integer(loom_dtype dt);
 bool onnx_is_float(loom_dtype dt);
+/* An integer dtype's least and greatest values as doubles that convert back
+ * exactly (-inf and inf for a float dtype). */
+void onnx_int_range(loom_dtype dt, double *lo, double *hi);
 loom_shape onnx_shape(const loom_tensor *t);
 /* A 0-d tensor of dtype holding value. */
 loom_tensor *onnx_scalar_like(double value, const loom_tensor *like);

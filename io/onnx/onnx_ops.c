@@ -1,4 +1,5 @@
 /* The op table's lookup, and helpers every op family uses. */
+#include <math.h>
 #include <string.h>
 
 #include "io/onnx/onnx.h"
@@ -32,6 +33,22 @@ const onnx_op *onnx_find_op(const char *op_type) {
 bool onnx_is_integer(loom_dtype dt) {
   return dt == LOOM_I32 || dt == LOOM_I64 || dt == LOOM_U8 || dt == LOOM_I8 || dt == LOOM_I16 ||
          dt == LOOM_U16 || dt == LOOM_U32 || dt == LOOM_U64;
+}
+
+void onnx_int_range(loom_dtype dt, double *lo, double *hi) {
+  switch (dt) {
+  case LOOM_I8: *lo = -128, *hi = 127; break;
+  case LOOM_U8: *lo = 0, *hi = 255; break;
+  case LOOM_I16: *lo = -32768, *hi = 32767; break;
+  case LOOM_U16: *lo = 0, *hi = 65535; break;
+  case LOOM_I32: *lo = -2147483648.0, *hi = 2147483647.0; break;
+  case LOOM_U32: *lo = 0, *hi = 4294967295.0; break;
+  /* the doubles nearest the ends that convert back inside the range */
+  case LOOM_I64: *lo = -9223372036854775808.0, *hi = 9223372036854774784.0; break;
+  case LOOM_U64: *lo = 0, *hi = 18446744073709549568.0; break;
+  case LOOM_BOOL: *lo = 0, *hi = 1; break;
+  default: *lo = -INFINITY, *hi = INFINITY; break;
+  }
 }
 
 bool onnx_is_float(loom_dtype dt) {

@@ -166,11 +166,8 @@ static loom_status op_max_pool(onnx_node *n) {
     return onnx_refuse(n, LOOM_ERR_VALUE, "its Indices output is not computed by loom");
   /* pads never win: -inf, or an integer dtype's least value */
   loom_dtype dt = loom_dtype_of(x);
-  double least = onnx_is_float(dt) ? -INFINITY
-                 : dt == LOOM_I8   ? -128
-                 : dt == LOOM_I32  ? -2147483648.0
-                 : dt == LOOM_I64  ? -9223372036854775808.0
-                                   : 0;
+  double least, greatest;
+  onnx_int_range(dt, &least, &greatest);
   loom_tensor *padded = pad_window(x, &w, least, least);
   int64_t k[3] = {0};
   loom_tensor *r = NULL;

@@ -42,16 +42,11 @@ static loom_status fit_param(onnx_node *n, loom_tensor *p, loom_shape s, int axi
   return LOOM_OK;
 }
 
-static double dtype_min(loom_dtype dt) {
-  return dt == LOOM_I8 ? -128 : dt == LOOM_I32 ? -2147483648.0 : 0;
-}
-static double dtype_max(loom_dtype dt) {
-  return dt == LOOM_I8 ? 127 : dt == LOOM_I32 ? 2147483647.0 : 255;
-}
-
 /* round-half-even(v) + zero point, saturated to dt. */
 static loom_tensor *saturate(loom_tensor *v, loom_dtype dt) {
-  return loom_cast(loom_clamp(loom_round(v), dtype_min(dt), dtype_max(dt)), dt);
+  double lo, hi;
+  onnx_int_range(dt, &lo, &hi);
+  return loom_cast(loom_clamp(loom_round(v), lo, hi), dt);
 }
 
 /* Inputs 1 and 2 (the scale, the optional zero point) fitted to x by the axis
@@ -81,8 +76,9 @@ static loom_status op_quantize_linear(onnx_node *n) {
     if (d < 0) return onnx_refuse(n, LOOM_ERR_DTYPE, "output_dtype %s", name);
     out = (loom_dtype)d;
   }
-  if (out != LOOM_U8 && out != LOOM_I8 && out != LOOM_I32)
-    return onnx_refuse(n, LOOM_ERR_DTYPE, "quantizing to %s: loom quantizes to uint8, int8, int32",
+  if (out != LOOM_U8 && out != LOOM_I8 && out != LOOM_U16 && out != LOOM_I16 && out != LOOM_I32)
+    return onnx_refuse(n, LOOM_ERR_DTYPE,
+                       "quantizing to %s: loom quantizes to uint8, int8, uint16, int16, int32",
                        loom_dtype_name(out));
   loom_tensor *scale, *zp;
   loom_status st = scale_and_zero_point(n, x, &scale, &zp);

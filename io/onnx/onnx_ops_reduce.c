@@ -51,22 +51,16 @@ static loom_status reduce(onnx_node *n, reduction kind, int64_t axes_input_since
       if (!reduced[d] || keep) out.dim[out.ndim++] = reduced[d] ? 1 : in.dim[d];
     bool fl = onnx_is_float(dt);
     double v = 0;
+    double least, greatest;
+    onnx_int_range(dt, &least, &greatest);
     if (kind == R_MAX || kind == R_LOG_SUM || kind == R_LOG_SUM_EXP)
-      v = fl               ? -INFINITY
-          : dt == LOOM_I64 ? -9223372036854775808.0
-          : dt == LOOM_I32 ? -2147483648.0
-                           : 0;
+      v = least;
     else if (kind == R_MIN)
-      v = fl               ? INFINITY
-          : dt == LOOM_I64 ? 9223372036854775807.0
-          : dt == LOOM_I32 ? 2147483647.0
-                           : 255;
+      v = greatest;
     else if (kind == R_PROD)
       v = 1;
     else if (kind == R_MEAN)
-      v = NAN;
-    if (!fl && !isfinite(v)) v = 0;
-    if (dt == LOOM_I64 && v > 9.2e18) v = 9223372036854774784.0; /* the largest double below 2^63 */
+      v = fl ? NAN : 0; /* an integer mean of nothing: 0 (a full of NaN is refused) */
     onnx_out(n, 0, loom_full(out, v, dt, LOOM_CPU));
     return LOOM_OK;
   }

@@ -304,12 +304,11 @@ static loom_status resize(onnx_node *n, bool upsample) {
   }
   if (onnx_is_float(dt))
     r = loom_cast(r, dt);
-  else
-    r = loom_cast(loom_clamp(loom_round(r), dt == LOOM_I8 ? -128 : 0,
-                             dt == LOOM_I8   ? 127
-                             : dt == LOOM_U8 ? 255
-                                             : INFINITY),
-                  dt);
+  else {
+    double lo, hi;
+    onnx_int_range(dt, &lo, &hi);
+    r = loom_cast(loom_clamp(loom_round(r), lo, hi), dt);
+  }
   onnx_out(n, 0, r);
   return LOOM_OK;
 }
