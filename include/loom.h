@@ -817,7 +817,9 @@ typedef struct loom_onnx_input {
   loom_tensor *value;
 } loom_onnx_input;
 /* Options (NULL for all defaults): dims fixes symbolic dims, so that the
- * program takes only those sizes there; inputs fixes inputs' values. */
+ * program takes only those sizes there; inputs fixes inputs' values. Each list is
+ * read for its count's length: dims with ndims 0 fixes nothing; a count
+ * without its list is LOOM_ERR_NULL. */
 typedef struct loom_onnx_opts {
   const loom_onnx_dim *dims;
   int ndims;

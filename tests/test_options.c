@@ -254,6 +254,13 @@ static void row_onnx_opts(void) {
   check_refused(loom_last_status(), LOOM_ERR_VALUE, "'seq', which is no symbolic dim");
   CHECK(!loom_onnx_load(path, &(loom_onnx_opts){.ndims = 1}));
   check_refused(loom_last_status(), LOOM_ERR_NULL, "opts->dims or opts->inputs is NULL");
+  /* one field alone: a list is read for its count, so .dims without .ndims fixes
+   * nothing (the batch stays a symbol), and a count without its list is refused */
+  p = loom_onnx_load(path, &(loom_onnx_opts){.dims = &(loom_onnx_dim){"batch", 3}});
+  CHECK(p && loom_program_num_symbols(p) == 1);
+  loom_program_free(p);
+  CHECK(!loom_onnx_load(path, &(loom_onnx_opts){.ninputs = 1}));
+  check_refused(loom_last_status(), LOOM_ERR_NULL, "opts->dims or opts->inputs is NULL");
   loom_tensor *x = loom_ones(LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU);
   p = loom_onnx_load(path, &(loom_onnx_opts){.inputs = &(loom_onnx_input){"x", x}, .ninputs = 1});
   CHECK(p && loom_program_num_inputs(p) == 0);

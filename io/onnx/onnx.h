@@ -190,6 +190,9 @@ loom_status onnx_conv(onnx_node *n, loom_tensor *x, loom_tensor *w, loom_tensor 
 
 /* Helpers the families share (onnx_ops.c). */
 int onnx_rank(const loom_tensor *t);
+/* CumSum's and CumProd's axis (input 1) and their exclusive and reverse attributes. */
+loom_status onnx_running_axis(onnx_node *n, loom_tensor *x, int *axis, bool *exclusive,
+                              bool *reverse);
 /* The dims from the `axis` attribute (default -1) to the last (the norms'). */
 loom_status onnx_trailing_axes(onnx_node *n, int rank, int *axes, int *count);
 bool onnx_is_integer(loom_dtype dt);

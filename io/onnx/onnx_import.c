@@ -1077,7 +1077,8 @@ loom_program *loom_onnx_load(const char *path, const loom_onnx_opts *opts) {
     lm_fail(LOOM_ERR_NULL, "%s: path is NULL", api);
     return NULL;
   }
-  if (opts && ((opts->ndims && !opts->dims) || (opts->ninputs && !opts->inputs))) {
+  if (opts && ((opts->ndims && !opts->dims) || (opts->ninputs && !opts->inputs) ||
+               opts->ndims < 0 || opts->ninputs < 0)) {
     lm_fail(LOOM_ERR_NULL, "%s: opts->dims or opts->inputs is NULL with a count", api);
     return NULL;
   }

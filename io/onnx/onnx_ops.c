@@ -63,6 +63,17 @@ loom_status onnx_trailing_axes(onnx_node *n, int rank, int *axes, int *count) {
   return st;
 }
 
+loom_status onnx_running_axis(onnx_node *n, loom_tensor *x, int *axis, bool *exclusive,
+                              bool *reverse) {
+  int64_t a;
+  int count;
+  loom_status st = onnx_ints(n, 1, &a, 1, &count);
+  if (!st) st = onnx_axis(n, a, onnx_rank(x), axis);
+  *exclusive = onnx_attr_int(n, "exclusive", 0) != 0;
+  *reverse = onnx_attr_int(n, "reverse", 0) != 0;
+  return st;
+}
+
 int onnx_rank(const loom_tensor *t) { return loom_ndim(t); }
 
 loom_shape onnx_shape(const loom_tensor *t) { return loom_shape_of(t); }

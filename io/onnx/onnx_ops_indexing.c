@@ -275,11 +275,10 @@ static loom_status op_top_k(onnx_node *n) {
 /* Running products by doubling (Hillis-Steele): log2(n) shifted products. */
 static loom_status op_cum_prod(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0);
-  int64_t a;
-  int count, axis;
-  loom_status st = onnx_ints(n, 1, &a, 1, &count);
-  if (st || (st = onnx_axis(n, a, onnx_rank(x), &axis))) return st;
-  bool exclusive = onnx_attr_int(n, "exclusive", 0), reverse = onnx_attr_int(n, "reverse", 0);
+  int axis;
+  bool exclusive, reverse;
+  loom_status st = onnx_running_axis(n, x, &axis, &exclusive, &reverse);
+  if (st) return st;
   int64_t len = loom_shape_of(x).dim[axis];
   loom_tensor *c = reverse ? loom_flip(x, axis) : loom_retain(x);
   if (exclusive && len > 0) c = pad_axis(loom_slice(c, axis, 0, len - 1, 1), axis, 1, 0, 1);

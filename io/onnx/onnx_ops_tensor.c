@@ -553,11 +553,10 @@ static loom_status op_dropout(onnx_node *n) {
 
 static loom_status op_cumsum(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0);
-  int64_t a;
-  int count, axis;
-  loom_status st = onnx_ints(n, 1, &a, 1, &count);
-  if (st || (st = onnx_axis(n, a, onnx_rank(x), &axis))) return st;
-  bool exclusive = onnx_attr_int(n, "exclusive", 0), reverse = onnx_attr_int(n, "reverse", 0);
+  int axis;
+  bool exclusive, reverse;
+  loom_status st = onnx_running_axis(n, x, &axis, &exclusive, &reverse);
+  if (st) return st;
   loom_tensor *r = reverse ? loom_flip(x, axis) : loom_retain(x);
   loom_tensor *c = loom_cumsum(r, axis);
   if (exclusive) c = loom_sub(c, r);
