@@ -536,6 +536,170 @@ static void test_scatter_duplicates(void) {
   }
 }
 
+/* ------------------------------------------------------------ narrow types */
+
+/* An independent reference for the float formats: the nearest of every
+ * finite value (ties to the even code), past the greatest one saturating. */
+typedef struct float_format {
+  int32_t onnx;
+  int exp_bits, mant, bias;
+  bool fn, fnuz, ieee; /* NaN at all ones, NaN at 0x80, IEEE specials */
+} float_format;
+
+static double format_value(const float_format *f, int code, bool *special) {
+  int bits = 1 + f->exp_bits + f->mant, exp = code >> f->mant & ((1 << f->exp_bits) - 1);
+  int mant = code & ((1 << f->mant) - 1), all = (1 << f->exp_bits) - 1;
+  *special = (f->fn && exp == all && mant == (1 << f->mant) - 1) || (f->ieee && exp == all) ||
+             (f->fnuz && code == 1 << (bits - 1));
+  double v =
+      exp ? ldexp(1 + ldexp(mant, -f->mant), exp - f->bias) : ldexp(mant, 1 - f->bias - f->mant);
+  return code >> (bits - 1) ? -v : v;
+}
+
+static double reference_round(const float_format *f, double x) {
+  if (x != x) return NAN;
+  int ncodes = 1 << (1 + f->exp_bits + f->mant);
+  double best = 0, max = 0;
+  int best_code = -1, max_code = 0;
+  for (int c = 0; c < ncodes / 2; c++) { /* the non-negative codes */
+    bool special;
+    double v = format_value(f, c, &special);
+    if (special) continue;
+    if (v > max) max = v, max_code = c;
+    double d = fabs(fabs(x) - v), bd = fabs(fabs(x) - best);
+    if (best_code < 0 || d < bd || (d == bd && c % 2 == 0)) best = v, best_code = c;
+  }
+  /* past the greatest value lies the next code's value, were it finite */
+  double next = max + (max - format_value(f, max_code - 1, &(bool){0}));
+  double dn = fabs(fabs(x) - next), db = fabs(fabs(x) - best);
+  if (fabs(x) > max && (dn < db || (dn == db && (max_code + 1) % 2 == 0))) best = max;
+  if (f->fnuz && best == 0) return 0;
+  return x < 0 ? -best : best;
+}
+
+/* y = CastLike(x, w) with w an initializer of each narrow type (its odd count
+ * packed), the same with the two swapped (w read back), and a model whose
+ * input is narrow, cast into its type on entry. */
+static void test_narrow_types(void) {
+  static const float_format floats[] = {{17, 4, 3, 7, true, false, false},
+                                        {18, 4, 3, 8, false, true, false},
+                                        {19, 5, 2, 15, false, false, true},
+                                        {20, 5, 2, 16, false, true, false},
+                                        {23, 2, 1, 1, false, false, false}};
+  static const struct {
+    int32_t onnx;
+    int bits;
+    bool is_signed;
+  } ints[] = {{21, 4, false}, {22, 4, true}, {25, 2, false}, {26, 2, true}};
+  enum { N = 2 * 3 };
+  const float xs[N] = {0.3f, -1.0e6f, 3.0e-3f, -2.5f, 1.0e-7f, 17.75f};
+  for (int k = 0; k < 9; k++) {
+    bool is_float = k < 5;
+    int32_t type = is_float ? floats[k].onnx : ints[k - 5].onnx;
+    int bits = is_float ? 1 + floats[k].exp_bits + floats[k].mant : ints[k - 5].bits;
+    model_parts m;
+    const char *ops[] = {"CastLike"};
+    build(&m, ops, 1, false);
+    m.opset.version = 23;
+    /* w: three values packed LSB first; code 1 everywhere, 2 for the last */
+    static uint8_t packed[3];
+    uint32_t word = 1u | 1u << bits | 2u << 2 * bits;
+    for (int b = 0; b < 3; b++) packed[b] = (uint8_t)(word >> 8 * b);
+    m.init.data_type = type;
+    m.init.raw_data.data = packed, m.init.raw_data.len = (size_t)(3 * bits + 7) / 8;
+    save(&m, path_of("narrow.onnx"), NULL);
+    loom_clear_error();
+    loom_program *p = loom_onnx_load(path_of("narrow.onnx"), NULL);
+    CHECK(p != NULL);
+    if (!p) {
+      fprintf(stderr, "type %d: %s\n", (int)type, loom_last_error());
+      continue;
+    }
+    loom_tensor *in = loom_from_data(xs, LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU), *out = NULL;
+    CHECK_EQ_INT(loom_program_run(p, &in, &out), LOOM_OK);
+    loom_tensor *back = loom_cast(out, LOOM_F64);
+    double y[N];
+    CHECK_EQ_INT(loom_copy_to_host(back, y, sizeof y), LOOM_OK);
+    for (int i = 0; i < N; i++) {
+      double want;
+      if (is_float) {
+        want = reference_round(&floats[k], xs[i]);
+      } else {
+        double t = trunc(xs[i]), mod = ldexp(1, bits);
+        want = t - mod * floor(t / mod);
+        if (ints[k - 5].is_signed && want >= mod / 2) want -= mod;
+      }
+      if (!(y[i] == want))
+        fprintf(stderr, "type %d: x %g gave %g, want %g\n", (int)type, xs[i], y[i], want);
+      CHECK(y[i] == want);
+    }
+    loom_free(in), loom_free(out), loom_free(back);
+    loom_program_free(p);
+
+    /* w read back through CastLike(w, x) */
+    m.node_in[0][0] = "w", m.node_in[0][1] = "x";
+    save(&m, path_of("narrow_w.onnx"), NULL);
+    p = loom_onnx_load(path_of("narrow_w.onnx"), NULL);
+    CHECK(p != NULL);
+    if (p) {
+      in = loom_from_data(xs, LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU), out = NULL;
+      CHECK_EQ_INT(loom_program_run(p, &in, &out), LOOM_OK);
+      float w[3];
+      CHECK_EQ_INT(loom_copy_to_host(out, w, sizeof w), LOOM_OK);
+      bool special;
+      double one = is_float ? format_value(&floats[k], 1, &special) : 1;
+      double two = is_float ? format_value(&floats[k], 2, &special) : 2;
+      if (!is_float && ints[k - 5].is_signed && bits == 2) two = -2;
+      CHECK(w[0] == one && w[1] == one && w[2] == two);
+      loom_free(in), loom_free(out);
+      loom_program_free(p);
+    }
+
+    /* short packed data is refused */
+    m.node_in[0][0] = "x", m.node_in[0][1] = "w";
+    m.init.raw_data.len = (size_t)(3 * bits + 7) / 8 - 1;
+    save(&m, path_of("narrow_short.onnx"), NULL);
+    expect_error(path_of("narrow_short.onnx"), LOOM_ERR_CORRUPT, "raw data of");
+    m.init.raw_data.len = (size_t)(3 * bits + 7) / 8;
+
+    /* a narrow input: the program takes the held dtype, cast into the type */
+    m.in_tensor.elem_type = type;
+    m.init.data_type = 1;
+    static const float ones[3] = {1, 1, 1};
+    m.init.raw_data.data = (uint8_t *)ones, m.init.raw_data.len = sizeof ones;
+    save(&m, path_of("narrow_in.onnx"), NULL);
+    p = loom_onnx_load(path_of("narrow_in.onnx"), NULL);
+    CHECK(p != NULL);
+    if (!p) continue;
+    loom_dtype held = is_float ? LOOM_F16 : ints[k - 5].is_signed ? LOOM_I8 : LOOM_U8;
+    CHECK_EQ_INT(loom_program_input_dtype(p, 0), held);
+    loom_tensor *x32 = loom_from_data(xs, LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU);
+    in = loom_cast(x32, held);
+    loom_tensor *given = loom_cast(in, LOOM_F64);
+    double gv[N];
+    CHECK_EQ_INT(loom_copy_to_host(given, gv, sizeof gv), LOOM_OK);
+    out = NULL;
+    CHECK_EQ_INT(loom_program_run(p, &in, &out), LOOM_OK);
+    float got[N];
+    CHECK_EQ_INT(loom_copy_to_host(out, got, sizeof got), LOOM_OK);
+    for (int i = 0; i < N; i++) {
+      double want;
+      if (is_float) {
+        want = reference_round(&floats[k], gv[i]);
+      } else {
+        double mod = ldexp(1, bits);
+        want = gv[i] - mod * floor(gv[i] / mod);
+        if (ints[k - 5].is_signed && want >= mod / 2) want -= mod;
+      }
+      if (!(got[i] == (float)want))
+        fprintf(stderr, "type %d input: %g gave %g, want %g\n", (int)type, gv[i], got[i], want);
+      CHECK(got[i] == (float)want);
+    }
+    loom_free(x32), loom_free(in), loom_free(given), loom_free(out);
+    loom_program_free(p);
+  }
+}
+
 int main(void) {
   if (!mkdtemp(dir)) return 1;
   test_symbolic_batch();
@@ -550,6 +714,7 @@ int main(void) {
   test_training("transformer", block, 14);
   test_inverse_trig();
   test_scatter_duplicates();
+  test_narrow_types();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);

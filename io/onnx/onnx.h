@@ -39,6 +39,31 @@ int onnx_dtype_to_loom(int32_t onnx_type, const char **name);
 loom_tensor *onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *dir, char *why,
                                     size_t why_len);
 
+/* ------------------------------------------------------------ onnx_narrow.c */
+
+/* TensorProto.DataType values the generated schema may not name. */
+#define ONNX_UINT2 25
+#define ONNX_INT2 26
+/* Whether loom holds the ONNX type in a wider dtype (float8, float4, int4,
+ * uint4, int2, uint2), keeping its values in the type's set. */
+bool onnx_dtype_is_narrow(int32_t onnx_type);
+/* The loom dtype holding an ONNX type: onnx_dtype_to_loom's, or the wider one
+ * of a narrow type (F16 for the float8s and float4, I8 or U8 for the rest);
+ * -1 with the name in *name when loom holds neither. */
+int onnx_dtype_held(int32_t onnx_type, const char **name);
+/* A narrow type's bits per element (0 for other types). */
+int onnx_narrow_bits(int32_t onnx_type);
+/* count elements packed as ONNX stores the type (LSB first) into the held
+ * dtype's values at out; LOOM_ERR_CORRUPT when nbytes does not fit count. */
+loom_status onnx_narrow_unpack(int32_t onnx_type, const uint8_t *packed, size_t nbytes,
+                               int64_t count, void *out);
+/* x cast to the narrow type as ONNX's Cast does (floats rounded to nearest
+ * even, saturate as its attribute; integers truncated and wrapped), held in
+ * its loom dtype. x itself (a new reference) when the type is not narrow. */
+loom_tensor *onnx_narrow_cast(loom_tensor *x, int32_t onnx_type, bool saturate);
+/* v rounded and saturated to the narrow type's range (QuantizeLinear). */
+loom_tensor *onnx_narrow_saturate(loom_tensor *v, int32_t onnx_type);
+
 /* ------------------------------------------------------------ onnx_describe.c */
 
 /* What the file declares (inputs, outputs, ops with counts, parameters) and
@@ -60,6 +85,9 @@ typedef struct onnx_value {
   bool traced;
   /* Follows a symbolic dim of an input. */
   bool symbolic;
+  /* The narrow ONNX type (onnx_narrow.c) whose values t holds in a wider
+   * dtype; 0 when t's dtype is the value's ONNX type. */
+  int32_t narrow;
 } onnx_value;
 
 typedef struct onnx_import onnx_import;
@@ -72,6 +100,10 @@ typedef struct onnx_node {
   int nin, nout;
   onnx_value *in[ONNX_MAX_NODE_IO]; /* NULL for an omitted optional input */
   loom_tensor *out[ONNX_MAX_NODE_IO];
+  /* Set by onnx_out_narrow; otherwise an output of an input's held dtype
+   * takes that input's narrow type (ONNX ops keep their input's type). */
+  int32_t out_narrow[ONNX_MAX_NODE_IO];
+  bool out_typed[ONNX_MAX_NODE_IO];
   uint64_t data_reads; /* a bit per input read as data (onnx_in), not as numbers */
   char why[512];
 } onnx_node;
@@ -102,12 +134,18 @@ loom_status onnx_attr_floats(onnx_node *n, const char *name, double *out, int ca
 loom_status onnx_axis(onnx_node *n, int64_t axis, int rank, int *out);
 /* Sets output i, taking the reference. */
 void onnx_out(onnx_node *n, int i, loom_tensor *t);
+/* Sets output i as onnx_out does, as a value of ONNX type narrow (0: of its
+ * loom dtype). */
+void onnx_out_narrow(onnx_node *n, int i, loom_tensor *t, int32_t narrow);
+/* The narrow ONNX type input i holds (0 when none or omitted). */
+int32_t onnx_in_narrow(const onnx_node *n, int i);
 
 /* For onnx_control.c: values in every trace, scopes and subgraphs. */
 #define ONNX_TRACES 2
 typedef struct onnx_ref {
   loom_tensor *t[ONNX_TRACES];
   bool known, symbolic;
+  int32_t narrow;
 } onnx_ref;
 int onnx_ntraces(const onnx_import *im);
 /* The import holds its references outside every scope, so that dropping one

@@ -14,8 +14,11 @@ static void print_type(FILE *out, const Onnx__ValueInfoProto *vi) {
     return;
   }
   const char *name;
-  onnx_dtype_to_loom(t->tensor_type->elem_type, &name);
-  fprintf(out, "%s [", name);
+  int held = onnx_dtype_held(t->tensor_type->elem_type, &name);
+  if (onnx_dtype_is_narrow(t->tensor_type->elem_type))
+    fprintf(out, "%s (held as %s) [", name, loom_dtype_name((loom_dtype)held));
+  else
+    fprintf(out, "%s [", name);
   const Onnx__TensorShapeProto *s = t->tensor_type->shape;
   for (size_t d = 0; s && d < s->n_dim; d++) {
     const Onnx__TensorShapeProto__Dimension *dim = s->dim[d];
@@ -99,7 +102,8 @@ loom_status onnx_describe(const char *path, FILE *out) {
   unsigned long long bytes = 0;
   for (size_t i = 0; i < g->n_initializer; i++) {
     const Onnx__TensorProto *t = g->initializer[i];
-    int dt = onnx_dtype_to_loom(t->data_type, NULL);
+    /* the bytes loom holds them in */
+    int dt = onnx_dtype_held(t->data_type, NULL);
     unsigned long long n = 1;
     for (size_t d = 0; d < t->n_dims; d++) n *= t->dims[d] > 0 ? (unsigned long long)t->dims[d] : 0;
     bytes += n * (dt >= 0 ? loom_dtype_size((loom_dtype)dt) : 0);

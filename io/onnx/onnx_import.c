@@ -31,6 +31,9 @@
 typedef struct value_slot {
   onnx_value v;
   loom_tensor *trace[MAX_TRACES];
+  /* A narrow-typed input as the program takes it, before the cast into its
+   * type that trace[] holds. */
+  loom_tensor *entry;
   bool from_shape; /* its data came from a Shape or Size of a symbolic value */
   bool defined;
 } value_slot;
@@ -124,6 +127,7 @@ static value_slot *add_value(onnx_import *im, const char *name) {
 static void scope_free(value_scope *sc) {
   for (size_t i = 0; i < sc->nvalues; i++)
     for (int t = 0; t < MAX_TRACES; t++) onnx_drop(sc->values[i].trace[t]);
+  for (size_t i = 0; i < sc->nvalues; i++) onnx_drop(sc->values[i].entry);
   free(sc->values);
   free(sc->table);
 }
@@ -274,6 +278,25 @@ void onnx_out(onnx_node *n, int i, loom_tensor *t) {
   }
   loom_free(n->out[i]);
   n->out[i] = t;
+}
+
+void onnx_out_narrow(onnx_node *n, int i, loom_tensor *t, int32_t narrow) {
+  onnx_out(n, i, t);
+  if (i >= 0 && i < n->nout) n->out_narrow[i] = narrow, n->out_typed[i] = true;
+}
+
+int32_t onnx_in_narrow(const onnx_node *n, int i) {
+  return onnx_has_in(n, i) ? n->in[i]->narrow : 0;
+}
+
+/* An output the op did not type holds the narrow type of the first input
+ * held in the same dtype, as ONNX's ops keep their input's type. */
+static int32_t narrow_of_output(const onnx_node *n, int o) {
+  if (n->out_typed[o]) return n->out_narrow[o];
+  for (int i = 0; i < n->nin && n->out[o]; i++)
+    if (onnx_in_narrow(n, i) && loom_dtype_of(n->in[i]->t) == loom_dtype_of(n->out[o]))
+      return n->in[i]->narrow;
+  return 0;
 }
 
 /* ------------------------------------------------------------ symbols and inputs */
@@ -446,7 +469,9 @@ static loom_status add_inputs(onnx_import *im, program_inputs *pi) {
                        "loom values)",
                        name);
     const char *type_name;
-    int dt = onnx_dtype_to_loom(tp->tensor_type->elem_type, &type_name);
+    int32_t narrow =
+        onnx_dtype_is_narrow(tp->tensor_type->elem_type) ? tp->tensor_type->elem_type : 0;
+    int dt = onnx_dtype_held(tp->tensor_type->elem_type, &type_name);
     if (dt < 0)
       return onnx_fail(im, LOOM_ERR_DTYPE, "input '%s' is %s, which loom does not hold", name,
                        type_name);
@@ -475,8 +500,20 @@ static loom_status add_inputs(onnx_import *im, program_inputs *pi) {
         loom_free(c);
         return onnx_fail(im, rs, "the value given for input '%s' could not be computed", name);
       }
+      if (narrow) {
+        loom_tensor *cast = onnx_narrow_cast(c, narrow, true);
+        loom_free(c);
+        c = cast;
+        if (loom_realize(c)) {
+          loom_free(c);
+          return onnx_fail(im, LOOM_ERR_VALUE,
+                           "the value given for input '%s' could not be cast to %s", name,
+                           type_name);
+        }
+      }
       for (int t = 0; t < MAX_TRACES; t++) s->trace[t] = onnx_own(t ? loom_retain(c) : c);
       s->v.known = s->defined = true;
+      s->v.narrow = narrow;
       continue;
     }
     if (!sp)
@@ -533,6 +570,16 @@ static loom_status add_inputs(onnx_import *im, program_inputs *pi) {
     }
     s->defined = true;
     pi->ins[pi->nins++] = s->trace[0];
+    if (narrow) {
+      /* the program takes the held dtype; the graph sees the type's values */
+      s->entry = s->trace[0];
+      s->v.narrow = narrow;
+      for (int t = 0; t < MAX_TRACES; t++) {
+        loom_tensor *held = s->trace[t];
+        s->trace[t] = onnx_own(onnx_narrow_cast(held, narrow, true));
+        if (t) onnx_drop(held);
+      }
+    }
   }
   return LOOM_OK;
 }
@@ -560,6 +607,7 @@ static loom_status add_initializers(onnx_import *im, const Onnx__GraphProto *g) 
     s->trace[0] = onnx_own(t);
     for (int k = 1; k < MAX_TRACES; k++) s->trace[k] = onnx_own(loom_retain(t));
     s->v.known = true;
+    s->v.narrow = onnx_dtype_is_narrow(tp->data_type) ? tp->data_type : 0;
     s->defined = true;
   }
   return LOOM_OK;
@@ -673,6 +721,7 @@ static loom_status build_node(onnx_import *im, const Onnx__NodeProto *p, size_t 
   }
   uint64_t reads = 0;
   loom_tensor *outs[MAX_TRACES][ONNX_MAX_NODE_IO] = {{0}};
+  int32_t narrow[ONNX_MAX_NODE_IO] = {0};
   onnx_value views[ONNX_MAX_NODE_IO];
   for (int t = 0; t < im->ntraces; t++) {
     for (int i = 0; i < n.nin; i++) {
@@ -683,6 +732,7 @@ static loom_status build_node(onnx_import *im, const Onnx__NodeProto *p, size_t 
       n.in[i] = &views[i];
     }
     memset(n.out, 0, sizeof n.out);
+    memset(n.out_typed, 0, sizeof n.out_typed);
     n.data_reads = 0;
     /* the node's intermediate tensors are released with the composite's
      * scope; its outputs are the import's */
@@ -697,6 +747,7 @@ static loom_status build_node(onnx_import *im, const Onnx__NodeProto *p, size_t 
     lm_composite_end(token, NULL);
     reads |= n.data_reads;
     for (int o = 0; o < n.nout; o++) outs[t][o] = n.out[o];
+    for (int o = 0; o < n.nout; o++) narrow[o] = narrow_of_output(&n, o);
     if (!st)
       for (int o = 0; o < n.nout && !st; o++)
         if (n.out[o] && loom_status_of(n.out[o])) {
@@ -742,6 +793,7 @@ static loom_status build_node(onnx_import *im, const Onnx__NodeProto *p, size_t 
     /* a shape is known whatever computes the tensor */
     s->v.known = (all_known || (op->flags & ONNX_READS_SHAPE)) && !(op->flags & ONNX_RANDOM);
     s->v.symbolic = symbolic && !s->v.known;
+    s->v.narrow = narrow[o];
     s->from_shape = from_shape;
   }
   return LOOM_OK;
@@ -778,6 +830,7 @@ bool onnx_lookup(onnx_import *im, const char *name, onnx_ref *out) {
   for (int t = 0; t < MAX_TRACES; t++) out->t[t] = s->trace[t];
   out->known = s->v.known;
   out->symbolic = s->v.symbolic;
+  out->narrow = s->v.narrow;
   return true;
 }
 
@@ -798,6 +851,7 @@ loom_status onnx_define(onnx_import *im, const char *name, onnx_ref *value) {
   for (int t = 0; t < MAX_TRACES; t++) s->trace[t] = value->t[t];
   s->v.known = value->known;
   s->v.symbolic = value->symbolic;
+  s->v.narrow = value->narrow;
   s->defined = true;
   return LOOM_OK;
 }
@@ -941,7 +995,7 @@ static loom_status bind_inputs(onnx_import *im, loom_tensor *const *ins, int nin
     const Onnx__TypeProto *tp = vi->type;
     if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE) {
       const char *type_name;
-      int dt = onnx_dtype_to_loom(tp->tensor_type->elem_type, &type_name);
+      int dt = onnx_dtype_held(tp->tensor_type->elem_type, &type_name);
       loom_shape s = loom_shape_of(t);
       const Onnx__TensorShapeProto *sp = tp->tensor_type->shape;
       bool fits = dt == (int)loom_dtype_of(t) && (!sp || (int)sp->n_dim == s.ndim);
@@ -954,7 +1008,12 @@ static loom_status bind_inputs(onnx_import *im, loom_tensor *const *ins, int nin
                          k - 1, name, loom_dtype_name(loom_dtype_of(t)), s.ndim, type_name,
                          sp ? sp->n_dim : 0);
     }
-    onnx_ref r = {.t = {onnx_own(loom_retain(t)), onnx_own(loom_retain(t))}};
+    int32_t narrow = tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE &&
+                             onnx_dtype_is_narrow(tp->tensor_type->elem_type)
+                         ? tp->tensor_type->elem_type
+                         : 0;
+    loom_tensor *in = narrow ? onnx_narrow_cast(t, narrow, true) : loom_retain(t);
+    onnx_ref r = {.t = {onnx_own(in), onnx_own(loom_retain(in))}, .narrow = narrow};
     onnx_define(im, name, &r);
   }
   if (!im->status && k != nin)

@@ -283,18 +283,29 @@ static loom_status op_clip(onnx_node *n) {
   return LOOM_OK;
 }
 
-static loom_status op_cast(onnx_node *n) {
+/* To a narrow type (float8, float4, int4, int2 and unsigned forms), values
+ * are rounded into its set and held in a wider dtype (onnx_narrow.c); the
+ * saturate attribute (opset 19) applies to the float8s. */
+static loom_status cast_to(onnx_node *n, int32_t to) {
   const char *type_name;
-  int64_t to = onnx_attr_int(n, "to", -1);
-  int dt = onnx_dtype_to_loom((int32_t)to, &type_name);
+  int dt = onnx_dtype_held(to, &type_name);
   if (dt < 0)
     return onnx_refuse(n, LOOM_ERR_DTYPE, "cast to %s (%lld), which loom does not hold", type_name,
                        (long long)to);
-  onnx_out(n, 0, loom_cast(onnx_in(n, 0), (loom_dtype)dt));
+  loom_tensor *x = onnx_in(n, 0);
+  if (onnx_dtype_is_narrow(to))
+    onnx_out_narrow(n, 0, onnx_narrow_cast(x, to, onnx_attr_int(n, "saturate", 1) != 0), to);
+  else
+    onnx_out_narrow(n, 0, loom_cast(x, (loom_dtype)dt), 0);
   return LOOM_OK;
 }
+/* round_mode concerns float8e8m0 only, which loom does not hold. */
+static loom_status op_cast(onnx_node *n) { return cast_to(n, (int32_t)onnx_attr_int(n, "to", -1)); }
+/* The like input's ONNX type: its narrow type, or the one of its dtype. */
 static loom_status op_cast_like(onnx_node *n) {
-  onnx_out(n, 0, loom_cast(onnx_in(n, 0), loom_dtype_of(n->in[1]->t)));
+  int32_t like = onnx_in_narrow(n, 1);
+  if (like) return cast_to(n, like);
+  onnx_out_narrow(n, 0, loom_cast(onnx_in(n, 0), loom_dtype_of(n->in[1]->t)), 0);
   return LOOM_OK;
 }
 

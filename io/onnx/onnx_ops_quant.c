@@ -66,27 +66,38 @@ static loom_status scale_and_zero_point(onnx_node *n, loom_tensor *x, loom_tenso
   return st;
 }
 
+/* The output's type: output_dtype, else the zero point's, else uint8; a
+ * narrow one (int4, float8, ...) is held wider with its values in range. */
 static loom_status op_quantize_linear(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0);
-  loom_dtype out = LOOM_U8;
-  if (onnx_has_in(n, 2)) out = loom_dtype_of(onnx_in(n, 2));
+  int32_t type = onnx_has_in(n, 2) ? onnx_in_narrow(n, 2) : 0;
+  loom_dtype out = onnx_has_in(n, 2) ? loom_dtype_of(onnx_in(n, 2)) : LOOM_U8;
   if (onnx_attr(n, "output_dtype")) {
     const char *name;
-    int d = onnx_dtype_to_loom((int32_t)onnx_attr_int(n, "output_dtype", 2), &name);
+    type = (int32_t)onnx_attr_int(n, "output_dtype", 2);
+    int d = onnx_dtype_held(type, &name);
     if (d < 0) return onnx_refuse(n, LOOM_ERR_DTYPE, "output_dtype %s", name);
     out = (loom_dtype)d;
+    if (!onnx_dtype_is_narrow(type)) type = 0;
   }
-  if (out != LOOM_U8 && out != LOOM_I8 && out != LOOM_U16 && out != LOOM_I16 && out != LOOM_I32)
+  if (!type && out != LOOM_U8 && out != LOOM_I8 && out != LOOM_U16 && out != LOOM_I16 &&
+      out != LOOM_I32)
     return onnx_refuse(n, LOOM_ERR_DTYPE,
-                       "quantizing to %s: loom quantizes to uint8, int8, uint16, int16, int32",
+                       "quantizing to %s: loom quantizes to uint8, int8, uint16, int16, int32 and "
+                       "the narrow types (int4, uint4, int2, uint2, float8, float4)",
                        loom_dtype_name(out));
   loom_tensor *scale, *zp;
   loom_status st = scale_and_zero_point(n, x, &scale, &zp);
   if (st) return st;
   loom_dtype work = loom_dtype_of(x) == LOOM_F64 ? LOOM_F64 : LOOM_F32;
-  loom_tensor *v = loom_round(loom_div(loom_cast(x, work), loom_cast(scale, work)));
+  loom_tensor *v = loom_div(loom_cast(x, work), loom_cast(scale, work));
+  bool to_float = type && onnx_dtype_held(type, NULL) == LOOM_F16;
+  if (!to_float) v = loom_round(v);
   if (zp) v = loom_add(v, loom_cast(zp, work));
-  onnx_out(n, 0, saturate(v, out));
+  if (to_float)
+    onnx_out_narrow(n, 0, onnx_narrow_cast(v, type, onnx_attr_int(n, "saturate", 1) != 0), type);
+  else
+    onnx_out_narrow(n, 0, type ? onnx_narrow_saturate(v, type) : saturate(v, out), type);
   return LOOM_OK;
 }
 
@@ -98,7 +109,7 @@ static loom_status op_dequantize_linear(onnx_node *n) {
   loom_dtype dt = loom_dtype_of(scale);
   loom_tensor *v = loom_cast(x, LOOM_F32);
   if (zp) v = loom_sub(v, loom_cast(zp, LOOM_F32));
-  onnx_out(n, 0, loom_cast(loom_mul(v, loom_cast(scale, LOOM_F32)), dt));
+  onnx_out_narrow(n, 0, loom_cast(loom_mul(v, loom_cast(scale, LOOM_F32)), dt), 0);
   return LOOM_OK;
 }
 

@@ -21,7 +21,7 @@ static loom_status op_constant(onnx_node *n) {
     if (!a->t) return onnx_refuse(n, LOOM_ERR_CORRUPT, "value has no tensor");
     loom_tensor *t = onnx_tensor_from_proto(a->t, NULL, why, sizeof why);
     if (!t) return onnx_refuse(n, LOOM_ERR_CORRUPT, "value: %s", why);
-    onnx_out(n, 0, t);
+    onnx_out_narrow(n, 0, t, onnx_dtype_is_narrow(a->t->data_type) ? a->t->data_type : 0);
     return LOOM_OK;
   }
   if (strcmp(name, "value_float") == 0 && a->has_f) {

@@ -263,8 +263,8 @@ static const struct {
     {ONNX__TENSOR_PROTO__DATA_TYPE__INT4, "int4", -1},
     {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT4E2M1, "float4e2m1", -1},
     {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E8M0, "float8e8m0", -1},
-    {25, "uint2", -1},
-    {26, "int2", -1},
+    {ONNX_UINT2, "uint2", -1},
+    {ONNX_INT2, "int2", -1},
 };
 
 int onnx_dtype_to_loom(int32_t onnx_type, const char **name) {
@@ -400,10 +400,75 @@ static size_t field_count(const Onnx__TensorProto *tp, loom_dtype dt) {
   }
 }
 
+/* The tensor's bytes from external data (into *owned) or raw_data, checked
+ * to be want long; NULL with *in_fields set when they are in typed fields,
+ * NULL with why set on failure. */
+static const uint8_t *stored_bytes(const Onnx__TensorProto *tp, const char *dir, size_t want,
+                                   int64_t numel, const char *type_name, uint8_t **owned,
+                                   bool *in_fields, char *why, size_t len) {
+  *owned = NULL, *in_fields = false;
+  if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+    return *owned = read_external(tp, dir, want, why, len);
+  if (!tp->has_raw_data) {
+    *in_fields = true;
+    return NULL;
+  }
+  if (tp->raw_data.len != want) {
+    failf(why, len, LOOM_ERR_CORRUPT, "raw data of %zu bytes, but %lld %s values need %zu",
+          tp->raw_data.len, (long long)numel, type_name, want);
+    return NULL;
+  }
+  return tp->raw_data.data ? tp->raw_data.data : (const uint8_t *)""; /* empty */
+}
+
+/* A narrow type's elements: packed bytes in raw_data, external data, or one
+ * byte per int32_data entry. */
+static loom_tensor *narrow_from_proto(const Onnx__TensorProto *tp, const char *dir,
+                                      loom_shape shape, int64_t numel, char *why, size_t len) {
+  const char *type_name;
+  loom_dtype held = (loom_dtype)onnx_dtype_held(tp->data_type, &type_name);
+  size_t want = (size_t)((numel * onnx_narrow_bits(tp->data_type) + 7) / 8);
+  uint8_t *owned;
+  bool in_fields;
+  const uint8_t *packed =
+      stored_bytes(tp, dir, want, numel, type_name, &owned, &in_fields, why, len);
+  if (!packed && !in_fields) return NULL;
+  if (in_fields) {
+    if (tp->n_int32_data != want) {
+      failf(why, len, LOOM_ERR_CORRUPT, "%zu int32_data entries, but %lld %s values need %zu",
+            tp->n_int32_data, (long long)numel, type_name, want);
+      return NULL;
+    }
+    packed = owned = malloc(want ? want : 1);
+    if (!owned) {
+      failf(why, len, LOOM_ERR_OOM, "out of memory for %zu bytes", want);
+      return NULL;
+    }
+    for (size_t i = 0; i < want; i++) owned[i] = (uint8_t)tp->int32_data[i];
+  }
+  size_t bytes = (size_t)numel * loom_dtype_size(held);
+  void *values = malloc(bytes ? bytes : 1);
+  loom_tensor *t = NULL;
+  if (!values)
+    failf(why, len, LOOM_ERR_OOM, "out of memory for %zu bytes", bytes);
+  else if (onnx_narrow_unpack(tp->data_type, packed, want, numel, values))
+    failf(why, len, LOOM_ERR_CORRUPT, "%s data does not unpack", type_name);
+  else
+    t = loom_from_data(values, shape, held, LOOM_CPU);
+  free(values);
+  free(owned);
+  if (t && loom_status_of(t)) {
+    failf(why, len, loom_status_of(t), "%s", loom_error_message(t));
+    loom_free(t);
+    return NULL;
+  }
+  return t;
+}
+
 loom_tensor *onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *dir, char *why,
                                     size_t len) {
   const char *type_name;
-  int dt = onnx_dtype_to_loom(tp->data_type, &type_name);
+  int dt = onnx_dtype_held(tp->data_type, &type_name);
   if (dt < 0) {
     failf(why, len, LOOM_ERR_DTYPE, "data type %s (%d) is not one loom holds", type_name,
           (int)tp->data_type);
@@ -424,22 +489,18 @@ loom_tensor *onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *dir
     shape.dim[i] = d;
     numel *= d;
   }
+  if (onnx_dtype_is_narrow(tp->data_type))
+    return narrow_from_proto(tp, dir, shape, numel, why, len);
   size_t esize = loom_dtype_size((loom_dtype)dt);
   size_t want = (size_t)numel * esize;
-  uint8_t *data = NULL;
-  bool owned = false;
-  if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
-    data = read_external(tp, dir, want, why, len);
-    if (!data) return NULL;
-    owned = true;
-  } else if (tp->has_raw_data) {
-    if (tp->raw_data.len != want) {
-      failf(why, len, LOOM_ERR_CORRUPT, "raw data of %zu bytes, but %lld %s values need %zu",
-            tp->raw_data.len, (long long)numel, type_name, want);
-      return NULL;
-    }
-    data = tp->raw_data.data;
-  } else {
+  uint8_t *external;
+  bool in_fields;
+  const uint8_t *stored =
+      stored_bytes(tp, dir, want, numel, type_name, &external, &in_fields, why, len);
+  if (!stored && !in_fields) return NULL;
+  uint8_t *data = (uint8_t *)stored;
+  bool owned = external != NULL;
+  if (in_fields) {
     size_t have = field_count(tp, (loom_dtype)dt);
     if (have != (size_t)numel) {
       failf(why, len, LOOM_ERR_CORRUPT, "%zu %s values, but the dims hold %lld", have, type_name,
