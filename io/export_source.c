@@ -389,7 +389,8 @@ void lm_check_write_export(const lm_export_layout *l, int i, FILE *f) {
   fprintf(f, "  { /* step %d: check, %s's %s rule */\n", i, c->op, lm_check_rule_name(c->rule));
   write_numbers(f, num, LM_CHECK_NUMBERS);
   fprintf(f,
-          "    if (%s_check_values(%s, num, \"%s\", error_detail, sizeof error_detail)) {\n"
+          "    char *detail = error_detail_buffer();\n"
+          "    if (%s_check_values(%s, num, \"%s\", detail, detail ? ERROR_DETAIL_BYTES : 0)) {\n"
           "      free(scratch);\n%s"
           "      return %s_ERR_VALUE;\n    }\n",
           l->name, buffer(l, c->in_pos, x, sizeof x), c->op,
@@ -529,11 +530,30 @@ static void write_status_string(const lm_export_layout *l, FILE *f) {
             "%s_error_detail() says which\";\n",
             l->upper, l->name);
   fputs("  default: return \"unknown status\";\n  }\n}\n\n", f);
-  if (l->may_fail) /* per thread, as the calls */
-    fprintf(f,
-            "static _Thread_local char error_detail[512];\n\n"
-            "const char *%s_error_detail(void) { return error_detail; }\n\n",
-            l->name);
+  if (l->may_fail) /* per thread, as the calls; a pthread key, since C11's
+                     thread-locals in a shared library need the dynamic loader
+                     (__tls_get_addr), which the library must not depend on */
+    fprintf(
+        f,
+        "#define ERROR_DETAIL_BYTES 512\n"
+        "static pthread_key_t detail_key;\n"
+        "static pthread_once_t detail_once = PTHREAD_ONCE_INIT;\n"
+        "static int detail_key_made;\n"
+        "static void make_detail_key(void) {\n"
+        "  detail_key_made = pthread_key_create(&detail_key, free) == 0;\n}\n"
+        "/* a library closed with dlclose must not leave the key's destructor behind */\n"
+        "__attribute__((destructor)) static void drop_detail_key(void) {\n"
+        "  if (detail_key_made) pthread_key_delete(detail_key);\n}\n"
+        "/* this thread's message buffer, NULL when out of memory */\n"
+        "static char *error_detail_buffer(void) {\n"
+        "  pthread_once(&detail_once, make_detail_key);\n"
+        "  if (!detail_key_made) return NULL;\n"
+        "  char *b = pthread_getspecific(detail_key);\n"
+        "  if (!b && (b = calloc(1, ERROR_DETAIL_BYTES)) && pthread_setspecific(detail_key, b)) {\n"
+        "    free(b);\n    b = NULL;\n  }\n  return b;\n}\n\n"
+        "const char *%s_error_detail(void) {\n"
+        "  const char *b = error_detail_buffer();\n  return b ? b : \"\";\n}\n\n",
+        l->name);
   if (l->uses_amx) /* Linux hands the tiles' large state only to processes that ask */
     fputs(
         "static int amx_granted;\nstatic pthread_once_t amx_once = PTHREAD_ONCE_INIT;\n"

@@ -562,6 +562,7 @@ static void test_export(void) {
     loom_program *p = decoder_step(f32s(v, LOOM_SHAPE(5, 2)), 4);
     CHECK_OK(p ? loom_program_export(p, dir, "decoder") : LOOM_ERR_NULL);
     loom_program_free(p);
+    check_library_needs_only_libc(dir, "decoder"); /* its messages need no thread-locals */
     void *lib = check_open_library(dir, "decoder");
     run_fn run = lib ? (run_fn)(uintptr_t)dlsym(lib, "decoder_run") : NULL;
     detail_fn detail = lib ? (detail_fn)(uintptr_t)dlsym(lib, "decoder_error_detail") : NULL;

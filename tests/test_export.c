@@ -163,19 +163,8 @@ static void export_and_compare(loom_program *p, const char *name) {
  * needs the C library's parts only. */
 static void check_needed(const char *name) {
   char cmd[512], line[512];
-  snprintf(cmd, sizeof cmd, "readelf -d %s/lib%s.so", dir, name);
-  FILE *f = popen(cmd, "r");
-  CHECK(f != NULL);
-  if (!f) return;
-  static const char *const allowed[] = {"[libc.so", "[libm.so", "[libpthread.so", "[libdl.so"};
-  while (fgets(line, sizeof line, f)) {
-    if (!strstr(line, "(NEEDED)")) continue;
-    bool ok = false;
-    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++)
-      ok |= strstr(line, allowed[i]) != NULL;
-    CHECK_MSG(ok, "lib%s.so needs %s", name, line);
-  }
-  pclose(f);
+  FILE *f;
+  check_library_needs_only_libc(dir, name);
   /* only <name>_run and <name>_status_string are exported */
   snprintf(cmd, sizeof cmd, "nm -D --defined-only %s/lib%s.so", dir, name);
   f = popen(cmd, "r");

@@ -25,6 +25,25 @@ void *check_library_symbol(void *h, const char *name, const char *what) {
   return f;
 }
 
+void check_library_needs_only_libc(const char *dir, const char *name) {
+  char cmd[1200], line[512];
+  snprintf(cmd, sizeof cmd, "readelf -d '%s/lib%s.so'", dir, name);
+  FILE *f = popen(cmd, "r");
+  CHECK(f != NULL);
+  if (!f) return;
+  static const char *const allowed[] = {"[libc.so", "[libm.so", "[libpthread.so", "[libdl.so"};
+  int needed = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (!strstr(line, "(NEEDED)")) continue;
+    bool ok = false;
+    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++)
+      ok |= strstr(line, allowed[i]) != NULL;
+    needed++;
+    CHECK_MSG(ok, "lib%s.so needs %s", name, line);
+  }
+  CHECK_MSG(pclose(f) == 0 && needed > 0, "readelf -d lib%s.so failed", name);
+}
+
 void check_remove_dir(const char *dir) {
   DIR *d = opendir(dir);
   struct dirent *e;

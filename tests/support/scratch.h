@@ -16,6 +16,9 @@ bool check_file_contains(const char *path, const char *what);
 /* dir/lib<name>.so (an exported library) opened with dlopen, or NULL (a
  * failed check). */
 void *check_open_library(const char *dir, const char *name);
+/* Checks that dir/lib<name>.so needs only the C library's parts (libc, libm,
+ * libpthread, libdl), as an exported library must: no dynamic loader either. */
+void check_library_needs_only_libc(const char *dir, const char *name);
 /* The exported library h's function <name>_<what>, or NULL (a failed check). */
 void *check_library_symbol(void *h, const char *name, const char *what);
 
