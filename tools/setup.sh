@@ -4,8 +4,9 @@ set -euo pipefail
 # libopenmpi-dev and openmpi-bin: the MPI plugin (libloom_mpi.so) and its tests
 # libprotobuf-c-dev and protobuf-c-compiler: reading ONNX models (io/onnx/onnx.proto)
 # python3-venv: the project's virtual environment (.venv, below)
+# python3-torchvision: the real models tests/onnx_models/ exports (with python3-torch)
 packages=(build-essential cmake llvm-dev libopenblas-dev libxxhash-dev libjansson-dev zlib1g-dev
-  libopenmpi-dev openmpi-bin libprotobuf-c-dev protobuf-c-compiler python3-venv)
+  libopenmpi-dev openmpi-bin libprotobuf-c-dev protobuf-c-compiler python3-venv python3-torchvision)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
