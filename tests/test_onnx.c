@@ -698,6 +698,495 @@ static void test_narrow_types(void) {
     loom_free(x32), loom_free(in), loom_free(given), loom_free(out);
     loom_program_free(p);
   }
+/* ------------------------------------------- LinearAttention, CausalConvWithState */
+
+/* A model of one opset-27 node over inputs named and shaped as given (a dim
+ * of -1 is the symbolic dim "n"; an input named "" is omitted), with int
+ * ('i'), float ('f') and string ('s') attributes; its outputs y0 and y1. */
+typedef struct one_input {
+  const char *name;
+  int rank;
+  int64_t dim[4];
+  int elem_type; /* 0: float */
+} one_input;
+typedef struct one_attr {
+  const char *name;
+  char kind;
+  int64_t i;
+  float f;
+  const char *s;
+} one_attr;
+#define ONE_IN(nm, r, ...)                                                                         \
+  {                                                                                                \
+    .name = nm, .rank = r, .dim = { __VA_ARGS__ }                                                  \
+  }
+#define ONE_IN_T(nm, type, r, ...)                                                                 \
+  { .name = nm, .rank = r, .dim = {__VA_ARGS__}, .elem_type = type }
+#define ONE_INT(nm, v)                                                                             \
+  { .name = nm, .kind = 'i', .i = v }
+#define ONE_STR(nm, v)                                                                             \
+  { .name = nm, .kind = 's', .s = v }
+enum { ONE_MAX_IN = 6, ONE_MAX_ATTRS = 4 };
+typedef struct one_node_model {
+  Onnx__ModelProto model;
+  Onnx__OperatorSetIdProto opset, *opsets[1];
+  Onnx__GraphProto graph;
+  Onnx__NodeProto node, *nodes[1];
+  Onnx__ValueInfoProto in[ONE_MAX_IN], out[2], *ins[ONE_MAX_IN], *outs[2];
+  Onnx__TypeProto type[ONE_MAX_IN];
+  Onnx__TypeProto__Tensor tensor[ONE_MAX_IN];
+  Onnx__TensorShapeProto shape[ONE_MAX_IN];
+  Onnx__TensorShapeProto__Dimension dim[ONE_MAX_IN][4], *dims[ONE_MAX_IN][4];
+  Onnx__AttributeProto attr[ONE_MAX_ATTRS], *attrs[ONE_MAX_ATTRS];
+  char *node_in[ONE_MAX_IN], *node_out[2];
+} one_node_model;
+
+static const char *save_one_node(const char *op, const one_input *ins, int nin,
+                                 const one_attr *attrs, int nattrs) {
+  static one_node_model m;
+  memset(&m, 0, sizeof m);
+  onnx__model_proto__init(&m.model);
+  onnx__operator_set_id_proto__init(&m.opset);
+  onnx__graph_proto__init(&m.graph);
+  m.opset.has_version = true, m.opset.version = 27, m.opset.domain = "";
+  m.opsets[0] = &m.opset;
+  m.model.n_opset_import = 1, m.model.opset_import = m.opsets;
+  m.model.has_ir_version = true, m.model.ir_version = 10;
+  m.model.graph = &m.graph;
+  int ngraph = 0;
+  for (int i = 0; i < nin; i++) {
+    m.node_in[i] = (char *)ins[i].name;
+    if (!ins[i].name[0]) continue;
+    for (int d = 0; d < ins[i].rank; d++) {
+      Onnx__TensorShapeProto__Dimension *dim = &m.dim[i][d];
+      onnx__tensor_shape_proto__dimension__init(dim);
+      if (ins[i].dim[d] < 0) {
+        dim->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+        dim->dim_param = "n";
+      } else {
+        dim->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+        dim->dim_value = ins[i].dim[d];
+      }
+      m.dims[i][d] = dim;
+    }
+    onnx__tensor_shape_proto__init(&m.shape[i]);
+    m.shape[i].n_dim = (size_t)ins[i].rank, m.shape[i].dim = m.dims[i];
+    onnx__type_proto__tensor__init(&m.tensor[i]);
+    m.tensor[i].has_elem_type = true;
+    m.tensor[i].elem_type = ins[i].elem_type ? ins[i].elem_type : 1;
+    m.tensor[i].shape = &m.shape[i];
+    onnx__type_proto__init(&m.type[i]);
+    m.type[i].value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    m.type[i].tensor_type = &m.tensor[i];
+    onnx__value_info_proto__init(&m.in[i]);
+    m.in[i].name = (char *)ins[i].name, m.in[i].type = &m.type[i];
+    m.ins[ngraph++] = &m.in[i];
+  }
+  static char *out_names[2] = {"y0", "y1"};
+  for (int o = 0; o < 2; o++) {
+    onnx__value_info_proto__init(&m.out[o]);
+    m.out[o].name = out_names[o];
+    m.outs[o] = &m.out[o];
+    m.node_out[o] = out_names[o];
+  }
+  for (int a = 0; a < nattrs; a++) {
+    Onnx__AttributeProto *at = &m.attr[a];
+    onnx__attribute_proto__init(at);
+    at->name = (char *)attrs[a].name, at->has_type = true;
+    if (attrs[a].kind == 'i') {
+      at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+      at->has_i = true, at->i = attrs[a].i;
+    } else if (attrs[a].kind == 'f') {
+      at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+      at->has_f = true, at->f = attrs[a].f;
+    } else {
+      at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+      at->has_s = true, at->s.data = (uint8_t *)attrs[a].s, at->s.len = strlen(attrs[a].s);
+    }
+    m.attrs[a] = at;
+  }
+  onnx__node_proto__init(&m.node);
+  m.node.op_type = (char *)op;
+  m.node.n_input = (size_t)nin, m.node.input = m.node_in;
+  m.node.n_output = 2, m.node.output = m.node_out;
+  m.node.n_attribute = (size_t)nattrs, m.node.attribute = m.attrs;
+  m.nodes[0] = &m.node;
+  m.graph.n_node = 1, m.graph.node = m.nodes;
+  m.graph.n_input = (size_t)ngraph, m.graph.input = m.ins;
+  m.graph.n_output = 2, m.graph.output = m.outs;
+  const char *path = path_of("one_node.onnx");
+  size_t len = onnx__model_proto__get_packed_size(&m.model);
+  uint8_t *bytes = malloc(len);
+  onnx__model_proto__pack(&m.model, bytes);
+  write_bytes(path, bytes, len);
+  free(bytes);
+  return path;
+}
+
+/* Floats as a tensor of dtype. */
+static loom_tensor *floats_as(const float *x, loom_shape s, loom_dtype dtype) {
+  loom_tensor *f = loom_from_data(x, s, LOOM_F32, LOOM_CPU), *t = loom_cast(f, dtype);
+  loom_free(f);
+  return t;
+}
+
+/* Runs p on inputs filled with a pattern (their shapes with n = size) and
+ * returns its outputs. */
+static void run_patterned(loom_program *p, int64_t size, loom_tensor **outs) {
+  loom_tensor *ins[ONE_MAX_IN] = {0};
+  int nin = loom_program_num_inputs(p);
+  for (int i = 0; i < nin; i++) {
+    loom_shape s = loom_program_input_shape(p, i);
+    for (int d = 0; d < s.ndim; d++)
+      if (loom_program_input_dim_symbol(p, i, d)) s.dim[d] = size;
+    int64_t count = 1;
+    for (int d = 0; d < s.ndim; d++) count *= s.dim[d];
+    float *x = malloc((size_t)(count > 0 ? count : 1) * sizeof *x);
+    for (int64_t j = 0; j < count; j++) x[j] = (float)((j * 7 + i) % 11 - 5) / 10;
+    ins[i] = floats_as(x, s, loom_program_input_dtype(p, i));
+    free(x);
+  }
+  CHECK_EQ_INT(loom_program_run(p, ins, outs), LOOM_OK);
+  for (int i = 0; i < nin; i++) loom_free(ins[i]);
+}
+
+/* The same outputs from the symbolic program at n = size and from the model
+ * loaded with n fixed to size. */
+static void check_symbolic_matches_fixed(const char *what, const char *path, int64_t size) {
+  loom_clear_error();
+  loom_program *sym = loom_onnx_load(path, NULL);
+  loom_onnx_dim fix = {"n", size};
+  loom_program *fixed = loom_onnx_load(path, &(loom_onnx_opts){.dims = &fix, .ndims = 1});
+  CHECK(sym != NULL && fixed != NULL);
+  if (!sym || !fixed) {
+    fprintf(stderr, "%s: %s\n", what, loom_last_error());
+    loom_program_free(sym), loom_program_free(fixed);
+    return;
+  }
+  CHECK_EQ_INT(loom_program_num_symbols(sym), 1);
+  loom_tensor *a[2] = {0}, *b[2] = {0};
+  run_patterned(sym, size, a);
+  run_patterned(fixed, size, b);
+  for (int o = 0; o < 2; o++) {
+    loom_tensor *fa = loom_cast(a[o], LOOM_F32), *fb = loom_cast(b[o], LOOM_F32);
+    int64_t count = loom_numel(fb);
+    CHECK_EQ_INT(loom_numel(fa), count);
+    float *x = malloc((size_t)(count + 1) * sizeof *x),
+          *y = malloc((size_t)(count + 1) * sizeof *y);
+    if (loom_numel(fa) == count && count > 0) {
+      CHECK_EQ_INT(loom_copy_to_host(fa, x, (size_t)count * sizeof *x), LOOM_OK);
+      CHECK_EQ_INT(loom_copy_to_host(fb, y, (size_t)count * sizeof *y), LOOM_OK);
+      for (int64_t j = 0; j < count; j++) CHECK_NEAR(x[j], y[j], 1e-6);
+    }
+    free(x), free(y);
+    loom_free(fa), loom_free(fb), loom_free(a[o]), loom_free(b[o]);
+  }
+  loom_program_free(sym), loom_program_free(fixed);
+}
+
+/* LinearAttention and CausalConvWithState (opset 27): values outside the
+ * reference's, wrong ranks and shapes, and a symbolic sequence to unroll are
+ * refused naming the value; a symbolic batch (and a symbolic conv length)
+ * computes what the fixed one does; float16 activations with a float32 state
+ * keep the state's dtype (values from onnx.reference). */
+static void test_linear_attention_and_causal_conv(void) {
+  /* B 2, T 3, 2 query heads on 1 KV head, d_k = d_v = 2 */
+  const one_input q = ONE_IN("q", 3, 2, 3, 4), k = ONE_IN("k", 3, 2, 3, 2),
+                  v = ONE_IN("v", 3, 2, 3, 2), past = ONE_IN("past", 4, 2, 1, 2, 2),
+                  decay = ONE_IN("decay", 3, 2, 3, 2), beta = ONE_IN("beta", 3, 2, 3, 1),
+                  none = {.name = ""};
+  const one_attr heads[2] = {ONE_INT("q_num_heads", 2), ONE_INT("kv_num_heads", 1)};
+  const one_input all[6] = {q, k, v, past, decay, beta};
+  const struct {
+    one_input ins[6];
+    one_attr attrs[3];
+    int nattrs;
+    loom_status want;
+    const char *words;
+  } refused[] = {
+      {{q, k, v, past, decay, beta},
+       {heads[0], heads[1], ONE_STR("update_rule", "fast")},
+       3,
+       LOOM_ERR_VALUE,
+       "update_rule 'fast'; one of 'gated_delta', 'linear', 'gated', 'delta'"},
+      {{q, k, v, past, decay, beta},
+       {heads[0], heads[1], ONE_STR("update_rule", "gated_delta_")},
+       3,
+       LOOM_ERR_VALUE,
+       "update_rule 'gated_delta_'"},
+      {{q, k, v, past, decay, beta},
+       {heads[0]},
+       1,
+       LOOM_ERR_VALUE,
+       "q_num_heads and kv_num_heads attributes are required"},
+      {{q, k, v, past, decay, beta},
+       {ONE_INT("q_num_heads", 3), ONE_INT("kv_num_heads", 2)},
+       2,
+       LOOM_ERR_VALUE,
+       "q_num_heads 3 is not a positive multiple of kv_num_heads 2"},
+      {{q, k, v, past, decay, beta},
+       {heads[0], ONE_INT("kv_num_heads", 0)},
+       2,
+       LOOM_ERR_VALUE,
+       "kv_num_heads 0"},
+      {{q, k, v, past, decay, beta},
+       {heads[0], heads[1], ONE_STR("update_rule", "linear")},
+       3,
+       LOOM_ERR_VALUE,
+       "update_rule 'linear' does not take the decay input"},
+      {{q, k, v, past, none, beta},
+       {heads[0], heads[1]},
+       2,
+       LOOM_ERR_VALUE,
+       "update_rule 'gated_delta' needs the decay input"},
+      {{q, k, v, past, decay, none},
+       {heads[0], heads[1]},
+       2,
+       LOOM_ERR_VALUE,
+       "update_rule 'gated_delta' needs the beta input"},
+      {{q, k, v, past, decay, beta},
+       {heads[0], heads[1], ONE_STR("update_rule", "gated")},
+       3,
+       LOOM_ERR_VALUE,
+       "update_rule 'gated' does not take the beta input"},
+      {{ONE_IN("q", 4, 2, 3, 2, 2), k, v, past, decay, beta},
+       {heads[0], heads[1]},
+       2,
+       LOOM_ERR_SHAPE,
+       "query has rank 4; 3 expected"},
+      {{q, k, v, ONE_IN("past", 3, 2, 1, 4), decay, beta},
+       {heads[0], heads[1]},
+       2,
+       LOOM_ERR_SHAPE,
+       "past_state has rank 3; 4 expected"},
+      {{q, k, v, ONE_IN("past", 4, 2, 1, 2, 3), decay, beta},
+       {heads[0], heads[1]},
+       2,
+       LOOM_ERR_SHAPE,
+       "past_state is [2, 1, 2, 3]; [2, 1, 2, 2]"},
+      {{q, k, v, past, ONE_IN("decay", 3, 2, 3, 3), beta},
+       {heads[0], heads[1]},
+       2,
+       LOOM_ERR_SHAPE,
+       "decay's last dim 3 is neither kv_num_heads (1) nor kv_num_heads * d_k (2)"},
+      {{q, k, v, past, decay, ONE_IN("beta", 3, 2, 3, 2)},
+       {heads[0], heads[1]},
+       2,
+       LOOM_ERR_SHAPE,
+       "beta's last dim 2 is neither kv_num_heads (1) nor 1"},
+      {{q, ONE_IN("k", 3, 2, 2, 2), v, past, decay, beta},
+       {heads[0], heads[1]},
+       2,
+       LOOM_ERR_SHAPE,
+       "key's batch and sequence [2, 2] differ from query's [2, 3]"},
+      {{q, ONE_IN("k", 3, 2, 3, 4), v, past, decay, beta},
+       {heads[0], heads[1]},
+       2,
+       LOOM_ERR_SHAPE,
+       "query's head size 2 and key's 4"},
+      {{q, k, ONE_IN_T("v", 7, 3, 2, 3, 2), past, decay, beta},
+       {heads[0], heads[1]},
+       2,
+       LOOM_ERR_DTYPE,
+       "value is i64; a floating-point tensor expected"},
+      {{ONE_IN("q", 3, 2, -1, 4), ONE_IN("k", 3, 2, -1, 2), ONE_IN("v", 3, 2, -1, 2), past,
+        ONE_IN("decay", 3, 2, -1, 2), ONE_IN("beta", 3, 2, -1, 1)},
+       {heads[0], heads[1]},
+       2,
+       LOOM_ERR_SHAPE,
+       "sequence length follows a symbolic dim"},
+      {{ONE_IN("q", 3, 2, 5000, 4), ONE_IN("k", 3, 2, 5000, 2), ONE_IN("v", 3, 2, 5000, 2), past,
+        ONE_IN("decay", 3, 2, 5000, 2), ONE_IN("beta", 3, 2, 5000, 1)},
+       {heads[0], heads[1]},
+       2,
+       LOOM_ERR_VALUE,
+       "a sequence of 5000 steps; loom unrolls up to 4096"},
+  };
+  for (size_t c = 0; c < sizeof refused / sizeof refused[0]; c++) {
+    check_set_ctx("LinearAttention refusal %zu", c);
+    expect_error(
+        save_one_node("LinearAttention", refused[c].ins, 6, refused[c].attrs, refused[c].nattrs),
+        refused[c].want, refused[c].words);
+  }
+  check_set_ctx("%s", "LinearAttention without value");
+  expect_error(save_one_node("LinearAttention", all, 2, heads, 2), LOOM_ERR_VALUE,
+               "input 2 (value) is required");
+  check_set_ctx("%s", "LinearAttention, update_rule an int");
+  const one_attr int_rule[3] = {heads[0], heads[1], ONE_INT("update_rule", 1)};
+  expect_error(save_one_node("LinearAttention", all, 6, int_rule, 3), LOOM_ERR_VALUE,
+               "attribute update_rule holds no string");
+  /* an empty sequence: an empty output, the past state kept */
+  {
+    check_set_ctx("%s", "LinearAttention, T = 0");
+    one_input ins[6];
+    for (int i = 0; i < 6; i++) ins[i] = all[i];
+    for (int i = 0; i < 6; i++)
+      if (i != 3) ins[i].dim[1] = 0;
+    loom_clear_error();
+    loom_program *p = loom_onnx_load(save_one_node("LinearAttention", ins, 6, heads, 2), NULL);
+    CHECK(p != NULL);
+    if (p) {
+      loom_tensor *out[2] = {0};
+      run_patterned(p, 0, out);
+      CHECK_EQ_INT(loom_numel(out[0]), 0);
+      CHECK_EQ_INT(loom_shape_of(out[0]).dim[2], 4);
+      float st[8];
+      CHECK_EQ_INT(loom_copy_to_host(out[1], st, sizeof st), LOOM_OK);
+      for (int j = 0; j < 8; j++) CHECK(st[j] == (float)((j * 7 + 3) % 11 - 5) / 10);
+      loom_free(out[0]), loom_free(out[1]);
+      loom_program_free(p);
+    } else {
+      fprintf(stderr, "LinearAttention T = 0: %s\n", loom_last_error());
+    }
+  }
+  /* a symbolic batch, for each update rule and decay form */
+  static const char *const rules[] = {"linear", "gated", "delta", "gated_delta"};
+  for (int r = 0; r < 4; r++)
+    for (int per_head = 0; per_head < 2; per_head++) {
+      check_set_ctx("LinearAttention %s, decay per %s", rules[r], per_head ? "head" : "key dim");
+      bool gating = r == 1 || r == 3, delta = r >= 2;
+      one_input ins[6];
+      for (int i = 0; i < 6; i++) ins[i] = all[i], ins[i].dim[0] = -1;
+      if (per_head) ins[4].dim[2] = 1;
+      if (!gating) ins[4] = none;
+      if (!delta) ins[5] = none;
+      const one_attr attrs[3] = {heads[0], heads[1], ONE_STR("update_rule", rules[r])};
+      if (per_head && !gating) continue;
+      check_symbolic_matches_fixed(rules[r], save_one_node("LinearAttention", ins, 6, attrs, 3), 5);
+    }
+  check_set_ctx("%s", "");
+  /* float16 activations, a float32 state: the present state stays float32 */
+  {
+    static const float qv[12] = {-1, 0.75, -0.25, -1.25, 0.5, -0.5, 1.25, 0.25, -0.75, 1, 0, -1};
+    static const float kv[6] = {-0.60009765625, 0.7998046875,  0,
+                                -0.7998046875,  0.60009765625, -0.199951171875};
+    static const float vv[6] = {-0.60009765625, 1.5,          0.300048828125,
+                                -0.89990234375, 1.2001953125, 0};
+    static const float dv[6] = {-0.10247802734375, -0.1624755859375, -0.1099853515625,
+                                -0.1099853515625,  -0.1624755859375, -0.10247802734375};
+    static const float bv[3] = {0.5, 0.25, 0.75}, pv[4] = {0, -0.4f, 0.3f, -0.1f};
+    static const float want_y[12] = {-0.2059326171875, 0.78369140625,   0.0161590576171875,
+                                     -0.26708984375,   0.1153564453125, -0.427490234375,
+                                     0.171630859375,   -0.5146484375,   -0.53662109375,
+                                     0.48974609375,    0.1837158203125, -0.286376953125};
+    static const float want_s[4] = {0.6653329133987427f, -0.38359183073043823f,
+                                    -0.2598191499710083f, 0.40507686138153076f};
+    const one_input ins[6] = {ONE_IN_T("q", 10, 3, 1, 3, 4),     ONE_IN_T("k", 10, 3, 1, 3, 2),
+                              ONE_IN_T("v", 10, 3, 1, 3, 2),     ONE_IN("past", 4, 1, 1, 2, 2),
+                              ONE_IN_T("decay", 10, 3, 1, 3, 2), ONE_IN_T("beta", 10, 3, 1, 3, 1)};
+    loom_clear_error();
+    loom_program *p = loom_onnx_load(save_one_node("LinearAttention", ins, 6, heads, 2), NULL);
+    CHECK(p != NULL);
+    if (p) {
+      CHECK_EQ_INT(loom_program_output_dtype(p, 0), LOOM_F16);
+      CHECK_EQ_INT(loom_program_output_dtype(p, 1), LOOM_F32);
+      const float *data[6] = {qv, kv, vv, pv, dv, bv};
+      loom_tensor *in[6], *out[2] = {0};
+      for (int i = 0; i < 6; i++) {
+        loom_shape s = {ins[i].rank, {0}};
+        for (int d = 0; d < s.ndim; d++) s.dim[d] = ins[i].dim[d];
+        in[i] = floats_as(data[i], s, i == 3 ? LOOM_F32 : LOOM_F16);
+      }
+      CHECK_EQ_INT(loom_program_run(p, in, out), LOOM_OK);
+      float y[12], st[4];
+      loom_tensor *y32 = loom_cast(out[0], LOOM_F32);
+      CHECK_EQ_INT(loom_copy_to_host(y32, y, sizeof y), LOOM_OK);
+      CHECK_EQ_INT(loom_copy_to_host(out[1], st, sizeof st), LOOM_OK);
+      for (int i = 0; i < 12; i++) CHECK_NEAR(y[i], want_y[i], 1e-3);
+      for (int i = 0; i < 4; i++) CHECK_NEAR(st[i], want_s[i], 1e-5);
+      for (int i = 0; i < 6; i++) loom_free(in[i]);
+      loom_free(y32), loom_free(out[0]), loom_free(out[1]);
+      loom_program_free(p);
+    } else {
+      fprintf(stderr, "LinearAttention f16: %s\n", loom_last_error());
+    }
+  }
+  /* CausalConvWithState: [B 2, C 3, L 4], kernel 3 */
+  const one_input x = ONE_IN("x", 3, 2, 3, 4), w = ONE_IN("w", 3, 3, 1, 3), b = ONE_IN("b", 1, 3),
+                  state = ONE_IN("state", 3, 2, 3, 2);
+  const struct {
+    one_input ins[4];
+    const char *activation;
+    loom_status want;
+    const char *words;
+  } conv_refused[] = {
+      {{x, w, b, state},
+       "gelu",
+       LOOM_ERR_VALUE,
+       "activation 'gelu'; one of 'none', 'silu', 'swish'"},
+      {{x, w, b, state}, "Silu", LOOM_ERR_VALUE, "activation 'Silu'"},
+      {{ONE_IN("x", 2, 3, 4), w, b, state}, "none", LOOM_ERR_SHAPE, "input has rank 2; 3 expected"},
+      {{x, ONE_IN("w", 2, 3, 3), b, state},
+       "none",
+       LOOM_ERR_SHAPE,
+       "weight has rank 2; 3 expected"},
+      {{x, ONE_IN("w", 3, 3, 2, 3), b, state},
+       "none",
+       LOOM_ERR_SHAPE,
+       "weight is [3, 2, 3]; [3, 1, k] with k >= 1 expected"},
+      {{x, ONE_IN("w", 3, 3, 1, 0), b, state},
+       "none",
+       LOOM_ERR_SHAPE,
+       "weight is [3, 1, 0]; [3, 1, k] with k >= 1 expected"},
+      {{x, ONE_IN("w", 3, 2, 1, 3), b, state}, "none", LOOM_ERR_SHAPE, "weight is [2, 1, 3]"},
+      {{x, w, ONE_IN("b", 1, 2), state},
+       "none",
+       LOOM_ERR_SHAPE,
+       "bias has 2 values for 3 channels"},
+      {{x, w, ONE_IN("b", 2, 3, 1), state}, "none", LOOM_ERR_SHAPE, "bias has rank 2; 1 expected"},
+      {{x, w, b, ONE_IN("state", 3, 2, 3, 3)},
+       "none",
+       LOOM_ERR_SHAPE,
+       "past_state is [2, 3, 3]; [2, 3, 2] (batch, channels, kernel size - 1) expected"},
+      {{x, w, b, ONE_IN_T("state", 10, 3, 2, 3, 2)},
+       "none",
+       LOOM_ERR_DTYPE,
+       "past_state is f16 and input f32"},
+  };
+  for (size_t c = 0; c < sizeof conv_refused / sizeof conv_refused[0]; c++) {
+    check_set_ctx("CausalConvWithState refusal %zu", c);
+    const one_attr act = ONE_STR("activation", conv_refused[c].activation);
+    expect_error(save_one_node("CausalConvWithState", conv_refused[c].ins, 4, &act, 1),
+                 conv_refused[c].want, conv_refused[c].words);
+  }
+  check_set_ctx("%s", "CausalConvWithState without weight");
+  expect_error(save_one_node("CausalConvWithState", &x, 1, NULL, 0), LOOM_ERR_VALUE,
+               "input 1 (weight) is required");
+  /* an empty input: an empty output, the past state kept */
+  {
+    check_set_ctx("%s", "CausalConvWithState, L = 0");
+    const one_input ins[4] = {ONE_IN("x", 3, 2, 3, 0), w, b, state};
+    loom_clear_error();
+    loom_program *p = loom_onnx_load(save_one_node("CausalConvWithState", ins, 4, NULL, 0), NULL);
+    CHECK(p != NULL);
+    if (p) {
+      loom_tensor *out[2] = {0};
+      run_patterned(p, 0, out);
+      CHECK_EQ_INT(loom_numel(out[0]), 0);
+      float st[12];
+      CHECK_EQ_INT(loom_copy_to_host(out[1], st, sizeof st), LOOM_OK);
+      for (int j = 0; j < 12; j++) CHECK(st[j] == (float)((j * 7 + 3) % 11 - 5) / 10);
+      loom_free(out[0]), loom_free(out[1]);
+      loom_program_free(p);
+    } else {
+      fprintf(stderr, "CausalConvWithState L = 0: %s\n", loom_last_error());
+    }
+  }
+  /* symbolic batch and length, with and without a past state and bias, kernels 1 and 3 */
+  for (int sym_axis = 0; sym_axis < 3; sym_axis += 2)
+    for (int with = 0; with < 4; with++)
+      for (int kernel = 1; kernel <= 3; kernel += 2) {
+        check_set_ctx("CausalConvWithState symbolic axis %d, inputs %d, kernel %d", sym_axis, with,
+                      kernel);
+        one_input ins[4] = {x, w, with & 1 ? b : none, with & 2 ? state : none};
+        ins[0].dim[sym_axis] = -1;
+        ins[1].dim[2] = kernel, ins[3].dim[2] = kernel - 1;
+        if (sym_axis == 0) ins[3].dim[0] = -1;
+        const one_attr act = ONE_STR("activation", with & 1 ? "silu" : "none");
+        check_symbolic_matches_fixed("CausalConvWithState",
+                                     save_one_node("CausalConvWithState", ins, 4, &act, 1), 5);
+      }
+  check_set_ctx("%s", "");
 }
 
 int main(void) {
@@ -715,6 +1204,7 @@ int main(void) {
   test_inverse_trig();
   test_scatter_duplicates();
   test_narrow_types();
+  test_linear_attention_and_causal_conv();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);
