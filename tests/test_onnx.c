@@ -2,7 +2,8 @@
  * at several sizes from one program, a dim fixed by the options, an input
  * given at import, and hostile files (garbage, truncation, a nesting bomb,
  * short initializer data, external data leaving the folder, undefined
- * inputs, unsupported ops named all at once), each a clear error. */
+ * inputs, unsupported ops named all at once), each a clear error; what RNN,
+ * GRU, LSTM and Det refuse; training models exported by PyTorch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1187,6 +1188,172 @@ static void test_linear_attention_and_causal_conv(void) {
                                      save_one_node("CausalConvWithState", ins, 4, &act, 1), 5);
       }
   check_set_ctx("%s", "");
+/* ------------------------------------------------------------ RNN, GRU, LSTM, Det */
+
+/* y = Y_h of op(x [seq, 1, 2], W [1, w_rows, 2], R [1, r_rows, r_cols]) with
+ * the attributes given (NULL: absent); x's seq is symbolic when asked. */
+typedef struct recurrent_model {
+  model_parts base;
+  Onnx__TensorProto inits[3], *init_list[3];
+  Onnx__AttributeProto attrs[4], *attr_list[4];
+  Onnx__TensorShapeProto__Dimension dims[3], *dim_list[3];
+  ProtobufCBinaryData activation_names[3];
+  char *node_in[5], *node_out[2];
+  int64_t w_dims[3], r_dims[3], lens_dims[1];
+  float w[64], r[64];
+  int32_t lens[1];
+} recurrent_model;
+
+typedef struct recurrent_spec {
+  const char *op;
+  int64_t w_rows, r_rows, r_cols, hidden_size; /* hidden_size 0: no attribute */
+  const char *direction;
+  const char *activations[3];
+  int nactivations;
+  bool symbolic_seq;
+  int32_t known_length; /* > 0: sequence_lens = {known_length}, an initializer */
+} recurrent_spec;
+
+static void build_recurrent(recurrent_model *m, const recurrent_spec *s) {
+  memset(m, 0, sizeof *m);
+  const char *ops[] = {s->op};
+  build(&m->base, ops, 1, false);
+  m->base.opset.version = 14;
+  for (int d = 0; d < 3; d++) {
+    onnx__tensor_shape_proto__dimension__init(&m->dims[d]);
+    m->dims[d].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+    m->dims[d].dim_value = d == 0 ? 3 : d == 1 ? 1 : 2;
+    m->dim_list[d] = &m->dims[d];
+  }
+  if (s->symbolic_seq) {
+    m->dims[0].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+    m->dims[0].dim_param = "seq";
+  }
+  m->base.in_shape.n_dim = 3, m->base.in_shape.dim = m->dim_list;
+  m->w_dims[0] = 1, m->w_dims[1] = s->w_rows, m->w_dims[2] = 2;
+  m->r_dims[0] = 1, m->r_dims[1] = s->r_rows, m->r_dims[2] = s->r_cols;
+  m->lens_dims[0] = 1, m->lens[0] = s->known_length;
+  for (int i = 0; i < 64; i++) m->w[i] = 0.01f * (float)(i % 7), m->r[i] = -0.02f * (float)(i % 5);
+  const char *names[3] = {"W", "R", "lens"};
+  int ninits = s->known_length > 0 ? 3 : 2;
+  for (int i = 0; i < ninits; i++) {
+    Onnx__TensorProto *t = &m->inits[i];
+    onnx__tensor_proto__init(t);
+    t->name = (char *)names[i], t->has_data_type = true, t->data_type = i == 2 ? 6 : 1;
+    t->n_dims = i == 2 ? 1 : 3, t->dims = i == 0 ? m->w_dims : i == 1 ? m->r_dims : m->lens_dims;
+    t->has_raw_data = true;
+    t->raw_data.len = i == 2 ? sizeof m->lens
+                             : (size_t)(i ? s->r_rows * s->r_cols : s->w_rows * 2) * sizeof(float);
+    t->raw_data.data = i == 0 ? (uint8_t *)m->w : i == 1 ? (uint8_t *)m->r : (uint8_t *)m->lens;
+    m->init_list[i] = t;
+  }
+  m->base.graph.n_initializer = (size_t)ninits, m->base.graph.initializer = m->init_list;
+  int nattrs = 0;
+  if (s->hidden_size) {
+    Onnx__AttributeProto *a = &m->attrs[nattrs++];
+    onnx__attribute_proto__init(a);
+    a->name = "hidden_size", a->has_type = true,
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    a->has_i = true, a->i = s->hidden_size;
+  }
+  if (s->direction) {
+    Onnx__AttributeProto *a = &m->attrs[nattrs++];
+    onnx__attribute_proto__init(a);
+    a->name = "direction", a->has_type = true,
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+    a->has_s = true, a->s.data = (uint8_t *)s->direction, a->s.len = strlen(s->direction);
+  }
+  if (s->nactivations) {
+    Onnx__AttributeProto *a = &m->attrs[nattrs++];
+    onnx__attribute_proto__init(a);
+    a->name = "activations", a->has_type = true,
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS;
+    for (int k = 0; k < s->nactivations; k++)
+      m->activation_names[k] =
+          (ProtobufCBinaryData){strlen(s->activations[k]), (uint8_t *)s->activations[k]};
+    a->n_strings = (size_t)s->nactivations, a->strings = m->activation_names;
+  }
+  for (int k = 0; k < nattrs; k++) m->attr_list[k] = &m->attrs[k];
+  m->node_in[0] = "x", m->node_in[1] = "W", m->node_in[2] = "R", m->node_in[3] = "";
+  m->node_in[4] = "lens";
+  m->node_out[0] = "", m->node_out[1] = "y";
+  Onnx__NodeProto *node = &m->base.nodes[0];
+  node->name = "rec";
+  node->n_input = s->known_length > 0 ? 5 : 3, node->input = m->node_in;
+  node->n_output = 2, node->output = m->node_out;
+  node->n_attribute = (size_t)nattrs, node->attribute = m->attr_list;
+}
+
+/* The load fails with want, and the message names the node and holds words. */
+static void expect_node_error(const char *path, loom_status want, const char *node,
+                              const char *words) {
+  expect_error(path, want, words);
+  const char *msg = loom_last_error() ? loom_last_error() : "";
+  if (!strstr(msg, node)) fprintf(stderr, "message '%s' does not name '%s'\n", msg, node);
+  CHECK(strstr(msg, node) != NULL);
+}
+
+/* What RNN, GRU, LSTM and Det refuse, each naming the node and the value:
+ * sizes that disagree with the weights, an unknown activation or direction,
+ * a wrong number of activations, ScaledTanh without its values, a sequence
+ * length that follows a symbolic dim (loom unrolls over it) or a known one
+ * out of range, and Det of non-square or too large matrices. A well-formed
+ * LSTM of the same builder loads. */
+static void test_recurrent_refusals(void) {
+  static const struct {
+    recurrent_spec spec;
+    loom_status want;
+    const char *words;
+  } cases[] = {
+      {{"LSTM", 12, 12, 3, 0, NULL, {NULL}, 0, false, 0}, LOOM_OK, NULL},
+      {{"LSTM", 12, 12, 3, 4, NULL, {NULL}, 0, false, 0}, LOOM_ERR_SHAPE, "hidden_size is 4"},
+      {{"LSTM", 10, 12, 3, 3, NULL, {NULL}, 0, false, 0}, LOOM_ERR_SHAPE, "W is [1, 10, 2]"},
+      {{"GRU", 6, 9, 2, 0, NULL, {NULL}, 0, false, 0}, LOOM_ERR_SHAPE, "R is [1, 9, 2]"},
+      {{"RNN", 3, 3, 3, 0, NULL, {"Swish"}, 1, false, 0}, LOOM_ERR_VALUE, "'Swish'"},
+      {{"RNN", 3, 3, 3, 0, "sideways", {NULL}, 0, false, 0},
+       LOOM_ERR_VALUE,
+       "direction 'sideways'"},
+      {{"RNN", 3, 3, 3, 0, "bidirectional", {NULL}, 0, false, 0}, LOOM_ERR_SHAPE, "W is [1, 3, 2]"},
+      {{"LSTM", 12, 12, 3, 0, NULL, {"Sigmoid", "Tanh"}, 2, false, 0},
+       LOOM_ERR_VALUE,
+       "2 activations"},
+      {{"GRU", 9, 9, 3, 0, NULL, {"Sigmoid", "ScaledTanh"}, 2, false, 0},
+       LOOM_ERR_VALUE,
+       "ScaledTanh"},
+      {{"RNN", 3, 3, 3, 0, NULL, {NULL}, 0, true, 0}, LOOM_ERR_SHAPE, "follows a symbolic dim"},
+      {{"RNN", 3, 3, 3, 0, NULL, {NULL}, 0, false, 5}, LOOM_ERR_VALUE, "sequence_lens[0] is 5"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    recurrent_model m;
+    build_recurrent(&m, &cases[c].spec);
+    save(&m.base, path_of("recurrent.onnx"), NULL);
+    check_set_ctx("recurrent case %zu", c);
+    if (cases[c].want != LOOM_OK) {
+      expect_node_error(path_of("recurrent.onnx"), cases[c].want, "rec", cases[c].words);
+      continue;
+    }
+    loom_clear_error();
+    loom_program *p = loom_onnx_load(path_of("recurrent.onnx"), NULL);
+    CHECK(p != NULL);
+    if (!p) fprintf(stderr, "recurrent case %zu: %s\n", c, loom_last_error());
+    loom_program_free(p);
+  }
+  check_set_ctx("%s", "");
+  static const struct {
+    int64_t rows, cols;
+    loom_status want;
+    const char *words;
+  } dets[] = {{2, 3, LOOM_ERR_SHAPE, "2 x 3"}, {65, 65, LOOM_ERR_VALUE, "up to 64 x 64"}};
+  for (size_t c = 0; c < sizeof dets / sizeof dets[0]; c++) {
+    model_parts m;
+    const char *ops[] = {"Det"};
+    build(&m, ops, 1, false);
+    m.opset.version = 22, m.model.ir_version = 10;
+    m.dims[0].dim_value = dets[c].rows, m.dims[1].dim_value = dets[c].cols;
+    m.nodes[0].n_input = 1, m.nodes[0].name = "det";
+    save(&m, path_of("det.onnx"), NULL);
+    expect_node_error(path_of("det.onnx"), dets[c].want, "det", dets[c].words);
+  }
 }
 
 int main(void) {
@@ -1205,6 +1372,22 @@ int main(void) {
   test_scatter_duplicates();
   test_narrow_types();
   test_linear_attention_and_causal_conv();
+  test_recurrent_refusals();
+  const char *recurrent[] = {"lstm.weight_ih_l0",
+                             "lstm.weight_hh_l0",
+                             "lstm.bias_ih_l0",
+                             "lstm.bias_hh_l0",
+                             "lstm.weight_ih_l0_reverse",
+                             "lstm.weight_hh_l0_reverse",
+                             "lstm.bias_ih_l0_reverse",
+                             "lstm.bias_hh_l0_reverse",
+                             "gru.weight_ih_l0",
+                             "gru.weight_hh_l0",
+                             "gru.bias_ih_l0",
+                             "gru.bias_hh_l0",
+                             "head.weight",
+                             "head.bias"};
+  test_training("recurrent", recurrent, 14);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);

@@ -115,6 +115,9 @@ loom_status onnx_refuse(onnx_node *n, loom_status status, const char *fmt, ...)
  * only known at traced sizes. */
 loom_tensor *onnx_in(onnx_node *n, int i);
 bool onnx_has_in(const onnx_node *n, int i);
+/* Whether input i's size along axis is the same in every trace: false when it
+ * follows a symbolic dim of the model (an op that unrolls over it refuses). */
+bool onnx_in_dim_fixed(const onnx_node *n, int i, int axis);
 /* Input i's values read at import as int64 (at most cap of them); refused when
  * the input is computed from the model's inputs. */
 loom_status onnx_ints(onnx_node *n, int i, int64_t *out, int cap, int *count);
@@ -221,6 +224,8 @@ extern const onnx_op onnx_ops_sampling[];
 extern const int onnx_ops_sampling_count;
 extern const onnx_op onnx_ops_signal[];
 extern const int onnx_ops_signal_count;
+extern const onnx_op onnx_ops_rnn[];
+extern const int onnx_ops_rnn_count;
 
 /* Conv's attributes applied to x, w and b (onnx_ops_nn.c). */
 loom_status onnx_conv(onnx_node *n, loom_tensor *x, loom_tensor *w, loom_tensor *b,

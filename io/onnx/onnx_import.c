@@ -150,6 +150,16 @@ loom_tensor *onnx_in(onnx_node *n, int i) {
   return n->in[i]->t;
 }
 
+bool onnx_in_dim_fixed(const onnx_node *n, int i, int axis) {
+  if (!onnx_has_in(n, i)) return true;
+  value_slot *s = find_value(n->im, n->in[i]->name);
+  if (!s || axis < 0 || axis >= loom_ndim(n->in[i]->t)) return true;
+  int64_t size = loom_shape_of(n->in[i]->t).dim[axis];
+  for (int t = 0; t < n->im->ntraces; t++)
+    if (s->trace[t] && loom_shape_of(s->trace[t]).dim[axis] != size) return false;
+  return true;
+}
+
 static loom_status realize_known(onnx_node *n, int i, loom_dtype want, loom_tensor **out) {
   onnx_value *v = n->in[i];
   if (!v->known)

@@ -21,6 +21,7 @@ static const struct {
     {onnx_ops_misc, &onnx_ops_misc_count},
     {onnx_ops_sampling, &onnx_ops_sampling_count},
     {onnx_ops_signal, &onnx_ops_signal_count},
+    {onnx_ops_rnn, &onnx_ops_rnn_count},
 };
 
 const onnx_op *onnx_find_op(const char *op_type) {

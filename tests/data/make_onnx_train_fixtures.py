@@ -10,6 +10,7 @@ PyTorch (Debian's /usr/bin/python3: torch 1.13), with PyTorch's outputs and grad
 cnn: two convolutions (3x3, padding, stride 2), ReLU, max pooling, global average pooling,
 a linear layer. transformer: a pre-norm encoder block (layer norm, two-head attention from
 linear projections, GELU MLP, residuals), mean over the sequence, a linear head.
+recurrent: a bidirectional LSTM, a GRU over its outputs, a linear head on the GRU's state.
 """
 import math
 import os
@@ -86,3 +87,24 @@ with torch.no_grad():
         ln.weight.uniform_(0.5, 1.5)
         ln.bias.uniform_(-0.1, 0.1)
 write("transformer", block, torch.randn(2, 5, 16))
+
+
+class Recurrent(nn.Module):
+    """A bidirectional LSTM, a GRU over its outputs, the GRU's last state through a linear
+    layer: the exporter writes ONNX LSTM and GRU (linear_before_reset) nodes whose
+    weights are slices of the parameters, reordered to ONNX's gate order."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(3, 4, bidirectional=True)
+        self.gru = nn.GRU(8, 5)
+        self.head = nn.Linear(5, 2)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        _, h = self.gru(y)
+        return self.head(h[0])
+
+
+torch.manual_seed(1)
+write("recurrent", Recurrent(), torch.randn(6, 2, 3))
