@@ -699,6 +699,8 @@ static void test_narrow_types(void) {
     loom_free(x32), loom_free(in), loom_free(given), loom_free(out);
     loom_program_free(p);
   }
+}
+
 /* ------------------------------------------- LinearAttention, CausalConvWithState */
 
 /* A model of one opset-27 node over inputs named and shaped as given (a dim
@@ -1188,6 +1190,8 @@ static void test_linear_attention_and_causal_conv(void) {
                                      save_one_node("CausalConvWithState", ins, 4, &act, 1), 5);
       }
   check_set_ctx("%s", "");
+}
+
 /* ------------------------------------------------------------ RNN, GRU, LSTM, Det */
 
 /* y = Y_h of op(x [seq, 1, 2], W [1, w_rows, 2], R [1, r_rows, r_cols]) with
