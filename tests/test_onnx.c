@@ -536,6 +536,172 @@ static void test_scatter_duplicates(void) {
   }
 }
 
+/* ------------------------------------------------------------ bits, pools, sampling */
+
+/* build's model with node 0's attributes given here. */
+typedef struct attr_model {
+  model_parts base;
+  Onnx__AttributeProto attrs[8], *attr_list[8];
+} attr_model;
+
+static Onnx__AttributeProto *add_attr(attr_model *m, const char *name) {
+  Onnx__NodeProto *node = &m->base.nodes[0];
+  Onnx__AttributeProto *a = &m->attrs[node->n_attribute];
+  onnx__attribute_proto__init(a);
+  a->name = (char *)name, a->has_type = true;
+  m->attr_list[node->n_attribute++] = a;
+  node->attribute = m->attr_list;
+  return a;
+}
+static void attr_string(attr_model *m, const char *name, const char *value) {
+  Onnx__AttributeProto *a = add_attr(m, name);
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+  a->has_s = true, a->s.data = (uint8_t *)value, a->s.len = strlen(value);
+}
+
+static uint64_t next_random(uint64_t *state) {
+  *state ^= *state << 13, *state ^= *state >> 7, *state ^= *state << 17;
+  return *state;
+}
+
+/* What C's operators give for one element of BitShift (op 4 left, 5 right)
+ * and the bitwise ops (0 and, 1 or, 2 xor, 3 not) on bits-bit values held in
+ * the low bits of a and b; signed dtypes shift as numpy (ONNX's reference). */
+static uint64_t bits_reference(int op, int bits, bool is_signed, uint64_t a, uint64_t b) {
+  uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1, e;
+  int64_t sa = (int64_t)(a << (64 - bits)) >> (64 - bits),
+          sb = (int64_t)(b << (64 - bits)) >> (64 - bits);
+  bool out_of_range = (is_signed && sb < 0) || b >= (uint64_t)bits;
+  switch (op) {
+  case 0: e = a & b; break;
+  case 1: e = a | b; break;
+  case 2: e = a ^ b; break;
+  case 3: e = ~a; break;
+  case 4: e = out_of_range ? 0 : a << b; break;
+  default:
+    if (!is_signed)
+      e = out_of_range ? 0 : a >> b;
+    else
+      e = (uint64_t)(out_of_range ? (sa < 0 ? -1 : 0) : sa >> b);
+  }
+  return e & mask;
+}
+
+/* BitShift and the bitwise ops (composed of wrapping arithmetic: loom has no
+ * bitwise op) on every integer dtype, exactly as C's operators: the sign
+ * bit, values past 2^53, shifts out of range; x [batch (symbolic), 16]
+ * against w [16] broadcast, so the composition also passes the symbolic
+ * inference. */
+static void test_bits_exact(void) {
+  enum { ROWS = 5, COLS = 16, N = ROWS * COLS };
+  static const struct {
+    int onnx;
+    loom_dtype dt;
+    bool is_signed;
+  } dtypes[] = {{3, LOOM_I8, true},    {5, LOOM_I16, true},  {6, LOOM_I32, true},
+                {7, LOOM_I64, true},   {2, LOOM_U8, false},  {4, LOOM_U16, false},
+                {12, LOOM_U32, false}, {13, LOOM_U64, false}};
+  const char *ops[] = {"BitwiseAnd", "BitwiseOr", "BitwiseXor",
+                       "BitwiseNot", "BitShift",  "BitShift"};
+  uint64_t state = 88172645463325252ull;
+  for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
+    int size = (int)loom_dtype_size(dtypes[d].dt), bits = 8 * size;
+    uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1, top = 1ull << (bits - 1);
+    uint64_t edges[] = {0, 1, mask, top, top - 1, top + 1, (1ull << 53) + 1, 3};
+    static uint64_t x[N], w[COLS], shift[COLS];
+    for (int i = 0; i < N; i++) x[i] = (i < 8 ? edges[i] : next_random(&state)) & mask;
+    for (int i = 0; i < COLS; i++) {
+      w[i] = (i < 8 ? edges[7 - i] : next_random(&state)) & mask;
+      /* 0 .. bits + 2, then far out and (signed) a negative shift */
+      shift[i] = i < 12 ? (uint64_t)(i * (bits + 2) / 11) : next_random(&state) & mask;
+    }
+    if (dtypes[d].is_signed) shift[13] = mask; /* -1 */
+    for (int op = 0; op < 6; op++) {
+      const uint64_t *second = op >= 4 ? shift : w;
+      static uint8_t xbytes[N * 8], wbytes[COLS * 8], got[N * 8];
+      for (int i = 0; i < N; i++) memcpy(xbytes + i * size, &x[i], (size_t)size);
+      for (int i = 0; i < COLS; i++) memcpy(wbytes + i * size, &second[i], (size_t)size);
+      attr_model m;
+      memset(&m, 0, sizeof m);
+      build(&m.base, &ops[op], 1, true);
+      m.base.opset.version = 18;
+      m.base.dims[1].dim_value = COLS;
+      m.base.in_tensor.elem_type = dtypes[d].onnx;
+      static int64_t wdims[1] = {COLS};
+      m.base.init.data_type = dtypes[d].onnx, m.base.init.dims = wdims;
+      m.base.init.raw_data.len = (size_t)(COLS * size), m.base.init.raw_data.data = wbytes;
+      if (op == 3) m.base.nodes[0].n_input = 1;
+      if (op >= 4) attr_string(&m, "direction", op == 4 ? "LEFT" : "RIGHT");
+      save(&m.base, path_of("bits.onnx"), NULL);
+      loom_clear_error();
+      loom_program *p = loom_onnx_load(path_of("bits.onnx"), NULL);
+      CHECK(p != NULL);
+      if (!p) {
+        fprintf(stderr, "%s %s: %s\n", ops[op], loom_dtype_name(dtypes[d].dt), loom_last_error());
+        continue;
+      }
+      loom_tensor *in = loom_from_data(xbytes, LOOM_SHAPE(ROWS, COLS), dtypes[d].dt, LOOM_CPU),
+                  *out = NULL;
+      CHECK_EQ_INT(loom_program_run(p, &in, &out), LOOM_OK);
+      CHECK_EQ_INT(loom_copy_to_host(out, got, (size_t)(N * size)), LOOM_OK);
+      int wrong = 0;
+      for (int i = 0; i < N; i++) {
+        uint64_t want = bits_reference(op, bits, dtypes[d].is_signed, x[i], second[i % COLS]),
+                 have = 0;
+        memcpy(&have, got + i * size, (size_t)size);
+        if (have != want && wrong++ < 3)
+          fprintf(stderr, "%s%s %s: %llx, %llx gives %llx, want %llx\n", ops[op],
+                  op == 4   ? " LEFT"
+                  : op == 5 ? " RIGHT"
+                            : "",
+                  loom_dtype_name(dtypes[d].dt), (unsigned long long)x[i],
+                  (unsigned long long)second[i % COLS], (unsigned long long)have,
+                  (unsigned long long)want);
+      }
+      CHECK(wrong == 0);
+      loom_free(in), loom_free(out);
+      loom_program_free(p);
+    }
+  }
+}
+
+/* Refusals of BitShift, the bitwise ops, MaxPool's indices, RoiAlign and
+ * DeformConv: each names the node and the value. */
+static void test_bits_pools_sampling_refusals(void) {
+  static const struct {
+    const char *op, *direction;
+    int x_type, w_type;
+    loom_status want;
+    const char *words;
+  } bit_cases[] = {
+      {"BitwiseAnd", NULL, 1, 1, LOOM_ERR_DTYPE, "BitwiseAnd) (opset 18): an input of dtype f32"},
+      {"BitwiseNot", NULL, 1, 1, LOOM_ERR_DTYPE,
+       "an input of dtype f32; ONNX defines it on integers"},
+      {"BitwiseXor", NULL, 6, 7, LOOM_ERR_DTYPE, "inputs of two dtypes, i32 and i64"},
+      {"BitShift", "LEFT", 2, 4, LOOM_ERR_DTYPE, "inputs of two dtypes, u8 and u16"},
+      {"BitShift", "UP", 2, 2, LOOM_ERR_VALUE, "direction 'UP'; LEFT or RIGHT expected"},
+  };
+  for (size_t c = 0; c < sizeof bit_cases / sizeof bit_cases[0]; c++) {
+    attr_model m;
+    memset(&m, 0, sizeof m);
+    build(&m.base, &bit_cases[c].op, 1, false);
+    m.base.opset.version = 18;
+    m.base.in_tensor.elem_type = bit_cases[c].x_type;
+    static uint8_t zeros[3 * 8];
+    m.base.init.data_type = bit_cases[c].w_type;
+    m.base.init.raw_data.len = 3 * (bit_cases[c].w_type == 1   ? 4
+                                    : bit_cases[c].w_type == 7 ? 8
+                                    : bit_cases[c].w_type == 4 ? 2
+                                    : bit_cases[c].w_type == 6 ? 4
+                                                               : 1);
+    m.base.init.raw_data.data = zeros;
+    if (strcmp(bit_cases[c].op, "BitwiseNot") == 0) m.base.nodes[0].n_input = 1;
+    if (bit_cases[c].direction) attr_string(&m, "direction", bit_cases[c].direction);
+    save(&m.base, path_of("refused.onnx"), NULL);
+    expect_error(path_of("refused.onnx"), bit_cases[c].want, bit_cases[c].words);
+  }
+}
+
 int main(void) {
   if (!mkdtemp(dir)) return 1;
   test_symbolic_batch();
@@ -550,6 +716,8 @@ int main(void) {
   test_training("transformer", block, 14);
   test_inverse_trig();
   test_scatter_duplicates();
+  test_bits_exact();
+  test_bits_pools_sampling_refusals();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);
