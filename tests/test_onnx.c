@@ -538,25 +538,127 @@ static void test_scatter_duplicates(void) {
 
 /* ------------------------------------------------------------ bits, pools, sampling */
 
-/* build's model with node 0's attributes given here. */
-typedef struct attr_model {
-  model_parts base;
+/* A model of one node whose inputs are all the graph's inputs (a dim of -1
+ * is the symbol "batch") and whose outputs are its outputs. */
+enum { NODE_MAX_IO = 5 };
+typedef struct node_model {
+  Onnx__ModelProto model;
+  Onnx__OperatorSetIdProto opset, *opsets[1];
+  Onnx__GraphProto graph;
+  Onnx__NodeProto node, *nodes[1];
+  Onnx__ValueInfoProto in[NODE_MAX_IO], out[2], *ins[NODE_MAX_IO], *outs[2];
+  Onnx__TypeProto type[NODE_MAX_IO];
+  Onnx__TypeProto__Tensor tensor[NODE_MAX_IO];
+  Onnx__TensorShapeProto shape[NODE_MAX_IO];
+  Onnx__TensorShapeProto__Dimension dims[NODE_MAX_IO][LOOM_MAX_DIMS],
+      *dim_list[NODE_MAX_IO][LOOM_MAX_DIMS];
   Onnx__AttributeProto attrs[8], *attr_list[8];
-} attr_model;
+  char *in_names[NODE_MAX_IO], *out_names[2];
+} node_model;
 
-static Onnx__AttributeProto *add_attr(attr_model *m, const char *name) {
-  Onnx__NodeProto *node = &m->base.nodes[0];
-  Onnx__AttributeProto *a = &m->attrs[node->n_attribute];
+static void node_model_init(node_model *m, const char *op, int64_t opset, const char *out0,
+                            const char *out1) {
+  memset(m, 0, sizeof *m);
+  onnx__model_proto__init(&m->model);
+  onnx__operator_set_id_proto__init(&m->opset);
+  onnx__graph_proto__init(&m->graph);
+  onnx__node_proto__init(&m->node);
+  m->opset.has_version = true, m->opset.version = opset, m->opset.domain = "";
+  m->opsets[0] = &m->opset;
+  m->model.n_opset_import = 1, m->model.opset_import = m->opsets;
+  m->model.has_ir_version = true, m->model.ir_version = 8;
+  m->model.graph = &m->graph;
+  m->node.op_type = (char *)op, m->node.input = m->in_names, m->node.output = m->out_names;
+  m->nodes[0] = &m->node;
+  m->graph.n_node = 1, m->graph.node = m->nodes;
+  m->graph.input = m->ins, m->graph.output = m->outs;
+  const char *outs[2] = {out0, out1};
+  for (int i = 0; i < 2 && outs[i]; i++) {
+    onnx__value_info_proto__init(&m->out[i]);
+    m->out[i].name = m->out_names[i] = (char *)outs[i];
+    m->outs[i] = &m->out[i];
+    m->node.n_output = m->graph.n_output = (size_t)i + 1;
+  }
+}
+
+/* A graph input of ONNX elem_type, also the node's next input ("" skips an
+ * optional input of the node). */
+static void node_model_input(node_model *m, const char *name, int elem_type, const int64_t *dims,
+                             int ndim) {
+  m->in_names[m->node.n_input++] = (char *)name;
+  if (!name[0]) return;
+  int i = (int)m->graph.n_input++;
+  for (int d = 0; d < ndim; d++) {
+    Onnx__TensorShapeProto__Dimension *dim = &m->dims[i][d];
+    onnx__tensor_shape_proto__dimension__init(dim);
+    if (dims[d] < 0) {
+      dim->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+      dim->dim_param = "batch";
+    } else {
+      dim->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+      dim->dim_value = dims[d];
+    }
+    m->dim_list[i][d] = dim;
+  }
+  onnx__tensor_shape_proto__init(&m->shape[i]);
+  m->shape[i].n_dim = (size_t)ndim, m->shape[i].dim = m->dim_list[i];
+  onnx__type_proto__tensor__init(&m->tensor[i]);
+  m->tensor[i].has_elem_type = true, m->tensor[i].elem_type = elem_type;
+  m->tensor[i].shape = &m->shape[i];
+  onnx__type_proto__init(&m->type[i]);
+  m->type[i].value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+  m->type[i].tensor_type = &m->tensor[i];
+  onnx__value_info_proto__init(&m->in[i]);
+  m->in[i].name = (char *)name, m->in[i].type = &m->type[i];
+  m->ins[i] = &m->in[i];
+}
+
+static Onnx__AttributeProto *add_attr(node_model *m, const char *name) {
+  Onnx__AttributeProto *a = &m->attrs[m->node.n_attribute];
   onnx__attribute_proto__init(a);
   a->name = (char *)name, a->has_type = true;
-  m->attr_list[node->n_attribute++] = a;
-  node->attribute = m->attr_list;
+  m->attr_list[m->node.n_attribute++] = a;
+  m->node.attribute = m->attr_list;
   return a;
 }
-static void attr_string(attr_model *m, const char *name, const char *value) {
+static void attr_string(node_model *m, const char *name, const char *value) {
   Onnx__AttributeProto *a = add_attr(m, name);
   a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
   a->has_s = true, a->s.data = (uint8_t *)value, a->s.len = strlen(value);
+}
+
+static void attr_int(node_model *m, const char *name, int64_t value) {
+  Onnx__AttributeProto *a = add_attr(m, name);
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+  a->has_i = true, a->i = value;
+}
+static void attr_ints(node_model *m, const char *name, const int64_t *values, int count) {
+  Onnx__AttributeProto *a = add_attr(m, name);
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+  a->n_ints = (size_t)count, a->ints = (int64_t *)values;
+}
+
+/* Saves m and loads it; NULL (the reason printed) when the load fails. */
+static loom_program *node_model_load(node_model *m, const char *what) {
+  size_t len = onnx__model_proto__get_packed_size(&m->model);
+  uint8_t *bytes = malloc(len);
+  onnx__model_proto__pack(&m->model, bytes);
+  write_bytes(path_of("node.onnx"), bytes, len);
+  free(bytes);
+  loom_clear_error();
+  loom_program *p = loom_onnx_load(path_of("node.onnx"), NULL);
+  if (!p) fprintf(stderr, "%s: %s\n", what, loom_last_error());
+  return p;
+}
+
+/* The load of m fails with want, its message holding words. */
+static void node_model_refused(node_model *m, loom_status want, const char *words) {
+  size_t len = onnx__model_proto__get_packed_size(&m->model);
+  uint8_t *bytes = malloc(len);
+  onnx__model_proto__pack(&m->model, bytes);
+  write_bytes(path_of("refused.onnx"), bytes, len);
+  free(bytes);
+  expect_error(path_of("refused.onnx"), want, words);
 }
 
 static uint64_t next_random(uint64_t *state) {
@@ -621,28 +723,19 @@ static void test_bits_exact(void) {
       static uint8_t xbytes[N * 8], wbytes[COLS * 8], got[N * 8];
       for (int i = 0; i < N; i++) memcpy(xbytes + i * size, &x[i], (size_t)size);
       for (int i = 0; i < COLS; i++) memcpy(wbytes + i * size, &second[i], (size_t)size);
-      attr_model m;
-      memset(&m, 0, sizeof m);
-      build(&m.base, &ops[op], 1, true);
-      m.base.opset.version = 18;
-      m.base.dims[1].dim_value = COLS;
-      m.base.in_tensor.elem_type = dtypes[d].onnx;
-      static int64_t wdims[1] = {COLS};
-      m.base.init.data_type = dtypes[d].onnx, m.base.init.dims = wdims;
-      m.base.init.raw_data.len = (size_t)(COLS * size), m.base.init.raw_data.data = wbytes;
-      if (op == 3) m.base.nodes[0].n_input = 1;
+      node_model m;
+      node_model_init(&m, ops[op], 18, "y", NULL);
+      const int64_t xdims[2] = {-1, COLS}, wdims[1] = {COLS};
+      node_model_input(&m, "x", dtypes[d].onnx, xdims, 2);
+      if (op != 3) node_model_input(&m, "w", dtypes[d].onnx, wdims, 1);
       if (op >= 4) attr_string(&m, "direction", op == 4 ? "LEFT" : "RIGHT");
-      save(&m.base, path_of("bits.onnx"), NULL);
-      loom_clear_error();
-      loom_program *p = loom_onnx_load(path_of("bits.onnx"), NULL);
+      loom_program *p = node_model_load(&m, ops[op]);
       CHECK(p != NULL);
-      if (!p) {
-        fprintf(stderr, "%s %s: %s\n", ops[op], loom_dtype_name(dtypes[d].dt), loom_last_error());
-        continue;
-      }
-      loom_tensor *in = loom_from_data(xbytes, LOOM_SHAPE(ROWS, COLS), dtypes[d].dt, LOOM_CPU),
+      if (!p) continue;
+      loom_tensor *in[2] = {loom_from_data(xbytes, LOOM_SHAPE(ROWS, COLS), dtypes[d].dt, LOOM_CPU),
+                            loom_from_data(wbytes, LOOM_SHAPE(COLS), dtypes[d].dt, LOOM_CPU)},
                   *out = NULL;
-      CHECK_EQ_INT(loom_program_run(p, &in, &out), LOOM_OK);
+      CHECK_EQ_INT(loom_program_run(p, in, &out), LOOM_OK);
       CHECK_EQ_INT(loom_copy_to_host(out, got, (size_t)(N * size)), LOOM_OK);
       int wrong = 0;
       for (int i = 0; i < N; i++) {
@@ -659,9 +752,102 @@ static void test_bits_exact(void) {
                   (unsigned long long)want);
       }
       CHECK(wrong == 0);
-      loom_free(in), loom_free(out);
+      loom_free(in[0]), loom_free(in[1]), loom_free(out);
       loom_program_free(p);
     }
+  }
+}
+
+/* MaxPool's Indices against a direct reading of ONNX's definition (its
+ * reference's loops): the first greatest element of each window inside the
+ * input, flat over the whole tensor, row- or column-major within a plane;
+ * values with ties, 1-D to 3-D, pads, strides, dilations, ceil_mode, the
+ * batch symbolic. */
+static void test_max_pool_indices(void) {
+  enum { BATCH = 2, CHANNELS = 2 };
+  static const struct {
+    int dims;
+    int64_t in[3], kernel[3], strides[3], dilations[3], pads[6];
+    int ceil_mode, storage_order;
+  } cases[] = {
+      {2, {5, 6}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 0, 0},
+      {2, {5, 6}, {2, 3}, {2, 1}, {2, 1}, {0, 1, 1, 0}, 1, 1},
+      {2, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 0, 1},
+      {1, {7}, {3}, {2}, {1}, {1, 1}, 1, 0},
+      {3, {4, 5, 3}, {2, 2, 2}, {1, 2, 1}, {1, 2, 1}, {1, 0, 0, 0, 1, 1}, 0, 1},
+      {3, {3, 4, 5}, {2, 1, 3}, {2, 1, 2}, {1, 1, 1}, {0, 0, 1, 1, 0, 1}, 1, 0},
+  };
+  uint64_t state = 2463534242ull;
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int dims = cases[c].dims;
+    int64_t plane = 1, out[3], out_plane = 1;
+    for (int d = 0; d < dims; d++) {
+      int64_t span = (cases[c].kernel[d] - 1) * cases[c].dilations[d] + 1;
+      int64_t room = cases[c].in[d] + cases[c].pads[d] + cases[c].pads[d + dims] - span;
+      int64_t stride = cases[c].strides[d];
+      out[d] = (cases[c].ceil_mode ? (room + stride - 1) / stride : room / stride) + 1;
+      if (cases[c].ceil_mode && (out[d] - 1) * stride >= cases[c].in[d] + cases[c].pads[d])
+        out[d]--;
+      plane *= cases[c].in[d], out_plane *= out[d];
+    }
+    int64_t planes = BATCH * CHANNELS;
+    static float x[BATCH * CHANNELS * 60], y[BATCH * CHANNELS * 60];
+    static int64_t idx[BATCH * CHANNELS * 60];
+    for (int64_t i = 0; i < planes * plane; i++) x[i] = (float)(next_random(&state) % 6);
+    node_model m;
+    node_model_init(&m, "MaxPool", 12, "y", "indices");
+    int64_t xdims[5] = {-1, CHANNELS};
+    for (int d = 0; d < dims; d++) xdims[d + 2] = cases[c].in[d];
+    node_model_input(&m, "x", 1, xdims, dims + 2);
+    attr_ints(&m, "kernel_shape", cases[c].kernel, dims);
+    attr_ints(&m, "strides", cases[c].strides, dims);
+    attr_ints(&m, "dilations", cases[c].dilations, dims);
+    attr_ints(&m, "pads", cases[c].pads, 2 * dims);
+    attr_int(&m, "ceil_mode", cases[c].ceil_mode);
+    attr_int(&m, "storage_order", cases[c].storage_order);
+    loom_program *p = node_model_load(&m, "MaxPool");
+    CHECK(p != NULL);
+    if (!p) continue;
+    loom_shape xs = {.ndim = dims + 2, .dim = {BATCH, CHANNELS}};
+    for (int d = 0; d < dims; d++) xs.dim[d + 2] = cases[c].in[d];
+    loom_tensor *in = loom_from_data(x, xs, LOOM_F32, LOOM_CPU), *outs[2] = {NULL, NULL};
+    CHECK_EQ_INT(loom_program_run(p, &in, outs), LOOM_OK);
+    CHECK_EQ_INT(loom_copy_to_host(outs[0], y, (size_t)(planes * out_plane) * sizeof *y), LOOM_OK);
+    CHECK_EQ_INT(loom_copy_to_host(outs[1], idx, (size_t)(planes * out_plane) * sizeof *idx),
+                 LOOM_OK);
+    int wrong = 0;
+    for (int64_t pl = 0; pl < planes; pl++)
+      for (int64_t o = 0; o < out_plane; o++) {
+        int64_t at[3] = {0}, rest = o, k[3] = {0}, windows = 1;
+        for (int d = dims - 1; d >= 0; d--) at[d] = rest % out[d], rest /= out[d];
+        for (int d = 0; d < dims; d++) windows *= cases[c].kernel[d];
+        float best = 0;
+        int64_t best_at = -1;
+        for (int64_t w = 0; w < windows; w++) {
+          int64_t wrest = w, flat_row = 0, flat_col = 0, scale = 1;
+          bool inside = true;
+          for (int d = dims - 1; d >= 0; d--)
+            k[d] = wrest % cases[c].kernel[d], wrest /= cases[c].kernel[d];
+          for (int d = 0; d < dims; d++) {
+            int64_t pos =
+                at[d] * cases[c].strides[d] - cases[c].pads[d] + k[d] * cases[c].dilations[d];
+            inside = inside && pos >= 0 && pos < cases[c].in[d];
+            flat_row = flat_row * cases[c].in[d] + pos, flat_col += pos * scale;
+            scale *= cases[c].in[d];
+          }
+          if (!inside) continue;
+          float v = x[pl * plane + flat_row];
+          if (best_at < 0 || v > best)
+            best = v, best_at = pl * plane + (cases[c].storage_order ? flat_col : flat_row);
+        }
+        int64_t i = pl * out_plane + o;
+        if ((idx[i] != best_at || y[i] != best) && wrong++ < 3)
+          fprintf(stderr, "MaxPool case %zu: output %lld is %g at %lld, want %g at %lld\n", c,
+                  (long long)i, y[i], (long long)idx[i], best, (long long)best_at);
+      }
+    CHECK(wrong == 0);
+    loom_free(in), loom_free(outs[0]), loom_free(outs[1]);
+    loom_program_free(p);
   }
 }
 
@@ -682,24 +868,22 @@ static void test_bits_pools_sampling_refusals(void) {
       {"BitShift", "UP", 2, 2, LOOM_ERR_VALUE, "direction 'UP'; LEFT or RIGHT expected"},
   };
   for (size_t c = 0; c < sizeof bit_cases / sizeof bit_cases[0]; c++) {
-    attr_model m;
-    memset(&m, 0, sizeof m);
-    build(&m.base, &bit_cases[c].op, 1, false);
-    m.base.opset.version = 18;
-    m.base.in_tensor.elem_type = bit_cases[c].x_type;
-    static uint8_t zeros[3 * 8];
-    m.base.init.data_type = bit_cases[c].w_type;
-    m.base.init.raw_data.len = 3 * (bit_cases[c].w_type == 1   ? 4
-                                    : bit_cases[c].w_type == 7 ? 8
-                                    : bit_cases[c].w_type == 4 ? 2
-                                    : bit_cases[c].w_type == 6 ? 4
-                                                               : 1);
-    m.base.init.raw_data.data = zeros;
-    if (strcmp(bit_cases[c].op, "BitwiseNot") == 0) m.base.nodes[0].n_input = 1;
+    node_model m;
+    node_model_init(&m, bit_cases[c].op, 18, "y", NULL);
+    const int64_t dims[2] = {2, 3};
+    node_model_input(&m, "x", bit_cases[c].x_type, dims, 2);
+    if (strcmp(bit_cases[c].op, "BitwiseNot"))
+      node_model_input(&m, "w", bit_cases[c].w_type, dims, 2);
     if (bit_cases[c].direction) attr_string(&m, "direction", bit_cases[c].direction);
-    save(&m.base, path_of("refused.onnx"), NULL);
-    expect_error(path_of("refused.onnx"), bit_cases[c].want, bit_cases[c].words);
+    node_model_refused(&m, bit_cases[c].want, bit_cases[c].words);
   }
+  node_model m;
+  node_model_init(&m, "MaxPool", 12, "y", "indices");
+  const int64_t xdims[4] = {1, 1, 4, 4}, kernel[2] = {2, 2};
+  node_model_input(&m, "x", 1, xdims, 4);
+  attr_ints(&m, "kernel_shape", kernel, 2);
+  attr_int(&m, "storage_order", 2);
+  node_model_refused(&m, LOOM_ERR_VALUE, "MaxPool) (opset 12): storage_order 2; 0 or 1 expected");
 }
 
 int main(void) {
@@ -717,6 +901,7 @@ int main(void) {
   test_inverse_trig();
   test_scatter_duplicates();
   test_bits_exact();
+  test_max_pool_indices();
   test_bits_pools_sampling_refusals();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
