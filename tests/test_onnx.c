@@ -632,22 +632,28 @@ static void attr_int(node_model *m, const char *name, int64_t value) {
   a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
   a->has_i = true, a->i = value;
 }
+static void attr_float(node_model *m, const char *name, float value) {
+  Onnx__AttributeProto *a = add_attr(m, name);
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+  a->has_f = true, a->f = value;
+}
 static void attr_ints(node_model *m, const char *name, const int64_t *values, int count) {
   Onnx__AttributeProto *a = add_attr(m, name);
   a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
   a->n_ints = (size_t)count, a->ints = (int64_t *)values;
 }
 
-/* Saves m and loads it; NULL (the reason printed) when the load fails. */
-static loom_program *node_model_load(node_model *m, const char *what) {
+/* Saves m and loads it; NULL when the load fails (the reason printed after
+ * what, unless what is NULL: a failure expected). */
+static loom_program *node_model_load(node_model *m, const char *what, const loom_onnx_opts *opts) {
   size_t len = onnx__model_proto__get_packed_size(&m->model);
   uint8_t *bytes = malloc(len);
   onnx__model_proto__pack(&m->model, bytes);
   write_bytes(path_of("node.onnx"), bytes, len);
   free(bytes);
   loom_clear_error();
-  loom_program *p = loom_onnx_load(path_of("node.onnx"), NULL);
-  if (!p) fprintf(stderr, "%s: %s\n", what, loom_last_error());
+  loom_program *p = loom_onnx_load(path_of("node.onnx"), opts);
+  if (!p && what) fprintf(stderr, "%s: %s\n", what, loom_last_error());
   return p;
 }
 
@@ -729,7 +735,7 @@ static void test_bits_exact(void) {
       node_model_input(&m, "x", dtypes[d].onnx, xdims, 2);
       if (op != 3) node_model_input(&m, "w", dtypes[d].onnx, wdims, 1);
       if (op >= 4) attr_string(&m, "direction", op == 4 ? "LEFT" : "RIGHT");
-      loom_program *p = node_model_load(&m, ops[op]);
+      loom_program *p = node_model_load(&m, ops[op], NULL);
       CHECK(p != NULL);
       if (!p) continue;
       loom_tensor *in[2] = {loom_from_data(xbytes, LOOM_SHAPE(ROWS, COLS), dtypes[d].dt, LOOM_CPU),
@@ -805,7 +811,7 @@ static void test_max_pool_indices(void) {
     attr_ints(&m, "pads", cases[c].pads, 2 * dims);
     attr_int(&m, "ceil_mode", cases[c].ceil_mode);
     attr_int(&m, "storage_order", cases[c].storage_order);
-    loom_program *p = node_model_load(&m, "MaxPool");
+    loom_program *p = node_model_load(&m, "MaxPool", NULL);
     CHECK(p != NULL);
     if (!p) continue;
     loom_shape xs = {.ndim = dims + 2, .dim = {BATCH, CHANNELS}};
@@ -851,6 +857,312 @@ static void test_max_pool_indices(void) {
   }
 }
 
+/* The sampling ops' inputs: exact small values (x / 8, offsets x / k). */
+static float sample_value(int64_t i) { return (float)((double)((i * 37) % 23 - 11) / 8.0); }
+static float offset_value(int64_t i, double k) { return (float)((double)((i * 13) % 17 - 8) / k); }
+
+static int count_far(const float *got, const float *want, int64_t count, const char *what) {
+  int far = 0;
+  for (int64_t i = 0; i < count; i++)
+    if (!(fabsf(got[i] - want[i]) <= 1e-5f + 1e-4f * fabsf(want[i])) && far++ < 3)
+      fprintf(stderr, "%s: y[%lld] = %.9g, want %.9g\n", what, (long long)i, got[i], want[i]);
+  return far;
+}
+
+/* RoiAlign against ONNX 1.22's reference (onnx.reference's RoiAlign):
+ * avg and max, both coordinate modes (opset 10's default is
+ * output_half_pixel), spatial scales, sampling_ratio 0 (each roi's grid from
+ * its size: the rois given at import) and fixed, rois partly outside X and
+ * reversed, batch indices picking the images, X's batch symbolic. */
+static void test_roi_align(void) {
+  enum { N = 2, C = 2, H = 6, W = 7, R = 4 };
+  static const float rois[R * 4] = {0.5f, 1.0f, 5.5f, 4.0f, -2.0f, -1.5f, 3.0f,  7.5f,
+                                    4.0f, 3.0f, 2.0f, 1.0f, 1.0f,  0.25f, 6.75f, 5.5f};
+  static const int64_t batch_indices[R] = {1, 0, 1, 0};
+  static const float want_avg_scaled[] = {
+      -0.658203125, 0.001953125,    -0.77734375,  0.15234375,   -0.40234375,  0.52734375,
+      0.270507812,  -0.080078125,   0.420898438,  -0.356445312, 0.481445312,  -0.295898438,
+      -1.234375,    0.02734375,     -0.25,        0.0234375,    0.3359375,    -0.176757812,
+      0.390625,     -0.374755859,   -0.0625,      0.076171875,  -0.375,       0.516113281,
+      0.59374994,   0.0312499553,   0.84375,      0.28125,      0.374999791,  0.291666687,
+      -0.416666687, -0.499999911,   -0.40625,     -0.96875,     -0.156249866, -0.718749881,
+      0.348632812,  -0.23815918,    0.19909668,   -0.387695312, -0.440368652, -0.0543212891,
+      -0.335632324, -0.00994873047, -0.131408691, 0.204101562,  0.411132812,  0.284790039};
+  static const float want_max_fixed[] = {
+      0.32812494,  0.796875,    0.625000119, 0.677083254, 0.796875,    0.744791746, 0.744791627,
+      0.619791806, 0.31250006,  0.625,       0.442708313, 0.781250119, 0,           0.15624997,
+      0.43750006,  0,           0.65625,     0.833333433, 0,           0.260416627, 0.510416746,
+      0,           0.84375,     0.916666746, 0.236111045, 0.812500119, 1.06250024,  0.432870328,
+      0.331018448, 0.354166806, 0.275462866, 0.21064806,  0.388889074, 0.826388836, 0.631944299,
+      0.393518567, 0.864257753, 1.27115893,  1.09049451,  0.576171875, 0.569335818, 0.719726384,
+      0.641818523, 0.86263001,  0.747070432, 0.915473104, 0.701063395, 0.498046994};
+  static const float want_avg_half_pixel[] = {-0.058265686,
+                                              -0.190536499,
+                                              -0.125312805,
+                                              0.23374939,
+                                              -0.0251846313,
+                                              -0.0190048218,
+                                              0.153610229,
+                                              0.00659942627,
+                                              -0.113606773,
+                                              -0.0920079574,
+                                              -0.0795898438,
+                                              0.0283126831,
+                                              0.00406901026,
+                                              0.0254618321,
+                                              0.08984375,
+                                              0.00695037842,
+                                              0,
+                                              0,
+                                              0,
+                                              0,
+                                              0,
+                                              0,
+                                              0,
+                                              0,
+                                              0.0151017904,
+                                              0.0733140707,
+                                              0.106588483,
+                                              0.309743166,
+                                              -0.0134010315,
+                                              -0.0527297258,
+                                              -0.158579469,
+                                              0.0842510462};
+  static const float want_opset_10[] = {
+      0.421875, 0.630208552, 0.515625, 0.46875,  0.875,       1.14583325, 1.125,      1.26041663,
+      0.171875, 0.515625,    0.46875,  0.328125, 0.651041746, 1.375,      0.49235028, 0.859375};
+  static const struct {
+    int64_t opset;
+    const char *ctm, *mode;
+    int64_t ph, pw, ratio;
+    float scale;
+    const float *want;
+  } cases[] = {
+      {22, "output_half_pixel", "avg", 3, 2, 0, 0.5f, want_avg_scaled},
+      {22, "half_pixel", "max", 2, 3, 3, 1.0f, want_max_fixed},
+      {22, "half_pixel", "avg", 2, 2, 0, 1.25f, want_avg_half_pixel},
+      {10, NULL, "max", 1, 2, 0, 1.0f, want_opset_10},
+  };
+  static float x[N * C * H * W], y[R * C * 3 * 3];
+  for (int i = 0; i < N * C * H * W; i++) x[i] = sample_value(i);
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    node_model m;
+    node_model_init(&m, "RoiAlign", cases[c].opset, "y", NULL);
+    const int64_t xdims[4] = {-1, C, H, W}, rdims[2] = {R, 4}, bdims[1] = {R};
+    node_model_input(&m, "x", 1, xdims, 4);
+    node_model_input(&m, "rois", 1, rdims, 2);
+    node_model_input(&m, "batch_indices", 7, bdims, 1);
+    if (cases[c].ctm) attr_string(&m, "coordinate_transformation_mode", cases[c].ctm);
+    attr_string(&m, "mode", cases[c].mode);
+    attr_int(&m, "output_height", cases[c].ph);
+    attr_int(&m, "output_width", cases[c].pw);
+    attr_int(&m, "sampling_ratio", cases[c].ratio);
+    attr_float(&m, "spatial_scale", cases[c].scale);
+    /* an adaptive grid needs the rois at import */
+    loom_tensor *r = loom_from_data(rois, LOOM_SHAPE(R, 4), LOOM_F32, LOOM_CPU);
+    loom_onnx_input given = {"rois", r};
+    loom_onnx_opts opts = {.inputs = &given, .ninputs = 1};
+    loom_program *p = node_model_load(&m, "RoiAlign", cases[c].ratio ? NULL : &opts);
+    CHECK(p != NULL);
+    if (!p) {
+      loom_free(r);
+      continue;
+    }
+    loom_tensor *xt = loom_from_data(x, LOOM_SHAPE(N, C, H, W), LOOM_F32, LOOM_CPU),
+                *bt = loom_from_data(batch_indices, LOOM_SHAPE(R), LOOM_I64, LOOM_CPU);
+    loom_tensor *ins[3] = {xt, r, bt};
+    if (!cases[c].ratio) ins[1] = bt; /* the rois are no input of the program */
+    loom_tensor *out = NULL;
+    int64_t count = R * C * cases[c].ph * cases[c].pw;
+    CHECK_EQ_INT(loom_program_run(p, ins, &out), LOOM_OK);
+    CHECK_EQ_INT(loom_copy_to_host(out, y, (size_t)count * sizeof *y), LOOM_OK);
+    CHECK(count_far(y, cases[c].want, count, "RoiAlign") == 0);
+    loom_free(xt), loom_free(r), loom_free(bt);
+    loom_free(out);
+    loom_program_free(p);
+  }
+}
+
+/* DeformConv against ONNX 1.22's reference (2-D) and, for 1-D and 3-D (which
+ * that reference does not take), a direct N-d reading of it that agrees with
+ * it on 2-D: groups, offset groups, strides, dilations, pads, mask and bias,
+ * taps moved outside X. */
+static void test_deform_conv(void) {
+  static const float want_2d_groups[] = {
+      -0.387382814, -0.490039047, -0.356679725, -0.295117166,  -0.17921875,  -0.77519526,
+      -0.746855481, -0.526718727, -0.318359333, -0.0644921791, -0.167773424, 0.234062513,
+      0.131367154,  0.214433599,  -0.304101606, -0.181601562,  0.280429687,  0.0827929641,
+      0.399121114,  0.777187506,  0.74570312,   -0.051523448,  0.516835979,  0.870976583,
+      0.869726551,  0.303125024,  0.828964837,  1.20507811,    1.12812501,   0.886718747,
+      1.1395508,    0.788476564,  0.834335949,  0.523437466,   1.02439451,   0.771093782};
+  static const float want_2d_batch[] = {-0.896484375,
+                                        -0.583984375,
+                                        -0.32421875,
+                                        0.078125,
+                                        -0.5859375,
+                                        -0.5078125,
+                                        -0.1875,
+                                        -0.5,
+                                        -0.47265625,
+                                        0.07421875,
+                                        -0.017578125,
+                                        -0.251953125,
+                                        0.25,
+                                        -0.2265625,
+                                        -0.09375,
+                                        -0.078125,
+                                        0,
+                                        0.009765625,
+                                        0.55078125,
+                                        0.458984375,
+                                        0.224609375,
+                                        0.421875,
+                                        0.1328125,
+                                        0.5,
+                                        0.75,
+                                        0.5,
+                                        0.4921875,
+                                        -0.4296875,
+                                        -1.6171875,
+                                        0.125,
+                                        -0.712890625,
+                                        -0.01953125,
+                                        -0.841796875,
+                                        -0.455078125,
+                                        -0.63671875,
+                                        -1.4609375,
+                                        -0.1875,
+                                        1.015625,
+                                        -0.8359375,
+                                        -0.125,
+                                        0.486328125,
+                                        -0.091796875,
+                                        0.044921875,
+                                        0.166015625,
+                                        -0.84375,
+                                        0.59375,
+                                        1.4921875,
+                                        -0.359375,
+                                        0.462890625,
+                                        0.9921875,
+                                        0.34375,
+                                        0.544921875,
+                                        0.654296875,
+                                        -0.2265625};
+  static const float want_1d[] = {-0.305664062, -0.192749023, -0.121459961, 0.428710938,
+                                  0.339477539,  -0.431762695, -0.101196289, 0.0515136719,
+                                  -0.218505859, 0.180664062,  0.252685547,  -0.220825195};
+  static const float want_3d[] = {-0.511935766,   -0.5, -0.448640043,  -0.769368498,
+                                  -0.493127893,   -0.5, -0.309082024,  -0.353678381,
+                                  -0.424678097,   -0.5, -0.57246456,   -0.446614583,
+                                  0.00434027845,  0,    -0.0394965485, 0.0107421735,
+                                  0.000289351563, 0,    0.3106192,     -0.0519386205,
+                                  0.000687211752, 0,    0.104492186,   0.202148433};
+  static const struct {
+    int dims;
+    int64_t x[5], w[5], strides[3], dilations[3], pads[6], group, offset_group;
+    bool mask, bias;
+    double offset_scale;
+    const float *want;
+  } cases[] = {
+      {2,
+       {1, 4, 5, 6},
+       {4, 2, 2, 3},
+       {2, 1},
+       {1, 2},
+       {1, 0, 0, 1},
+       2,
+       2,
+       true,
+       true,
+       5.0,
+       want_2d_groups},
+      {2,
+       {2, 2, 4, 4},
+       {3, 2, 2, 2},
+       {1, 1},
+       {1, 1},
+       {0, 0, 0, 0},
+       1,
+       1,
+       false,
+       true,
+       2.0,
+       want_2d_batch},
+      {1, {2, 2, 7}, {2, 2, 3}, {2}, {2}, {1, 2}, 1, 2, true, false, 4.0, want_1d},
+      {3,
+       {1, 2, 3, 4, 3},
+       {2, 1, 2, 2, 2},
+       {1, 2, 1},
+       {1, 1, 2},
+       {0, 1, 1, 1, 0, 0},
+       2,
+       1,
+       true,
+       true,
+       3.0,
+       want_3d},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int dims = cases[c].dims, rank = dims + 2;
+    int64_t outs[3], taps = 1, nx = 1, nw = 1, no = 1;
+    loom_shape xs = {.ndim = rank}, ws = {.ndim = rank}, os = {.ndim = rank}, ms, ys;
+    for (int d = 0; d < rank; d++) {
+      xs.dim[d] = cases[c].x[d], ws.dim[d] = cases[c].w[d];
+      nx *= xs.dim[d], nw *= ws.dim[d];
+    }
+    for (int d = 0; d < dims; d++) {
+      int64_t span = (ws.dim[d + 2] - 1) * cases[c].dilations[d] + 1;
+      outs[d] = (xs.dim[d + 2] + cases[c].pads[d] + cases[c].pads[d + dims] - span) /
+                    cases[c].strides[d] +
+                1;
+      taps *= ws.dim[d + 2], no *= outs[d];
+      os.dim[d + 2] = outs[d];
+    }
+    os.dim[0] = xs.dim[0], os.dim[1] = cases[c].offset_group * taps * dims;
+    ms = os, ms.dim[1] = cases[c].offset_group * taps;
+    ys = os, ys.dim[1] = ws.dim[0];
+    int64_t noff = os.dim[0] * os.dim[1] * no, nmask = ms.dim[0] * ms.dim[1] * no,
+            ny = ys.dim[0] * ys.dim[1] * no;
+    static float x[256], w[256], off[1024], mask[512], bias[8], y[64];
+    for (int64_t i = 0; i < nx; i++) x[i] = sample_value(i);
+    for (int64_t i = 0; i < nw; i++) w[i] = sample_value(i + 5) * 0.5f;
+    for (int64_t i = 0; i < noff; i++) off[i] = offset_value(i, cases[c].offset_scale);
+    for (int64_t i = 0; i < nmask; i++) mask[i] = sample_value(i) / 2 + 0.25f;
+    for (int64_t i = 0; i < ws.dim[0]; i++) bias[i] = 0.5f * (float)(i + 1) - 1;
+    node_model m;
+    node_model_init(&m, "DeformConv", 22, "y", NULL);
+    int64_t bdims[1] = {ws.dim[0]};
+    node_model_input(&m, "x", 1, xs.dim, rank);
+    node_model_input(&m, "w", 1, ws.dim, rank);
+    node_model_input(&m, "offset", 1, os.dim, rank);
+    node_model_input(&m, cases[c].bias ? "b" : "", 1, bdims, 1);
+    if (cases[c].mask) node_model_input(&m, "mask", 1, ms.dim, rank);
+    attr_ints(&m, "strides", cases[c].strides, dims);
+    attr_ints(&m, "dilations", cases[c].dilations, dims);
+    attr_ints(&m, "pads", cases[c].pads, 2 * dims);
+    attr_int(&m, "group", cases[c].group);
+    attr_int(&m, "offset_group", cases[c].offset_group);
+    loom_program *p = node_model_load(&m, "DeformConv", NULL);
+    CHECK(p != NULL);
+    if (!p) continue;
+    loom_tensor *ins[5];
+    int nin = 0;
+    ins[nin++] = loom_from_data(x, xs, LOOM_F32, LOOM_CPU);
+    ins[nin++] = loom_from_data(w, ws, LOOM_F32, LOOM_CPU);
+    ins[nin++] = loom_from_data(off, os, LOOM_F32, LOOM_CPU);
+    if (cases[c].bias) ins[nin++] = loom_from_data(bias, LOOM_SHAPE(ws.dim[0]), LOOM_F32, LOOM_CPU);
+    if (cases[c].mask) ins[nin++] = loom_from_data(mask, ms, LOOM_F32, LOOM_CPU);
+    loom_tensor *out = NULL;
+    CHECK_EQ_INT(loom_program_run(p, ins, &out), LOOM_OK);
+    CHECK_EQ_INT(loom_copy_to_host(out, y, (size_t)ny * sizeof *y), LOOM_OK);
+    CHECK(count_far(y, cases[c].want, ny, "DeformConv") == 0);
+    for (int i = 0; i < nin; i++) loom_free(ins[i]);
+    loom_free(out);
+    loom_program_free(p);
+  }
+}
+
 /* Refusals of BitShift, the bitwise ops, MaxPool's indices, RoiAlign and
  * DeformConv: each names the node and the value. */
 static void test_bits_pools_sampling_refusals(void) {
@@ -884,6 +1196,78 @@ static void test_bits_pools_sampling_refusals(void) {
   attr_ints(&m, "kernel_shape", kernel, 2);
   attr_int(&m, "storage_order", 2);
   node_model_refused(&m, LOOM_ERR_VALUE, "MaxPool) (opset 12): storage_order 2; 0 or 1 expected");
+
+  static const struct {
+    const char *mode;
+    int64_t roi_cols, ratio;
+    loom_status want;
+    const char *words;
+  } roi_cases[] = {
+      {"sum", 4, 2, LOOM_ERR_VALUE, "RoiAlign) (opset 16): mode 'sum'; avg or max expected"},
+      {"avg", 5, 2, LOOM_ERR_SHAPE, "[N, C, H, W], [R, 4] and [R] expected"},
+      {"avg", 4, 0, LOOM_ERR_VALUE,
+       "sampling_ratio 0 sizes each roi's grid of samples from the roi: input 1 ('rois')"},
+  };
+  const int64_t roi_x[4] = {1, 1, 4, 4}, roi_batch[1] = {3};
+  for (size_t c = 0; c < sizeof roi_cases / sizeof roi_cases[0]; c++) {
+    node_model_init(&m, "RoiAlign", 16, "y", NULL);
+    const int64_t rdims[2] = {3, roi_cases[c].roi_cols};
+    node_model_input(&m, "x", 1, roi_x, 4);
+    node_model_input(&m, "rois", 1, rdims, 2);
+    node_model_input(&m, "batch_indices", 7, roi_batch, 1);
+    attr_string(&m, "mode", roi_cases[c].mode);
+    attr_int(&m, "sampling_ratio", roi_cases[c].ratio);
+    node_model_refused(&m, roi_cases[c].want, roi_cases[c].words);
+  }
+  /* a roi whose adaptive grid loom would build sample by sample */
+  static const float huge_roi[4] = {0, 0, 1e6f, 1};
+  loom_tensor *huge = loom_from_data(huge_roi, LOOM_SHAPE(1, 4), LOOM_F32, LOOM_CPU);
+  loom_onnx_input given = {"rois", huge};
+  node_model_init(&m, "RoiAlign", 16, "y", NULL);
+  const int64_t one_roi[2] = {1, 4}, one_batch[1] = {1};
+  node_model_input(&m, "x", 1, roi_x, 4);
+  node_model_input(&m, "rois", 1, one_roi, 2);
+  node_model_input(&m, "batch_indices", 7, one_batch, 1);
+  loom_clear_error();
+  CHECK(node_model_load(&m, NULL, &(loom_onnx_opts){.inputs = &given, .ninputs = 1}) == NULL);
+  CHECK_EQ_INT(loom_last_status(), LOOM_ERR_VALUE);
+  CHECK(strstr(loom_last_error(), "roi 0 (0, 0, 1e+06, 1) takes a grid of 1e+06 samples per bin "
+                                  "along its width") != NULL);
+  loom_free(huge);
+
+  static const struct {
+    int64_t x[4], w[4], offset[4], group;
+    int rank;
+    const char *words;
+  } deform_cases[] = {
+      {{1, 2, 4, 4},
+       {2, 2, 2, 2},
+       {1, 7, 3, 3},
+       1,
+       4,
+       "offset of 1 x 7: [N, offset_group x kernel elements x 2, ...] = [1, 8, ...] expected"},
+      {{1, 2, 4, 4},
+       {2, 2, 2, 2},
+       {1, 8, 3, 3},
+       2,
+       4,
+       "X with 2 channels, W of 2 x 2, group 2, offset_group 1"},
+      {{1, 2, 4, 4},
+       {2, 2, 2, 2},
+       {1, 8, 2, 3},
+       1,
+       4,
+       "spatial dim 0: offset's 2 outputs do not follow from X's 4, kernel 2"},
+      {{1, 2}, {2, 2}, {1, 2}, 1, 2, "X, W and offset of ranks 2, 2 and 2"},
+  };
+  for (size_t c = 0; c < sizeof deform_cases / sizeof deform_cases[0]; c++) {
+    node_model_init(&m, "DeformConv", 19, "y", NULL);
+    node_model_input(&m, "x", 1, deform_cases[c].x, deform_cases[c].rank);
+    node_model_input(&m, "w", 1, deform_cases[c].w, deform_cases[c].rank);
+    node_model_input(&m, "offset", 1, deform_cases[c].offset, deform_cases[c].rank);
+    attr_int(&m, "group", deform_cases[c].group);
+    node_model_refused(&m, LOOM_ERR_SHAPE, deform_cases[c].words);
+  }
 }
 
 int main(void) {
@@ -902,6 +1286,8 @@ int main(void) {
   test_scatter_duplicates();
   test_bits_exact();
   test_max_pool_indices();
+  test_roi_align();
+  test_deform_conv();
   test_bits_pools_sampling_refusals();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
