@@ -1360,6 +1360,740 @@ static void test_recurrent_refusals(void) {
   }
 }
 
+/* ------------------------------------------------------------ bits, pools, sampling */
+
+/* A model of one node whose inputs are all the graph's inputs (a dim of -1
+ * is the symbol "batch") and whose outputs are its outputs. */
+enum { NODE_MAX_IO = 5 };
+typedef struct node_model {
+  Onnx__ModelProto model;
+  Onnx__OperatorSetIdProto opset, *opsets[1];
+  Onnx__GraphProto graph;
+  Onnx__NodeProto node, *nodes[1];
+  Onnx__ValueInfoProto in[NODE_MAX_IO], out[2], *ins[NODE_MAX_IO], *outs[2];
+  Onnx__TypeProto type[NODE_MAX_IO];
+  Onnx__TypeProto__Tensor tensor[NODE_MAX_IO];
+  Onnx__TensorShapeProto shape[NODE_MAX_IO];
+  Onnx__TensorShapeProto__Dimension dims[NODE_MAX_IO][LOOM_MAX_DIMS],
+      *dim_list[NODE_MAX_IO][LOOM_MAX_DIMS];
+  Onnx__AttributeProto attrs[8], *attr_list[8];
+  char *in_names[NODE_MAX_IO], *out_names[2];
+} node_model;
+
+static void node_model_init(node_model *m, const char *op, int64_t opset, const char *out0,
+                            const char *out1) {
+  memset(m, 0, sizeof *m);
+  onnx__model_proto__init(&m->model);
+  onnx__operator_set_id_proto__init(&m->opset);
+  onnx__graph_proto__init(&m->graph);
+  onnx__node_proto__init(&m->node);
+  m->opset.has_version = true, m->opset.version = opset, m->opset.domain = "";
+  m->opsets[0] = &m->opset;
+  m->model.n_opset_import = 1, m->model.opset_import = m->opsets;
+  m->model.has_ir_version = true, m->model.ir_version = 8;
+  m->model.graph = &m->graph;
+  m->node.op_type = (char *)op, m->node.input = m->in_names, m->node.output = m->out_names;
+  m->nodes[0] = &m->node;
+  m->graph.n_node = 1, m->graph.node = m->nodes;
+  m->graph.input = m->ins, m->graph.output = m->outs;
+  const char *outs[2] = {out0, out1};
+  for (int i = 0; i < 2 && outs[i]; i++) {
+    onnx__value_info_proto__init(&m->out[i]);
+    m->out[i].name = m->out_names[i] = (char *)outs[i];
+    m->outs[i] = &m->out[i];
+    m->node.n_output = m->graph.n_output = (size_t)i + 1;
+  }
+}
+
+/* A graph input of ONNX elem_type, also the node's next input ("" skips an
+ * optional input of the node). */
+static void node_model_input(node_model *m, const char *name, int elem_type, const int64_t *dims,
+                             int ndim) {
+  m->in_names[m->node.n_input++] = (char *)name;
+  if (!name[0]) return;
+  int i = (int)m->graph.n_input++;
+  for (int d = 0; d < ndim; d++) {
+    Onnx__TensorShapeProto__Dimension *dim = &m->dims[i][d];
+    onnx__tensor_shape_proto__dimension__init(dim);
+    if (dims[d] < 0) {
+      dim->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+      dim->dim_param = "batch";
+    } else {
+      dim->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+      dim->dim_value = dims[d];
+    }
+    m->dim_list[i][d] = dim;
+  }
+  onnx__tensor_shape_proto__init(&m->shape[i]);
+  m->shape[i].n_dim = (size_t)ndim, m->shape[i].dim = m->dim_list[i];
+  onnx__type_proto__tensor__init(&m->tensor[i]);
+  m->tensor[i].has_elem_type = true, m->tensor[i].elem_type = elem_type;
+  m->tensor[i].shape = &m->shape[i];
+  onnx__type_proto__init(&m->type[i]);
+  m->type[i].value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+  m->type[i].tensor_type = &m->tensor[i];
+  onnx__value_info_proto__init(&m->in[i]);
+  m->in[i].name = (char *)name, m->in[i].type = &m->type[i];
+  m->ins[i] = &m->in[i];
+}
+
+static Onnx__AttributeProto *add_attr(node_model *m, const char *name) {
+  Onnx__AttributeProto *a = &m->attrs[m->node.n_attribute];
+  onnx__attribute_proto__init(a);
+  a->name = (char *)name, a->has_type = true;
+  m->attr_list[m->node.n_attribute++] = a;
+  m->node.attribute = m->attr_list;
+  return a;
+}
+static void attr_string(node_model *m, const char *name, const char *value) {
+  Onnx__AttributeProto *a = add_attr(m, name);
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+  a->has_s = true, a->s.data = (uint8_t *)value, a->s.len = strlen(value);
+}
+
+static void attr_int(node_model *m, const char *name, int64_t value) {
+  Onnx__AttributeProto *a = add_attr(m, name);
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+  a->has_i = true, a->i = value;
+}
+static void attr_float(node_model *m, const char *name, float value) {
+  Onnx__AttributeProto *a = add_attr(m, name);
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+  a->has_f = true, a->f = value;
+}
+static void attr_ints(node_model *m, const char *name, const int64_t *values, int count) {
+  Onnx__AttributeProto *a = add_attr(m, name);
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+  a->n_ints = (size_t)count, a->ints = (int64_t *)values;
+}
+
+/* Saves m and loads it; NULL when the load fails (the reason printed after
+ * what, unless what is NULL: a failure expected). */
+static loom_program *node_model_load(node_model *m, const char *what, const loom_onnx_opts *opts) {
+  size_t len = onnx__model_proto__get_packed_size(&m->model);
+  uint8_t *bytes = malloc(len);
+  onnx__model_proto__pack(&m->model, bytes);
+  write_bytes(path_of("node.onnx"), bytes, len);
+  free(bytes);
+  loom_clear_error();
+  loom_program *p = loom_onnx_load(path_of("node.onnx"), opts);
+  if (!p && what) fprintf(stderr, "%s: %s\n", what, loom_last_error());
+  return p;
+}
+
+/* The load of m fails with want, its message holding words. */
+static void node_model_refused(node_model *m, loom_status want, const char *words) {
+  size_t len = onnx__model_proto__get_packed_size(&m->model);
+  uint8_t *bytes = malloc(len);
+  onnx__model_proto__pack(&m->model, bytes);
+  write_bytes(path_of("refused.onnx"), bytes, len);
+  free(bytes);
+  expect_error(path_of("refused.onnx"), want, words);
+}
+
+static uint64_t next_random(uint64_t *state) {
+  *state ^= *state << 13, *state ^= *state >> 7, *state ^= *state << 17;
+  return *state;
+}
+
+/* What C's operators give for one element of BitShift (op 4 left, 5 right)
+ * and the bitwise ops (0 and, 1 or, 2 xor, 3 not) on bits-bit values held in
+ * the low bits of a and b; signed dtypes shift as numpy (ONNX's reference). */
+static uint64_t bits_reference(int op, int bits, bool is_signed, uint64_t a, uint64_t b) {
+  uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1, e;
+  int64_t sa = (int64_t)(a << (64 - bits)) >> (64 - bits),
+          sb = (int64_t)(b << (64 - bits)) >> (64 - bits);
+  bool out_of_range = (is_signed && sb < 0) || b >= (uint64_t)bits;
+  switch (op) {
+  case 0: e = a & b; break;
+  case 1: e = a | b; break;
+  case 2: e = a ^ b; break;
+  case 3: e = ~a; break;
+  case 4: e = out_of_range ? 0 : a << b; break;
+  default:
+    if (!is_signed)
+      e = out_of_range ? 0 : a >> b;
+    else
+      e = (uint64_t)(out_of_range ? (sa < 0 ? -1 : 0) : sa >> b);
+  }
+  return e & mask;
+}
+
+/* BitShift and the bitwise ops (composed of wrapping arithmetic: loom has no
+ * bitwise op) on every integer dtype, exactly as C's operators: the sign
+ * bit, values past 2^53, shifts out of range; x [batch (symbolic), 16]
+ * against w [16] broadcast, so the composition also passes the symbolic
+ * inference. */
+static void test_bits_exact(void) {
+  enum { ROWS = 5, COLS = 16, N = ROWS * COLS };
+  static const struct {
+    int onnx;
+    loom_dtype dt;
+    bool is_signed;
+  } dtypes[] = {{3, LOOM_I8, true},    {5, LOOM_I16, true},  {6, LOOM_I32, true},
+                {7, LOOM_I64, true},   {2, LOOM_U8, false},  {4, LOOM_U16, false},
+                {12, LOOM_U32, false}, {13, LOOM_U64, false}};
+  const char *ops[] = {"BitwiseAnd", "BitwiseOr", "BitwiseXor",
+                       "BitwiseNot", "BitShift",  "BitShift"};
+  uint64_t state = 88172645463325252ull;
+  for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
+    int size = (int)loom_dtype_size(dtypes[d].dt), bits = 8 * size;
+    uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1, top = 1ull << (bits - 1);
+    uint64_t edges[] = {0, 1, mask, top, top - 1, top + 1, (1ull << 53) + 1, 3};
+    static uint64_t x[N], w[COLS], shift[COLS];
+    for (int i = 0; i < N; i++) x[i] = (i < 8 ? edges[i] : next_random(&state)) & mask;
+    for (int i = 0; i < COLS; i++) {
+      w[i] = (i < 8 ? edges[7 - i] : next_random(&state)) & mask;
+      /* 0 .. bits + 2, then far out and (signed) a negative shift */
+      shift[i] = i < 12 ? (uint64_t)(i * (bits + 2) / 11) : next_random(&state) & mask;
+    }
+    if (dtypes[d].is_signed) shift[13] = mask; /* -1 */
+    for (int op = 0; op < 6; op++) {
+      const uint64_t *second = op >= 4 ? shift : w;
+      static uint8_t xbytes[N * 8], wbytes[COLS * 8], got[N * 8];
+      for (int i = 0; i < N; i++) memcpy(xbytes + i * size, &x[i], (size_t)size);
+      for (int i = 0; i < COLS; i++) memcpy(wbytes + i * size, &second[i], (size_t)size);
+      node_model m;
+      node_model_init(&m, ops[op], 18, "y", NULL);
+      const int64_t xdims[2] = {-1, COLS}, wdims[1] = {COLS};
+      node_model_input(&m, "x", dtypes[d].onnx, xdims, 2);
+      if (op != 3) node_model_input(&m, "w", dtypes[d].onnx, wdims, 1);
+      if (op >= 4) attr_string(&m, "direction", op == 4 ? "LEFT" : "RIGHT");
+      loom_program *p = node_model_load(&m, ops[op], NULL);
+      CHECK(p != NULL);
+      if (!p) continue;
+      loom_tensor *in[2] = {loom_from_data(xbytes, LOOM_SHAPE(ROWS, COLS), dtypes[d].dt, LOOM_CPU),
+                            loom_from_data(wbytes, LOOM_SHAPE(COLS), dtypes[d].dt, LOOM_CPU)},
+                  *out = NULL;
+      CHECK_EQ_INT(loom_program_run(p, in, &out), LOOM_OK);
+      CHECK_EQ_INT(loom_copy_to_host(out, got, (size_t)(N * size)), LOOM_OK);
+      int wrong = 0;
+      for (int i = 0; i < N; i++) {
+        uint64_t want = bits_reference(op, bits, dtypes[d].is_signed, x[i], second[i % COLS]),
+                 have = 0;
+        memcpy(&have, got + i * size, (size_t)size);
+        if (have != want && wrong++ < 3)
+          fprintf(stderr, "%s%s %s: %llx, %llx gives %llx, want %llx\n", ops[op],
+                  op == 4   ? " LEFT"
+                  : op == 5 ? " RIGHT"
+                            : "",
+                  loom_dtype_name(dtypes[d].dt), (unsigned long long)x[i],
+                  (unsigned long long)second[i % COLS], (unsigned long long)have,
+                  (unsigned long long)want);
+      }
+      CHECK(wrong == 0);
+      loom_free(in[0]), loom_free(in[1]), loom_free(out);
+      loom_program_free(p);
+    }
+  }
+}
+
+/* MaxPool's Indices against a direct reading of ONNX's definition (its
+ * reference's loops): the first greatest element of each window inside the
+ * input, flat over the whole tensor, row- or column-major within a plane;
+ * values with ties, 1-D to 3-D, pads, strides, dilations, ceil_mode, the
+ * batch symbolic. */
+static void test_max_pool_indices(void) {
+  enum { BATCH = 2, CHANNELS = 2 };
+  static const struct {
+    int dims;
+    int64_t in[3], kernel[3], strides[3], dilations[3], pads[6];
+    int ceil_mode, storage_order;
+  } cases[] = {
+      {2, {5, 6}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 0, 0},
+      {2, {5, 6}, {2, 3}, {2, 1}, {2, 1}, {0, 1, 1, 0}, 1, 1},
+      {2, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 0, 1},
+      {1, {7}, {3}, {2}, {1}, {1, 1}, 1, 0},
+      {3, {4, 5, 3}, {2, 2, 2}, {1, 2, 1}, {1, 2, 1}, {1, 0, 0, 0, 1, 1}, 0, 1},
+      {3, {3, 4, 5}, {2, 1, 3}, {2, 1, 2}, {1, 1, 1}, {0, 0, 1, 1, 0, 1}, 1, 0},
+  };
+  uint64_t state = 2463534242ull;
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int dims = cases[c].dims;
+    int64_t plane = 1, out[3], out_plane = 1;
+    for (int d = 0; d < dims; d++) {
+      int64_t span = (cases[c].kernel[d] - 1) * cases[c].dilations[d] + 1;
+      int64_t room = cases[c].in[d] + cases[c].pads[d] + cases[c].pads[d + dims] - span;
+      int64_t stride = cases[c].strides[d];
+      out[d] = (cases[c].ceil_mode ? (room + stride - 1) / stride : room / stride) + 1;
+      if (cases[c].ceil_mode && (out[d] - 1) * stride >= cases[c].in[d] + cases[c].pads[d])
+        out[d]--;
+      plane *= cases[c].in[d], out_plane *= out[d];
+    }
+    int64_t planes = BATCH * CHANNELS;
+    static float x[BATCH * CHANNELS * 60], y[BATCH * CHANNELS * 60];
+    static int64_t idx[BATCH * CHANNELS * 60];
+    for (int64_t i = 0; i < planes * plane; i++) x[i] = (float)(next_random(&state) % 6);
+    node_model m;
+    node_model_init(&m, "MaxPool", 12, "y", "indices");
+    int64_t xdims[5] = {-1, CHANNELS};
+    for (int d = 0; d < dims; d++) xdims[d + 2] = cases[c].in[d];
+    node_model_input(&m, "x", 1, xdims, dims + 2);
+    attr_ints(&m, "kernel_shape", cases[c].kernel, dims);
+    attr_ints(&m, "strides", cases[c].strides, dims);
+    attr_ints(&m, "dilations", cases[c].dilations, dims);
+    attr_ints(&m, "pads", cases[c].pads, 2 * dims);
+    attr_int(&m, "ceil_mode", cases[c].ceil_mode);
+    attr_int(&m, "storage_order", cases[c].storage_order);
+    loom_program *p = node_model_load(&m, "MaxPool", NULL);
+    CHECK(p != NULL);
+    if (!p) continue;
+    loom_shape xs = {.ndim = dims + 2, .dim = {BATCH, CHANNELS}};
+    for (int d = 0; d < dims; d++) xs.dim[d + 2] = cases[c].in[d];
+    loom_tensor *in = loom_from_data(x, xs, LOOM_F32, LOOM_CPU), *outs[2] = {NULL, NULL};
+    CHECK_EQ_INT(loom_program_run(p, &in, outs), LOOM_OK);
+    CHECK_EQ_INT(loom_copy_to_host(outs[0], y, (size_t)(planes * out_plane) * sizeof *y), LOOM_OK);
+    CHECK_EQ_INT(loom_copy_to_host(outs[1], idx, (size_t)(planes * out_plane) * sizeof *idx),
+                 LOOM_OK);
+    int wrong = 0;
+    for (int64_t pl = 0; pl < planes; pl++)
+      for (int64_t o = 0; o < out_plane; o++) {
+        int64_t at[3] = {0}, rest = o, k[3] = {0}, windows = 1;
+        for (int d = dims - 1; d >= 0; d--) at[d] = rest % out[d], rest /= out[d];
+        for (int d = 0; d < dims; d++) windows *= cases[c].kernel[d];
+        float best = 0;
+        int64_t best_at = -1;
+        for (int64_t w = 0; w < windows; w++) {
+          int64_t wrest = w, flat_row = 0, flat_col = 0, scale = 1;
+          bool inside = true;
+          for (int d = dims - 1; d >= 0; d--)
+            k[d] = wrest % cases[c].kernel[d], wrest /= cases[c].kernel[d];
+          for (int d = 0; d < dims; d++) {
+            int64_t pos =
+                at[d] * cases[c].strides[d] - cases[c].pads[d] + k[d] * cases[c].dilations[d];
+            inside = inside && pos >= 0 && pos < cases[c].in[d];
+            flat_row = flat_row * cases[c].in[d] + pos, flat_col += pos * scale;
+            scale *= cases[c].in[d];
+          }
+          if (!inside) continue;
+          float v = x[pl * plane + flat_row];
+          if (best_at < 0 || v > best)
+            best = v, best_at = pl * plane + (cases[c].storage_order ? flat_col : flat_row);
+        }
+        int64_t i = pl * out_plane + o;
+        if ((idx[i] != best_at || y[i] != best) && wrong++ < 3)
+          fprintf(stderr, "MaxPool case %zu: output %lld is %g at %lld, want %g at %lld\n", c,
+                  (long long)i, y[i], (long long)idx[i], best, (long long)best_at);
+      }
+    CHECK(wrong == 0);
+    loom_free(in), loom_free(outs[0]), loom_free(outs[1]);
+    loom_program_free(p);
+  }
+}
+
+/* The sampling ops' inputs: exact small values (x / 8, offsets x / k). */
+static float sample_value(int64_t i) { return (float)((double)((i * 37) % 23 - 11) / 8.0); }
+static float offset_value(int64_t i, double k) { return (float)((double)((i * 13) % 17 - 8) / k); }
+
+static int count_far(const float *got, const float *want, int64_t count, const char *what) {
+  int far = 0;
+  for (int64_t i = 0; i < count; i++)
+    if (!(fabsf(got[i] - want[i]) <= 1e-5f + 1e-4f * fabsf(want[i])) && far++ < 3)
+      fprintf(stderr, "%s: y[%lld] = %.9g, want %.9g\n", what, (long long)i, got[i], want[i]);
+  return far;
+}
+
+/* RoiAlign against ONNX 1.22's reference (onnx.reference's RoiAlign):
+ * avg and max, both coordinate modes (opset 10's default is
+ * output_half_pixel), spatial scales, sampling_ratio 0 (each roi's grid from
+ * its size: the rois given at import) and fixed, rois partly outside X and
+ * reversed, batch indices picking the images, X's batch symbolic. */
+static void test_roi_align(void) {
+  enum { N = 2, C = 2, H = 6, W = 7, R = 4 };
+  static const float rois[R * 4] = {0.5f, 1.0f, 5.5f, 4.0f, -2.0f, -1.5f, 3.0f,  7.5f,
+                                    4.0f, 3.0f, 2.0f, 1.0f, 1.0f,  0.25f, 6.75f, 5.5f};
+  static const int64_t batch_indices[R] = {1, 0, 1, 0};
+  static const float want_avg_scaled[] = {
+      -0.658203125, 0.001953125,    -0.77734375,  0.15234375,   -0.40234375,  0.52734375,
+      0.270507812,  -0.080078125,   0.420898438,  -0.356445312, 0.481445312,  -0.295898438,
+      -1.234375,    0.02734375,     -0.25,        0.0234375,    0.3359375,    -0.176757812,
+      0.390625,     -0.374755859,   -0.0625,      0.076171875,  -0.375,       0.516113281,
+      0.59374994,   0.0312499553,   0.84375,      0.28125,      0.374999791,  0.291666687,
+      -0.416666687, -0.499999911,   -0.40625,     -0.96875,     -0.156249866, -0.718749881,
+      0.348632812,  -0.23815918,    0.19909668,   -0.387695312, -0.440368652, -0.0543212891,
+      -0.335632324, -0.00994873047, -0.131408691, 0.204101562,  0.411132812,  0.284790039};
+  static const float want_max_fixed[] = {
+      0.32812494,  0.796875,    0.625000119, 0.677083254, 0.796875,    0.744791746, 0.744791627,
+      0.619791806, 0.31250006,  0.625,       0.442708313, 0.781250119, 0,           0.15624997,
+      0.43750006,  0,           0.65625,     0.833333433, 0,           0.260416627, 0.510416746,
+      0,           0.84375,     0.916666746, 0.236111045, 0.812500119, 1.06250024,  0.432870328,
+      0.331018448, 0.354166806, 0.275462866, 0.21064806,  0.388889074, 0.826388836, 0.631944299,
+      0.393518567, 0.864257753, 1.27115893,  1.09049451,  0.576171875, 0.569335818, 0.719726384,
+      0.641818523, 0.86263001,  0.747070432, 0.915473104, 0.701063395, 0.498046994};
+  static const float want_avg_half_pixel[] = {-0.058265686,
+                                              -0.190536499,
+                                              -0.125312805,
+                                              0.23374939,
+                                              -0.0251846313,
+                                              -0.0190048218,
+                                              0.153610229,
+                                              0.00659942627,
+                                              -0.113606773,
+                                              -0.0920079574,
+                                              -0.0795898438,
+                                              0.0283126831,
+                                              0.00406901026,
+                                              0.0254618321,
+                                              0.08984375,
+                                              0.00695037842,
+                                              0,
+                                              0,
+                                              0,
+                                              0,
+                                              0,
+                                              0,
+                                              0,
+                                              0,
+                                              0.0151017904,
+                                              0.0733140707,
+                                              0.106588483,
+                                              0.309743166,
+                                              -0.0134010315,
+                                              -0.0527297258,
+                                              -0.158579469,
+                                              0.0842510462};
+  static const float want_opset_10[] = {
+      0.421875, 0.630208552, 0.515625, 0.46875,  0.875,       1.14583325, 1.125,      1.26041663,
+      0.171875, 0.515625,    0.46875,  0.328125, 0.651041746, 1.375,      0.49235028, 0.859375};
+  static const struct {
+    int64_t opset;
+    const char *ctm, *mode;
+    int64_t ph, pw, ratio;
+    float scale;
+    const float *want;
+  } cases[] = {
+      {22, "output_half_pixel", "avg", 3, 2, 0, 0.5f, want_avg_scaled},
+      {22, "half_pixel", "max", 2, 3, 3, 1.0f, want_max_fixed},
+      {22, "half_pixel", "avg", 2, 2, 0, 1.25f, want_avg_half_pixel},
+      {10, NULL, "max", 1, 2, 0, 1.0f, want_opset_10},
+  };
+  static float x[N * C * H * W], y[R * C * 3 * 3];
+  for (int i = 0; i < N * C * H * W; i++) x[i] = sample_value(i);
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    node_model m;
+    node_model_init(&m, "RoiAlign", cases[c].opset, "y", NULL);
+    const int64_t xdims[4] = {-1, C, H, W}, rdims[2] = {R, 4}, bdims[1] = {R};
+    node_model_input(&m, "x", 1, xdims, 4);
+    node_model_input(&m, "rois", 1, rdims, 2);
+    node_model_input(&m, "batch_indices", 7, bdims, 1);
+    if (cases[c].ctm) attr_string(&m, "coordinate_transformation_mode", cases[c].ctm);
+    attr_string(&m, "mode", cases[c].mode);
+    attr_int(&m, "output_height", cases[c].ph);
+    attr_int(&m, "output_width", cases[c].pw);
+    attr_int(&m, "sampling_ratio", cases[c].ratio);
+    attr_float(&m, "spatial_scale", cases[c].scale);
+    /* an adaptive grid needs the rois at import */
+    loom_tensor *r = loom_from_data(rois, LOOM_SHAPE(R, 4), LOOM_F32, LOOM_CPU);
+    loom_onnx_input given = {"rois", r};
+    loom_onnx_opts opts = {.inputs = &given, .ninputs = 1};
+    loom_program *p = node_model_load(&m, "RoiAlign", cases[c].ratio ? NULL : &opts);
+    CHECK(p != NULL);
+    if (!p) {
+      loom_free(r);
+      continue;
+    }
+    loom_tensor *xt = loom_from_data(x, LOOM_SHAPE(N, C, H, W), LOOM_F32, LOOM_CPU),
+                *bt = loom_from_data(batch_indices, LOOM_SHAPE(R), LOOM_I64, LOOM_CPU);
+    loom_tensor *ins[3] = {xt, r, bt};
+    if (!cases[c].ratio) ins[1] = bt; /* the rois are no input of the program */
+    loom_tensor *out = NULL;
+    int64_t count = R * C * cases[c].ph * cases[c].pw;
+    CHECK_EQ_INT(loom_program_run(p, ins, &out), LOOM_OK);
+    CHECK_EQ_INT(loom_copy_to_host(out, y, (size_t)count * sizeof *y), LOOM_OK);
+    CHECK(count_far(y, cases[c].want, count, "RoiAlign") == 0);
+    loom_free(xt), loom_free(r), loom_free(bt);
+    loom_free(out);
+    loom_program_free(p);
+  }
+}
+
+/* DeformConv against ONNX 1.22's reference (2-D) and, for 1-D and 3-D (which
+ * that reference does not take), a direct N-d reading of it that agrees with
+ * it on 2-D: groups, offset groups, strides, dilations, pads, mask and bias,
+ * taps moved outside X. */
+static void test_deform_conv(void) {
+  static const float want_2d_groups[] = {
+      -0.387382814, -0.490039047, -0.356679725, -0.295117166,  -0.17921875,  -0.77519526,
+      -0.746855481, -0.526718727, -0.318359333, -0.0644921791, -0.167773424, 0.234062513,
+      0.131367154,  0.214433599,  -0.304101606, -0.181601562,  0.280429687,  0.0827929641,
+      0.399121114,  0.777187506,  0.74570312,   -0.051523448,  0.516835979,  0.870976583,
+      0.869726551,  0.303125024,  0.828964837,  1.20507811,    1.12812501,   0.886718747,
+      1.1395508,    0.788476564,  0.834335949,  0.523437466,   1.02439451,   0.771093782};
+  static const float want_2d_batch[] = {-0.896484375,
+                                        -0.583984375,
+                                        -0.32421875,
+                                        0.078125,
+                                        -0.5859375,
+                                        -0.5078125,
+                                        -0.1875,
+                                        -0.5,
+                                        -0.47265625,
+                                        0.07421875,
+                                        -0.017578125,
+                                        -0.251953125,
+                                        0.25,
+                                        -0.2265625,
+                                        -0.09375,
+                                        -0.078125,
+                                        0,
+                                        0.009765625,
+                                        0.55078125,
+                                        0.458984375,
+                                        0.224609375,
+                                        0.421875,
+                                        0.1328125,
+                                        0.5,
+                                        0.75,
+                                        0.5,
+                                        0.4921875,
+                                        -0.4296875,
+                                        -1.6171875,
+                                        0.125,
+                                        -0.712890625,
+                                        -0.01953125,
+                                        -0.841796875,
+                                        -0.455078125,
+                                        -0.63671875,
+                                        -1.4609375,
+                                        -0.1875,
+                                        1.015625,
+                                        -0.8359375,
+                                        -0.125,
+                                        0.486328125,
+                                        -0.091796875,
+                                        0.044921875,
+                                        0.166015625,
+                                        -0.84375,
+                                        0.59375,
+                                        1.4921875,
+                                        -0.359375,
+                                        0.462890625,
+                                        0.9921875,
+                                        0.34375,
+                                        0.544921875,
+                                        0.654296875,
+                                        -0.2265625};
+  static const float want_1d[] = {-0.305664062, -0.192749023, -0.121459961, 0.428710938,
+                                  0.339477539,  -0.431762695, -0.101196289, 0.0515136719,
+                                  -0.218505859, 0.180664062,  0.252685547,  -0.220825195};
+  static const float want_3d[] = {-0.511935766,   -0.5, -0.448640043,  -0.769368498,
+                                  -0.493127893,   -0.5, -0.309082024,  -0.353678381,
+                                  -0.424678097,   -0.5, -0.57246456,   -0.446614583,
+                                  0.00434027845,  0,    -0.0394965485, 0.0107421735,
+                                  0.000289351563, 0,    0.3106192,     -0.0519386205,
+                                  0.000687211752, 0,    0.104492186,   0.202148433};
+  static const struct {
+    int dims;
+    int64_t x[5], w[5], strides[3], dilations[3], pads[6], group, offset_group;
+    bool mask, bias;
+    double offset_scale;
+    const float *want;
+  } cases[] = {
+      {2,
+       {1, 4, 5, 6},
+       {4, 2, 2, 3},
+       {2, 1},
+       {1, 2},
+       {1, 0, 0, 1},
+       2,
+       2,
+       true,
+       true,
+       5.0,
+       want_2d_groups},
+      {2,
+       {2, 2, 4, 4},
+       {3, 2, 2, 2},
+       {1, 1},
+       {1, 1},
+       {0, 0, 0, 0},
+       1,
+       1,
+       false,
+       true,
+       2.0,
+       want_2d_batch},
+      {1, {2, 2, 7}, {2, 2, 3}, {2}, {2}, {1, 2}, 1, 2, true, false, 4.0, want_1d},
+      {3,
+       {1, 2, 3, 4, 3},
+       {2, 1, 2, 2, 2},
+       {1, 2, 1},
+       {1, 1, 2},
+       {0, 1, 1, 1, 0, 0},
+       2,
+       1,
+       true,
+       true,
+       3.0,
+       want_3d},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int dims = cases[c].dims, rank = dims + 2;
+    int64_t outs[3], taps = 1, nx = 1, nw = 1, no = 1;
+    loom_shape xs = {.ndim = rank}, ws = {.ndim = rank}, os = {.ndim = rank}, ms, ys;
+    for (int d = 0; d < rank; d++) {
+      xs.dim[d] = cases[c].x[d], ws.dim[d] = cases[c].w[d];
+      nx *= xs.dim[d], nw *= ws.dim[d];
+    }
+    for (int d = 0; d < dims; d++) {
+      int64_t span = (ws.dim[d + 2] - 1) * cases[c].dilations[d] + 1;
+      outs[d] = (xs.dim[d + 2] + cases[c].pads[d] + cases[c].pads[d + dims] - span) /
+                    cases[c].strides[d] +
+                1;
+      taps *= ws.dim[d + 2], no *= outs[d];
+      os.dim[d + 2] = outs[d];
+    }
+    os.dim[0] = xs.dim[0], os.dim[1] = cases[c].offset_group * taps * dims;
+    ms = os, ms.dim[1] = cases[c].offset_group * taps;
+    ys = os, ys.dim[1] = ws.dim[0];
+    int64_t noff = os.dim[0] * os.dim[1] * no, nmask = ms.dim[0] * ms.dim[1] * no,
+            ny = ys.dim[0] * ys.dim[1] * no;
+    static float x[256], w[256], off[1024], mask[512], bias[8], y[64];
+    for (int64_t i = 0; i < nx; i++) x[i] = sample_value(i);
+    for (int64_t i = 0; i < nw; i++) w[i] = sample_value(i + 5) * 0.5f;
+    for (int64_t i = 0; i < noff; i++) off[i] = offset_value(i, cases[c].offset_scale);
+    for (int64_t i = 0; i < nmask; i++) mask[i] = sample_value(i) / 2 + 0.25f;
+    for (int64_t i = 0; i < ws.dim[0]; i++) bias[i] = 0.5f * (float)(i + 1) - 1;
+    node_model m;
+    node_model_init(&m, "DeformConv", 22, "y", NULL);
+    int64_t bdims[1] = {ws.dim[0]};
+    node_model_input(&m, "x", 1, xs.dim, rank);
+    node_model_input(&m, "w", 1, ws.dim, rank);
+    node_model_input(&m, "offset", 1, os.dim, rank);
+    node_model_input(&m, cases[c].bias ? "b" : "", 1, bdims, 1);
+    if (cases[c].mask) node_model_input(&m, "mask", 1, ms.dim, rank);
+    attr_ints(&m, "strides", cases[c].strides, dims);
+    attr_ints(&m, "dilations", cases[c].dilations, dims);
+    attr_ints(&m, "pads", cases[c].pads, 2 * dims);
+    attr_int(&m, "group", cases[c].group);
+    attr_int(&m, "offset_group", cases[c].offset_group);
+    loom_program *p = node_model_load(&m, "DeformConv", NULL);
+    CHECK(p != NULL);
+    if (!p) continue;
+    loom_tensor *ins[5];
+    int nin = 0;
+    ins[nin++] = loom_from_data(x, xs, LOOM_F32, LOOM_CPU);
+    ins[nin++] = loom_from_data(w, ws, LOOM_F32, LOOM_CPU);
+    ins[nin++] = loom_from_data(off, os, LOOM_F32, LOOM_CPU);
+    if (cases[c].bias) ins[nin++] = loom_from_data(bias, LOOM_SHAPE(ws.dim[0]), LOOM_F32, LOOM_CPU);
+    if (cases[c].mask) ins[nin++] = loom_from_data(mask, ms, LOOM_F32, LOOM_CPU);
+    loom_tensor *out = NULL;
+    CHECK_EQ_INT(loom_program_run(p, ins, &out), LOOM_OK);
+    CHECK_EQ_INT(loom_copy_to_host(out, y, (size_t)ny * sizeof *y), LOOM_OK);
+    CHECK(count_far(y, cases[c].want, ny, "DeformConv") == 0);
+    for (int i = 0; i < nin; i++) loom_free(ins[i]);
+    loom_free(out);
+    loom_program_free(p);
+  }
+}
+
+/* Refusals of BitShift, the bitwise ops, MaxPool's indices, RoiAlign and
+ * DeformConv: each names the node and the value. */
+static void test_bits_pools_sampling_refusals(void) {
+  static const struct {
+    const char *op, *direction;
+    int x_type, w_type;
+    loom_status want;
+    const char *words;
+  } bit_cases[] = {
+      {"BitwiseAnd", NULL, 1, 1, LOOM_ERR_DTYPE, "BitwiseAnd) (opset 18): an input of dtype f32"},
+      {"BitwiseNot", NULL, 1, 1, LOOM_ERR_DTYPE,
+       "an input of dtype f32; ONNX defines it on integers"},
+      {"BitwiseXor", NULL, 6, 7, LOOM_ERR_DTYPE, "inputs of two dtypes, i32 and i64"},
+      {"BitShift", "LEFT", 2, 4, LOOM_ERR_DTYPE, "inputs of two dtypes, u8 and u16"},
+      {"BitShift", "UP", 2, 2, LOOM_ERR_VALUE, "direction 'UP'; LEFT or RIGHT expected"},
+  };
+  for (size_t c = 0; c < sizeof bit_cases / sizeof bit_cases[0]; c++) {
+    node_model m;
+    node_model_init(&m, bit_cases[c].op, 18, "y", NULL);
+    const int64_t dims[2] = {2, 3};
+    node_model_input(&m, "x", bit_cases[c].x_type, dims, 2);
+    if (strcmp(bit_cases[c].op, "BitwiseNot"))
+      node_model_input(&m, "w", bit_cases[c].w_type, dims, 2);
+    if (bit_cases[c].direction) attr_string(&m, "direction", bit_cases[c].direction);
+    node_model_refused(&m, bit_cases[c].want, bit_cases[c].words);
+  }
+  node_model m;
+  node_model_init(&m, "MaxPool", 12, "y", "indices");
+  const int64_t xdims[4] = {1, 1, 4, 4}, kernel[2] = {2, 2};
+  node_model_input(&m, "x", 1, xdims, 4);
+  attr_ints(&m, "kernel_shape", kernel, 2);
+  attr_int(&m, "storage_order", 2);
+  node_model_refused(&m, LOOM_ERR_VALUE, "MaxPool) (opset 12): storage_order 2; 0 or 1 expected");
+
+  static const struct {
+    const char *mode;
+    int64_t roi_cols, ratio;
+    loom_status want;
+    const char *words;
+  } roi_cases[] = {
+      {"sum", 4, 2, LOOM_ERR_VALUE, "RoiAlign) (opset 16): mode 'sum'; avg or max expected"},
+      {"avg", 5, 2, LOOM_ERR_SHAPE, "[N, C, H, W], [R, 4] and [R] expected"},
+      {"avg", 4, 0, LOOM_ERR_VALUE,
+       "sampling_ratio 0 sizes each roi's grid of samples from the roi: input 1 ('rois')"},
+  };
+  const int64_t roi_x[4] = {1, 1, 4, 4}, roi_batch[1] = {3};
+  for (size_t c = 0; c < sizeof roi_cases / sizeof roi_cases[0]; c++) {
+    node_model_init(&m, "RoiAlign", 16, "y", NULL);
+    const int64_t rdims[2] = {3, roi_cases[c].roi_cols};
+    node_model_input(&m, "x", 1, roi_x, 4);
+    node_model_input(&m, "rois", 1, rdims, 2);
+    node_model_input(&m, "batch_indices", 7, roi_batch, 1);
+    attr_string(&m, "mode", roi_cases[c].mode);
+    attr_int(&m, "sampling_ratio", roi_cases[c].ratio);
+    node_model_refused(&m, roi_cases[c].want, roi_cases[c].words);
+  }
+  /* a roi whose adaptive grid loom would build sample by sample */
+  static const float huge_roi[4] = {0, 0, 1e6f, 1};
+  loom_tensor *huge = loom_from_data(huge_roi, LOOM_SHAPE(1, 4), LOOM_F32, LOOM_CPU);
+  loom_onnx_input given = {"rois", huge};
+  node_model_init(&m, "RoiAlign", 16, "y", NULL);
+  const int64_t one_roi[2] = {1, 4}, one_batch[1] = {1};
+  node_model_input(&m, "x", 1, roi_x, 4);
+  node_model_input(&m, "rois", 1, one_roi, 2);
+  node_model_input(&m, "batch_indices", 7, one_batch, 1);
+  loom_clear_error();
+  CHECK(node_model_load(&m, NULL, &(loom_onnx_opts){.inputs = &given, .ninputs = 1}) == NULL);
+  CHECK_EQ_INT(loom_last_status(), LOOM_ERR_VALUE);
+  CHECK(strstr(loom_last_error(), "roi 0 (0, 0, 1e+06, 1) takes a grid of 1e+06 samples per bin "
+                                  "along its width") != NULL);
+  loom_free(huge);
+
+  static const struct {
+    int64_t x[4], w[4], offset[4], group;
+    int rank;
+    const char *words;
+  } deform_cases[] = {
+      {{1, 2, 4, 4},
+       {2, 2, 2, 2},
+       {1, 7, 3, 3},
+       1,
+       4,
+       "offset of 1 x 7: [N, offset_group x kernel elements x 2, ...] = [1, 8, ...] expected"},
+      {{1, 2, 4, 4},
+       {2, 2, 2, 2},
+       {1, 8, 3, 3},
+       2,
+       4,
+       "X with 2 channels, W of 2 x 2, group 2, offset_group 1"},
+      {{1, 2, 4, 4},
+       {2, 2, 2, 2},
+       {1, 8, 2, 3},
+       1,
+       4,
+       "spatial dim 0: offset's 2 outputs do not follow from X's 4, kernel 2"},
+      {{1, 2}, {2, 2}, {1, 2}, 1, 2, "X, W and offset of ranks 2, 2 and 2"},
+  };
+  for (size_t c = 0; c < sizeof deform_cases / sizeof deform_cases[0]; c++) {
+    node_model_init(&m, "DeformConv", 19, "y", NULL);
+    node_model_input(&m, "x", 1, deform_cases[c].x, deform_cases[c].rank);
+    node_model_input(&m, "w", 1, deform_cases[c].w, deform_cases[c].rank);
+    node_model_input(&m, "offset", 1, deform_cases[c].offset, deform_cases[c].rank);
+    attr_int(&m, "group", deform_cases[c].group);
+    node_model_refused(&m, LOOM_ERR_SHAPE, deform_cases[c].words);
+  }
+}
+
 int main(void) {
   if (!mkdtemp(dir)) return 1;
   test_symbolic_batch();
@@ -1392,6 +2126,11 @@ int main(void) {
                              "head.weight",
                              "head.bias"};
   test_training("recurrent", recurrent, 14);
+  test_bits_exact();
+  test_max_pool_indices();
+  test_roi_align();
+  test_deform_conv();
+  test_bits_pools_sampling_refusals();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);

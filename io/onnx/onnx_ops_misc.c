@@ -1,7 +1,7 @@
 /* Asin, Acos, Atan (loom has no inverse trigonometry: a composite), the
- * window functions, BitShift and the bitwise ops (composed exactly from
- * arithmetic on the bits), LRN, the random ops, and the ops refused because
- * their output's size depends on the input's values. */
+ * window functions, BitShift and the bitwise ops (composed exactly of
+ * wrapping integer arithmetic on the bits), LRN, the random ops, and the ops
+ * refused because their output's size depends on the input's values. */
 #include <math.h>
 #include <string.h>
 
@@ -74,89 +74,124 @@ static loom_status op_hamming_window(onnx_node *n) {
 }
 static loom_status op_blackman_window(onnx_node *n) { return window(n, 0.42, 0.5, 0.08); }
 
-static int bits_of(loom_dtype dt) {
-  return dt == LOOM_U8 || dt == LOOM_I8 ? 8 : dt == LOOM_I32 ? 32 : dt == LOOM_I64 ? 64 : 0;
+/* ------------------------------------------------------------ bits */
+
+/* loom has no bitwise ops: they are composed exactly of integer arithmetic,
+ * which wraps modulo 2^bits in every integer dtype. A value's bits come from
+ * the top: the sign bit of its signed reading (a cast to the signed dtype of
+ * its width keeps the bits), then the value doubled (wrapping) brings the
+ * next bit to the top. The only constants are 0, 1 and 2, so a symbolic
+ * model's inference never takes one for a traced size (docs/onnx.md). */
+
+static loom_dtype signed_of(loom_dtype dt) {
+  switch (dt) {
+  case LOOM_U8: return LOOM_I8;
+  case LOOM_U16: return LOOM_I16;
+  case LOOM_U32: return LOOM_I32;
+  case LOOM_U64: return LOOM_I64;
+  default: return dt;
+  }
 }
 
-/* ONNX shifts unsigned integers; loom holds uint8, and int32 or int64 may
- * hold narrower unsigned values. x << y is x 2^y in the dtype (exact,
- * wrapping: 0 once y reaches the dtype's bits, as numpy); x >> y is
- * floor(x / 2^y) in double, exact for uint8 and int32 and refused for
- * int64, which double does not hold exactly. */
+static bool is_unsigned(loom_dtype dt) { return signed_of(dt) != dt; }
+
+/* x's bits as bools, bit[0] the lowest; x of an integer dtype of bits bits. */
+static void split_bits(loom_tensor *x, int bits, loom_tensor **bit) {
+  loom_tensor *s = loom_cast(x, signed_of(loom_dtype_of(x)));
+  for (int k = bits - 1; k >= 0; k--) {
+    bit[k] = loom_lt_s(s, 0);
+    if (k) s = loom_add(s, s);
+  }
+}
+
+/* The integer of dtype dt whose bits are bit[0 .. bits), by Horner's rule
+ * from the top (wrapping puts the top bit at the sign in a signed dtype). */
+static loom_tensor *join_bits(loom_tensor *const *bit, int bits, loom_dtype dt) {
+  loom_tensor *r = loom_cast(bit[bits - 1], dt);
+  for (int k = bits - 2; k >= 0; k--) r = loom_add(loom_add(r, r), loom_cast(bit[k], dt));
+  return r;
+}
+
+/* The integer inputs' dtype and width (refused unless both share one). */
+static loom_status integer_inputs(onnx_node *n, int count, loom_dtype *dt, int *bits) {
+  *dt = loom_dtype_of(onnx_in(n, 0));
+  if (!onnx_is_integer(*dt))
+    return onnx_refuse(n, LOOM_ERR_DTYPE, "an input of dtype %s; ONNX defines it on integers",
+                       loom_dtype_name(*dt));
+  if (count > 1 && loom_dtype_of(onnx_in(n, 1)) != *dt)
+    return onnx_refuse(n, LOOM_ERR_DTYPE, "inputs of two dtypes, %s and %s", loom_dtype_name(*dt),
+                       loom_dtype_name(loom_dtype_of(onnx_in(n, 1))));
+  *bits = (int)loom_dtype_size(*dt) * 8;
+  return LOOM_OK;
+}
+
+/* ONNX shifts unsigned integers; a signed dtype shifts as numpy (its
+ * reference) does: arithmetically, a shift below 0 or of the width or more
+ * giving 0 (left) or the sign (right). x << y is x 2^y, 2^y an exact wrapping
+ * power (0 from the width on, and for a negative y). x >> y keeps the bits
+ * of x from the top down to bit y: the mask -(2^y) has exactly those bits
+ * set (none when y is out of range). */
 static loom_status op_bit_shift(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0), *y = onnx_in(n, 1);
-  loom_dtype dt = loom_dtype_of(x);
   char buf[8];
   const char *dir = onnx_attr_string(n, "direction", "", buf, sizeof buf);
   bool left = strcmp(dir, "LEFT") == 0;
   if (!left && strcmp(dir, "RIGHT"))
     return onnx_refuse(n, LOOM_ERR_VALUE, "direction '%s'; LEFT or RIGHT expected", dir);
-  if (dt != LOOM_U8 && dt != LOOM_I32 && dt != LOOM_I64)
-    return onnx_refuse(n, LOOM_ERR_DTYPE, "x is not uint8, int32 or int64");
-  if (!left && dt == LOOM_I64)
-    return onnx_refuse(n, LOOM_ERR_DTYPE,
-                       "a right shift of int64: loom has no integer division, and double "
-                       "holds int64 exactly only below 2^53");
-  loom_tensor *r;
+  loom_dtype dt;
+  int bits;
+  loom_status st = integer_inputs(n, 2, &dt, &bits);
+  if (st) return st;
   if (left) {
-    loom_tensor *shift = loom_cast(y, dt);
-    r = loom_mul(x, loom_pow(loom_full_like(shift, 2), shift));
-  } else {
-    loom_tensor *shift = loom_cast(y, LOOM_F64);
-    r = loom_floor(loom_div(loom_cast(x, LOOM_F64), loom_pow(loom_full_like(shift, 2), shift)));
+    onnx_out(n, 0, loom_mul(x, loom_pow(loom_full_like(y, 2), y)));
+    return LOOM_OK;
   }
+  loom_dtype sd = signed_of(dt);
+  loom_tensor *shift = loom_cast(y, sd); /* an unsigned shift from 2^(bits-1) up: out of range */
+  loom_tensor *mask = loom_neg(loom_pow(loom_full_like(shift, 2), shift));
+  loom_tensor *xbit[64], *keep[64];
+  split_bits(x, bits, xbit);
+  split_bits(mask, bits, keep);
+  loom_tensor *r =
+      is_unsigned(dt) ? loom_zeros_like(shift) : loom_neg(loom_cast(xbit[bits - 1], sd));
+  for (int k = bits - 1; k >= 0; k--)
+    r = loom_where(keep[k], loom_add(loom_add(r, r), loom_cast(xbit[k], sd)), r);
   onnx_out(n, 0, loom_cast(r, dt));
   return LOOM_OK;
 }
 
 typedef enum { BIT_AND, BIT_OR, BIT_XOR } bit_op;
 
-/* Bit by bit in double: bit b of x is floor(x / 2^b) - 2 floor(x / 2^(b+1))
- * (two's complement for negative x, the top bit weighing -2^(bits-1) in a
- * signed dtype); exact below 2^53, so int64 is refused. */
+/* a & b bit by bit; then a | b = a + b - (a & b) and a ^ b = a + b - 2 (a &
+ * b), exact in wrapping arithmetic. */
 static loom_status bitwise(onnx_node *n, bit_op op) {
   loom_tensor *a = onnx_in(n, 0), *b = onnx_in(n, 1);
-  loom_dtype dt = loom_dtype_of(a);
-  int bits = bits_of(dt);
-  if (loom_dtype_of(b) != dt) return onnx_refuse(n, LOOM_ERR_DTYPE, "inputs of two dtypes");
-  if (bits == 0 || bits == 64)
-    return onnx_refuse(n, LOOM_ERR_DTYPE,
-                       "%s: loom has no bitwise ops; they are composed exactly of arithmetic "
-                       "on uint8, int8 and int32 only",
-                       dt == LOOM_I64 ? "int64" : "a dtype other than an integer");
-  loom_tensor *a_hi = loom_cast(a, LOOM_F64), *b_hi = loom_cast(b, LOOM_F64), *bit[64];
-  for (int k = 0; k < bits; k++) {
-    loom_tensor *a_next = loom_floor(loom_mul_s(a_hi, 0.5)),
-                *b_next = loom_floor(loom_mul_s(b_hi, 0.5));
-    loom_tensor *abit = loom_sub(a_hi, loom_mul_s(a_next, 2)),
-                *bbit = loom_sub(b_hi, loom_mul_s(b_next, 2));
-    loom_tensor *both = loom_mul(abit, bbit);
-    if (op == BIT_AND)
-      bit[k] = both;
-    else if (op == BIT_OR)
-      bit[k] = loom_sub(loom_add(abit, bbit), both);
-    else
-      bit[k] = loom_sub(loom_add(abit, bbit), loom_mul_s(both, 2));
-    a_hi = a_next, b_hi = b_next;
-  }
-  /* Horner from the top bit (negative in a signed dtype): no constant 2^k,
-   * which a symbolic model's inference could take for a traced size */
-  loom_tensor *sum = dt == LOOM_U8 ? bit[bits - 1] : loom_neg(bit[bits - 1]);
-  for (int k = bits - 2; k >= 0; k--) sum = loom_add(loom_mul_s(sum, 2), bit[k]);
-  onnx_out(n, 0, loom_cast(sum, dt));
+  loom_dtype dt;
+  int bits;
+  loom_status st = integer_inputs(n, 2, &dt, &bits);
+  if (st) return st;
+  loom_tensor *abit[64], *bbit[64], *both[64];
+  split_bits(a, bits, abit);
+  split_bits(b, bits, bbit);
+  for (int k = 0; k < bits; k++) both[k] = loom_logical_and(abit[k], bbit[k]);
+  loom_tensor *and_bits = join_bits(both, bits, dt), *r = and_bits;
+  if (op != BIT_AND) r = loom_sub(loom_add(a, b), and_bits);
+  if (op == BIT_XOR) r = loom_sub(r, and_bits);
+  onnx_out(n, 0, r);
   return LOOM_OK;
 }
 static loom_status op_bitwise_and(onnx_node *n) { return bitwise(n, BIT_AND); }
 static loom_status op_bitwise_or(onnx_node *n) { return bitwise(n, BIT_OR); }
 static loom_status op_bitwise_xor(onnx_node *n) { return bitwise(n, BIT_XOR); }
 
-/* ~x: -x - 1 in two's complement (exact, wrapping), 255 - x for uint8. */
+/* ~x = -x - 1 in two's complement, read in the signed dtype of x's width. */
 static loom_status op_bitwise_not(onnx_node *n) {
-  loom_tensor *x = onnx_in(n, 0);
-  loom_dtype dt = loom_dtype_of(x);
-  if (!bits_of(dt))
-    return onnx_refuse(n, LOOM_ERR_DTYPE, "a non-integer input; ONNX defines it on integers");
-  onnx_out(n, 0, dt == LOOM_U8 ? loom_rsub_s(255, x) : loom_sub_s(loom_neg(x), 1));
+  loom_dtype dt;
+  int bits;
+  loom_status st = integer_inputs(n, 1, &dt, &bits);
+  if (st) return st;
+  loom_tensor *s = loom_cast(onnx_in(n, 0), signed_of(dt));
+  onnx_out(n, 0, loom_cast(loom_sub_s(loom_neg(s), 1), dt));
   return LOOM_OK;
 }
 

@@ -157,25 +157,71 @@ static loom_status pool_window(onnx_node *n, loom_tensor *x, window *w) {
   return st ? st : window_of(n, &s, kernel, w);
 }
 
+/* x's elements numbered as MaxPool's Indices number them: flat over the
+ * whole tensor, each (n, c) plane in row-major order (storage_order 0) or
+ * column-major (1: the first spatial dim fastest). A sum of one arange per
+ * axis, its step the axis' stride: an arange of the whole, reshaped, would
+ * not follow a symbolic batch. */
+static loom_tensor *flat_positions(const loom_shape *s, bool column_major) {
+  int64_t stride[LOOM_MAX_DIMS], plane = 1;
+  for (int d = s->ndim - 1; d >= 2; d--) stride[d] = plane, plane *= s->dim[d];
+  if (column_major)
+    for (int64_t d = 2, inner = 1; d < s->ndim; d++) stride[d] = inner, inner *= s->dim[d];
+  stride[1] = plane, stride[0] = plane * s->dim[1];
+  loom_tensor *r = NULL;
+  for (int d = 0; d < s->ndim; d++) {
+    loom_shape along = {.ndim = s->ndim};
+    for (int e = 0; e < s->ndim; e++) along.dim[e] = e == d ? s->dim[d] : 1;
+    loom_tensor *a = loom_reshape(
+        loom_arange(0, (double)(s->dim[d] * stride[d]), (double)stride[d], LOOM_I64, LOOM_CPU),
+        along);
+    r = r ? loom_add(r, a) : a;
+  }
+  return r;
+}
+
+/* The Indices output: the position of each window's first greatest element,
+ * as ONNX's reference finds it (the first element inside the input, then any
+ * greater one; -1 for a window of padding only). */
 static loom_status op_max_pool(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0);
   window w;
   loom_status st = pool_window(n, x, &w);
   if (st) return st;
-  if (n->nout > 1 && n->proto->output[1] && n->proto->output[1][0])
-    return onnx_refuse(n, LOOM_ERR_VALUE, "its Indices output is not computed by loom");
+  bool indices = n->nout > 1 && n->proto->output[1] && n->proto->output[1][0];
+  int64_t storage_order = onnx_attr_int(n, "storage_order", 0);
+  if (indices && storage_order != 0 && storage_order != 1)
+    return onnx_refuse(n, LOOM_ERR_VALUE, "storage_order %lld; 0 or 1 expected",
+                       (long long)storage_order);
   /* pads never win: -inf, or an integer dtype's least value */
   loom_dtype dt = loom_dtype_of(x);
   double least, greatest;
   onnx_int_range(dt, &least, &greatest);
-  loom_tensor *padded = pad_window(x, &w, least, least);
+  loom_tensor *padded = pad_window(x, &w, least, least), *positions = NULL;
+  if (indices) {
+    loom_shape s = loom_shape_of(x);
+    positions = pad_window(flat_positions(&s, storage_order == 1), &w, -1, -1);
+  }
   int64_t k[3] = {0};
-  loom_tensor *r = NULL;
+  loom_tensor *r = NULL, *at = NULL;
   do {
     loom_tensor *tap = window_tap(padded, &w, k);
-    r = r ? loom_maximum(r, tap) : tap;
+    if (!indices) {
+      r = r ? loom_maximum(r, tap) : tap;
+      continue;
+    }
+    loom_tensor *tap_at = window_tap(positions, &w, k);
+    if (!r) {
+      r = tap, at = tap_at;
+      continue;
+    }
+    loom_tensor *takes =
+        loom_logical_and(loom_ge_s(tap_at, 0), loom_logical_or(loom_lt_s(at, 0), loom_gt(tap, r)));
+    r = loom_where(takes, tap, r);
+    at = loom_where(takes, tap_at, at);
   } while (next_offset(&w, k));
   onnx_out(n, 0, r);
+  if (indices) onnx_out(n, 1, at);
   return LOOM_OK;
 }
 
