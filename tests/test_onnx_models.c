@@ -1,12 +1,14 @@
 /* Real models against ONNX Runtime (run by tests/onnx_models/run.sh, which
- * exports torchvision's models with a dynamic batch and computes ONNX
- * Runtime's outputs):
+ * exports torchvision's and Hugging Face's models with dynamic axes and
+ * computes ONNX Runtime's outputs):
  *   test_onnx_models DIR [NAME...]
- * For each DIR/<name>/model.onnx: one program from loom_onnx_load, with the
- * batch symbolic, run at batch 1 and 3 on input_b<N>.npy, each output within
- * 1e-4 of ONNX Runtime's (ort_b<N>.npy) relative to the largest of those; then
- * the program exported (lib<name>.so, which must need only libc, libm and
- * libpthread), opened and run from C at both batches, matching the program. */
+ * For each DIR/<name>/model.onnx: one program from loom_onnx_load, its batch
+ * (and sequence) symbolic, run on two sets of inputs b<N>_in<k>.npy (N = 1, 3),
+ * its first output within 1e-4 of ONNX Runtime's (b<N>_ort.npy) relative to
+ * the largest of those, and, where the export wrote PyTorch's (b<N>_torch.npy:
+ * sentence embeddings), each row's cosine with it at least 0.99999; then the
+ * program exported (lib<name>.so, which must need only libc, libm and
+ * libpthread), opened and run from C on the same inputs, matching the program. */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -44,58 +46,103 @@ static float *host_floats(loom_tensor *t) {
   return v;
 }
 
+/* The least cosine between matching rows (the first dim) of a and b. */
+static double least_row_cosine(const float *a, const float *b, int64_t rows, int64_t n) {
+  double least = 1;
+  int64_t width = rows ? n / rows : 0;
+  for (int64_t r = 0; r < rows; r++) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int64_t i = r * width; i < (r + 1) * width; i++)
+      ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    double c = ab / sqrt(aa * bb);
+    if (!(c >= least)) least = c;
+  }
+  return least;
+}
+
+enum { MAX_INPUTS = 4 };
+
+/* One set of inputs through the program, against ONNX Runtime (and PyTorch
+ * where given), then through the library. */
+static void check_inputs(const char *dir, const char *name, const loom_program *p, run_dims_fn run,
+                         int batch) {
+  int nin = loom_program_num_inputs(p);
+  loom_tensor *x[MAX_INPUTS] = {0};
+  void *host[MAX_INPUTS] = {0};
+  int64_t dims[8] = {0};
+  char file[1100];
+  for (int k = 0; k < nin; k++) {
+    snprintf(file, sizeof file, "%s/%s/b%d_in%d.npy", dir, name, batch, k);
+    x[k] = loom_npy_read(file, LOOM_CPU);
+    CHECK_STATUS(x[k], LOOM_OK);
+    loom_shape s = loom_shape_of(x[k]);
+    size_t bytes = (size_t)loom_numel(x[k]) * loom_dtype_size(loom_dtype_of(x[k]));
+    host[k] = malloc(bytes ? bytes : 1);
+    CHECK(host[k] && !loom_copy_to_host(x[k], host[k], bytes));
+    for (int d = 0; d < s.ndim; d++) {
+      const char *sym = loom_program_input_dim_symbol(p, k, d);
+      for (int j = 0; sym && j < loom_program_num_symbols(p) && j < 8; j++)
+        if (!strcmp(sym, loom_program_symbol_name(p, j))) dims[j] = s.dim[d];
+    }
+  }
+  snprintf(file, sizeof file, "%s/%s/b%d_ort.npy", dir, name, batch);
+  loom_tensor *want = loom_npy_read(file, LOOM_CPU), *y[4] = {0};
+  CHECK_STATUS(want, LOOM_OK);
+  CHECK_OK(loom_program_run(p, x, y));
+  float *got = y[0] ? host_floats(y[0]) : NULL, *ref = host_floats(want);
+  int64_t n = loom_numel(want);
+  CHECK(got && ref && loom_numel(y[0]) == n);
+  if (got && ref && loom_numel(y[0]) == n) {
+    double rel = relative_difference(got, ref, n);
+    printf("%-20s b%d: loom vs ONNX Runtime %.2e (relative to max |y|)\n", name, batch, rel);
+    CHECK_MSG(rel <= 1e-4, "%s b%d: %.3g from ONNX Runtime", name, batch, rel);
+    snprintf(file, sizeof file, "%s/%s/b%d_torch.npy", dir, name, batch);
+    FILE *probe = fopen(file, "rb");
+    if (probe) {
+      fclose(probe);
+      loom_tensor *torch = loom_npy_read(file, LOOM_CPU);
+      float *tv = host_floats(torch);
+      CHECK(tv && loom_numel(torch) == n);
+      if (tv && loom_numel(torch) == n) {
+        double c = least_row_cosine(got, tv, loom_shape_of(torch).dim[0], n);
+        printf("%-20s b%d: least cosine with PyTorch's embeddings %.9f\n", name, batch, c);
+        CHECK_MSG(c >= 0.99999, "%s b%d: cosine %.9f with PyTorch", name, batch, c);
+      }
+      free(tv);
+      loom_free(torch);
+    }
+    float *lib_out = malloc((size_t)n * sizeof *lib_out);
+    void *outs[1] = {lib_out};
+    if (run && lib_out) {
+      CHECK_EQ_INT(run(dims, (const void *const *)host, outs), 0);
+      double lrel = relative_difference(lib_out, got, n);
+      CHECK_MSG(lrel <= 1e-5, "%s b%d: the library %.3g from the program", name, batch, lrel);
+    }
+    free(lib_out);
+  }
+  free(got), free(ref);
+  for (int k = 0; k < nin; k++) free(host[k]), loom_free(x[k]);
+  loom_free(want), loom_free(y[0]);
+}
+
 static void check_model(const char *dir, const char *name) {
   char path[1024], lib_dir[1024];
   snprintf(path, sizeof path, "%s/%s/model.onnx", dir, name);
   loom_program *p = loom_onnx_load(path, NULL);
   CHECK_MSG(p != NULL, "%s: %s", name, loom_last_error());
   if (!p) return;
-  CHECK_EQ_INT(loom_program_num_symbols(p), 1);
-  CHECK_EQ_INT(loom_program_num_inputs(p), 1);
+  CHECK(loom_program_num_symbols(p) >= 1);
+  CHECK(loom_program_num_inputs(p) <= MAX_INPUTS);
   CHECK_EQ_INT(loom_program_num_outputs(p), 1);
+  CHECK_EQ_INT(loom_program_output_dtype(p, 0), LOOM_F32);
   snprintf(lib_dir, sizeof lib_dir, "%s/%s/lib", dir, name);
   mkdir(lib_dir, 0755);
   CHECK_OK(loom_program_export(p, lib_dir, "model"));
   check_library_needs_only_libc(lib_dir, "model");
-  char so[1100];
-  snprintf(so, sizeof so, "%s/libmodel.so", lib_dir);
-  void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-  CHECK_MSG(h != NULL, "dlopen %s: %s", so, dlerror());
+  void *h = check_open_library(lib_dir, "model");
   run_dims_fn run = h ? (run_dims_fn)check_library_symbol(h, "model", "run_dims") : NULL;
-  const int64_t batches[] = {1, 3};
-  for (int b = 0; b < 2; b++) {
-    char file[1100];
-    snprintf(file, sizeof file, "%s/%s/input_b%lld.npy", dir, name, (long long)batches[b]);
-    loom_tensor *x = loom_npy_read(file, LOOM_CPU);
-    snprintf(file, sizeof file, "%s/%s/ort_b%lld.npy", dir, name, (long long)batches[b]);
-    loom_tensor *want = loom_npy_read(file, LOOM_CPU);
-    CHECK_STATUS(x, LOOM_OK);
-    CHECK_STATUS(want, LOOM_OK);
-    loom_tensor *y = NULL;
-    CHECK_OK(loom_program_run(p, &x, &y));
-    float *got = y ? host_floats(y) : NULL, *ref = host_floats(want), *in = host_floats(x);
-    int64_t n = loom_numel(want);
-    CHECK(got && ref && in && y && loom_numel(y) == n);
-    if (got && ref && in && y && loom_numel(y) == n) {
-      double rel = relative_difference(got, ref, n);
-      printf("%-20s batch %lld: loom vs ONNX Runtime %.2e (relative to max |y|)\n", name,
-             (long long)batches[b], rel);
-      CHECK_MSG(rel <= 1e-4, "%s batch %lld: %.3g from ONNX Runtime", name, (long long)batches[b],
-                rel);
-      float *lib_out = malloc((size_t)n * sizeof *lib_out);
-      const void *ins[1] = {in};
-      void *outs[1] = {lib_out};
-      if (run && lib_out) {
-        CHECK_EQ_INT(run(&batches[b], ins, outs), 0);
-        double lrel = relative_difference(lib_out, got, n);
-        CHECK_MSG(lrel <= 1e-5, "%s batch %lld: the library %.3g from the program", name,
-                  (long long)batches[b], lrel);
-      }
-      free(lib_out);
-    }
-    free(got), free(ref), free(in);
-    loom_free(x), loom_free(want), loom_free(y);
-  }
+  if (loom_program_num_inputs(p) <= MAX_INPUTS)
+    for (int b = 1; b <= 3; b += 2) check_inputs(dir, name, p, run, b);
   if (h) dlclose(h);
   loom_program_free(p);
 }

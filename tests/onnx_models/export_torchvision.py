@@ -3,7 +3,7 @@
 Run with Debian's python3 (python3-torch 1.13, python3-torchvision 0.14):
     python3 tests/onnx_models/export_torchvision.py OUT [NAME...]
 Each model goes to OUT/<name>/model.onnx (TorchScript exporter, opset 17, a
-dynamic batch axis), with inputs at batch 1 and 3 (input_b1.npy, input_b3.npy).
+dynamic batch axis), with inputs at batch 1 and 3 (b1_in0.npy, b3_in0.npy).
 Weights are torchvision's random initialization from a fixed seed, with the
 batch norms' statistics and affine terms and ViT's zero-initialized head made
 random too, so the outputs are not degenerate. A model already there is kept.
@@ -48,7 +48,7 @@ def export(out, name):
                       opset_version=17, do_constant_folding=True)
     rng = np.random.default_rng(3)
     for batch in (1, 3):
-        np.save(os.path.join(folder, f"input_b{batch}.npy"),
+        np.save(os.path.join(folder, f"b{batch}_in0.npy"),
                 rng.standard_normal((batch, 3, 224, 224)).astype(np.float32))
     os.replace(tmp, path)
     print(f"exported {name}")
@@ -57,7 +57,7 @@ def export(out, name):
 def main():
     if len(sys.argv) < 2:
         sys.exit("usage: export_torchvision.py OUT [NAME...]")
-    for name in sys.argv[2:] or MODELS:
+    for name in [n for n in sys.argv[2:] if n in MODELS] if len(sys.argv) > 2 else MODELS:
         export(sys.argv[1], name)
 
 
