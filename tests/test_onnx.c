@@ -536,6 +536,50 @@ static void test_scatter_duplicates(void) {
   }
 }
 
+/* BitCast (opset 26) refused where the sizes differ or loom lacks the dtype, the
+ * message naming the node's op and both dtypes; a float's bits as I32 and back. */
+static void test_bitcast(void) {
+  static const struct {
+    int64_t to;
+    const char *words; /* NULL: loads */
+  } cases[] = {
+      {11, "BitCast"}, /* f32 -> f64 */
+      {11, "f32 has 4-byte elements and f64 8-byte ones"},
+      {8, "bitcast to string (8), which loom does not hold"},
+      {6, NULL}, /* f32 -> i32 */
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    model_parts m;
+    const char *ops[] = {"BitCast"};
+    build(&m, ops, 1, false);
+    m.opset.version = 26;
+    m.nodes[0].n_input = 1;
+    Onnx__AttributeProto to, *attrs[1] = {&to};
+    onnx__attribute_proto__init(&to);
+    to.name = "to", to.has_type = true, to.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    to.has_i = true, to.i = cases[c].to;
+    m.nodes[0].n_attribute = 1, m.nodes[0].attribute = attrs;
+    save(&m, path_of("bitcast.onnx"), NULL);
+    if (cases[c].words) {
+      expect_error(path_of("bitcast.onnx"), LOOM_ERR_DTYPE, cases[c].words);
+      continue;
+    }
+    loom_clear_error();
+    loom_program *p = loom_onnx_load(path_of("bitcast.onnx"), NULL);
+    CHECK(p != NULL);
+    if (!p) continue;
+    float x[6] = {1, -2, 0.5f, -0.0f, INFINITY, 3};
+    int32_t y[6];
+    loom_tensor *in = loom_from_data(x, LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU), *out = NULL;
+    CHECK_EQ_INT(loom_program_run(p, &in, &out), LOOM_OK);
+    CHECK_EQ_INT(loom_dtype_of(out), LOOM_I32);
+    CHECK_EQ_INT(loom_copy_to_host(out, y, sizeof y), LOOM_OK);
+    CHECK(memcmp(x, y, sizeof y) == 0);
+    loom_free(in), loom_free(out);
+    loom_program_free(p);
+  }
+}
+
 int main(void) {
   if (!mkdtemp(dir)) return 1;
   test_symbolic_batch();
@@ -550,6 +594,7 @@ int main(void) {
   test_training("transformer", block, 14);
   test_inverse_trig();
   test_scatter_duplicates();
+  test_bitcast();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);

@@ -283,15 +283,31 @@ static loom_status op_clip(onnx_node *n) {
   return LOOM_OK;
 }
 
-static loom_status op_cast(onnx_node *n) {
+/* The dtype attribute "to" names (Cast's, BitCast's), or a refusal of one loom
+ * does not hold. */
+static loom_status attr_to_dtype(onnx_node *n, const char *what, loom_dtype *dt) {
   const char *type_name;
   int64_t to = onnx_attr_int(n, "to", -1);
-  int dt = onnx_dtype_to_loom((int32_t)to, &type_name);
-  if (dt < 0)
-    return onnx_refuse(n, LOOM_ERR_DTYPE, "cast to %s (%lld), which loom does not hold", type_name,
-                       (long long)to);
-  onnx_out(n, 0, loom_cast(onnx_in(n, 0), (loom_dtype)dt));
+  int d = onnx_dtype_to_loom((int32_t)to, &type_name);
+  if (d < 0)
+    return onnx_refuse(n, LOOM_ERR_DTYPE, "%s to %s (%lld), which loom does not hold", what,
+                       type_name, (long long)to);
+  *dt = (loom_dtype)d;
   return LOOM_OK;
+}
+
+static loom_status op_cast(onnx_node *n) {
+  loom_dtype dt;
+  loom_status st = attr_to_dtype(n, "cast", &dt);
+  if (st == LOOM_OK) onnx_out(n, 0, loom_cast(onnx_in(n, 0), dt));
+  return st;
+}
+/* Opset 26: the bits of each element as another dtype of the same size. */
+static loom_status op_bitcast(onnx_node *n) {
+  loom_dtype dt;
+  loom_status st = attr_to_dtype(n, "bitcast", &dt);
+  if (st == LOOM_OK) onnx_out(n, 0, loom_bitcast(onnx_in(n, 0), dt));
+  return st;
 }
 static loom_status op_cast_like(onnx_node *n) {
   onnx_out(n, 0, loom_cast(onnx_in(n, 0), loom_dtype_of(n->in[1]->t)));
@@ -361,5 +377,6 @@ const onnx_op onnx_ops_elementwise[] = {
     ONNX_OP(Clip, op_clip),
     ONNX_OP(Cast, op_cast),
     ONNX_OP(CastLike, op_cast_like),
+    ONNX_OP(BitCast, op_bitcast),
 };
 const int onnx_ops_elementwise_count = sizeof onnx_ops_elementwise / sizeof onnx_ops_elementwise[0];
