@@ -807,6 +807,85 @@ static void test_conv_spatial(void) {
   check_set_ctx("%s", "");
 }
 
+/* MelWeightMatrix built at import from known scalars (values from ONNX's
+ * reference: 4 bands of a 64-point DFT at 8000 Hz over 200 to 3800 Hz, as
+ * F64); refused where an input is computed at run time or a band leaves the
+ * spectrogram's bins. */
+static void test_mel_weight_matrix(void) {
+  static const struct {
+    int row, col;
+    double v;
+  } want[] = {
+      {2, 0, 0.5},      {3, 0, 1},        {4, 0, 2.0 / 3},  {4, 1, 1.0 / 3},  {5, 0, 1.0 / 3},
+      {5, 1, 2.0 / 3},  {6, 1, 1},        {7, 1, 0.75},     {7, 2, 0.25},     {8, 1, 0.5},
+      {8, 2, 0.5},      {9, 1, 0.25},     {9, 2, 0.75},     {10, 2, 1},       {11, 2, 0.8},
+      {11, 3, 0.2},     {12, 2, 0.6},     {12, 3, 0.4},     {13, 2, 0.4},     {13, 3, 0.6},
+      {14, 2, 0.2},     {14, 3, 0.8},     {15, 3, 1},       {16, 3, 6.0 / 7}, {17, 3, 5.0 / 7},
+      {18, 3, 4.0 / 7}, {19, 3, 3.0 / 7}, {20, 3, 2.0 / 7}, {21, 3, 1.0 / 7},
+  };
+  static const struct {
+    double upper;
+    const char *input3; /* lower_edge_hertz's name: "x" is the graph's input */
+    const char *words;  /* NULL: loads */
+  } cases[] = {
+      {3800, "lower", NULL},
+      {3800, "x", "needs its values when it imports"},
+      {9000, "lower", "outside the 33 bins of a 64-point DFT"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    model_parts m;
+    const char *ops[] = {"MelWeightMatrix"};
+    build(&m, ops, 1, false);
+    static const int64_t ints[3] = {4, 64, 8000};
+    double hz[2] = {200, cases[c].upper};
+    static const char *names[5] = {"mels", "dft_length", "rate", "lower", "upper"};
+    Onnx__TensorProto inits[5], *init_list[5];
+    for (int i = 0; i < 5; i++) {
+      onnx__tensor_proto__init(&inits[i]);
+      inits[i].name = (char *)names[i], inits[i].has_data_type = true;
+      inits[i].data_type = i < 3 ? 7 : 11; /* INT64, DOUBLE */
+      inits[i].has_raw_data = true, inits[i].raw_data.len = 8;
+      inits[i].raw_data.data = i < 3 ? (uint8_t *)&ints[i] : (uint8_t *)&hz[i - 3];
+      init_list[i] = &inits[i];
+    }
+    m.graph.n_initializer = 5, m.graph.initializer = init_list;
+    if (strcmp(cases[c].input3, "x") == 0) m.in_shape.n_dim = 0; /* a scalar, given at run time */
+    char *node_in[5] = {"mels", "dft_length", "rate", (char *)cases[c].input3, "upper"};
+    Onnx__AttributeProto type, *attrs[1] = {&type};
+    onnx__attribute_proto__init(&type);
+    type.name = "output_datatype", type.has_type = true;
+    type.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT, type.has_i = true, type.i = 11;
+    m.nodes[0].n_input = 5, m.nodes[0].input = node_in;
+    m.nodes[0].n_attribute = 1, m.nodes[0].attribute = attrs;
+    save(&m, path_of("mel.onnx"), NULL);
+    if (cases[c].words) {
+      expect_error(path_of("mel.onnx"), LOOM_ERR_VALUE, cases[c].words);
+      continue;
+    }
+    loom_clear_error();
+    loom_program *p = loom_onnx_load(path_of("mel.onnx"), NULL);
+    CHECK(p != NULL);
+    if (!p) {
+      fprintf(stderr, "%s\n", loom_last_error());
+      continue;
+    }
+    float x[6] = {0};
+    double y[33 * 4], expect[33 * 4] = {0};
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
+      expect[want[k].row * 4 + want[k].col] = want[k].v;
+    loom_tensor *in = loom_from_data(x, LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU), *out = NULL;
+    CHECK_EQ_INT(loom_program_run(p, &in, &out), LOOM_OK);
+    CHECK_EQ_INT(loom_dtype_of(out), LOOM_F64);
+    CHECK_EQ_INT(loom_numel(out), 33 * 4);
+    if (loom_numel(out) == 33 * 4 && loom_copy_to_host(out, y, sizeof y) == LOOM_OK)
+      for (int i = 0; i < 33 * 4; i++)
+        CHECK_MSG(fabs(y[i] - expect[i]) <= 1e-15, "mel[%d][%d] = %.17g, want %.17g", i / 4, i % 4,
+                  y[i], expect[i]);
+    loom_free(in), loom_free(out);
+    loom_program_free(p);
+  }
+}
+
 int main(void) {
   if (!mkdtemp(dir)) return 1;
   test_symbolic_batch();
@@ -823,6 +902,7 @@ int main(void) {
   test_scatter_duplicates();
   test_bitcast();
   test_conv_spatial();
+  test_mel_weight_matrix();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);
