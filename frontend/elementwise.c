@@ -254,6 +254,20 @@ loom_tensor *loom_cast(const loom_tensor *a, loom_dtype dtype) {
   return lm_result(nb_cast(a->node, dtype));
 }
 
+loom_tensor *loom_bitcast(const loom_tensor *a, loom_dtype dtype) {
+  loom_tensor *err;
+  const char *op = "loom_bitcast";
+  if ((err = lm_check(op, a)) || (err = lm_check_dtype(op, dtype))) return err;
+  loom_dtype from = a->node->dtype;
+  if (loom_dtype_size(from) != loom_dtype_size(dtype))
+    return lm_error(LOOM_ERR_DTYPE,
+                    "%s: %s has %zu-byte elements and %s %zu-byte ones; a bitcast keeps the size",
+                    op, loom_dtype_name(from), loom_dtype_size(from), loom_dtype_name(dtype),
+                    loom_dtype_size(dtype));
+  if (from == dtype) return lm_result(nb_cast(a->node, dtype)); /* its own bits */
+  return lm_result(lm_node_new(LM_BITCAST, 1, &a->node, a->node->shape, dtype, a->node->device));
+}
+
 loom_status lm_copy_node(const char *op, lm_node *n, loom_device device, lm_node **out) {
   *out = NULL;
   loom_status st = lm_realize_nodes(&n, 1);

@@ -348,6 +348,13 @@ loom_tensor *loom_round(const loom_tensor *a);
  * tensor F32); an integral bound must fit an integer tensor's dtype; bools are refused. */
 loom_tensor *loom_clamp(const loom_tensor *a, double lo, double hi);
 loom_tensor *loom_cast(const loom_tensor *a, loom_dtype dtype);
+/* Each element's bits read as `dtype` (numpy's view(dtype), ONNX's BitCast): the
+ * dtypes must have the same element size (LOOM_ERR_DTYPE naming both otherwise);
+ * the same dtype gives a as it is. To LOOM_BOOL, which holds 0 or 1, a byte other
+ * than 0 is true (so U8 5 -> BOOL -> U8 gives 1). BF16 and F16 keep their bits,
+ * except that a signaling NaN may come back quiet (they compute in float registers).
+ * No gradient flows through it (as torch's rounding ops: zero). */
+loom_tensor *loom_bitcast(const loom_tensor *a, loom_dtype dtype);
 loom_tensor *loom_to(const loom_tensor *a, loom_device device);
 
 /* ------------------------------------------------------------------ reductions */

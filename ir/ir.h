@@ -137,6 +137,11 @@ typedef enum lm_op {
      [0, src[1] dim arg.check.axis); start, src[1] the tensor and src[2] the
      update: [0, src[1] dim axis - src[2] dim axis] */
   LM_CHECK,
+  /* (after CHECK, for the same reason) src[0]'s bits read as the node's dtype, of the
+     same element size (loom_bitcast): elementwise. A BOOL node is true where the byte
+     is not 0 (BOOL holds 0 or 1); BF16 and F16 live in float registers, so a signaling
+     NaN's bits may come back quiet (its quiet bit set) */
+  LM_BITCAST,
   LM_NUM_OPS
 } lm_op;
 

@@ -20,18 +20,19 @@ typedef struct op_info {
 } op_info;
 
 static const op_info OPS[LK_NUM_OPS] = {
-    [LK_DIM] = {"dim", 0},     [LK_IDIV] = {"idiv", 2},   [LK_IMOD] = {"imod", 2},
-    [LK_CONST] = {"const", 0}, [LK_LOAD] = {"load", 1},   [LK_RAND] = {"rand", 1},
-    [LK_ACC] = {"acc", 0},     [LK_ADD] = {"add", 2},     [LK_SUB] = {"sub", 2},
-    [LK_MUL] = {"mul", 2},     [LK_DIV] = {"div", 2},     [LK_MAX] = {"max", 2},
-    [LK_MIN] = {"min", 2},     [LK_POW] = {"pow", 2},     [LK_NEG] = {"neg", 1},
-    [LK_ABS] = {"abs", 1},     [LK_EXP] = {"exp", 1},     [LK_LOG] = {"log", 1},
-    [LK_SQRT] = {"sqrt", 1},   [LK_SIN] = {"sin", 1},     [LK_COS] = {"cos", 1},
-    [LK_TANH] = {"tanh", 1},   [LK_ERF] = {"erf", 1},     [LK_FLOOR] = {"floor", 1},
-    [LK_CMPLT] = {"cmplt", 2}, [LK_CMPLE] = {"cmple", 2}, [LK_CMPEQ] = {"cmpeq", 2},
-    [LK_CMPNE] = {"cmpne", 2}, [LK_AND] = {"and", 2},     [LK_OR] = {"or", 2},
-    [LK_NOT] = {"not", 1},     [LK_WHERE] = {"where", 3}, [LK_CAST] = {"cast", 1},
-    [LK_STAT] = {"stat", 0},   [LK_PARAM] = {"param", 0}, [LK_SIZE] = {"size", 0},
+    [LK_DIM] = {"dim", 0},         [LK_IDIV] = {"idiv", 2},   [LK_IMOD] = {"imod", 2},
+    [LK_CONST] = {"const", 0},     [LK_LOAD] = {"load", 1},   [LK_RAND] = {"rand", 1},
+    [LK_ACC] = {"acc", 0},         [LK_ADD] = {"add", 2},     [LK_SUB] = {"sub", 2},
+    [LK_MUL] = {"mul", 2},         [LK_DIV] = {"div", 2},     [LK_MAX] = {"max", 2},
+    [LK_MIN] = {"min", 2},         [LK_POW] = {"pow", 2},     [LK_NEG] = {"neg", 1},
+    [LK_ABS] = {"abs", 1},         [LK_EXP] = {"exp", 1},     [LK_LOG] = {"log", 1},
+    [LK_SQRT] = {"sqrt", 1},       [LK_SIN] = {"sin", 1},     [LK_COS] = {"cos", 1},
+    [LK_TANH] = {"tanh", 1},       [LK_ERF] = {"erf", 1},     [LK_FLOOR] = {"floor", 1},
+    [LK_CMPLT] = {"cmplt", 2},     [LK_CMPLE] = {"cmple", 2}, [LK_CMPEQ] = {"cmpeq", 2},
+    [LK_CMPNE] = {"cmpne", 2},     [LK_AND] = {"and", 2},     [LK_OR] = {"or", 2},
+    [LK_NOT] = {"not", 1},         [LK_WHERE] = {"where", 3}, [LK_CAST] = {"cast", 1},
+    [LK_STAT] = {"stat", 0},       [LK_PARAM] = {"param", 0}, [LK_SIZE] = {"size", 0},
+    [LK_BITCAST] = {"bitcast", 1},
 };
 
 static bool op_valid(lk_op op) { return (int)op >= 0 && op < LK_NUM_OPS; }
@@ -47,7 +48,8 @@ bool lk_inst_rounds(const lk_inst *in) {
   case LK_ABS:
   case LK_FLOOR:
   case LK_MAX:
-  case LK_MIN: return false; /* values of the dtype already */
+  case LK_MIN:
+  case LK_BITCAST: return false; /* values of the dtype already */
   default: return true;
   }
 }
@@ -450,6 +452,9 @@ static const char *check_inst_dtypes(const lk_kernel *k, const lk_inst *in) {
     if (db != dt || dc != dt) return "where branches must match the result dtype";
     return NULL;
   case LK_CAST: return NULL;
+  case LK_BITCAST:
+    if (loom_dtype_size(da) != loom_dtype_size(dt)) return "bitcast changes the element size";
+    return NULL;
   case LK_NUM_OPS: break;
   }
   return "unknown op";

@@ -86,12 +86,15 @@ typedef enum lk_op {
   LK_CAST,  /* a converted to `dtype`, as C does (float->int truncates; to
                BOOL is a != 0; U8 wraps modulo 256)                          */
   /* --- leaves bound at run time ------------------------------------------ */
-  LK_PARAM, /* a float scalar of `dtype`: ((const double *)args[slot])[imm_i],
-               rounded once to dtype. Constants the planner does not fold: the
-               kernel (and its cache entry) serves every value              */
-  LK_SIZE,  /* a size of a shape-generic kernel: ((const int64_t *)
-               args[slot])[imm_i] (slot is the kernel's size_slot), as I64
-               or converted to a float `dtype` (a count: a mean's divisor)   */
+  LK_PARAM,   /* a float scalar of `dtype`: ((const double *)args[slot])[imm_i],
+                 rounded once to dtype. Constants the planner does not fold: the
+                 kernel (and its cache entry) serves every value              */
+  LK_SIZE,    /* a size of a shape-generic kernel: ((const int64_t *)
+                 args[slot])[imm_i] (slot is the kernel's size_slot), as I64
+                 or converted to a float `dtype` (a count: a mean's divisor)   */
+  LK_BITCAST, /* a's bits (as stored in memory) read as `dtype`, of the same
+                 element size; to BOOL is a byte != 0. BF16 and F16 go through
+                 their bits: a signaling NaN may come back quiet (kernel.h's top) */
   LK_NUM_OPS
 } lk_op;
 
@@ -322,8 +325,8 @@ static inline void lk_kernel_remap_roots(const lk_kernel *k, lk_kernel *out, con
 }
 
 /* Whether a backend rounds instruction `in`'s float result to its dtype: a
- * BF16 or F16 result of anything but a load, select, negation, abs, floor, max
- * or min (which give values of the dtype already). */
+ * BF16 or F16 result of anything but a load, select, negation, abs, floor, max,
+ * min or bitcast (which give values of the dtype already). */
 bool lk_inst_rounds(const lk_inst *in);
 /* Readable listing, for LOOM_DEBUG and tests. */
 void lk_kernel_print(const lk_kernel *k, FILE *f);

@@ -95,6 +95,8 @@ const lm_op_info lm_op_table[LM_NUM_OPS] = {
     /* its source's values, passed on unchanged: no gradient (integers, or a
        distribution that multinomial draws from) */
     [LM_CHECK] = {"check", LM_OPC_CHECK, -1, LM_ARG_CHECK, LM_RES_SOURCE, false, false, 0},
+    /* the node's dtype, not its source's, as CAST; no gradient (ONNX's BitCast) */
+    [LM_BITCAST] = EW("bitcast", 1, LM_RES_SOURCE, false, false, 1),
 };
 
 /* The position of the name s[0..len) among names[0..n), or -1. */

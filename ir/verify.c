@@ -125,6 +125,13 @@ static bool check_unary(const verdict *v) {
   const lm_node *n = v->n;
   lm_op op = n->op;
   if (op == LM_CAST) return true;
+  if (op == LM_BITCAST) {
+    loom_dtype from = n->src[0]->dtype;
+    if (loom_dtype_size(from) == loom_dtype_size(n->dtype)) return true;
+    return refuse(v, "bitcast of %s (%zu bytes) to %s (%zu bytes): the sizes must be equal",
+                  loom_dtype_name(from), loom_dtype_size(from), loom_dtype_name(n->dtype),
+                  loom_dtype_size(n->dtype));
+  }
   if (op == LM_NOT)
     return n->dtype == LOOM_BOOL ? source_dtype_is(v, 0, LOOM_BOOL, "not takes bools")
                                  : refuse(v, "not gives bool");

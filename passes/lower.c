@@ -475,6 +475,7 @@ static int unary_value(builder *b, const lm_node *n, loom_dtype dt, int x) {
   case LM_RELU: return dt == LOOM_BOOL ? x : op2(b, LK_MAX, dt, x, cnst(b, dt, 0));
   case LM_NOT: return op1(b, LK_NOT, LOOM_BOOL, x);
   case LM_CAST: return op1(b, LK_CAST, dt, x);
+  case LM_BITCAST: return op1(b, LK_BITCAST, dt, x);
   case LM_ERF: return op1(b, LK_ERF, dt, x);
   case LM_LOG1P: { /* log(u) * x / (u - 1), u = 1 + x (Goldberg): exact where u rounds */
     int u = op2(b, LK_ADD, dt, cnst(b, dt, 1), x), d = op2(b, LK_SUB, dt, u, cnst(b, dt, 1));
@@ -587,7 +588,8 @@ static int value(builder *b, const lm_node *n, const int *idx) {
   default: break;
   }
   bool elementwise = lm_op_is_elementwise(n->op) && (n->nsrc == 1 || n->nsrc == 2);
-  if (elementwise && lm_dtype_is_half(n->dtype) && n->op != LM_CAST) return half_value(b, n, idx);
+  bool converts = n->op == LM_CAST || n->op == LM_BITCAST; /* from the source's own dtype */
+  if (elementwise && lm_dtype_is_half(n->dtype) && !converts) return half_value(b, n, idx);
   if (lm_op_is_elementwise(n->op) && n->nsrc == 1)
     return unary_value(b, n, n->dtype, value(b, n->src[0], idx));
   if (lm_op_is_elementwise(n->op) && n->nsrc == 2) {

@@ -238,6 +238,7 @@ ROW_T(dtype_matmul_mixed, loom_matmul(loom_cast(f23, LOOM_I32), f23))
 ROW_T(dtype_where, loom_where(f4, f4, f4))
 ROW_T(dtype_mean_int, loom_mean_all(i3))
 ROW_T(dtype_cast_unknown, loom_cast(f23, (loom_dtype)99))
+ROW_T(dtype_bitcast_size, loom_bitcast(f23, LOOM_I64))
 ROW_T(dtype_zeros_unknown, loom_zeros(LOOM_SHAPE(2), (loom_dtype)-1, LOOM_CPU))
 ROW_T(dtype_rand_int, loom_rand_key(loom_key_new(1), LOOM_SHAPE(2), LOOM_I32, LOOM_CPU))
 ROW_T(dtype_float_labels, loom_cross_entropy(loom_reshape(f4, LOOM_SHAPE(2, 2)),
@@ -772,6 +773,8 @@ static const row table[] = {
         "loom_mean: needs a float tensor, got i32"),
     ROW("wrong dtype", "loom_cast(x, 99)", dtype_cast_unknown, LOOM_ERR_DTYPE,
         "loom_cast: unknown dtype 99"),
+    ROW("wrong dtype", "loom_bitcast(f32, i64)", dtype_bitcast_size, LOOM_ERR_DTYPE,
+        "loom_bitcast: f32 has 4-byte elements and i64 8-byte ones"),
     ROW("wrong dtype", "loom_zeros([2], -1)", dtype_zeros_unknown, LOOM_ERR_DTYPE,
         "loom_zeros: unknown dtype -1"),
     ROW("wrong dtype", "loom_rand_key(k, [2], i32)", dtype_rand_int, LOOM_ERR_DTYPE,

@@ -59,6 +59,7 @@ static void test_null_inputs(void) {
   CHECK_ERR(loom_exp(NULL), LOOM_ERR_NULL);
   CHECK_ERR(loom_neg(NULL), LOOM_ERR_NULL);
   CHECK_ERR(loom_cast(NULL, LOOM_F64), LOOM_ERR_NULL);
+  CHECK_ERR(loom_bitcast(NULL, LOOM_I32), LOOM_ERR_NULL);
   CHECK_ERR(loom_sum(NULL, ax, 1, false), LOOM_ERR_NULL);
   CHECK_ERR(loom_sum_all(NULL), LOOM_ERR_NULL);
   CHECK_ERR(loom_argmax(NULL, 0, false), LOOM_ERR_NULL);
@@ -278,6 +279,7 @@ static void test_propagation(void) {
       TK(loom_matmul(e, a)),
       TK(loom_where(e, a, a)),
       TK(loom_cast(e, LOOM_I32)),
+      TK(loom_bitcast(e, LOOM_I32)),
       TK(loom_softmax(e, 0)),
       TK(loom_contiguous(e)),
       TK(loom_slice(e, 0, 0, 1, 1)),

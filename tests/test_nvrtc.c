@@ -369,6 +369,21 @@ static void graphs_casts(void) {
   }
 }
 
+/* Every bitcast between dtypes of one element size, BF16 and F16 included. */
+static void graphs_bitcasts(void) {
+  static const loom_dtype dts[] = {LOOM_F32,  LOOM_F64,  LOOM_I32, LOOM_I64, LOOM_U8,
+                                   LOOM_BOOL, LOOM_I8,   LOOM_I16, LOOM_U16, LOOM_U32,
+                                   LOOM_U64,  LOOM_BF16, LOOM_F16};
+  const int n = (int)(sizeof dts / sizeof dts[0]);
+  LOOM_SCOPE {
+    for (int i = 0; i < n; i++)
+      for (int j = 0; j < n; j++)
+        if (i != j && loom_dtype_size(dts[i]) == loom_dtype_size(dts[j]))
+          T(loom_bitcast(in(LOOM_SHAPE(5, 7), dts[i]), dts[j]));
+    flush("bitcasts");
+  }
+}
+
 /* Every accumulator (sum, integer extreme, (value, index) pairs, log-sum-exp)
  * over the last axis and the first; with `all`, the epilogues built on them. */
 static void reductions_of(loom_tensor *x, int last, bool all) {
@@ -661,6 +676,7 @@ static void collect_all(void) {
   if (!zeros_data) abort();
   for (int i = 0; i < NDTYPES; i++) graphs_elementwise(ALL_DTYPES[i]);
   graphs_casts();
+  graphs_bitcasts();
   for (int i = 0; i < NDTYPES; i++) graphs_reductions(ALL_DTYPES[i]);
   graphs_reduction_edges();
   graphs_views();

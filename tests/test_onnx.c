@@ -2094,6 +2094,356 @@ static void test_bits_pools_sampling_refusals(void) {
   }
 }
 
+/* BitCast (opset 26) refused where the sizes differ or loom lacks the dtype, the
+ * message naming the node's op and both dtypes; a float's bits as I32 and back. */
+static void test_bitcast(void) {
+  static const struct {
+    int64_t to;
+    const char *words; /* NULL: loads */
+  } cases[] = {
+      {11, "BitCast"}, /* f32 -> f64 */
+      {11, "f32 has 4-byte elements and f64 8-byte ones"},
+      {8, "bitcast to string (8), which loom does not hold"},
+      {6, NULL}, /* f32 -> i32 */
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    model_parts m;
+    const char *ops[] = {"BitCast"};
+    build(&m, ops, 1, false);
+    m.opset.version = 26;
+    m.nodes[0].n_input = 1;
+    Onnx__AttributeProto to, *attrs[1] = {&to};
+    onnx__attribute_proto__init(&to);
+    to.name = "to", to.has_type = true, to.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    to.has_i = true, to.i = cases[c].to;
+    m.nodes[0].n_attribute = 1, m.nodes[0].attribute = attrs;
+    save(&m, path_of("bitcast.onnx"), NULL);
+    if (cases[c].words) {
+      expect_error(path_of("bitcast.onnx"), LOOM_ERR_DTYPE, cases[c].words);
+      continue;
+    }
+    loom_clear_error();
+    loom_program *p = loom_onnx_load(path_of("bitcast.onnx"), NULL);
+    CHECK(p != NULL);
+    if (!p) continue;
+    float x[6] = {1, -2, 0.5f, -0.0f, INFINITY, 3};
+    int32_t y[6];
+    loom_tensor *in = loom_from_data(x, LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU), *out = NULL;
+    CHECK_EQ_INT(loom_program_run(p, &in, &out), LOOM_OK);
+    CHECK_EQ_INT(loom_dtype_of(out), LOOM_I32);
+    CHECK_EQ_INT(loom_copy_to_host(out, y, sizeof y), LOOM_OK);
+    CHECK(memcmp(x, y, sizeof y) == 0);
+    loom_free(in), loom_free(out);
+    loom_program_free(p);
+  }
+}
+
+/* y = op(x, w, b) with x a graph input of the given dims, w and b (F32)
+ * initializers, and INTS, INT or STRING attributes: build's model, one node,
+ * opset 18. */
+typedef struct conv_model {
+  model_parts base;
+  Onnx__TensorShapeProto__Dimension dims[5], *dim_list[5];
+  Onnx__TensorProto inits[2], *init_list[2];
+  Onnx__AttributeProto attrs[8], *attr_list[8];
+  char *node_in[3];
+  int64_t bias_dims[1];
+} conv_model;
+
+typedef struct conv_attr {
+  const char *name;
+  int n; /* INTS: how many; 0: an INT (v[0]) or, with s, a STRING */
+  int64_t v[6];
+  const char *s;
+} conv_attr;
+
+static void build_conv(conv_model *m, const char *op, const int64_t *xdims, int rank,
+                       const float *w, const int64_t *wdims, const float *b, int64_t nb,
+                       const conv_attr *attrs, int nattrs) {
+  memset(m, 0, sizeof *m);
+  const char *ops[] = {op};
+  build(&m->base, ops, 1, false);
+  m->base.opset.version = 18;
+  for (int d = 0; d < rank; d++) {
+    onnx__tensor_shape_proto__dimension__init(&m->dims[d]);
+    m->dims[d].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+    m->dims[d].dim_value = xdims[d];
+    m->dim_list[d] = &m->dims[d];
+  }
+  m->base.in_shape.n_dim = (size_t)rank, m->base.in_shape.dim = m->dim_list;
+  m->bias_dims[0] = nb;
+  size_t wn = 1;
+  for (int d = 0; d < rank; d++) wn *= (size_t)wdims[d];
+  const char *names[2] = {"w", "b"};
+  for (int i = 0; i < (b ? 2 : 1); i++) {
+    Onnx__TensorProto *t = &m->inits[i];
+    onnx__tensor_proto__init(t);
+    t->name = (char *)names[i], t->has_data_type = true, t->data_type = 1;
+    t->n_dims = i ? 1 : (size_t)rank, t->dims = (int64_t *)(i ? m->bias_dims : wdims);
+    t->has_raw_data = true;
+    t->raw_data.len = (i ? (size_t)nb : wn) * sizeof(float);
+    t->raw_data.data = (uint8_t *)(i ? b : w);
+    m->init_list[i] = t;
+  }
+  m->base.graph.n_initializer = b ? 2 : 1, m->base.graph.initializer = m->init_list;
+  for (int a = 0; a < nattrs; a++) {
+    Onnx__AttributeProto *at = &m->attrs[a];
+    onnx__attribute_proto__init(at);
+    at->name = (char *)attrs[a].name, at->has_type = true;
+    if (attrs[a].n) {
+      at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+      at->n_ints = (size_t)attrs[a].n, at->ints = (int64_t *)attrs[a].v;
+    } else if (!attrs[a].s) {
+      at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+      at->has_i = true, at->i = attrs[a].v[0];
+    } else {
+      at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+      at->has_s = true, at->s.data = (uint8_t *)attrs[a].s, at->s.len = strlen(attrs[a].s);
+    }
+    m->attr_list[a] = at;
+  }
+  m->node_in[0] = "x", m->node_in[1] = "w", m->node_in[2] = "b";
+  Onnx__NodeProto *node = &m->base.nodes[0];
+  node->n_input = b ? 3 : 2, node->input = m->node_in;
+  node->n_attribute = (size_t)nattrs, node->attribute = m->attr_list;
+}
+
+/* ONNX's definitions in direct loops over spatial dims (1 to 3; unused dims
+ * of size 1): ConvTranspose scatters x[i] * w[k] to o = i * stride + k * dil
+ * - lo; Conv gathers x[o * stride + k * dil - lo], zero outside. Weights
+ * [C, M/g, k..] and [M, C/g, k..]; y [N, M, out..] starts at the bias. */
+typedef struct conv_geom {
+  int64_t n, c, m, groups, in[3], k[3], out[3], stride[3], dil[3], lo[3];
+} conv_geom;
+
+static void conv_reference(const conv_geom *g, bool transpose, const float *x, const float *w,
+                           const float *b, double *y) {
+  int64_t outs = g->out[0] * g->out[1] * g->out[2], ins = g->in[0] * g->in[1] * g->in[2];
+  int64_t taps = g->k[0] * g->k[1] * g->k[2], cg = g->c / g->groups, mg = g->m / g->groups;
+  for (int64_t i = 0; i < g->n * g->m * outs; i++) y[i] = b ? b[(i / outs) % g->m] : 0;
+  for (int64_t nn = 0; nn < g->n; nn++)
+    for (int64_t gr = 0; gr < g->groups; gr++)
+      for (int64_t ci = 0; ci < cg; ci++)
+        for (int64_t mi = 0; mi < mg; mi++)
+          for (int64_t p = 0; p < (transpose ? ins : outs); p++)
+            for (int64_t t = 0; t < taps; t++) {
+              int64_t pos[3] = {p / (g->in[1] * g->in[2]), p / g->in[2] % g->in[1], p % g->in[2]};
+              if (!transpose)
+                pos[0] = p / (g->out[1] * g->out[2]), pos[1] = p / g->out[2] % g->out[1],
+                pos[2] = p % g->out[2];
+              int64_t kk[3] = {t / (g->k[1] * g->k[2]), t / g->k[2] % g->k[1], t % g->k[2]};
+              int64_t other[3], at = 0;
+              bool inside = true;
+              for (int d = 0; d < 3; d++) {
+                other[d] = pos[d] * g->stride[d] + kk[d] * g->dil[d] - g->lo[d];
+                int64_t lim = transpose ? g->out[d] : g->in[d];
+                inside &= other[d] >= 0 && other[d] < lim;
+                at = at * lim + other[d];
+              }
+              if (!inside) continue;
+              int64_t c = gr * cg + ci, m = gr * mg + mi;
+              double wv = transpose ? w[((c * mg + mi) * taps) + t] : w[((m * cg + ci) * taps) + t];
+              if (transpose)
+                y[(nn * g->m + m) * outs + at] += x[(nn * g->c + c) * ins + p] * wv;
+              else
+                y[(nn * g->m + m) * outs + p] += x[(nn * g->c + c) * ins + at] * wv;
+            }
+}
+
+/* ConvTranspose and Conv in 1-D, 2-D and 3-D with every attribute at once
+ * (strides, asymmetric pads, output_padding, dilations, groups, a bias; and
+ * output_shape and auto_pad, each as the pads it implies) against
+ * conv_reference; before, 3-D was refused ("1-D and 2-D only", "3-D
+ * convolutions are not in loom"). */
+static void test_conv_spatial(void) {
+  /* per case, three numbers each (depth, height, width; a 1-D or 2-D case's
+     unused dims 1 or 0): input, kernel, strides, dilations, pads before and
+     after, output_padding */
+  static const struct {
+    const char *op;
+    int dims;
+    const char *geometry;
+    int64_t groups;
+    const char *auto_pad; /* or NULL: the pads given; "shape": output_shape */
+  } cases[] = {
+      {"ConvTranspose", 3, "2 3 2  2 3 2  2 1 3  1 2 1  1 0 1  0 1 2  1 0 2", 2, NULL},
+      {"ConvTranspose", 3, "3 2 2  3 1 2  2 2 1  1 1 2  0 0 0  0 0 0  0 1 0", 1, NULL},
+      /* output_shape: totals 2, 0 and 1, the odd one's extra pad first (ONNX's reference) */
+      {"ConvTranspose", 3, "3 2 3  3 2 2  2 1 2  1 1 1  1 0 1  1 0 0  0 0 0", 2, "shape"},
+      /* SAME: totals 1, 1 and 0 (stride 2, kernel 3; stride 1, kernel 2; 2, 2) */
+      {"ConvTranspose", 3, "3 2 2  3 2 2  2 1 2  1 1 1  0 0 0  1 1 0  0 0 0", 1, "SAME_UPPER"},
+      {"ConvTranspose", 3, "3 2 2  3 2 2  2 1 2  1 1 1  1 1 0  0 0 0  0 0 0", 1, "SAME_LOWER"},
+      {"ConvTranspose", 2, "1 3 2  1 2 3  1 2 3  1 2 1  0 1 1  0 0 2  0 1 2", 2, NULL},
+      {"ConvTranspose", 1, "1 1 4  1 1 3  1 1 2  1 1 2  0 0 1  0 0 2  0 0 1", 2, NULL},
+      {"Conv", 3, "5 4 6  2 3 2  2 1 2  1 2 2  1 0 0  0 2 1  0 0 0", 2, NULL},
+      {"Conv", 3, "3 3 3  3 3 3  1 1 1  1 1 1  1 1 1  1 1 1  0 0 0", 1, NULL},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    bool transpose = cases[c].op[4] == 'T';
+    int dims = cases[c].dims, first = 3 - dims;
+    check_set_ctx("%s %d-D case %zu", cases[c].op, dims, c);
+    conv_geom g = {
+        .n = 2, .c = 4, .m = transpose ? 2 * cases[c].groups : 4, .groups = cases[c].groups};
+    int64_t hi[3], outpad[3], *fields[7] = {g.in, g.k, g.stride, g.dil, g.lo, hi, outpad};
+    const char *at_text = cases[c].geometry;
+    for (int f = 0; f < 7; f++)
+      for (int d = 0; d < 3; d++) fields[f][d] = strtoll(at_text, (char **)&at_text, 10);
+    for (int d = 0; d < 3; d++) {
+      int64_t span = (g.k[d] - 1) * g.dil[d] + 1;
+      g.out[d] = transpose ? g.stride[d] * (g.in[d] - 1) + outpad[d] + span - g.lo[d] - hi[d]
+                           : (g.in[d] + g.lo[d] + hi[d] - span) / g.stride[d] + 1;
+    }
+    int64_t xdims[5] = {g.n, g.c},
+            wdims[5] = {transpose ? g.c : g.m, transpose ? g.m / g.groups : g.c / g.groups};
+    for (int d = 0; d < dims; d++) xdims[2 + d] = g.in[first + d], wdims[2 + d] = g.k[first + d];
+    int64_t xn = g.n * g.c * g.in[0] * g.in[1] * g.in[2], wn = wdims[0] * wdims[1];
+    for (int d = 0; d < dims; d++) wn *= wdims[2 + d];
+    int64_t yn = g.n * g.m * g.out[0] * g.out[1] * g.out[2];
+    float *x = malloc(sizeof(float) * (size_t)xn), *w = malloc(sizeof(float) * (size_t)wn);
+    float b[8], *y = malloc(sizeof(float) * (size_t)yn);
+    double *want = malloc(sizeof(double) * (size_t)yn);
+    for (int64_t i = 0; i < xn; i++) x[i] = (float)((i * 7 + 3) % 11 - 5) / 4;
+    for (int64_t i = 0; i < wn; i++) w[i] = (float)((i * 5 + 1) % 9 - 4) / 2;
+    for (int i = 0; i < 8; i++) b[i] = (float)i - 2.5f;
+    conv_attr at[8];
+    int na = 0;
+    at[na] = (conv_attr){"strides", dims, {0}, NULL};
+    for (int d = 0; d < dims; d++) at[na].v[d] = g.stride[first + d];
+    na++;
+    at[na] = (conv_attr){"dilations", dims, {0}, NULL};
+    for (int d = 0; d < dims; d++) at[na].v[d] = g.dil[first + d];
+    na++;
+    at[na++] = (conv_attr){"group", 0, {g.groups}, NULL};
+    at[na] = (conv_attr){"kernel_shape", dims, {0}, NULL};
+    for (int d = 0; d < dims; d++) at[na].v[d] = g.k[first + d];
+    na++;
+    at[na] = (conv_attr){"output_padding", dims, {0}, NULL};
+    for (int d = 0; d < dims; d++) at[na].v[d] = outpad[first + d];
+    if (transpose) na++;
+    const char *how = cases[c].auto_pad;
+    if (!how) {
+      at[na] = (conv_attr){"pads", 2 * dims, {0}, NULL};
+      for (int d = 0; d < dims; d++)
+        at[na].v[d] = g.lo[first + d], at[na].v[dims + d] = hi[first + d];
+      na++;
+    } else if (strcmp(how, "shape") == 0) {
+      at[na] = (conv_attr){"output_shape", dims, {0}, NULL};
+      for (int d = 0; d < dims; d++) at[na].v[d] = g.out[first + d];
+      na++;
+    } else {
+      at[na++] = (conv_attr){"auto_pad", 0, {0}, how};
+    }
+    conv_model m;
+    build_conv(&m, cases[c].op, xdims, dims + 2, w, wdims, b, g.m, at, na);
+    save(&m.base, path_of("conv.onnx"), NULL);
+    conv_reference(&g, transpose, x, w, b, want);
+    loom_clear_error();
+    loom_program *p = loom_onnx_load(path_of("conv.onnx"), NULL);
+    CHECK(p != NULL);
+    if (!p) {
+      fprintf(stderr, "%s\n", loom_last_error());
+    } else {
+      loom_shape xs = {.ndim = dims + 2};
+      for (int d = 0; d < dims + 2; d++) xs.dim[d] = xdims[d];
+      loom_tensor *in = loom_from_data(x, xs, LOOM_F32, LOOM_CPU), *out = NULL;
+      CHECK_EQ_INT(loom_program_run(p, &in, &out), LOOM_OK);
+      CHECK_EQ_INT(loom_numel(out), yn);
+      if (loom_numel(out) == yn) {
+        CHECK_EQ_INT(loom_copy_to_host(out, y, sizeof(float) * (size_t)yn), LOOM_OK);
+        int bad = 0;
+        for (int64_t i = 0; i < yn; i++)
+          if (fabs(y[i] - want[i]) > 1e-5 * (1 + fabs(want[i])) && bad++ < 3)
+            fprintf(stderr, "%s case %zu: y[%lld] = %g, want %g\n", cases[c].op, c, (long long)i,
+                    y[i], want[i]);
+        CHECK(bad == 0);
+      }
+      loom_free(in), loom_free(out);
+      loom_program_free(p);
+    }
+    free(x), free(w), free(y), free(want);
+  }
+  check_set_ctx("%s", "");
+}
+
+/* MelWeightMatrix built at import from known scalars (values from ONNX's
+ * reference: 4 bands of a 64-point DFT at 8000 Hz over 200 to 3800 Hz, as
+ * F64); refused where an input is computed at run time or a band leaves the
+ * spectrogram's bins. */
+static void test_mel_weight_matrix(void) {
+  static const struct {
+    int row, col;
+    double v;
+  } want[] = {
+      {2, 0, 0.5},      {3, 0, 1},        {4, 0, 2.0 / 3},  {4, 1, 1.0 / 3},  {5, 0, 1.0 / 3},
+      {5, 1, 2.0 / 3},  {6, 1, 1},        {7, 1, 0.75},     {7, 2, 0.25},     {8, 1, 0.5},
+      {8, 2, 0.5},      {9, 1, 0.25},     {9, 2, 0.75},     {10, 2, 1},       {11, 2, 0.8},
+      {11, 3, 0.2},     {12, 2, 0.6},     {12, 3, 0.4},     {13, 2, 0.4},     {13, 3, 0.6},
+      {14, 2, 0.2},     {14, 3, 0.8},     {15, 3, 1},       {16, 3, 6.0 / 7}, {17, 3, 5.0 / 7},
+      {18, 3, 4.0 / 7}, {19, 3, 3.0 / 7}, {20, 3, 2.0 / 7}, {21, 3, 1.0 / 7},
+  };
+  static const struct {
+    double upper;
+    const char *input3; /* lower_edge_hertz's name: "x" is the graph's input */
+    const char *words;  /* NULL: loads */
+  } cases[] = {
+      {3800, "lower", NULL},
+      {3800, "x", "needs its values when it imports"},
+      {9000, "lower", "outside the 33 bins of a 64-point DFT"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    model_parts m;
+    const char *ops[] = {"MelWeightMatrix"};
+    build(&m, ops, 1, false);
+    static const int64_t ints[3] = {4, 64, 8000};
+    double hz[2] = {200, cases[c].upper};
+    static const char *names[5] = {"mels", "dft_length", "rate", "lower", "upper"};
+    Onnx__TensorProto inits[5], *init_list[5];
+    for (int i = 0; i < 5; i++) {
+      onnx__tensor_proto__init(&inits[i]);
+      inits[i].name = (char *)names[i], inits[i].has_data_type = true;
+      inits[i].data_type = i < 3 ? 7 : 11; /* INT64, DOUBLE */
+      inits[i].has_raw_data = true, inits[i].raw_data.len = 8;
+      inits[i].raw_data.data = i < 3 ? (uint8_t *)&ints[i] : (uint8_t *)&hz[i - 3];
+      init_list[i] = &inits[i];
+    }
+    m.graph.n_initializer = 5, m.graph.initializer = init_list;
+    if (strcmp(cases[c].input3, "x") == 0) m.in_shape.n_dim = 0; /* a scalar, given at run time */
+    char *node_in[5] = {"mels", "dft_length", "rate", (char *)cases[c].input3, "upper"};
+    Onnx__AttributeProto type, *attrs[1] = {&type};
+    onnx__attribute_proto__init(&type);
+    type.name = "output_datatype", type.has_type = true;
+    type.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT, type.has_i = true, type.i = 11;
+    m.nodes[0].n_input = 5, m.nodes[0].input = node_in;
+    m.nodes[0].n_attribute = 1, m.nodes[0].attribute = attrs;
+    save(&m, path_of("mel.onnx"), NULL);
+    if (cases[c].words) {
+      expect_error(path_of("mel.onnx"), LOOM_ERR_VALUE, cases[c].words);
+      continue;
+    }
+    loom_clear_error();
+    loom_program *p = loom_onnx_load(path_of("mel.onnx"), NULL);
+    CHECK(p != NULL);
+    if (!p) {
+      fprintf(stderr, "%s\n", loom_last_error());
+      continue;
+    }
+    float x[6] = {0};
+    double y[33 * 4], expect[33 * 4] = {0};
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
+      expect[want[k].row * 4 + want[k].col] = want[k].v;
+    loom_tensor *in = loom_from_data(x, LOOM_SHAPE(2, 3), LOOM_F32, LOOM_CPU), *out = NULL;
+    CHECK_EQ_INT(loom_program_run(p, &in, &out), LOOM_OK);
+    CHECK_EQ_INT(loom_dtype_of(out), LOOM_F64);
+    CHECK_EQ_INT(loom_numel(out), 33 * 4);
+    if (loom_numel(out) == 33 * 4 && loom_copy_to_host(out, y, sizeof y) == LOOM_OK)
+      for (int i = 0; i < 33 * 4; i++)
+        CHECK_MSG(fabs(y[i] - expect[i]) <= 1e-15, "mel[%d][%d] = %.17g, want %.17g", i / 4, i % 4,
+                  y[i], expect[i]);
+    loom_free(in), loom_free(out);
+    loom_program_free(p);
+  }
+}
+
 int main(void) {
   if (!mkdtemp(dir)) return 1;
   test_symbolic_batch();
@@ -2131,6 +2481,9 @@ int main(void) {
   test_roi_align();
   test_deform_conv();
   test_bits_pools_sampling_refusals();
+  test_bitcast();
+  test_conv_spatial();
+  test_mel_weight_matrix();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);

@@ -397,6 +397,124 @@ static void test_cast(void) {
   ref_release_all();
 }
 
+/* loom_bitcast: every pair of dtypes of one element size, through views, against
+ * the reference and byte for byte against the input's bytes (exact for the
+ * 64-bit integers the reference's doubles round); inside a fused kernel; the
+ * specials' bits; BF16 and F16; BOOL's bytes; the refusals. */
+static bool same_bytes(const char *what, loom_tensor *t, const void *want, size_t bytes) {
+  unsigned char *got = malloc(bytes ? bytes : 1);
+  bool ok = loom_copy_to_host(t, got, bytes) == LOOM_OK && memcmp(got, want, bytes) == 0;
+  CHECK_MSG(ok, "%s: the bytes differ from the input's (%s)", what,
+            loom_last_error() ? loom_last_error() : "");
+  free(got);
+  return ok;
+}
+
+static void test_bitcast(void) {
+  const ref_view views[] = {V_CONTIG, V_PERMUTE, V_SLICE, V_EXPAND, V_CHAIN};
+  for (int i = 0; i < NDT; i++)
+    for (int j = 0; j < NDT; j++) {
+      loom_dtype from = ref_all_dtypes[i], to = ref_all_dtypes[j];
+      if (ref_dtype_size(from) != ref_dtype_size(to)) continue;
+      for (size_t v = 0; v < sizeof views / sizeof views[0]; v++) {
+        char what[128];
+        snprintf(what, sizeof what, "bitcast %s -> %s (%s)", ref_dtype_str(from), ref_dtype_str(to),
+                 ref_view_names[views[v]]);
+        ref_t *x;
+        loom_tensor *tx = ref_make_input(LOOM_SHAPE(3, 5), from, DOM_ANY, views[v], &x);
+        ref_t *e = ref_bitcast(x, to);
+        loom_tensor *r = TK(loom_bitcast(tx, to));
+        REF_CHECK(what, e, r, 0, 0);
+        if (to != LOOM_BOOL) {
+          size_t bytes = 0;
+          void *want = ref_pack(x, &bytes);
+          same_bytes(what, r, want, bytes);
+          free(want);
+        }
+        ref_free(x), ref_free(e);
+        ref_release_all();
+      }
+    }
+  LOOM_SCOPE {
+    /* the specials' bits, both ways: NaNs with payloads and signs, infinities, -0,
+       subnormals, the extremes */
+    uint32_t w32[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7f800000u, 0xff800000u,
+                      0x80000000u, 0x00000001u, 0x807fffffu, 0x7f7fffffu, 0x3f800000u};
+    loom_tensor *i32 = loom_from_data(w32, LOOM_SHAPE(10), LOOM_U32, test_device());
+    loom_tensor *f32 = loom_bitcast(i32, LOOM_F32);
+    same_bytes("u32 -> f32 specials", f32, w32, sizeof w32);
+    same_bytes("u32 -> f32 -> i32 specials", loom_bitcast(f32, LOOM_I32), w32, sizeof w32);
+    uint64_t w64[] = {0x7ff8000000000001ull, 0xfff0000000000000ull, 0x8000000000000000ull,
+                      0x0000000000000001ull, 0x7fefffffffffffffull, 0xffffffffffffffffull,
+                      0x3ff0000000000001ull};
+    loom_tensor *u64 = loom_from_data(w64, LOOM_SHAPE(7), LOOM_U64, test_device());
+    loom_tensor *f64 = loom_bitcast(u64, LOOM_F64);
+    same_bytes("u64 -> f64 specials", f64, w64, sizeof w64);
+    same_bytes("u64 -> f64 -> i64 specials", loom_bitcast(f64, LOOM_I64), w64, sizeof w64);
+    /* inside one kernel with arithmetic on both sides: the next float up, and back */
+    float fv[4] = {1.0f, -2.5f, 0.0f, 3.0e38f}, up[4];
+    loom_tensor *fx = loom_from_data(fv, LOOM_SHAPE(2, 2), LOOM_F32, test_device());
+    loom_tensor *next =
+        loom_bitcast(loom_add_s(loom_bitcast(loom_mul_s(fx, 1), LOOM_I32), 1), LOOM_F32);
+    CHECK_OK(loom_copy_to_host(loom_mul_s(next, 1), up, sizeof up));
+    for (int k = 0; k < 4; k++)
+      CHECK_MSG(up[k] == nextafterf(fv[k], fv[k] < 0 ? -INFINITY : INFINITY),
+                "bitcast next float of %g: %g", (double)fv[k], (double)up[k]);
+    /* BF16 and F16 keep their bits; a signaling NaN may come back quiet */
+    uint16_t h[] = {0x3c00, 0xc000, 0x0001, 0x8000, 0x7c00, 0xfc00, 0x7bff, 0x7e00, 0x3f80};
+    loom_dtype halves[] = {LOOM_F16, LOOM_BF16}, words[] = {LOOM_I16, LOOM_U16};
+    loom_tensor *hx = loom_from_data(h, LOOM_SHAPE(9), LOOM_U16, test_device());
+    for (int a = 0; a < 2; a++) {
+      loom_tensor *half = loom_bitcast(hx, halves[a]);
+      same_bytes("u16 -> half", half, h, sizeof h);
+      same_bytes("u16 -> half -> other half", loom_bitcast(half, halves[1 - a]), h, sizeof h);
+      for (int b = 0; b < 2; b++)
+        same_bytes("half -> 16-bit word", loom_bitcast(half, words[b]), h, sizeof h);
+      /* a computed half's bits: 1.0 + 1.0 is 2.0 */
+      uint16_t got = 0; /* 2.0 is 0x4000 in both */
+      loom_tensor *one =
+          loom_bitcast(loom_slice(hx, 0, a == 0 ? 0 : 8, a == 0 ? 1 : 9, 1), halves[a]);
+      CHECK_OK(loom_copy_to_host(loom_bitcast(loom_add(one, one), LOOM_U16), &got, 2));
+      CHECK_MSG(got == 0x4000, "%s 1 + 1 as bits: 0x%04x", loom_dtype_name(halves[a]), got);
+    }
+    uint16_t snan[2] = {0x7c01, 0x7f81}, back[2]; /* F16's and BF16's */
+    loom_tensor *sx = loom_from_data(snan, LOOM_SHAPE(2), LOOM_U16, test_device());
+    CHECK_OK(loom_copy_to_host(
+        loom_bitcast(loom_bitcast(loom_slice(sx, 0, 0, 1, 1), LOOM_F16), LOOM_U16), back, 2));
+    CHECK_OK(loom_copy_to_host(
+        loom_bitcast(loom_bitcast(loom_slice(sx, 0, 1, 2, 1), LOOM_BF16), LOOM_U16), back + 1, 2));
+    /* (LLVM folds F16's widening and narrowing back, keeping it signaling) */
+    CHECK_MSG((back[0] == 0x7c01 || back[0] == 0x7e01) && (back[1] == 0x7f81 || back[1] == 0x7fc1),
+              "signaling NaNs: 0x%04x 0x%04x", back[0], back[1]);
+    /* BOOL holds 0 or 1: a byte other than 0 is true, both ways */
+    uint8_t by[5] = {0, 1, 2, 128, 255}, bo[5];
+    loom_tensor *bx = loom_from_data(by, LOOM_SHAPE(5), LOOM_U8, test_device());
+    loom_tensor *flags = loom_bitcast(bx, LOOM_BOOL);
+    CHECK_OK(loom_copy_to_host(loom_bitcast(flags, LOOM_I8), bo, sizeof bo));
+    CHECK(bo[0] == 0 && bo[1] == 1 && bo[2] == 1 && bo[3] == 1 && bo[4] == 1);
+    /* the same dtype is the tensor itself; sizes that differ are refused */
+    CHECK(loom_dtype_of(loom_bitcast(fx, LOOM_F32)) == LOOM_F32);
+    loom_tensor *bad = loom_bitcast(fx, LOOM_F64);
+    CHECK_STATUS(bad, LOOM_ERR_DTYPE);
+    CHECK_STR_CONTAINS(loom_error_message(bad),
+                       "loom_bitcast: f32 has 4-byte elements and f64 8-byte ones");
+    CHECK_STATUS(loom_bitcast(hx, LOOM_U8), LOOM_ERR_DTYPE);
+    CHECK_STATUS(loom_bitcast(bx, LOOM_F16), LOOM_ERR_DTYPE);
+    CHECK_STATUS(loom_bitcast(fx, (loom_dtype)99), LOOM_ERR_DTYPE);
+    CHECK_STATUS(loom_bitcast(bad, LOOM_I64), LOOM_ERR_DTYPE); /* its error passes on */
+    /* no gradient flows through it */
+    loom_tensor *hw = loom_cast(loom_ones(LOOM_SHAPE(3), LOOM_F32, test_device()), LOOM_F16);
+    CHECK_OK(loom_set_requires_grad(hw, true));
+    loom_tensor *loss = loom_add(loom_sum_all(loom_cast(loom_bitcast(hw, LOOM_BF16), LOOM_F32)),
+                                 loom_sum_all(loom_cast(hw, LOOM_F32)));
+    CHECK_OK(loom_backward(loss));
+    float gsum = 0;
+    CHECK_OK(loom_copy_to_host(loom_sum_all(loom_cast(loom_grad(hw), LOOM_F32)), &gsum, 4));
+    CHECK_MSG(gsum == 3, "the gradient through a bitcast: %g (3 without it)", (double)gsum);
+  }
+  loom_clear_error();
+}
+
 /* ---------------------------------------------------------------- reductions */
 static void test_reductions(void) {
   const int ax0[] = {0}, axm1[] = {-1}, ax02[] = {0, 2}, ax1[] = {1}, ax_m3m1[] = {-3, -1};
@@ -1000,6 +1118,7 @@ int main(void) {
   test_where();
   test_clamp();
   test_cast();
+  test_bitcast();
   test_reductions();
   test_shape_ops();
   test_cat_stack();

@@ -150,6 +150,12 @@ static void clamps(loom_tensor *const *in, loom_tensor **out) {
   out[1] = loom_clamp(loom_mul_s(in[0], 3), -INFINITY, 1.0);
 }
 
+/* bitcast: the node's dtype is the whole argument; both ways, and to BOOL */
+static void bitcasts(loom_tensor *const *in, loom_tensor **out) {
+  out[0] = loom_bitcast(loom_add_s(loom_bitcast(in[0], LOOM_I32), 1), LOOM_F32);
+  out[1] = loom_bitcast(loom_cast(in[0], LOOM_U8), LOOM_BOOL);
+}
+
 static void softmaxes(loom_tensor *const *in, loom_tensor **out) {
   out[0] = loom_softmax(in[0], -1);
   out[1] = loom_log_softmax(in[0], 0);
@@ -310,6 +316,7 @@ static void checks(loom_tensor *const *in, loom_tensor **out) {
 static const model models[] = {
     {"chain", 1, 1, {LOOM_SHAPE(37, 19)}, {LOOM_F32}, chain},
     {"clamp", 1, 2, {LOOM_SHAPE(6, 7)}, {LOOM_F32}, clamps},
+    {"bitcast", 1, 2, {LOOM_SHAPE(6, 7)}, {LOOM_F32}, bitcasts},
     {"log1p_expm1", 1, 2, {LOOM_SHAPE(5, 3)}, {LOOM_F32}, log1p_expm1},
     {"softmax", 1, 2, {LOOM_SHAPE(16, 100)}, {LOOM_F32}, softmaxes},
     {"mlp", 1, 1, {LOOM_SHAPE(8, 64)}, {LOOM_F32}, mlp},

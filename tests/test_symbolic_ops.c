@@ -182,6 +182,8 @@ static loom_tensor *op_slice_update(loom_tensor *x) {
 
 static loom_tensor *op_cast_detach(loom_tensor *x) {
   loom_tensor *d = loom_cast(loom_cast(loom_mul_s(x, 8.0), LOOM_I32), LOOM_F64);
+  loom_tensor *next = loom_bitcast(loom_add_s(loom_bitcast(x, LOOM_I32), 1), LOOM_F32);
+  d = loom_add(d, loom_cast(next, LOOM_F64));
   return loom_add(d, loom_cast(loom_mul(loom_detach(x), x), LOOM_F64));
 }
 
@@ -494,7 +496,7 @@ static const sweep_op table[] = {
     FOLLOWS("a bool output", "", op_bool),
     FOLLOWS("where", "loom_where loom_where_s loom_masked_fill", op_select),
     FOLLOWS("slice_update along s", "loom_slice_update", op_slice_update),
-    FOLLOWS("cast, detach", "loom_cast loom_detach", op_cast_detach),
+    FOLLOWS("cast, detach, bitcast", "loom_cast loom_detach loom_bitcast", op_cast_detach),
     FOLLOWS("reductions over s", "loom_sum loom_mean loom_max loom_min loom_logsumexp loom_stack",
             op_reduce_s),
     FOLLOWS("reductions over the channels", "", op_reduce_fixed),

@@ -366,6 +366,9 @@ static void test_broken_elementwise(void) {
   refused("not to float", node(LM_NOT, S(2), F32, leaf(LOOM_BOOL, S(2)), NULL, NULL),
           "not gives bool");
   accepted("cast", node(LM_CAST, S(2), LOOM_U8, leaf(LOOM_F64, S(2)), NULL, NULL));
+  accepted("bitcast", node(LM_BITCAST, S(2), LOOM_BF16, leaf(LOOM_I16, S(2)), NULL, NULL));
+  refused("bitcast f32 to i64", node(LM_BITCAST, S(2), LOOM_I64, leaf(F32, S(2)), NULL, NULL),
+          "bitcast of f32 (4 bytes) to i64 (8 bytes): the sizes must be equal");
   refused("lt to f32", node(LM_LT, S(2), F32, leaf(F32, S(2)), leaf(F32, S(2)), NULL),
           "a comparison gives bool");
   refused("eq mixed", node(LM_EQ, S(2), LOOM_BOOL, leaf(F32, S(2)), leaf(LOOM_I32, S(2)), NULL),

@@ -51,31 +51,47 @@ static LLVMValueRef element_address(lm_cg *g, loom_dtype dt, int slot, LLVMValue
   return LLVMBuildInBoundsGEP2(g->b, mt, base, &offset, 1, "");
 }
 
+/* A register value of dt as its bits in memory: an integer of dt's size
+ * (BOOL one byte 0 or 1; a BF16 rounded again, as a reduction's result reaches a
+ * store unrounded; an F16 exactly, being a half already). */
+static LLVMValueRef memory_bits(lm_cg *g, loom_dtype dt, LLVMValueRef v) {
+  LLVMTypeRef bits = LLVMIntTypeInContext(g->ctx, (unsigned)(8 * loom_dtype_size(dt)));
+  if (dt == LOOM_BOOL) return LLVMBuildZExt(g->b, v, bits, "");
+  if (dt == LOOM_F16)
+    return LLVMBuildBitCast(g->b, LLVMBuildFPTrunc(g->b, v, LLVMHalfTypeInContext(g->ctx), ""),
+                            bits, "");
+  if (dt == LOOM_BF16) {
+    LLVMValueRef u = LLVMBuildBitCast(g->b, lm_emit_round(g, dt, v), g->t_i32, "");
+    return LLVMBuildTrunc(g->b, LLVMBuildLShr(g->b, u, i32_const(g, 16), ""), bits, "");
+  }
+  return lm_dtype_is_float(dt) ? LLVMBuildBitCast(g->b, v, bits, "") : v;
+}
+
+/* The register value of dt whose bits in memory are `bits` (an integer of dt's
+ * size): BOOL is a byte != 0, BF16 and F16 widen to float. */
+static LLVMValueRef from_memory_bits(lm_cg *g, loom_dtype dt, LLVMValueRef bits) {
+  if (dt == LOOM_BOOL) return LLVMBuildICmp(g->b, LLVMIntNE, bits, LLVMConstNull(g->t_i8), "");
+  if (dt == LOOM_F16)
+    return LLVMBuildFPExt(g->b, LLVMBuildBitCast(g->b, bits, LLVMHalfTypeInContext(g->ctx), ""),
+                          g->t_f32, "");
+  if (dt == LOOM_BF16) {
+    LLVMValueRef u =
+        LLVMBuildShl(g->b, LLVMBuildZExt(g->b, bits, g->t_i32, ""), i32_const(g, 16), "");
+    return LLVMBuildBitCast(g->b, u, g->t_f32, "");
+  }
+  return lm_dtype_is_float(dt) ? LLVMBuildBitCast(g->b, bits, lm_type(g, dt), "") : bits;
+}
+
 LLVMValueRef lm_emit_load(lm_cg *g, loom_dtype dt, int slot, LLVMValueRef offset) {
+  bool through_bits = dt == LOOM_BOOL || lm_dtype_is_half(dt);
   LLVMValueRef v =
       LLVMBuildLoad2(g->b, lm_mem_type(g, dt), element_address(g, dt, slot, offset), "");
   LLVMSetAlignment(v, (unsigned)loom_dtype_size(dt));
-  if (dt == LOOM_BOOL) v = LLVMBuildICmp(g->b, LLVMIntNE, v, LLVMConstNull(g->t_i8), "");
-  if (dt == LOOM_F16)
-    v = LLVMBuildFPExt(g->b, LLVMBuildBitCast(g->b, v, LLVMHalfTypeInContext(g->ctx), ""), g->t_f32,
-                       "");
-  if (dt == LOOM_BF16) {
-    LLVMValueRef u = LLVMBuildShl(g->b, LLVMBuildZExt(g->b, v, g->t_i32, ""), i32_const(g, 16), "");
-    v = LLVMBuildBitCast(g->b, u, g->t_f32, "");
-  }
-  return v;
+  return through_bits ? from_memory_bits(g, dt, v) : v;
 }
 
 void lm_emit_store(lm_cg *g, loom_dtype dt, int slot, LLVMValueRef offset, LLVMValueRef v) {
-  if (dt == LOOM_BOOL) v = LLVMBuildZExt(g->b, v, g->t_i8, "");
-  if (dt == LOOM_F16) /* the value is a half already: exact */
-    v = LLVMBuildBitCast(g->b, LLVMBuildFPTrunc(g->b, v, LLVMHalfTypeInContext(g->ctx), ""),
-                         LLVMInt16TypeInContext(g->ctx), "");
-  if (dt == LOOM_BF16) { /* rounded again: a reduction's result reaches here unrounded */
-    LLVMValueRef u = LLVMBuildBitCast(g->b, lm_emit_round(g, dt, v), g->t_i32, "");
-    v = LLVMBuildTrunc(g->b, LLVMBuildLShr(g->b, u, i32_const(g, 16), ""),
-                       LLVMInt16TypeInContext(g->ctx), "");
-  }
+  if (dt == LOOM_BOOL || lm_dtype_is_half(dt)) v = memory_bits(g, dt, v);
   LLVMValueRef st = LLVMBuildStore(g->b, v, element_address(g, dt, slot, offset));
   LLVMSetAlignment(st, (unsigned)loom_dtype_size(dt));
 }
@@ -343,6 +359,7 @@ static LLVMValueRef emit_inst_unrounded(lm_cg *g, int i) {
   case LK_NOT: return LLVMBuildNot(g->b, a, "");
   case LK_WHERE: return LLVMBuildSelect(g->b, a, b, c, "");
   case LK_CAST: return emit_cast(g, adt, dt, a);
+  case LK_BITCAST: return adt == dt ? a : from_memory_bits(g, dt, memory_bits(g, adt, a));
   case LK_NUM_OPS: break;
   }
   return lm_cg_fail(g, "instruction %d: unknown op %d", i, (int)in->op);

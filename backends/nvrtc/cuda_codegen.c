@@ -295,6 +295,43 @@ static void put_cast(sb *s, const lk_kernel *k, const lk_inst *in) {
     sb_printf(s, "(%s)v%d", ctype(to), in->a);
 }
 
+/* The unsigned integer of a dtype's size, as C. */
+static const char *bits_type(loom_dtype dt) {
+  switch (loom_dtype_size(dt)) {
+  case 1: return "unsigned char";
+  case 2: return "unsigned short";
+  case 4: return "unsigned";
+  default: return "unsigned long long";
+  }
+}
+
+/* a's bits in memory read as `to` (the CPU's: BOOL a byte != 0; BF16 and F16
+ * through the prelude's conversions of their bits, exact for their values). */
+static void put_bitcast(sb *s, const lk_kernel *k, const lk_inst *in) {
+  loom_dtype from = k->inst[in->a].dtype, to = in->dtype;
+  char bits[96];
+  if (from == LOOM_F32)
+    snprintf(bits, sizeof bits, "__float_as_uint(v%d)", in->a);
+  else if (from == LOOM_F64)
+    snprintf(bits, sizeof bits, "(unsigned long long)__double_as_longlong(v%d)", in->a);
+  else if (lm_dtype_is_half(from))
+    snprintf(bits, sizeof bits, "lm_to_%s(v%d)", loom_dtype_name(from), in->a);
+  else
+    snprintf(bits, sizeof bits, "(%s)v%d", bits_type(from), in->a);
+  if (from == to)
+    sb_printf(s, "v%d", in->a);
+  else if (to == LOOM_BOOL)
+    sb_printf(s, "(%s != 0)", bits);
+  else if (to == LOOM_F32)
+    sb_printf(s, "__uint_as_float(%s)", bits);
+  else if (to == LOOM_F64)
+    sb_printf(s, "__longlong_as_double((long long)%s)", bits);
+  else if (lm_dtype_is_half(to))
+    sb_printf(s, "lm_from_%s(%s)", loom_dtype_name(to), bits);
+  else
+    sb_printf(s, "(%s)%s", ctype(to), bits);
+}
+
 static void put_load(cg *g, const lk_inst *in, int i, bool vector) {
   const char *bool_test = in->dtype == LOOM_BOOL ? " != 0" : "";
   bool half = lm_dtype_is_half(in->dtype);
@@ -366,6 +403,7 @@ static void put_expr(cg *g, int i, bool vector) {
   case LK_NOT: sb_printf(s, "(!v%d)", in->a); return;
   case LK_WHERE: sb_printf(s, "(v%d ? v%d : v%d)", in->a, in->b, in->c); return;
   case LK_CAST: put_cast(s, g->k, in); return;
+  case LK_BITCAST: put_bitcast(s, g->k, in); return;
   default: break;
   }
   const char *fn = math_name(in->op);

@@ -301,6 +301,24 @@ static loom_status cast_to(onnx_node *n, int32_t to) {
 }
 /* round_mode concerns float8e8m0 only, which loom does not hold. */
 static loom_status op_cast(onnx_node *n) { return cast_to(n, (int32_t)onnx_attr_int(n, "to", -1)); }
+/* Opset 26: the bits of each element as another dtype of the same size. The
+ * narrow types' bits are not what loom holds (a wider dtype), so a bitcast
+ * from or to one is refused. */
+static loom_status op_bitcast(onnx_node *n) {
+  const char *type_name;
+  int64_t to = onnx_attr_int(n, "to", -1);
+  int dt = onnx_dtype_to_loom((int32_t)to, &type_name);
+  if (dt < 0)
+    return onnx_refuse(n, LOOM_ERR_DTYPE, "bitcast to %s (%lld), which loom does not hold",
+                       type_name, (long long)to);
+  if (onnx_in_narrow(n, 0)) {
+    onnx_dtype_held(onnx_in_narrow(n, 0), &type_name);
+    return onnx_refuse(n, LOOM_ERR_DTYPE,
+                       "bitcast of a %s value, which loom holds in a wider dtype", type_name);
+  }
+  onnx_out_narrow(n, 0, loom_bitcast(onnx_in(n, 0), (loom_dtype)dt), 0);
+  return LOOM_OK;
+}
 /* The like input's ONNX type: its narrow type, or the one of its dtype. */
 static loom_status op_cast_like(onnx_node *n) {
   int32_t like = onnx_in_narrow(n, 1);
@@ -372,5 +390,6 @@ const onnx_op onnx_ops_elementwise[] = {
     ONNX_OP(Clip, op_clip),
     ONNX_OP(Cast, op_cast),
     ONNX_OP(CastLike, op_cast_like),
+    ONNX_OP(BitCast, op_bitcast),
 };
 const int onnx_ops_elementwise_count = sizeof onnx_ops_elementwise / sizeof onnx_ops_elementwise[0];

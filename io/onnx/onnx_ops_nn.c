@@ -259,8 +259,59 @@ static loom_status global_pool(onnx_node *n, bool max) {
 static loom_status op_global_average_pool(onnx_node *n) { return global_pool(n, false); }
 static loom_status op_global_max_pool(onnx_node *n) { return global_pool(n, true); }
 
-/* 1-D and 2-D: loom's convolution (1-D as 2-D of height 1), with asymmetric
- * padding added before it; the node's attributes say how. */
+/* x [N, C, spatial..] convolved with k [M, C/groups, kernel..] (and bias b, or
+ * NULL) by loom's 2-D convolution: 1-D as 2-D of height 1; 3-D as the sum over
+ * the kernel's depth of 2-D convolutions of the depth planes each tap reads
+ * (every output depth a row of the batch), the bias added once. pad: per
+ * spatial dim, both sides (1-D and 2-D only: a 3-D input comes padded). */
+static loom_status conv_spatial(onnx_node *n, int dims, loom_tensor *x, loom_tensor *k,
+                                loom_tensor *b, int64_t groups, const int64_t *stride,
+                                const int64_t *dil, const int64_t *pad, loom_tensor **out) {
+  *out = NULL;
+  int first = dims == 3 ? 1 : 0; /* the spatial dim that is loom's height */
+  loom_conv2d_opts o = {.groups = (int)groups};
+  for (int d = 0; d < 2; d++) {
+    int sd = dims == 1 ? d - 1 : first + d; /* 1-D: the added height is dim -1 */
+    o.stride[d] = sd < 0 ? 1 : (int)stride[sd];
+    o.dilation[d] = sd < 0 ? 1 : (int)dil[sd];
+    o.padding[d] = sd < 0 || dims == 3 ? 0 : (int)pad[sd];
+  }
+  if (dims == 1) {
+    *out = loom_squeeze(loom_conv2d_f(loom_unsqueeze(x, 2), loom_unsqueeze(k, 2), b, o), 2);
+    return LOOM_OK;
+  }
+  if (dims == 2) {
+    *out = loom_conv2d_f(x, k, b, o);
+    return LOOM_OK;
+  }
+  loom_shape s = loom_shape_of(x), ks = loom_shape_of(k);
+  int64_t span = (ks.dim[2] - 1) * dil[0] + 1;
+  if (s.dim[2] < span)
+    return onnx_refuse(n, LOOM_ERR_SHAPE,
+                       "the kernel's depth (%lld) is deeper than the input's "
+                       "(%lld, padded)",
+                       (long long)span, (long long)s.dim[2]);
+  int64_t depth = (s.dim[2] - span) / stride[0] + 1;
+  int to_rows[5] = {0, 2, 1, 3, 4};
+  loom_tensor *sum = NULL;
+  for (int64_t t = 0; t < ks.dim[2]; t++) {
+    int64_t at = t * dil[0];
+    loom_tensor *planes = loom_slice(x, 2, at, at + (depth - 1) * stride[0] + 1, stride[0]);
+    loom_tensor *rows = loom_reshape(loom_permute(planes, to_rows, 5),
+                                     LOOM_SHAPE(s.dim[0] * depth, s.dim[1], s.dim[3], s.dim[4]));
+    loom_tensor *tap = loom_squeeze(loom_slice(k, 2, t, t + 1, 1), 2);
+    loom_tensor *y = loom_conv2d_f(rows, tap, t == 0 ? b : NULL, o);
+    sum = sum ? loom_add(sum, y) : y;
+  }
+  loom_shape ys = loom_shape_of(sum); /* [N * depth, M, OH, OW] */
+  loom_tensor *split =
+      loom_reshape(sum, LOOM_SHAPE(s.dim[0], depth, ys.dim[1], ys.dim[2], ys.dim[3]));
+  *out = loom_permute(split, to_rows, 5);
+  return LOOM_OK;
+}
+
+/* 1-D, 2-D and 3-D: loom's convolution (conv_spatial), with asymmetric padding
+ * added before it; the node's attributes say how. */
 loom_status onnx_conv(onnx_node *n, loom_tensor *x, loom_tensor *wt, loom_tensor *b,
                       loom_tensor **out) {
   *out = NULL;
@@ -279,28 +330,13 @@ loom_status onnx_conv(onnx_node *n, loom_tensor *x, loom_tensor *wt, loom_tensor
                          (long long)given[d], (long long)kernel[d]);
   window w;
   if ((st = window_of(n, &s, kernel, &w))) return st;
-  if (w.dims == 3)
-    return onnx_refuse(n, LOOM_ERR_SHAPE, "3-D convolutions are not in loom (1-D and 2-D are)");
   for (int d = 0; d < w.dims; d++) w.extra[d] = 0;
-  loom_conv2d_opts o = {.groups = (int)onnx_attr_int(n, "group", 1)};
-  bool symmetric = true;
+  bool symmetric = w.dims < 3; /* 3-D pads first: conv_spatial's planes are unpadded */
   for (int d = 0; d < w.dims; d++) symmetric &= w.lo[d] == w.hi[d];
   loom_tensor *in = symmetric ? loom_retain(x) : pad_window(x, &w, 0, 0);
-  loom_tensor *k = loom_retain(wt);
-  if (w.dims == 1) {
-    in = loom_unsqueeze(in, 2);
-    k = loom_unsqueeze(k, 2);
-  }
-  for (int d = 0; d < 2; d++) {
-    int sd = w.dims == 1 ? d - 1 : d; /* 1-D: the added height is dim -1 */
-    o.stride[d] = sd < 0 ? 1 : (int)w.stride[sd];
-    o.dilation[d] = sd < 0 ? 1 : (int)w.dilation[sd];
-    o.padding[d] = sd < 0 || !symmetric ? 0 : (int)w.lo[sd];
-    if (!o.padding[d]) o.padding[d] = 0;
-  }
-  loom_tensor *y = loom_conv2d_f(in, k, b, o);
-  *out = w.dims == 1 ? loom_squeeze(y, 2) : loom_retain(y);
-  return LOOM_OK;
+  int64_t none[3] = {0};
+  return conv_spatial(n, w.dims, in, wt, b, onnx_attr_int(n, "group", 1), w.stride, w.dilation,
+                      symmetric ? w.lo : none, out);
 }
 
 static loom_status op_conv(onnx_node *n) {
@@ -317,27 +353,32 @@ static loom_status op_conv_transpose(onnx_node *n) {
   loom_tensor *x = onnx_in(n, 0), *wt = onnx_in(n, 1), *b = onnx_in(n, 2);
   loom_shape s = loom_shape_of(x), ws = loom_shape_of(wt);
   int dims = s.ndim - 2;
-  if (dims < 1 || dims > 2 || ws.ndim != s.ndim)
-    return onnx_refuse(n, LOOM_ERR_SHAPE, "input rank %d, weight rank %d: 1-D and 2-D only", s.ndim,
+  if (dims < 1 || dims > 3 || ws.ndim != s.ndim)
+    return onnx_refuse(n, LOOM_ERR_SHAPE, "input rank %d, weight rank %d: 1-D to 3-D only", s.ndim,
                        ws.ndim);
   int64_t groups = onnx_attr_int(n, "group", 1);
   if (groups < 1 || s.dim[1] != ws.dim[0] || ws.dim[0] % groups)
     return onnx_refuse(n, LOOM_ERR_SHAPE, "%lld input channels, weight [%lld, ...], %lld groups",
                        (long long)s.dim[1], (long long)ws.dim[0], (long long)groups);
-  int64_t stride[2] = {1, 1}, dil[2] = {1, 1}, lo[2] = {0, 0}, hi[2] = {0, 0}, outpad[2] = {0, 0};
-  int64_t v[4], shape_out[2];
+  int64_t stride[3] = {1, 1, 1}, dil[3] = {1, 1, 1}, lo[3] = {0}, hi[3] = {0}, outpad[3] = {0};
+  int64_t v[6], shape_out[3];
   int count, nshape;
   loom_status st;
-  if ((st = onnx_attr_ints(n, "strides", v, 2, &count))) return st;
+  if ((st = onnx_attr_ints(n, "strides", v, 3, &count))) return st;
   for (int d = 0; d < count; d++) stride[d] = v[d];
-  if ((st = onnx_attr_ints(n, "dilations", v, 2, &count))) return st;
+  if ((st = onnx_attr_ints(n, "dilations", v, 3, &count))) return st;
   for (int d = 0; d < count; d++) dil[d] = v[d];
-  if ((st = onnx_attr_ints(n, "output_padding", v, 2, &count))) return st;
+  if ((st = onnx_attr_ints(n, "output_padding", v, 3, &count))) return st;
   for (int d = 0; d < count; d++) outpad[d] = v[d];
-  if ((st = onnx_attr_ints(n, "pads", v, 4, &count))) return st;
+  if ((st = onnx_attr_ints(n, "pads", v, 6, &count))) return st;
   bool pads_given = count >= 0;
+  if (pads_given && count != 2 * dims)
+    return onnx_refuse(n, LOOM_ERR_VALUE, "%d pads for %d spatial dims", count, dims);
   for (int d = 0; d < count / 2; d++) lo[d] = v[d], hi[d] = v[d + dims];
-  if ((st = onnx_attr_ints(n, "output_shape", shape_out, 2, &nshape))) return st;
+  if ((st = onnx_attr_ints(n, "output_shape", shape_out, 3, &nshape))) return st;
+  if (nshape >= 0 && nshape < dims)
+    return onnx_refuse(n, LOOM_ERR_VALUE, "an output_shape of %d dims for %d spatial dims", nshape,
+                       dims);
   char buf[16];
   const char *pad = onnx_attr_string(n, "auto_pad", "NOTSET", buf, sizeof buf);
   bool same = strncmp(pad, "SAME", 4) == 0;
@@ -390,24 +431,17 @@ static loom_status op_conv_transpose(onnx_node *n) {
   int64_t c = ws.dim[0], mg = ws.dim[1];
   loom_shape gshape = {.ndim = ws.ndim + 1, .dim = {groups, c / groups, mg}};
   for (int d = 2; d < ws.ndim; d++) gshape.dim[d + 1] = ws.dim[d];
-  int perm[LOOM_MAX_DIMS] = {0, 2, 1, 3, 4};
+  int perm[LOOM_MAX_DIMS] = {0, 2, 1, 3, 4, 5};
   loom_tensor *k = loom_permute(loom_reshape(wt, gshape), perm, gshape.ndim);
   loom_shape kshape = {.ndim = ws.ndim, .dim = {groups * mg, c / groups}};
   for (int d = 2; d < ws.ndim; d++) kshape.dim[d] = ws.dim[d];
   k = loom_reshape(k, kshape);
   for (int d = 2; d < ws.ndim; d++) k = loom_flip(k, d);
-  loom_conv2d_opts o = {.groups = (int)groups};
-  if (dims == 1) {
-    in = loom_unsqueeze(in, 2);
-    k = loom_unsqueeze(k, 2);
-  }
-  for (int d = 0; d < 2; d++) {
-    int sd = dims == 1 ? d - 1 : d;
-    o.dilation[d] = sd < 0 ? 1 : (int)dil[sd];
-  }
-  loom_tensor *y = loom_conv2d_f(in, k, b, o);
-  onnx_out(n, 0, dims == 1 ? loom_squeeze(y, 2) : y);
-  return LOOM_OK;
+  int64_t ones[3] = {1, 1, 1}, none[3] = {0};
+  loom_tensor *y;
+  loom_status cst = conv_spatial(n, dims, in, k, b, groups, ones, dil, none, &y);
+  if (!cst) onnx_out(n, 0, y);
+  return cst;
 }
 
 /* (sum over the window of |x|^p)^(1/p); pads count as zeros. */

@@ -1,10 +1,12 @@
 /* DFT and STFT as products with cos and sin matrices built at import (their
  * angles reduced exactly in integers, then cos and sin in double): O(n^2)
- * per transform and an n-by-n matrix of the dtype, not an FFT. */
+ * per transform and an n-by-n matrix of the dtype, not an FFT. MelWeightMatrix
+ * built at import from its scalar inputs. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "io/onnx/onnx.h"
+#include "ir/dtype.h"
 
 /* [rows, cols] of cos (or sin) of 2 pi (r c mod n) / n as dt; NULL when out
  * of memory. */
@@ -155,8 +157,109 @@ static loom_status op_stft(onnx_node *n) {
   return LOOM_OK;
 }
 
+/* v rounded to the float dtype dt, as numpy's arithmetic in it rounds each step. */
+static double rounded(loom_dtype dt, double v) {
+  unsigned char bytes[8];
+  lm_dtype_store_double(dt, bytes, v);
+  return lm_dtype_load_double(dt, bytes);
+}
+
+/* a // b for doubles as numpy (and Python) compute it, from fmod: floor(a / b)
+ * rounds the quotient first, and so differs where it rounds up to an integer. */
+static double floor_divide(double a, double b) {
+  double mod = fmod(a, b), div = (a - mod) / b;
+  if (mod != 0 && (b < 0) != (mod < 0)) div -= 1;
+  if (div == 0) return copysign(0, a / b);
+  double whole = floor(div);
+  return div - whole > 0.5 ? whole + 1 : whole;
+}
+
+/* The mel filter bank [dft_length / 2 + 1, num_mel_bins], built at import from
+ * its five scalar inputs, as ONNX's reference computes it: the band edges'
+ * mels in the dtype of the hertz inputs (each step rounded to it), the
+ * num_mel_bins + 2 edges spaced evenly over them in double, back to hertz and
+ * to spectrogram bins (floor((dft_length + 1) * hz / sample_rate)), then each
+ * band a triangle rising from its left edge's bin to its center's and falling
+ * to its right edge's. Inputs computed at run time are refused (onnx_ints). */
+static loom_status op_mel_weight_matrix(onnx_node *n) {
+  int64_t ints[3];
+  double edges[2];
+  int count;
+  loom_status st;
+  for (int i = 0; i < 3; i++)
+    if ((st = onnx_ints(n, i, &ints[i], 1, &count))) return st;
+  for (int i = 0; i < 2; i++)
+    if ((st = onnx_doubles(n, 3 + i, &edges[i], 1, &count))) return st;
+  int64_t mels = ints[0], dft_length = ints[1], rate = ints[2];
+  const int64_t most = (int64_t)1 << 24;
+  if (mels < 1 || dft_length < 1 || rate < 1 || mels > most || dft_length > most ||
+      (dft_length / 2 + 1) * mels > most)
+    return onnx_refuse(n, LOOM_ERR_VALUE,
+                       "num_mel_bins %lld, dft_length %lld, sample_rate %lld (each at least 1, "
+                       "the matrix at most 2^24 values)",
+                       (long long)mels, (long long)dft_length, (long long)rate);
+  loom_dtype hz_dtype = loom_dtype_of(n->in[3]->t);
+  const char *type_name;
+  int64_t out_type = onnx_attr_int(n, "output_datatype", 1);
+  int out_dtype = onnx_dtype_to_loom((int32_t)out_type, &type_name);
+  if (out_dtype < 0)
+    return onnx_refuse(n, LOOM_ERR_DTYPE, "output_datatype %s (%lld), which loom does not hold",
+                       type_name, (long long)out_type);
+  double mel[2];
+  for (int i = 0; i < 2; i++) {
+    double hz = rounded(hz_dtype, edges[i] / 700);
+    mel[i] = rounded(hz_dtype, 2595 * rounded(hz_dtype, log10(rounded(hz_dtype, 1 + hz))));
+  }
+  double step = rounded(hz_dtype, rounded(hz_dtype, mel[1] - mel[0]) / (double)(mels + 2));
+  int64_t bins = dft_length / 2 + 1, *edge = malloc((size_t)(mels + 2) * sizeof *edge);
+  double *w = calloc((size_t)(bins * mels), sizeof *w);
+  if (!edge || !w) {
+    free(edge), free(w);
+    return onnx_refuse(n, LOOM_ERR_OOM, "out of memory for a [%lld, %lld] matrix", (long long)bins,
+                       (long long)mels);
+  }
+  st = LOOM_OK;
+  for (int64_t k = 0; k < mels + 2 && !st; k++) {
+    double hz = 700 * (pow(10, ((double)k * step + mel[0]) / 2595) - 1);
+    double at = floor_divide((double)(dft_length + 1) * hz, (double)rate);
+    if (!(fabs(at) < 0x1p53)) /* NaN and infinite edges too */
+      st = onnx_refuse(n, LOOM_ERR_VALUE,
+                       "band edge %lld is %g Hz (lower_edge_hertz %g, upper_edge_hertz %g)",
+                       (long long)k, hz, edges[0], edges[1]);
+    edge[k] = st ? 0 : (int64_t)at;
+  }
+  for (int64_t i = 0; i < mels && !st; i++) {
+    int64_t left = edge[i], center = edge[i + 1], right = edge[i + 2];
+    /* the rows written: [left, center] rising (or the center alone), [center, right) falling */
+    int64_t first = center == left ? center : left, last = right > center ? right - 1 : center;
+    if (center >= left && (first < 0 || last >= bins)) {
+      st = onnx_refuse(n, LOOM_ERR_VALUE,
+                       "band %lld spans spectrogram bins %lld to %lld, outside the %lld bins of "
+                       "a %lld-point DFT (lower_edge_hertz %g, upper_edge_hertz %g)",
+                       (long long)i, (long long)first, (long long)last, (long long)bins,
+                       (long long)dft_length, edges[0], edges[1]);
+      break;
+    }
+    if (center == left)
+      w[center * mels + i] = 1;
+    else
+      for (int64_t j = left; j <= center; j++)
+        w[j * mels + i] = (double)(j - left) / (double)(center - left);
+    for (int64_t j = center; j < right; j++)
+      w[j * mels + i] = (double)(right - j) / (double)(right - center);
+  }
+  if (!st) {
+    loom_tensor *m = loom_from_data(w, LOOM_SHAPE(bins, mels), LOOM_F64, LOOM_CPU);
+    onnx_out(n, 0, loom_cast(m, (loom_dtype)out_dtype));
+    loom_free(m);
+  }
+  free(edge), free(w);
+  return st;
+}
+
 const onnx_op onnx_ops_signal[] = {
     ONNX_OP(DFT, op_dft),
     ONNX_OP(STFT, op_stft),
+    ONNX_OP(MelWeightMatrix, op_mel_weight_matrix),
 };
 const int onnx_ops_signal_count = sizeof onnx_ops_signal / sizeof onnx_ops_signal[0];

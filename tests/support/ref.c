@@ -731,6 +731,17 @@ ref_t *ref_cast(const ref_t *a, loom_dtype d) {
   return r;
 }
 
+ref_t *ref_bitcast(const ref_t *a, loom_dtype d) {
+  if (!a || ref_dtype_size(a->dtype) != ref_dtype_size(d) || !ref_dtype_size(d)) return NULL;
+  size_t bytes = 0;
+  void *buf = ref_pack(a, &bytes);
+  ref_t *r = ref_unpack(buf, a->shape, d);
+  free(buf);
+  if (d == LOOM_BOOL) /* BOOL holds 0 or 1: a byte other than 0 is true */
+    for (int64_t i = 0; i < r->numel; i++) r->data[i] = r->data[i] != 0;
+  return r;
+}
+
 /* ================================================================ reductions */
 
 /* Marks reduced axes; returns the output shape, or false on a bad axis. */

@@ -186,6 +186,10 @@ ref_t *ref_where(const ref_t *cond, const ref_t *a, const ref_t *b);
 /* torch.clamp: min(max(a, lo), hi), NaN from the value or a bound; NULL for bools. */
 ref_t *ref_clamp(const ref_t *a, double lo, double hi);
 ref_t *ref_cast(const ref_t *a, loom_dtype d);
+/* numpy's view(d): each element's bytes read as d, of the same size (NULL
+ * otherwise); to BOOL a byte other than 0 is 1. Exact where the doubles hold the
+ * values (not for 64-bit integers past 2^53). */
+ref_t *ref_bitcast(const ref_t *a, loom_dtype d);
 
 /* ---------------------------------------------------------------- reductions */
 /* NULL on a bad/duplicate axis; naxes == 0 means all axes. */
