@@ -15,11 +15,12 @@ tokenized, and PyTorch's embeddings as b<N>_torch.npy. A model already there
 is kept.
 """
 import os
-import sys
 
 import numpy as np
 import torch
 import transformers
+
+import exporting
 
 MODELS = ["bert", "gpt2", "t5_encoder", "minilm"]
 SENTENCES = ["loom compiles the models its users already have.",
@@ -81,11 +82,9 @@ def inputs(name):
 
 
 def export(out, name):
-    folder = os.path.join(out, name)
-    path = os.path.join(folder, "model.onnx")
-    if os.path.exists(path):
+    folder = exporting.new_model_folder(out, name)
+    if folder is None:
         return
-    os.makedirs(folder, exist_ok=True)
     model, pool = make(name)
     encoder = Encoder(model.eval(), pool).eval()
     given = inputs(name)
@@ -99,22 +98,10 @@ def export(out, name):
             np.save(os.path.join(folder, f"b{batch}_torch.npy"), y)
     ids, mask = (torch.from_numpy(a.astype(np.int64)) for a in given[3])
     axes = {0: "batch", 1: "sequence"}
-    tmp = path + ".tmp"
-    torch.onnx.export(encoder, (ids, mask), tmp, input_names=["input_ids", "attention_mask"],
-                      output_names=["output"],
-                      dynamic_axes={"input_ids": axes, "attention_mask": axes,
-                                    "output": {0: "batch"} if pool else axes},
-                      opset_version=17, do_constant_folding=True)
-    os.replace(tmp, path)
-    print(f"exported {name}")
-
-
-def main():
-    if len(sys.argv) < 2:
-        sys.exit("usage: export_hf.py OUT [NAME...]")
-    for name in [n for n in sys.argv[2:] if n in MODELS] if len(sys.argv) > 2 else MODELS:
-        export(sys.argv[1], name)
+    exporting.export_onnx(encoder, (ids, mask), folder, ["input_ids", "attention_mask"],
+                          ["output"], {"input_ids": axes, "attention_mask": axes,
+                                       "output": {0: "batch"} if pool else axes})
 
 
 if __name__ == "__main__":
-    main()
+    exporting.main(MODELS, export)

@@ -9,11 +9,12 @@ batch norms' statistics and affine terms and ViT's zero-initialized head made
 random too, so the outputs are not degenerate. A model already there is kept.
 """
 import os
-import sys
 
 import numpy as np
 import torch
 import torchvision
+
+import exporting
 
 MODELS = ["resnet50", "mobilenet_v3_large", "efficientnet_b0", "convnext_tiny", "vit_b_16"]
 
@@ -35,31 +36,17 @@ def randomized(name):
 
 
 def export(out, name):
-    folder = os.path.join(out, name)
-    path = os.path.join(folder, "model.onnx")
-    if os.path.exists(path):
+    folder = exporting.new_model_folder(out, name)
+    if folder is None:
         return
-    os.makedirs(folder, exist_ok=True)
-    model = randomized(name)
-    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(2))
-    tmp = path + ".tmp"
-    torch.onnx.export(model, x, tmp, input_names=["input"], output_names=["logits"],
-                      dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
-                      opset_version=17, do_constant_folding=True)
     rng = np.random.default_rng(3)
     for batch in (1, 3):
         np.save(os.path.join(folder, f"b{batch}_in0.npy"),
                 rng.standard_normal((batch, 3, 224, 224)).astype(np.float32))
-    os.replace(tmp, path)
-    print(f"exported {name}")
-
-
-def main():
-    if len(sys.argv) < 2:
-        sys.exit("usage: export_torchvision.py OUT [NAME...]")
-    for name in [n for n in sys.argv[2:] if n in MODELS] if len(sys.argv) > 2 else MODELS:
-        export(sys.argv[1], name)
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(2))
+    exporting.export_onnx(randomized(name), x, folder, ["input"], ["logits"],
+                          {"input": {0: "batch"}, "logits": {0: "batch"}})
 
 
 if __name__ == "__main__":
-    main()
+    exporting.main(MODELS, export)
