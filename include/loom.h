@@ -832,6 +832,9 @@ typedef struct loom_onnx_opts {
   int ndims;
   const loom_onnx_input *inputs;
   int ninputs;
+  /* Where the program runs (zero: the CPU): its inputs are placeholders
+   * there, its weights are copied there at import. */
+  loom_device device;
 } loom_onnx_opts;
 /* An ONNX model (ai.onnx opsets 7 to 27) as a compiled program: its inputs in
  * the model's order (graph inputs that are also initializers are weights), its
@@ -850,8 +853,8 @@ loom_program *loom_onnx_load(const char *path, const loom_onnx_opts *opts);
  * loom_params_save/load keep them. Call it once per step, as a layer's forward. */
 typedef struct loom_onnx_model loom_onnx_model;
 loom_onnx_model *loom_onnx_open(const char *path);
-loom_status loom_onnx_forward(loom_onnx_model *m, loom_params *ps, loom_tensor *const *ins,
-                              int nin, loom_tensor **outs, int nout);
+loom_status loom_onnx_forward(loom_onnx_model *m, loom_params *ps, loom_tensor *const *ins, int nin,
+                              loom_tensor **outs, int nout);
 void loom_onnx_close(loom_onnx_model *m);
 
 /* ------------------------------------------------------------------ distributed */

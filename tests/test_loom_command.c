@@ -14,6 +14,7 @@
 #include "check.h"
 #include "loom.h"
 #include "scratch.h"
+#include "test_device.h"
 
 static char dir[256];
 
@@ -207,6 +208,8 @@ static void test_refusals(void) {
   } while (0)
   EXPECT(2, "takes 1 input (x f32 [2,3]), 0 --input given", "run '%s' --output-dir '%s'", fixed,
          out);
+  EXPECT(1, "--device applies to ONNX models", "run '%s' --device cuda --output-dir '%s'", fixed,
+         out);
   EXPECT(2, "takes 2 inputs (x f32 [batch,3], s f32 [batch]), 1 --input given",
          "run '%s' --input '%s' --output-dir '%s'", sym, fixture("f4_2x3"), out);
   EXPECT(1, "input 0 (x): LOOM_ERR_IO: loom_npy_read: '", "run '%s' --input '%s' --output-dir '%s'",
@@ -278,8 +281,10 @@ static void test_onnx_models(void) {
     for (int i = 0; i < batch * 3; i++) x[i] = (float)(i - 7) / 3;
     loom_tensor *in = loom_from_data(x, LOOM_SHAPE(batch, 3), LOOM_F32, LOOM_CPU);
     CHECK_OK(loom_npy_write(in, path_of("x.npy")));
-    snprintf(args, sizeof args, "run '%s' --input '%s' --output-dir '%s'", onnx_fixture("mlp"),
-             path_of("x.npy"), path_of("out/onnx"));
+    /* on the device where the suite runs (LOOM_TEST_DEVICE=cuda: the emulated one) */
+    snprintf(args, sizeof args, "run '%s' --input '%s' --device %s --output-dir '%s'",
+             onnx_fixture("mlp"), path_of("x.npy"),
+             test_device().type == LOOM_DEVICE_CUDA ? "cuda" : "cpu", path_of("out/onnx"));
     CHECK_EQ_INT(loom_command(args), 0);
     loom_tensor *y = loom_npy_read(path_of("out/onnx/output_0.npy"), LOOM_CPU);
     CHECK(y != NULL);
@@ -304,6 +309,14 @@ static void test_onnx_models(void) {
   snprintf(args, sizeof args, "run '%s' --input '%s' --dim nope=2 --output-dir '%s'",
            onnx_fixture("mlp"), path_of("x.npy"), path_of("out/onnx"));
   expect_command(args, 1, "opts.dims[0] names 'nope', which is no symbolic dim");
+  if (test_device().type == LOOM_DEVICE_CPU && !loom_cuda_available()) {
+    snprintf(args, sizeof args, "run '%s' --input '%s' --device cuda --output-dir '%s'",
+             onnx_fixture("mlp"), path_of("x.npy"), path_of("out/onnx"));
+    expect_command(args, 1, "cuda:0 is not available");
+  }
+  snprintf(args, sizeof args, "run '%s' --input '%s' --device tpu --output-dir '%s'",
+           onnx_fixture("mlp"), path_of("x.npy"), path_of("out/onnx"));
+  expect_command(args, 2, "--device takes cpu, cuda or cuda:N, got 'tpu'");
   snprintf(args, sizeof args, "inspect '%s'", onnx_fixture("mlp"));
   CHECK_EQ_INT(loom_command(args), 0);
   char *out = output_of("out.txt");

@@ -28,6 +28,7 @@
 
 #include "io/onnx/onnx.h"
 #include "loom.h"
+#include "test_device.h"
 
 extern char **environ;
 
@@ -137,6 +138,11 @@ static loom_tensor *read_tensor(const char *path, char *why, size_t len) {
   }
   loom_tensor *t = onnx_tensor_from_proto(tp, NULL, why, len);
   onnx__tensor_proto__free_unpacked(tp, NULL);
+  if (t && test_device().type != LOOM_DEVICE_CPU) { /* LOOM_TEST_DEVICE=cuda */
+    loom_tensor *on = loom_to(t, test_device());
+    loom_free(t);
+    t = on;
+  }
   return t;
 }
 
@@ -251,7 +257,7 @@ static int run_case(const char *root, const char *name) {
     nnames = model_inputs(mp->graph, names, 64);
   }
   loom_clear_error();
-  loom_program *p = loom_onnx_load(model, NULL);
+  loom_program *p = loom_onnx_load(model, &(loom_onnx_opts){.device = test_device()});
   bool fix_ints = !p && strstr(loom_last_error() ? loom_last_error() : "", NEEDS_VALUES);
   if (!p && !fix_ints) {
     printf("FAIL import: %s\n", loom_last_error());
@@ -291,7 +297,8 @@ static int run_case(const char *root, const char *name) {
         }
         loom_program_free(p);
         loom_clear_error();
-        p = loom_onnx_load(model, &(loom_onnx_opts){.inputs = given, .ninputs = ngiven});
+        p = loom_onnx_load(
+            model, &(loom_onnx_opts){.inputs = given, .ninputs = ngiven, .device = test_device()});
         if (p) break;
         const char *msg = loom_last_error() ? loom_last_error() : "";
         if (!strstr(msg, NEEDS_VALUES)) break;

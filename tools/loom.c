@@ -5,7 +5,7 @@
  *   loom info
  *   loom cache stats | clear
  *   loom export MODEL --name NAME --out DIR
- *   loom run MODEL [--input FILE.npy]... [--dim NAME=N]... --output-dir DIR
+ *   loom run MODEL [--input FILE.npy]... [--dim NAME=N]... [--device D] --output-dir DIR
  *   loom inspect MODEL
  * MODEL is a program file (.loom) or an ONNX model (.onnx).
  *   loom bench [name...] [--json] [--peers] [--repeats N] [--warmup N] [--threads N]
@@ -36,7 +36,8 @@ static void print_usage(FILE *out) {
           "usage: loom info\n"
           "       loom cache stats | clear\n"
           "       loom export MODEL --name NAME --out DIR\n"
-          "       loom run MODEL [--input FILE.npy]... [--dim NAME=N]... --output-dir DIR\n"
+          "       loom run MODEL [--input FILE.npy]... [--dim NAME=N]... [--device D] --output-dir "
+          "DIR\n"
           "       loom inspect MODEL\n"
           "       loom bench [name...] [--json] [--peers] [--repeats N] [--warmup N]\n"
           "                  [--threads N] [--no-limits] [--list] [--device cpu|cuda[:N]]\n"
@@ -54,7 +55,8 @@ static void print_usage(FILE *out) {
           "run: runs MODEL on NumPy .npy inputs, one --input per input in its order, and\n"
           "writes DIR/output_<i>.npy in its output order (DIR is made if missing). --dim\n"
           "NAME=N: for a .loom program, the size a symbol takes (the inputs must agree); for\n"
-          "an ONNX model, fixes the dim_param NAME at import. .npy dtypes: float32, float64,\n"
+          "an ONNX model, fixes the dim_param NAME at import. --device cpu|cuda[:N]: where\n"
+          "an ONNX model runs (its inputs and weights go there). .npy dtypes: float32, float64,\n"
           "float16, int32, int64, int8, uint8, bool.\n"
           "\n"
           "inspect: prints a program's inputs and outputs (dtype, shape with its symbols),\n"
@@ -193,7 +195,7 @@ static bool parse_device(const char *text, loom_device *out) {
     *out = LOOM_CUDA(index);
     return true;
   }
-  fprintf(stderr, "loom bench: --device takes cpu, cuda or cuda:N, got '%s'\n", text ? text : "");
+  fprintf(stderr, "loom: --device takes cpu, cuda or cuda:N, got '%s'\n", text ? text : "");
   return false;
 }
 
@@ -425,7 +427,7 @@ static bool is_onnx(const char *path) {
 
 /* An ONNX model with its --dim values fixed at import (loom_onnx_opts.dims). */
 static loom_program *load_onnx(const char *command, const char *path, const dim_value *dims,
-                               int ndims) {
+                               int ndims, loom_device device) {
   loom_onnx_dim *fixed = calloc((size_t)ndims + 1, sizeof *fixed);
   char **names = calloc((size_t)ndims + 1, sizeof *names);
   bool ok = fixed && names;
@@ -435,7 +437,8 @@ static loom_program *load_onnx(const char *command, const char *path, const dim_
     ok = names[i] != NULL;
   }
   loom_program *p =
-      ok ? loom_onnx_load(path, &(loom_onnx_opts){.dims = fixed, .ndims = ndims}) : NULL;
+      ok ? loom_onnx_load(path, &(loom_onnx_opts){.dims = fixed, .ndims = ndims, .device = device})
+         : NULL;
   if (!p) print_error(command, ok ? loom_last_status() : LOOM_ERR_OOM);
   for (int i = 0; names && i < ndims; i++) free(names[i]);
   free(names), free(fixed);
@@ -443,8 +446,15 @@ static loom_program *load_onnx(const char *command, const char *path, const dim_
 }
 
 static loom_program *load_model(const char *command, const char *path, const dim_value *dims,
-                                int ndims) {
-  if (is_onnx(path)) return load_onnx(command, path, dims, ndims);
+                                int ndims, loom_device device) {
+  if (is_onnx(path)) return load_onnx(command, path, dims, ndims, device);
+  if (device.type != LOOM_DEVICE_CPU) {
+    fprintf(stderr,
+            "loom: %s: --device: '%s' is a program file, which runs on the device it was "
+            "compiled for; --device applies to ONNX models\n",
+            command, path);
+    return NULL;
+  }
   loom_program *p = loom_program_load(path);
   if (!p) {
     print_error(command, loom_last_status());
@@ -502,6 +512,7 @@ typedef struct run_command {
   int ninputs;
   dim_value *dims;
   int ndims;
+  loom_device device; /* --device: where an ONNX model runs */
 } run_command;
 
 static bool parse_run_command(run_command *cmd, int argc, char **argv) {
@@ -514,6 +525,8 @@ static bool parse_run_command(run_command *cmd, int argc, char **argv) {
       cmd->inputs[cmd->ninputs++] = argv[++i];
     else if (strcmp(argv[i], "--dim") == 0 && value) {
       if (!parse_dim_value(argv[++i], &cmd->dims[cmd->ndims++])) return false;
+    } else if (strcmp(argv[i], "--device") == 0 && value) {
+      if (!parse_device(argv[++i], &cmd->device)) return false;
     } else if (strcmp(argv[i], "--output-dir") == 0 && value && !cmd->output_dir)
       cmd->output_dir = argv[++i];
     else if (argv[i][0] != '-' && !cmd->model)
@@ -595,7 +608,7 @@ static int run_program(const loom_program *p, const run_command *cmd) {
   loom_tensor **outs = calloc((size_t)nout + 1, sizeof *outs);
   bool ready = ins && outs;
   for (int i = 0; ready && i < nin; i++) {
-    ins[i] = loom_npy_read(cmd->inputs[i], LOOM_CPU);
+    ins[i] = loom_npy_read(cmd->inputs[i], cmd->device);
     if (!ins[i]) {
       char what[64];
       snprintf(what, sizeof what, "run: input %d (%s)", i, loom_program_input_name(p, i));
@@ -629,7 +642,7 @@ static int command_run(int argc, char **argv) {
   run_command cmd = {0};
   int code = 2;
   if (parse_run_command(&cmd, argc, argv)) {
-    loom_program *p = load_model("run", cmd.model, cmd.dims, cmd.ndims);
+    loom_program *p = load_model("run", cmd.model, cmd.dims, cmd.ndims, cmd.device);
     code = p ? run_program(p, &cmd) : 1;
     loom_program_free(p);
   } else {
@@ -699,7 +712,7 @@ static int command_inspect(int argc, char **argv) {
     }
     return inspect_program(p, "as a loom program:\n");
   }
-  loom_program *p = load_model("inspect", argv[0], NULL, 0);
+  loom_program *p = load_model("inspect", argv[0], NULL, 0, LOOM_CPU);
   if (!p) return 1;
   char heading[4200];
   snprintf(heading, sizeof heading, "model: %s (a loom program)\n", argv[0]);

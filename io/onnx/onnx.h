@@ -114,6 +114,13 @@ loom_status onnx_refuse(onnx_node *n, loom_status status, const char *fmt, ...)
 /* Input i as a tensor for data (NULL when omitted); refused when its value is
  * only known at traced sizes. */
 loom_tensor *onnx_in(onnx_node *n, int i);
+/* The device the import records on (loom_onnx_opts.device; in
+ * loom_onnx_forward, its inputs'): every tensor an op makes goes there. */
+loom_device onnx_device(const onnx_node *n);
+loom_device onnx_import_device(const onnx_import *im);
+/* t (a realized CPU tensor, taken) realized on the import's device, NULL with
+ * the import failed (naming what and name) when it cannot be. */
+loom_tensor *onnx_on_device(onnx_import *im, loom_tensor *t, const char *what, const char *name);
 bool onnx_has_in(const onnx_node *n, int i);
 /* Whether input i's size along axis is the same in every trace: false when it
  * follows a symbolic dim of the model (an op that unrolls over it refuses). */

@@ -74,10 +74,10 @@ static loom_status known_int(onnx_import *im, const char *label, const char *wha
 }
 
 /* A constant in every trace. */
-static onnx_ref constant(int64_t value, loom_dtype dtype) {
+static onnx_ref constant(onnx_import *im, int64_t value, loom_dtype dtype) {
   onnx_ref r = {.known = true};
   for (int t = 0; t < ONNX_TRACES; t++)
-    r.t[t] = onnx_own(loom_full(LOOM_SHAPE0, (double)value, dtype, LOOM_CPU));
+    r.t[t] = onnx_own(loom_full(LOOM_SHAPE0, (double)value, dtype, onnx_import_device(im)));
   return r;
 }
 
@@ -196,8 +196,8 @@ static loom_status build_loop(onnx_import *im, const Onnx__NodeProto *p, const c
       break;
     }
     onnx_ref args[2 + MAX_VALUES], outs[1 + 2 * MAX_VALUES];
-    args[0] = constant(it, LOOM_I64);
-    args[1] = constant(1, LOOM_BOOL);
+    args[0] = constant(im, it, LOOM_I64);
+    args[1] = constant(im, 1, LOOM_BOOL);
     for (int i = 0; i < ncarried; i++) args[2 + i] = carried[i];
     loom_status st = onnx_subgraph(im, body, label, args, 2 + ncarried, outs, 1 + ncarried + nscan);
     drop(args, 2);

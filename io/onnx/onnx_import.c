@@ -52,8 +52,9 @@ struct onnx_import {
   const loom_onnx_opts *opts;
   int ntraces, trace;
   value_scope root, *scope;
-  int depth;      /* subgraphs being built inside one another */
-  int trace_skip; /* trace sizes start this far into trace_candidates */
+  loom_device device; /* where every tensor of the import goes */
+  int depth;          /* subgraphs being built inside one another */
+  int trace_skip;     /* trace sizes start this far into trace_candidates */
   /* Symbols: the ONNX name, loom's name, the traced sizes. */
   int nsymbols;
   char *symbol_onnx[MAX_SYMBOLS];
@@ -504,7 +505,10 @@ static loom_status add_inputs(onnx_import *im, program_inputs *pi) {
                          sp ? sp->n_dim : 0);
       value_slot *s = add_value(im, name);
       if (!s) return onnx_fail(im, LOOM_ERR_OOM, "out of memory");
-      loom_tensor *c = loom_contiguous(given);
+      loom_tensor *c = loom_device_of(given).type == im->device.type &&
+                               loom_device_of(given).index == im->device.index
+                           ? loom_contiguous(given)
+                           : loom_to(given, im->device);
       loom_status rs = loom_realize(c);
       if (rs) {
         loom_free(c);
@@ -573,7 +577,7 @@ static loom_status add_inputs(onnx_import *im, program_inputs *pi) {
     char lname[65];
     loom_name(name, lname, sizeof lname);
     for (int t = 0; t < MAX_TRACES; t++) {
-      s->trace[t] = onnx_own(loom_input(lname, shape[t], (loom_dtype)dt, LOOM_CPU));
+      s->trace[t] = onnx_own(loom_input(lname, shape[t], (loom_dtype)dt, im->device));
       if (loom_status_of(s->trace[t]))
         return onnx_fail(im, loom_status_of(s->trace[t]), "input '%s': %s", name,
                          loom_error_message(s->trace[t]));
@@ -594,6 +598,20 @@ static loom_status add_inputs(onnx_import *im, program_inputs *pi) {
   return LOOM_OK;
 }
 
+loom_tensor *onnx_on_device(onnx_import *im, loom_tensor *t, const char *what, const char *name) {
+  if (im->device.type == LOOM_DEVICE_CPU) return t;
+  loom_tensor *moved = loom_to(t, im->device);
+  loom_free(t);
+  loom_status st = loom_realize(moved);
+  if (st) {
+    onnx_fail(im, st, "%s '%s' could not be copied to the device: %s", what, name,
+              loom_error_message(moved));
+    loom_free(moved);
+    return NULL;
+  }
+  return moved;
+}
+
 static loom_status add_initializers(onnx_import *im, const Onnx__GraphProto *g) {
   if (g->n_sparse_initializer)
     return onnx_fail(im, LOOM_ERR_DTYPE, "sparse initializers ('%s') are not read by loom",
@@ -609,6 +627,7 @@ static loom_status add_initializers(onnx_import *im, const Onnx__GraphProto *g) 
     char why[512];
     loom_tensor *t = onnx_tensor_from_proto(tp, im->file.dir, why, sizeof why);
     if (!t) return onnx_fail(im, LOOM_ERR_CORRUPT, "initializer '%s': %s", name, why);
+    if (!(t = onnx_on_device(im, t, "initializer", name))) return im->status;
     value_slot *s = add_value(im, name);
     if (!s) {
       loom_free(t);
@@ -812,6 +831,9 @@ static loom_status build_node(onnx_import *im, const Onnx__NodeProto *p, size_t 
 /* ------------------------------------------------------------ for onnx_control.c */
 
 int onnx_ntraces(const onnx_import *im) { return im->ntraces; }
+
+loom_device onnx_import_device(const onnx_import *im) { return im->device; }
+loom_device onnx_device(const onnx_node *n) { return n->im->device; }
 
 loom_tensor *onnx_own(loom_tensor *t) {
   if (t && !lm_is_static_error(t)) lm_scope_untrack(t);
@@ -1043,6 +1065,7 @@ static loom_status bind_parameters(onnx_import *im, loom_params *ps) {
       char why[512];
       loom_tensor *made = onnx_tensor_from_proto(tp, im->file.dir, why, sizeof why);
       if (!made) return onnx_fail(im, LOOM_ERR_CORRUPT, "initializer '%s': %s", name, why);
+      if (!(made = onnx_on_device(im, made, "initializer", name))) return im->status;
       loom_dtype dt = loom_dtype_of(made);
       bool trainable = dt == LOOM_F32 || dt == LOOM_F64 || dt == LOOM_F16 || dt == LOOM_BF16;
       loom_status st =
@@ -1068,6 +1091,7 @@ loom_status loom_onnx_forward(loom_onnx_model *m, loom_params *ps, loom_tensor *
   im->file = m->file;
   im->scope = &im->root;
   im->ntraces = 1;
+  if (nin > 0 && ins[0]) im->device = loom_device_of(ins[0]);
   const Onnx__GraphProto *g = im->file.model->graph;
   if ((int)g->n_output != nout)
     onnx_fail(im, LOOM_ERR_VALUE, "the model gives %zu outputs; room for %d was given", g->n_output,
@@ -1102,6 +1126,7 @@ static loom_program *load_once(const char *path, const loom_onnx_opts *opts, int
     return NULL;
   }
   im->opts = opts;
+  if (opts) im->device = opts->device;
   im->scope = &im->root;
   im->trace_skip = trace_skip;
   loom_program *prog = NULL;

@@ -80,5 +80,5 @@ int onnx_rank(const loom_tensor *t) { return loom_ndim(t); }
 loom_shape onnx_shape(const loom_tensor *t) { return loom_shape_of(t); }
 
 loom_tensor *onnx_scalar_like(double value, const loom_tensor *like) {
-  return loom_scalar(value, loom_dtype_of(like), LOOM_CPU);
+  return loom_scalar(value, loom_dtype_of(like), loom_device_of(like));
 }

@@ -71,7 +71,7 @@ static loom_status op_attention(onnx_node *n) {
   if (softcap > 0) scores = loom_mul_s(loom_tanh(loom_div_s(scores, softcap)), softcap);
   loom_tensor *capped = loom_retain(scores);
   /* the bias: the mask (padded to the keys with "masked"), causality, padding */
-  loom_tensor *bias = loom_zeros(LOOM_SHAPE(tq, tk), dt, LOOM_CPU);
+  loom_tensor *bias = loom_zeros(LOOM_SHAPE(tq, tk), dt, onnx_device(n));
   if (onnx_has_in(n, 3)) {
     loom_tensor *mask = onnx_in(n, 3);
     loom_shape ms = loom_shape_of(mask);
@@ -87,17 +87,17 @@ static loom_status op_attention(onnx_node *n) {
   }
   if (onnx_attr_int(n, "is_causal", 0)) {
     loom_tensor *rows =
-        loom_reshape(loom_arange(0, (double)tq, 1, LOOM_I64, LOOM_CPU), LOOM_SHAPE(tq, 1));
+        loom_reshape(loom_arange(0, (double)tq, 1, LOOM_I64, onnx_device(n)), LOOM_SHAPE(tq, 1));
     loom_tensor *cols =
-        loom_reshape(loom_arange(0, (double)tk, 1, LOOM_I64, LOOM_CPU), LOOM_SHAPE(1, tk));
+        loom_reshape(loom_arange(0, (double)tk, 1, LOOM_I64, onnx_device(n)), LOOM_SHAPE(1, tk));
     loom_tensor *later = loom_gt(cols, loom_add_s(rows, (double)past));
     bias = loom_add(bias, loom_where_s(loom_logical_not(later), loom_zeros_like(later), -INFINITY));
     bias = loom_cast(bias, dt);
   }
   if (onnx_has_in(n, 6)) {
     loom_tensor *len = loom_reshape(loom_cast(onnx_in(n, 6), LOOM_I64), LOOM_SHAPE(batch, 1, 1, 1));
-    loom_tensor *cols =
-        loom_reshape(loom_arange(0, (double)tk, 1, LOOM_I64, LOOM_CPU), LOOM_SHAPE(1, 1, 1, tk));
+    loom_tensor *cols = loom_reshape(loom_arange(0, (double)tk, 1, LOOM_I64, onnx_device(n)),
+                                     LOOM_SHAPE(1, 1, 1, tk));
     loom_tensor *keep = loom_lt(cols, len);
     bias = loom_add(bias, loom_cast(loom_where_s(keep, loom_zeros_like(cols), -INFINITY), dt));
   }
@@ -295,7 +295,7 @@ static loom_status op_linear_attention(onnx_node *n) {
   }
   loom_tensor *state = onnx_has_in(n, 3)
                            ? loom_cast(onnx_in(n, 3), LOOM_F32)
-                           : loom_zeros(LOOM_SHAPE(batch, hkv, dk, dv), LOOM_F32, LOOM_CPU);
+                           : loom_zeros(LOOM_SHAPE(batch, hkv, dk, dv), LOOM_F32, onnx_device(n));
   loom_tensor **outs = calloc((size_t)(steps > 0 ? steps : 1), sizeof *outs);
   if (!outs) return onnx_refuse(n, LOOM_ERR_OOM, "out of memory");
   for (int64_t t = 0; t < steps; t++) {
@@ -313,7 +313,7 @@ static loom_status op_linear_attention(onnx_node *n) {
   loom_dtype dt = loom_dtype_of(query);
   loom_tensor *y;
   if (steps == 0) {
-    y = loom_zeros(LOOM_SHAPE(batch, 0, hq * dv), dt, LOOM_CPU);
+    y = loom_zeros(LOOM_SHAPE(batch, 0, hq * dv), dt, onnx_device(n));
   } else {
     const int perm[] = {0, 2, 1, 3};
     y = loom_cat(outs, (int)steps, 2);

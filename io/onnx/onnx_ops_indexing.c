@@ -7,11 +7,12 @@
 
 #include "io/onnx/onnx.h"
 
-/* 0 .. n-1 as I64, shaped [1, .., n, .., 1] (rank dims, n at dim `at`). */
-static loom_tensor *iota_at(int64_t n, int rank, int at) {
+/* 0 .. n-1 as I64 on near's device, shaped [1, .., n, .., 1] (rank dims, n
+ * at dim `at`). */
+static loom_tensor *iota_at(const loom_tensor *near, int64_t n, int rank, int at) {
   loom_shape s = {.ndim = rank};
   for (int d = 0; d < rank; d++) s.dim[d] = d == at ? n : 1;
-  return loom_reshape(loom_arange(0, (double)n, 1, LOOM_I64, LOOM_CPU), s);
+  return loom_reshape(loom_arange(0, (double)n, 1, LOOM_I64, loom_device_of(near)), s);
 }
 
 /* t padded along one axis with value. */
@@ -32,7 +33,7 @@ static loom_tensor *prod_axis(loom_tensor *t, int axis) {
     loom_shape o = {0};
     for (int d = 0; d < s.ndim; d++)
       if (d != axis) o.dim[o.ndim++] = s.dim[d];
-    return loom_ones(o, loom_dtype_of(t), LOOM_CPU);
+    return loom_ones(o, loom_dtype_of(t), loom_device_of(t));
   }
   for (int64_t len = s.dim[axis]; len > 1;) {
     if (len % 2) t = pad_axis(t, axis, 0, 1, 1), len++;
@@ -79,7 +80,7 @@ static loom_tensor *scatter_lines(loom_tensor *base, loom_tensor *hot, loom_tens
   /* the last update hitting each target, gathered: [P, N, D] compares, no
    * [P, N, D, R] product */
   loom_shape hs = loom_shape_of(hot), us = loom_shape_of(upd);
-  loom_tensor *pos = iota_at(hs.dim[1], 3, 1);
+  loom_tensor *pos = iota_at(hot, hs.dim[1], 3, 1);
   loom_tensor *last = loom_max(loom_where_s(hot, pos, -1), over_n, 1, false); /* [P, D] */
   loom_tensor *from = loom_reshape(loom_maximum_s(last, 0), LOOM_SHAPE(hs.dim[0], hs.dim[2], 1));
   loom_tensor *value = loom_gather(
@@ -115,13 +116,13 @@ static loom_tensor *scatter_along(loom_tensor *data, int axis, loom_tensor *idx,
   loom_tensor *base = loom_reshape(loom_permute(region, perm, rank), LOOM_SHAPE(lines, D, 1));
   loom_tensor *ip =
       loom_reshape(loom_permute(wrap_index(idx, D), perm, rank), LOOM_SHAPE(lines, N, 1));
-  loom_tensor *hot = loom_eq(ip, iota_at(D, 3, 2));
+  loom_tensor *hot = loom_eq(ip, iota_at(ip, D, 3, 2));
   loom_tensor *up = loom_reshape(loom_permute(updates, perm, rank), LOOM_SHAPE(lines, N, 1));
   loom_shape ps = {.ndim = rank};
   for (int d = 0; d < rank; d++) ps.dim[d] = perm[d] == axis ? D : is.dim[perm[d]];
   loom_tensor *r = loom_permute(loom_reshape(scatter_lines(base, hot, up, red), ps), inv, rank);
   if (!partial) return r;
-  loom_tensor *inside = loom_ones(loom_shape_of(r), LOOM_BOOL, LOOM_CPU);
+  loom_tensor *inside = loom_ones(loom_shape_of(r), LOOM_BOOL, loom_device_of(r));
   for (int d = 0; d < rank; d++) {
     int64_t short_by = ds.dim[d] - is.dim[d];
     if (d == axis || short_by <= 0) continue;
@@ -158,8 +159,8 @@ static loom_tensor *flat_positions(loom_tensor *idx, loom_shape ds, int from, in
   for (int i = k - 1; i >= 0; i--) dims[i] = ds.dim[from + i], strides[i] = m, m *= dims[i];
   *count = m;
   loom_tensor *i64 = loom_reshape(loom_cast(idx, LOOM_I64), LOOM_SHAPE(-1, k));
-  loom_tensor *dt = loom_from_data(dims, LOOM_SHAPE(1, k), LOOM_I64, LOOM_CPU);
-  loom_tensor *st = loom_from_data(strides, LOOM_SHAPE(1, k), LOOM_I64, LOOM_CPU);
+  loom_tensor *dt = loom_from_data(dims, LOOM_SHAPE(1, k), LOOM_I64, loom_device_of(idx));
+  loom_tensor *st = loom_from_data(strides, LOOM_SHAPE(1, k), LOOM_I64, loom_device_of(idx));
   i64 = loom_where(loom_lt_s(i64, 0), loom_add(i64, dt), i64);
   const int last[] = {1};
   return loom_sum(loom_mul(i64, st), last, 1, false);
@@ -180,7 +181,7 @@ static loom_status op_scatter_nd(onnx_node *n) {
     return onnx_refuse(n, LOOM_ERR_SHAPE, "%lld updates for %lld index tuples of %lld values",
                        (long long)loom_numel(updates), (long long)u, (long long)rows);
   loom_tensor *pos = flat_positions(idx, ds, 0, k, &m);
-  loom_tensor *hot = loom_eq(loom_reshape(pos, LOOM_SHAPE(1, u, 1)), iota_at(m, 3, 2));
+  loom_tensor *hot = loom_eq(loom_reshape(pos, LOOM_SHAPE(1, u, 1)), iota_at(pos, m, 3, 2));
   loom_tensor *base = loom_reshape(data, LOOM_SHAPE(1, m, rows));
   loom_tensor *up = loom_reshape(updates, LOOM_SHAPE(1, u, rows));
   onnx_out(n, 0, loom_reshape(scatter_lines(base, hot, up, red), ds));
@@ -206,11 +207,12 @@ static loom_status op_tensor_scatter(onnx_node *n) {
     if (d == axis ? us.dim[d] > cs.dim[d] : us.dim[d] != cs.dim[d])
       return onnx_refuse(n, LOOM_ERR_SHAPE, "dim %d: cache %lld, update %lld", d,
                          (long long)cs.dim[d], (long long)us.dim[d]);
-  loom_tensor *start = onnx_has_in(n, 2) ? loom_cast(onnx_in(n, 2), LOOM_I64)
-                                         : loom_zeros(LOOM_SHAPE(cs.dim[0]), LOOM_I64, LOOM_CPU);
+  loom_tensor *start = onnx_has_in(n, 2)
+                           ? loom_cast(onnx_in(n, 2), LOOM_I64)
+                           : loom_zeros(LOOM_SHAPE(cs.dim[0]), LOOM_I64, onnx_device(n));
   loom_shape bs = {.ndim = rank};
   for (int d = 0; d < rank; d++) bs.dim[d] = d == 0 ? cs.dim[0] : 1;
-  loom_tensor *idx = loom_add(loom_reshape(start, bs), iota_at(us.dim[axis], rank, axis));
+  loom_tensor *idx = loom_add(loom_reshape(start, bs), iota_at(start, us.dim[axis], rank, axis));
   if (circular) {
     /* idx >= 0: idx mod size = idx - floor(idx / size) size */
     double size = (double)cs.dim[axis];
@@ -243,7 +245,7 @@ static loom_status op_gather_nd(onnx_node *n) {
   for (int d = (int)b + k; d < ds.ndim; d++) rows *= ds.dim[d];
   loom_tensor *pos = flat_positions(idx, ds, (int)b, k, &m);
   pos = loom_reshape(pos, LOOM_SHAPE(batch, -1));
-  pos = loom_add(pos, loom_mul_s(iota_at(batch, 2, 0), (double)m));
+  pos = loom_add(pos, loom_mul_s(iota_at(pos, batch, 2, 0), (double)m));
   loom_tensor *rows_of = loom_reshape(data, LOOM_SHAPE(batch * m, rows));
   loom_tensor *g = loom_index_select(rows_of, 0, loom_reshape(pos, LOOM_SHAPE(-1)));
   loom_shape os = {0};
@@ -327,7 +329,7 @@ static loom_status op_reverse_sequence(onnx_node *n) {
   if (st || (st = onnx_axis(n, onnx_attr_int(n, "time_axis", 0), rank, &tax))) return st;
   if (bax == tax) return onnx_refuse(n, LOOM_ERR_AXIS, "batch_axis and time_axis are both %d", bax);
   loom_shape s = loom_shape_of(x);
-  loom_tensor *t = iota_at(s.dim[tax], rank, tax);
+  loom_tensor *t = iota_at(x, s.dim[tax], rank, tax);
   loom_shape ls = {.ndim = rank};
   for (int d = 0; d < rank; d++) ls.dim[d] = d == bax ? s.dim[bax] : 1;
   loom_tensor *len = loom_reshape(loom_cast(lens, LOOM_I64), ls);
@@ -367,15 +369,15 @@ static loom_status op_max_unpool(onnx_node *n) {
   loom_tensor *idx2 = loom_reshape(loom_cast(idx, LOOM_I64), LOOM_SHAPE(planes, pooled));
   /* the planes' offsets as an arange's step: a constant plane size could
    * read as a traced symbolic size to loom_compile_symbolic */
-  loom_tensor *offsets =
-      loom_reshape(loom_arange(0, (double)(planes * plane), (double)plane, LOOM_I64, LOOM_CPU),
-                   LOOM_SHAPE(planes, 1));
+  loom_tensor *offsets = loom_reshape(
+      loom_arange(0, (double)(planes * plane), (double)plane, LOOM_I64, onnx_device(n)),
+      LOOM_SHAPE(planes, 1));
   loom_tensor *local = loom_sub(idx2, offsets);
-  loom_tensor *checked = loom_index_select(loom_zeros(LOOM_SHAPE(plane), LOOM_I64, LOOM_CPU), 0,
-                                           loom_reshape(local, LOOM_SHAPE(-1)));
+  loom_tensor *checked = loom_index_select(loom_zeros(LOOM_SHAPE(plane), LOOM_I64, onnx_device(n)),
+                                           0, loom_reshape(local, LOOM_SHAPE(-1)));
   local = loom_add(local, loom_reshape(checked, LOOM_SHAPE(planes, pooled)));
-  loom_tensor *hot = loom_eq(loom_unsqueeze(local, 2), iota_at(plane, 3, 2));
-  loom_tensor *base = loom_zeros(LOOM_SHAPE(planes, plane, 1), loom_dtype_of(x), LOOM_CPU);
+  loom_tensor *hot = loom_eq(loom_unsqueeze(local, 2), iota_at(local, plane, 3, 2));
+  loom_tensor *base = loom_zeros(LOOM_SHAPE(planes, plane, 1), loom_dtype_of(x), onnx_device(n));
   loom_tensor *y =
       scatter_lines(base, hot, loom_reshape(x, LOOM_SHAPE(planes, pooled, 1)), SCATTER_NONE);
   y = loom_reshape(y, inferred);

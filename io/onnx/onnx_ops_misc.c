@@ -62,7 +62,7 @@ static loom_status window(onnx_node *n, double a0, double a1, double a2) {
   int dt = onnx_dtype_to_loom((int32_t)onnx_attr_int(n, "output_datatype", 1), &name);
   if (dt < 0) return onnx_refuse(n, LOOM_ERR_DTYPE, "output_datatype %s", name);
   double N = (double)(onnx_attr_int(n, "periodic", 1) ? size : size - 1);
-  loom_tensor *i = loom_arange(0, (double)size, 1, LOOM_F64, LOOM_CPU);
+  loom_tensor *i = loom_arange(0, (double)size, 1, LOOM_F64, onnx_device(n));
   loom_tensor *w = loom_rsub_s(a0, loom_mul_s(loom_cos(loom_mul_s(i, 2 * M_PI / N)), a1));
   if (a2 != 0) w = loom_add(w, loom_mul_s(loom_cos(loom_mul_s(i, 4 * M_PI / N)), a2));
   onnx_out(n, 0, loom_cast(w, (loom_dtype)dt));
@@ -238,9 +238,10 @@ static loom_tensor *draw(onnx_node *n, loom_shape s, loom_dtype dt, bool normal)
   loom_tensor *r;
   if (onnx_attr(n, "seed")) {
     loom_key key = loom_key_new((uint64_t)(int64_t)onnx_attr_float(n, "seed", 0));
-    r = normal ? loom_randn_key(key, s, fd, LOOM_CPU) : loom_rand_key(key, s, fd, LOOM_CPU);
+    r = normal ? loom_randn_key(key, s, fd, onnx_device(n))
+               : loom_rand_key(key, s, fd, onnx_device(n));
   } else {
-    r = normal ? loom_randn(s, fd, LOOM_CPU) : loom_rand(s, fd, LOOM_CPU);
+    r = normal ? loom_randn(s, fd, onnx_device(n)) : loom_rand(s, fd, onnx_device(n));
   }
   return r;
 }

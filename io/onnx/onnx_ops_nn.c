@@ -162,7 +162,7 @@ static loom_status pool_window(onnx_node *n, loom_tensor *x, window *w) {
  * column-major (1: the first spatial dim fastest). A sum of one arange per
  * axis, its step the axis' stride: an arange of the whole, reshaped, would
  * not follow a symbolic batch. */
-static loom_tensor *flat_positions(const loom_shape *s, bool column_major) {
+static loom_tensor *flat_positions(const loom_shape *s, bool column_major, loom_device dev) {
   int64_t stride[LOOM_MAX_DIMS], plane = 1;
   for (int d = s->ndim - 1; d >= 2; d--) stride[d] = plane, plane *= s->dim[d];
   if (column_major)
@@ -173,8 +173,7 @@ static loom_tensor *flat_positions(const loom_shape *s, bool column_major) {
     loom_shape along = {.ndim = s->ndim};
     for (int e = 0; e < s->ndim; e++) along.dim[e] = e == d ? s->dim[d] : 1;
     loom_tensor *a = loom_reshape(
-        loom_arange(0, (double)(s->dim[d] * stride[d]), (double)stride[d], LOOM_I64, LOOM_CPU),
-        along);
+        loom_arange(0, (double)(s->dim[d] * stride[d]), (double)stride[d], LOOM_I64, dev), along);
     r = r ? loom_add(r, a) : a;
   }
   return r;
@@ -200,7 +199,7 @@ static loom_status op_max_pool(onnx_node *n) {
   loom_tensor *padded = pad_window(x, &w, least, least), *positions = NULL;
   if (indices) {
     loom_shape s = loom_shape_of(x);
-    positions = pad_window(flat_positions(&s, storage_order == 1), &w, -1, -1);
+    positions = pad_window(flat_positions(&s, storage_order == 1, onnx_device(n)), &w, -1, -1);
   }
   int64_t k[3] = {0};
   loom_tensor *r = NULL, *at = NULL;
@@ -236,7 +235,7 @@ static loom_status op_average_pool(onnx_node *n) {
   loom_tensor *padded = pad_window(x, &w, 0, 0);
   loom_shape ones_shape = {.ndim = s.ndim};
   for (int d = 0; d < s.ndim; d++) ones_shape.dim[d] = d < 2 ? 1 : s.dim[d];
-  loom_tensor *ones = loom_full(ones_shape, 1, loom_dtype_of(x), LOOM_CPU);
+  loom_tensor *ones = loom_full(ones_shape, 1, loom_dtype_of(x), onnx_device(n));
   loom_tensor *counted = pad_window(ones, &w, include ? 1 : 0, 0);
   int64_t k[3] = {0};
   loom_tensor *sum = NULL, *count = NULL;
@@ -605,7 +604,7 @@ static loom_status softmax_like(onnx_node *n, int kind) {
     loom_shape is = loom_shape_of(in), cs = {.ndim = is.ndim};
     for (int d = 0; d < is.ndim; d++) cs.dim[d] = d == axis ? is.dim[d] : 1;
     loom_tensor *classes =
-        loom_reshape(loom_arange(0, (double)is.dim[axis], 1, LOOM_I64, LOOM_CPU), cs);
+        loom_reshape(loom_arange(0, (double)is.dim[axis], 1, LOOM_I64, onnx_device(n)), cs);
     y = loom_cast(loom_eq(i, classes), loom_dtype_of(x));
   }
   onnx_out(n, 0, coerce ? loom_reshape(y, s) : y);
@@ -724,9 +723,9 @@ static loom_status op_einsum(onnx_node *n) {
         loom_shape rs = es, cs = es;
         rs.dim[q] = 1, cs.dim[p] = 1;
         loom_tensor *rows =
-            loom_reshape(loom_arange(0, (double)s.dim[p], 1, LOOM_I64, LOOM_CPU), rs);
+            loom_reshape(loom_arange(0, (double)s.dim[p], 1, LOOM_I64, onnx_device(n)), rs);
         loom_tensor *cols =
-            loom_reshape(loom_arange(0, (double)s.dim[q], 1, LOOM_I64, LOOM_CPU), cs);
+            loom_reshape(loom_arange(0, (double)s.dim[q], 1, LOOM_I64, onnx_device(n)), cs);
         x = loom_sum(loom_where(loom_eq(rows, cols), x, loom_zeros_like(x)), &q, 1, false);
         memmove(letters + q, letters + q + 1, (size_t)(nl - q - 1));
         nl--, q--;

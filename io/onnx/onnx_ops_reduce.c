@@ -61,7 +61,7 @@ static loom_status reduce(onnx_node *n, reduction kind, int64_t axes_input_since
       v = 1;
     else if (kind == R_MEAN)
       v = fl ? NAN : 0; /* an integer mean of nothing: 0 (a full of NaN is refused) */
-    onnx_out(n, 0, loom_full(out, v, dt, LOOM_CPU));
+    onnx_out(n, 0, loom_full(out, v, dt, onnx_device(n)));
     return LOOM_OK;
   }
   loom_tensor *r;

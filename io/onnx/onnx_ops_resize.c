@@ -160,27 +160,27 @@ static loom_status resize_axis(onnx_node *n, const resize_opts *o, loom_tensor *
     }
     if (!used && (acc || t < taps - 1)) continue;
     loom_shape cols_shape = {.ndim = 1, .dim = {out_int}};
-    loom_tensor *cols = loom_from_data(col, cols_shape, LOOM_I64, LOOM_CPU);
+    loom_tensor *cols = loom_from_data(col, cols_shape, LOOM_I64, onnx_device(n));
     loom_tensor *rows = loom_index_select(x, axis, cols);
     if (o->mode == NEAREST) {
       /* a 0/1 weight: select rather than multiply, so inf and NaN stay as they are */
       bool *pick = malloc((size_t)(out_int ? out_int : 1));
       for (int64_t y = 0; pick && y < out_int; y++) pick[y] = wc[y] != 0;
       loom_tensor *mask =
-          loom_reshape(loom_from_data(pick, LOOM_SHAPE(out_int), LOOM_BOOL, LOOM_CPU), ws);
+          loom_reshape(loom_from_data(pick, LOOM_SHAPE(out_int), LOOM_BOOL, onnx_device(n)), ws);
       free(pick);
       acc = loom_where(mask, rows, acc ? acc : loom_zeros_like(rows));
       continue;
     }
     loom_tensor *weights =
-        loom_reshape(loom_from_data(wc, LOOM_SHAPE(out_int), LOOM_F64, LOOM_CPU), ws);
+        loom_reshape(loom_from_data(wc, LOOM_SHAPE(out_int), LOOM_F64, onnx_device(n)), ws);
     loom_tensor *term = loom_mul(rows, weights);
     acc = acc ? loom_add(acc, term) : term;
   }
   free(col), free(wc);
   if (acc && any_outside) {
     loom_tensor *mask =
-        loom_reshape(loom_from_data(outside, LOOM_SHAPE(out_int), LOOM_BOOL, LOOM_CPU), ws);
+        loom_reshape(loom_from_data(outside, LOOM_SHAPE(out_int), LOOM_BOOL, onnx_device(n)), ws);
     acc = loom_where(mask, loom_full_like(acc, o->extrapolation), acc);
   }
   free(idx), free(w), free(outside);

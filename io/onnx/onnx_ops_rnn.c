@@ -503,7 +503,7 @@ static loom_status op_det(onnx_node *n) {
   for (int64_t k = m; k >= 1; k--) { /* a is [..., k, k] */
     loom_shape is = {.ndim = rank};
     for (int d = 0; d < rank; d++) is.dim[d] = d == rows ? k : 1;
-    loom_tensor *iota = loom_reshape(loom_arange(0, (double)k, 1, LOOM_I64, LOOM_CPU), is);
+    loom_tensor *iota = loom_reshape(loom_arange(0, (double)k, 1, LOOM_I64, onnx_device(n)), is);
     loom_tensor *first_col = loom_slice(a, cols, 0, 1, 1);
     loom_tensor *pivot_at = loom_argmax(loom_abs(first_col), rows, true); /* [..., 1, 1] */
     loom_tensor *is_pivot = loom_eq(iota, pivot_at);                      /* [..., k, 1] */

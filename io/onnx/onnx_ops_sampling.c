@@ -170,7 +170,7 @@ static loom_status op_affine_grid(onnx_node *n) {
   for (int j = 0; j < dims; j++) {
     int axis = dims - 1 - j;
     double s = (double)size[axis + 2];
-    loom_tensor *i = loom_arange(0, s, 1, LOOM_F64, LOOM_CPU);
+    loom_tensor *i = loom_arange(0, s, 1, LOOM_F64, onnx_device(n));
     loom_tensor *c =
         align ? (s > 1 ? loom_sub_s(loom_mul_s(i, 2 / (s - 1)), 1) : loom_full_like(i, -1))
               : loom_sub_s(loom_mul_s(loom_add_s(i, 0.5), 2 / s), 1);
@@ -180,7 +180,7 @@ static loom_status op_affine_grid(onnx_node *n) {
     for (int d = 0; d < dims; d++) full.dim[d] = size[d + 2];
     cols[j] = loom_reshape(loom_expand(loom_reshape(c, cs), full), LOOM_SHAPE(points, 1));
   }
-  cols[dims] = loom_ones(LOOM_SHAPE(points, 1), LOOM_F64, LOOM_CPU);
+  cols[dims] = loom_ones(LOOM_SHAPE(points, 1), LOOM_F64, onnx_device(n));
   loom_tensor *base = loom_cast(loom_cat(cols, dims + 1, 1), loom_dtype_of(theta));
   /* [N, points, dims] = base @ theta^T */
   loom_tensor *g = loom_matmul(loom_unsqueeze(base, 0), loom_transpose(theta, 1, 2));
@@ -246,11 +246,11 @@ static loom_status op_col2im(onnx_node *n) {
     loom_tensor *moved = loom_permute(t, perm, rank);
     loom_shape ms = loom_shape_of(moved);
     /* place[k, l, p] = p == l stride + k dilation - pad */
-    loom_tensor *k = loom_reshape(loom_arange(0, (double)block[d], 1, LOOM_I64, LOOM_CPU),
+    loom_tensor *k = loom_reshape(loom_arange(0, (double)block[d], 1, LOOM_I64, onnx_device(n)),
                                   LOOM_SHAPE(block[d], 1, 1));
-    loom_tensor *l = loom_reshape(loom_arange(0, (double)blocks[d], 1, LOOM_I64, LOOM_CPU),
+    loom_tensor *l = loom_reshape(loom_arange(0, (double)blocks[d], 1, LOOM_I64, onnx_device(n)),
                                   LOOM_SHAPE(1, blocks[d], 1));
-    loom_tensor *p = loom_reshape(loom_arange(0, (double)image[d], 1, LOOM_I64, LOOM_CPU),
+    loom_tensor *p = loom_reshape(loom_arange(0, (double)image[d], 1, LOOM_I64, onnx_device(n)),
                                   LOOM_SHAPE(1, 1, image[d]));
     loom_tensor *src = loom_add(loom_mul_s(l, (double)strides[d]),
                                 loom_sub_s(loom_mul_s(k, (double)dil[d]), (double)pads[d]));
@@ -330,8 +330,8 @@ static loom_status op_rotary_embedding(onnx_node *n) {
 static loom_dtype sampling_dtype(loom_dtype dt) { return dt == LOOM_F64 ? LOOM_F64 : LOOM_F32; }
 
 /* A table of values (doubles) as a tensor of dtype dt and the given shape. */
-static loom_tensor *table(const double *values, loom_shape s, loom_dtype dt) {
-  return loom_cast(loom_from_data(values, s, LOOM_F64, LOOM_CPU), dt);
+static loom_tensor *table(const double *values, loom_shape s, loom_dtype dt, loom_device dev) {
+  return loom_cast(loom_from_data(values, s, LOOM_F64, dev), dt);
 }
 
 /* One axis of RoiAlign's samples, as the reference's
@@ -353,11 +353,12 @@ static bool roi_axis_samples(loom_tensor *start, loom_tensor *bin, loom_tensor *
   for (int64_t j = 0; j < bins * grid; j++)
     b[j] = (double)(j / grid), i[j] = (double)(j % grid), c[j] = i[j] + 0.5;
   loom_shape row = LOOM_SHAPE(1, bins * grid);
-  loom_tensor *b_tab = table(b, row, wd), *c_tab = table(c, row, wd);
+  loom_tensor *b_tab = table(b, row, wd, loom_device_of(start)),
+              *c_tab = table(c, row, wd, loom_device_of(start));
   loom_tensor *offset = loom_mul(c_tab, bin);
   offset = grids ? loom_div(offset, grids) : loom_div_s(offset, fixed_grid);
   loom_tensor *at = loom_add(loom_add(start, loom_mul(b_tab, bin)), offset);
-  ax->used = grids ? loom_lt(table(i, row, wd), grids) : NULL;
+  ax->used = grids ? loom_lt(table(i, row, wd, loom_device_of(start)), grids) : NULL;
   free(tabs);
   double last = (double)(size - 1);
   ax->inside = loom_logical_and(loom_ge_s(at, -1), loom_le_s(at, (double)size));
@@ -491,7 +492,8 @@ static loom_status op_roi_align(onnx_node *n) {
     loom_tensor *start = corner[1 - a], *extent = loom_sub(corner[3 - a], start);
     if (!half_pixel) extent = loom_maximum_s(extent, 1);
     int64_t bins = a ? pw : ph;
-    loom_tensor *g = ratio ? NULL : table(a ? grids.w : grids.h, LOOM_SHAPE(nrois, 1), wd);
+    loom_tensor *g =
+        ratio ? NULL : table(a ? grids.w : grids.h, LOOM_SHAPE(nrois, 1), wd, onnx_device(n));
     if (!roi_axis_samples(start, loom_div_s(extent, (double)bins), g, (double)ratio, bins,
                           a ? grids.max_w : grids.max_h, a ? width : height, wd, &ax[a])) {
       free(grids.h);
@@ -530,12 +532,13 @@ static loom_status op_roi_align(onnx_node *n) {
     y = loom_max(acc, grid_axes, 2, false);
     if (!ratio) { /* a roi whose grid is empty gives 0 */
       for (int64_t i = 0; i < nrois; i++) grids.h[i] = grids.h[i] > 0 && grids.w[i] > 0;
-      y = loom_where_s(loom_ne_s(table(grids.h, LOOM_SHAPE(nrois, 1, 1, 1), wd), 0), y, 0);
+      y = loom_where_s(loom_ne_s(table(grids.h, LOOM_SHAPE(nrois, 1, 1, 1), wd, onnx_device(n)), 0),
+                       y, 0);
     }
   } else {
     y = loom_sum(acc, grid_axes, 2, false);
     y = ratio ? loom_div_s(y, (double)(ratio * ratio))
-              : loom_div(y, table(grids.count, LOOM_SHAPE(nrois, 1, 1, 1), wd));
+              : loom_div(y, table(grids.count, LOOM_SHAPE(nrois, 1, 1, 1), wd, onnx_device(n)));
   }
   free(grids.h);
   onnx_out(n, 0, loom_cast(y, dt));
@@ -644,7 +647,7 @@ static loom_status op_deform_conv(onnx_node *n) {
                          dilations[d] * ((k / inner_k) % kernel[d]));
     }
     loom_tensor *pos =
-        loom_add(table(base, LOOM_SHAPE(1, taps, outs), wd),
+        loom_add(table(base, LOOM_SHAPE(1, taps, outs), wd, onnx_device(n)),
                  loom_reshape(loom_slice(moved, 2, d, d + 1, 1), LOOM_SHAPE(lines, taps, outs)));
     loom_tensor *low = loom_floor(pos), *t = loom_sub(pos, low);
     for (int k = 0; k < 2; k++) {

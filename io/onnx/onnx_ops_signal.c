@@ -10,7 +10,8 @@
 
 /* [rows, cols] of cos (or sin) of 2 pi (r c mod n) / n as dt; NULL when out
  * of memory. */
-static loom_tensor *trig_matrix(int64_t rows, int64_t cols, int64_t n, bool sine, loom_dtype dt) {
+static loom_tensor *trig_matrix(int64_t rows, int64_t cols, int64_t n, bool sine, loom_dtype dt,
+                                loom_device dev) {
   size_t count = (size_t)(rows * cols);
   double *m = malloc((count ? count : 1) * sizeof *m);
   if (!m) return NULL;
@@ -19,7 +20,7 @@ static loom_tensor *trig_matrix(int64_t rows, int64_t cols, int64_t n, bool sine
       double angle = 2 * M_PI * (double)((r * c) % n) / (double)n;
       m[r * cols + c] = sine ? sin(angle) : cos(angle);
     }
-  loom_tensor *t = loom_from_data(m, LOOM_SHAPE(rows, cols), LOOM_F64, LOOM_CPU);
+  loom_tensor *t = loom_from_data(m, LOOM_SHAPE(rows, cols), LOOM_F64, dev);
   free(m);
   return loom_cast(t, dt);
 }
@@ -67,8 +68,8 @@ static loom_status dft(onnx_node *n, loom_tensor *x, int axis, int64_t len, bool
   int64_t out_len = !inverse && onesided ? len / 2 + 1 : len;
   re = fit_last(re, in_len);
   if (im) im = fit_last(im, in_len);
-  loom_tensor *c = trig_matrix(in_len, out_len, len, false, dt);
-  loom_tensor *s = trig_matrix(in_len, out_len, len, true, dt);
+  loom_tensor *c = trig_matrix(in_len, out_len, len, false, dt, onnx_device(n));
+  loom_tensor *s = trig_matrix(in_len, out_len, len, true, dt, onnx_device(n));
   if (!c || !s)
     return onnx_refuse(n, LOOM_ERR_OOM, "a %lld-point transform's matrices", (long long)len);
   loom_tensor *yr, *yi = NULL;
@@ -81,7 +82,8 @@ static loom_status dft(onnx_node *n, loom_tensor *x, int axis, int64_t len, bool
       double *w = malloc((size_t)in_len * sizeof *w);
       if (!w) return onnx_refuse(n, LOOM_ERR_OOM, "out of memory");
       for (int64_t k = 0; k < in_len; k++) w[k] = k == 0 || 2 * k == len ? 1 : 2;
-      loom_tensor *wt = loom_cast(loom_from_data(w, LOOM_SHAPE(in_len, 1), LOOM_F64, LOOM_CPU), dt);
+      loom_tensor *wt =
+          loom_cast(loom_from_data(w, LOOM_SHAPE(in_len, 1), LOOM_F64, onnx_device(n)), dt);
       free(w);
       c = loom_mul(c, wt), s = loom_mul(s, wt);
     }
@@ -141,10 +143,10 @@ static loom_status op_stft(onnx_node *n) {
     return onnx_refuse(n, LOOM_ERR_SHAPE, "a window of %lld for frames of %lld",
                        (long long)loom_numel(window), (long long)flen);
   int64_t frames = 1 + (xs.dim[1] - flen) / step;
-  loom_tensor *f =
-      loom_reshape(loom_arange(0, (double)frames, 1, LOOM_I64, LOOM_CPU), LOOM_SHAPE(frames, 1));
+  loom_tensor *f = loom_reshape(loom_arange(0, (double)frames, 1, LOOM_I64, onnx_device(n)),
+                                LOOM_SHAPE(frames, 1));
   loom_tensor *j =
-      loom_reshape(loom_arange(0, (double)flen, 1, LOOM_I64, LOOM_CPU), LOOM_SHAPE(1, flen));
+      loom_reshape(loom_arange(0, (double)flen, 1, LOOM_I64, onnx_device(n)), LOOM_SHAPE(1, flen));
   loom_tensor *at = loom_reshape(loom_add(loom_mul_s(f, (double)step), j), LOOM_SHAPE(-1));
   loom_tensor *framed = loom_reshape(loom_index_select(x, 1, at),
                                      (loom_shape){4, {xs.dim[0], frames, flen, xs.dim[2]}});
@@ -249,7 +251,7 @@ static loom_status op_mel_weight_matrix(onnx_node *n) {
       w[j * mels + i] = (double)(right - j) / (double)(right - center);
   }
   if (!st) {
-    loom_tensor *m = loom_from_data(w, LOOM_SHAPE(bins, mels), LOOM_F64, LOOM_CPU);
+    loom_tensor *m = loom_from_data(w, LOOM_SHAPE(bins, mels), LOOM_F64, onnx_device(n));
     onnx_out(n, 0, loom_cast(m, (loom_dtype)out_dtype));
     loom_free(m);
   }

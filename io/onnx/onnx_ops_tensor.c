@@ -21,22 +21,24 @@ static loom_status op_constant(onnx_node *n) {
     if (!a->t) return onnx_refuse(n, LOOM_ERR_CORRUPT, "value has no tensor");
     loom_tensor *t = onnx_tensor_from_proto(a->t, NULL, why, sizeof why);
     if (!t) return onnx_refuse(n, LOOM_ERR_CORRUPT, "value: %s", why);
+    if (!(t = onnx_on_device(n->im, t, "Constant", "value"))) return onnx_status(n->im);
     onnx_out_narrow(n, 0, t, onnx_dtype_is_narrow(a->t->data_type) ? a->t->data_type : 0);
     return LOOM_OK;
   }
   if (strcmp(name, "value_float") == 0 && a->has_f) {
     float f = a->f;
-    onnx_out(n, 0, loom_from_data(&f, LOOM_SHAPE0, LOOM_F32, LOOM_CPU));
+    onnx_out(n, 0, loom_from_data(&f, LOOM_SHAPE0, LOOM_F32, onnx_device(n)));
   } else if (strcmp(name, "value_int") == 0 && a->has_i) {
-    onnx_out(n, 0, loom_from_data(&a->i, LOOM_SHAPE0, LOOM_I64, LOOM_CPU));
+    onnx_out(n, 0, loom_from_data(&a->i, LOOM_SHAPE0, LOOM_I64, onnx_device(n)));
   } else if (strcmp(name, "value_floats") == 0) {
     float *f = malloc((a->n_floats ? a->n_floats : 1) * sizeof *f);
     if (!f) return onnx_refuse(n, LOOM_ERR_OOM, "out of memory");
     for (size_t i = 0; i < a->n_floats; i++) f[i] = a->floats[i];
-    onnx_out(n, 0, loom_from_data(f, LOOM_SHAPE((int64_t)a->n_floats), LOOM_F32, LOOM_CPU));
+    onnx_out(n, 0, loom_from_data(f, LOOM_SHAPE((int64_t)a->n_floats), LOOM_F32, onnx_device(n)));
     free(f);
   } else if (strcmp(name, "value_ints") == 0) {
-    onnx_out(n, 0, loom_from_data(a->ints, LOOM_SHAPE((int64_t)a->n_ints), LOOM_I64, LOOM_CPU));
+    onnx_out(n, 0,
+             loom_from_data(a->ints, LOOM_SHAPE((int64_t)a->n_ints), LOOM_I64, onnx_device(n)));
   } else {
     return onnx_refuse(n, LOOM_ERR_DTYPE, "a Constant's %s is not a value loom holds", name);
   }
@@ -51,13 +53,13 @@ static loom_status op_shape(onnx_node *n) {
   if (end < 0) end += s.ndim;
   start = start < 0 ? 0 : start > s.ndim ? s.ndim : start;
   end = end < start ? start : end > s.ndim ? s.ndim : end;
-  onnx_out(n, 0, loom_from_data(s.dim + start, LOOM_SHAPE(end - start), LOOM_I64, LOOM_CPU));
+  onnx_out(n, 0, loom_from_data(s.dim + start, LOOM_SHAPE(end - start), LOOM_I64, onnx_device(n)));
   return LOOM_OK;
 }
 
 static loom_status op_size(onnx_node *n) {
   int64_t numel = loom_numel(n->in[0]->t);
-  onnx_out(n, 0, loom_from_data(&numel, LOOM_SHAPE0, LOOM_I64, LOOM_CPU));
+  onnx_out(n, 0, loom_from_data(&numel, LOOM_SHAPE0, LOOM_I64, onnx_device(n)));
   return LOOM_OK;
 }
 
@@ -407,7 +409,7 @@ static loom_status op_constant_of_shape(onnx_node *n) {
     loom_free(v);
     if (st) return onnx_refuse(n, st, "value could not be read");
   }
-  onnx_out(n, 0, loom_full(shape, value, dt, LOOM_CPU));
+  onnx_out(n, 0, loom_full(shape, value, dt, onnx_device(n)));
   return LOOM_OK;
 }
 
@@ -424,10 +426,10 @@ static loom_status op_range(onnx_node *n) {
   loom_dtype dt = loom_dtype_of(n->in[0]->t);
   double count = ceil((v[1] - v[0]) / v[2]);
   if (count <= 0) {
-    onnx_out(n, 0, loom_zeros(LOOM_SHAPE(0), dt, LOOM_CPU));
+    onnx_out(n, 0, loom_zeros(LOOM_SHAPE(0), dt, onnx_device(n)));
     return LOOM_OK;
   }
-  onnx_out(n, 0, loom_arange(v[0], v[0] + count * v[2] - v[2] / 2, v[2], dt, LOOM_CPU));
+  onnx_out(n, 0, loom_arange(v[0], v[0] + count * v[2] - v[2] / 2, v[2], dt, onnx_device(n)));
   return LOOM_OK;
 }
 
@@ -547,7 +549,7 @@ static loom_status op_dropout(onnx_node *n) {
                          "training mode with ratio %g: loom imports models for inference", ratio);
   }
   onnx_out(n, 0, loom_retain(x));
-  if (n->nout > 1) onnx_out(n, 1, loom_full(loom_shape_of(x), 1, LOOM_BOOL, LOOM_CPU));
+  if (n->nout > 1) onnx_out(n, 1, loom_full(loom_shape_of(x), 1, LOOM_BOOL, onnx_device(n)));
   return LOOM_OK;
 }
 
@@ -577,7 +579,7 @@ static loom_status op_one_hot(onnx_node *n) {
   if ((st = onnx_axis(n, onnx_attr_int(n, "axis", -1), rank, &axis))) return st;
   loom_tensor *i = loom_cast(idx, LOOM_I64);
   i = loom_where(loom_lt_s(i, 0), loom_add_s(i, (double)depth), i);
-  loom_tensor *classes = loom_arange(0, (double)depth, 1, LOOM_I64, LOOM_CPU);
+  loom_tensor *classes = loom_arange(0, (double)depth, 1, LOOM_I64, onnx_device(n));
   loom_shape cs = {.ndim = rank};
   for (int d = 0; d < rank; d++) cs.dim[d] = d == axis ? depth : 1;
   loom_tensor *hot = loom_eq(loom_unsqueeze(i, axis), loom_reshape(classes, cs));
@@ -598,8 +600,8 @@ static loom_status op_eye_like(onnx_node *n) {
     dt = (loom_dtype)d;
   }
   int64_t k = onnx_attr_int(n, "k", 0);
-  loom_tensor *r = loom_arange(0, (double)s.dim[0], 1, LOOM_I64, LOOM_CPU);
-  loom_tensor *c = loom_arange(0, (double)s.dim[1], 1, LOOM_I64, LOOM_CPU);
+  loom_tensor *r = loom_arange(0, (double)s.dim[0], 1, LOOM_I64, onnx_device(n));
+  loom_tensor *c = loom_arange(0, (double)s.dim[1], 1, LOOM_I64, onnx_device(n));
   loom_tensor *eq = loom_eq(loom_add_s(loom_reshape(r, LOOM_SHAPE(s.dim[0], 1)), (double)k),
                             loom_reshape(c, LOOM_SHAPE(1, s.dim[1])));
   onnx_out(n, 0, loom_cast(eq, dt));
