@@ -57,6 +57,8 @@ typedef struct bench_workload {
   bool cpu_only; /* compiled programs, export, the CPU compiler: skipped on --device cuda */
   bool dist;     /* runs across the ranks mpirun started (loom_ddp): left out of a run of
                     every workload unless loom bench was started by mpirun */
+  const char *onnx_model; /* the models folder's model it runs (models.c): left out of a run
+                             of every workload when the file is missing */
 } bench_workload;
 
 /* Every workload, in the order `loom bench` runs them. */
@@ -79,6 +81,12 @@ extern const bench_workload bench_program_workloads[];
 extern const int bench_program_count;
 extern const bench_workload bench_dynamic_workloads[];
 extern const int bench_dynamic_count;
+extern const bench_workload bench_model_workloads[];
+extern const int bench_model_count;
+/* Where the model workloads' ONNX files are: $LOOM_BENCH_MODELS_DIR, else the
+ * build's onnx_models/ (tests/onnx_models/run.sh writes <name>/model.onnx). */
+const char *bench_models_dir(void);
+bool bench_model_present(const char *model);
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -195,7 +203,7 @@ typedef struct bench_peer_timing {
 typedef struct bench_peer_set {
   bench_peer_timing *timings;
   int count;
-  char skipped[4][256]; /* "torch: No module named torch" */
+  char skipped[8][256]; /* "torch: No module named torch" */
   int nskipped;
 } bench_peer_set;
 

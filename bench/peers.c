@@ -1,6 +1,6 @@
-/* The peers: the same workloads in NumPy and PyTorch (bench/peers/numpy_bench.py and
- * torch_bench.py), run with Debian's Python; their JSON lines are parsed and set beside
- * loom's times. */
+/* The peers: the same workloads in NumPy, PyTorch and ONNX Runtime
+ * (bench/peers/numpy_bench.py, torch_bench.py, ort_bench.py); their JSON lines are
+ * parsed and set beside loom's times. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -26,13 +26,18 @@ static const char *const peer_scripts[][4] = {
     {"numpy", "numpy_bench.py", NULL, NULL},
     {"torch", "torch_bench.py", NULL, NULL},
     {"torch", "torch_bench.py", "GLIBC_TUNABLES=glibc.malloc.hugetlb=1", "OMP_WAIT_POLICY=PASSIVE"},
+    {"ort", "ort_bench.py", NULL, NULL},
 };
+/* The peers run with Debian's Python, but ONNX Runtime, from PyPI, with the
+ * project's .venv (tools/requirements.txt pins it), two folders above the
+ * peers' scripts. */
+#define VENV_PEER "ort"
 #define TUNED 2 /* the peer_scripts row that gets the fitting core */
 #define NUM_PEERS ((int)(sizeof peer_scripts / sizeof peer_scripts[0]))
 
 static void add_skipped(bench_peer_set *set, const char *peer, const char *reason) {
   if (set->nskipped >= (int)(sizeof set->skipped / sizeof set->skipped[0])) return;
-  snprintf(set->skipped[set->nskipped++], sizeof set->skipped[0], "%s: %s", peer, reason);
+  snprintf(set->skipped[set->nskipped++], sizeof set->skipped[0], "%.16s: %.230s", peer, reason);
 }
 
 static bool copy_string_field(json_t *o, const char *key, char *dst, size_t size) {
@@ -78,15 +83,24 @@ static void run_one_peer(const bench_options *opts, const char *const *names, in
                          const char *peer, const char *script, const char *const tuning[3],
                          bench_peer_set *set) {
   char path[4096], repeats[16], warmup[16], threads[16], omp[48], openblas[48], mkl[48];
+  char python[4200], models[4200];
   snprintf(path, sizeof path, "%s/%s", opts->peers_dir, script);
-  if (access(PYTHON, X_OK) != 0 || access(path, R_OK) != 0) {
-    add_skipped(set, peer, access(PYTHON, X_OK) != 0 ? PYTHON " not found" : "script not found");
+  if (strcmp(peer, VENV_PEER) == 0)
+    snprintf(python, sizeof python, "%s/../../.venv/bin/python", opts->peers_dir);
+  else
+    snprintf(python, sizeof python, "%s", PYTHON);
+  if (access(python, X_OK) != 0 || access(path, R_OK) != 0) {
+    char why[240];
+    snprintf(why, sizeof why, "%.180s not found%s", access(python, X_OK) != 0 ? python : path,
+             strcmp(peer, VENV_PEER) == 0 ? " (tools/setup.sh makes .venv)" : "");
+    add_skipped(set, peer, why);
     return;
   }
+  snprintf(models, sizeof models, "LOOM_BENCH_MODELS_DIR=%s", bench_models_dir());
   snprintf(repeats, sizeof repeats, "%d", opts->repeats);
   snprintf(warmup, sizeof warmup, "%d", opts->warmup);
   snprintf(threads, sizeof threads, "%d", opts->threads);
-  const char *argv[MAX_ARGS] = {PYTHON,     path,   "--repeats", repeats,
+  const char *argv[MAX_ARGS] = {python,     path,   "--repeats", repeats,
                                 "--warmup", warmup, "--threads", threads};
   int argc = 8;
   for (int i = 0; i < n && argc < MAX_ARGS - 1; i++) argv[argc++] = names[i];
@@ -94,7 +108,7 @@ static void run_one_peer(const bench_options *opts, const char *const *names, in
   snprintf(omp, sizeof omp, "OMP_NUM_THREADS=%d", opts->threads);
   snprintf(openblas, sizeof openblas, "OPENBLAS_NUM_THREADS=%d", opts->threads);
   snprintf(mkl, sizeof mkl, "MKL_NUM_THREADS=%d", opts->threads);
-  const char *env[] = {omp, openblas, mkl, tuning[0], tuning[1], tuning[2], NULL};
+  const char *env[] = {omp, openblas, mkl, models, tuning[0], tuning[1], tuning[2], NULL};
   char *output = NULL;
   int status = bench_run_process(argv, env, &output);
   if (output) parse_peer_output(set, peer, output);

@@ -17,6 +17,7 @@ static const family families[] = {
     {bench_train_workloads, &bench_train_count},
     {bench_program_workloads, &bench_program_count},
     {bench_dynamic_workloads, &bench_dynamic_count},
+    {bench_model_workloads, &bench_model_count},
 };
 #define NUM_FAMILIES ((int)(sizeof families / sizeof families[0]))
 

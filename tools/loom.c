@@ -264,6 +264,9 @@ static int selected_workloads(const bench_command *cmd, const bench_workload **o
       fprintf(table, "%s: skipped, it runs on the CPU only\n", w->name);
     else if (w->dist && cmd->nnames == 0 && !loom_dist_initialized())
       fprintf(table, "%s: skipped, it runs under mpirun (name it to run it alone)\n", w->name);
+    else if (w->onnx_model && cmd->nnames == 0 && !bench_model_present(w->onnx_model))
+      fprintf(table, "%s: skipped, %s/%s/model.onnx is missing (tests/onnx_models/run.sh)\n",
+              w->name, bench_models_dir(), w->onnx_model);
     else
       out[n++] = w;
   }
