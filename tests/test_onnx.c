@@ -2444,6 +2444,68 @@ static void test_mel_weight_matrix(void) {
   }
 }
 
+/* ------------------------------------------------------------ external data */
+
+/* y = x * w with w in a side file at an offset that is no page's start: a
+ * small w read, a large one (past 1 MiB) mapped; both give the file's values. */
+static void test_external_data(void) {
+  for (int large = 0; large < 2; large++) {
+    int64_t n = large ? (1 << 18) + 3 : 5;
+    float *w = malloc((size_t)n * sizeof *w);
+    for (int64_t i = 0; i < n; i++) w[i] = (float)(i % 1000) - 500.5f;
+    const long offset = 4099;
+    FILE *f = fopen(path_of("weights.bin"), "wb");
+    CHECK(f != NULL);
+    if (!f) {
+      free(w);
+      return;
+    }
+    for (long i = 0; i < offset; i++) fputc(0x5a, f);
+    fwrite(w, sizeof *w, (size_t)n, f);
+    fclose(f);
+    model_parts m;
+    const char *ops[] = {"Mul"};
+    build(&m, ops, 1, false);
+    m.dims[1].dim_value = n;
+    int64_t wdims[1] = {n};
+    m.init.dims = wdims;
+    char offset_text[32], length_text[32];
+    snprintf(offset_text, sizeof offset_text, "%ld", offset);
+    snprintf(length_text, sizeof length_text, "%lld", (long long)(n * 4));
+    Onnx__StringStringEntryProto e[3], *entries[3] = {&e[0], &e[1], &e[2]};
+    for (int k = 0; k < 3; k++) onnx__string_string_entry_proto__init(&e[k]);
+    e[0].key = "location", e[0].value = "weights.bin";
+    e[1].key = "offset", e[1].value = offset_text;
+    e[2].key = "length", e[2].value = length_text;
+    m.init.has_raw_data = false;
+    m.init.has_data_location = true;
+    m.init.data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    m.init.n_external_data = 3, m.init.external_data = entries;
+    save(&m, path_of("external.onnx"), NULL);
+    loom_clear_error();
+    loom_program *p = loom_onnx_load(path_of("external.onnx"), NULL);
+    CHECK_MSG(p != NULL, "external data (%s): %s", large ? "mapped" : "read", loom_last_error());
+    if (p) {
+      loom_tensor *x = loom_ones(LOOM_SHAPE(2, n), LOOM_F32, LOOM_CPU), *y = NULL;
+      CHECK_OK(loom_program_run(p, &x, &y));
+      float *got = malloc((size_t)(2 * n) * sizeof *got);
+      CHECK_OK(loom_copy_to_host(y, got, (size_t)(2 * n) * sizeof *got));
+      bool same = true;
+      for (int64_t i = 0; i < 2 * n; i++) same &= got[i] == w[i % n];
+      CHECK_MSG(same, "external data (%s): values differ from the file's",
+                large ? "mapped" : "read");
+      free(got);
+      loom_free(x), loom_free(y);
+      loom_program_free(p);
+    }
+    /* the file shorter than offset + length */
+    e[1].value = "999999999";
+    save(&m, path_of("external_short.onnx"), NULL);
+    expect_error(path_of("external_short.onnx"), LOOM_ERR_CORRUPT, "from offset 999999999");
+    free(w);
+  }
+}
+
 int main(void) {
   if (!mkdtemp(dir)) return 1;
   test_symbolic_batch();
@@ -2459,6 +2521,7 @@ int main(void) {
   test_inverse_trig();
   test_scatter_duplicates();
   test_narrow_types();
+  test_external_data();
   test_linear_attention_and_causal_conv();
   test_recurrent_refusals();
   const char *recurrent[] = {"lstm.weight_ih_l0",

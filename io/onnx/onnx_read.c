@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -277,9 +278,27 @@ int onnx_dtype_to_loom(int32_t onnx_type, const char **name) {
   return -1;
 }
 
+/* External data as read: mapped (large) or in a buffer; release_external. */
+typedef struct external_bytes {
+  void *map;
+  size_t map_len;
+  uint8_t *buf;
+} external_bytes;
+
+/* From this size external data is mapped, not read into a buffer: the tensor
+ * copies it once from the file's pages, so a model's weights never need twice
+ * their size in memory. */
+#define MAP_FROM_BYTES ((size_t)1 << 20)
+
+static void release_external(external_bytes *e) {
+  if (e->map) munmap(e->map, e->map_len);
+  free(e->buf);
+  memset(e, 0, sizeof *e);
+}
+
 /* The external data's bytes: path relative to dir and inside it. */
-static uint8_t *read_external(const Onnx__TensorProto *tp, const char *dir, size_t want, char *why,
-                              size_t len) {
+static const uint8_t *read_external(const Onnx__TensorProto *tp, const char *dir, size_t want,
+                                    external_bytes *out, char *why, size_t len) {
   const char *location = NULL;
   long long offset = 0, length = -1;
   for (size_t i = 0; i < tp->n_external_data; i++) {
@@ -350,6 +369,17 @@ static uint8_t *read_external(const Onnx__TensorProto *tp, const char *dir, size
           location, (long long)st.st_size, want, offset);
     return NULL;
   }
+  if (want >= MAP_FROM_BYTES) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), delta = (size_t)offset % page;
+    void *map =
+        mmap(NULL, want + delta, PROT_READ, MAP_PRIVATE, fd, (off_t)((size_t)offset - delta));
+    if (map != MAP_FAILED) {
+      close(fd);
+      madvise(map, want + delta, MADV_SEQUENTIAL);
+      out->map = map, out->map_len = want + delta;
+      return (const uint8_t *)map + delta;
+    }
+  }
   uint8_t *buf = malloc(want ? want : 1);
   size_t got = 0;
   while (buf && got < want) {
@@ -364,6 +394,7 @@ static uint8_t *read_external(const Onnx__TensorProto *tp, const char *dir, size
   }
   close(fd);
   if (!buf) failf(why, len, LOOM_ERR_IO, "external data '%.200s' could not be read", location);
+  out->buf = buf;
   return buf;
 }
 
@@ -400,15 +431,16 @@ static size_t field_count(const Onnx__TensorProto *tp, loom_dtype dt) {
   }
 }
 
-/* The tensor's bytes from external data (into *owned) or raw_data, checked
- * to be want long; NULL with *in_fields set when they are in typed fields,
- * NULL with why set on failure. */
+/* The tensor's bytes from external data (held in *external until
+ * release_external) or raw_data, checked to be want long; NULL with
+ * *in_fields set when they are in typed fields, NULL with why set on failure. */
 static const uint8_t *stored_bytes(const Onnx__TensorProto *tp, const char *dir, size_t want,
-                                   int64_t numel, const char *type_name, uint8_t **owned,
+                                   int64_t numel, const char *type_name, external_bytes *external,
                                    bool *in_fields, char *why, size_t len) {
-  *owned = NULL, *in_fields = false;
+  memset(external, 0, sizeof *external);
+  *in_fields = false;
   if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
-    return *owned = read_external(tp, dir, want, why, len);
+    return read_external(tp, dir, want, external, why, len);
   if (!tp->has_raw_data) {
     *in_fields = true;
     return NULL;
@@ -428,10 +460,11 @@ static loom_tensor *narrow_from_proto(const Onnx__TensorProto *tp, const char *d
   const char *type_name;
   loom_dtype held = (loom_dtype)onnx_dtype_held(tp->data_type, &type_name);
   size_t want = (size_t)((numel * onnx_narrow_bits(tp->data_type) + 7) / 8);
-  uint8_t *owned;
+  uint8_t *owned = NULL;
+  external_bytes external;
   bool in_fields;
   const uint8_t *packed =
-      stored_bytes(tp, dir, want, numel, type_name, &owned, &in_fields, why, len);
+      stored_bytes(tp, dir, want, numel, type_name, &external, &in_fields, why, len);
   if (!packed && !in_fields) return NULL;
   if (in_fields) {
     if (tp->n_int32_data != want) {
@@ -457,6 +490,7 @@ static loom_tensor *narrow_from_proto(const Onnx__TensorProto *tp, const char *d
     t = loom_from_data(values, shape, held, LOOM_CPU);
   free(values);
   free(owned);
+  release_external(&external);
   if (t && loom_status_of(t)) {
     failf(why, len, loom_status_of(t), "%s", loom_error_message(t));
     loom_free(t);
@@ -493,13 +527,13 @@ loom_tensor *onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *dir
     return narrow_from_proto(tp, dir, shape, numel, why, len);
   size_t esize = loom_dtype_size((loom_dtype)dt);
   size_t want = (size_t)numel * esize;
-  uint8_t *external;
+  external_bytes external;
   bool in_fields;
   const uint8_t *stored =
       stored_bytes(tp, dir, want, numel, type_name, &external, &in_fields, why, len);
   if (!stored && !in_fields) return NULL;
   uint8_t *data = (uint8_t *)stored;
-  bool owned = external != NULL;
+  bool owned = false;
   if (in_fields) {
     size_t have = field_count(tp, (loom_dtype)dt);
     if (have != (size_t)numel) {
@@ -517,6 +551,7 @@ loom_tensor *onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *dir
   }
   loom_tensor *t = loom_from_data(data, shape, (loom_dtype)dt, LOOM_CPU);
   if (owned) free(data);
+  release_external(&external);
   if (loom_status_of(t)) {
     failf(why, len, loom_status_of(t), "%s", loom_error_message(t));
     loom_free(t);
