@@ -1147,7 +1147,12 @@ static loom_program *load_once(const char *path, const loom_onnx_opts *opts, int
       lm_errors_quiet_end();
       const char *message;
       loom_status why_not = lm_recent_error(&message);
-      if (!prog && !im->status) onnx_fail(im, why_not ? why_not : LOOM_ERR_INTERNAL, "%s", message);
+      /* an exporter's arange over a symbolic size (a lowered as_strided) */
+      const char *hint = message && strstr(message, "follows no input's size")
+                             ? "; fix the dims (loom_onnx_opts.dims, --dim NAME=N) to import it"
+                             : "";
+      if (!prog && !im->status)
+        onnx_fail(im, why_not ? why_not : LOOM_ERR_INTERNAL, "%s%s", message, hint);
     }
   }
   *st = im->status;

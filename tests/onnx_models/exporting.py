@@ -1,5 +1,6 @@
 """What the export scripts share: the command line, the model's folder, and
-torch.onnx.export (TorchScript exporter, opset 17) into it, atomically."""
+torch.onnx.export into it, atomically: the TorchScript exporter at opset 17, or
+with --dynamo (PyTorch 2) the dynamo exporter at opset 18."""
 import os
 import sys
 
@@ -15,20 +16,25 @@ def new_model_folder(out, name):
     return folder
 
 
+DYNAMO = "--dynamo" in sys.argv
+
+
 def export_onnx(module, args, folder, input_names, output_names, dynamic_axes):
     """folder/model.onnx, written last, so that a folder holding one is complete."""
     path = os.path.join(folder, "model.onnx")
+    extra = {"dynamo": True, "external_data": False} if DYNAMO else {"do_constant_folding": True}
     torch.onnx.export(module, args, path + ".tmp", input_names=input_names,
                       output_names=output_names, dynamic_axes=dynamic_axes,
-                      opset_version=17, do_constant_folding=True)
+                      opset_version=18 if DYNAMO else 17, **extra)
     os.replace(path + ".tmp", path)
     print(f"exported {os.path.basename(folder)}")
 
 
 def main(models, export):
-    """SCRIPT OUT [NAME...]: export(OUT, name) for the names given that are
-    among models (all of them when none is given)."""
-    if len(sys.argv) < 2:
-        sys.exit(f"usage: {os.path.basename(sys.argv[0])} OUT [NAME...]")
-    for name in [n for n in sys.argv[2:] if n in models] if len(sys.argv) > 2 else models:
-        export(sys.argv[1], name)
+    """SCRIPT OUT [NAME...] [--dynamo]: export(OUT, name) for the names given
+    that are among models (all of them when none is given)."""
+    argv = [a for a in sys.argv[1:] if a != "--dynamo"]
+    if not argv:
+        sys.exit(f"usage: {os.path.basename(sys.argv[0])} OUT [NAME...] [--dynamo]")
+    for name in [n for n in argv[1:] if n in models] if len(argv) > 1 else models:
+        export(argv[0], name)
