@@ -2506,6 +2506,78 @@ static void test_external_data(void) {
   }
 }
 
+/* ------------------------------------------------------------ aranges over a symbol */
+
+/* As PyTorch 2's exporter writes an as_strided over the batch: n = Shape(x)[0],
+ * r = Range(0, n, 1), y = Gather(x, r): x itself; and Gather(x, -1 - r): x
+ * upside down through negative indices; at batches 1, 2 and 7 from one
+ * program (loom_onnx_load refused both, the arange's length and the wrap's
+ * end being the traced batch, before they followed the symbol). */
+static void test_range_over_symbol(void) {
+  for (int upside_down = 0; upside_down < 2; upside_down++) {
+    node_model m;
+    node_model_init(&m, "Gather", 18, "y", NULL);
+    const int64_t dims[2] = {-1, 3};
+    node_model_input(&m, "x", 1, dims, 2);
+    static Onnx__NodeProto nodes[5], *list[5];
+    static char *io[5][3] = {{"x"},
+                             {"shape", "zero"},
+                             {"zero", "n", "one"},
+                             {"minus_one", "positions"},
+                             {"x", "positions"}};
+    static char *outs[5][1] = {{"shape"}, {"n"}, {"positions"}, {"back"}, {"y"}};
+    static const char *ops[5] = {"Shape", "Gather", "Range", "Sub", "Gather"};
+    static const size_t nin[5] = {1, 2, 3, 2, 2};
+    io[4][1] = upside_down ? "back" : "positions";
+    for (int i = 0; i < 5; i++) {
+      onnx__node_proto__init(&nodes[i]);
+      nodes[i].op_type = (char *)ops[i];
+      nodes[i].n_input = nin[i], nodes[i].input = io[i];
+      nodes[i].n_output = 1, nodes[i].output = outs[i];
+      list[i] = &nodes[i];
+    }
+    static int64_t values[3] = {0, 1, -1};
+    static Onnx__TensorProto consts[3], *clist[3];
+    static const char *names[3] = {"zero", "one", "minus_one"};
+    for (int i = 0; i < 3; i++) {
+      onnx__tensor_proto__init(&consts[i]);
+      consts[i].name = (char *)names[i], consts[i].has_data_type = true;
+      consts[i].data_type = 7; /* int64 */
+      consts[i].has_raw_data = true, consts[i].raw_data.len = 8;
+      consts[i].raw_data.data = (uint8_t *)&values[i];
+      clist[i] = &consts[i];
+    }
+    m.graph.n_node = 5, m.graph.node = list;
+    m.graph.n_initializer = 3, m.graph.initializer = clist;
+    size_t len = onnx__model_proto__get_packed_size(&m.model);
+    uint8_t *bytes = malloc(len);
+    onnx__model_proto__pack(&m.model, bytes);
+    write_bytes(path_of("range.onnx"), bytes, len);
+    free(bytes);
+    loom_clear_error();
+    loom_program *p = loom_onnx_load(path_of("range.onnx"), NULL);
+    CHECK_MSG(p != NULL, "Range over a symbolic size: %s", loom_last_error());
+    if (!p) continue;
+    CHECK_EQ_INT(loom_program_num_symbols(p), 1);
+    const int64_t batches[] = {1, 2, 7};
+    for (int b = 0; b < 3; b++) {
+      int64_t rows = batches[b];
+      float x[21], y[21] = {0};
+      for (int i = 0; i < rows * 3; i++) x[i] = (float)i * 0.5f - 3;
+      loom_tensor *in = loom_from_data(x, LOOM_SHAPE(rows, 3), LOOM_F32, LOOM_CPU), *out = NULL;
+      CHECK_OK(loom_program_run(p, &in, &out));
+      CHECK_OK(loom_copy_to_host(out, y, (size_t)rows * 3 * sizeof *y));
+      bool same = true;
+      for (int i = 0; i < rows * 3; i++)
+        same &= y[i] == x[upside_down ? (rows - 1 - i / 3) * 3 + i % 3 : i];
+      CHECK_MSG(same, "Range over a symbolic size at batch %lld%s", (long long)rows,
+                upside_down ? ", negative indices" : "");
+      loom_free(in), loom_free(out);
+    }
+    loom_program_free(p);
+  }
+}
+
 int main(void) {
   if (!mkdtemp(dir)) return 1;
   test_symbolic_batch();
@@ -2522,6 +2594,7 @@ int main(void) {
   test_scatter_duplicates();
   test_narrow_types();
   test_external_data();
+  test_range_over_symbol();
   test_linear_attention_and_causal_conv();
   test_recurrent_refusals();
   const char *recurrent[] = {"lstm.weight_ih_l0",

@@ -118,6 +118,10 @@ loom_tensor *onnx_in(onnx_node *n, int i);
  * loom_onnx_forward, its inputs'): every tensor an op makes goes there. */
 loom_device onnx_device(const onnx_node *n);
 loom_device onnx_import_device(const onnx_import *im);
+/* 0 .. size-1 (dtype) as a tensor whose length follows the symbolic dim that
+ * traces at size in this trace (derived from an input with that dim), so that
+ * an arange over a symbolic size stays one; NULL when no symbol traces at size. */
+loom_tensor *onnx_symbol_positions(onnx_node *n, int64_t size, loom_dtype dtype);
 /* t (a realized CPU tensor, taken) realized on the import's device, NULL with
  * the import failed (naming what and name) when it cannot be. */
 loom_tensor *onnx_on_device(onnx_import *im, loom_tensor *t, const char *what, const char *name);
@@ -239,6 +243,9 @@ loom_status onnx_conv(onnx_node *n, loom_tensor *x, loom_tensor *w, loom_tensor 
                       loom_tensor **out);
 
 /* Helpers the families share (onnx_ops.c). */
+/* I64 ones, one per position of x along axis: a tensor whose length follows
+ * x's dim there (a symbolic one included) and that depends on no value. */
+loom_tensor *onnx_ones_along(loom_tensor *x, int axis);
 int onnx_rank(const loom_tensor *t);
 /* CumSum's and CumProd's axis (input 1) and their exclusive and reverse attributes. */
 loom_status onnx_running_axis(onnx_node *n, loom_tensor *x, int *axis, bool *exclusive,

@@ -60,6 +60,10 @@ struct onnx_import {
   char *symbol_onnx[MAX_SYMBOLS];
   char symbol_loom[MAX_SYMBOLS][65];
   int64_t symbol_size[MAX_SYMBOLS][MAX_TRACES];
+  /* an input tensor of each trace that has the symbol at symbol_axis (borrowed
+   * from its value slot) */
+  loom_tensor *symbol_tensor[MAX_SYMBOLS][MAX_TRACES];
+  int symbol_axis[MAX_SYMBOLS];
   char error[1024];
   loom_status status;
 };
@@ -594,6 +598,13 @@ static loom_status add_inputs(onnx_import *im, program_inputs *pi) {
         if (t) onnx_drop(held);
       }
     }
+    for (int d = 0; d < pi->ndims; d++)
+      if (pi->dims[d].input == pi->nins - 1)
+        for (int k = 0; k < im->nsymbols; k++)
+          if (!im->symbol_tensor[k][0] && pi->dims[d].symbol == im->symbol_loom[k]) {
+            for (int t = 0; t < MAX_TRACES; t++) im->symbol_tensor[k][t] = s->trace[t];
+            im->symbol_axis[k] = pi->dims[d].axis;
+          }
   }
   return LOOM_OK;
 }
@@ -753,11 +764,13 @@ static loom_status build_node(onnx_import *im, const Onnx__NodeProto *p, size_t 
   int32_t narrow[ONNX_MAX_NODE_IO] = {0};
   onnx_value views[ONNX_MAX_NODE_IO];
   for (int t = 0; t < im->ntraces; t++) {
+    im->trace = t;
     for (int i = 0; i < n.nin; i++) {
       n.in[i] = NULL;
       if (!slots[i]) continue;
       views[i] = slots[i]->v;
       views[i].t = slots[i]->trace[t];
+      views[i].traced = slots[i]->from_shape;
       n.in[i] = &views[i];
     }
     memset(n.out, 0, sizeof n.out);
@@ -833,6 +846,17 @@ static loom_status build_node(onnx_import *im, const Onnx__NodeProto *p, size_t 
 int onnx_ntraces(const onnx_import *im) { return im->ntraces; }
 
 loom_device onnx_import_device(const onnx_import *im) { return im->device; }
+
+loom_tensor *onnx_symbol_positions(onnx_node *n, int64_t size, loom_dtype dtype) {
+  onnx_import *im = n->im;
+  for (int k = 0; k < im->nsymbols; k++) {
+    loom_tensor *x = im->symbol_tensor[k][im->trace];
+    if (!x || im->symbol_size[k][im->trace] != size) continue;
+    loom_tensor *ones = onnx_ones_along(x, im->symbol_axis[k]);
+    return loom_cast(loom_sub_s(loom_cumsum(ones, 0), 1), dtype);
+  }
+  return NULL;
+}
 loom_device onnx_device(const onnx_node *n) { return n->im->device; }
 
 loom_tensor *onnx_own(loom_tensor *t) {

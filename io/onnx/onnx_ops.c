@@ -79,6 +79,20 @@ int onnx_rank(const loom_tensor *t) { return loom_ndim(t); }
 
 loom_shape onnx_shape(const loom_tensor *t) { return loom_shape_of(t); }
 
+loom_tensor *onnx_ones_along(loom_tensor *x, int axis) {
+  loom_tensor *line = loom_retain(x);
+  for (int d = 0; d < loom_ndim(x); d++)
+    if (d != axis) {
+      loom_tensor *cut = loom_slice(line, d, 0, 1, 1);
+      loom_free(line);
+      line = cut;
+    }
+  loom_tensor *flat = loom_flatten(line, 0, -1);
+  loom_free(line);
+  /* true whatever the values, NaN included */
+  return loom_cast(loom_logical_or(loom_eq(flat, flat), loom_ne(flat, flat)), LOOM_I64);
+}
+
 loom_tensor *onnx_scalar_like(double value, const loom_tensor *like) {
   return loom_scalar(value, loom_dtype_of(like), loom_device_of(like));
 }

@@ -307,10 +307,15 @@ static loom_status op_slice(onnx_node *n) {
   return LOOM_OK;
 }
 
-/* Negative indices count from the end of the axis. */
-static loom_tensor *wrap_indices(loom_tensor *idx, int64_t len) {
+/* Negative indices count from the end of x's axis; a length that follows a
+ * symbolic dim is counted when the model runs, since a constant would keep
+ * the traced one. */
+static loom_tensor *wrap_indices(onnx_node *n, loom_tensor *x, int axis, loom_tensor *idx) {
   loom_tensor *i64 = loom_cast(idx, LOOM_I64);
-  return loom_where(loom_lt_s(i64, 0), loom_add_s(i64, (double)len), i64);
+  loom_tensor *end = n->in[0]->symbolic ? loom_sum_all(onnx_ones_along(x, axis)) : NULL;
+  loom_tensor *wrapped =
+      end ? loom_add(i64, end) : loom_add_s(i64, (double)loom_shape_of(x).dim[axis]);
+  return loom_where(loom_lt_s(i64, 0), wrapped, i64);
 }
 
 static loom_status op_gather(onnx_node *n) {
@@ -322,7 +327,7 @@ static loom_status op_gather(onnx_node *n) {
   if (s.ndim - 1 + is.ndim > LOOM_MAX_DIMS)
     return onnx_refuse(n, LOOM_ERR_SHAPE, "the result has %d dims; loom holds at most %d",
                        s.ndim - 1 + is.ndim, LOOM_MAX_DIMS);
-  loom_tensor *flat = loom_reshape(wrap_indices(idx, s.dim[axis]), LOOM_SHAPE(loom_numel(idx)));
+  loom_tensor *flat = loom_reshape(wrap_indices(n, x, axis, idx), LOOM_SHAPE(loom_numel(idx)));
   loom_tensor *picked = loom_index_select(x, axis, flat);
   loom_shape out = {.ndim = s.ndim - 1 + is.ndim};
   int k = 0;
@@ -339,7 +344,7 @@ static loom_status op_gather_elements(onnx_node *n) {
   int axis;
   loom_status st = onnx_axis(n, onnx_attr_int(n, "axis", 0), s.ndim, &axis);
   if (st) return st;
-  onnx_out(n, 0, loom_gather(x, axis, wrap_indices(idx, s.dim[axis])));
+  onnx_out(n, 0, loom_gather(x, axis, wrap_indices(n, x, axis, idx)));
   return LOOM_OK;
 }
 
@@ -429,7 +434,14 @@ static loom_status op_range(onnx_node *n) {
     onnx_out(n, 0, loom_zeros(LOOM_SHAPE(0), dt, onnx_device(n)));
     return LOOM_OK;
   }
-  onnx_out(n, 0, loom_arange(v[0], v[0] + count * v[2] - v[2] / 2, v[2], dt, onnx_device(n)));
+  /* an arange over a symbolic size (0 to the batch, from Shape): positions that
+   * follow the symbol, where a constant arange would keep the traced length */
+  loom_tensor *follows = v[0] == 0 && v[2] == 1 && n->in[1]->traced
+                             ? onnx_symbol_positions(n, (int64_t)count, dt)
+                             : NULL;
+  onnx_out(n, 0,
+           follows ? follows
+                   : loom_arange(v[0], v[0] + count * v[2] - v[2] / 2, v[2], dt, onnx_device(n)));
   return LOOM_OK;
 }
 
