@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "io/onnx/onnx.h"
+#include "runtime/runtime.h"
 
 /* A float format: the sign, an exponent field and mant bits of mantissa. */
 typedef struct narrow_format {
@@ -149,16 +150,20 @@ static loom_tensor *wrap_to_int(loom_tensor *x, const narrow_format *f) {
   return loom_cast(w, f->held);
 }
 
+/* Both record their steps in a composite, so that only the result is left
+ * to the caller: they are called outside an op's own (a model's inputs). */
 loom_tensor *onnx_narrow_cast(loom_tensor *x, int32_t onnx_type, bool saturate) {
   const narrow_format *f = format_of(onnx_type);
   if (!f) return loom_retain(x);
-  return f->int_bits ? wrap_to_int(x, f) : round_to_float(x, f, saturate);
+  int token = lm_composite_begin();
+  return lm_composite_end(token, f->int_bits ? wrap_to_int(x, f) : round_to_float(x, f, saturate));
 }
 
 loom_tensor *onnx_narrow_saturate(loom_tensor *v, int32_t onnx_type) {
   const narrow_format *f = format_of(onnx_type);
-  if (!f->int_bits) return round_to_float(v, f, true);
+  if (!f->int_bits) return onnx_narrow_cast(v, onnx_type, true);
   double lo = f->is_signed ? -ldexp(1, f->int_bits - 1) : 0;
   double hi = f->is_signed ? ldexp(1, f->int_bits - 1) - 1 : ldexp(1, f->int_bits) - 1;
-  return loom_cast(loom_clamp(loom_round(v), lo, hi), f->held);
+  int token = lm_composite_begin();
+  return lm_composite_end(token, loom_cast(loom_clamp(loom_round(v), lo, hi), f->held));
 }
