@@ -321,6 +321,8 @@ static loom_status op_bitcast(onnx_node *n) {
 }
 /* The like input's ONNX type: its narrow type, or the one of its dtype. */
 static loom_status op_cast_like(onnx_node *n) {
+  if (!onnx_has_in(n, 1))
+    return onnx_refuse(n, LOOM_ERR_VALUE, "its target_type input (input 1) is missing");
   int32_t like = onnx_in_narrow(n, 1);
   if (like) return cast_to(n, like);
   onnx_out_narrow(n, 0, loom_cast(onnx_in(n, 0), loom_dtype_of(n->in[1]->t)), 0);

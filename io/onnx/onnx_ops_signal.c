@@ -200,6 +200,7 @@ static loom_status op_mel_weight_matrix(onnx_node *n) {
                        "num_mel_bins %lld, dft_length %lld, sample_rate %lld (each at least 1, "
                        "the matrix at most 2^24 values)",
                        (long long)mels, (long long)dft_length, (long long)rate);
+  if (!onnx_has_in(n, 3)) return onnx_refuse(n, LOOM_ERR_VALUE, "lower_edge_hertz is missing");
   loom_dtype hz_dtype = loom_dtype_of(n->in[3]->t);
   const char *type_name;
   int64_t out_type = onnx_attr_int(n, "output_datatype", 1);

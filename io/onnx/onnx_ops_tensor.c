@@ -47,6 +47,7 @@ static loom_status op_constant(onnx_node *n) {
 
 /* Dims [start, end) of input 0 as I64 (opset 15's start and end attributes). */
 static loom_status op_shape(onnx_node *n) {
+  if (!onnx_has_in(n, 0)) return onnx_refuse(n, LOOM_ERR_VALUE, "its input is missing");
   loom_shape s = loom_shape_of(n->in[0]->t);
   int64_t start = onnx_attr_int(n, "start", 0), end = onnx_attr_int(n, "end", s.ndim);
   if (start < 0) start += s.ndim;
@@ -58,6 +59,7 @@ static loom_status op_shape(onnx_node *n) {
 }
 
 static loom_status op_size(onnx_node *n) {
+  if (!onnx_has_in(n, 0)) return onnx_refuse(n, LOOM_ERR_VALUE, "its input is missing");
   int64_t numel = loom_numel(n->in[0]->t);
   onnx_out(n, 0, loom_from_data(&numel, LOOM_SHAPE0, LOOM_I64, onnx_device(n)));
   return LOOM_OK;
@@ -312,7 +314,8 @@ static loom_status op_slice(onnx_node *n) {
  * the traced one. */
 static loom_tensor *wrap_indices(onnx_node *n, loom_tensor *x, int axis, loom_tensor *idx) {
   loom_tensor *i64 = loom_cast(idx, LOOM_I64);
-  loom_tensor *end = n->in[0]->symbolic ? loom_sum_all(onnx_ones_along(x, axis)) : NULL;
+  loom_tensor *end =
+      onnx_has_in(n, 0) && n->in[0]->symbolic ? loom_sum_all(onnx_ones_along(x, axis)) : NULL;
   loom_tensor *wrapped =
       end ? loom_add(i64, end) : loom_add_s(i64, (double)loom_shape_of(x).dim[axis]);
   return loom_where(loom_lt_s(i64, 0), wrapped, i64);
