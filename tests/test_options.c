@@ -238,7 +238,8 @@ static void row_load_opts(void) {
 
 /* loom_onnx_opts spelled as compound literals on tests/data/onnx/mlp.onnx
  * (x [batch, 3]): all defaults keep the batch a symbol, .dims fixes it, a
- * size of 0 or a name no input has is refused, .inputs makes x a constant. */
+ * size of 0 or a name no input has is refused, .inputs makes x a constant,
+ * .device places it. */
 static void row_onnx_opts(void) {
   const char *path = LOOM_SOURCE_DIR "/tests/data/onnx/mlp.onnx";
   loom_program *p = loom_onnx_load(path, &(loom_onnx_opts){0});
@@ -266,6 +267,17 @@ static void row_onnx_opts(void) {
   CHECK(p && loom_program_num_inputs(p) == 0);
   loom_program_free(p);
   loom_free(x);
+  /* .device alone: the CPU as the zero default; a CUDA device without one is
+   * refused naming it */
+  p = loom_onnx_load(path, &(loom_onnx_opts){.device = LOOM_CPU});
+  CHECK(p && loom_program_num_symbols(p) == 1);
+  loom_program_free(p);
+  if (!loom_cuda_available()) {
+    loom_clear_error();
+    CHECK(!loom_onnx_load(path, &(loom_onnx_opts){.device = LOOM_CUDA(0)}));
+    CHECK(loom_last_error() && strstr(loom_last_error(), "cuda:0 is not available"));
+    loom_clear_error();
+  }
 }
 
 /* Accepted here (a zero bucket_bytes is DDP's 25 MiB: the call gets as far
