@@ -12,7 +12,6 @@
 /* A float format: the sign, an exponent field and mant bits of mantissa. */
 typedef struct narrow_format {
   int32_t onnx;
-  const char *name;
   loom_dtype held;
   int int_bits; /* an integer type's width; 0 for a float format */
   bool is_signed;
@@ -24,22 +23,20 @@ typedef struct narrow_format {
 } narrow_format;
 
 static const narrow_format formats[] = {
-    {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E4M3FN, "float8e4m3fn", LOOM_F16, 0, true, 4, 3, -6, 8,
-     448, false, true, false},
-    {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E4M3FNUZ, "float8e4m3fnuz", LOOM_F16, 0, true, 4, 3, -7,
-     7, 240, false, true, true},
-    {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E5M2, "float8e5m2", LOOM_F16, 0, true, 5, 2, -14, 15,
-     57344, true, true, false},
-    {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E5M2FNUZ, "float8e5m2fnuz", LOOM_F16, 0, true, 5, 2, -15,
-     15, 57344, false, true, true},
-    {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT4E2M1, "float4e2m1", LOOM_F16, 0, true, 2, 1, 0, 2, 6,
-     false, false, false},
-    {ONNX__TENSOR_PROTO__DATA_TYPE__UINT4, "uint4", LOOM_U8, 4, false, 0, 0, 0, 0, 0, false, false,
+    {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E4M3FN, LOOM_F16, 0, true, 4, 3, -6, 8, 448, false, true,
      false},
-    {ONNX__TENSOR_PROTO__DATA_TYPE__INT4, "int4", LOOM_I8, 4, true, 0, 0, 0, 0, 0, false, false,
+    {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E4M3FNUZ, LOOM_F16, 0, true, 4, 3, -7, 7, 240, false,
+     true, true},
+    {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E5M2, LOOM_F16, 0, true, 5, 2, -14, 15, 57344, true, true,
      false},
-    {ONNX_UINT2, "uint2", LOOM_U8, 2, false, 0, 0, 0, 0, 0, false, false, false},
-    {ONNX_INT2, "int2", LOOM_I8, 2, true, 0, 0, 0, 0, 0, false, false, false},
+    {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E5M2FNUZ, LOOM_F16, 0, true, 5, 2, -15, 15, 57344, false,
+     true, true},
+    {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT4E2M1, LOOM_F16, 0, true, 2, 1, 0, 2, 6, false, false,
+     false},
+    {ONNX__TENSOR_PROTO__DATA_TYPE__UINT4, LOOM_U8, 4, false, 0, 0, 0, 0, 0, false, false, false},
+    {ONNX__TENSOR_PROTO__DATA_TYPE__INT4, LOOM_I8, 4, true, 0, 0, 0, 0, 0, false, false, false},
+    {ONNX_UINT2, LOOM_U8, 2, false, 0, 0, 0, 0, 0, false, false, false},
+    {ONNX_INT2, LOOM_I8, 2, true, 0, 0, 0, 0, 0, false, false, false},
 };
 
 static const narrow_format *format_of(int32_t onnx_type) {
@@ -52,9 +49,8 @@ bool onnx_dtype_is_narrow(int32_t onnx_type) { return format_of(onnx_type) != NU
 
 int onnx_dtype_held(int32_t onnx_type, const char **name) {
   const narrow_format *f = format_of(onnx_type);
-  if (!f) return onnx_dtype_to_loom(onnx_type, name);
-  if (name) *name = f->name;
-  return f->held;
+  int dt = onnx_dtype_to_loom(onnx_type, name); /* the name from onnx_read.c's table */
+  return f ? (int)f->held : dt;
 }
 
 int onnx_narrow_bits(int32_t onnx_type) {
