@@ -314,8 +314,7 @@ static loom_status op_slice(onnx_node *n) {
  * the traced one. */
 static loom_tensor *wrap_indices(onnx_node *n, loom_tensor *x, int axis, loom_tensor *idx) {
   loom_tensor *i64 = loom_cast(idx, LOOM_I64);
-  loom_tensor *end =
-      onnx_has_in(n, 0) && n->in[0]->symbolic ? loom_sum_all(onnx_ones_along(x, axis)) : NULL;
+  loom_tensor *end = !onnx_in_dim_fixed(n, 0, axis) ? loom_sum_all(onnx_ones_along(x, axis)) : NULL;
   loom_tensor *wrapped =
       end ? loom_add(i64, end) : loom_add_s(i64, (double)loom_shape_of(x).dim[axis]);
   return loom_where(loom_lt_s(i64, 0), wrapped, i64);
