@@ -480,7 +480,8 @@ typedef struct loom_conv2d_opts {
   int stride[2], padding[2], dilation[2], groups;
 } loom_conv2d_opts;
 /* x [N, C, H, W], w [O, C/groups, KH, KW], b [O] or NULL -> [N, O, OH, OW].
- * Lowered to im2col + GEMM. A zero field of opts takes its default (stride 1,
+ * Lowered to im2col + GEMM; on the CPU the product reads the im2col matrix's
+ * terms from the image (docs/gemm.md). A zero field of opts takes its default (stride 1,
  * padding 0, dilation 1, groups 1); negative ones are refused. */
 loom_tensor *loom_conv2d_f(const loom_tensor *x, const loom_tensor *w, const loom_tensor *b,
                            loom_conv2d_opts opts);
@@ -1006,6 +1007,8 @@ typedef struct loom_stats {
   uint64_t collectives_overlapped;      /* of them, all-reduces that ran on while later steps of
                                            their program computed */
   uint64_t collective_bytes;            /* the bytes this process put into them */
+  uint64_t gemms_from_windows;          /* convolution products that read their terms from the
+                                           image itself, with no im2col matrix (docs/gemm.md) */
 } loom_stats;
 
 loom_stats loom_get_stats(void);

@@ -314,7 +314,7 @@ void lm_gemm_write_export(const lm_export_layout *l, int i, FILE *f) {
           "      struct gemm_args args = {%" PRId64 ", %" PRId64 ", %" PRId64 ", a + ao, %" PRId64
           ", %" PRId64 ",\n"
           "        b + bo, %" PRId64 ", %" PRId64 ", c + i * %" PRId64 ", %" PRId64
-          ", 0, 0, 0, 0, pack, 0};\n",
+          ", 0, 0, 0, 0, pack, 0, 0};\n",
           g->M, g->N, g->K, a_row, a_col, b_row, b_col, g->M * g->N, g->N);
   fprintf(f, "      gemm_blocking(&tile, &args);\n");
   fprintf(f, "      run_gemm(%s, &tile, &args, %d, %d, pack, %" PRId64 ");\n    }\n  }\n",

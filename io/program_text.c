@@ -573,7 +573,17 @@ void lm_gemm_write_text(text *t, const loom_program *p, int i) {
   for (int k = 0; k < p->plan->nsteps; k++)
     if (s->deferred && p->plan->steps[k].gemm_partner == i)
       put(t, "; runs in row blocks inside step %d", k);
-  if (s->b_producer >= 0)
+  if (s->b_producer >= 0 && g->win.on)
+    put(t,
+        "; B is read from the windows of %s's image [%lld,%lld,%lld,%lld] (%lldx%lld kernel, "
+        "stride %lldx%lld, padding %lldx%lld, dilation %lldx%lld) with loom's GEMM, else made "
+        "by step %d's kernel",
+        pos_name(p, g->win.x_pos, c), (long long)g->win.n, (long long)g->win.c, (long long)g->win.h,
+        (long long)g->win.w, (long long)g->win.kh, (long long)g->win.kw,
+        (long long)g->win.stride[0], (long long)g->win.stride[1], (long long)g->win.pad[0],
+        (long long)g->win.pad[1], (long long)g->win.dilation[0], (long long)g->win.dilation[1],
+        s->b_producer);
+  else if (s->b_producer >= 0)
     put(t, "; B is made by step %d's kernel, a block of its columns at a time", s->b_producer);
   put(t, "\n    M %lld N %lld K %lld: A %s%s lda %lld offset %lld, B %s%s ldb %lld offset %lld\n",
       (long long)g->M, (long long)g->N, (long long)g->K, pos_name(p, g->a_pos, a),

@@ -186,6 +186,9 @@ lk_hash lk_gemm_hash(const lk_gemm *g) {
   hw_i64(&w, g->in_dtype);
   hw_i64(&w, g->amx);
   if (g->dot_pairs) hw_i64(&w, 1); /* earlier tiles keep their hashes */
+  /* the functions that read lk_gemm_args.b_rows: an earlier one, cached on
+   * disk, would read past its arguments */
+  hw_i64(&w, LK_GEMM_ABI);
   return hw_digest(&w);
 }
 

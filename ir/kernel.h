@@ -373,15 +373,21 @@ typedef struct lk_gemm_args {
   const void *b;
   int64_t b_row, b_col; /* B(p, j) is b[p * b_row + j * b_col] */
   void *c;
-  int64_t ldc;        /* C(i, j) is c[i * ldc + j] */
-  int64_t accumulate; /* nonzero: C += A @ B; zero: C = A @ B (C not read) */
-  int64_t mc, kc, nc; /* blocking: A blocks mc x kc, B panels kc x nc (>= 1) */
-  void *pack;         /* lk_gemm_pack_bytes(g, mc, kc, nc) bytes, 64-aligned */
-  int64_t b_in_place; /* nonzero, with b_col == 1: B's whole slivers are read in
-                         place, not packed (lk_gemm_b_in_place) */
+  int64_t ldc;           /* C(i, j) is c[i * ldc + j] */
+  int64_t accumulate;    /* nonzero: C += A @ B; zero: C = A @ B (C not read) */
+  int64_t mc, kc, nc;    /* blocking: A blocks mc x kc, B panels kc x nc (>= 1) */
+  void *pack;            /* lk_gemm_pack_bytes(g, mc, kc, nc) bytes, 64-aligned */
+  int64_t b_in_place;    /* nonzero, with b_col == 1: B's whole slivers are read in
+                            place, not packed (lk_gemm_b_in_place) */
+  const int64_t *b_rows; /* non-NULL, with b_row == 0 and b_col == 1: B's row p
+                            starts at b + b_rows[p] (k entries): a convolution's
+                            windows read from the image, runtime/conv_cpu.c.
+                            Such a B is always packed. */
 } lk_gemm_args;
 
 typedef void (*lk_gemm_fn)(const lk_gemm_args *args);
+/* lk_gemm_args' layout, in the generated functions' hashes */
+#define LK_GEMM_ABI 2
 
 /* Products whose A rows and B columns are contiguous along k (a_col == 1,
  * b_row == 1: activations against a layer's weight read as W^T) with few rows

@@ -74,6 +74,27 @@ static lm_node *operand_memory(lm_planner *pl, const lm_node *consumer, lm_node 
   return o;
 }
 
+/* The image whose windows a matmul's B operand o is (a convolution's im2col
+ * matrix made in blocks: at least PROLOGUE_MIN_BYTES, one batch, on the
+ * CPU), below reshapes, permutes and a zero padding; else NULL. Such an
+ * image gets memory: the product then reads its terms from it
+ * (lm_pair_gemm_prologues, runtime/gemm_windows.c), where an inline image
+ * (the last layer's bias and ReLU) would be computed again for every window
+ * that covers it. */
+static lm_node *convolution_image(const lm_node *matmul, const lm_node *o) {
+  if (matmul->op != LM_MATMUL || matmul->src[1] != o || matmul->device.type != LOOM_DEVICE_CPU ||
+      (o->dtype != LOOM_F32 && o->dtype != LOOM_F64) ||
+      lm_shape_numel(&o->shape) * (int64_t)loom_dtype_size(o->dtype) < LM_PROLOGUE_MIN_BYTES)
+    return NULL;
+  for (int d = 0; d + 2 < o->shape.ndim; d++)
+    if (o->shape.dim[d] != 1) return NULL;
+  while (o->op == LM_RESHAPE || o->op == LM_PERMUTE) o = o->src[0];
+  if (o->op != LM_WINDOW) return NULL;
+  o = o->src[0];
+  if (o->op == LM_PAD && o->arg.pad.value == 0) o = o->src[0];
+  return o->shape.ndim == 4 && !lm_op_is_view(o->op) ? (lm_node *)o : NULL;
+}
+
 static void mark_gemm_operands(lm_planner *pl) {
   const lm_graph *g = pl->g;
   for (bool changed = true; changed;) {
@@ -93,6 +114,10 @@ static void mark_gemm_operands(lm_planner *pl) {
                                                                      : (lm_node *)base;
         if (needs && !lm_plan_of(pl, needs)->materialize)
           lm_plan_of(pl, needs)->materialize = changed = true;
+        lm_node *image = convolution_image(n, o);
+        if (image && !lm_is_computed(image) && image->op != LM_INPUT &&
+            !lm_plan_of(pl, image)->materialize)
+          lm_plan_of(pl, image)->materialize = changed = true;
       }
     }
   }

@@ -211,10 +211,6 @@ bool lm_pair_gemm_epilogues(lm_planner *pl, lm_plan *p) {
 
 /* ------------------------------------------------------------ GEMM prologues */
 
-/* Below this size an operand is stored: it stays in cache between its kernel
- * and the GEMM anyway. */
-#define PROLOGUE_MIN_BYTES ((int64_t)1 << 20)
-
 /* Whether GEMM step s reads the whole buffer at pos, row-major, as its B
  * operand and not as A (one batch). */
 static bool reads_whole_b(const lm_step *s, int pos) {
@@ -233,7 +229,7 @@ static bool makes_gemm_operand(const lm_graph *g, const lm_plan *p, const lm_ste
   if (e->kind != LM_STEP_KERNEL || e->out >= p->nnodes || p->published[e->out] ||
       e->kernel.reduce != LK_RED_NONE || e->kernel.nstats > 0 || e->gemm_partner >= 0 ||
       e->kernel.nslots > LM_PROLOGUE_MAX_SLOTS ||
-      e->outer * (int64_t)loom_dtype_size(e->dtype) < PROLOGUE_MIN_BYTES ||
+      e->outer * (int64_t)loom_dtype_size(e->dtype) < LM_PROLOGUE_MIN_BYTES ||
       g->nodes[e->out]->device.type != LOOM_DEVICE_CPU)
     return false;
   int readers = 0;
@@ -250,13 +246,127 @@ static bool makes_gemm_operand(const lm_graph *g, const lm_plan *p, const lm_ste
   return readers > 0;
 }
 
+/* ------------------------------------------------------------ B as windows */
+
+/* Element i of view node n (a reshape or a permute) as an element of its source. */
+static int64_t view_source_index(const lm_node *n, int64_t i) {
+  if (n->op == LM_RESHAPE) return i;
+  const loom_shape *out = &n->shape, *in = &n->src[0]->shape;
+  int64_t at[LOOM_MAX_DIMS], src_strides[LOOM_MAX_DIMS], r = 0;
+  for (int d = out->ndim - 1; d >= 0; d--) at[d] = i % out->dim[d], i /= out->dim[d];
+  lm_shape_strides(in, src_strides);
+  for (int d = 0; d < out->ndim; d++) r += at[d] * src_strides[n->arg.perm[d]];
+  return r;
+}
+
+typedef struct windows_chain {
+  const lm_node *views[16]; /* from B's node down, each a reshape or permute */
+  int nviews;
+  const lm_node *window;
+  int64_t k, cols; /* B's K x N */
+} windows_chain;
+
+/* Whether B(p, j) is the window element im2col puts there: p = (c, kh, kw),
+ * j = (n, oh, ow) over the window node's [n, c, oh, ow, kh, kw]. */
+static bool im2col_element(const windows_chain *w, int64_t p, int64_t j) {
+  int64_t i = p * w->cols + j;
+  for (int v = 0; v < w->nviews; v++) i = view_source_index(w->views[v], i);
+  const int64_t *d = w->window->shape.dim; /* n c oh ow kh kw */
+  int64_t want =
+      ((((j / (d[2] * d[3]) * d[1] + p / (d[4] * d[5])) * d[2] + j / d[3] % d[2]) * d[3] +
+        j % d[3]) *
+           d[4] +
+       p / d[5] % d[4]) *
+          d[5] +
+      p % d[5];
+  return i == want;
+}
+
+/* Every term at a few columns and every column at a few terms: the views
+ * between B and the windows are digit rearrangements, which these pin down. */
+static bool reads_as_im2col(const windows_chain *w) {
+  int64_t js[3] = {0, w->cols / 2, w->cols - 1}, ps[3] = {0, w->k / 2, w->k - 1};
+  for (int t = 0; t < 3; t++) {
+    for (int64_t p = 0; p < w->k; p++)
+      if (!im2col_element(w, p, js[t])) return false;
+    for (int64_t j = 0; j < w->cols; j++)
+      if (!im2col_element(w, ps[t], j)) return false;
+  }
+  return true;
+}
+
+/* Fills gm->win when GEMM step gm's B, made by kernel step e, is the im2col
+ * matrix of a 2-D convolution (frontend/nn.c loom_conv2d_f, groups 1) over an
+ * image e reads from memory: views (reshapes, permutes) of the windows of a
+ * zero padding of it. */
+static void find_windows(const lm_graph *g, const lm_step *e, lm_gemm *gm) {
+  windows_chain w = {.k = gm->K, .cols = gm->N};
+  const lm_node *n = g->nodes[e->out];
+  if (gm->b_trans || gm->a_pos == gm->b_pos || w.k < 1 || w.cols < 1 ||
+      lm_shape_numel(&n->shape) != w.k * w.cols)
+    return;
+  while ((n->op == LM_RESHAPE || n->op == LM_PERMUTE) && w.nviews < 16)
+    w.views[w.nviews++] = n, n = n->src[0];
+  if (n->op != LM_WINDOW || n->shape.ndim != 6) return;
+  w.window = n;
+  const lm_node *padded = n->src[0], *image = padded;
+  int64_t pad[2] = {0, 0};
+  if (padded->op == LM_PAD) {
+    image = padded->src[0];
+    if (padded->arg.pad.value != 0 || image->shape.ndim != 4) return;
+    for (int d = 0; d < 4; d++) {
+      int64_t lo = padded->arg.pad.lo[d];
+      if (padded->arg.pad.lo_from_end[d] || lo < 0 ||
+          padded->shape.dim[d] < image->shape.dim[d] + lo || (d < 2 && lo != 0))
+        return;
+    }
+    pad[0] = padded->arg.pad.lo[2], pad[1] = padded->arg.pad.lo[3];
+  }
+  if (image->shape.ndim != 4 || image->dtype != gm->dtype || gm->in_dtype != gm->dtype) return;
+  /* the image as the kernel reads it from memory, maybe through reshapes */
+  int x_pos = -1;
+  for (const lm_node *m = image; x_pos < 0; m = m->src[0]) {
+    for (int a = 1; a < e->kernel.nslots && x_pos < 0; a++)
+      if (!e->arg_key[a] && e->arg_pos[a] >= 0 && e->arg_pos[a] < g->n &&
+          g->nodes[e->arg_pos[a]] == m)
+        x_pos = e->arg_pos[a];
+    if (x_pos < 0 && m->op != LM_RESHAPE) return;
+  }
+  const int64_t *wd = n->shape.dim, *xd = image->shape.dim;
+  const lm_node *win = n;
+  /* the padding at the end must hold every window: loom_conv2d_f pads both sides */
+  for (int i = 0; i < 2; i++)
+    if (win->arg.window.stride[i] < 1 || win->arg.window.dilation[i] < 1 ||
+        (wd[2 + i] - 1) * win->arg.window.stride[i] +
+                (wd[4 + i] - 1) * win->arg.window.dilation[i] >=
+            padded->shape.dim[2 + i])
+      return;
+  if (wd[0] != xd[0] || wd[1] != xd[1] || !reads_as_im2col(&w)) return;
+  gm->win =
+      (lm_gemm_windows){.on = true,
+                        .x_pos = x_pos,
+                        .n = xd[0],
+                        .c = xd[1],
+                        .h = xd[2],
+                        .w = xd[3],
+                        .oh = wd[2],
+                        .ow = wd[3],
+                        .kh = wd[4],
+                        .kw = wd[5],
+                        .stride = {win->arg.window.stride[0], win->arg.window.stride[1]},
+                        .dilation = {win->arg.window.dilation[0], win->arg.window.dilation[1]},
+                        .pad = {pad[0], pad[1]}};
+}
+
 void lm_pair_gemm_prologues(const lm_graph *g, lm_plan *p) {
   for (int j = 0; j < p->nsteps; j++) {
     lm_step *e = &p->steps[j];
     if (!makes_gemm_operand(g, p, e)) continue;
     e->deferred = true;
     for (int i = 0; i < p->nsteps; i++)
-      if (p->steps[i].kind == LM_STEP_GEMM && p->steps[i].gemm.b_pos == e->out)
+      if (p->steps[i].kind == LM_STEP_GEMM && p->steps[i].gemm.b_pos == e->out) {
         p->steps[i].b_producer = j;
+        find_windows(g, e, &p->steps[i].gemm);
+      }
   }
 }

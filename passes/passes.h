@@ -37,8 +37,24 @@ typedef enum lm_step_kind {
 /* A GEMM prologue's kernel has at most this many slots (the runtime keeps a
  * copy of its arguments per block on the stack). */
 #define LM_PROLOGUE_MAX_SLOTS 16
+/* A GEMM operand below this size is stored, not made in blocks by its
+ * kernel: it stays in cache between its kernel and the GEMM anyway. */
+#define LM_PROLOGUE_MIN_BYTES ((int64_t)1 << 20)
 
 /* C[b] = A[b] @ B[b] for every batch index b, C contiguous [batch.., M, N]. */
+/* A GEMM's B that is a convolution's windows over an image x [n, c, h, w]
+ * (contiguous, at buffer x_pos): B(p, j) with p = (ci, kh, kw) and j =
+ * (ni, oh, ow) is x[ni, ci, oh * stride[0] - pad[0] + kh * dilation[0],
+ * ow * stride[1] - pad[1] + kw * dilation[1]], zero outside. Set by
+ * lm_pair_gemm_prologues on a forward convolution whose im2col matrix is made
+ * in blocks; the CPU then reads B from x (runtime/gemm_windows.c). */
+typedef struct lm_gemm_windows {
+  bool on;
+  int x_pos;
+  int64_t n, c, h, w, oh, ow, kh, kw;
+  int64_t stride[2], dilation[2], pad[2];
+} lm_gemm_windows;
+
 typedef struct lm_gemm {
   loom_dtype dtype;    /* C's and the sums' */
   loom_dtype in_dtype; /* A's and B's: dtype, or BF16 / F16 (with F32 sums:
@@ -50,7 +66,8 @@ typedef struct lm_gemm {
   int64_t M, N, K;
   bool a_trans, b_trans;
   int64_t lda, ldb;
-  int a_pos, b_pos; /* canonical positions of the operands' buffers */
+  int a_pos, b_pos;    /* canonical positions of the operands' buffers */
+  lm_gemm_windows win; /* B is also windows over an image (win.on) */
   /* filled in by the runtime: loom's own block function for `tile` (NULL:
    * BLAS only), and whether it computes every block or only those it takes
    * unpacked (lk_gemm_unpacked), BLAS the rest */

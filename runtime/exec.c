@@ -165,6 +165,8 @@ loom_status lm_gemm_run_cpu(const lm_exec *x, const lm_step *s) {
     lm_run_gemm(g, x->bufs[g->a_pos], x->bufs[g->b_pos], x->bufs[s->out]);
     return LOOM_OK;
   }
+  if (lm_gemm_windows_usable(g))
+    return lm_run_gemm_windows(g, x->bufs[g->a_pos], x->bufs[g->win.x_pos], x->bufs[s->out]);
   const lm_step *e = &x->plan->steps[s->b_producer];
   void *args[LM_PROLOGUE_MAX_SLOTS + 1] = {NULL};
   bind_slots(x, e, args);

@@ -22,6 +22,10 @@ typedef void (*lm_gemm_fill)(void *ctx, int64_t c0, int64_t c1, void *dst);
 loom_status lm_run_gemm_filled(const lm_gemm *g, const void *a, lm_gemm_fill fill, void *ctx,
                                void *c);
 int64_t lm_gemm_batches(const lm_gemm *g);
+/* Whether g's product can read B from its image (g->win, loom's own GEMM),
+ * and that product (runtime/gemm_windows.c): a = A's buffer, x = the image's. */
+bool lm_gemm_windows_usable(const lm_gemm *g);
+loom_status lm_run_gemm_windows(const lm_gemm *g, const void *a, const void *x, void *c);
 /* Chooses between loom's own GEMM and BLAS for g and fills in g->fn, g->tile
  * (the tile g's M x N suits) and g->fn_for_all, compiling loom's if need be
  * (*code: the reference keeping g->fn loaded, NULL with BLAS only). By

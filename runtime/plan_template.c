@@ -50,7 +50,7 @@
 /* A field added to a step must be described by walk_plan (as shape or as a
  * number) or an instance runs with the template's value of it. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(lm_step) == 712 && sizeof(lm_gemm) == 312 && sizeof(lm_collective) == 88 &&
+_Static_assert(sizeof(lm_step) == 712 && sizeof(lm_gemm) == 432 && sizeof(lm_collective) == 88 &&
                    sizeof(lm_attention) == 640 && sizeof(lm_sort) == 40 && sizeof(lm_scan) == 40 &&
                    sizeof(lm_check_step) == 104 && sizeof(lk_kernel) == 304,
                "lm_step changed: describe the new field in walk_plan, then update the sizes here");
@@ -203,6 +203,15 @@ void lm_gemm_walk(lm_plan_walk *w, lm_step *s, int i) {
   }
   int64_t *nums[] = {&g->a_offset, &g->b_offset, &g->M, &g->N, &g->K, &g->lda, &g->ldb};
   for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) number(w, nums[i]);
+  lm_gemm_windows *v = &g->win;
+  if (w->d) {
+    PUT(w->d, v->on);
+    PUT(w->d, v->x_pos);
+  }
+  int64_t *geometry[] = {&v->n,           &v->c,           &v->h,      &v->w,         &v->oh,
+                         &v->ow,          &v->kh,          &v->kw,     &v->stride[0], &v->stride[1],
+                         &v->dilation[0], &v->dilation[1], &v->pad[0], &v->pad[1]};
+  for (size_t i = 0; v->on && i < sizeof geometry / sizeof *geometry; i++) number(w, geometry[i]);
 }
 
 void lm_collective_walk(lm_plan_walk *w, lm_step *s, int i) {

@@ -32,7 +32,10 @@ void lm_gemm_write_profile(FILE *f, const lm_step *s) {
   const lm_gemm *g = &s->gemm;
   fprintf(f, "gemm M %lld N %lld K %lld batch %lld%s%s%s\n", (long long)g->M, (long long)g->N,
           (long long)g->K, (long long)lm_gemm_batches(g), g->a_trans ? " A^T" : "",
-          g->b_trans ? " B^T" : "", s->b_producer >= 0 ? ", B made in blocks inside" : "");
+          g->b_trans ? " B^T" : "",
+          s->b_producer < 0           ? ""
+          : lm_gemm_windows_usable(g) ? ", B read from the image's windows"
+                                      : ", B made in blocks inside");
 }
 
 void lm_collective_write_profile(FILE *f, const lm_step *s) {

@@ -120,6 +120,7 @@ typedef enum lm_stat {
   LM_STAT_COLLECTIVES_RUN,
   LM_STAT_COLLECTIVES_OVERLAPPED,
   LM_STAT_COLLECTIVE_BYTES,
+  LM_STAT_GEMMS_FROM_WINDOWS,
   LM_NUM_STATS
 } lm_stat;
 void lm_stat_add(lm_stat which, uint64_t amount);

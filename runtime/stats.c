@@ -56,6 +56,7 @@ loom_stats loom_get_stats(void) {
   s.collectives_run = atomic_load(&counters[LM_STAT_COLLECTIVES_RUN]);
   s.collectives_overlapped = atomic_load(&counters[LM_STAT_COLLECTIVES_OVERLAPPED]);
   s.collective_bytes = atomic_load(&counters[LM_STAT_COLLECTIVE_BYTES]);
+  s.gemms_from_windows = atomic_load(&counters[LM_STAT_GEMMS_FROM_WINDOWS]);
   return s;
 }
 

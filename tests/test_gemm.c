@@ -60,6 +60,8 @@ typedef struct layout {
   bool accumulate;
   int64_t mc, kc, nc;
   bool in_place; /* lk_gemm_args.b_in_place: B's whole slivers read where they are */
+  bool by_table; /* lk_gemm_args.b_rows: B's rows stored in another order (B not
+                    transposed), found through a table of their offsets */
 } layout;
 
 /* A and B of the tile's in_dtype, C of its dtype */
@@ -76,6 +78,11 @@ static void run_block(lk_gemm_fn fn, const lk_gemm *tile, layout l) {
     for (int64_t j = 0; j < n && !l.accumulate; j++) put(dt, c, i * ldc + j, NAN);
   size_t bytes = lk_gemm_pack_bytes(tile, l.mc, l.kc, l.nc);
   void *pack = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  /* by table: B's row p stored as row (p * 7 + 3) % k, which visits every row
+   * when 7 does not divide k, else as row k - 1 - p */
+  bool by_table = l.by_table && !l.b_trans && k > 0;
+  int64_t *rows = malloc(sizeof *rows * (size_t)(k > 0 ? k : 1));
+  for (int64_t p = 0; p < k; p++) rows[p] = (k % 7 ? (p * 7 + 3) % k : k - 1 - p) * b_cols;
   lk_gemm_args args = {.m = m,
                        .n = n,
                        .k = k,
@@ -93,6 +100,7 @@ static void run_block(lk_gemm_fn fn, const lk_gemm *tile, layout l) {
                        .nc = l.nc,
                        .pack = pack,
                        .b_in_place = l.in_place};
+  if (by_table) args.b_row = 0, args.b_rows = rows;
   fn(&args);
   int bad = 0;
   for (int64_t i = 0; i < m && bad < 3; i++)
@@ -109,26 +117,26 @@ static void run_block(lk_gemm_fn fn, const lk_gemm *tile, layout l) {
       double want = l.accumulate ? old : 0, sumabs = fabs(want);
       for (int64_t p = 0; p < k; p++) {
         double x = get(in, a, l.a_trans ? p * a_cols + i : i * a_cols + p);
-        double y = get(in, b, l.b_trans ? j * b_cols + p : p * b_cols + j);
+        double y = get(in, b, l.b_trans ? j * b_cols + p : by_table ? rows[p] + j : p * b_cols + j);
         want += x * y, sumabs += fabs(x * y);
       }
       double tol = check_sum_bound(dt == LOOM_F32, (double)k + 1, sumabs);
       if (!(fabs(got - want) <= tol)) {
         bad++;
         check_fail_at(__FILE__, __LINE__,
-                      "%s%s %lldx%lldx%lld ta=%d tb=%d pad=%lld acc=%d blocks %lld/%lld/%lld: "
-                      "C[%lld][%lld] = %.9g, want %.9g",
+                      "%s%s %lldx%lldx%lld ta=%d tb=%d pad=%lld acc=%d table=%d blocks "
+                      "%lld/%lld/%lld: C[%lld][%lld] = %.9g, want %.9g",
                       loom_dtype_name(in),
                       tile->amx         ? " (AMX)"
                       : tile->dot_pairs ? " (pairs)"
                                         : "",
                       (long long)m, (long long)n, (long long)k, l.a_trans, l.b_trans,
-                      (long long)l.pad, l.accumulate, (long long)l.mc, (long long)l.kc,
+                      (long long)l.pad, l.accumulate, by_table, (long long)l.mc, (long long)l.kc,
                       (long long)l.nc, (long long)i, (long long)j, got, want);
       }
     }
   if (!bad) check_passes++;
-  free(a), free(b), free(c), free(before), free(pack);
+  free(a), free(b), free(c), free(before), free(pack), free(rows);
 }
 
 /* Every tile the host has for operands of dt (with pairs: BF16's native
@@ -164,7 +172,8 @@ static void test_block_function(loom_dtype dt, bool pairs, bool amx) {
                   .b_trans = (pick >> 21) & 1,
                   .pad = (pick >> 22) & 1 ? 3 : 0,
                   .accumulate = (pick >> 23) & 1,
-                  .in_place = (pick >> 30) & 1};
+                  .in_place = (pick >> 30) & 1,
+                  .by_table = !lk_gemm_paired(&tile) && (pick >> 31) & 1};
       /* blocks: whole, or a few rows / terms / columns at a time */
       l.mc = (pick >> 24) & 1 ? l.m : (int64_t)(1 + (pick >> 25) % (unsigned)(2 * mr));
       l.kc = (pick >> 26) & 1 ? l.k : (int64_t)(1 + (pick >> 27) % 9u);
@@ -173,20 +182,33 @@ static void test_block_function(loom_dtype dt, bool pairs, bool amx) {
     }
     for (int in_place = 0; in_place < 2; in_place++) {
       /* larger, with the runtime's kind of blocking */
-      run_block(fn, &tile, (layout){203, 517, 301, false, false, 0, false, 84, 96, 256, in_place});
-      run_block(fn, &tile, (layout){203, 517, 301, true, true, 5, true, 84, 96, 256, in_place});
       run_block(fn, &tile,
-                (layout){32, 2 * nr + 5, 144, false, false, 3, false, 32, 144, 4096, in_place});
+                (layout){203, 517, 301, false, false, 0, false, 84, 96, 256, in_place, false});
+      run_block(fn, &tile,
+                (layout){203, 517, 301, true, true, 5, true, 84, 96, 256, in_place, false});
+      run_block(
+          fn, &tile,
+          (layout){32, 2 * nr + 5, 144, false, false, 3, false, 32, 144, 4096, in_place, false});
       /* a few rows against B's rows (swept unpacked, lk_gemm_swept): whole
        * blocks of columns and a masked last one, each row count */
       for (int64_t m = 1; m <= LK_GEMM_DOT_MAX_ROWS + 1; m++)
         for (int64_t n = 1; n <= 301; n += 150)
           run_block(fn, &tile,
                     (layout){m, n + 129 * (m & 1), 1 + 150 * (n > 1), m == 2, false, 3 * (m & 1),
-                             m >= 3, m, 64, n + 129, in_place});
+                             m >= 3, m, 64, n + 129, in_place, false});
+      /* B's rows through a table (a convolution's windows), in place asked for
+       * and refused: whole and partial slivers, several blocks of terms */
+      if (!lk_gemm_paired(&tile)) {
+        layout t = {203, 517, 301, false, false, 3, false, 84, 96, 256, in_place, true};
+        run_block(fn, &tile, t);
+        t.m = 64, t.n = 3 * nr + 1, t.k = 576, t.accumulate = true, t.mc = 64, t.kc = 256;
+        run_block(fn, &tile, t);
+        t.m = 2, t.n = 40, t.k = 9, t.mc = 2, t.kc = 9, t.nc = 40; /* few rows: packed too */
+        run_block(fn, &tile, t);
+      }
       /* no terms: C = 0, or left as it is */
-      run_block(fn, &tile, (layout){5, 7, 0, false, false, 1, false, 5, 1, 7, in_place});
-      run_block(fn, &tile, (layout){5, 7, 0, false, true, 1, true, 5, 1, 7, in_place});
+      run_block(fn, &tile, (layout){5, 7, 0, false, false, 1, false, 5, 1, 7, in_place, false});
+      run_block(fn, &tile, (layout){5, 7, 0, false, true, 1, true, 5, 1, 7, in_place, false});
     }
     lm_code_release(code);
   }

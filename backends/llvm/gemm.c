@@ -18,7 +18,9 @@
  * Slivers at the edges are padded with zeros when packed; only the tile's
  * stores are masked. When the caller says so (lk_gemm_args.b_in_place) and
  * B's rows are contiguous, B's whole slivers are read where they are: for a
- * product of few rows, packing B would copy as much as the microkernels read. Nothing here names an
+ * product of few rows, packing B would copy as much as the microkernels read.
+ * B's rows may also start where a table says (lk_gemm_args.b_rows): a
+ * convolution's terms read straight from the image. Nothing here names an
  * instruction set: LLVM selects the FMAs, broadcasts and masked stores for the target.
  *
  * This file holds the microkernel, the loops and the API; the parts with
@@ -161,6 +163,7 @@ enum {
   ARG_NC,
   ARG_PACK,
   ARG_B_IN_PLACE,
+  ARG_B_ROWS,
   ARG_COUNT
 };
 
@@ -259,18 +262,21 @@ LLVMValueRef lm_gemm_begin_entry(gemm_cg *g, const char *symbol, LLVMTypeRef pac
 }
 
 static void gen_entry(gemm_cg *g, const char *symbol, LLVMValueRef pack_a, LLVMValueRef pack_b,
-                      LLVMValueRef micro, LLVMValueRef micro_in_place) {
+                      LLVMValueRef pack_b_rows, LLVMValueRef micro, LLVMValueRef micro_in_place) {
   entry_args e;
   LLVMValueRef fn = lm_gemm_begin_entry(g, symbol, g->tp, &e);
   LLVMValueRef m = e.m, n = e.n, k = e.k, a = e.a, a_row = e.a_row, a_col = e.a_col, b = e.b,
                b_row = e.b_row, b_col = e.b_col, c = e.c, ldc = e.ldc, mc = e.mc, kc = e.kc,
                nc = e.nc, pack = e.pack, accumulate = e.accumulate;
+  /* B's rows at offsets of their own (lk_gemm_args.b_rows) are always packed */
+  LLVMValueRef b_rows = arg_i64(g, e.args, ARG_B_ROWS);
+  LLVMValueRef strided = LLVMBuildICmp(g->b, LLVMIntEQ, b_rows, i64c(g, 0), "");
   /* widened operands are always packed (lk_gemm_b_in_place) */
   LLVMValueRef in_place = LLVMConstInt(g->t_i1, 0, 0);
   if (micro_in_place)
     in_place = LLVMBuildAnd(
         g->b, LLVMBuildICmp(g->b, LLVMIntNE, arg_i64(g, e.args, ARG_B_IN_PLACE), i64c(g, 0), ""),
-        LLVMBuildICmp(g->b, LLVMIntEQ, b_col, i64c(g, 1), ""), "");
+        LLVMBuildAnd(g->b, LLVMBuildICmp(g->b, LLVMIntEQ, b_col, i64c(g, 1), ""), strided, ""), "");
   int NR = g->d->nr;
 
   /* lk_gemm_unpacked: a few rows, or few outputs for a long sum, against a
@@ -283,6 +289,7 @@ static void gen_entry(gemm_cg *g, const char *symbol, LLVMValueRef pack_a, LLVMV
   few = LLVMBuildAnd(g->b, few, LLVMBuildICmp(g->b, LLVMIntEQ, a_col, i64c(g, 1), ""), "");
   few = LLVMBuildAnd(g->b, few, LLVMBuildICmp(g->b, LLVMIntEQ, b_row, i64c(g, 1), ""), "");
   few = LLVMBuildAnd(g->b, few, LLVMBuildICmp(g->b, LLVMIntSGT, k, i64c(g, 0), ""), "");
+  few = LLVMBuildAnd(g->b, few, strided, "");
   LLVMBasicBlockRef few_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "few_rows");
   LLVMBasicBlockRef blocked_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "blocked");
   LLVMBuildCondBr(g->b, few, few_bb, blocked_bb);
@@ -297,6 +304,7 @@ static void gen_entry(gemm_cg *g, const char *symbol, LLVMValueRef pack_a, LLVMV
       LLVMBuildAnd(g->b, LLVMBuildICmp(g->b, LLVMIntSLE, m, i64c(g, DOT_MAX_ROWS), ""),
                    LLVMBuildICmp(g->b, LLVMIntEQ, b_col, i64c(g, 1), ""), "");
   swept = LLVMBuildAnd(g->b, swept, LLVMBuildICmp(g->b, LLVMIntSGT, k, i64c(g, 0), ""), "");
+  swept = LLVMBuildAnd(g->b, swept, strided, "");
   LLVMBasicBlockRef swept_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "swept");
   LLVMBasicBlockRef packed_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "packed_entry");
   LLVMBuildCondBr(g->b, swept, swept_bb, packed_bb);
@@ -324,7 +332,17 @@ static void gen_entry(gemm_cg *g, const char *symbol, LLVMValueRef pack_a, LLVMV
     LLVMValueRef whole_cols =
         LLVMBuildMul(g->b, LLVMBuildSDiv(g->b, ncur, i64c(g, NR), ""), i64c(g, NR), "");
     LLVMValueRef pack_from = LLVMBuildSelect(g->b, in_place, whole_cols, i64c(g, 0), "");
-    LLVMBasicBlockRef packed = if_begin(g, LLVMBuildICmp(g->b, LLVMIntSLT, pack_from, ncur, ""));
+    LLVMBasicBlockRef by_rows = if_begin(g, LLVMBuildNot(g->b, strided, ""));
+    {
+      LLVMValueRef rows = LLVMBuildIntToPtr(
+          g->b, LLVMBuildNSWAdd(g->b, b_rows, LLVMBuildNSWMul(g->b, pc.iv, i64c(g, 8), ""), ""),
+          g->i64p, "");
+      LLVMValueRef pr_args[5] = {kcur, ncur, bsrc, rows, pb};
+      call(g, pack_b_rows, pr_args, 5);
+    }
+    if_end(g, by_rows);
+    LLVMBasicBlockRef packed = if_begin(
+        g, LLVMBuildAnd(g->b, strided, LLVMBuildICmp(g->b, LLVMIntSLT, pack_from, ncur, ""), ""));
     LLVMValueRef pb_args[6] = {kcur,
                                LLVMBuildNSWSub(g->b, ncur, pack_from, ""),
                                op_at(g, bsrc, LLVMBuildNSWMul(g->b, pack_from, b_col, "")),
@@ -404,9 +422,10 @@ loom_status lm_gemm_module(LLVMContextRef ctx, const lk_gemm *d, const char *sym
     lm_gemm_gen_paired_entry(&g, symbol, pack_a, pack_b, micro);
   } else {
     LLVMValueRef pack_a = lm_gemm_gen_pack_a(&g, symbol), pack_b = lm_gemm_gen_pack_b(&g, symbol),
+                 pack_b_rows = lm_gemm_gen_pack_b_rows(&g, symbol),
                  micro = gen_micro(&g, symbol, false),
                  micro_in_place = d->in_dtype == d->dtype ? gen_micro(&g, symbol, true) : NULL;
-    gen_entry(&g, symbol, pack_a, pack_b, micro, micro_in_place);
+    gen_entry(&g, symbol, pack_a, pack_b, pack_b_rows, micro, micro_in_place);
   }
   LLVMDisposeBuilder(g.b);
   LLVMDisposeBuilder(g.entry);

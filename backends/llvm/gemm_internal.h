@@ -236,6 +236,7 @@ void lm_gemm_transpose_lines(gemm_cg *g, const LLVMValueRef *row, int nblk, LLVM
 void lm_gemm_chunk_loop_begin(gemm_cg *g, gloop *l, LLVMValueRef n);
 LLVMValueRef lm_gemm_chunked_part(gemm_cg *g, LLVMValueRef n);
 LLVMValueRef lm_gemm_gen_pack_b(gemm_cg *g, const char *symbol);
+LLVMValueRef lm_gemm_gen_pack_b_rows(gemm_cg *g, const char *symbol);
 LLVMValueRef lm_gemm_gen_pack_a(gemm_cg *g, const char *symbol);
 
 /* gemm.c: the microkernel's stores, which the few-row paths and the BF16

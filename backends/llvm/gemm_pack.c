@@ -166,6 +166,54 @@ LLVMValueRef lm_gemm_gen_pack_b(gemm_cg *g, const char *symbol) {
 }
 
 /*
+ * pack_b_rows(kc, nc, b, rows, dst): pack_b's slivers of a B whose row p
+ * starts at b + rows[p] (lk_gemm_args.b_rows) with its columns contiguous:
+ * NR / W vectors per row, the last sliver's lanes past nc loaded as zeros.
+ */
+LLVMValueRef lm_gemm_gen_pack_b_rows(gemm_cg *g, const char *symbol) {
+  char name[64];
+  snprintf(name, sizeof name, "%s.pack_b_rows", symbol);
+  LLVMTypeRef params[5] = {g->t_i64, g->t_i64, g->op_tp, g->i64p, g->tp};
+  LLVMValueRef fn = begin_function(g, name, params, 5, true);
+  add_attr(g, fn, 5, "noalias");
+  LLVMValueRef kc = LLVMGetParam(fn, 0), nc = LLVMGetParam(fn, 1), b = LLVMGetParam(fn, 2),
+               rows = LLVMGetParam(fn, 3), dst = LLVMGetParam(fn, 4);
+  int nr = g->d->nr;
+  gloop js;
+  gloop_begin(g, &js, i64c(g, 0), nc);
+  LLVMValueRef width = min_i64(g, i64c(g, nr), LLVMBuildNSWSub(g->b, nc, js.iv, ""));
+  LLVMValueRef sliver = at(g, dst, LLVMBuildNSWMul(g->b, js.iv, kc, ""));
+  LLVMValueRef src = op_at(g, b, js.iv);
+  LLVMValueRef whole = LLVMBuildICmp(g->b, LLVMIntEQ, width, i64c(g, nr), "");
+  LLVMBasicBlockRef whole_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "whole");
+  LLVMBasicBlockRef part_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "part");
+  LLVMBasicBlockRef next_bb = LLVMAppendBasicBlockInContext(g->ctx, fn, "next");
+  LLVMBuildCondBr(g->b, whole, whole_bb, part_bb);
+  for (int edge = 0; edge < 2; edge++) {
+    LLVMPositionBuilderAtEnd(g->b, edge ? part_bb : whole_bb);
+    LLVMValueRef masks[8] = {NULL};
+    for (int v = 0; edge && v < g->nv; v++)
+      masks[v] = lanes_below(g, g->w, LLVMBuildNSWSub(g->b, width, i64c(g, v * g->w), ""));
+    gloop p;
+    gloop_begin(g, &p, i64c(g, 0), kc);
+    LLVMValueRef start =
+        load_aligned(g, g->t_i64, LLVMBuildInBoundsGEP2(g->b, g->t_i64, rows, &p.iv, 1, ""), 8);
+    LLVMValueRef from = op_at(g, src, start);
+    LLVMValueRef to = at(g, sliver, LLVMBuildNSWMul(g->b, p.iv, i64c(g, nr), ""));
+    for (int v = 0; v < g->nv; v++) {
+      LLVMValueRef x = load_op_vec(g, op_at(g, from, i64c(g, v * g->w)), masks[v]);
+      store_aligned(g, x, vec_ptr(g, at(g, to, i64c(g, v * g->w))), elem_align(g));
+    }
+    gloop_end(g, &p, i64c(g, 1));
+    LLVMBuildBr(g->b, next_bb);
+  }
+  LLVMPositionBuilderAtEnd(g->b, next_bb);
+  gloop_end(g, &js, i64c(g, nr));
+  LLVMBuildRetVoid(g->b);
+  return fn;
+}
+
+/*
  * pack_a(mc, kc, a, row, col, dst): A's mc x kc block as slivers of MR rows,
  * sliver s at dst + s * MR * kc holding column p's MR values at p * MR; rows
  * past mc are zeros, or (in the vector path) copies of the last row, whose

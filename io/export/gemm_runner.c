@@ -26,6 +26,7 @@ struct gemm_args {
   int64_t ldc, accumulate, mc, kc, nc;
   void *pack;
   int64_t b_in_place;
+  const int64_t *b_rows; /* always NULL here: B's rows are strided */
 };
 
 struct gemm_job {
