@@ -40,7 +40,11 @@ static void test_conv_forward(void) {
   conv_case cases[] = {{2, 3, 7, 6, 4, 3, 1, 1, 1, 1},
                        {1, 4, 9, 9, 6, 3, 2, 0, 1, 2},
                        {2, 2, 8, 7, 2, 3, 1, 2, 2, 1},
-                       {1, 1, 5, 5, 3, 1, 1, 0, 1, 1}};
+                       {1, 1, 5, 5, 3, 1, 1, 0, 1, 1},
+                       /* depthwise (one input channel an output): 1 and 2 outputs each */
+                       {2, 5, 9, 8, 5, 3, 1, 1, 1, 5},
+                       {1, 3, 11, 10, 6, 5, 2, 2, 2, 3},
+                       {1, 4, 6, 6, 4, 1, 1, 0, 1, 4}};
   for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) LOOM_SCOPE {
       conv_case c = cases[t];
       static double x[4096], w[1024], b[16], want[8192], got[8192];
@@ -247,6 +251,10 @@ static loom_tensor *g_conv(loom_tensor *const *in) {
 static loom_tensor *g_conv_groups(loom_tensor *const *in) {
   return loom_conv2d_f(in[0], in[1], in[2], (loom_conv2d_opts){.padding = {1, 1}, .groups = 2});
 }
+static loom_tensor *g_conv_depthwise(loom_tensor *const *in) {
+  return loom_conv2d_f(in[0], in[1], in[2],
+                       (loom_conv2d_opts){{2, 1}, {1, 1}, {1, 2}, .groups = 3});
+}
 static loom_tensor *g_maxpool(loom_tensor *const *in) { return loom_max_pool2d(in[0], 2, 2, 0); }
 static loom_tensor *g_avgpool(loom_tensor *const *in) { return loom_avg_pool2d(in[0], 3, 1, 1); }
 static loom_tensor *g_maxpool_odd(loom_tensor *const *in) {
@@ -291,6 +299,11 @@ static const gcase grads[] = {
      g_conv_groups,
      3,
      {LOOM_SHAPE(1, 4, 4, 4), LOOM_SHAPE(4, 2, 3, 3), LOOM_SHAPE(4)},
+     ANY},
+    {"conv2d (depthwise, 2 outputs a channel)",
+     g_conv_depthwise,
+     3,
+     {LOOM_SHAPE(2, 3, 5, 6), LOOM_SHAPE(6, 1, 3, 2), LOOM_SHAPE(6)},
      ANY},
     {"max_pool2d", g_maxpool, 1, {LOOM_SHAPE(1, 2, 4, 4)}, DISTINCT},
     {"avg_pool2d", g_avgpool, 1, {LOOM_SHAPE(1, 2, 4, 4)}, ANY},
