@@ -94,6 +94,8 @@ static loom_status onnx_run(void *state, bench_call_report *report) {
   }
 ONNX_WORKLOAD(resnet50_b1, "resnet50", 1, 0)
 ONNX_WORKLOAD(resnet50_b8, "resnet50", 8, 0)
+ONNX_WORKLOAD(mobilenet_v2_b1, "mobilenet_v2", 1, 0)
+ONNX_WORKLOAD(efficientnet_b0_b1, "efficientnet_b0", 1, 0)
 ONNX_WORKLOAD(bert_s128_b1, "bert", 1, 128)
 ONNX_WORKLOAD(bert_s128_b8, "bert", 8, 128)
 ONNX_WORKLOAD(gpt2_prefill, "gpt2", 1, 128)
@@ -103,6 +105,8 @@ ONNX_WORKLOAD(gpt2_prefill, "gpt2", 1, 128)
  * products (QKV, projection, the 3072-wide MLP) and 2 x 128 x 768 a token in
  * attention, 11.17 G; GPT-2's head adds 768 x 50257 a token. */
 #define RESNET50_MACS 4.09e9
+#define MOBILENET_V2_MACS 0.30e9    /* torchvision's count */
+#define EFFICIENTNET_B0_MACS 0.39e9 /* torchvision's count */
 #define LAYERS_S128_MACS (12.0 * 128 * (4.0 * 768 * 768 + 2.0 * 768 * 3072 + 2.0 * 128 * 768))
 #define GPT2_HEAD_S128_MACS (128.0 * 768 * 50257)
 
@@ -123,6 +127,22 @@ const bench_workload bench_model_workloads[] = {
      .run = onnx_run,
      .teardown = onnx_teardown,
      .onnx_model = "resnet50"},
+    {.name = "onnx_mobilenet_v2_b1",
+     .what = "torchvision MobileNetV2 (ONNX export), 1x3x224x224",
+     .metric = BENCH_FLOPS,
+     .work = 2 * MOBILENET_V2_MACS,
+     .setup = mobilenet_v2_b1_setup,
+     .run = onnx_run,
+     .teardown = onnx_teardown,
+     .onnx_model = "mobilenet_v2"},
+    {.name = "onnx_efficientnet_b0_b1",
+     .what = "torchvision EfficientNet-B0 (ONNX export), 1x3x224x224",
+     .metric = BENCH_FLOPS,
+     .work = 2 * EFFICIENTNET_B0_MACS,
+     .setup = efficientnet_b0_b1_setup,
+     .run = onnx_run,
+     .teardown = onnx_teardown,
+     .onnx_model = "efficientnet_b0"},
     {.name = "onnx_bert_base_s128_b1",
      .what = "Hugging Face BERT-base (ONNX export), 1 x 128 tokens",
      .metric = BENCH_FLOPS,

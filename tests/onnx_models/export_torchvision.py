@@ -16,7 +16,8 @@ import torchvision
 
 import exporting
 
-MODELS = ["resnet50", "mobilenet_v3_large", "efficientnet_b0", "convnext_tiny", "vit_b_16"]
+MODELS = ["resnet50", "mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0", "convnext_tiny",
+          "vit_b_16"]
 
 
 def randomized(name):
