@@ -150,8 +150,8 @@ static void test_missing_venv(void) {
 }
 
 /* A .venv-peers whose Python prints a timing named after the script, its
- * first word, its arguments after the threads' and the environment's
- * OMP_WAIT_POLICY (the tuned runs'). */
+ * first word, its arguments after the threads', and the settings of its
+ * environment: h for the huge-page malloc, then OMP_WAIT_POLICY. */
 static void test_fake_venv_peers(void) {
   char root[400], path[512];
   snprintf(root, sizeof root, "%s/fake", test_dir);
@@ -163,7 +163,8 @@ static void test_fake_venv_peers(void) {
       "#!/bin/sh\n"
       "script=$(basename \"$1\"); threads=$7; shift 7\n"
       "echo \"{\\\"peer\\\": \\\"fake\\\", \\\"workload\\\": \\\"sum_16M\\\", "
-      "\\\"variant\\\": \\\"${script%%_*} $* t$threads ${OMP_WAIT_POLICY:-spin}\\\", "
+      "\\\"variant\\\": \\\"${script%%_*} $* t$threads ${GLIBC_TUNABLES:+h} "
+      "${OMP_WAIT_POLICY:-spin}\\\", "
       "\\\"seconds\\\": 0.5}\"\n";
   snprintf(path, sizeof path, "%s/.venv-peers/bin/python", root);
   check_write_file(path, python, sizeof python - 1);
@@ -174,16 +175,17 @@ static void test_fake_venv_peers(void) {
     check_write_file(path, "", 0);
   }
   snprintf(path, sizeof path, "%s/bench/peers", root);
+  unsetenv("OMP_WAIT_POLICY"); /* the caller's would pass through to the untuned runs */
   bench_options opts = {.repeats = 1, .threads = 3, .peers_dir = path};
   const char *names[] = {"sum_16M"};
   bench_peer_set set;
   bench_run_peers(&opts, names, 1, &set);
   static const char *const expected[] = {
-      "torch --peer torch2 sum_16M t3 PASSIVE",
-      "torch --peer torch2 --compile default sum_16M t3 PASSIVE",
-      "torch --peer torch2 --compile max-autotune sum_16M t3 PASSIVE",
-      "jax sum_16M t3 spin",
-      "ov sum_16M t3 spin",
+      "torch --peer torch2 sum_16M t3 h spin",
+      "torch --peer torch2 --compile default sum_16M t3 h spin",
+      "torch --peer torch2 --compile max-autotune sum_16M t3 h spin",
+      "jax sum_16M t3 h spin",
+      "ov sum_16M t3 h spin",
   };
   CHECK_EQ_INT(set.count, 5);
   for (int i = 0; i < 5 && i < set.count; i++)

@@ -1,7 +1,8 @@
 """loom's training steps, matmul, GPT-2 decoding and GPT-2's prefill in JAX,
 each one jax.jit'd function on the CPU (F32, the same sizes, models and
 optimizers as torch_bench.py and bench/train.c). Run by `loom bench --peers`
-with .venv-peers (bench/peers/setup.sh). XLA's CPU threads: XLA_FLAGS gets
+with .venv-peers (bench/peers/setup.sh) and GLIBC_TUNABLES=glibc.malloc.hugetlb=1
+(the CNN step 1.7x faster on the 2-vCPU EPYC). XLA's CPU threads: XLA_FLAGS gets
 --xla_cpu_multi_thread_eigen=true and intra_op_parallelism_threads=loom's.
 The training steps donate their parameters and optimizer state to the step
 (updated in place, as PyTorch's optimizers do), and every call ends with the

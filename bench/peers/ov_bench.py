@@ -1,6 +1,7 @@
 """loom's model workloads (bench/models.c) in OpenVINO's CPU plugin, on the same
 ONNX files ($LOOM_BENCH_MODELS_DIR; tests/onnx_models/run.sh makes them). Run
-by `loom bench --peers` with .venv-peers (bench/peers/setup.sh). The inputs'
+by `loom bench --peers` with .venv-peers (bench/peers/setup.sh), glibc's
+huge-page malloc as the other compilers (no change measured). The inputs'
 batch and sequence are fixed before compiling (model.reshape), as loom fixes
 them at import. Both performance hints, with INFERENCE_NUM_THREADS = loom's
 threads and INFERENCE_PRECISION_HINT f32 (on CPUs with AVX-512 BF16 or AMX

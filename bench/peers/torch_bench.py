@@ -2,8 +2,9 @@
 training steps). Run by `loom bench --peers`: with Debian's PyTorch 1.13 (peer
 "torch"), as installed and, with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 and
 OMP_WAIT_POLICY=PASSIVE in the environment, "tuned"; and with PyTorch 2 from
-.venv-peers (peer "torch2", bench/peers/setup.sh): eager, and each workload's
-function under torch.compile (--compile default or max-autotune: Inductor)."""
+.venv-peers (peer "torch2", bench/peers/setup.sh; the huge-page malloc only):
+eager, and each workload's function under torch.compile (--compile default or
+max-autotune: Inductor)."""
 import os
 import sys
 
