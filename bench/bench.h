@@ -144,7 +144,7 @@ typedef struct bench_options {
   int threads;
   bool json;
   bool peers;
-  const char *peers_dir; /* where numpy_bench.py and torch_bench.py are */
+  const char *peers_dir; /* where the peers' scripts (numpy_bench.py, ...) are */
   loom_device device;    /* where the workloads' tensors live (--device) */
 } bench_options;
 
@@ -194,22 +194,30 @@ const char *bench_format_seconds(double s, char *buf, size_t size);
 /* ------------------------------------------------------------------ peers */
 
 typedef struct bench_peer_timing {
-  char peer[32]; /* numpy, torch */
+  char peer[32]; /* numpy, torch, ort, torch2, jax, openvino */
   char workload[64];
-  char variant[32]; /* eager, out, ... */
+  char variant[64]; /* eager, out=, inductor max-autotune hugetlb passive, ... */
   double seconds;   /* median per call */
 } bench_peer_timing;
 
 typedef struct bench_peer_set {
   bench_peer_timing *timings;
   int count;
-  char skipped[8][256]; /* "torch: No module named torch" */
+  char skipped[32][320]; /* "torch: No module named torch", one line per reason */
   int nskipped;
 } bench_peer_set;
 
-/* Runs the peer scripts for the given workload names (all when n == 0). */
+/* Runs the peer scripts for the given workload names (all when n == 0); a
+ * Python, venv or script that is missing is one skipped line. */
 void bench_run_peers(const bench_options *opts, const char *const *names, int n,
                      bench_peer_set *set);
+/* Adds a script's output (one JSON object per line: a timing, or
+ * {"peer": ..., "skipped": reason}) to set; output is cut up in the process. */
+void bench_parse_peer_output(bench_peer_set *set, const char *peer, char *output);
+/* The fastest timing of a workload, of any peer and variant; NULL when none. */
+const bench_peer_timing *bench_best_peer(const bench_peer_set *set, const char *workload);
+/* The table: a row per timing (peer / loom), then one per workload against
+ * its best peer, then the skipped lines. */
 void bench_print_peers(FILE *out, const bench_peer_set *set, const bench_result *results, int n);
 void bench_print_json_peers(FILE *out, const bench_peer_set *set, const bench_result *results,
                             int n);

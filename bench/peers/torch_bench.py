@@ -1,7 +1,10 @@
-"""loom's workloads in PyTorch eager mode (same sizes, F32, CPU; autograd only
-in the training steps). Run by `loom bench --peers`; with
-GLIBC_TUNABLES=glibc.malloc.hugetlb=1 and OMP_WAIT_POLICY=PASSIVE in the
-environment it is the "tuned" PyTorch."""
+"""loom's workloads in PyTorch (same sizes, F32, CPU; autograd only in the
+training steps). Run by `loom bench --peers`: with Debian's PyTorch 1.13 (peer
+"torch"), as installed and, with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 and
+OMP_WAIT_POLICY=PASSIVE in the environment, "tuned"; and with PyTorch 2 from
+.venv-peers (peer "torch2", bench/peers/setup.sh; the huge-page malloc only):
+eager, and each workload's function under torch.compile (--compile default or
+max-autotune: Inductor)."""
 import os
 import sys
 
@@ -9,12 +12,21 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-args = common.parse_args("torch")
+
+def add_arguments(parser):
+    parser.add_argument("--peer", default="torch", help="the name in the table")
+    parser.add_argument("--compile", choices=["default", "max-autotune"],
+                        help="torch.compile's mode (PyTorch 2): Inductor, freezing on")
+
+
+args = common.parse_args("torch", add_arguments)
 try:
     import torch
     import torch.nn.functional as F
 except ImportError as error:
-    common.skipped("torch", str(error))
+    common.skipped(args.peer, common.missing(error))
+if args.compile and not hasattr(torch, "compile"):
+    common.skipped(args.peer, f"torch.compile needs PyTorch 2, this is {torch.__version__}")
 
 torch.set_num_threads(args.threads)
 torch.set_grad_enabled(False)
@@ -268,9 +280,72 @@ def matmul_bf16():
     return lambda: a @ b
 
 
+# The models are built from their configs here: Hugging Face's hub is never asked.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def model_tokens(batch, sequence=128):
+    """ort_bench.py's token ids and mask of ones, [batch, sequence]."""
+    ids = (torch.arange(batch * sequence, dtype=torch.int64) * 7919 % 1000).view(batch, sequence)
+    return ids, torch.ones(batch, sequence, dtype=torch.int64)
+
+
+def resnet50(batch):
+    """torchvision's ResNet-50, the architecture of onnx_resnet50_*'s file, with
+    random weights (the time does not depend on them)."""
+    import torchvision
+    model = torchvision.models.resnet50().eval()
+    x = uniform(batch, 3, 224, 224)
+    return lambda: model(x)
+
+
+def bert(batch):
+    """BERT-base from its config as tests/onnx_models/export_hf.py makes it:
+    the last hidden state (the export drops the pooler, unused)."""
+    import transformers
+    model = transformers.BertModel(transformers.BertConfig(), add_pooling_layer=False).eval()
+    ids, mask = model_tokens(batch)
+    return lambda: model(input_ids=ids, attention_mask=mask)[0]
+
+
+def gpt2_prefill():
+    """GPT-2 124M's logits for 128 tokens, no cache, as the export."""
+    import transformers
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(use_cache=False)).eval()
+    ids, mask = model_tokens(1)
+    return lambda: model(input_ids=ids, attention_mask=mask)[0]
+
+
+def compiled(make_call):
+    """make_call's function under torch.compile, called three times before the
+    timing: the first compiles; a training step compiles again on the second
+    (the optimizer's state exists from the first step on). Each workload starts
+    from an empty dynamo cache, so none counts against another's recompiles."""
+    def make():
+        torch._dynamo.reset()
+        call = torch.compile(make_call(), mode=args.compile)
+        for _ in range(3):
+            call()
+        return call
+    return make
+
+
+def compile_form(workloads):
+    """The workloads under torch.compile: a variant named after the mode (and
+    after the eager variant when there are several); out= is eager's own form,
+    left out."""
+    mode = "inductor" if args.compile == "default" else "inductor " + args.compile
+    forms = {}
+    for name, variants in workloads.items():
+        kept = [(variant, make) for variant, make in variants if variant != "out="]
+        forms[name] = [(mode if len(kept) == 1 else f"{mode}, {variant}", compiled(make))
+                       for variant, make in kept]
+    return forms
+
+
 inf = float("inf")
 
-common.run("torch", {
+WORKLOADS = {
     "ew_chain_16M": [("eager", ew_chain_eager), ("out=", ew_chain_out)],
     "softmax_4096x1024": [("torch.softmax", softmax)],
     "sort_1x50257": [("torch.sort", sort_vocab)],
@@ -297,4 +372,26 @@ common.run("torch", {
     "gpt2_decode_ctx128": [("eager, KV cache", lambda: gpt2_decode(128))],
     "gpt2_decode_ctx512": [("eager, KV cache", lambda: gpt2_decode(512))],
     "gpt2_decode_ctx1024": [("eager, KV cache", lambda: gpt2_decode(1024))],
-}, args)
+    "onnx_resnet50_b1": [("eager", lambda: resnet50(1))],
+    "onnx_resnet50_b8": [("eager", lambda: resnet50(8))],
+    "onnx_bert_base_s128_b1": [("eager", lambda: bert(1))],
+    "onnx_bert_base_s128_b8": [("eager", lambda: bert(8))],
+    "onnx_gpt2_prefill_128": [("eager", gpt2_prefill)],
+}
+
+if args.compile:
+    import logging
+
+    import torch._inductor.config
+    # Freezing (weights as constants: folded batch norms, oneDNN's packed
+    # weights) is PyTorch's advice for inference on the CPU; it leaves the
+    # training graphs alone.
+    torch._inductor.config.freezing = True
+    # Quiet on loom's terminal: the training steps' loss.item() is a graph
+    # break by design, and max-autotune's table of choices runs to pages.
+    torch._logging.set_logs(dynamo=logging.ERROR)
+    # PyPI's torch is a CUDA build: Inductor's C++ toolchain notes the missing runtime
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    torch._inductor.config.max_autotune_report_choices_stats = False
+    WORKLOADS = compile_form(WORKLOADS)
+common.run(args.peer, WORKLOADS, args)
