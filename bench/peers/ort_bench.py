@@ -33,9 +33,9 @@ def session(model):
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
-def image(batch):
+def image(model, batch):
     def make():
-        s = session("resnet50")
+        s = session(model)
         x = np.random.default_rng(7).uniform(-1, 1, (batch, 3, 224, 224)).astype(np.float32)
         feed = {s.get_inputs()[0].name: x}
         return lambda: s.run(None, feed)
@@ -54,8 +54,10 @@ def tokens(model, batch, sequence=128):
 
 variant = f"cpu ep {ort.__version__}"
 common.run("ort", {
-    "onnx_resnet50_b1": [(variant, image(1))],
-    "onnx_resnet50_b8": [(variant, image(8))],
+    "onnx_resnet50_b1": [(variant, image("resnet50", 1))],
+    "onnx_resnet50_b8": [(variant, image("resnet50", 8))],
+    "onnx_mobilenet_v2_b1": [(variant, image("mobilenet_v2", 1))],
+    "onnx_efficientnet_b0_b1": [(variant, image("efficientnet_b0", 1))],
     "onnx_bert_base_s128_b1": [(variant, tokens("bert", 1))],
     "onnx_bert_base_s128_b8": [(variant, tokens("bert", 8))],
     "onnx_gpt2_prefill_128": [(variant, tokens("gpt2", 1))],

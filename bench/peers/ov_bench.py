@@ -79,6 +79,8 @@ def both(model, feed):
 common.run("openvino", {
     "onnx_resnet50_b1": both("resnet50", image(1)),
     "onnx_resnet50_b8": both("resnet50", image(8)),
+    "onnx_mobilenet_v2_b1": both("mobilenet_v2", image(1)),
+    "onnx_efficientnet_b0_b1": both("efficientnet_b0", image(1)),
     "onnx_bert_base_s128_b1": both("bert", tokens(1)),
     "onnx_bert_base_s128_b8": both("bert", tokens(8)),
     "onnx_gpt2_prefill_128": both("gpt2", tokens(1)),

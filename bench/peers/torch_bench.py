@@ -290,11 +290,11 @@ def model_tokens(batch, sequence=128):
     return ids, torch.ones(batch, sequence, dtype=torch.int64)
 
 
-def resnet50(batch):
-    """torchvision's ResNet-50, the architecture of onnx_resnet50_*'s file, with
-    random weights (the time does not depend on them)."""
+def vision(name, batch):
+    """torchvision's model `name`, the architecture of onnx_<name>_*'s file,
+    with random weights (the time does not depend on them)."""
     import torchvision
-    model = torchvision.models.resnet50().eval()
+    model = getattr(torchvision.models, name)().eval()
     x = uniform(batch, 3, 224, 224)
     return lambda: model(x)
 
@@ -372,8 +372,10 @@ WORKLOADS = {
     "gpt2_decode_ctx128": [("eager, KV cache", lambda: gpt2_decode(128))],
     "gpt2_decode_ctx512": [("eager, KV cache", lambda: gpt2_decode(512))],
     "gpt2_decode_ctx1024": [("eager, KV cache", lambda: gpt2_decode(1024))],
-    "onnx_resnet50_b1": [("eager", lambda: resnet50(1))],
-    "onnx_resnet50_b8": [("eager", lambda: resnet50(8))],
+    "onnx_resnet50_b1": [("eager", lambda: vision("resnet50", 1))],
+    "onnx_resnet50_b8": [("eager", lambda: vision("resnet50", 8))],
+    "onnx_mobilenet_v2_b1": [("eager", lambda: vision("mobilenet_v2", 1))],
+    "onnx_efficientnet_b0_b1": [("eager", lambda: vision("efficientnet_b0", 1))],
     "onnx_bert_base_s128_b1": [("eager", lambda: bert(1))],
     "onnx_bert_base_s128_b8": [("eager", lambda: bert(8))],
     "onnx_gpt2_prefill_128": [("eager", gpt2_prefill)],
