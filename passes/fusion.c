@@ -75,24 +75,28 @@ static lm_node *operand_memory(lm_planner *pl, const lm_node *consumer, lm_node 
 }
 
 /* The image whose windows a matmul's B operand o is (a convolution's im2col
- * matrix made in blocks: at least PROLOGUE_MIN_BYTES, one batch, on the
- * CPU), below reshapes, permutes and a zero padding; else NULL. Such an
- * image gets memory: the product then reads its terms from it
- * (lm_pair_gemm_prologues, runtime/gemm_windows.c), where an inline image
- * (the last layer's bias and ReLU) would be computed again for every window
- * that covers it. */
+ * matrix: one batch, on the CPU, F32 or F64), below reshapes, permutes and a
+ * zero padding, when its windows overlap (each pixel read by several); else
+ * NULL. Such an image gets memory, whatever the sizes (so that a program's
+ * plans differ only in numbers from one size to another): the last layer's
+ * bias and ReLU, inline, would be computed again for every window covering
+ * a pixel, and a product whose B is made in blocks then reads its terms from
+ * the image instead (lm_pair_gemm_prologues, runtime/gemm_windows.c). */
 static lm_node *convolution_image(const lm_node *matmul, const lm_node *o) {
   if (matmul->op != LM_MATMUL || matmul->src[1] != o || matmul->device.type != LOOM_DEVICE_CPU ||
-      (o->dtype != LOOM_F32 && o->dtype != LOOM_F64) ||
-      lm_shape_numel(&o->shape) * (int64_t)loom_dtype_size(o->dtype) < LM_PROLOGUE_MIN_BYTES)
+      (o->dtype != LOOM_F32 && o->dtype != LOOM_F64))
     return NULL;
   for (int d = 0; d + 2 < o->shape.ndim; d++)
     if (o->shape.dim[d] != 1) return NULL;
   while (o->op == LM_RESHAPE || o->op == LM_PERMUTE) o = o->src[0];
   if (o->op != LM_WINDOW) return NULL;
+  bool overlap = false;
+  for (int i = 0; i < 2; i++)
+    overlap |= (o->arg.window.kernel[i] - 1) * o->arg.window.dilation[i] + 1 >
+               o->arg.window.stride[i];
   o = o->src[0];
   if (o->op == LM_PAD && o->arg.pad.value == 0) o = o->src[0];
-  return o->shape.ndim == 4 && !lm_op_is_view(o->op) ? (lm_node *)o : NULL;
+  return overlap && o->shape.ndim == 4 && !lm_op_is_view(o->op) ? (lm_node *)o : NULL;
 }
 
 static void mark_gemm_operands(lm_planner *pl) {
